@@ -1,0 +1,241 @@
+"""Everything that crosses a process boundary, as msgspec Structs.
+
+One envelope is one immutable JSON object tagged by ``kind`` (seed 002 §3.3 plus the control
+kinds a real transport needs):
+
+=============  =====================  ==========================================================
+kind           direction              meaning
+=============  =====================  ==========================================================
+``message``    any → any (via parent)  asynchronous content; ``expects_reply`` opens a request
+``reply``      any → any (via parent)  content answering request ``reply_to``
+``task``       parent → agent          a delegated task (its description and context)
+``task_done``  agent → parent          the explicit terminal signal for the agent's task
+``runtime``    agent → parent          turn start/end, tool call/result, output, exit: never
+                                       a settlement
+``ack``        parent → sender         the honest receipt for an envelope: accepted or refused
+``control``    parent → agent          cancel the task, close, abort the running turn
+``notice``     parent → agent          something the agent should know (request timed out,
+                                       peer closed, non-delivery)
+``call``       client → parent         a CLI operation (spawn, delegate, watch, ...)
+``result``     parent → client         the answer to a ``call``
+=============  =====================  ==========================================================
+
+Decoding is strict on purpose (``forbid_unknown_fields``): parent and children run from one
+installation, so an unknown field is a bug or a forgery, not a newer peer. Schema evolution
+happens by appending fields with defaults, which strict decoding still accepts from older
+writers. One module-level :data:`ENCODER` and :data:`DECODER` serve every caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import msgspec
+
+from protocol.errors import ErrorInfo, InvalidEnvelope
+from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
+from protocol.tasks import DoneStatus, TaskResult
+
+__all__ = [
+    "DECODER",
+    "ENCODER",
+    "AckEnvelope",
+    "AnyEnvelope",
+    "CallEnvelope",
+    "ControlEnvelope",
+    "Delivery",
+    "Envelope",
+    "MessageEnvelope",
+    "NoticeEnvelope",
+    "ReplyEnvelope",
+    "ResultEnvelope",
+    "RuntimeEnvelope",
+    "RuntimeEvent",
+    "TaskDoneEnvelope",
+    "TaskEnvelope",
+    "decode_envelope",
+    "encode_envelope",
+    "validate_addresses",
+]
+
+Delivery = Literal["follow_up", "steer"]
+RuntimeEvent = Literal[
+    "ready",  # the agent process is up and can take input
+    "turn_start",
+    "turn_end",  # a turn ended: the agent is idle. NEVER a task settlement.
+    "tool_call",
+    "tool_result",
+    "output",  # text the agent produced (kept for `shepherd read`)
+    "exit",  # the agent process exited (exit_code)
+    "error",  # the bridge hit an error it could not hand to the agent
+]
+ControlAction = Literal["cancel_task", "close", "abort"]
+
+
+class Envelope(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag_field="kind",
+    forbid_unknown_fields=True,
+    omit_defaults=True,
+):
+    """Fields common to every kind. ``capability`` proves the sender; it never leaves the
+    mailbox layer (receipts and notifications never echo it)."""
+
+    message_id: str
+    session_id: str
+    sender_id: str
+    target_id: str
+    created_at: float
+    capability: str = ""
+
+
+class MessageEnvelope(Envelope, frozen=True, tag="message"):
+    content: str
+    task_id: str | None = None
+    thread_id: str | None = None
+    expects_reply: bool = False
+    delivery: Delivery = "follow_up"
+    reply_timeout_s: float | None = None
+    sender_name: str | None = None
+
+
+class ReplyEnvelope(Envelope, frozen=True, tag="reply"):
+    content: str
+    reply_to: str
+    task_id: str | None = None
+    thread_id: str | None = None
+    delivery: Delivery = "follow_up"
+    sender_name: str | None = None
+    late: bool = False  # set by the parent when the request was already closed
+
+
+class TaskEnvelope(Envelope, frozen=True, tag="task"):
+    task_id: str
+    content: str
+    deadline_at: float | None = None
+
+
+class TaskDoneEnvelope(Envelope, frozen=True, tag="task_done"):
+    task_id: str
+    status: DoneStatus
+    summary: str | None = None
+    error: str | None = None
+    cancel_requests: bool = False
+
+
+class RuntimeEnvelope(Envelope, frozen=True, tag="runtime"):
+    event: RuntimeEvent
+    tool: str | None = None
+    command: str | None = None
+    output: str | None = None
+    exit_code: int | None = None
+    is_error: bool = False
+    text: str | None = None
+    pid: int | None = None
+
+
+class AckEnvelope(Envelope, frozen=True, tag="ack"):
+    ack_for: str
+    accepted: bool
+    error: ErrorInfo | None = None
+    request_id: str | None = None
+    task_id: str | None = None
+    result: TaskResult | None = None
+
+
+class ControlEnvelope(Envelope, frozen=True, tag="control"):
+    action: ControlAction
+    task_id: str | None = None
+    reason: str | None = None
+
+
+class NoticeEnvelope(Envelope, frozen=True, tag="notice"):
+    code: str
+    text: str
+    ref_id: str | None = None
+
+
+class CallEnvelope(Envelope, frozen=True, tag="call"):
+    op: str
+    args: dict[str, Any] = {}
+    reply_inbox: str = ""
+
+
+class ResultEnvelope(Envelope, frozen=True, tag="result"):
+    call_id: str
+    ok: bool
+    data: Any = None
+    error: ErrorInfo | None = None
+
+
+AnyEnvelope = (
+    MessageEnvelope
+    | ReplyEnvelope
+    | TaskEnvelope
+    | TaskDoneEnvelope
+    | RuntimeEnvelope
+    | AckEnvelope
+    | ControlEnvelope
+    | NoticeEnvelope
+    | CallEnvelope
+    | ResultEnvelope
+)
+
+ENCODER: Final = msgspec.json.Encoder()
+DECODER: Final = msgspec.json.Decoder(AnyEnvelope)
+
+
+def encode_envelope(envelope: Envelope) -> bytes:
+    return ENCODER.encode(envelope)
+
+
+def decode_envelope(data: bytes, *, max_bytes: int | None = None) -> AnyEnvelope:
+    """Decode strictly; any failure is ``invalid_envelope`` carrying msgspec's field path."""
+    if max_bytes is not None and len(data) > max_bytes:
+        raise InvalidEnvelope(f"envelope is {len(data)} bytes, over the {max_bytes}-byte limit")
+    try:
+        envelope = DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise InvalidEnvelope(f"envelope does not match the schema: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise InvalidEnvelope(f"envelope is not valid JSON: {exc}") from None
+    validate_addresses(envelope)
+    return envelope
+
+
+def _is_address(value: str) -> bool:
+    return value == PARENT_ID or kind_of(value) is IdKind.AGENT
+
+
+def validate_addresses(envelope: Envelope) -> None:
+    """Id fields must be well-formed: a path-like or foreign-shaped id never gets further.
+
+    ``target_id`` of a ``message`` may also be an agent name (resolved by the parent);
+    ``call``/``result`` envelopes come from and go to CLI clients, addressed by message ids.
+    """
+    if kind_of(envelope.message_id) is not IdKind.MESSAGE:
+        raise InvalidEnvelope(f"message_id {envelope.message_id!r} is not a message id")
+    if kind_of(envelope.session_id) is not IdKind.SESSION:
+        raise InvalidEnvelope(f"session_id {envelope.session_id!r} is not a session id")
+    client_side = isinstance(envelope, CallEnvelope | ResultEnvelope)
+    sender_ok = _is_address(envelope.sender_id) or (
+        client_side and kind_of(envelope.sender_id) is IdKind.MESSAGE
+    )
+    if not sender_ok:
+        raise InvalidEnvelope(f"sender_id {envelope.sender_id!r} is not an agent id or {PARENT_ID}")
+    target_ok = (
+        _is_address(envelope.target_id)
+        or (isinstance(envelope, MessageEnvelope) and is_valid_name(envelope.target_id))
+        or (client_side and kind_of(envelope.target_id) is IdKind.MESSAGE)
+    )
+    if not target_ok:
+        raise InvalidEnvelope(f"target_id {envelope.target_id!r} is not a valid address")
+    for name in ("task_id", "reply_to", "ack_for", "call_id"):
+        value = getattr(envelope, name, None)
+        if value is None:
+            continue
+        expected = IdKind.TASK if name == "task_id" else IdKind.MESSAGE
+        if kind_of(value) is not expected:
+            raise InvalidEnvelope(f"{name} {value!r} is not a {expected.value} id")

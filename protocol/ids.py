@@ -1,0 +1,81 @@
+"""Opaque, session-scoped identifiers.
+
+An id is ``shepherd-<kind>-<hex>``: the kind makes a misdirected id fail loudly (an agent id
+given to ``watch`` is refused, not guessed at), the hex part is random and means nothing.
+Ids are only ever valid inside the session that made them; the registries there are the
+authority. Ids are also used as file names in the mailbox, so the grammar is strict: a
+path-like or otherwise odd string can never pass :func:`parse_id`.
+
+Agent *names* (``scout``) are a separate, human grammar; :func:`is_valid_name` checks it.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+from protocol.errors import InvalidHandle
+
+__all__ = [
+    "PARENT_ID",
+    "IdKind",
+    "is_valid_name",
+    "kind_of",
+    "make_id",
+    "parse_id",
+]
+
+#: The parent supervisor's address in every session ("the Shepherd").
+PARENT_ID = "shepherd"
+
+
+class IdKind(enum.StrEnum):
+    SESSION = "session"
+    AGENT = "agent"
+    TASK = "task"
+    MESSAGE = "message"
+    WATCHER = "watcher"
+    PROMPT = "prompt"
+
+
+_ID_RE = re.compile(r"^shepherd-(session|agent|task|message|watcher|prompt)-([0-9a-f]{8,64})$")
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_MAX_SHOWN = 80
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "…"
+
+
+def make_id(kind: IdKind, token: str) -> str:
+    """Build an id from a hex token (the caller supplies randomness: protocol has none)."""
+    result = f"shepherd-{kind.value}-{token}"
+    if _ID_RE.match(result) is None:
+        raise ValueError(f"token must be 8-64 lowercase hex characters, got {_shown(token)}")
+    return result
+
+
+def kind_of(value: str) -> IdKind | None:
+    """The kind of a well-formed id, or ``None`` for anything else."""
+    if not isinstance(value, str):
+        return None
+    match = _ID_RE.match(value)
+    return IdKind(match.group(1)) if match else None
+
+
+def parse_id(value: object, expected: IdKind | None = None) -> str:
+    """Validate an id (optionally of one kind) and return it; raise ``invalid_handle`` naming it."""
+    if not isinstance(value, str):
+        raise InvalidHandle(f"{_shown(value)} is not an id")
+    kind = kind_of(value.strip())
+    if kind is None:
+        raise InvalidHandle(f"{_shown(value)} is not a Shepherd id")
+    if expected is not None and kind is not expected:
+        raise InvalidHandle(f"{value} is a {kind.value} id, not a {expected.value} id")
+    return value.strip()
+
+
+def is_valid_name(value: object) -> bool:
+    """Agent names: lowercase, start with a letter, letters/digits/``-``/``_``, at most 32."""
+    return isinstance(value, str) and _NAME_RE.match(value) is not None and value != PARENT_ID

@@ -1,0 +1,50 @@
+"""What the parent is told, as Structs (the sinks decide how to show them).
+
+Kinds: a task completion for a watcher (coalesced, in the watcher's input order), a child's
+message addressed to the Shepherd, and notices (a request cycle, an agent that exited, a
+request that timed out). Later monitors add their own kinds here.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from protocol.tasks import TaskResult
+
+__all__ = ["AgentMessage", "AnyNotification", "Notice", "Notification", "TaskCompletion"]
+
+
+class Notification(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    created_at: float
+
+
+class TaskCompletion(Notification, frozen=True, tag="task_completion"):
+    watcher_id: str
+    #: the ids the watcher was registered with, normalised, in the caller's order
+    ids: tuple[str, ...]
+    #: the results delivered by this notification, in the watcher's input order
+    results: tuple[TaskResult, ...]
+    #: ids of this watcher still pending after this notification
+    pending: tuple[str, ...] = ()
+
+
+class AgentMessage(Notification, frozen=True, tag="agent_message"):
+    message_id: str
+    sender_id: str
+    content: str
+    sender_name: str | None = None
+    task_id: str | None = None
+    thread_id: str | None = None
+    expects_reply: bool = False
+    reply_to: str | None = None
+
+
+class Notice(Notification, frozen=True, tag="notice"):
+    code: str
+    text: str
+    agent_id: str | None = None
+    task_id: str | None = None
+    refs: tuple[str, ...] = ()
+
+
+AnyNotification = TaskCompletion | AgentMessage | Notice

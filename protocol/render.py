@@ -1,0 +1,98 @@
+"""Text rendering: what a person or a model reads.
+
+Parent notifications follow the seeds' ``call: / return: / details:`` layout; what a child
+agent is told (its task context, an incoming message) follows seed 002 §4 phase 3 wording, so
+the model learns that a turn ending is not the task ending.
+"""
+
+from __future__ import annotations
+
+from protocol.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope, TaskEnvelope
+from protocol.notifications import AgentMessage, AnyNotification, Notice, TaskCompletion
+from protocol.tasks import TaskResult
+
+__all__ = [
+    "render_delivery",
+    "render_notification",
+    "render_result_line",
+    "render_task_context",
+]
+
+
+def _quoted_ids(ids: tuple[str, ...]) -> str:
+    if len(ids) == 1:
+        return f'"{ids[0]}"'
+    return "[" + ", ".join(f'"{i}"' for i in ids) + "]"
+
+
+def render_result_line(result: TaskResult) -> str:
+    who = result.agent_name or result.agent_id
+    head = f"{result.task_id} {result.status} (rc {result.return_code}) by {who}"
+    body = result.text if result.text is not None else result.error
+    return f"{head}: {body}" if body else head
+
+
+def render_notification(note: AnyNotification) -> str:
+    match note:
+        case TaskCompletion():
+            lines = [f"call: shepherd_watch(id={_quoted_ids(note.ids)})"]
+            lines.append("return:")
+            lines.extend(f"  {render_result_line(r)}" for r in note.results)
+            details = [f"watcher {note.watcher_id}"]
+            if note.pending:
+                details.append(f"still pending: {', '.join(note.pending)}")
+            else:
+                details.append("all watched tasks settled")
+            for r in note.results:
+                if r.error and r.text:
+                    details.append(f"{r.task_id} error: {r.error}")
+            lines.append("details: " + "; ".join(details))
+            return "\n".join(lines)
+        case AgentMessage():
+            who = note.sender_name or note.sender_id
+            lines = [f"[Shepherd message from {who}]", f"Message ID: {note.message_id}"]
+            if note.task_id:
+                lines.append(f"Task ID: {note.task_id}")
+            if note.reply_to:
+                lines.append(f"Reply to: {note.reply_to}")
+            if note.expects_reply:
+                lines.append(f"Expects a reply: answer with reply_to={note.message_id}")
+            return "\n".join([*lines, "", note.content])
+        case Notice():
+            refs = f" ({', '.join(note.refs)})" if note.refs else ""
+            return f"[Shepherd notice: {note.code}] {note.text}{refs}"
+    raise TypeError(f"unknown notification {note!r}")  # pragma: no cover
+
+
+def render_task_context(task: TaskEnvelope) -> str:
+    return (
+        "[Shepherd delegated task]\n"
+        f"Task ID: {task.task_id}\n\n"
+        f"{task.content}\n\n"
+        "Do not consider the task complete merely because this turn ends. If you need "
+        "information, use shepherd_message. Call shepherd_done only when the whole delegated "
+        "task is complete."
+    )
+
+
+def render_delivery(envelope: MessageEnvelope | ReplyEnvelope | NoticeEnvelope) -> str:
+    """An incoming message as the child agent reads it."""
+    if isinstance(envelope, NoticeEnvelope):
+        ref = f" ({envelope.ref_id})" if envelope.ref_id else ""
+        return f"[Shepherd notice: {envelope.code}]{ref}\n\n{envelope.text}"
+    who = envelope.sender_name or envelope.sender_id
+    lines = [f"[Shepherd message from {who}]", f"Message ID: {envelope.message_id}"]
+    if isinstance(envelope, ReplyEnvelope):
+        lines.append(f"Reply to: {envelope.reply_to}")
+        if envelope.late:
+            lines.append("(This reply arrived after the request was closed.)")
+    if envelope.task_id:
+        lines.append(f"Task ID: {envelope.task_id}")
+    if envelope.thread_id:
+        lines.append(f"Thread ID: {envelope.thread_id}")
+    if isinstance(envelope, MessageEnvelope) and envelope.expects_reply:
+        lines.append(
+            f"The sender waits for your answer: reply with shepherd_message "
+            f"reply_to={envelope.message_id}."
+        )
+    return "\n".join([*lines, "", envelope.content])

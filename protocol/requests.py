@@ -1,0 +1,70 @@
+"""The request state machine: a question sent with ``expects_reply``.
+
+Rules: a request starts ``pending`` and ends exactly once, ``replied``, ``cancelled`` (its
+sender's task settled, its target or sender closed) or ``timed_out`` (its reply deadline
+passed). A terminal request never moves again; a second reply is delivered as ordinary
+content but changes no state (:func:`resolve` returns ``changed=False``).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+import msgspec
+
+from protocol.errors import InvalidTransition
+
+__all__ = ["REQUEST_TRANSITIONS", "RequestRecord", "RequestState", "resolve"]
+
+
+class RequestState(enum.StrEnum):
+    PENDING = "pending"
+    REPLIED = "replied"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+#: pending → each terminal state; nothing leaves a terminal state.
+REQUEST_TRANSITIONS: Final[dict[RequestState, frozenset[RequestState]]] = {
+    RequestState.PENDING: frozenset(
+        {RequestState.REPLIED, RequestState.CANCELLED, RequestState.TIMED_OUT}
+    ),
+    RequestState.REPLIED: frozenset(),
+    RequestState.CANCELLED: frozenset(),
+    RequestState.TIMED_OUT: frozenset(),
+}
+
+
+class RequestRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One open or closed question (seed 002 §3.4). ``request_id`` is the message id."""
+
+    request_id: str
+    sender_id: str
+    target_id: str
+    created_at: float
+    question: str = ""
+    task_id: str | None = None
+    thread_id: str | None = None
+    state: RequestState = RequestState.PENDING
+    deadline_at: float | None = None
+    resolved_at: float | None = None
+    reply_id: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.state is RequestState.PENDING
+
+
+def resolve(
+    record: RequestRecord, target: RequestState, now: float, *, reply_id: str | None = None
+) -> tuple[RequestRecord, bool]:
+    """Move a pending request to a terminal state. Returns ``(record, changed)``."""
+    if target is RequestState.PENDING:
+        raise InvalidTransition(f"request {record.request_id} cannot move back to pending")
+    if target not in REQUEST_TRANSITIONS[record.state]:
+        return record, False
+    return (
+        msgspec.structs.replace(record, state=target, resolved_at=now, reply_id=reply_id),
+        True,
+    )

@@ -1,0 +1,400 @@
+"""The scripted agent: a script of steps and a sans-IO interpreter for it.
+
+A script is JSON ``{"steps": [...]}`` (or TOML with ``[[steps]]`` tables); each step is an
+object with exactly one key:
+
+``{"await": "task"|"message"|"reply"|"any"}``  end the turn; idle until such a delivery arrives
+``{"say": TEXT}``                              output text
+``{"run": COMMAND}``                           a tool call (reported as tool call + result)
+``{"message": {"to", "text", "expects_reply"?, "steer"?}}``
+``{"reply": {"text"}}``                        answer the last request received
+``{"done": {"status", "summary"?}}``           the explicit terminal signal for the task
+``{"sleep": SECONDS}``                         pause (still inside the turn)
+``{"exit": CODE}``                             the process exits, as a crash would
+``{"repeat": {"times": N, "steps": [...]}}``   the inner steps N times (loops for the watchdog)
+
+In ``text`` and ``summary``, ``{last}`` stands for the text of the last delivery received.
+
+:class:`ScriptMachine` turns deliveries into effects and never does IO itself: the same
+machine drives the in-process simulated agent and the real ``shepherd-child`` bridge.
+Deliveries that arrive while the script is busy queue; a ``steer`` jumps the queue.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import msgspec
+
+from protocol.errors import InvalidArgument
+
+__all__ = [
+    "AwaitKind",
+    "Delivered",
+    "Effect",
+    "Exit",
+    "Output",
+    "RunCommand",
+    "Script",
+    "ScriptError",
+    "ScriptMachine",
+    "SendDone",
+    "SendMessage",
+    "SendReply",
+    "Sleep",
+    "TurnEnd",
+    "TurnStart",
+    "parse_script",
+]
+
+AwaitKind = Literal["task", "message", "reply", "any"]
+DeliveryKind = Literal["task", "message", "reply", "notice"]
+
+
+class ScriptError(InvalidArgument):
+    """A script file that cannot be run; the message names the step."""
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+class AwaitStep(msgspec.Struct, frozen=True):
+    kind: AwaitKind
+
+
+class SayStep(msgspec.Struct, frozen=True):
+    text: str
+
+
+class RunStep(msgspec.Struct, frozen=True):
+    command: str
+
+
+class MessageStep(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    to: str
+    text: str
+    expects_reply: bool = False
+    steer: bool = False
+
+
+class ReplyStep(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    text: str
+
+
+class DoneStep(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    status: Literal["completed", "blocked", "failed"]
+    summary: str | None = None
+    cancel_requests: bool = False
+
+
+class SleepStep(msgspec.Struct, frozen=True):
+    seconds: float
+
+
+class ExitStep(msgspec.Struct, frozen=True):
+    code: int
+
+
+Step = AwaitStep | SayStep | RunStep | MessageStep | ReplyStep | DoneStep | SleepStep | ExitStep
+
+
+class Script(msgspec.Struct, frozen=True):
+    steps: tuple[Step, ...]
+
+
+_MAX_STEPS = 100_000
+_MAX_DEPTH = 8
+
+
+def _parse_step(raw: object, where: str, out: list[Step], depth: int) -> None:
+    if not isinstance(raw, Mapping) or len(raw) != 1:
+        raise ScriptError(f"{where}: a step is an object with exactly one key, got {raw!r:.80}")
+    ((key, value),) = raw.items()
+    try:
+        match key:
+            case "await":
+                out.append(AwaitStep(msgspec.convert(value, AwaitKind)))
+            case "say":
+                out.append(SayStep(msgspec.convert(value, str)))
+            case "run":
+                out.append(RunStep(msgspec.convert(value, str)))
+            case "message":
+                out.append(msgspec.convert(value, MessageStep))
+            case "reply":
+                out.append(msgspec.convert(value, ReplyStep))
+            case "done":
+                out.append(msgspec.convert(value, DoneStep))
+            case "sleep":
+                seconds = msgspec.convert(value, float)
+                if not 0 <= seconds <= 86_400:
+                    raise ScriptError(f"{where}: sleep must be 0..86400 seconds, got {seconds}")
+                out.append(SleepStep(seconds))
+            case "exit":
+                out.append(ExitStep(msgspec.convert(value, int)))
+            case "repeat":
+                if depth >= _MAX_DEPTH:
+                    raise ScriptError(f"{where}: repeat nested deeper than {_MAX_DEPTH}")
+                if not isinstance(value, Mapping) or set(value) != {"times", "steps"}:
+                    raise ScriptError(f"{where}: repeat needs exactly 'times' and 'steps'")
+                times = msgspec.convert(value["times"], int)
+                inner = value["steps"]
+                if not isinstance(inner, list) or not 0 <= times <= 10_000:
+                    raise ScriptError(f"{where}: repeat needs 0..10000 times and a list of steps")
+                body: list[Step] = []
+                for i, sub in enumerate(inner):
+                    _parse_step(sub, f"{where}.repeat.steps[{i}]", body, depth + 1)
+                if len(out) + len(body) * times > _MAX_STEPS:
+                    raise ScriptError(f"{where}: script longer than {_MAX_STEPS} steps")
+                for _ in range(times):
+                    out.extend(body)
+            case _:
+                raise ScriptError(f"{where}: unknown step kind {key!r}")
+    except msgspec.ValidationError as exc:
+        raise ScriptError(f"{where}.{key}: {exc}") from None
+    if len(out) > _MAX_STEPS:
+        raise ScriptError(f"script longer than {_MAX_STEPS} steps")
+
+
+def parse_script(document: object) -> Script:
+    """Validate an already-parsed JSON/TOML document into a :class:`Script`."""
+    if not isinstance(document, Mapping) or set(document) != {"steps"}:
+        raise ScriptError('a script is an object with one key, "steps"')
+    raw_steps = document["steps"]
+    if not isinstance(raw_steps, list):
+        raise ScriptError('"steps" must be a list')
+    steps: list[Step] = []
+    for i, raw in enumerate(raw_steps):
+        _parse_step(raw, f"steps[{i}]", steps, 0)
+    return Script(tuple(steps))
+
+
+# ----------------------------------------------------------------------------- effects
+
+
+class Delivered(msgspec.Struct, frozen=True, kw_only=True):
+    """Something that reached the agent: a task, a message, a reply or a notice."""
+
+    kind: DeliveryKind
+    text: str
+    message_id: str = ""
+    sender_id: str = ""
+    task_id: str | None = None
+    expects_reply: bool = False
+    steer: bool = False
+
+
+class TurnStart(msgspec.Struct, frozen=True):
+    pass
+
+
+class TurnEnd(msgspec.Struct, frozen=True):
+    pass
+
+
+class Output(msgspec.Struct, frozen=True):
+    text: str
+
+
+class RunCommand(msgspec.Struct, frozen=True):
+    command: str
+
+
+class SendMessage(msgspec.Struct, frozen=True, kw_only=True):
+    to: str
+    text: str
+    task_id: str | None
+    expects_reply: bool
+    steer: bool
+
+
+class SendReply(msgspec.Struct, frozen=True, kw_only=True):
+    to: str
+    text: str
+    reply_to: str
+    task_id: str | None
+
+
+class SendDone(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str | None
+    status: Literal["completed", "blocked", "failed"]
+    summary: str | None
+    cancel_requests: bool
+
+
+class Sleep(msgspec.Struct, frozen=True):
+    seconds: float
+
+
+class Exit(msgspec.Struct, frozen=True):
+    code: int
+
+
+Effect = (
+    TurnStart | TurnEnd | Output | RunCommand | SendMessage | SendReply | SendDone | Sleep | Exit
+)
+
+
+def _matches(want: AwaitKind, got: DeliveryKind) -> bool:
+    if want == "any":
+        return True
+    if got == "notice":  # a closed request (timed out, peer gone) also ends a wait for a reply
+        return want == "reply"
+    return want == got
+
+
+class ScriptMachine:
+    """Runs a :class:`Script`. Feed it deliveries and completions; it returns effects.
+
+    The caller performs each effect. After a :class:`RunCommand` or :class:`Sleep` the
+    machine is *busy* until :meth:`resume` (``output`` is the command's output, which
+    becomes ``{last}`` only for ``run``). :class:`Exit` and the end of the script stop it.
+    """
+
+    def __init__(self, script: Script) -> None:
+        self._steps = script.steps
+        self._pc = 0
+        self._queue: deque[Delivered] = deque()
+        self._busy = False
+        self._in_turn = False
+        self.finished = False
+        self.last_text = ""
+        self.last_request: Delivered | None = None
+        self.task_id: str | None = None
+        self.waiting_for: AwaitKind | None = None
+
+    @property
+    def idle(self) -> bool:
+        return not self._in_turn
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def start(self) -> list[Effect]:
+        return self._advance()
+
+    def deliver(self, item: Delivered) -> list[Effect]:
+        if item.steer:
+            self._queue.appendleft(item)
+        else:
+            self._queue.append(item)
+        if self._busy or self.finished:
+            return []
+        return self._advance()
+
+    def resume(self, output: str | None = None) -> list[Effect]:
+        if not self._busy:
+            return []
+        self._busy = False
+        if output is not None:
+            self.last_text = output
+        return self._advance()
+
+    def _fill(self, text: str) -> str:
+        return text.replace("{last}", self.last_text)
+
+    def _take(self, want: AwaitKind) -> Delivered | None:
+        for item in self._queue:
+            if _matches(want, item.kind):
+                self._queue.remove(item)
+                return item
+        return None
+
+    def _consume(self, item: Delivered) -> None:
+        self.last_text = item.text
+        if item.kind == "task":
+            self.task_id = item.task_id
+        if item.expects_reply:
+            self.last_request = item
+
+    def _advance(self) -> list[Effect]:
+        effects: list[Effect] = []
+
+        def begin() -> None:
+            if not self._in_turn:
+                self._in_turn = True
+                effects.append(TurnStart())
+
+        while True:
+            if self._pc >= len(self._steps):
+                if self._in_turn:
+                    self._in_turn = False
+                    effects.append(TurnEnd())
+                self.finished = True
+                self.waiting_for = None
+                return effects
+            step = self._steps[self._pc]
+            if isinstance(step, AwaitStep):
+                item = self._take(step.kind)
+                if item is None:
+                    if self._in_turn:
+                        self._in_turn = False
+                        effects.append(TurnEnd())
+                    self.waiting_for = step.kind
+                    return effects
+                self.waiting_for = None
+                self._consume(item)
+                self._pc += 1
+                begin()
+                continue
+            begin()
+            self._pc += 1
+            match step:
+                case SayStep(text):
+                    effects.append(Output(self._fill(text)))
+                case RunStep(command):
+                    self._busy = True
+                    effects.append(RunCommand(command))
+                    return effects
+                case SleepStep(seconds):
+                    self._busy = True
+                    effects.append(Sleep(seconds))
+                    return effects
+                case MessageStep():
+                    effects.append(
+                        SendMessage(
+                            to=step.to,
+                            text=self._fill(step.text),
+                            task_id=self.task_id,
+                            expects_reply=step.expects_reply,
+                            steer=step.steer,
+                        )
+                    )
+                case ReplyStep(text=text):
+                    request = self.last_request
+                    if request is None:
+                        effects.append(Output("script error: reply step with no request to answer"))
+                    else:
+                        effects.append(
+                            SendReply(
+                                to=request.sender_id,
+                                text=self._fill(text),
+                                reply_to=request.message_id,
+                                task_id=self.task_id,
+                            )
+                        )
+                        self.last_request = None
+                case DoneStep():
+                    effects.append(
+                        SendDone(
+                            task_id=self.task_id,
+                            status=step.status,
+                            summary=self._fill(step.summary) if step.summary else None,
+                            cancel_requests=step.cancel_requests,
+                        )
+                    )
+                case ExitStep(code):
+                    self.finished = True
+                    effects.append(Exit(code))
+                    return effects
+
+
+def load_script_text(text: str, *, toml: bool) -> Script:
+    """Parse script source text (JSON or TOML) into a Script, with typed errors."""
+    try:
+        document: Any = msgspec.toml.decode(text) if toml else msgspec.json.decode(text)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise ScriptError(f"script is not valid {'TOML' if toml else 'JSON'}: {exc}") from None
+    return parse_script(document)
