@@ -1,0 +1,11 @@
+"""Everything with a thread, a file, a clock or a process (DESIGN §3).
+
+Logging goes through loguru and is off for library users until an entry point (the CLI, a
+test) enables it with ``logger.enable("actors")``. Levels: DEBUG one event per delivery
+stage; INFO lifecycle (spawn, settle, exit); WARNING refused or quarantined input; ERROR a
+handler, sink or timer callback that raised (caught: it never stops the actor).
+"""
+
+from loguru import logger
+
+logger.disable("actors")

@@ -24,6 +24,7 @@ in-flight gates are guarded by one ``threading.Condition``, which is also what
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections import deque
@@ -125,9 +126,7 @@ def models_json(
                 # The scripted server (like many local servers) knows neither the developer
                 # role nor reasoning effort; say so, or Pi sends them.
                 "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-                "models": [
-                    {"id": model, "contextWindow": context_window, "maxTokens": max_tokens}
-                ],
+                "models": [{"id": model, "contextWindow": context_window, "maxTokens": max_tokens}],
             }
         }
     }
@@ -273,7 +272,7 @@ class _Handler(BaseHTTPRequestHandler):
         scripted: ScriptedModel = self.server.scripted  # type: ignore[attr-defined]
         return scripted
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Silence the default per-request stderr line."""
 
     def do_GET(self) -> None:
@@ -281,7 +280,10 @@ class _Handler(BaseHTTPRequestHandler):
             model = self._model.model
             self._send_json(
                 HTTPStatus.OK,
-                {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "shepherd"}]},
+                {
+                    "object": "list",
+                    "data": [{"id": model, "object": "model", "owned_by": "shepherd"}],
+                },
             )
         else:
             self._send_error(HTTPStatus.NOT_FOUND, f"no route for GET {self.path}")
@@ -306,10 +308,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_error(HTTPStatus.GATEWAY_TIMEOUT, "scripted gate was not opened")
                 return
             step = step.then
-        try:
+        # The client may have gone away (an aborted request): then there is nobody to answer.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._answer(serial, step, stream=bool(body.get("stream", False)))
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client went away (an aborted request): nothing to answer
 
     # -- answers ----------------------------------------------------------------------
 
@@ -376,12 +377,10 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def _send_error(self, status: int, message: str) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._send_json(
                 status, {"error": {"message": message, "type": "scripted_error", "code": status}}
             )
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     def _send_json(self, status: int, obj: dict[str, Any]) -> None:
         data = json.dumps(obj).encode()

@@ -23,7 +23,7 @@ __all__ = ["PARENT_INBOX", "Handler", "InMemoryTransport", "Subscription", "Tran
 
 PARENT_INBOX = "parent"
 
-Handler = Callable[[AnyEnvelope], None]
+Handler = Callable[[AnyEnvelope], object]
 
 
 class Subscription(Protocol):

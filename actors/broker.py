@@ -1,0 +1,849 @@
+"""BrokerActor: the session's router and the index of who is who.
+
+It owns: the agents of the session (id, name, capability, active task), the request table
+(``protocol.requests``), the settled results, the watch subscriptions, and the duplicate
+filter. It keeps *read models* of what other actors own (task snapshots, process states),
+pushed to it by those actors, so that ``status`` is one consistent answer.
+
+Flows (seed 002 §4):
+- delegate: check the agent's slot → start a TaskActor → publish the task → ``start``.
+- message: resolve the target; ``expects_reply`` opens a request and puts the sender's task
+  in ``waiting``; a reply closes it (a late reply is delivered as content, changing nothing).
+- done: only the owning agent may settle its task; the TaskActor decides, the broker acks.
+- settlement: free the slot, cancel the dropped requests, hand the result to each watcher
+  subscribed to that task exactly once (the subscription is removed as it is used).
+Every envelope from a child gets an honest ``ack`` (accepted, or refused with a typed error).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections import OrderedDict
+from typing import Any
+
+import msgspec
+import pykka
+from loguru import logger
+
+from actors.agent import AgentActor, AgentSpec, Launcher
+from actors.journal import Journal
+from actors.messages import (
+    AgentExited,
+    AgentStateChanged,
+    CloseAgent,
+    CloseRequest,
+    Deliver,
+    DeliveryFailed,
+    Done,
+    DoneOutcome,
+    Inbound,
+    OpenRequest,
+    ParentCall,
+    RequestTimeout,
+    Settle,
+    Start,
+    TaskChanged,
+    WatchDeliver,
+    WatcherFinished,
+)
+from actors.runtime import ShepherdActor, tell_quietly
+from actors.sinks import GuardedSink
+from actors.task import TaskActor
+from actors.transport import Transport
+from actors.watcher import WatcherActor
+from protocol import api
+from protocol.envelopes import (
+    AckEnvelope,
+    AnyEnvelope,
+    Envelope,
+    MessageEnvelope,
+    NoticeEnvelope,
+    ReplyEnvelope,
+    RuntimeEnvelope,
+    TaskDoneEnvelope,
+    TaskEnvelope,
+)
+from protocol.errors import (
+    AgentBusy,
+    DuplicateIds,
+    ErrorInfo,
+    ForbiddenSender,
+    InvalidArgument,
+    InvalidHandle,
+    MixedIds,
+    ShepherdError,
+)
+from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
+from protocol.notifications import AgentMessage, Notice
+from protocol.requests import RequestRecord, RequestState, resolve
+from protocol.settings import Settings
+from protocol.tasks import TaskEvent, TaskRecord, TaskResult, TaskState
+
+__all__ = ["AgentEntry", "BrokerActor"]
+
+
+class AgentEntry:
+    """The broker's row for one agent."""
+
+    __slots__ = (
+        "active_task",
+        "adapter",
+        "agent_id",
+        "capability",
+        "closed",
+        "exit_code",
+        "last_active_at",
+        "name",
+        "process_state",
+        "ref",
+    )
+
+    def __init__(
+        self, agent_id: str, name: str, adapter: str, capability: str, ref: pykka.ActorRef[Any]
+    ) -> None:
+        self.agent_id = agent_id
+        self.name = name
+        self.adapter = adapter
+        self.capability = capability
+        self.ref = ref
+        self.active_task: str | None = None
+        self.closed = False
+        self.process_state = "starting"
+        self.exit_code: int | None = None
+        self.last_active_at: float | None = None
+
+
+class BrokerActor(ShepherdActor):
+    def __init__(
+        self,
+        session_id: str,
+        settings: Settings,
+        transport: Transport,
+        launcher: Launcher,
+        sink: GuardedSink,
+        journal: Journal,
+    ) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self.settings = settings
+        self._transport = transport
+        self._launcher = launcher
+        self._sink = sink
+        self._journal = journal
+        self.agents: dict[str, AgentEntry] = {}
+        self.names: dict[str, str] = {}
+        self.tasks: dict[str, TaskRecord] = {}
+        self._task_refs: dict[str, pykka.ActorRef[Any]] = {}
+        self.results: dict[str, TaskResult] = {}
+        self.requests: dict[str, RequestRecord] = {}
+        self._request_timers: dict[str, Any] = {}
+        self._subscriptions: dict[str, list[pykka.ActorRef[Any]]] = {}
+        self._watchers: dict[str, pykka.ActorRef[Any]] = {}
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self.duplicates = 0
+        self.refused = 0
+        self._log = logger.bind(session=session_id)
+
+    # ------------------------------------------------------------------ dispatch
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case ParentCall(args=args):
+                return self._call(args)
+            case Inbound(envelope=env):
+                self._inbound(env)
+            case TaskChanged():
+                self._task_changed(message)
+            case DoneOutcome():
+                self._done_outcome(message)
+            case AgentStateChanged():
+                self._agent_state(message)
+            case AgentExited():
+                self._agent_exited(message)
+            case DeliveryFailed():
+                self._delivery_failed(message)
+            case RequestTimeout(request_id=request_id):
+                self._close_request(request_id, RequestState.TIMED_OUT, notify_sender=True)
+            case WatcherFinished(watcher_id=watcher_id):
+                self._watchers.pop(watcher_id, None)
+            case "snapshot":
+                return self._status(None)
+            case _:
+                return super().on_receive(message)
+        return None
+
+    def _call(self, args: Any) -> Any:
+        match args:
+            case api.SpawnArgs():
+                return self._spawn(args)
+            case api.DelegateArgs():
+                return self._delegate(args)
+            case api.MessageArgs():
+                return self._parent_message(args)
+            case api.WatchArgs():
+                return self._watch(args.ids)
+            case api.StatusArgs():
+                return self._status(args.agent)
+            case api.CloseArgs():
+                return self._close_agent(args.agent)
+            case api.CancelArgs():
+                return self._settle_from_parent(args.task_id, TaskEvent.CANCEL, args.reason)
+            case api.FailArgs():
+                return self._settle_from_parent(args.task_id, TaskEvent.FAIL, args.error)
+            case api.ReadArgs():
+                return self._agent(args.agent).ref  # the edge asks the agent actor directly
+            case api.ResultArgs():
+                return self.results.get(args.task_id)
+            case _:
+                raise InvalidArgument(f"unknown operation {type(args).__name__}")
+
+    # ------------------------------------------------------------------ agents
+
+    def _agent(self, handle: str, *, live: bool = False) -> AgentEntry:
+        agent_id = handle if handle in self.agents else self.names.get(handle)
+        if agent_id is None:
+            kind = kind_of(handle)
+            if kind is not None and kind is not IdKind.AGENT:
+                raise InvalidHandle(f"{handle} is a {kind.value} id, not an agent")
+            raise InvalidHandle(f"no agent {handle!r} in this session")
+        entry = self.agents[agent_id]
+        if live and entry.closed:
+            raise InvalidHandle(f"agent {entry.name} ({agent_id}) is closed")
+        return entry
+
+    def _spawn(self, args: api.SpawnArgs) -> api.SpawnResult:
+        if not is_valid_name(args.name):
+            raise InvalidArgument(
+                f"agent name {args.name!r} must be 1-32 lowercase letters, digits, '-' or '_', "
+                "starting with a letter (and not 'shepherd')"
+            )
+        if args.name in self.names and not self.agents[self.names[args.name]].closed:
+            raise InvalidArgument(f"an agent named {args.name!r} already exists")
+        agent_id = self.runtime.ids.new(IdKind.AGENT)
+        spec = AgentSpec(
+            agent_id=agent_id,
+            name=args.name,
+            session_id=self.session_id,
+            capability=self.runtime.ids.secret(),
+            adapter=args.adapter,
+            options={k: v for k, v in msgspec.structs.asdict(args).items() if v is not None},
+        )
+        ref = self.runtime.spawn(
+            AgentActor,
+            spec,
+            self._launcher,
+            self._transport,
+            self.actor_ref,
+            self.settings.output_lines,
+        )
+        entry = AgentEntry(agent_id, args.name, args.adapter, spec.capability, ref)
+        entry.last_active_at = self.clock.now()
+        self.agents[agent_id] = entry
+        self.names[args.name] = agent_id
+        self._journal.append(
+            api.SpawnResult(
+                agent_id=agent_id, name=args.name, adapter=args.adapter, process_state="starting"
+            )
+        )
+        self._log.info("spawned {name} ({agent_id})", name=args.name, agent_id=agent_id)
+        return api.SpawnResult(
+            agent_id=agent_id, name=args.name, adapter=args.adapter, process_state="starting"
+        )
+
+    def capability_of(self, agent_id: str) -> str | None:
+        entry = self.agents.get(agent_id)
+        return entry.capability if entry else None
+
+    def _agent_state(self, msg: AgentStateChanged) -> None:
+        entry = self.agents.get(msg.agent_id)
+        if entry is None:
+            return
+        entry.process_state = msg.process_state
+        entry.last_active_at = msg.at
+        if msg.exit_code is not None:
+            entry.exit_code = msg.exit_code
+
+    def _agent_exited(self, msg: AgentExited) -> None:
+        entry = self.agents.get(msg.agent_id)
+        if entry is None:
+            return
+        entry.process_state = "exited"
+        entry.exit_code = msg.exit_code
+        if not entry.closed:
+            entry.closed = True
+            self._release_agent(
+                entry,
+                TaskEvent.FAIL,
+                f"agent process exited with status {msg.exit_code} without calling done",
+            )
+        self._log.info("agent {name} exited ({code})", name=entry.name, code=msg.exit_code)
+
+    def _close_agent(self, handle: str) -> api.CloseResult:
+        entry = self._agent(handle)
+        if entry.closed:
+            return api.CloseResult(agent_id=entry.agent_id, closed=True)
+        entry.closed = True
+        cancelled = self._release_agent(entry, TaskEvent.CANCEL, "agent closed by the parent")
+        tell_quietly(entry.ref, CloseAgent())
+        return api.CloseResult(agent_id=entry.agent_id, closed=True, cancelled_task_id=cancelled)
+
+    def _release_agent(self, entry: AgentEntry, event: TaskEvent, why: str) -> str | None:
+        """The agent is gone or going: settle its task, cancel requests to and from it."""
+        task_id = entry.active_task
+        if task_id is not None:
+            self._settle_task_now(task_id, event, why)
+        for req in list(self.requests.values()):
+            if req.pending and entry.agent_id in (req.sender_id, req.target_id):
+                self._close_request(
+                    req.request_id,
+                    RequestState.CANCELLED,
+                    notify_sender=req.sender_id != entry.agent_id,
+                    why=f"{entry.name} is no longer running ({why})",
+                )
+        return task_id
+
+    # ------------------------------------------------------------------ tasks
+
+    def _delegate(self, args: api.DelegateArgs) -> api.DelegateResult:
+        entry = self._agent(args.target, live=True)
+        if not args.task.strip():
+            raise InvalidArgument("task text is empty")
+        if args.timeout_minutes is not None and not args.timeout_minutes > 0:
+            raise InvalidArgument(
+                f"timeout must be a positive number of minutes, got {args.timeout_minutes}"
+            )
+        if entry.active_task is not None:
+            raise AgentBusy(
+                f"agent {entry.name} already has active task {entry.active_task}; "
+                "messages are still accepted"
+            )
+        now = self.clock.now()
+        timeout_s = (
+            args.timeout_minutes * 60.0
+            if args.timeout_minutes is not None
+            else self.settings.default_task_timeout_s
+        )
+        task_id = self.runtime.ids.new(IdKind.TASK)
+        record = TaskRecord(
+            task_id=task_id,
+            agent_id=entry.agent_id,
+            agent_name=entry.name,
+            description=args.task,
+            created_at=now,
+            deadline_at=now + timeout_s if timeout_s is not None else None,
+        )
+        self._journal.append(record)
+        ref = self.runtime.spawn(TaskActor, record, self.actor_ref, self._journal)
+        self.tasks[task_id] = record
+        self._task_refs[task_id] = ref
+        entry.active_task = task_id
+        envelope = TaskEnvelope(
+            message_id=self.runtime.ids.new(IdKind.MESSAGE),
+            session_id=self.session_id,
+            sender_id=PARENT_ID,
+            target_id=entry.agent_id,
+            created_at=now,
+            task_id=task_id,
+            content=args.task,
+            deadline_at=record.deadline_at,
+        )
+        # The task is running once the parent has handed it to the agent's inbox; the
+        # agent being busy or idle does not matter (its bridge queues the task).
+        ref.tell(Start())
+        entry.ref.tell(Deliver(envelope=envelope))
+        return api.DelegateResult(task_id=task_id, agent_id=entry.agent_id, accepted=True)
+
+    def _task_ref(self, task_id: str) -> pykka.ActorRef[Any] | None:
+        return self._task_refs.get(task_id)
+
+    def _settle_from_parent(
+        self, task_id: str, event: TaskEvent, text: str | None
+    ) -> TaskResult | pykka.ActorRef[Any]:
+        """The stored result if the task is settled, else its actor: the caller (an edge, which
+        may block) asks the actor to settle, so the answer is the task's own — first terminal
+        event wins, even against a ``done`` already on its way."""
+        if kind_of(task_id) is not IdKind.TASK or task_id not in self.tasks:
+            raise InvalidHandle(f"no task {task_id!r} in this session")
+        if task_id in self.results:
+            return self.results[task_id]
+        return self._task_refs[task_id]
+
+    def _settle_task_now(self, task_id: str, event: TaskEvent, why: str) -> None:
+        """Ask the task to settle (agent exit, close, delivery failure); it decides."""
+        if task_id in self.results:
+            return
+        ref = self._task_refs.get(task_id)
+        if ref is not None:
+            tell_quietly(ref, Settle(event=event, error=why))
+
+    def _task_changed(self, msg: TaskChanged) -> None:
+        record = msg.record
+        self.tasks[record.task_id] = record
+        if not record.terminal:
+            return
+        result = record.result
+        assert result is not None
+        if record.task_id in self.results:
+            return
+        self.results[record.task_id] = result
+        entry = self.agents.get(record.agent_id)
+        if entry is not None and entry.active_task == record.task_id:
+            entry.active_task = None
+        for request_id in msg.dropped_requests:
+            self._close_request(
+                request_id,
+                RequestState.CANCELLED,
+                notify_sender=False,
+                why=f"task {record.task_id} {record.state.value}",
+            )
+        ref = self._task_refs.pop(record.task_id, None)
+        if ref is not None:
+            tell_quietly(ref, pykka.messages._ActorStop())
+        if (
+            entry is not None
+            and record.state in (TaskState.CANCELLED, TaskState.TIMED_OUT)
+            and not entry.closed
+        ):
+            self._send_notice(
+                entry.agent_id,
+                f"task_{record.state.value}",
+                f"Your task {record.task_id} was {record.state.value.replace('_', ' ')}: "
+                f"{result.error or ''}".strip(),
+                ref_id=None,
+            )
+        for watcher in self._subscriptions.pop(record.task_id, []):
+            tell_quietly(watcher, WatchDeliver(result=result))
+        self._log.info(
+            "task {task_id} {state} (rc {rc})",
+            task_id=record.task_id,
+            state=record.state.value,
+            rc=result.return_code,
+        )
+
+    # ------------------------------------------------------------------ watch
+
+    def _watch(self, raw_ids: tuple[str, ...]) -> api.WatchResult:
+        if not raw_ids:
+            raise InvalidArgument("watch needs at least one task id")
+        ids: list[str] = []
+        kinds: set[IdKind] = set()
+        for raw in raw_ids:
+            value = raw.strip() if isinstance(raw, str) else raw
+            kind = kind_of(value) if isinstance(value, str) else None
+            if kind is None:
+                raise InvalidHandle(f"{raw!r} is not a task id")
+            if kind not in (IdKind.TASK, IdKind.PROMPT):
+                raise InvalidHandle(f"{value} is a {kind.value} id; watch takes task ids")
+            if value in ids:
+                raise DuplicateIds(f"{value} is named more than once")
+            if kind is IdKind.TASK and value not in self.tasks:
+                raise InvalidHandle(f"no task {value} in this session")
+            if kind is IdKind.PROMPT:
+                raise InvalidHandle(f"no prompt {value} in this session")
+            kinds.add(kind)
+            ids.append(value)
+        if len(kinds) > 1:
+            raise MixedIds("one watch cannot mix task ids and prompt ids")
+        watcher_id = self.runtime.ids.new(IdKind.WATCHER)
+        completed = tuple(self.results[t] for t in ids if t in self.results)
+        pending = tuple(t for t in ids if t not in self.results)
+        if pending:
+            ref = self.runtime.spawn(
+                WatcherActor,
+                watcher_id,
+                tuple(ids),
+                pending,
+                self._sink,
+                self.actor_ref,
+                self.settings.coalesce_ms / 1000.0,
+            )
+            self._watchers[watcher_id] = ref
+            for task_id in pending:
+                self._subscriptions.setdefault(task_id, []).append(ref)
+        return api.WatchResult(
+            watcher_id=watcher_id, ids=tuple(ids), pending=pending, completed=completed
+        )
+
+    # ------------------------------------------------------------------ inbound envelopes
+
+    def _inbound(self, env: AnyEnvelope) -> None:
+        if env.message_id in self._seen:
+            self.duplicates += 1
+            return
+        self._seen[env.message_id] = None
+        if len(self._seen) > self.settings.dedup_window:
+            self._seen.popitem(last=False)
+        try:
+            self._check_sender(env)
+        except ShepherdError as exc:
+            # A forged or foreign envelope has nobody trustworthy to answer: log it (the mailbox
+            # layer quarantines such files with a reason before they get here).
+            self._log.warning("refused envelope {id}: {err}", id=env.message_id, err=exc.message)
+            self.refused += 1
+            return
+        entry = self.agents[env.sender_id]
+        entry.last_active_at = self.clock.now()
+        try:
+            match env:
+                case RuntimeEnvelope():
+                    tell_quietly(entry.ref, env)
+                case MessageEnvelope() | ReplyEnvelope():
+                    receipt = self._route(entry.agent_id, env)
+                    self._ack(env, request_id=receipt.request_id)
+                case TaskDoneEnvelope():
+                    self._done(entry, env)
+                case _:
+                    raise InvalidArgument(f"an agent cannot send {type(env).__name__}")
+        except ShepherdError as exc:
+            self._ack(env, error=exc.info())
+
+    def _check_sender(self, env: Envelope) -> None:
+        if env.session_id != self.session_id:
+            raise ForbiddenSender(f"envelope belongs to session {env.session_id}, not this one")
+        entry = self.agents.get(env.sender_id)
+        if entry is None:
+            raise ForbiddenSender(f"unknown sender {env.sender_id!r}")
+        if not hmac.compare_digest(env.capability.encode(), entry.capability.encode()):
+            raise ForbiddenSender(f"capability does not match sender {env.sender_id}")
+
+    def _ack(
+        self,
+        env: Envelope,
+        *,
+        error: ErrorInfo | None = None,
+        request_id: str | None = None,
+        result: TaskResult | None = None,
+    ) -> None:
+        entry = self.agents.get(env.sender_id)
+        if entry is None:
+            return
+        ack = AckEnvelope(
+            message_id=self.runtime.ids.new(IdKind.MESSAGE),
+            session_id=self.session_id,
+            sender_id=PARENT_ID,
+            target_id=entry.agent_id,
+            created_at=self.clock.now(),
+            ack_for=env.message_id,
+            accepted=error is None,
+            error=error,
+            request_id=request_id,
+            task_id=getattr(env, "task_id", None),
+            result=result,
+        )
+        if not entry.closed:
+            tell_quietly(entry.ref, Deliver(envelope=ack))
+
+    def _send_notice(self, agent_id: str, code: str, text: str, ref_id: str | None) -> None:
+        entry = self.agents.get(agent_id)
+        if entry is None or entry.closed:
+            return
+        notice = NoticeEnvelope(
+            message_id=self.runtime.ids.new(IdKind.MESSAGE),
+            session_id=self.session_id,
+            sender_id=PARENT_ID,
+            target_id=agent_id,
+            created_at=self.clock.now(),
+            code=code,
+            text=text,
+            ref_id=ref_id,
+        )
+        tell_quietly(entry.ref, Deliver(envelope=notice))
+
+    # ------------------------------------------------------------------ done
+
+    def _done(self, entry: AgentEntry, env: TaskDoneEnvelope) -> None:
+        record = self.tasks.get(env.task_id)
+        if record is None:
+            raise InvalidHandle(f"no task {env.task_id} in this session")
+        if record.agent_id != entry.agent_id:
+            raise ForbiddenSender(f"task {env.task_id} belongs to another agent")
+        if env.task_id in self.results:
+            self._ack(env, result=self.results[env.task_id])
+            return
+        ref = self._task_refs.get(env.task_id)
+        if ref is None or not tell_quietly(ref, Done(envelope=env)):
+            raise InvalidHandle(f"task {env.task_id} is no longer active")
+
+    def _done_outcome(self, msg: DoneOutcome) -> None:
+        self._ack(msg.envelope, error=msg.error, result=msg.result)
+
+    # ------------------------------------------------------------------ messages
+
+    def _parent_message(self, args: api.MessageArgs) -> api.MessageResult:
+        if not args.message.strip():
+            raise InvalidArgument("message text is empty")
+        now = self.clock.now()
+        common: dict[str, Any] = {
+            "message_id": self.runtime.ids.new(IdKind.MESSAGE),
+            "session_id": self.session_id,
+            "sender_id": PARENT_ID,
+            "target_id": args.target,
+            "created_at": now,
+            "content": args.message,
+            "task_id": args.task_id,
+            "thread_id": args.thread_id,
+            "delivery": "steer" if args.steer else "follow_up",
+        }
+        env: MessageEnvelope | ReplyEnvelope
+        if args.reply_to is not None:
+            env = ReplyEnvelope(reply_to=args.reply_to, **common)
+        else:
+            env = MessageEnvelope(
+                expects_reply=args.expects_reply, reply_timeout_s=args.reply_timeout_s, **common
+            )
+        self._seen[env.message_id] = None
+        return self._route(PARENT_ID, env)
+
+    def _route(self, sender_id: str, env: MessageEnvelope | ReplyEnvelope) -> api.MessageResult:
+        sender_name = PARENT_ID if sender_id == PARENT_ID else self.agents[sender_id].name
+        if isinstance(env, ReplyEnvelope):
+            return self._route_reply(sender_id, sender_name, env)
+        target_id = self._resolve_target(env.target_id)
+        if target_id == sender_id:
+            raise InvalidArgument("an agent cannot message itself")
+        task_id = env.task_id
+        if task_id is not None:
+            owner = self.tasks.get(task_id)
+            if owner is None:
+                raise InvalidHandle(f"no task {task_id} in this session")
+            if sender_id not in (PARENT_ID, owner.agent_id):
+                raise ForbiddenSender(f"task {task_id} belongs to another agent")
+        elif sender_id != PARENT_ID:
+            task_id = self.agents[sender_id].active_task
+        request_id: str | None = None
+        if env.expects_reply:
+            request_id = self._open_request(sender_id, target_id, env, task_id)
+        forwarded = msgspec.structs.replace(
+            env, target_id=target_id, task_id=task_id, sender_name=sender_name, capability=""
+        )
+        self._forward(target_id, forwarded)
+        return api.MessageResult(message_id=env.message_id, accepted=True, request_id=request_id)
+
+    def _resolve_target(self, target: str) -> str:
+        if target == PARENT_ID:
+            return PARENT_ID
+        return self._agent(target, live=True).agent_id
+
+    def _route_reply(
+        self, sender_id: str, sender_name: str, env: ReplyEnvelope
+    ) -> api.MessageResult:
+        request = self.requests.get(env.reply_to)
+        if request is None:
+            raise InvalidHandle(f"no request {env.reply_to} in this session")
+        if request.target_id != sender_id:
+            raise ForbiddenSender(
+                f"request {env.reply_to} was sent to {self._name(request.target_id)}; "
+                f"only it can reply"
+            )
+        given = (
+            self._resolve_target(env.target_id)
+            if env.target_id != request.sender_id
+            else request.sender_id
+        )
+        if given != request.sender_id:
+            raise InvalidArgument(
+                f"request {env.reply_to} came from {self._name(request.sender_id)}; "
+                "a reply goes back to its sender"
+            )
+        state_before = request.state
+        late = not request.pending
+        if not late:
+            self._close_request(request.request_id, RequestState.REPLIED, reply_id=env.message_id)
+        forwarded = msgspec.structs.replace(
+            env,
+            target_id=request.sender_id,
+            task_id=request.task_id,
+            thread_id=env.thread_id or request.thread_id,
+            sender_name=sender_name,
+            late=late,
+            capability="",
+        )
+        if request.sender_id == PARENT_ID or not self.agents[request.sender_id].closed:
+            self._forward(request.sender_id, forwarded)
+        else:
+            raise InvalidHandle(
+                f"{self._name(request.sender_id)} is closed; the reply cannot be delivered"
+            )
+        return api.MessageResult(
+            message_id=env.message_id,
+            accepted=True,
+            request_id=request.request_id,
+            request_state=state_before.value,
+        )
+
+    def _name(self, agent_id: str) -> str:
+        entry = self.agents.get(agent_id)
+        return entry.name if entry else agent_id
+
+    def _forward(self, target_id: str, env: MessageEnvelope | ReplyEnvelope) -> None:
+        if target_id == PARENT_ID:
+            self._sink(
+                AgentMessage(
+                    created_at=self.clock.now(),
+                    message_id=env.message_id,
+                    sender_id=env.sender_id,
+                    sender_name=env.sender_name,
+                    content=env.content,
+                    task_id=env.task_id,
+                    thread_id=env.thread_id,
+                    expects_reply=isinstance(env, MessageEnvelope) and env.expects_reply,
+                    reply_to=env.reply_to if isinstance(env, ReplyEnvelope) else None,
+                )
+            )
+            return
+        self.agents[target_id].ref.tell(Deliver(envelope=env))
+
+    # ------------------------------------------------------------------ requests
+
+    def _open_request(
+        self, sender_id: str, target_id: str, env: MessageEnvelope, task_id: str | None
+    ) -> str:
+        now = self.clock.now()
+        timeout = (
+            env.reply_timeout_s
+            if env.reply_timeout_s is not None
+            else self.settings.default_reply_timeout_s
+        )
+        record = RequestRecord(
+            request_id=env.message_id,
+            sender_id=sender_id,
+            target_id=target_id,
+            created_at=now,
+            question=env.content,
+            task_id=task_id,
+            thread_id=env.thread_id,
+            deadline_at=now + timeout if timeout is not None else None,
+        )
+        self.requests[record.request_id] = record
+        self._journal.append(record)
+        if timeout is not None:
+            request_id = record.request_id
+            self._request_timers[request_id] = self.clock.call_later(
+                timeout, lambda: tell_quietly(self.actor_ref, RequestTimeout(request_id=request_id))
+            )
+        if task_id is not None and task_id not in self.results:
+            ref = self._task_refs.get(task_id)
+            if ref is not None:
+                tell_quietly(ref, OpenRequest(request_id=record.request_id))
+        return record.request_id
+
+    def _close_request(
+        self,
+        request_id: str,
+        state: RequestState,
+        *,
+        notify_sender: bool = False,
+        reply_id: str | None = None,
+        why: str | None = None,
+    ) -> None:
+        record = self.requests.get(request_id)
+        if record is None:
+            return
+        closed, changed = resolve(record, state, self.clock.now(), reply_id=reply_id)
+        if not changed:
+            return
+        self.requests[request_id] = closed
+        self._journal.append(closed)
+        timer = self._request_timers.pop(request_id, None)
+        if timer is not None:
+            timer.cancel()
+        if closed.task_id is not None:
+            ref = self._task_refs.get(closed.task_id)
+            if ref is not None:
+                tell_quietly(ref, CloseRequest(request_id=request_id))
+        if notify_sender and state is not RequestState.REPLIED:
+            text = (
+                f"Your request {request_id} to {self._name(closed.target_id)} was "
+                f"{state.value.replace('_', ' ')}" + (f": {why}" if why else ".")
+            )
+            if closed.sender_id == PARENT_ID:
+                self._sink(
+                    Notice(
+                        created_at=self.clock.now(),
+                        code=f"request_{state.value}",
+                        text=text,
+                        refs=(request_id,),
+                    )
+                )
+            else:
+                self._send_notice(closed.sender_id, f"request_{state.value}", text, request_id)
+
+    def _delivery_failed(self, msg: DeliveryFailed) -> None:
+        env = msg.envelope
+        if isinstance(env, TaskEnvelope):
+            self._settle_task_now(
+                env.task_id, TaskEvent.FAIL, f"task could not be delivered: {msg.error.message}"
+            )
+        elif isinstance(env, MessageEnvelope | ReplyEnvelope):
+            if env.sender_id == PARENT_ID:
+                self._sink(
+                    Notice(
+                        created_at=self.clock.now(),
+                        code="not_delivered",
+                        text=f"message {env.message_id} to {self._name(env.target_id)} "
+                        f"could not be delivered: {msg.error.message}",
+                        refs=(env.message_id,),
+                    )
+                )
+            else:
+                self._send_notice(
+                    env.sender_id,
+                    "not_delivered",
+                    f"message {env.message_id} could not be delivered: {msg.error.message}",
+                    env.message_id,
+                )
+            if isinstance(env, MessageEnvelope) and env.expects_reply:
+                self._close_request(env.message_id, RequestState.CANCELLED, notify_sender=False)
+
+    # ------------------------------------------------------------------ status
+
+    def _status(self, handle: str | None) -> api.StatusResult:
+        now = self.clock.now()
+        entries = [self._agent(handle)] if handle else list(self.agents.values())
+        rows = []
+        for entry in entries:
+            task_status = None
+            task_id = entry.active_task or self._last_task_of(entry.agent_id)
+            if task_id is not None:
+                record = self.tasks[task_id]
+                pending = tuple(
+                    self.requests[r] for r in record.pending_requests if r in self.requests
+                )
+                waiting_age = (
+                    now - record.waiting_since if record.waiting_since is not None else None
+                )
+                task_status = api.TaskStatus(
+                    task_id=task_id,
+                    state=record.state,
+                    description=record.description,
+                    created_at=record.created_at,
+                    waiting_since=record.waiting_since,
+                    waiting_age_s=waiting_age,
+                    pending_requests=pending,
+                    stale=waiting_age is not None
+                    and waiting_age >= self.settings.stale_wait_threshold_s,
+                    result=self.results.get(task_id),
+                )
+            rows.append(
+                api.AgentStatus(
+                    agent_id=entry.agent_id,
+                    name=entry.name,
+                    adapter=entry.adapter,
+                    process_state=entry.process_state,  # type: ignore[arg-type]
+                    closed=entry.closed,
+                    task=task_status,
+                    last_active_at=entry.last_active_at,
+                    exit_code=entry.exit_code,
+                )
+            )
+        return api.StatusResult(session_id=self.session_id, now=now, agents=tuple(rows))
+
+    def _last_task_of(self, agent_id: str) -> str | None:
+        last = None
+        for task_id, record in self.tasks.items():
+            if record.agent_id == agent_id:
+                last = task_id
+        return last
+
+    def read_ref(self, handle: str) -> pykka.ActorRef[Any]:
+        return self._agent(handle).ref

@@ -1,0 +1,164 @@
+"""Injected time. Nothing else in ``actors/`` reads the clock or sleeps.
+
+:class:`SystemClock` runs every timer of a process on ONE thread (a heap and a condition),
+not one thread per timer; callbacks only ``tell`` actors, so they are short.
+:class:`VirtualClock` moves only when the simulation advances it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from loguru import logger
+
+__all__ = ["Clock", "SystemClock", "TimerHandle", "VirtualClock"]
+
+
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the epoch (wall time for records; timers use their own base)."""
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
+        """Run ``callback`` once after ``delay`` seconds, unless cancelled first."""
+
+
+class _Timer:
+    __slots__ = ("callback", "cancelled", "deadline", "seq")
+
+    def __init__(self, deadline: float, seq: int, callback: Callable[[], object]) -> None:
+        self.deadline = deadline
+        self.seq = seq
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.callback = _noop
+
+    def __lt__(self, other: _Timer) -> bool:
+        return (self.deadline, self.seq) < (other.deadline, other.seq)
+
+
+def _noop() -> None:
+    return None
+
+
+def _fire(timer: _Timer) -> None:
+    try:
+        timer.callback()
+    except Exception:  # an observer must never take the timer thread down
+        logger.opt(exception=True).error("timer callback failed")
+
+
+class SystemClock:
+    """Real time; one daemon timer thread per clock, started on first use."""
+
+    def __init__(self) -> None:
+        self._heap: list[_Timer] = []
+        self._cond = threading.Condition()
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
+        timer = _Timer(time.monotonic() + max(0.0, delay), next(self._seq), callback)
+        with self._cond:
+            if self._closed:
+                timer.cancel()
+                return timer
+            heapq.heappush(self._heap, timer)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="shepherd-timer", daemon=True
+                )
+                self._thread.start()
+            if self._heap[0] is timer:
+                self._cond.notify()
+        return timer
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed:
+                    while self._heap and self._heap[0].cancelled:
+                        heapq.heappop(self._heap)
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    wait = self._heap[0].deadline - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                if self._closed:
+                    return
+                timer = heapq.heappop(self._heap)
+            _fire(timer)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            for timer in self._heap:
+                timer.cancel()
+            self._heap.clear()
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+
+class VirtualClock:
+    """Simulated time: :meth:`advance` fires due timers in deadline order."""
+
+    def __init__(self, start: float = 1_750_000_000.0) -> None:
+        self._now = start
+        self._heap: list[_Timer] = []
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._now
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
+        timer = _Timer(self._now + max(0.0, delay), next(self._seq), callback)
+        heapq.heappush(self._heap, timer)
+        return timer
+
+    def next_deadline(self) -> float | None:
+        while self._heap and self._heap[0].cancelled:
+            heapq.heappop(self._heap)
+        return self._heap[0].deadline if self._heap else None
+
+    def fire_next(self, limit: float) -> bool:
+        """Jump to the earliest timer due at or before ``limit`` and fire it."""
+        deadline = self.next_deadline()
+        if deadline is None or deadline > limit:
+            return False
+        timer = heapq.heappop(self._heap)
+        self._now = max(self._now, timer.deadline)
+        _fire(timer)
+        return True
+
+    def jump(self, to: float) -> None:
+        self._now = max(self._now, to)
+
+    def jitter_timers(self, pick: Callable[[float], float]) -> None:
+        """Fault hook: move every pending deadline by ``pick(deadline)`` (early or late)."""
+        for timer in self._heap:
+            timer.deadline = max(self._now, pick(timer.deadline))
+        heapq.heapify(self._heap)

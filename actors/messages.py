@@ -1,0 +1,150 @@
+"""Messages between actors inside one parent process (never on the wire).
+
+Frozen Structs: cheap to build and safe to share between threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from protocol.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope, TaskDoneEnvelope
+from protocol.tasks import TaskEvent, TaskRecord, TaskResult
+
+__all__ = [
+    "AgentExited",
+    "AgentStateChanged",
+    "CloseAgent",
+    "CloseRequest",
+    "Deliver",
+    "DeliveryFailed",
+    "Done",
+    "DoneOutcome",
+    "Flush",
+    "Inbound",
+    "OpenRequest",
+    "ParentCall",
+    "ProcessExited",
+    "ReadOutput",
+    "RequestTimeout",
+    "Settle",
+    "Start",
+    "TaskChanged",
+    "TaskDeadline",
+    "WatchDeliver",
+    "WatcherFinished",
+]
+
+
+class _Msg(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+# --- broker inputs
+class Inbound(_Msg, frozen=True, kw_only=True):
+    """An envelope that arrived in the parent's inbox."""
+
+    envelope: AnyEnvelope
+
+
+class ParentCall(_Msg, frozen=True, kw_only=True):
+    """An operation from the Python API / CLI (an ``*Args`` Struct from protocol.api)."""
+
+    args: Any
+
+
+class TaskChanged(_Msg, frozen=True, kw_only=True):
+    record: TaskRecord
+    #: requests the task dropped when it settled (the broker cancels them)
+    dropped_requests: tuple[str, ...] = ()
+
+
+class DoneOutcome(_Msg, frozen=True, kw_only=True):
+    envelope: TaskDoneEnvelope
+    error: Any = None  # ErrorInfo | None
+    result: TaskResult | None = None
+
+
+class AgentStateChanged(_Msg, frozen=True, kw_only=True):
+    agent_id: str
+    process_state: str
+    at: float
+    exit_code: int | None = None
+
+
+class AgentExited(_Msg, frozen=True, kw_only=True):
+    agent_id: str
+    exit_code: int
+    closing: bool
+
+
+class DeliveryFailed(_Msg, frozen=True, kw_only=True):
+    envelope: AnyEnvelope
+    error: Any  # ErrorInfo
+
+
+class RequestTimeout(_Msg, frozen=True, kw_only=True):
+    request_id: str
+
+
+class WatcherFinished(_Msg, frozen=True, kw_only=True):
+    watcher_id: str
+
+
+# --- task inputs
+class Start(_Msg, frozen=True, kw_only=True):
+    pass
+
+
+class OpenRequest(_Msg, frozen=True, kw_only=True):
+    request_id: str
+
+
+class CloseRequest(_Msg, frozen=True, kw_only=True):
+    request_id: str
+
+
+class Done(_Msg, frozen=True, kw_only=True):
+    envelope: TaskDoneEnvelope
+
+
+class Settle(_Msg, frozen=True, kw_only=True):
+    event: TaskEvent
+    text: str | None = None
+    error: str | None = None
+
+
+class TaskDeadline(_Msg, frozen=True, kw_only=True):
+    pass
+
+
+# --- watcher inputs
+class WatchDeliver(_Msg, frozen=True, kw_only=True):
+    result: TaskResult
+
+
+class Flush(_Msg, frozen=True, kw_only=True):
+    pass
+
+
+# --- agent inputs
+class Deliver(_Msg, frozen=True, kw_only=True):
+    """Publish this envelope into the agent's inbox (stamped with its capability)."""
+
+    envelope: AnyEnvelope
+
+
+class ProcessExited(_Msg, frozen=True, kw_only=True):
+    exit_code: int
+
+
+class CloseAgent(_Msg, frozen=True, kw_only=True):
+    reason: str = "closed by the parent"
+
+
+class ReadOutput(_Msg, frozen=True, kw_only=True):
+    lines: int
+
+
+Routed = MessageEnvelope | ReplyEnvelope

@@ -1,0 +1,211 @@
+"""The session root and the in-process Python API.
+
+A :class:`Session` owns one broker and everything under it. Its methods are the *edge*:
+they may block (``ask(...).get(timeout)``), actors never do. The same methods back the CLI
+and the tool schemas (``protocol.api`` Structs in, Structs out), with the same typed errors.
+
+``Session.simulated(seed)`` builds a session on the deterministic simulation runtime with
+simulated scripted agents — the form the lifecycle tests and the demo's story use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pykka
+
+from actors.agent import Launcher
+from actors.broker import BrokerActor
+from actors.journal import Journal, MemoryJournal
+from actors.messages import Inbound, ParentCall, ReadOutput, Settle
+from actors.runtime import Runtime, tell_quietly
+from actors.simagent import FakeCommands, SimLauncher
+from actors.simulation import Faults, SimRuntime, SimTransport
+from actors.sinks import GuardedSink, Sink
+from actors.transport import PARENT_INBOX, Transport
+from protocol import api
+from protocol.ids import IdKind
+from protocol.script import Script, parse_script
+from protocol.settings import Settings
+from protocol.tasks import TaskEvent, TaskResult
+
+__all__ = ["Session"]
+
+ASK_TIMEOUT_S = 30.0
+
+
+class Session:
+    def __init__(
+        self,
+        runtime: Runtime,
+        transport: Transport,
+        launcher: Launcher,
+        *,
+        settings: Settings | None = None,
+        sink: Sink | None = None,
+        journal: Journal | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.transport = transport
+        self.launcher = launcher
+        self.settings = settings or Settings()
+        self.session_id = session_id or runtime.ids.new(IdKind.SESSION)
+        self.sink = GuardedSink(sink)
+        self.journal = journal if journal is not None else MemoryJournal()
+        self.broker = runtime.spawn(
+            BrokerActor,
+            self.session_id,
+            self.settings,
+            transport,
+            launcher,
+            self.sink,
+            self.journal,
+        )
+        self._subscription = transport.subscribe(
+            PARENT_INBOX, lambda env: tell_quietly(self.broker, Inbound(envelope=env))
+        )
+        self._closed = False
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def simulated(
+        cls,
+        seed: int,
+        *,
+        faults: Faults | None = None,
+        settings: Settings | None = None,
+        sink: Sink | None = None,
+        commands: FakeCommands | None = None,
+        trace: bool = True,
+    ) -> Session:
+        runtime = SimRuntime(seed, faults=faults, trace=trace)
+        transport = SimTransport(runtime)
+        launcher = (
+            SimLauncher(runtime, transport, commands=commands)
+            if commands
+            else SimLauncher(runtime, transport)
+        )
+        return cls(runtime, transport, launcher, settings=settings, sink=sink)
+
+    @property
+    def sim(self) -> SimRuntime:
+        assert isinstance(self.runtime, SimRuntime), "not a simulated session"
+        return self.runtime
+
+    @property
+    def sim_launcher(self) -> SimLauncher:
+        assert isinstance(self.launcher, SimLauncher), "not a simulated session"
+        return self.launcher
+
+    # ------------------------------------------------------------------ operations
+
+    def _ask(self, args: Any) -> Any:
+        return self.broker.ask(ParentCall(args=args), timeout=ASK_TIMEOUT_S)
+
+    def spawn(
+        self,
+        name: str,
+        *,
+        adapter: str = "scripted",
+        script: Script | dict[str, Any] | None = None,
+        **options: Any,
+    ) -> api.SpawnResult:
+        """Start an agent. In a simulated session ``script`` is the agent's script."""
+        if script is not None:
+            if isinstance(self.launcher, SimLauncher):
+                self.launcher.scripts[name] = (
+                    script if isinstance(script, Script) else parse_script(script)
+                )
+            else:
+                options["script"] = script
+        if isinstance(self.launcher, SimLauncher):
+            adapter = "simulated"
+        return self._ask(api.build_args(api.SpawnArgs, name=name, adapter=adapter, **options))  # type: ignore[no-any-return]
+
+    def delegate(
+        self, agent: str, task: str, *, timeout_minutes: float | None = None
+    ) -> api.DelegateResult:
+        return self._ask(  # type: ignore[no-any-return]
+            api.build_args(
+                api.DelegateArgs, target=agent, task=task, timeout_minutes=timeout_minutes
+            )
+        )
+
+    def message(
+        self,
+        target: str,
+        text: str,
+        *,
+        task_id: str | None = None,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+        expects_reply: bool = False,
+        steer: bool = False,
+        reply_timeout_s: float | None = None,
+    ) -> api.MessageResult:
+        return self._ask(  # type: ignore[no-any-return]
+            api.build_args(
+                api.MessageArgs,
+                target=target,
+                message=text,
+                task_id=task_id,
+                thread_id=thread_id,
+                reply_to=reply_to,
+                expects_reply=expects_reply,
+                steer=steer,
+                reply_timeout_s=reply_timeout_s,
+            )
+        )
+
+    def watch(self, ids: str | Iterable[str]) -> api.WatchResult:
+        normalised = (ids,) if isinstance(ids, str) else tuple(ids)
+        return self._ask(api.build_args(api.WatchArgs, ids=normalised))  # type: ignore[no-any-return]
+
+    def status(self, agent: str | None = None) -> api.StatusResult:
+        return self._ask(api.StatusArgs(agent=agent))  # type: ignore[no-any-return]
+
+    def cancel(self, task_id: str, reason: str | None = None) -> TaskResult:
+        return self._settle(
+            api.CancelArgs(task_id=task_id, reason=reason), TaskEvent.CANCEL, reason
+        )
+
+    def fail(self, task_id: str, error: str) -> TaskResult:
+        return self._settle(api.FailArgs(task_id=task_id, error=error), TaskEvent.FAIL, error)
+
+    def _settle(self, args: Any, event: TaskEvent, why: str | None) -> TaskResult:
+        answer = self._ask(args)
+        if isinstance(answer, TaskResult):
+            return answer
+        default = "cancelled by the parent" if event is TaskEvent.CANCEL else "failed by the parent"
+        try:
+            result = answer.ask(Settle(event=event, error=why or default), timeout=ASK_TIMEOUT_S)
+        except pykka.ActorDeadError:  # it settled and stopped meanwhile: the broker has it
+            result = self._ask(api.ResultArgs(task_id=args.task_id))
+        assert isinstance(result, TaskResult)
+        return result
+
+    def result(self, task_id: str) -> TaskResult | None:
+        return self._ask(api.ResultArgs(task_id=task_id))  # type: ignore[no-any-return]
+
+    def close(self, agent: str) -> api.CloseResult:
+        return self._ask(api.CloseArgs(agent=agent))  # type: ignore[no-any-return]
+
+    def read(self, agent: str, lines: int = 50) -> api.ReadResult:
+        ref = self._ask(api.ReadArgs(agent=agent, lines=lines))
+        agent_id = self.status(agent).agents[0].agent_id
+        try:
+            got = ref.ask(ReadOutput(lines=lines), timeout=ASK_TIMEOUT_S)
+        except pykka.ActorDeadError:
+            got = ()
+        return api.ReadResult(agent_id=agent_id, lines=tuple(got))
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._subscription.cancel()
+        self.runtime.shutdown()
+        self.transport.close()

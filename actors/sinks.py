@@ -1,0 +1,77 @@
+"""Where parent notifications go. Observers never break the observed (DESIGN §1.8).
+
+A sink is any callable taking a notification. :class:`GuardedSink` wraps one so that a sink
+that raises is logged and counted, never propagated into settlement or delivery.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import TextIO
+
+import msgspec
+from loguru import logger
+
+from protocol.notifications import AnyNotification
+from protocol.render import render_notification
+
+__all__ = ["CollectingSink", "GuardedSink", "Sink", "StreamSink"]
+
+Sink = Callable[[AnyNotification], None]
+
+
+class GuardedSink:
+    def __init__(self, sink: Sink | None) -> None:
+        self._sink = sink
+        self.failures = 0
+        self.delivered = 0
+
+    def __call__(self, note: AnyNotification) -> bool:
+        if self._sink is None:
+            return True
+        try:
+            self._sink(note)
+        except Exception:
+            self.failures += 1
+            logger.opt(exception=True).error(
+                "notification sink failed ({kind})", kind=type(note).__name__
+            )
+            return False
+        self.delivered += 1
+        return True
+
+
+class CollectingSink:
+    """Keeps every notification (tests, embedding). Thread-safe; can wait for a count."""
+
+    def __init__(self) -> None:
+        self.items: list[AnyNotification] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, note: AnyNotification) -> None:
+        with self._cond:
+            self.items.append(note)
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[list[AnyNotification]], bool], timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(self.items), timeout=timeout)
+
+
+class StreamSink:
+    """Human text (the seeds' ``call:/return:/details:`` layout) or one JSON object per line."""
+
+    def __init__(self, stream: TextIO | None = None, *, json: bool = False) -> None:
+        self._stream = stream or sys.stdout
+        self._json = json
+        self._lock = threading.Lock()
+
+    def __call__(self, note: AnyNotification) -> None:
+        text = (
+            msgspec.json.encode(note).decode() if self._json else render_notification(note) + "\n"
+        )
+        with self._lock:
+            self._stream.write(text + "\n")
+            self._stream.flush()
