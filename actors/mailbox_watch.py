@@ -1,4 +1,4 @@
-"""Wake-ups for the mailbox receiver: *when* to rescan, never *what* was delivered.
+"""The mailbox receiver thread and its wake-ups: *when* to rescan, never *what* a rescan does.
 
 Rules:
 - A wake-up is only a hint (STYLE convention 10). The receiver always rescans ``new/`` in name
@@ -10,7 +10,14 @@ Rules:
 - ``wait`` returns promptly when the receiver's interrupt event is set (close, a subscription
   change, a drain request): the event is checked every ``step`` milliseconds.
 
-Theory of operation for :class:`WatchfilesWaker`: it drives watchfiles' ``RustNotify`` (the
+Theory of operation: :class:`Receiver` owns one thread. It builds one waker over all the watched
+directories, calls ``drain(key)`` for every one of them (recovery, and anything that arrived
+before the watch existed), then loops: wait → drain the keys whose directory saw files added;
+on a timeout, an interrupt, or every ``fallback_s`` under a steady stream, drain them all, in
+case an event was missed. If the watch cannot be built or breaks, it polls on the fallback
+interval until it can be rebuilt. ``close`` sets the stop event the waker polls, and joins.
+
+:class:`WatchfilesWaker` it drives watchfiles' ``RustNotify`` (the
 object ``watchfiles.watch`` itself wraps) directly instead of the ``watchfiles.watch``
 generator, for one reason: the inotify watches are registered when ``RustNotify`` is
 *constructed*, so the receiver can construct it, then drain ``new/``, then wait — a file renamed
@@ -26,10 +33,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from loguru import logger
 from watchfiles import Change
 from watchfiles._rust_notify import RustNotify
 
@@ -37,6 +46,7 @@ __all__ = [
     "DEFAULT_DEBOUNCE_MS",
     "DEFAULT_STEP_MS",
     "PollingWaker",
+    "Receiver",
     "Wake",
     "Waker",
     "WakerFactory",
@@ -159,3 +169,169 @@ def watchfiles_waker(
 def polling_waker() -> WakerFactory:
     """A factory for :class:`PollingWaker` (fallback rescans only)."""
     return PollingWaker
+
+
+class Receiver:
+    """One background thread that calls ``drain(key)`` whenever ``key``'s directory may have
+    new files. Keys are added with :meth:`watch` and removed with :meth:`unwatch`."""
+
+    def __init__(
+        self,
+        drain: Callable[[str], None],
+        waker_factory: WakerFactory,
+        fallback_s: float,
+        *,
+        thread_name: str = "shepherd-mailbox-receiver",
+    ) -> None:
+        self._drain = drain
+        self._waker_factory = waker_factory
+        self._fallback_s = max(fallback_s, 0.01)
+        self._thread_name = thread_name
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._interrupt = threading.Event()  # close, a change of keys, or a drain request
+        self._dirs: dict[str, str] = {}
+        self._generation = 0
+        self._drain_requested = 0
+        self._drain_done = 0
+        self._finished = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`close` was called: a long drain should return early."""
+        return self._stop.is_set()
+
+    def on_thread(self) -> bool:
+        """True when called from the receiver thread (a handler)."""
+        return self._thread is threading.current_thread()
+
+    def watch(self, key: str, directory: str) -> None:
+        """Watch ``directory`` for ``key`` (starting the thread if needed) and drain it soon."""
+        with self._lock:
+            if self._stop.is_set():
+                raise RuntimeError("receiver is closed")
+            if self._dirs.get(key) != directory:
+                self._dirs[key] = directory
+                self._generation += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=self._thread_name, daemon=True
+                )
+                self._thread.start()
+        self._interrupt.set()
+
+    def unwatch(self, key: str) -> None:
+        with self._lock:
+            if self._dirs.pop(key, None) is None:
+                return
+            self._generation += 1
+        self._interrupt.set()
+
+    def wait_drained(self, timeout_s: float) -> bool:
+        """Block until every watched key was drained after this call. False on timeout/close."""
+        with self._cond:
+            if self.on_thread():
+                raise RuntimeError("waiting for a drain from the receiver thread would deadlock")
+            if self._thread is None:
+                return not self._stop.is_set()
+            self._drain_requested += 1
+            target = self._drain_requested
+            self._interrupt.set()
+            self._cond.wait_for(
+                lambda: self._drain_done >= target or self._stop.is_set() or self._finished,
+                timeout_s,
+            )
+            return self._drain_done >= target
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the thread within about one waker step (or after the running ``drain`` call)."""
+        with self._cond:
+            thread = self._thread
+            self._stop.set()
+            self._cond.notify_all()
+        self._interrupt.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+            if thread.is_alive():
+                logger.error("mailbox: receiver thread did not stop (a handler is blocked)")
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._interrupt.clear()  # before reading the keys: a later change re-sets it
+                with self._lock:
+                    generation = self._generation
+                    dirs = dict(self._dirs)
+                if dirs:
+                    self._watch(generation, dirs)
+                else:
+                    self._drain_all()  # answers drain requests while nothing is watched
+                    self._interrupt.wait()
+        except Exception:
+            logger.exception("mailbox: receiver thread failed")
+        finally:
+            with self._cond:
+                self._finished = True
+                self._cond.notify_all()
+
+    def _watch(self, generation: int, dirs: dict[str, str]) -> None:
+        """One waker over ``dirs`` until the set of keys changes or we stop."""
+        waker: Waker
+        try:
+            waker = self._waker_factory(list(dirs.values()), self._interrupt)
+        except (OSError, RuntimeError) as exc:  # watchfiles' internal error is a RuntimeError
+            logger.warning(
+                "mailbox: cannot watch inboxes ({}); polling every {} s", exc, self._fallback_s
+            )
+            waker = PollingWaker(list(dirs.values()), self._interrupt)
+        keys_by_dir = {os.path.normpath(d): key for key, d in dirs.items()}
+        timeout_ms = max(int(self._fallback_s * 1000), 1)
+        try:
+            self._drain_all()  # after the watch exists: nothing can slip in between
+            last_full = time.monotonic()
+            while not self._stop.is_set():
+                try:
+                    wake = waker.wait(timeout_ms)
+                except Exception as exc:
+                    logger.warning("mailbox: watcher failed ({}); rebuilding it", exc)
+                    self._stop.wait(self._fallback_s)
+                    return
+                if wake.interrupted:
+                    self._interrupt.clear()
+                    with self._lock:
+                        if self._generation != generation:
+                            return
+                keys = {keys_by_dir.get(os.path.normpath(d)) for d in wake.dirs}
+                if (
+                    wake.interrupted
+                    or wake.timed_out
+                    or None in keys
+                    or time.monotonic() - last_full >= self._fallback_s
+                ):
+                    self._drain_all()
+                    last_full = time.monotonic()
+                else:
+                    for key in sorted(k for k in keys if k is not None):
+                        self._drain_one(key)
+        finally:
+            waker.close()
+
+    def _drain_all(self) -> None:
+        with self._lock:
+            target = self._drain_requested
+            keys = list(self._dirs)
+        for key in keys:
+            if self._stop.is_set():
+                return
+            self._drain_one(key)
+        with self._cond:
+            self._drain_done = max(self._drain_done, target)
+            self._cond.notify_all()
+
+    def _drain_one(self, key: str) -> None:
+        try:
+            self._drain(key)
+        except Exception:
+            logger.exception("mailbox: draining {!r} failed", key)

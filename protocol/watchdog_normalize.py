@@ -49,8 +49,15 @@ CallClass = Literal["write", "read", "other"]
 DEFAULT_HASH_CHARS: Final = 32_000
 PREVIEW_LINE_CHARS: Final = 240
 
-# CSI, OSC, two-character escapes, then any stray ESC, so stripping is a fixed point.
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x1b")
+# CSI, OSC, charset selection, two-character escapes, then any stray ESC, so that stripping
+# is a fixed point.
+_ANSI = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[()*+][0-9A-Za-z]"
+    r"|\x1b[@-Z\\-_]"
+    r"|\x1b"
+)
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _WS = re.compile(r"\s+")
 
@@ -72,8 +79,8 @@ _NOISE: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"(?<![:\d])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?![:\d])"), "<time>"),
     (
         re.compile(
-            r"(?:/private)?/(?:var/)?tmp/(?!<tmp>)[^\s'\"`:;,)\]}<>]*"
-            r"|/(?:private/)?var/folders/[^\s'\"`:;,)\]}<>]*"
+            r"(?:/private)?/(?:var/)?tmp/(?!<tmp>)[^\s'\"`:;,()\[\]{}<>]*"
+            r"|/(?:private/)?var/folders/[^\s'\"`:;,()\[\]{}<>]*"
         ),
         "/tmp/<tmp>",
     ),
@@ -383,13 +390,17 @@ def _read_family(verb: str) -> str:
 
 # --- typecheck / compile errors ---------------------------------------------------------
 
+_RUNNER = re.compile(
+    r"^(?:(?:npx|bunx|pnpx)\s+|(?:pnpm|yarn)\s+(?:exec|dlx)\s+"
+    r"|(?:uv|poetry|pipenv|pdm|hatch)\s+run\s+|python3?\s+-m\s+)+"
+)
 _CHECK_COMMAND = re.compile(
-    r"""(?x)(?:^|[\s;&|(/])(?:
+    r"""(?x)^(?:
         (?:tsc|vue-tsc)\b
       | (?:mypy|dmypy|pyright|basedpyright|pyre|pytype)\b
       | cargo\s+(?:check|build|clippy|test|run)\b
       | go\s+(?:build|vet|test|run)\b
-      | (?:gcc|g\+\+|clang|clang\+\+|cc|c\+\+|javac|kotlinc|scalac|swiftc|rustc)\b
+      | (?:gcc|g\+\+|clang|clang\+\+|cc|c\+\+|javac|kotlinc|scalac|swiftc|rustc)(?:\s|$)
       | (?:npm|pnpm|yarn|bun)\s+(?:run\s+)?(?:build|typecheck|type-check|tsc|check|compile)\b
       | dotnet\s+build\b | mvn\s+(?:compile|package|verify|install)\b
       | gradlew?\s+(?:build|compile\w*|assemble)\b | make\b | cmake\s+--build\b
@@ -411,7 +422,11 @@ MAX_ERROR_LINES: Final = 100
 
 def is_check_command(command: str) -> bool:
     """Does the command run a type checker or compiler (tsc, mypy, cargo check, ...)?"""
-    return bool(_CHECK_COMMAND.search(command))
+    for tokens in _segments(command):
+        text = " ".join([tokens[0].rsplit("/", 1)[-1], *tokens[1:]])
+        if _CHECK_COMMAND.match(_RUNNER.sub("", text)):
+            return True
+    return False
 
 
 def error_signature(command: str, output: str) -> tuple[str, str] | None:

@@ -1,0 +1,72 @@
+"""Scripts and helpers shared by the simulation tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.broker import BrokerActor
+from actors.session import Session
+from actors.sinks import CollectingSink
+from protocol.notifications import TaskCompletion
+from protocol.settings import Settings
+from protocol.tasks import TaskResult
+
+#: scout: takes its task, asks the planner, ends its turn, resumes on the reply, rests, done.
+SCOUT = {
+    "steps": [
+        {"await": "task"},
+        {"say": "looking around"},
+        {"message": {"to": "planner", "text": "which module first?", "expects_reply": True}},
+        {"await": "reply"},
+        {"say": "planner says {last}"},
+        {"sleep": 5},
+        {"done": {"status": "completed", "summary": "explored {last}"}},
+        {"await": "any"},
+    ]
+}
+
+#: planner: busy with its own task (a long sleep) when the question comes, then answers.
+PLANNER = {
+    "steps": [
+        {"await": "task"},
+        {"say": "planning"},
+        {"sleep": 60},
+        {"await": "message"},
+        {"reply": {"text": "src/core"}},
+        {"await": "any"},
+    ]
+}
+
+IDLE = {"steps": [{"await": "task"}, {"await": "any"}]}
+
+
+def done_script(status: str = "completed", summary: str = "finished", *, sleep: float = 1.0) -> dict[str, Any]:
+    return {
+        "steps": [
+            {"await": "task"},
+            {"sleep": sleep},
+            {"done": {"status": status, "summary": summary}},
+            {"await": "any"},
+        ]
+    }
+
+
+def broker(session: Session) -> BrokerActor:
+    """The broker itself (simulation only: one thread, so reading its state is safe)."""
+    actor = session.broker._actor_weakref()
+    assert isinstance(actor, BrokerActor)
+    return actor
+
+
+def completions(sink: CollectingSink) -> list[TaskCompletion]:
+    return [n for n in sink.items if isinstance(n, TaskCompletion)]
+
+
+def delivered_results(sink: CollectingSink) -> list[TaskResult]:
+    return [r for n in completions(sink) for r in n.results]
+
+
+def new_session(seed: int, **kwargs: Any) -> tuple[Session, CollectingSink]:
+    sink = CollectingSink()
+    kwargs.setdefault("settings", Settings())
+    return Session.simulated(seed, sink=sink, **kwargs), sink
