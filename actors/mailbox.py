@@ -19,13 +19,15 @@ Rules (DESIGN §1.6, §5; STYLE convention 10):
 - Bounded: envelope size, unread files per inbox (checked at publish; approximate under
   concurrent publishers), ``cur/`` retention, the duplicate window.
 
-Theory of operation: one receiver thread per :class:`Mailbox` (one per process) serves all the
-inboxes that process subscribed to. It builds one waker over all their ``new/`` directories
-(:mod:`actors.mailbox_watch`), drains every inbox (recovery, and anything that arrived before
-the watch existed), then loops: wait → rescan the inboxes that saw files added; every
-``fallback_poll_s`` (or on a timeout) rescan them all, in case an event was missed. Handlers
-run on that thread and must be quick (they ``tell`` an actor). ``close`` sets the stop event the
-waker polls every step, and joins the thread.
+Theory of operation: one :class:`~actors.mailbox_watch.Receiver` thread per :class:`Mailbox`
+(one per process) serves every inbox the process subscribed to: it decides *when* an inbox is
+drained (after the watch exists, on a wake-up, on the fallback interval); this module decides
+*what* draining does. Per file, in name order: ``lstat`` (non-regular → quarantine) → name
+grammar → open/fstat/read bounded → strict decode → the name's message id must match the
+envelope's → session check (always) → the injected validator → duplicate check → handler (the
+capability stripped) → rename into ``cur/`` → prune ``cur/``. Handlers run on the receiver thread
+and must be quick (they ``tell`` an actor). Duplicates are remembered per (inbox, message id) in
+a bounded FIFO window, seeded from the names in ``cur/`` so a restart does not re-deliver them.
 
 Log levels: ``debug`` one event per delivery stage (published, received, delivered,
 acknowledged, duplicate); ``warning`` each quarantine and each degraded watch; ``error`` a file
@@ -112,6 +114,15 @@ class QuarantineReason(msgspec.Struct, frozen=True, kw_only=True):
     quarantined_at: float
     message_id: str | None = None
     sender_id: str | None = None
+
+
+class _Rejected(Exception):
+    """Internal: this file goes to quarantine for ``error``."""
+
+    def __init__(self, error: ShepherdError, envelope: AnyEnvelope | None = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.envelope = envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -530,55 +541,21 @@ class Mailbox:
 
     def _handle_file(self, box: _Inbox, entry: os.DirEntry[str]) -> None:
         name = entry.name
-        if not entry.is_file(follow_symlinks=False):
-            try:
-                kind = _describe(entry.stat(follow_symlinks=False).st_mode)
-            except FileNotFoundError:
-                return
-            message = f"{_shown(name)} in new/ is a {kind}, not a regular file; it was not opened"
-            self._reject(box, name, None, InvalidEnvelope(message))
-            return
-        match = _NAME_RE.fullmatch(name)
-        if match is None:
-            message = f"{_shown(name)} is not an envelope file name"
-            self._reject(box, name, None, InvalidEnvelope(message))
-            return
         try:
-            data = _read_file(entry.path, self._settings.max_envelope_bytes)
-            envelope = decode_envelope(data, max_bytes=self._settings.max_envelope_bytes)
-        except FileNotFoundError:
+            envelope = self._accept(box, entry)
+        except _Rejected as rejected:
+            self._reject(box, name, rejected.envelope, rejected.error)
+            return
+        if envelope is None:
             return  # gone between the listing and the open: nothing of ours to lose
-        except ShepherdError as exc:
-            self._reject(box, name, None, exc)
-            return
-        except OSError as exc:
-            self._reject(box, name, None, InvalidEnvelope(f"cannot read {_shown(name)}: {exc}"))
-            return
-        log = logger.bind(inbox=box.name, message_id=envelope.message_id)
-        if envelope.message_id != match.group(1):
-            message = f"file {_shown(name)} is named for another message than {envelope.message_id}"
-            self._reject(box, name, envelope, InvalidEnvelope(message))
-            return
-        try:
-            if envelope.session_id != self._session_id:
-                raise InvalidEnvelope(
-                    f"envelope is for session {envelope.session_id}, not this one"
-                )
-            if self._validate is not None:
-                self._validate(box.name, envelope)
-        except ShepherdError as exc:
-            self._reject(box, name, envelope, exc)
-            return
-        except Exception as exc:
-            self._reject(box, name, envelope, DeliveryFailed(f"validator raised {exc!r}"))
-            return
-        log.debug(
+        stage = logger.bind(inbox=box.name, message_id=envelope.message_id)
+        stage.debug(
             "mailbox: received {} from {}", envelope.__struct_config__.tag, envelope.sender_id
         )
         key = (box.name, envelope.message_id)
         if key in self._seen:
             self._duplicates += 1
-            log.debug("mailbox: duplicate {} acknowledged without delivery", name)
+            stage.debug("mailbox: duplicate {} acknowledged without delivery", name)
             self._acknowledge(box, name)
             return
         if envelope.capability:
@@ -590,9 +567,46 @@ class Mailbox:
             return
         self._remember(box.name, envelope.message_id)
         self._delivered += 1
-        log.debug("mailbox: delivered {}", name)
+        stage.debug("mailbox: delivered {}", name)
         if self._acknowledge(box, name):
-            log.debug("mailbox: acknowledged {}", name)
+            stage.debug("mailbox: acknowledged {}", name)
+
+    def _accept(self, box: _Inbox, entry: os.DirEntry[str]) -> AnyEnvelope | None:
+        """Open, decode and validate one file; raise :class:`_Rejected` to quarantine it,
+        return None if it vanished."""
+        name = entry.name
+        if not entry.is_file(follow_symlinks=False):
+            try:
+                kind = _describe(entry.stat(follow_symlinks=False).st_mode)
+            except FileNotFoundError:
+                return None
+            message = f"{_shown(name)} in new/ is a {kind}, not a regular file; it was not opened"
+            raise _Rejected(InvalidEnvelope(message))
+        match = _NAME_RE.fullmatch(name)
+        if match is None:
+            raise _Rejected(InvalidEnvelope(f"{_shown(name)} is not an envelope file name"))
+        limit = self._settings.max_envelope_bytes
+        try:
+            envelope = decode_envelope(_read_file(entry.path, limit), max_bytes=limit)
+        except FileNotFoundError:
+            return None
+        except ShepherdError as exc:
+            raise _Rejected(exc) from None
+        except OSError as exc:
+            raise _Rejected(InvalidEnvelope(f"cannot read {_shown(name)}: {exc}")) from None
+        if envelope.message_id != match.group(1):
+            message = f"file {_shown(name)} is named for another message than {envelope.message_id}"
+            raise _Rejected(InvalidEnvelope(message), envelope)
+        try:
+            if envelope.session_id != self._session_id:
+                raise InvalidEnvelope(f"envelope is for session {envelope.session_id}, not ours")
+            if self._validate is not None:
+                self._validate(box.name, envelope)
+        except ShepherdError as exc:
+            raise _Rejected(exc, envelope) from None
+        except Exception as exc:
+            raise _Rejected(DeliveryFailed(f"validator raised {exc!r}"), envelope) from None
+        return envelope
 
     def _remember(self, inbox: str, message_id: str) -> None:
         self._seen[(inbox, message_id)] = None

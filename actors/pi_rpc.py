@@ -26,7 +26,8 @@ Rules (measured facts in ``shared/PI_RPC.md``; Pi 0.73.1):
 Theory of operation: one reader thread owns stdout (decode, dispatch, then on EOF reap the
 process, fail every waiting caller with :class:`PiExitedError` and call ``on_exit``); one
 thread drains stderr into a bounded buffer (or Pi writes it straight to a file). Writers to
-stdin share one lock. Callbacks run on the reader thread: keep them short, never block there.
+stdin share one lock. Callbacks run on the reader thread: keep them short and never send a
+command from one (it raises :class:`PiError`: its answer would have to be read by that thread).
 """
 
 from __future__ import annotations
@@ -138,8 +139,9 @@ class RuntimeEvent(msgspec.Struct, frozen=True, kw_only=True):
     """An agent-neutral runtime event (to be aligned with the protocol's runtime envelope).
 
     - ``turn_start`` / ``turn_end``: one run of the agent began / ended (``stop_reason`` of the
-      last assistant message: ``stop``, ``toolUse``, ``aborted``, ``error``, ``length``).
-      A turn ending is never a task ending.
+      last assistant message: ``stop``, ``aborted``, ``error``, ``length``, or ``toolUse``
+      when a terminating tool such as ``shepherd_done`` ended the run). A turn ending is never
+      a task ending.
     - ``tool_call``: ``tool``, ``tool_call_id`` and ``command`` (bash: the command line; other
       tools: compact JSON of the arguments with sorted keys, stable for hashing).
     - ``tool_result``: ``tool``, ``tool_call_id``, ``output`` (the text parts joined) and
@@ -432,6 +434,9 @@ class PiProcess:
 
         An ``id`` is assigned unless ``obj`` has one.
         """
+        if threading.current_thread() is self._reader:
+            # The answer would have to be read by this very thread: it could never arrive.
+            raise PiError("command() called from an on_event/on_exit callback would deadlock")
         cmd = dict(obj)
         if "id" not in cmd:
             cmd["id"] = f"shepherd-{next(self._ids)}"
@@ -521,9 +526,11 @@ class PiProcess:
                 if not self._exited.wait(_TERM_GRACE):
                     self._kill_group(signal.SIGKILL)
             self._proc.wait()  # the reader reaps too; this covers a reader that died early
-            self._kill_group(signal.SIGKILL)  # any child left in Pi's own group
+            # Pi is reaped, so its group id may be free for reuse: from here on only processes
+            # found alive (snapshot, or carrying the tag) are killed, each pinned by a pidfd.
             _kill_all(leftovers | self._family())
-            self._reader.join(timeout=5.0)
+            if threading.current_thread() is not self._reader:  # close() from on_exit
+                self._reader.join(timeout=5.0)
             if self._stderr_reader is not None:
                 self._stderr_reader.join(timeout=5.0)
             for stream in (self._proc.stdout, self._proc.stderr):
@@ -539,14 +546,25 @@ class PiProcess:
         """SIGKILL Pi, its whole group and every process it started, now (a crash, as seen
         from outside). The reader then observes the exit; :meth:`close` reaps and cleans up."""
         family = self._family()
-        self._kill_group(signal.SIGKILL)
+        if not self._exited.is_set():
+            self._kill_group(signal.SIGKILL)
         _kill_all(family)
 
     def _family(self) -> set[_Proc]:
-        """Pi's live descendants plus every live process carrying this instance's tag."""
-        return _descendants(self.pid) | _tagged(_TAG_VAR, self._tag)
+        """Pi's live descendants plus every live process carrying this instance's tag.
+
+        Once Pi has been reaped its pid may belong to someone else: then only the tag counts.
+        """
+        family = _tagged(_TAG_VAR, self._tag)
+        if not self._exited.is_set():
+            family |= _descendants(self.pid)
+        return family
 
     def _kill_group(self, sig: signal.Signals) -> None:
+        """Signal Pi's process group; only while Pi (its leader) is unreaped, so the group id
+        is still Pi's."""
+        if self._exited.is_set():
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
 

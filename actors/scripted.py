@@ -68,6 +68,8 @@ class ScriptedDriver:
         self.acks: list[AckEnvelope] = []
         self.received: list[AnyEnvelope] = []
         self.exited: int | None = None
+        self.duplicates = 0
+        self._seen: set[str] = set()
         self._log = logger.bind(agent=identity.name or identity.agent_id)
 
     # -------------------------------------------------------------- inputs
@@ -79,6 +81,10 @@ class ScriptedDriver:
     def on_envelope(self, env: AnyEnvelope) -> None:
         if self.exited is not None:
             return
+        if env.message_id in self._seen:  # a transport may hand the same envelope over twice
+            self.duplicates += 1
+            return
+        self._seen.add(env.message_id)
         self.received.append(env)
         match env:
             case TaskEnvelope():
@@ -204,7 +210,7 @@ class ScriptedDriver:
             exit_code=exit_code,
             is_error=exit_code != 0,
         )
-        self._perform(self.machine.resume(output))
+        self._perform(self.machine.resume())
 
     def _resume(self) -> None:
         if self.exited is None:

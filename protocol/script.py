@@ -248,8 +248,9 @@ class ScriptMachine:
     """Runs a :class:`Script`. Feed it deliveries and completions; it returns effects.
 
     The caller performs each effect. After a :class:`RunCommand` or :class:`Sleep` the
-    machine is *busy* until :meth:`resume` (``output`` is the command's output, which
-    becomes ``{last}`` only for ``run``). :class:`Exit` and the end of the script stop it.
+    machine is *busy* until :meth:`resume`. ``{last}`` is always the text of the last
+    *delivery* (a command's output is reported as a tool result, not remembered).
+    :class:`Exit` and the end of the script stop it.
     """
 
     def __init__(self, script: Script) -> None:
@@ -284,12 +285,10 @@ class ScriptMachine:
             return []
         return self._advance()
 
-    def resume(self, output: str | None = None) -> list[Effect]:
+    def resume(self) -> list[Effect]:
         if not self._busy:
             return []
         self._busy = False
-        if output is not None:
-            self.last_text = output
         return self._advance()
 
     def _fill(self, text: str) -> str:

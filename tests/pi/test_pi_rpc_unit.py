@@ -14,6 +14,7 @@ import pytest
 
 from actors.pi_rpc import (
     PiCommandError,
+    PiError,
     PiExitedError,
     PiProcess,
     PiTimeoutError,
@@ -248,6 +249,27 @@ def test_exit_fails_waiting_callers_and_later_commands(fake_pi: Path, tmp_path: 
         assert "fake pi starting" in pi.stderr_text()
     assert agent_dir.exists(), "a caller-owned agent dir is left in place"
     assert pi.close() == 3  # idempotent
+
+
+def test_a_command_from_a_callback_raises_instead_of_deadlocking(fake_pi: Path) -> None:
+    log = EventLog()
+    holder: list[PiProcess] = []
+    errors: list[Exception] = []
+
+    def on_event(event: dict[str, Any]) -> None:
+        try:
+            holder[0].get_state()
+        except PiError as exc:
+            errors.append(exc)
+        log(event)
+
+    with PiProcess(fake_pi, models={}, on_event=on_event) as pi:
+        holder.append(pi)
+        pi.prompt("hi")
+        log.wait_type("agent_end")
+        assert len(errors) == 3
+        assert "deadlock" in str(errors[0])
+        assert pi.get_state()["offline"] == "1"
 
 
 def test_kill_is_seen_as_a_crash(fake_pi: Path) -> None:

@@ -41,10 +41,15 @@ class Puppet:
         self.session.transport.publish(PARENT_INBOX, env)
         return env
 
-    def done(self, task_id: str, status: str = "completed", summary: str = "ok", **kw: Any) -> AnyEnvelope:
+    def done(
+        self, task_id: str, status: str = "completed", summary: str = "ok", **kw: Any
+    ) -> AnyEnvelope:
         return self.publish(
-            TaskDoneEnvelope(**self._base(target_id=PARENT_ID, task_id=task_id, status=status,
-                                          summary=summary, **kw))
+            TaskDoneEnvelope(
+                **self._base(
+                    target_id=PARENT_ID, task_id=task_id, status=status, summary=summary, **kw
+                )
+            )
         )
 
     def ask(self, target: str, text: str = "question?", **kw: Any) -> AnyEnvelope:

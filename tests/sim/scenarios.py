@@ -40,7 +40,9 @@ PLANNER = {
 IDLE = {"steps": [{"await": "task"}, {"await": "any"}]}
 
 
-def done_script(status: str = "completed", summary: str = "finished", *, sleep: float = 1.0) -> dict[str, Any]:
+def done_script(
+    status: str = "completed", summary: str = "finished", *, sleep: float = 1.0
+) -> dict[str, Any]:
     return {
         "steps": [
             {"await": "task"},

@@ -22,8 +22,10 @@ def canonical(seed: int) -> None:
 
     # 2-5. scout asks the busy planner, its turn ends: process idle, task waiting
     assert s.sim.run_until(
-        lambda: b.tasks[task.task_id].state is TaskState.WAITING
-        and b.agents[scout.agent_id].process_state == "idle"
+        lambda: (
+            b.tasks[task.task_id].state is TaskState.WAITING
+            and b.agents[scout.agent_id].process_state == "idle"
+        )
     )
     record = b.tasks[task.task_id]
     assert len(record.pending_requests) == 1
@@ -34,8 +36,10 @@ def canonical(seed: int) -> None:
     # 7. the planner is busy (sleeping inside its turn); the question waits in its queue
     planner_driver = s.sim_launcher.driver("planner")
     assert s.sim.run_until(
-        lambda: planner_driver.machine.queued == 1
-        and b.agents[planner.agent_id].process_state == "working",
+        lambda: (
+            planner_driver.machine.queued == 1
+            and b.agents[planner.agent_id].process_state == "working"
+        ),
         max_time=1.0,
     )
     assert planner_driver.machine.waiting_for is None

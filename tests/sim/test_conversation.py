@@ -66,8 +66,10 @@ def test_a_peer_reply_arriving_while_idle_starts_a_new_turn() -> None:
     s.watch(task.task_id)
     b = broker(s)
     assert s.sim.run_until(
-        lambda: b.tasks[task.task_id].state is TaskState.WAITING
-        and b.agents[b.names["scout"]].process_state == "idle"
+        lambda: (
+            b.tasks[task.task_id].state is TaskState.WAITING
+            and b.agents[b.names["scout"]].process_state == "idle"
+        )
     )
     request_id = b.tasks[task.task_id].pending_requests[0]
     Puppet(s, "planner").reply("scout", request_id, "42")
@@ -145,7 +147,7 @@ def test_duplicate_done_settles_once() -> None:
 
 
 def test_only_the_target_of_a_request_may_answer_it() -> None:
-    s, _, task, scout, planner = _pair(10)
+    s, _, task, scout, _planner = _pair(10)
     s.spawn("critic", script=IDLE)
     s.sim.run_all()
     critic = Puppet(s, "critic")
@@ -159,7 +161,7 @@ def test_only_the_target_of_a_request_may_answer_it() -> None:
 
 
 def test_done_from_another_agent_is_forbidden() -> None:
-    s, sink, task, _, planner = _pair(11)
+    s, _sink, task, _, planner = _pair(11)
     forged = planner.done(task.task_id)
     s.sim.run_all()
     ack = planner.ack_for(forged)
@@ -168,7 +170,7 @@ def test_done_from_another_agent_is_forbidden() -> None:
 
 
 def test_completed_refused_while_requests_are_open_unless_cancelled() -> None:
-    s, sink, task, scout, _ = _pair(12)
+    s, _sink, task, scout, _ = _pair(12)
     q = scout.ask("planner")
     s.sim.run_all()
     refused = scout.done(task.task_id, "completed")

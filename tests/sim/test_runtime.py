@@ -1,0 +1,153 @@
+"""The actor runtimes: per-actor serialisation, supervision, few threads, one code path."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pykka
+import pytest
+
+from actors.clock import SystemClock, VirtualClock
+from actors.runtime import ShepherdActor, ThreadedRuntime
+from actors.session import Session
+from actors.simagent import SimLauncher
+from actors.simulation import SimRuntime, Stalled
+from actors.sinks import CollectingSink
+from actors.transport import InMemoryTransport
+from protocol.notifications import TaskCompletion
+from tests.sim.scenarios import PLANNER, SCOUT
+
+
+class Counter(ShepherdActor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+        self.concurrent = 0
+        self.max_concurrent = 0
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "boom":
+            raise ValueError("boom")
+        self.concurrent += 1
+        self.max_concurrent = max(self.max_concurrent, self.concurrent)
+        value = self.n  # a racy read-modify-write: only safe if handling is serialised
+        self.n = value + 1
+        self.concurrent -= 1
+        return self.n
+
+
+@pytest.fixture
+def threaded() -> Any:
+    runtime = ThreadedRuntime(workers=4)
+    yield runtime
+    runtime.shutdown()
+
+
+def test_each_actor_handles_one_message_at_a_time_on_the_pool(threaded: ThreadedRuntime) -> None:
+    refs = [threaded.spawn(Counter) for _ in range(8)]
+
+    def flood() -> None:
+        for _ in range(2000):
+            for ref in refs:
+                ref.tell("inc")
+
+    producers = [threading.Thread(target=flood) for _ in range(4)]
+    for p in producers:
+        p.start()
+    for p in producers:
+        p.join()
+    for ref in refs:
+        assert ref.ask("inc", timeout=30) == 8001
+        actor = ref._actor_weakref()
+        assert actor is not None and actor.max_concurrent == 1
+
+
+def test_a_failing_tell_handler_does_not_stop_the_actor(threaded: ThreadedRuntime) -> None:
+    ref = threaded.spawn(Counter)
+    ref.tell("boom")
+    assert ref.ask("inc", timeout=10) == 1
+    with pytest.raises(ValueError, match="boom"):
+        ref.ask("boom", timeout=10)
+    assert ref.is_alive()
+
+
+def test_asking_a_stopped_actor_raises_actor_dead(threaded: ThreadedRuntime) -> None:
+    ref = threaded.spawn(Counter)
+    ref.stop(timeout=10)
+    with pytest.raises(pykka.ActorDeadError):
+        ref.ask("inc", timeout=10)
+
+
+def test_thousands_of_actors_share_a_few_threads(threaded: ThreadedRuntime) -> None:
+    before = threading.active_count()
+    refs = [threaded.spawn(Counter) for _ in range(3000)]
+    for ref in refs:
+        ref.tell("inc")
+    assert all(ref.ask("inc", timeout=30) == 2 for ref in refs[::100])
+    assert threading.active_count() <= before + 1  # at most the timer thread on top
+    assert threaded.actor_count == 3000
+
+
+def test_start_without_a_runtime_is_refused() -> None:
+    with pytest.raises(TypeError, match="runtime.spawn"):
+        Counter.start()
+
+
+def test_simulated_ask_runs_the_simulation_and_detects_a_stall() -> None:
+    sim = SimRuntime(1)
+    ref = sim.spawn(Counter)
+    assert ref.ask("inc") == 1
+
+    with pytest.raises(Stalled):
+        sim.new_future().get()  # nobody will ever answer: the simulation says so
+
+
+def test_system_clock_fires_in_deadline_order_and_cancel_works() -> None:
+    clock = SystemClock()
+    fired: list[str] = []
+    done = threading.Event()
+    clock.call_later(0.03, lambda: fired.append("late"))
+    cancelled = clock.call_later(0.01, lambda: fired.append("cancelled"))
+    clock.call_later(0.0, lambda: fired.append("first"))
+    clock.call_later(0.05, done.set)
+    cancelled.cancel()
+    assert done.wait(5)
+    assert fired == ["first", "late"]
+    clock.close()
+
+
+def test_virtual_clock_moves_only_when_told() -> None:
+    clock = VirtualClock(start=100.0)
+    fired: list[float] = []
+    clock.call_later(5, lambda: fired.append(clock.now()))
+    assert clock.now() == 100.0 and not clock.fire_next(104.0)
+    assert clock.fire_next(110.0) and fired == [105.0]
+
+
+def test_the_canonical_scenario_runs_unchanged_on_the_threaded_runtime() -> None:
+    runtime = ThreadedRuntime(workers=3)
+    transport = InMemoryTransport()
+    launcher = SimLauncher(runtime, transport)
+    sink = CollectingSink()
+    session = Session(runtime, transport, launcher, sink=sink)
+    try:
+        launcher.scripts["scout"] = _script(SCOUT, sleep=0.05)
+        launcher.scripts["planner"] = _script(PLANNER, sleep=0.2)
+        session.spawn("scout", adapter="scripted")
+        session.spawn("planner", adapter="scripted")
+        session.delegate("planner", "plan")
+        task = session.delegate("scout", "map")
+        session.watch(task.task_id)
+        assert sink.wait_for(lambda items: any(isinstance(n, TaskCompletion) for n in items), 20)
+        (note,) = [n for n in sink.items if isinstance(n, TaskCompletion)]
+        assert [(r.status, r.text) for r in note.results] == [("completed", "explored src/core")]
+    finally:
+        session.shutdown()
+
+
+def _script(doc: dict[str, Any], *, sleep: float) -> Any:
+    from protocol.script import parse_script
+
+    steps = [({"sleep": sleep} if "sleep" in step else step) for step in doc["steps"]]
+    return parse_script({"steps": steps})
