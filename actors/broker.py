@@ -530,7 +530,16 @@ class BrokerActor(ShepherdActor):
             task_id=getattr(env, "task_id", None),
             result=result,
         )
-        if not entry.closed:
+        if env.reply_inbox is not None:
+            # a one-shot sender (a child's shell command) waits for its receipt there
+            stamped = msgspec.structs.replace(ack, capability=entry.capability)
+            try:
+                self._transport.publish(env.reply_inbox, stamped)
+            except ShepherdError as exc:
+                self._log.warning(
+                    "receipt for {id} undeliverable: {err}", id=env.message_id, err=exc.message
+                )
+        elif not entry.closed:
             tell_quietly(entry.ref, Deliver(envelope=ack))
 
     def _send_notice(self, agent_id: str, code: str, text: str, ref_id: str | None) -> None:
@@ -552,6 +561,11 @@ class BrokerActor(ShepherdActor):
     # ------------------------------------------------------------------ done
 
     def _done(self, entry: AgentEntry, env: TaskDoneEnvelope) -> None:
+        if env.task_id is None:
+            if entry.active_task is None:
+                raise InvalidHandle(f"agent {entry.name} has no active task to finish")
+            env = msgspec.structs.replace(env, task_id=entry.active_task)
+        assert env.task_id is not None
         record = self.tasks.get(env.task_id)
         if record is None:
             raise InvalidHandle(f"no task {env.task_id} in this session")

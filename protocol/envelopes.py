@@ -89,9 +89,12 @@ class Envelope(
     target_id: str
     created_at: float
     capability: str = ""
+    #: where the receipt goes, if not to the sender's own inbox: a one-shot inbox named by a
+    #: message id, created by a short-lived sender (a CLI call, a child's shell command)
+    reply_inbox: str | None = None
 
 
-class MessageEnvelope(Envelope, frozen=True, tag="message"):
+class MessageEnvelope(Envelope, frozen=True, kw_only=True, tag="message"):
     content: str
     task_id: str | None = None
     thread_id: str | None = None
@@ -101,7 +104,7 @@ class MessageEnvelope(Envelope, frozen=True, tag="message"):
     sender_name: str | None = None
 
 
-class ReplyEnvelope(Envelope, frozen=True, tag="reply"):
+class ReplyEnvelope(Envelope, frozen=True, kw_only=True, tag="reply"):
     content: str
     reply_to: str
     task_id: str | None = None
@@ -111,21 +114,22 @@ class ReplyEnvelope(Envelope, frozen=True, tag="reply"):
     late: bool = False  # set by the parent when the request was already closed
 
 
-class TaskEnvelope(Envelope, frozen=True, tag="task"):
+class TaskEnvelope(Envelope, frozen=True, kw_only=True, tag="task"):
     task_id: str
     content: str
     deadline_at: float | None = None
 
 
-class TaskDoneEnvelope(Envelope, frozen=True, tag="task_done"):
-    task_id: str
+class TaskDoneEnvelope(Envelope, frozen=True, kw_only=True, tag="task_done"):
+    #: the task being finished; None means the sender's active task
+    task_id: str | None = None
     status: DoneStatus
     summary: str | None = None
     error: str | None = None
     cancel_requests: bool = False
 
 
-class RuntimeEnvelope(Envelope, frozen=True, tag="runtime"):
+class RuntimeEnvelope(Envelope, frozen=True, kw_only=True, tag="runtime"):
     event: RuntimeEvent
     tool: str | None = None
     command: str | None = None
@@ -136,7 +140,7 @@ class RuntimeEnvelope(Envelope, frozen=True, tag="runtime"):
     pid: int | None = None
 
 
-class AckEnvelope(Envelope, frozen=True, tag="ack"):
+class AckEnvelope(Envelope, frozen=True, kw_only=True, tag="ack"):
     ack_for: str
     accepted: bool
     error: ErrorInfo | None = None
@@ -145,25 +149,24 @@ class AckEnvelope(Envelope, frozen=True, tag="ack"):
     result: TaskResult | None = None
 
 
-class ControlEnvelope(Envelope, frozen=True, tag="control"):
+class ControlEnvelope(Envelope, frozen=True, kw_only=True, tag="control"):
     action: ControlAction
     task_id: str | None = None
     reason: str | None = None
 
 
-class NoticeEnvelope(Envelope, frozen=True, tag="notice"):
+class NoticeEnvelope(Envelope, frozen=True, kw_only=True, tag="notice"):
     code: str
     text: str
     ref_id: str | None = None
 
 
-class CallEnvelope(Envelope, frozen=True, tag="call"):
+class CallEnvelope(Envelope, frozen=True, kw_only=True, tag="call"):
     op: str
     args: dict[str, Any] = {}
-    reply_inbox: str = ""
 
 
-class ResultEnvelope(Envelope, frozen=True, tag="result"):
+class ResultEnvelope(Envelope, frozen=True, kw_only=True, tag="result"):
     call_id: str
     ok: bool
     data: Any = None
@@ -232,7 +235,7 @@ def validate_addresses(envelope: Envelope) -> None:
     )
     if not target_ok:
         raise InvalidEnvelope(f"target_id {envelope.target_id!r} is not a valid address")
-    for name in ("task_id", "reply_to", "ack_for", "call_id"):
+    for name in ("task_id", "reply_to", "ack_for", "call_id", "reply_inbox"):
         value = getattr(envelope, name, None)
         if value is None:
             continue

@@ -18,7 +18,7 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     created_at: float
 
 
-class TaskCompletion(Notification, frozen=True, tag="task_completion"):
+class TaskCompletion(Notification, frozen=True, kw_only=True, tag="task_completion"):
     watcher_id: str
     #: the ids the watcher was registered with, normalised, in the caller's order
     ids: tuple[str, ...]
@@ -28,7 +28,7 @@ class TaskCompletion(Notification, frozen=True, tag="task_completion"):
     pending: tuple[str, ...] = ()
 
 
-class AgentMessage(Notification, frozen=True, tag="agent_message"):
+class AgentMessage(Notification, frozen=True, kw_only=True, tag="agent_message"):
     message_id: str
     sender_id: str
     content: str
@@ -39,7 +39,7 @@ class AgentMessage(Notification, frozen=True, tag="agent_message"):
     reply_to: str | None = None
 
 
-class Notice(Notification, frozen=True, tag="notice"):
+class Notice(Notification, frozen=True, kw_only=True, tag="notice"):
     code: str
     text: str
     agent_id: str | None = None

@@ -39,9 +39,7 @@ __all__ = [
     "reset_episode",
 ]
 
-GateReason = Literal[
-    "alert", "disabled", "paused", "not_stuck", "cooldown", "duplicate_evidence"
-]
+GateReason = Literal["alert", "disabled", "paused", "not_stuck", "cooldown", "duplicate_evidence"]
 MAX_RENDERED_EVIDENCE: Final = 8
 
 

@@ -424,9 +424,7 @@ def detect_stuck(events: Sequence[ToolEvent], config: WatchdogConfig, now: float
         *_agent_messages(episode, config),
         *_error_streak(done, config),
     ]
-    found.sort(
-        key=lambda e: (REASON_CODES.index(e.code), -_rank(e.confidence), -e.count, e.key)
-    )
+    found.sort(key=lambda e: (REASON_CODES.index(e.code), -_rank(e.confidence), -e.count, e.key))
     confidence, reasons = _combine(found)
     return Verdict(
         likely_stuck=_rank(confidence) >= _rank("medium"),

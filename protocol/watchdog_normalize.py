@@ -26,6 +26,7 @@ import hashlib
 import re
 import shlex
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Final, Literal
 
 import msgspec
@@ -331,6 +332,7 @@ def _read_verb(tokens: list[str]) -> bool:
     return verb in _READ_VERBS
 
 
+@lru_cache(maxsize=4096)  # pure; the detector asks again on every event
 def classify_call(tool: str, command: str) -> CallClass:
     """``write`` (makes progress), ``read`` (only looks), or ``other``."""
     name = tool.lower()
@@ -348,6 +350,7 @@ def classify_call(tool: str, command: str) -> CallClass:
     return "other"
 
 
+@lru_cache(maxsize=4096)  # pure; the detector asks again on every event
 def read_target_key(tool: str, command: str) -> str:
     """What a read-only call looks at: verbs and their non-option arguments, order-free."""
     keys: set[str] = set()
@@ -420,6 +423,7 @@ _RUST_LOCATION = re.compile(r"^\s*-->\s*(\S+?)(?::\d+)*$")
 MAX_ERROR_LINES: Final = 100
 
 
+@lru_cache(maxsize=4096)  # pure; the detector asks again on every event
 def is_check_command(command: str) -> bool:
     """Does the command run a type checker or compiler (tsc, mypy, cargo check, ...)?"""
     for tokens in _segments(command):

@@ -197,6 +197,7 @@ def test_another_sessions_envelope_is_quarantined_and_reported(
     collector = Collector()
     parent.subscribe(PARENT_INBOX, collector)
     ((inbox, envelope, error),) = rejections.wait_for(1)
+    assert inbox == PARENT_INBOX
     assert envelope is not None and envelope.message_id == forged.message_id
     assert error.code == "invalid_envelope"
     assert foreign_session in error.message
@@ -237,7 +238,7 @@ def test_a_forged_sender_is_quarantined_and_on_reject_gets_the_envelope(
     collector = Collector()
     parent.subscribe(PARENT_INBOX, collector)
     collector.wait_for(1)
-    ((inbox, envelope, error),) = rejections.wait_for(1)
+    ((_, envelope, error),) = rejections.wait_for(1)
     assert isinstance(error, ForbiddenSender)
     assert envelope is not None
     assert (envelope.message_id, envelope.sender_id) == (forged.message_id, AGENT)
@@ -279,7 +280,12 @@ def test_a_flood_planted_directly_is_handled_in_order(
     for i in range(50):
         envelope = message(session_id, content=str(i))
         sent.append(envelope)
-        plant(parent, PARENT_INBOX, file_name(envelope.message_id, stamp=10 + 2 * i), encode_envelope(envelope))
+        plant(
+            parent,
+            PARENT_INBOX,
+            file_name(envelope.message_id, stamp=10 + 2 * i),
+            encode_envelope(envelope),
+        )
         plant(parent, PARENT_INBOX, file_name(new_id(IdKind.MESSAGE), stamp=11 + 2 * i), b"x")
     collector = Collector()
     parent.subscribe(PARENT_INBOX, collector)

@@ -119,9 +119,7 @@ def test_create_refuses_a_parent_writable_by_others(tmp_path: Path, session_id: 
     Mailbox.create(shared / "session", session_id).close()
 
 
-def test_create_again_keeps_what_is_there(
-    make_mailbox: MailboxFactory, session_id: str
-) -> None:
+def test_create_again_keeps_what_is_there(make_mailbox: MailboxFactory, session_id: str) -> None:
     first = make_mailbox()
     first.ensure_inbox(PARENT_INBOX)
     first.publish(PARENT_INBOX, message(session_id))
@@ -171,9 +169,7 @@ def test_inbox_names_are_strict(parent: Mailbox, session_id: str, owner: str) ->
         parent.subscribe(owner, lambda envelope: None)
 
 
-def test_remove_inbox_only_when_unread_and_unsubscribed(
-    parent: Mailbox, session_id: str
-) -> None:
+def test_remove_inbox_only_when_unread_and_unsubscribed(parent: Mailbox, session_id: str) -> None:
     client = new_id(IdKind.MESSAGE)
     parent.ensure_inbox(client)
     envelope = message(session_id, target_id=AGENT)

@@ -105,9 +105,7 @@ def test_envelopes_for_another_session_are_refused_at_publish(parent: Mailbox) -
         parent.publish(PARENT_INBOX, message(new_id(IdKind.SESSION)))
 
 
-def test_malformed_ids_are_refused_before_any_file_exists(
-    parent: Mailbox, session_id: str
-) -> None:
+def test_malformed_ids_are_refused_before_any_file_exists(parent: Mailbox, session_id: str) -> None:
     with pytest.raises(InvalidEnvelope, match="message_id"):
         parent.publish(PARENT_INBOX, message(session_id, message_id="../../etc/passwd"))
     assert listing(parent.inbox_path(PARENT_INBOX) / "tmp") == []

@@ -237,9 +237,7 @@ def test_subscribing_again_replaces_the_handler(parent: Mailbox, session_id: str
 def test_the_fallback_rescan_delivers_without_any_watcher(
     make_mailbox: MailboxFactory, session_id: str
 ) -> None:
-    mailbox = make_mailbox(
-        settings=Settings(fallback_poll_s=0.05), waker_factory=polling_waker()
-    )
+    mailbox = make_mailbox(settings=Settings(fallback_poll_s=0.05), waker_factory=polling_waker())
     mailbox.ensure_inbox(PARENT_INBOX)
     collector = Collector()
     mailbox.subscribe(PARENT_INBOX, collector)
@@ -293,7 +291,9 @@ def test_a_handler_may_publish(parent: Mailbox, session_id: str) -> None:
 
     def relay(envelope: object) -> None:
         assert isinstance(envelope, MessageEnvelope)
-        parent.publish(AGENT, message(session_id, target_id=AGENT, content="re: " + envelope.content))
+        parent.publish(
+            AGENT, message(session_id, target_id=AGENT, content="re: " + envelope.content)
+        )
 
     parent.subscribe(PARENT_INBOX, relay)
     parent.publish(PARENT_INBOX, message(session_id, content="q"))

@@ -275,7 +275,16 @@ def test_missing_kind() -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"{", b"{not json}", b"\xff\xfe\x00", b'{"kind": "message",}', b"{} trailing", b"NaN"],
+    [
+        b"",
+        b"{",
+        b"{not json}",
+        b"\xff\xfe\x00",
+        b'{"kind": "message",}',
+        b"NaN",
+        encode_envelope(SAMPLES["message"]) + b" trailing",
+        encode_envelope(SAMPLES["message"])[:-1],  # a partial file
+    ],
 )
 def test_invalid_json(data: bytes) -> None:
     with pytest.raises(InvalidEnvelope, match="not valid JSON"):

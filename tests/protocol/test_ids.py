@@ -177,6 +177,13 @@ def test_invalid_names(name: object) -> None:
     assert not is_valid_name(name)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_id_shaped_strings_are_not_names(kind: IdKind) -> None:
+    # The two grammars must not overlap: otherwise a task id given where an agent is expected
+    # (or an agent *named* like another agent's id) is taken as a name instead of refused.
+    assert not is_valid_name(make_id(kind, TOKEN))
+
+
 # ----------------------------------------------------------------------------- properties
 
 _ID_ALPHABET = string.hexdigits + "./-_ \n\t\x00\\Gz"

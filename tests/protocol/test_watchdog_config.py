@@ -69,7 +69,9 @@ def test_no_layers_gives_defaults() -> None:
 
 
 def test_user_layer_overrides_defaults_and_keeps_the_rest() -> None:
-    config, warnings = merge_watchdog_layers([("~/.config/shepherd/config.toml", {"cooldown_s": 5})])
+    config, warnings = merge_watchdog_layers(
+        [("~/.config/shepherd/config.toml", {"cooldown_s": 5})]
+    )
     assert warnings == []
     assert config.cooldown_s == 5.0
     assert config.repeat_threshold == 3
@@ -92,7 +94,11 @@ def test_project_overrides_user_and_unspecified_keys_keep_defaults() -> None:
 
 def test_session_layer_wins_over_project() -> None:
     config, _ = merge_watchdog_layers(
-        [("user", {"enabled": True}), ("project", {"enabled": True}), ("session", {"enabled": False})]
+        [
+            ("user", {"enabled": True}),
+            ("project", {"enabled": True}),
+            ("session", {"enabled": False}),
+        ]
     )
     assert config.enabled is False
 

@@ -201,9 +201,13 @@ def test_different_typecheck_errors_are_progress() -> None:
 
 def test_typecheck_error_across_commands_and_compilers() -> None:
     script = Script()
-    script.run("cargo check", "error[E0308]: mismatched types\n  --> src/main.rs:4:5", exit_code=101)
+    script.run(
+        "cargo check", "error[E0308]: mismatched types\n  --> src/main.rs:4:5", exit_code=101
+    )
     script.edit("src/main.rs")
-    script.run("cargo build", "error[E0308]: mismatched types\n  --> src/main.rs:7:5", exit_code=101)
+    script.run(
+        "cargo build", "error[E0308]: mismatched types\n  --> src/main.rs:7:5", exit_code=101
+    )
     assert "repeated_typecheck_error" in script.verdict().reasons
 
 

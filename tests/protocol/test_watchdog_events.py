@@ -77,7 +77,9 @@ def test_failure_comes_from_kind_exit_code_or_flag(
 
 
 def test_call_events_have_no_output_hash_and_messages_do() -> None:
-    call = make_event(agent_id="a", seq=0, ts=0, kind="tool_call", tool="bash", command="ls", config=CONFIG)
+    call = make_event(
+        agent_id="a", seq=0, ts=0, kind="tool_call", tool="bash", command="ls", config=CONFIG
+    )
     assert call.output_hash is None and call.command == "ls"
     msg = make_event(agent_id="a", seq=1, ts=1, kind="message", output="hello", config=CONFIG)
     assert msg.output_hash == hash_output("hello") and msg.command == "" and not msg.blank
@@ -105,7 +107,13 @@ def test_result_of_a_failed_typecheck_carries_its_error_signature() -> None:
 
 def test_structured_call_command_comes_from_args() -> None:
     event = make_event(
-        agent_id="a", seq=0, ts=0, kind="tool_call", tool="read", args={"path": "a.py"}, config=CONFIG
+        agent_id="a",
+        seq=0,
+        ts=0,
+        kind="tool_call",
+        tool="read",
+        args={"path": "a.py"},
+        config=CONFIG,
     )
     assert event.command == "read a.py"
 
@@ -233,11 +241,17 @@ def test_orphan_results_and_pending_calls() -> None:
             ev(3, "tool_result", tool="read", output_hash="r"),  # no open read call
         ]
     )
-    assert [(c.command, c.pending) for c in calls] == [("ls", False), ("sleep 100", True), ("", False)]
+    assert [(c.command, c.pending) for c in calls] == [
+        ("ls", False),
+        ("sleep 100", True),
+        ("", False),
+    ]
     assert calls[1].output_hash is None
 
 
 def test_result_without_tool_name_closes_the_oldest_open_call() -> None:
-    calls = pair_calls([ev(0, tool="bash", command="a"), ev(1, "error", output_hash="e", is_error=True)])
+    calls = pair_calls(
+        [ev(0, tool="bash", command="a"), ev(1, "error", output_hash="e", is_error=True)]
+    )
     assert len(calls) == 1
     assert calls[0].command == "a" and calls[0].is_error

@@ -103,7 +103,9 @@ def test_real_differences_change_the_hash(name: str, one: str, two: str) -> None
 
 
 def test_placeholders_are_readable() -> None:
-    out = normalize_output("pid 1 at 2024-01-02T03:04:05Z in 0.5s /tmp/x 123e4567-e89b-12d3-a456-426614174000")
+    out = normalize_output(
+        "pid 1 at 2024-01-02T03:04:05Z in 0.5s /tmp/x 123e4567-e89b-12d3-a456-426614174000"
+    )
     assert out == "pid <pid> at <ts> in <dur> /tmp/<tmp> <uuid>"
 
 
@@ -120,7 +122,9 @@ def test_hash_truncates_to_head_and_tail() -> None:
     assert hash_output(one, max_chars=80) == hash_output(two, max_chars=80)
     assert hash_output(one) != hash_output(two)  # the default budget sees the middle
     # a different ending (a test summary) is seen even when the middle is cut
-    assert hash_output(one, max_chars=100) != hash_output(head + "x" * 5000 + "END\n", max_chars=100)
+    assert hash_output(one, max_chars=100) != hash_output(
+        head + "x" * 5000 + "END\n", max_chars=100
+    )
 
 
 # --- previews ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from protocol.watchdog import (
     CONFIDENCE_LEVELS,
     REASON_CODES,
     AlertGate,
+    EventKind,
     EventWindow,
     ToolEvent,
     WatchdogConfig,
@@ -27,10 +28,43 @@ from protocol.watchdog import (
 # Text biased towards the things normalisation rewrites.
 FRAGMENTS = st.sampled_from(
     [
-        "\x1b[31m", "\x1b[0m", "\x1b", "\x1b]0;t\x07", "\r", "\n", "\r\n", " ", "\t", "pid ",
-        "12345", "[4242]", "/tmp/", "/var/folders/x/", "tmpab12cd34", "2024-01-02", "T", "10:11:12",
-        ":", ".5", "0.42s", "12ms", " s", "0x7f3a2c1d", "a1b2c3d4e5", "-", "123e4567-e89b-12d3-a456-"
-        "426614174000", "1700000000", "<tmp>", "<pid>", "<", ">", "(", ")", "error", "a.py", "1",
+        "\x1b[31m",
+        "\x1b[0m",
+        "\x1b",
+        "\x1b]0;t\x07",
+        "\r",
+        "\n",
+        "\r\n",
+        " ",
+        "\t",
+        "pid ",
+        "12345",
+        "[4242]",
+        "/tmp/",
+        "/var/folders/x/",
+        "tmpab12cd34",
+        "2024-01-02",
+        "T",
+        "10:11:12",
+        ":",
+        ".5",
+        "0.42s",
+        "12ms",
+        " s",
+        "0x7f3a2c1d",
+        "a1b2c3d4e5",
+        "-",
+        "123e4567-e89b-12d3-a456-426614174000",
+        "1700000000",
+        "<tmp>",
+        "<pid>",
+        "<",
+        ">",
+        "(",
+        ")",
+        "error",
+        "a.py",
+        "1",
     ]
 )
 TEXT = st.one_of(
@@ -86,7 +120,7 @@ def event_lists(draw: st.DrawFn) -> list[ToolEvent]:
     ts = 0.0
     for seq in range(count):
         ts += draw(st.sampled_from([0.0, 1.0, 50.0, 400.0]))
-        kind = draw(st.sampled_from(["tool_call", "tool_result", "error", "message"]))
+        kind: EventKind = draw(st.sampled_from(["tool_call", "tool_result", "error", "message"]))
         blank = draw(st.booleans())
         events.append(
             ToolEvent(
@@ -168,7 +202,9 @@ def test_detector_never_crashes_and_is_consistent(
 @given(event_lists())
 def test_a_trailing_instruction_always_clears_the_verdict(events: list[ToolEvent]) -> None:
     last_ts = events[-1].ts if events else 0.0
-    instruction = ToolEvent(agent_id="a", seq=len(events), ts=last_ts, kind="message", source="user")
+    instruction = ToolEvent(
+        agent_id="a", seq=len(events), ts=last_ts, kind="message", source="user"
+    )
     verdict = detect_stuck([*events, instruction], WatchdogConfig(), last_ts + 1000.0)
     assert verdict.confidence == "none" and not verdict.likely_stuck
 

@@ -22,8 +22,27 @@ RG = "src/app.py:12: def load_config(path):"
 def rg_transcript(times: int = 3) -> list[str]:
     lines = [json.dumps({"kind": "message", "source": "user", "text": "find the loader", "ts": 0})]
     for i in range(times):
-        lines.append(json.dumps({"kind": "tool_call", "tool": "bash", "command": "rg load_config src", "ts": 10 * i + 1}))
-        lines.append(json.dumps({"kind": "tool_result", "tool": "bash", "output": RG, "exit_code": 0, "ts": 10 * i + 2}))
+        lines.append(
+            json.dumps(
+                {
+                    "kind": "tool_call",
+                    "tool": "bash",
+                    "command": "rg load_config src",
+                    "ts": 10 * i + 1,
+                }
+            )
+        )
+        lines.append(
+            json.dumps(
+                {
+                    "kind": "tool_result",
+                    "tool": "bash",
+                    "output": RG,
+                    "exit_code": 0,
+                    "ts": 10 * i + 2,
+                }
+            )
+        )
     return lines
 
 
@@ -50,10 +69,10 @@ def test_replay_gives_a_verdict_per_event_and_a_final_verdict() -> None:
 
 
 def test_replay_accepts_dicts_bytes_and_skips_blank_lines() -> None:
-    lines: list[object] = [json.loads(line) for line in rg_transcript()]
+    lines: list[str | bytes | dict[str, object]] = [json.loads(x) for x in rg_transcript()]
     lines.insert(2, "   ")
     lines[3] = json.dumps(lines[3]).encode()
-    results = replay(lines)  # type: ignore[arg-type]
+    results = replay(lines)
     assert len(results) == 8
     assert results[-2]["line"] == 8  # the blank line still counts for numbering
     assert results[-1]["likely_stuck"] is True
@@ -61,7 +80,9 @@ def test_replay_accepts_dicts_bytes_and_skips_blank_lines() -> None:
 
 def test_a_user_message_is_a_new_instruction() -> None:
     lines = rg_transcript()
-    lines.append(json.dumps({"kind": "message", "source": "user", "output": "try the CLI", "ts": 40}))
+    lines.append(
+        json.dumps({"kind": "message", "source": "user", "output": "try the CLI", "ts": 40})
+    )
     results = replay(lines)
     assert results[-2]["likely_stuck"] is False
     assert results[-1]["reasons"] == []
@@ -74,39 +95,44 @@ def test_agent_messages_are_not_instructions() -> None:
 
 
 def test_error_events_are_failed_results() -> None:
-    lines = []
+    lines: list[dict[str, object]] = []
     for i, command in enumerate(["python app.py", "python -m app", "pytest"]):
         lines.append({"kind": "tool_call", "tool": "bash", "command": command})
         lines.append({"kind": "error", "tool": "bash", "output": "No module named 'yaml'", "ts": i})
-    final = replay(lines)[-1]  # type: ignore[arg-type]
+    final = replay(lines)[-1]
     assert final["reasons"] == ["error_streak"]
 
 
 def test_nonzero_exit_code_fails_a_result() -> None:
-    lines = []
+    lines: list[dict[str, object]] = []
     for command in ["python app.py", "python -m app", "pytest"]:
         lines.append({"kind": "tool_call", "tool": "bash", "command": command})
         lines.append({"kind": "tool_result", "tool": "bash", "output": "boom", "exit_code": 1})
-    assert replay(lines)[-1]["reasons"] == ["error_streak"]  # type: ignore[arg-type]
+    assert replay(lines)[-1]["reasons"] == ["error_streak"]
 
 
 def test_missing_ts_uses_the_line_index_as_seconds() -> None:
-    lines = [{"kind": "tool_call", "tool": "bash", "command": "ls"} for _ in range(3)]
-    results = replay(lines)  # type: ignore[arg-type]
+    lines: list[dict[str, object]] = [
+        {"kind": "tool_call", "tool": "bash", "command": "ls"} for _ in range(3)
+    ]
+    results = replay(lines)
     assert results[0]["episode_started_at"] == 0.0
-    results = replay([{"kind": "message", "text": "x"}, *lines])  # type: ignore[list-item]
+    results = replay([{"kind": "message", "text": "x"}, *lines])
     assert results[-1]["episode_started_at"] == 0.0
-    lines = [{"kind": "message", "source": "user", "text": "go"}] * 3
-    assert replay(lines)[-1]["episode_started_at"] == 2.0  # type: ignore[arg-type]
+    lines = [{"kind": "message", "source": "user", "text": "go"} for _ in range(3)]
+    assert replay(lines)[-1]["episode_started_at"] == 2.0
 
 
 def test_final_now_lets_time_pass_after_the_last_event() -> None:
-    lines = []
+    lines: list[dict[str, object]] = []
     for i in range(4):
-        lines.append({"kind": "tool_call", "tool": "bash", "command": f"python exp{i}.py", "ts": 100.0 * i})
+        lines.append(
+            {"kind": "tool_call", "tool": "bash", "command": f"python exp{i}.py", "ts": 100.0 * i}
+        )
         lines.append({"kind": "tool_result", "tool": "bash", "output": str(i), "ts": 100.0 * i + 1})
-    assert "no_progress" in replay(lines)[-1]["reasons"]  # type: ignore[arg-type,operator]
-    late = replay(lines, final_now=2000.0)[-1]  # type: ignore[arg-type]
+    reasons = replay(lines)[-1]["reasons"]
+    assert isinstance(reasons, list) and "no_progress" in reasons
+    late = replay(lines, final_now=2000.0)[-1]
     assert late["reasons"] == []  # quiet for long: idle, not looping
 
 
@@ -118,11 +144,13 @@ def test_settings_apply_to_replay() -> None:
 
 
 def test_structured_tools_with_args_and_call_ids() -> None:
-    lines = []
+    lines: list[dict[str, object]] = []
     for i in range(3):
-        lines.append({"kind": "tool_call", "tool": "read", "args": {"path": "a.py"}, "call_id": f"c{i}"})
+        lines.append(
+            {"kind": "tool_call", "tool": "read", "args": {"path": "a.py"}, "call_id": f"c{i}"}
+        )
         lines.append({"kind": "tool_result", "tool": "read", "output": "same", "call_id": f"c{i}"})
-    final = replay(lines)[-1]  # type: ignore[arg-type]
+    final = replay(lines)[-1]
     evidence = final["evidence"]
     assert isinstance(evidence, list)
     assert evidence[0]["commands"] == ["read a.py"]

@@ -31,8 +31,12 @@ def test_classify_kind(name: str | None, description: str | None, kind: str) -> 
 
 def test_make_target_maps_the_agent_record() -> None:
     target = make_target(
-        "shepherd-agent-1", name="scout", description="explore", status="working",
-        created_at=10.0, tool_call_count=12,
+        "shepherd-agent-1",
+        name="scout",
+        description="explore",
+        status="working",
+        created_at=10.0,
+        tool_call_count=12,
     )
     assert target == WatchdogTarget(
         id="shepherd-agent-1",
@@ -75,8 +79,9 @@ def test_reconcile_adds_new_keeps_newer_activity_and_keeps_missing() -> None:
         "gone": make_target("gone", name="old", status="working", created_at=1.0),
     }
     snapshot = [
-        make_target("a", name="scout", status="idle", created_at=1.0, last_active_at=40.0,
-                    tool_call_count=9),
+        make_target(
+            "a", name="scout", status="idle", created_at=1.0, last_active_at=40.0, tool_call_count=9
+        ),
         make_target("c", name="watchdog", status="working", created_at=30.0),
     ]
     merged = reconcile_targets(targets, snapshot)
