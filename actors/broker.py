@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hmac
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -122,9 +123,15 @@ class BrokerActor(ShepherdActor):
         launcher: Launcher,
         sink: GuardedSink,
         journal: Journal,
+        check_capability: bool = True,
+        tap: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__()
         self.session_id = session_id
+        #: False when the transport already verified each sender's capability (the mailbox
+        #: validator does, and strips the secret before delivery)
+        self._check_capability = check_capability
+        self._tap = tap
         self.settings = settings
         self._transport = transport
         self._launcher = launcher
@@ -143,6 +150,15 @@ class BrokerActor(ShepherdActor):
         self.duplicates = 0
         self.refused = 0
         self._log = logger.bind(session=session_id)
+
+    def _story(self, text: str) -> None:
+        """One human line per lifecycle change, for ``shepherd demo`` and ``serve --verbose``."""
+        if self._tap is None:
+            return
+        try:
+            self._tap(text)
+        except Exception:
+            self._log.opt(exception=True).error("story tap failed")
 
     # ------------------------------------------------------------------ dispatch
 
@@ -258,6 +274,8 @@ class BrokerActor(ShepherdActor):
         entry = self.agents.get(msg.agent_id)
         if entry is None:
             return
+        if entry.process_state != msg.process_state:
+            self._story(f"{entry.name}: process {msg.process_state}")
         entry.process_state = msg.process_state
         entry.last_active_at = msg.at
         if msg.exit_code is not None:
@@ -378,6 +396,18 @@ class BrokerActor(ShepherdActor):
 
     def _task_changed(self, msg: TaskChanged) -> None:
         record = msg.record
+        before = self.tasks.get(record.task_id)
+        if before is None or before.state is not record.state:
+            who = self._name(record.agent_id)
+            extra = ""
+            if record.state is TaskState.WAITING and record.pending_requests:
+                req = self.requests.get(record.pending_requests[-1])
+                if req is not None:
+                    extra = f" for {self._name(req.target_id)}: {req.question!r}"
+            elif record.result is not None:
+                body = record.result.text or record.result.error
+                extra = f" (rc {record.result.return_code})" + (f": {body}" if body else "")
+            self._story(f"{who}: task {record.task_id} {record.state.value}{extra}")
         self.tasks[record.task_id] = record
         if not record.terminal:
             return
@@ -503,7 +533,9 @@ class BrokerActor(ShepherdActor):
         entry = self.agents.get(env.sender_id)
         if entry is None:
             raise ForbiddenSender(f"unknown sender {env.sender_id!r}")
-        if not hmac.compare_digest(env.capability.encode(), entry.capability.encode()):
+        if self._check_capability and not hmac.compare_digest(
+            env.capability.encode(), entry.capability.encode()
+        ):
             raise ForbiddenSender(f"capability does not match sender {env.sender_id}")
 
     def _ack(
@@ -730,6 +762,9 @@ class BrokerActor(ShepherdActor):
         )
         self.requests[record.request_id] = record
         self._journal.append(record)
+        self._story(
+            f"{self._name(sender_id)} asks {self._name(target_id)} (request {record.request_id})"
+        )
         if timeout is not None:
             request_id = record.request_id
             self._request_timers[request_id] = self.clock.call_later(
@@ -758,6 +793,7 @@ class BrokerActor(ShepherdActor):
             return
         self.requests[request_id] = closed
         self._journal.append(closed)
+        self._story(f"request {request_id} {state.value}")
         timer = self._request_timers.pop(request_id, None)
         if timer is not None:
             timer.cancel()

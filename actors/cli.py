@@ -1,28 +1,281 @@
-"""The ``shepherd`` command line."""
+"""The ``shepherd`` command line: the parent's operations from any shell.
+
+Every command takes ``--json`` (one JSON object on stdout) and ``--session DIR`` (else
+``$SHEPHERD_SESSION``, else the newest live session of this user). Errors exit with status 2
+and, with ``--json``, print ``{"error": {"code", "message"}}``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from protocol.errors import ShepherdError
 
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shepherd", description=__doc__)
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--session", metavar="DIR", help="the session directory")
+
+
+def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per command
+    parser = argparse.ArgumentParser(prog="shepherd", description="Supervise a team of agents.")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the canonical scout/planner scenario and tell it")
-    demo.add_argument("--seed", type=int, default=1, help="simulation seed")
+
+    p = sub.add_parser("serve", help="run a session in the foreground")
+    p.add_argument("--session-dir", metavar="DIR", help="where the session's records live")
+    p.add_argument("--json", action="store_true", help="notifications as JSON lines")
+    p.add_argument("--verbose", action="store_true", help="also print lifecycle changes")
+
+    p = sub.add_parser("demo", help="the canonical scout/planner scenario, told as it happens")
+    p.add_argument("--simulated", action="store_true", help="run it in the simulation instead")
+    p.add_argument("--seed", type=int, default=1, help="simulation seed (with --simulated)")
+
+    p = sub.add_parser("spawn", help="start an agent")
+    p.add_argument("name")
+    p.add_argument("--adapter", default="scripted", choices=["scripted", "command", "pi-rpc"])
+    p.add_argument("--script", metavar="FILE", help="script file (scripted adapter)")
+    p.add_argument("--cmd", metavar="TEMPLATE", help="command template with {message}")
+    p.add_argument("--resume-cmd", metavar="TEMPLATE", help="template for later turns")
+    p.add_argument("--cwd", metavar="DIR", help="the agent's working directory")
+    p.add_argument("--description", help="what this agent is for")
+    _add_common(p)
+
+    p = sub.add_parser("delegate", help="give an agent a tracked task")
+    p.add_argument("agent")
+    p.add_argument("text")
+    p.add_argument("--timeout", type=float, metavar="MINUTES", help="task deadline")
+    _add_common(p)
+
+    p = sub.add_parser("message", help="send a message (follow-up, or --steer)")
+    p.add_argument("target")
+    p.add_argument("text")
+    p.add_argument("--task", metavar="ID")
+    p.add_argument("--thread", metavar="ID")
+    p.add_argument("--reply-to", metavar="ID")
+    p.add_argument("--expects-reply", action="store_true")
+    p.add_argument("--steer", action="store_true")
+    _add_common(p)
+
+    p = sub.add_parser("watch", help="register a watcher for task ids")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    _add_common(p)
+
+    p = sub.add_parser("status", help="agents, their process state and their task")
+    p.add_argument("agent", nargs="?")
+    _add_common(p)
+
+    p = sub.add_parser("close", help="close an agent (cancels its task)")
+    p.add_argument("agent")
+    _add_common(p)
+
+    p = sub.add_parser("read", help="an agent's recent output")
+    p.add_argument("agent")
+    p.add_argument("--lines", type=int, default=50)
+    _add_common(p)
+
+    p = sub.add_parser("cancel", help="cancel a task (130)")
+    p.add_argument("task_id")
+    p.add_argument("--reason")
+    _add_common(p)
+
+    p = sub.add_parser("fail", help="fail a task (1)")
+    p.add_argument("task_id")
+    p.add_argument("--error", required=True)
+    _add_common(p)
+
+    p = sub.add_parser("notifications", help="the parent's notifications as JSON lines")
+    p.add_argument("--follow", action="store_true", help="keep printing new ones")
+    _add_common(p)
+
+    p = sub.add_parser("shutdown", help="stop the session (closes every agent)")
+    _add_common(p)
     return parser
+
+
+def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(data).decode() + "\n")
+    else:
+        sys.stdout.write(human + "\n")
+    sys.stdout.flush()
+
+
+def _fail(args: argparse.Namespace, code: str, message: str) -> int:
+    if getattr(args, "json", False):
+        sys.stdout.write(
+            msgspec.json.encode({"error": {"code": code, "message": message}}).decode() + "\n"
+        )
+    else:
+        sys.stderr.write(f"shepherd: {code}: {message}\n")
+    return 2
+
+
+def _abs(path: str | None) -> str | None:
+    return str(Path(path).expanduser().absolute()) if path else None
+
+
+def _call_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    match args.command:
+        case "spawn":
+            return "spawn", {
+                "name": args.name,
+                "adapter": args.adapter,
+                "script": _abs(args.script),
+                "cmd": args.cmd,
+                "resume_cmd": args.resume_cmd,
+                "cwd": _abs(args.cwd),
+                "description": args.description,
+            }
+        case "delegate":
+            return "delegate", {
+                "target": args.agent,
+                "task": args.text,
+                "timeout_minutes": args.timeout,
+            }
+        case "message":
+            return "message", {
+                "target": args.target,
+                "message": args.text,
+                "task_id": args.task,
+                "thread_id": args.thread,
+                "reply_to": args.reply_to,
+                "expects_reply": args.expects_reply,
+                "steer": args.steer,
+            }
+        case "watch":
+            return "watch", {"ids": list(args.ids)}
+        case "status":
+            return "status", {"agent": args.agent}
+        case "close":
+            return "close", {"agent": args.agent}
+        case "read":
+            return "read", {"agent": args.agent, "lines": args.lines}
+        case "cancel":
+            return "cancel", {"task_id": args.task_id, "reason": args.reason}
+        case "fail":
+            return "fail", {"task_id": args.task_id, "error": args.error}
+        case "shutdown":
+            return "shutdown", {}
+    raise AssertionError(args.command)  # pragma: no cover
+
+
+def _human(command: str, data: Any) -> str:
+    from actors.views import render_status
+
+    match command:
+        case "spawn":
+            return f"{data['name']} {data['agent_id']} ({data['adapter']}, {data['process_state']})"
+        case "delegate":
+            return f"{data['task_id']} delegated to {data['agent_id']}"
+        case "message":
+            extra = f" (request {data['request_id']})" if data.get("request_id") else ""
+            return f"{data['message_id']} accepted{extra}"
+        case "watch":
+            lines = [f"watcher {data['watcher_id']}: {len(data['pending'])} pending"]
+            for r in data["completed"]:
+                body = r.get("text") or r.get("error") or ""
+                lines.append(f"  {r['task_id']} {r['status']} (rc {r['return_code']}) {body}")
+            return "\n".join(lines)
+        case "status":
+            return render_status(data)
+        case "read":
+            return "\n".join(data["lines"])
+        case "close":
+            cancelled = data.get("cancelled_task_id")
+            return f"closed {data['agent_id']}" + (f"; cancelled {cancelled}" if cancelled else "")
+        case "cancel" | "fail":
+            return f"{data['task_id']} {data['status']} (rc {data['return_code']})"
+    return msgspec.json.encode(data).decode()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from loguru import logger
+
+    from actors.sinks import StreamSink
+    from actors.supervisor import Supervisor
+
+    logger.enable("actors")
+    logger.remove()
+    logger.add(sys.stderr, level=os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING"))
+    tap = None
+    if args.verbose:
+
+        def tap(text: str) -> None:
+            sys.stdout.write(("" if args.json else "· ") + text + "\n")
+            sys.stdout.flush()
+
+    sup = Supervisor(args.session_dir, sinks=[StreamSink(sys.stdout, json=args.json)], tap=tap)
+    header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}
+    if args.json:
+        sys.stdout.write(msgspec.json.encode({"session": header}).decode() + "\n")
+    else:
+        sys.stdout.write(f"session {sup.session_id}\ndirectory {sup.session_dir}\n")
+    sys.stdout.flush()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def wait_for_remote_shutdown() -> None:
+        sup.wait()
+        stop.set()
+
+    threading.Thread(target=wait_for_remote_shutdown, daemon=True).start()
+    stop.wait()
+    sup.shutdown()
+    return 0
+
+
+def _notifications(args: argparse.Namespace) -> int:
+    from actors.client import find_session
+
+    info = find_session(args.session)
+    path = Path(info.notifications)
+    with open(path, "rb") as f:
+        for line in f:
+            sys.stdout.write(line.decode())
+        sys.stdout.flush()
+        if not args.follow:
+            return 0
+        import watchfiles
+
+        for _ in watchfiles.watch(path, debounce=10, step=5, rust_timeout=1000):
+            for line in f:
+                sys.stdout.write(line.decode())
+            sys.stdout.flush()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "demo":
-        from actors.demo import run_simulated_demo
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "demo":
+            from actors.demo import run_process_demo, run_simulated_demo
 
-        return run_simulated_demo(args.seed)
-    return 2  # pragma: no cover - argparse enforces the choices
+            return run_simulated_demo(args.seed) if args.simulated else run_process_demo()
+        if args.command == "notifications":
+            return _notifications(args)
+        from actors.client import Client, find_session
+
+        op, call_args = _call_args(args)
+        data = Client(find_session(args.session)).call(op, call_args)
+        _emit(args, data, _human(args.command, data))
+        return 0
+    except ShepherdError as exc:
+        return _fail(args, exc.code, exc.message)
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ simulated scripted agents — the form the lifecycle tests and the demo's story 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pykka
@@ -25,6 +25,8 @@ from actors.simulation import Faults, SimRuntime, SimTransport
 from actors.sinks import GuardedSink, Sink
 from actors.transport import PARENT_INBOX, Transport
 from protocol import api
+from protocol.envelopes import AnyEnvelope, CallEnvelope
+from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
 from protocol.script import Script, parse_script
 from protocol.settings import Settings
@@ -46,6 +48,9 @@ class Session:
         sink: Sink | None = None,
         journal: Journal | None = None,
         session_id: str | None = None,
+        check_capability: bool = True,
+        tap: Callable[[str], None] | None = None,
+        on_call: Callable[[CallEnvelope], None] | None = None,
     ) -> None:
         self.runtime = runtime
         self.transport = transport
@@ -62,11 +67,20 @@ class Session:
             launcher,
             self.sink,
             self.journal,
+            check_capability,
+            tap,
         )
-        self._subscription = transport.subscribe(
-            PARENT_INBOX, lambda env: tell_quietly(self.broker, Inbound(envelope=env))
-        )
+        self._on_call = on_call
+        self._subscription = transport.subscribe(PARENT_INBOX, self._parent_inbox)
         self._closed = False
+
+    def _parent_inbox(self, env: AnyEnvelope) -> None:
+        """Runs on the transport's thread: hand over and return (never block the receiver)."""
+        if isinstance(env, CallEnvelope):
+            if self._on_call is not None:
+                self._on_call(env)
+            return
+        tell_quietly(self.broker, Inbound(envelope=env))
 
     # ------------------------------------------------------------------ construction
 
@@ -80,6 +94,7 @@ class Session:
         sink: Sink | None = None,
         commands: FakeCommands | None = None,
         trace: bool = True,
+        tap: Callable[[str], None] | None = None,
     ) -> Session:
         runtime = SimRuntime(seed, faults=faults, trace=trace)
         transport = SimTransport(runtime)
@@ -88,7 +103,7 @@ class Session:
             if commands
             else SimLauncher(runtime, transport)
         )
-        return cls(runtime, transport, launcher, settings=settings, sink=sink)
+        return cls(runtime, transport, launcher, settings=settings, sink=sink, tap=tap)
 
     @property
     def sim(self) -> SimRuntime:
@@ -110,12 +125,14 @@ class Session:
         name: str,
         *,
         adapter: str = "scripted",
-        script: Script | dict[str, Any] | None = None,
+        script: Script | dict[str, Any] | str | None = None,
         **options: Any,
     ) -> api.SpawnResult:
-        """Start an agent. In a simulated session ``script`` is the agent's script."""
+        """Start an agent. ``script`` is a script (simulation) or a script file path."""
         if script is not None:
             if isinstance(self.launcher, SimLauncher):
+                if isinstance(script, str):
+                    raise InvalidArgument("a simulated agent takes a script object, not a path")
                 self.launcher.scripts[name] = (
                     script if isinstance(script, Script) else parse_script(script)
                 )

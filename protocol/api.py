@@ -63,7 +63,8 @@ class SpawnArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: str
     adapter: Adapter = "scripted"
     script: str | None = None  # path of a script file (scripted adapter)
-    cmd: str | None = None  # command template (command adapter)
+    cmd: str | None = None  # command template (command adapter), with {message}
+    resume_cmd: str | None = None  # template for later turns (command adapter)
     cwd: str | None = None
     description: str | None = None
 

@@ -17,7 +17,6 @@ Rules
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Final, Literal
@@ -103,9 +102,19 @@ class WatchdogConfigError(InvalidArgument, ValueError):
         self.reason = reason
 
 
+def _edit_distance(a: str, b: str) -> int:
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
 def _unknown_reason(key: str) -> str:
-    close = difflib.get_close_matches(key, CONFIG_KEYS, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    distance, close = min((_edit_distance(key, known), known) for known in CONFIG_KEYS)
+    hint = f" (did you mean {close!r}?)" if distance <= max(2, len(key) // 4) else ""
     return f"unknown key{hint}; known keys: {', '.join(CONFIG_KEYS)}"
 
 

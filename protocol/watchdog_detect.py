@@ -7,7 +7,10 @@ Calls are logical calls (a call and its result count once); pending calls have n
 Each rule has a stable reason code; ``->`` gives its confidence.
 
 ``repeated_command``
-    the same command key with the same output hash >= T times -> medium; high at >= T+2.
+    the same command key with the same output hash >= T times with no write between them; a
+    failing result counts across writes too (the edits are not changing the failure), a
+    passing one does not (edit, tests green, edit, tests green is healthy)
+    -> medium; high at >= T+2.
 ``repeated_typecheck_error``
     the same typecheck/compile error signature in >= Tt results -> medium; high at >= Tt+2.
 ``no_progress``
@@ -144,27 +147,46 @@ def _output(call: LogicalCall) -> str:
     return call.output_hash or ""
 
 
-def _repeated_command(done: Sequence[LogicalCall], config: WatchdogConfig) -> list[Evidence]:
-    groups: dict[tuple[str, str], list[LogicalCall]] = {}
-    for call in done:
-        if call.command:
-            groups.setdefault((call.command, _output(call)), []).append(call)
+def _repeated_command(
+    calls: Sequence[LogicalCall], classes: Sequence[CallClass], config: WatchdogConfig
+) -> list[Evidence]:
+    """Same command, same output. A write between repeats is progress (edit, tests green,
+    edit, tests green is healthy), unless the output is a failure: the same failure after
+    edits means the edits are not helping."""
+    groups: dict[tuple[str, str], list[tuple[int, LogicalCall]]] = {}
+    segment = 0  # number of writes before the call
+    for call, cls in zip(calls, classes, strict=True):
+        if call.command and not call.pending:
+            groups.setdefault((call.command, _output(call)), []).append((segment, call))
+        if cls == "write":
+            segment += 1
     found = []
-    for (command, output), group in groups.items():
-        level = _by_count(len(group), config.repeat_threshold)
-        if level != "none":
-            found.append(
-                Evidence(
-                    code="repeated_command",
-                    key=_key("repeated_command", command, output),
-                    commands=[_short(command)],
-                    hashes=[output],
-                    count=len(group),
-                    detail=f"ran {len(group)} times with the same output",
-                    confidence=level,
-                    seqs=[c.seq for c in group],
-                )
+    for (command, output), members in groups.items():
+        failing = all(call.is_error for _, call in members)
+        if failing:
+            run = [call for _, call in members]
+        else:
+            by_segment: dict[int, list[LogicalCall]] = {}
+            for seg, call in members:
+                by_segment.setdefault(seg, []).append(call)
+            run = max(by_segment.values(), key=len)
+        level = _by_count(len(run), config.repeat_threshold)
+        if level == "none":
+            continue
+        spans_writes = len({seg for seg, _ in members}) > 1
+        how = "failing the same way even after edits" if failing and spans_writes else "no edit"
+        found.append(
+            Evidence(
+                code="repeated_command",
+                key=_key("repeated_command", command, output),
+                commands=[_short(command)],
+                hashes=[output],
+                count=len(run),
+                detail=f"ran {len(run)} times with the same output ({how} between)",
+                confidence=level,
+                seqs=[c.seq for c in run],
             )
+        )
     return found
 
 
@@ -416,7 +438,7 @@ def detect_stuck(events: Sequence[ToolEvent], config: WatchdogConfig, now: float
     done = [c for c in calls if not c.pending]
     classes = [classify_call(c.tool, c.command) for c in calls]
     found = [
-        *_repeated_command(done, config),
+        *_repeated_command(calls, classes, config),
         *_repeated_typecheck(done, config),
         *_no_progress(calls, classes, episode, config, now),
         *_read_only_loop(calls, classes, config),

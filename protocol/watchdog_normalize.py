@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Final, Literal
@@ -49,6 +48,8 @@ CallClass = Literal["write", "read", "other"]
 
 DEFAULT_HASH_CHARS: Final = 32_000
 PREVIEW_LINE_CHARS: Final = 240
+MAX_ARG_CHARS: Final = 200  # longer structured argument values are kept as a digest
+MAX_COMMAND_KEY_CHARS: Final = 2000
 
 # CSI, OSC, charset selection, two-character escapes, then any stray ESC, so that stripping
 # is a fixed point.
@@ -211,34 +212,99 @@ SHELL_TOOLS: Final = frozenset(
 
 
 def render_call(tool: str, command: str | None = None, args: object = None) -> str:
-    """The command key of a call: its shell command, else ``tool`` and its sorted args."""
+    """The command key of a call: its shell command, else ``tool`` and its sorted args.
+
+    Keys stay bounded: a long argument value (a file's new content) is replaced by its
+    length and a digest, and a very long command keeps its head and a digest of the whole.
+    """
     if command is not None:
-        return normalize_command(command)
+        return _bounded(normalize_command(command))
     if isinstance(args, Mapping):
         shell = args.get("command", args.get("cmd"))
         if tool.lower() in SHELL_TOOLS and isinstance(shell, str):
-            return normalize_command(shell)
+            return _bounded(normalize_command(shell))
         parts = [tool]
         for key in _PATHLIKE:
             value = args.get(key)
             if isinstance(value, str):
-                parts.append(shlex.quote(value))
+                parts.append(_quote(value))
             elif isinstance(value, list):
-                parts.extend(shlex.quote(str(v)) for v in value)
-        for key in sorted(str(k) for k in args):
-            if key not in _PATHLIKE:
-                parts.append(f"{key}={_json(args[key])}")
-        return normalize_command(" ".join(parts))
+                parts.extend(_quote(str(v)) for v in value)
+        rest = sorted((str(k), v) for k, v in args.items() if str(k) not in _PATHLIKE)
+        parts.extend(f"{key}={_json(value)}" for key, value in rest)
+        return _bounded(normalize_command(" ".join(parts)))
     if args is None:
-        return normalize_command(tool)
-    return normalize_command(f"{tool} {_json(args)}")
+        return _bounded(normalize_command(tool))
+    return _bounded(normalize_command(f"{tool} {_json(args)}"))
+
+
+_SAFE_WORD = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
+
+
+def _quote(word: str) -> str:
+    """Shell-quote one word (as ``shlex.quote``), so a path with spaces stays one token."""
+    if _SAFE_WORD.fullmatch(word):
+        return word
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+def _split_words(text: str) -> list[str]:
+    """Split like a POSIX shell: quotes group, backslash escapes; never raises (an
+    unterminated quote runs to the end)."""
+    words: list[str] = []
+    word: list[str] = []
+    quote = ""
+    in_word = False
+    chars = iter(text)
+    for char in chars:
+        if quote == "'":
+            if char == "'":
+                quote = ""
+            else:
+                word.append(char)
+        elif quote == '"':
+            if char == '"':
+                quote = ""
+            elif char == "\\":
+                following = next(chars, "")
+                word.append(following if following in '"\\' else char + following)
+            else:
+                word.append(char)
+        elif char in "'\"":
+            quote, in_word = char, True
+        elif char == "\\":
+            word.append(next(chars, ""))
+            in_word = True
+        elif char.isspace():
+            if in_word:
+                words.append("".join(word))
+                word, in_word = [], False
+        else:
+            word.append(char)
+            in_word = True
+    if in_word:
+        words.append("".join(word))
+    return words
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _bounded(command: str) -> str:
+    if len(command) <= MAX_COMMAND_KEY_CHARS:
+        return command
+    return f"{command[: MAX_COMMAND_KEY_CHARS // 2]}… #{_digest(command)}"
 
 
 def _json(value: object) -> str:
     try:
-        return msgspec.json.encode(value, order="sorted").decode()
+        text = msgspec.json.encode(value, order="sorted").decode()
     except (TypeError, msgspec.EncodeError):
-        return repr(value)
+        text = repr(value)
+    if len(text) > MAX_ARG_CHARS:
+        return f"<{len(text)} chars #{_digest(text)}>"
+    return text
 
 
 # --- classification ---------------------------------------------------------------------
@@ -273,10 +339,7 @@ _SCRIPT_FIRST: Final = frozenset({"sed", "awk", "jq"})
 
 
 def _tokens(segment: str) -> list[str]:
-    try:
-        tokens = shlex.split(segment)
-    except ValueError:
-        tokens = segment.split()
+    tokens = _split_words(segment)
     while tokens and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", tokens[0]):
         tokens.pop(0)  # FOO=bar cmd
     while tokens and tokens[0] in {"sudo", "time", "nice", "command", "env", "exec"}:

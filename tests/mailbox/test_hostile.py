@@ -12,7 +12,7 @@ import pytest
 from actors.mailbox import Mailbox
 from actors.transport import PARENT_INBOX
 from protocol.envelopes import AnyEnvelope, encode_envelope
-from protocol.errors import ForbiddenSender
+from protocol.errors import ForbiddenSender, InvalidHandle
 from protocol.ids import IdKind
 from protocol.settings import Settings
 
@@ -292,3 +292,21 @@ def test_a_flood_planted_directly_is_handled_in_order(
     collector.wait_for(50)
     rejections.wait_for(50)
     assert collector.contents == [str(i) for i in range(50)]
+
+
+def test_an_inbox_replaced_by_a_symlink_is_not_read(
+    parent: Mailbox, tmp_path: Path, session_id: str
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    for sub in ("tmp", "new", "cur"):
+        (elsewhere / sub).mkdir(parents=True)
+    box = parent.inbox_path(AGENT)
+    for sub in ("tmp", "new", "cur"):
+        (box / sub).rmdir()
+    box.rmdir()
+    box.symlink_to(elsewhere)
+    with pytest.raises(InvalidHandle, match="symbolic link"):
+        parent.subscribe(AGENT, Collector())
+    with pytest.raises(InvalidHandle, match="symbolic link"):
+        parent.publish(AGENT, message(session_id, target_id=AGENT))
+    assert os.listdir(elsewhere / "tmp") == []

@@ -113,6 +113,7 @@ SAMPLES: dict[str, Envelope] = {
         summary="need access",
         error="permission denied",
         cancel_requests=True,
+        reply_inbox="shepherd-message-5be11001",  # sent from the agent's shell: one-shot inbox
     ),
     "runtime": RuntimeEnvelope(
         **_common(),
@@ -150,7 +151,7 @@ SAMPLES: dict[str, Envelope] = {
         **_common(sender=CLIENT, target="shepherd"),
         op="watch",
         args={"ids": [TASK], "nested": {"a": [1, 2.5, None, True]}},
-        reply_inbox="/run/x",
+        reply_inbox=CLIENT,
     ),
     "result": ResultEnvelope(
         **_common(sender="shepherd", target=CLIENT),
@@ -174,7 +175,7 @@ def _encode(raw: dict[str, Any]) -> bytes:
 
 
 def _all_subclasses(cls: type) -> set[type]:
-    out = set()
+    out: set[type] = set()
     for sub in cls.__subclasses__():
         out |= {sub, *_all_subclasses(sub)}
     return out
@@ -184,7 +185,7 @@ def _all_subclasses(cls: type) -> set[type]:
 
 
 def test_samples_cover_every_envelope_kind() -> None:
-    tags = {msgspec.inspect.type_info(cls).tag for cls in _all_subclasses(Envelope)}
+    tags = {cls.__struct_config__.tag for cls in _all_subclasses(Envelope)}
     assert tags == set(KINDS)
 
 
@@ -329,7 +330,7 @@ def test_deeply_nested_free_form_data_is_an_invalid_envelope(kind: str, depth: i
 
 
 def test_huge_and_odd_strings_survive_a_round_trip() -> None:
-    content = "x" * 1_000_000 + "\x00\u2028\U0001f600\\\"" + "\n"
+    content = "x" * 1_000_000 + '\x00\u2028\U0001f600\\"' + "\n"
     envelope = msgspec.structs.replace(SAMPLES["message"], content=content)
     assert decode_envelope(encode_envelope(envelope)).content == content  # type: ignore[union-attr]
 
@@ -436,6 +437,22 @@ def test_bad_targets_are_refused(kind: str, target: str) -> None:
         validate_addresses(_with(kind, target_id=target))
 
 
+def test_task_done_without_a_task_id_means_the_active_task() -> None:
+    raw = _as_dict(SAMPLES["task_done"])
+    del raw["task_id"]
+    decoded = decode_envelope(_encode(raw))
+    assert isinstance(decoded, TaskDoneEnvelope)
+    assert decoded.task_id is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("value", [TASK, AGENT, "shepherd", "/run/x", "../x", ""])
+def test_reply_inbox_must_be_a_message_id(kind: str, value: str) -> None:
+    validate_addresses(_with(kind, reply_inbox=OTHER_MSG))
+    with pytest.raises(InvalidEnvelope, match="reply_inbox"):
+        validate_addresses(_with(kind, reply_inbox=value))
+
+
 TASK_ID_KINDS = ["message", "reply", "task", "task_done", "ack", "control"]
 
 
@@ -538,7 +555,9 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 FIELD_NAMES = sorted(
@@ -579,7 +598,7 @@ def test_fuzz_arbitrary_json_values(value: object) -> None:
 def test_fuzz_mutated_envelopes(
     kind: str, drop: set[str], changes: dict[str, object], allow_nan: bool
 ) -> None:
-    raw = _as_dict(SAMPLES[kind]) if kind in SAMPLES else {"kind": kind}
+    raw: dict[str, object] = dict(_as_dict(SAMPLES[kind])) if kind in SAMPLES else {"kind": kind}
     for name in drop:
         raw.pop(name, None)
     raw.update(changes)
@@ -590,7 +609,7 @@ def test_fuzz_mutated_envelopes(
 @given(
     kind=st.sampled_from(["call", "result", "ack", "message"]),
     depth=st.integers(min_value=0, max_value=3_000),
-    opener=st.sampled_from(['[', '{"a":', '[{"b":[']),
+    opener=st.sampled_from(["[", '{"a":', '[{"b":[']),
 )
 def test_fuzz_deep_nesting(kind: str, depth: int, opener: str) -> None:
     closer = {"[": "]", '{"a":': "}", '[{"b":[': "]}]"}[opener]

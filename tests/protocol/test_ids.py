@@ -224,7 +224,9 @@ def test_kind_of_accepts_only_safe_names(value: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(kind=st.sampled_from(KINDS), token=st.text(alphabet="0123456789abcdef", min_size=8, max_size=64))
+@given(
+    kind=st.sampled_from(KINDS), token=st.text(alphabet="0123456789abcdef", min_size=8, max_size=64)
+)
 def test_every_well_formed_id_round_trips(kind: IdKind, token: str) -> None:
     value = make_id(kind, token)
     assert parse_id(value, kind) == value

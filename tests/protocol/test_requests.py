@@ -29,12 +29,13 @@ def pending() -> RequestRecord:
 
 
 def test_table() -> None:
-    assert REQUEST_TRANSITIONS == {
+    expected = {
         RS.PENDING: frozenset(TERMINAL),
         RS.REPLIED: frozenset(),
         RS.CANCELLED: frozenset(),
         RS.TIMED_OUT: frozenset(),
     }
+    assert expected == REQUEST_TRANSITIONS
 
 
 def test_new_request_is_pending() -> None:

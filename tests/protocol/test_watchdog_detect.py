@@ -161,6 +161,38 @@ def test_repeated_command_threshold_is_configurable() -> None:
     assert not script.verdict().likely_stuck
 
 
+def test_edit_then_green_tests_is_progress_not_a_repeat() -> None:
+    script = Script()
+    for i in range(4):
+        script.edit(f"src/mod{i}.py")
+        script.run("pytest -q", "12 passed in 0.5{i}s")  # identical once durations are masked
+    verdict = script.verdict()
+    assert "repeated_command" not in verdict.reasons
+    assert not verdict.likely_stuck
+
+
+def test_the_same_failure_after_each_edit_is_a_repeat() -> None:
+    script = Script()
+    for i in range(3):
+        script.edit(f"src/mod{i}.py")
+        script.run("pytest -q", "FAILED tests/test_a.py::test_x - AssertionError", exit_code=1)
+    verdict = script.verdict()
+    assert "repeated_command" in verdict.reasons
+    (item,) = [e for e in verdict.evidence if e.code == "repeated_command"]
+    assert item.count == 3 and "even after edits" in item.detail
+
+
+def test_repeats_are_counted_within_the_stretch_between_writes() -> None:
+    script = Script()
+    script.run("git status", "clean").run("git status", "clean")
+    script.edit()
+    script.run("git status", "clean")
+    assert "repeated_command" not in script.verdict().reasons
+    script.run("git status", "clean").run("git status", "clean")
+    (item,) = [e for e in script.verdict().evidence if e.code == "repeated_command"]
+    assert item.count == 3 and item.seqs == [e.seq for e in script.events[-6::2]]
+
+
 def test_pending_calls_do_not_count_as_repeats() -> None:
     script = Script().run("make run", "same").run("make run", "same").start("make run")
     assert "repeated_command" not in script.verdict().reasons

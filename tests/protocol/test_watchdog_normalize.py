@@ -47,6 +47,17 @@ def test_render_call_is_stable_for_structured_args() -> None:
     assert render_call("tool", args=[1, 2]) == "tool [1,2]"
 
 
+def test_command_keys_stay_bounded_but_distinct() -> None:
+    one = render_call("write", args={"path": "a.py", "content": "x" * 50_000})
+    two = render_call("write", args={"path": "a.py", "content": "y" * 50_000})
+    assert one.startswith("write a.py content=<50002 chars #")
+    assert len(one) < 100 and one != two
+    long_one = render_call("bash", command="cat <<EOF > f\n" + "a" * 10_000)
+    long_two = render_call("bash", command="cat <<EOF > f\n" + "a" * 9_999 + "b")
+    assert len(long_one) < 1100 and long_one != long_two
+    assert render_call("tool", args={1: "a", "b": 2}) == 'tool 1="a" b=2'
+
+
 # --- outputs and volatile noise ------------------------------------------------------------
 
 NOISE_PAIRS = [

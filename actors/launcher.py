@@ -1,0 +1,209 @@
+"""Starting agents as real processes: one ``shepherd-child`` bridge per agent.
+
+Each bridge runs in its own session and process group (so closing an agent can kill the
+whole tree the agent started), with its identity, capability and session in the environment,
+and its output in ``<session>/agents/<agent_id>/output.log``.
+
+Exits are observed by ONE reaper thread for all children, waiting on pidfds: no thread per
+child, no polling. Stopping sends SIGTERM to the group, then SIGKILL after a grace period;
+after the bridge's exit is observed, anything still in its group is killed too (no orphans).
+The exit is reported exactly once through ``on_exit``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from actors.agent import AgentHandle, AgentSpec
+from actors.clock import Clock
+
+__all__ = ["ChildProcess", "ProcessLauncher", "Reaper"]
+
+STOP_GRACE_S = 3.0
+
+
+class Reaper:
+    """One thread that waits on the pidfds of every child and reports each exit once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watched: dict[int, tuple[subprocess.Popen[bytes], Callable[[int], None]]] = {}
+        self._wake_r, self._wake_w = os.pipe()
+        self._poll = select.poll()
+        self._poll.register(self._wake_r, select.POLLIN)
+        self._closed = False
+        self._idle = threading.Condition(self._lock)
+        self._thread = threading.Thread(target=self._run, name="shepherd-reaper", daemon=True)
+        self._thread.start()
+
+    def watch(self, proc: subprocess.Popen[bytes], on_exit: Callable[[int], None]) -> None:
+        fd = os.pidfd_open(proc.pid)
+        with self._lock:
+            self._watched[fd] = (proc, on_exit)
+            self._poll.register(fd, select.POLLIN)
+        os.write(self._wake_w, b"x")
+
+    def _run(self) -> None:
+        while True:
+            events = self._poll.poll()
+            for fd, _ in events:
+                if fd == self._wake_r:
+                    os.read(self._wake_r, 4096)
+                    if self._closed:
+                        return
+                    continue
+                with self._lock:
+                    proc, on_exit = self._watched.pop(fd)
+                    self._poll.unregister(fd)
+                os.close(fd)
+                code = proc.wait()
+                code = 128 - code if code < 0 else code  # killed by a signal: 128 + signum
+                _kill_group(proc.pid, signal.SIGKILL)  # whatever the agent left behind
+                try:
+                    on_exit(code)
+                except Exception:
+                    logger.opt(exception=True).error("on_exit callback failed")
+                with self._idle:
+                    self._idle.notify_all()
+
+    @property
+    def watching(self) -> int:
+        return len(self._watched)
+
+    def wait_all_exited(self, timeout: float) -> bool:
+        """Block until every watched child's exit has been reported (or the timeout)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._watched, timeout=timeout)
+
+    def close(self) -> None:
+        self._closed = True
+        os.write(self._wake_w, b"x")
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        for fd in list(self._watched):
+            os.close(fd)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+class ChildProcess:
+    """The :class:`~actors.agent.AgentHandle` of one bridge process."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], clock: Clock, grace_s: float) -> None:
+        self.proc = proc
+        self._clock = clock
+        self._grace_s = grace_s
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        _kill_group(self.proc.pid, signal.SIGTERM)
+        self._clock.call_later(self._grace_s, self.kill)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            _kill_group(self.proc.pid, signal.SIGKILL)
+
+
+class ProcessLauncher:
+    """Starts ``python -m actors.child_cli run`` for each agent of a session."""
+
+    def __init__(
+        self,
+        *,
+        session_dir: Path,
+        session_id: str,
+        mailbox_root: Path,
+        ensure_inbox: Callable[[str], object],
+        register: Callable[[AgentSpec], None],
+        clock: Clock,
+        parent_pid: int | None = None,
+        grace_s: float = STOP_GRACE_S,
+        python: str = sys.executable,
+    ) -> None:
+        self._session_dir = session_dir
+        self._session_id = session_id
+        self._mailbox_root = mailbox_root
+        self._ensure_inbox = ensure_inbox
+        self._register = register
+        self._clock = clock
+        self._parent_pid = parent_pid or os.getpid()
+        self._grace_s = grace_s
+        self._python = python
+        self.reaper = Reaper()
+        self.children: dict[str, ChildProcess] = {}
+
+    def environment(self, spec: AgentSpec) -> dict[str, str]:
+        options: dict[str, Any] = {
+            k: v for k, v in spec.options.items() if k not in ("name", "adapter")
+        }
+        return {
+            "SHEPHERD_SESSION": str(self._session_dir),
+            "SHEPHERD_SESSION_ID": self._session_id,
+            "SHEPHERD_MAILBOX": str(self._mailbox_root),
+            "SHEPHERD_AGENT_ID": spec.agent_id,
+            "SHEPHERD_AGENT_NAME": spec.name,
+            "SHEPHERD_CAPABILITY": spec.capability,
+            "SHEPHERD_PARENT_PID": str(self._parent_pid),
+            "SHEPHERD_ADAPTER": spec.adapter,
+            "SHEPHERD_AGENT_OPTIONS": json.dumps(options),
+        }
+
+    def launch(self, spec: AgentSpec, on_exit: Callable[[int], None]) -> AgentHandle:
+        self._register(spec)  # the mailbox validator must know the capability first
+        self._ensure_inbox(spec.agent_id)
+        agent_dir = self._session_dir / "agents" / spec.agent_id
+        agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        cwd = spec.options.get("cwd") or os.getcwd()
+        env = {**os.environ, **self.environment(spec)}
+        env.pop("SHEPHERD_SESSION_HINT", None)
+        with open(agent_dir / "output.log", "ab", buffering=0) as log:
+            proc = subprocess.Popen(
+                [self._python, "-m", "actors.child_cli", "run"],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        child = ChildProcess(proc, self._clock, self._grace_s)
+        self.children[spec.agent_id] = child
+        self.reaper.watch(proc, on_exit)
+        logger.bind(agent=spec.name).info("started bridge pid {pid}", pid=proc.pid)
+        return child
+
+    def kill_all(self) -> None:
+        for child in self.children.values():
+            child.kill()
+
+    def close(self) -> None:
+        self.kill_all()
+        for child in self.children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.proc.wait(timeout=5)
+        self.reaper.close()

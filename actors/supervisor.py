@@ -1,0 +1,365 @@
+"""The parent supervisor: one session of real agent processes over the filesystem mailbox.
+
+``shepherd serve`` runs one in the foreground; Python programs embed it (``Supervisor(...)``).
+It owns the session directory::
+
+    <session_dir>/session.json         id, parent pid, created, where the mailbox lives
+    <session_dir>/journal.jsonl        durable task / request / agent records
+    <session_dir>/notifications.jsonl  every parent notification, one JSON object per line
+    <session_dir>/agents/<agent_id>/   the bridge's output log
+    <mailbox_root>/inbox/...           the mailbox (on a memory filesystem when available)
+
+and a pointer in ``<state>/shepherd/live/`` so the CLI can find the newest live session.
+
+CLI clients send ``call`` envelopes into the parent inbox (authenticated by the session's client
+token, kept in the 0600 ``session.json``); each call runs on a small thread pool, never on the
+mailbox receiver, and its ``result`` goes back to the client's one-shot inbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from loguru import logger
+
+from actors.agent import AgentSpec
+from actors.journal_file import FileJournal
+from actors.launcher import ProcessLauncher
+from actors.mailbox import Mailbox, default_runtime_dir
+from actors.runtime import ThreadedRuntime
+from actors.session import Session
+from actors.sinks import Sink
+from actors.transport import PARENT_INBOX
+from protocol import api
+from protocol.envelopes import AnyEnvelope, CallEnvelope, NoticeEnvelope, ResultEnvelope
+from protocol.errors import (
+    ForbiddenSender,
+    InvalidArgument,
+    ShepherdError,
+)
+from protocol.ids import PARENT_ID, IdKind
+from protocol.notifications import AnyNotification
+from protocol.settings import Settings
+
+__all__ = ["SessionInfo", "Supervisor", "live_dir", "state_dir"]
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    session_id: str
+    session_dir: str
+    mailbox: str
+    journal: str
+    notifications: str
+    parent_pid: int
+    created_at: float
+    client_token: str
+    version: int = 1
+
+
+def state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(base) / "shepherd"
+
+
+def live_dir() -> Path:
+    return state_dir() / "live"
+
+
+class NotificationFile:
+    """Appends every notification to ``notifications.jsonl`` (what ``shepherd notifications``
+    and a parent agent's shell follow)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+
+    def __call__(self, note: AnyNotification) -> None:
+        line = msgspec.json.encode(note) + b"\n"
+        with self._lock:
+            if self._fd >= 0:
+                os.write(self._fd, line)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+class _FanOut:
+    def __init__(self, sinks: Iterable[Sink]) -> None:
+        self._sinks = list(sinks)
+
+    def __call__(self, note: AnyNotification) -> None:
+        errors: list[Exception] = []
+        for sink in self._sinks:
+            try:
+                sink(note)
+            except Exception as exc:  # one broken sink must not starve the others
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if st.st_uid != os.getuid():
+        raise InvalidArgument(f"{path} belongs to another user")
+    os.chmod(path, 0o700)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        session_dir: Path | str | None = None,
+        *,
+        settings: Settings | None = None,
+        sinks: Iterable[Sink] = (),
+        tap: Callable[[str], None] | None = None,
+        mailbox_root: Path | str | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.runtime = ThreadedRuntime(workers=workers)
+        self.session_id = self.runtime.ids.new(IdKind.SESSION)
+        self.session_dir = Path(
+            session_dir or state_dir() / "sessions" / self.session_id
+        ).absolute()
+        _private_dir(self.session_dir)
+        if (self.session_dir / "session.json").exists():
+            raise InvalidArgument(
+                f"{self.session_dir} already holds a session; resuming one is not supported yet"
+            )
+        _private_dir(self.session_dir / "agents")
+        self.mailbox_root = Path(mailbox_root or default_runtime_dir() / self.session_id).absolute()
+        self.client_token = self.runtime.ids.secret()
+        self._capabilities: dict[str, str] = {}
+        self.mailbox = Mailbox.create(
+            self.mailbox_root,
+            self.session_id,
+            self.settings,
+            validate=self._validate,
+            on_reject=self._on_reject,
+        )
+        self.mailbox.ensure_inbox(PARENT_INBOX)
+        self.journal = FileJournal(self.session_dir / "journal.jsonl", fsync=True)
+        self.notifications = NotificationFile(self.session_dir / "notifications.jsonl")
+        self.launcher = ProcessLauncher(
+            session_dir=self.session_dir,
+            session_id=self.session_id,
+            mailbox_root=self.mailbox_root,
+            ensure_inbox=self.mailbox.ensure_inbox,
+            register=self._register,
+            clock=self.runtime.clock,
+        )
+        self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shepherd-call")
+        self.session = Session(
+            self.runtime,
+            self.mailbox,
+            self.launcher,
+            settings=self.settings,
+            sink=_FanOut([self.notifications, *sinks]),
+            journal=self.journal,
+            session_id=self.session_id,
+            check_capability=False,  # the mailbox validator checks it, then strips it
+            tap=tap,
+            on_call=self._on_call,
+        )
+        self.info = SessionInfo(
+            session_id=self.session_id,
+            session_dir=str(self.session_dir),
+            mailbox=str(self.mailbox_root),
+            journal=str(self.session_dir / "journal.jsonl"),
+            notifications=str(self.session_dir / "notifications.jsonl"),
+            parent_pid=os.getpid(),
+            created_at=self.runtime.clock.now(),
+            client_token=self.client_token,
+        )
+        _write_private(self.session_dir / "session.json", msgspec.json.encode(self.info))
+        _private_dir(live_dir())
+        self._live_pointer = live_dir() / f"{self.session_id}.json"
+        _write_private(
+            self._live_pointer,
+            json.dumps({"session_dir": str(self.session_dir), "pid": os.getpid()}).encode(),
+        )
+        self._closed = False
+        self._stopped = threading.Event()
+        logger.bind(session=self.session_id).info("session at {dir}", dir=self.session_dir)
+
+    # ------------------------------------------------------------------ mailbox checks
+
+    def _register(self, spec: AgentSpec) -> None:
+        self._capabilities[spec.agent_id] = spec.capability
+
+    def _validate(self, inbox: str, env: AnyEnvelope) -> None:
+        if inbox != PARENT_INBOX:
+            raise ForbiddenSender(f"the parent does not read inbox {inbox!r}")
+        if isinstance(env, CallEnvelope):
+            if not hmac.compare_digest(env.capability.encode(), self.client_token.encode()):
+                raise ForbiddenSender("call without this session's client token")
+            return
+        expected = self._capabilities.get(env.sender_id)
+        if expected is None:
+            raise ForbiddenSender(f"unknown sender {env.sender_id!r}")
+        if not hmac.compare_digest(env.capability.encode(), expected.encode()):
+            raise ForbiddenSender(f"capability does not match sender {env.sender_id}")
+
+    def _on_reject(self, inbox: str, env: AnyEnvelope | None, error: ShepherdError) -> None:
+        """A known sender gets a non-delivery notice; nothing is dropped silently."""
+        if env is None or env.sender_id not in self._capabilities:
+            return
+        notice = NoticeEnvelope(
+            message_id=self.runtime.ids.new(IdKind.MESSAGE),
+            session_id=self.session_id,
+            sender_id=PARENT_ID,
+            target_id=env.sender_id,
+            created_at=self.runtime.clock.now(),
+            capability=self._capabilities[env.sender_id],
+            code="not_delivered",
+            text=f"envelope {env.message_id} was refused: {error.code}: {error.message}",
+            ref_id=env.message_id,
+        )
+        with contextlib.suppress(ShepherdError):
+            self.mailbox.publish(env.sender_id, notice)
+
+    # ------------------------------------------------------------------ CLI calls
+
+    def _on_call(self, env: CallEnvelope) -> None:
+        self._calls.submit(self._answer, env)
+
+    def _answer(self, env: CallEnvelope) -> None:
+        try:
+            data = msgspec.to_builtins(self.call(env.op, env.args))
+            result = ResultEnvelope(
+                message_id=self.runtime.ids.new(IdKind.MESSAGE),
+                session_id=self.session_id,
+                sender_id=PARENT_ID,
+                target_id=env.sender_id,
+                created_at=self.runtime.clock.now(),
+                call_id=env.message_id,
+                ok=True,
+                data=data,
+            )
+        except ShepherdError as exc:
+            result = self._error_result(env, exc)
+        except Exception as exc:  # a bug must still answer the caller
+            logger.opt(exception=True).error("call {op} failed", op=env.op)
+            result = self._error_result(env, ShepherdError(f"internal error: {exc!r}"))
+        if env.reply_inbox is None:
+            return
+        try:
+            self.mailbox.publish(env.reply_inbox, result)
+        except ShepherdError as exc:
+            logger.warning("could not answer call {id}: {err}", id=env.message_id, err=exc.message)
+
+    def _error_result(self, env: CallEnvelope, exc: ShepherdError) -> ResultEnvelope:
+        return ResultEnvelope(
+            message_id=self.runtime.ids.new(IdKind.MESSAGE),
+            session_id=self.session_id,
+            sender_id=PARENT_ID,
+            target_id=env.sender_id,
+            created_at=self.runtime.clock.now(),
+            call_id=env.message_id,
+            ok=False,
+            error=exc.info(),
+        )
+
+    def call(self, op: str, args: dict[str, Any]) -> Any:
+        """Run one operation by name, as the CLI and tools name them."""
+        s = self.session
+        match op:
+            case "ping":
+                return {"session_id": self.session_id, "pid": os.getpid()}
+            case "spawn":
+                spawn = api.build_args(api.SpawnArgs, **args)
+                if spawn.adapter == "scripted" and not spawn.script:
+                    raise InvalidArgument("a scripted agent needs --script FILE")
+                if spawn.adapter == "command" and not spawn.cmd:
+                    raise InvalidArgument("a command agent needs --cmd TEMPLATE")
+                if spawn.script and not os.path.isfile(spawn.script):
+                    raise InvalidArgument(f"script file {spawn.script!r} does not exist")
+                return s._ask(spawn)
+            case "delegate":
+                return s._ask(api.build_args(api.DelegateArgs, **args))
+            case "message":
+                return s._ask(api.build_args(api.MessageArgs, **args))
+            case "watch":
+                return s._ask(api.build_args(api.WatchArgs, **args))
+            case "status":
+                return s._ask(api.build_args(api.StatusArgs, **args))
+            case "close":
+                return s._ask(api.build_args(api.CloseArgs, **args))
+            case "read":
+                read = api.build_args(api.ReadArgs, **args)
+                return s.read(read.agent, read.lines)
+            case "cancel":
+                cancel = api.build_args(api.CancelArgs, **args)
+                return s.cancel(cancel.task_id, cancel.reason)
+            case "fail":
+                fail = api.build_args(api.FailArgs, **args)
+                return s.fail(fail.task_id, fail.error)
+            case "result":
+                return s.result(api.build_args(api.ResultArgs, **args).task_id)
+            case "shutdown":
+                threading.Thread(target=self.shutdown, name="shepherd-shutdown").start()
+                return {"shutting_down": True}
+            case _:
+                raise InvalidArgument(f"unknown operation {op!r}")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the session is shut down (``serve`` waits here)."""
+        return self._stopped.wait(timeout)
+
+    def shutdown(self, *, keep: bool = True, grace_s: float = 10.0) -> None:
+        """Close every agent, confirm their exits, stop actors and timers, keep the records.
+
+        The mailbox (on the memory filesystem) is removed once every child is gone; the
+        session directory with its journal stays for inspection unless ``keep=False``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for row in self.session.status().agents:
+            if not row.closed:
+                with contextlib.suppress(ShepherdError):
+                    self.session.close(row.agent_id)
+        if not self.launcher.reaper.wait_all_exited(grace_s):
+            logger.warning("agents still running after {s}s; killing them", s=grace_s)
+        self.launcher.close()
+        self._calls.shutdown(wait=True, cancel_futures=True)
+        self.session.shutdown()
+        self.journal.close()
+        self.notifications.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._live_pointer.unlink()
+        shutil.rmtree(self.mailbox_root, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(self.session_dir, ignore_errors=True)
+        self._stopped.set()

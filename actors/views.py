@@ -1,0 +1,56 @@
+"""Human views of a session: the status table.
+
+Process state and task state are shown side by side and never merged: an idle agent whose
+task waits on a peer reads ``○ 02:14 scout   idle / waiting for planner``, never as done.
+Works on the JSON-able form of :class:`protocol.api.StatusResult`, so the CLI (which gets
+data over the mailbox) and a live view share it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["render_status", "status_line"]
+
+_SYMBOL = {"working": "●", "idle": "○", "starting": "◌", "exited": "✕"}
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    minutes, sec = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{sec:02d}" if hours else f"{minutes:02d}:{sec:02d}"
+
+
+def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str:
+    process = agent["process_state"]
+    symbol = _SYMBOL.get(process, "?")
+    task = agent.get("task")
+    if task is None:
+        age = _clock(now - agent["last_active_at"]) if agent.get("last_active_at") else "--:--"
+        return f"{symbol} {age} {agent['name']:<8} {process} / no task"
+    state = task["state"]
+    if state == "waiting":
+        age = _clock(task.get("waiting_age_s") or 0.0)
+        targets = [
+            names.get(r["target_id"], r["target_id"]) for r in task.get("pending_requests", ())
+        ]
+        detail = f"waiting for {', '.join(targets) or '?'}"
+        if task.get("stale"):
+            detail += " (stale)"
+    else:
+        age = _clock(now - task["created_at"])
+        detail = state
+        result = task.get("result")
+        if result is not None:
+            detail += f" (rc {result['return_code']})"
+    closed = " [closed]" if agent.get("closed") else ""
+    return f"{symbol} {age} {agent['name']:<8} {process} / {detail}  {task['task_id']}{closed}"
+
+
+def render_status(data: dict[str, Any]) -> str:
+    agents = data.get("agents", [])
+    if not agents:
+        return f"session {data['session_id']}: no agents"
+    names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
+    return "\n".join(status_line(a, names, data["now"]) for a in agents)

@@ -1,0 +1,260 @@
+"""protocol/ is sans-IO (STYLE convention 1, DESIGN §3): no threads, files, clocks, processes,
+randomness or logging. Two independent checks keep it that way:
+
+1. a fresh interpreter imports every protocol module and must not load any runtime module
+   that importing msgspec alone does not already load (pytest itself loads half the world,
+   so this cannot be checked in-process);
+2. an AST scan of every ``protocol/*.py`` (the watchdog modules included) allows imports only
+   from a short list of pure modules and refuses calls to clocks, sleeps, files, uuids and
+   random numbers.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from typing import Any
+
+import pytest
+
+import protocol
+
+PROTOCOL_DIR = Path(protocol.__file__).resolve().parent
+REPO = PROTOCOL_DIR.parent
+SOURCES = sorted(PROTOCOL_DIR.glob("*.py"))
+
+# ----------------------------------------------------------------------------- 1. runtime imports
+
+#: Modules whose presence means threads, processes, sockets, files, clocks, randomness or
+#: logging (or the actor side of the project). A submodule of any of them counts too.
+BANNED_MODULES = (
+    "actors",
+    "pykka",
+    "watchfiles",
+    "loguru",
+    "rich",
+    "subprocess",
+    "socket",
+    "_socket",
+    "ssl",
+    "select",
+    "selectors",
+    "threading",
+    "_thread",
+    "queue",
+    "asyncio",
+    "concurrent",
+    "multiprocessing",
+    "signal",
+    "logging",
+    "tempfile",
+    "shutil",
+    "glob",
+    "pathlib",
+    "random",
+    "secrets",
+    "uuid",
+    "datetime",
+    "time",
+    "sqlite3",
+    "http",
+    "urllib",
+)
+
+_PREAMBLE = """
+import importlib, json, pkgutil, sys
+import msgspec, msgspec.json, msgspec.structs, msgspec.toml, msgspec.inspect
+"""
+_BASELINE = _PREAMBLE + "print(json.dumps(sorted(sys.modules)))\n"
+_WITH_PROTOCOL = (
+    _PREAMBLE
+    + """
+import protocol
+names = sorted(m.name for m in pkgutil.iter_modules(protocol.__path__))
+for name in names:
+    importlib.import_module("protocol." + name)
+print(json.dumps({"imported": names, "modules": sorted(sys.modules)}))
+"""
+)
+
+
+def _run(code: str) -> Any:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+def _banned(name: str) -> bool:
+    return any(name == b or name.startswith(b + ".") for b in BANNED_MODULES)
+
+
+def test_importing_protocol_loads_no_runtime_module() -> None:
+    baseline = set(_run(_BASELINE))
+    result = _run(_WITH_PROTOCOL)
+    assert isinstance(result, dict)
+    # every module file was imported (discovery did not silently find nothing)
+    assert set(result["imported"]) == {p.stem for p in SOURCES if p.stem != "__init__"}
+    added = set(result["modules"]) - baseline
+    assert {f"protocol.{p.stem}" for p in SOURCES if p.stem != "__init__"} <= added
+    offenders = sorted(name for name in added if _banned(name))
+    assert offenders == [], f"importing protocol/ loaded runtime modules: {offenders}"
+
+
+def test_the_baseline_itself_is_meaningful() -> None:
+    # If msgspec ever started importing threading, the check above would silently pass for
+    # it; this pins the assumption down so that a change is noticed.
+    baseline = set(_run(_BASELINE))
+    for name in ("threading", "subprocess", "logging", "random", "asyncio", "actors", "pykka"):
+        assert name not in baseline
+
+
+# ----------------------------------------------------------------------------- 2. AST scan
+
+ALLOWED_IMPORTS = frozenset(
+    {
+        "__future__",
+        "typing",
+        "enum",
+        "re",
+        "collections",
+        "collections.abc",
+        "dataclasses",
+        "hashlib",
+        "itertools",
+        "math",
+        "string",
+        "unicodedata",
+        "json",
+        "functools",
+        "operator",
+    }
+)
+ALLOWED_PACKAGES = ("msgspec", "protocol")
+
+FORBIDDEN_CALLS = frozenset(
+    {
+        "open",
+        "print",
+        "input",
+        "breakpoint",
+        "__import__",
+        "uuid4",
+        "uuid1",
+        "uuid.uuid4",
+        "uuid.uuid1",
+        "time.time",
+        "time.time_ns",
+        "time.monotonic",
+        "time.monotonic_ns",
+        "time.perf_counter",
+        "time.sleep",
+        "datetime.now",
+        "datetime.utcnow",
+        "datetime.datetime.now",
+        "datetime.datetime.utcnow",
+        "os.urandom",
+        "os.getpid",
+        "random",
+        "Random",
+        "SystemRandom",
+    }
+)
+
+
+def _import_allowed(module: str) -> bool:
+    if module in ALLOWED_IMPORTS:
+        return True
+    return any(module == p or module.startswith(p + ".") for p in ALLOWED_PACKAGES)
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def violations(source: str, filename: str = "<src>") -> list[str]:
+    """Every disallowed import and forbidden call in ``source``, as ``file:line: what``."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            found.extend(
+                f"{filename}:{node.lineno}: import {alias.name}"
+                for alias in node.names
+                if not _import_allowed(alias.name)
+            )
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and not _import_allowed(node.module or ""):
+                found.append(f"{filename}:{node.lineno}: from {node.module} import ...")
+        elif isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            if name is not None and (name in FORBIDDEN_CALLS or name.startswith("random.")):
+                found.append(f"{filename}:{node.lineno}: call {name}()")
+    return found
+
+
+def test_the_scan_finds_what_it_should() -> None:
+    source = """
+import os
+import time, re
+from random import choice
+from . import tasks
+from protocol.ids import make_id
+import msgspec.json
+def f(path):
+    time.sleep(1)
+    t = time.monotonic()
+    open(path).read()
+    uuid.uuid4()
+    random.randint(1, 2)
+    print("x")
+    def inner():
+        import subprocess
+    record.open_request()
+    return re.compile("x")
+"""
+    found = sorted(v.split(": ", 1)[1] for v in violations(source))
+    assert found == sorted(
+        [
+            "import os",
+            "import time",
+            "from random import ...",
+            "call time.sleep()",
+            "call time.monotonic()",
+            "call open()",
+            "call uuid.uuid4()",
+            "call random.randint()",
+            "call print()",
+            "import subprocess",
+        ]
+    )
+
+
+def test_every_protocol_module_is_scanned() -> None:
+    names = {p.stem for p in SOURCES}
+    assert {"ids", "tasks", "envelopes", "script", "render"} <= names
+    assert any(name.startswith("watchdog") for name in names)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+def test_module_is_sans_io(path: Path) -> None:
+    found = violations(path.read_text(encoding="utf-8"), f"protocol/{path.name}")
+    assert found == [], "protocol/ must stay sans-IO:\n" + "\n".join(found)
