@@ -17,6 +17,7 @@ Every envelope from a child gets an honest ``ack`` (accepted, or refused with a 
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 from collections import OrderedDict
 from collections.abc import Callable
@@ -42,11 +43,14 @@ from actors.messages import (
     ParentCall,
     RequestTimeout,
     Settle,
+    StaleDue,
     Start,
     TaskChanged,
     WatchDeliver,
     WatcherFinished,
+    WatchWith,
 )
+from actors.notes import TaskNotes
 from actors.runtime import ShepherdActor, tell_quietly
 from actors.sinks import GuardedSink
 from actors.task import TaskActor
@@ -75,10 +79,11 @@ from protocol.errors import (
     ShepherdError,
 )
 from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
-from protocol.notifications import AgentMessage, Notice
+from protocol.notifications import AgentMessage, Notice, StaleWait, WaitCycle
 from protocol.requests import RequestRecord, RequestState, resolve
 from protocol.settings import Settings
 from protocol.tasks import TaskEvent, TaskRecord, TaskResult, TaskState
+from protocol.waits import find_cycle
 
 __all__ = ["AgentEntry", "BrokerActor"]
 
@@ -125,8 +130,13 @@ class BrokerActor(ShepherdActor):
         journal: Journal,
         check_capability: bool = True,
         tap: Callable[[str], None] | None = None,
+        notes: TaskNotes | None = None,
     ) -> None:
         super().__init__()
+        self._notes = notes
+        self.prompts: dict[str, str] = {}  # prompt id -> task id (compatibility aliases)
+        self._stale_timers: dict[str, Any] = {}
+        self._stale_notified: dict[str, float] = {}  # task id -> waiting_since of the episode
         self.session_id = session_id
         #: False when the transport already verified each sender's capability (the mailbox
         #: validator does, and strips the secret before delivery)
@@ -180,6 +190,10 @@ class BrokerActor(ShepherdActor):
                 self._delivery_failed(message)
             case RequestTimeout(request_id=request_id):
                 self._close_request(request_id, RequestState.TIMED_OUT, notify_sender=True)
+            case StaleDue(task_id=task_id, waiting_since=since):
+                self._stale_due(task_id, since)
+            case WatchWith(ids=ids, sink=sink):
+                return self._watch(ids, sink)
             case WatcherFinished(watcher_id=watcher_id):
                 self._watchers.pop(watcher_id, None)
             case "snapshot":
@@ -198,6 +212,8 @@ class BrokerActor(ShepherdActor):
                 return self._parent_message(args)
             case api.WatchArgs():
                 return self._watch(args.ids)
+            case api.PromptArgs():
+                return self._prompt(args)
             case api.StatusArgs():
                 return self._status(args.agent)
             case api.CloseArgs():
@@ -351,7 +367,12 @@ class BrokerActor(ShepherdActor):
             deadline_at=now + timeout_s if timeout_s is not None else None,
         )
         self._journal.append(record)
-        ref = self.runtime.spawn(TaskActor, record, self.actor_ref, self._journal)
+        if self._notes is not None:
+            try:
+                self._notes.open(record)
+            except OSError:
+                self._log.opt(exception=True).error("note for {t} not opened", t=task_id)
+        ref = self.runtime.spawn(TaskActor, record, self.actor_ref, self._journal, self._notes)
         self.tasks[task_id] = record
         self._task_refs[task_id] = ref
         entry.active_task = task_id
@@ -370,6 +391,21 @@ class BrokerActor(ShepherdActor):
         ref.tell(Start())
         entry.ref.tell(Deliver(envelope=envelope))
         return api.DelegateResult(task_id=task_id, agent_id=entry.agent_id, accepted=True)
+
+    def _prompt(self, args: api.PromptArgs) -> api.PromptResult:
+        delegated = self._delegate(
+            api.DelegateArgs(
+                target=args.target, task=args.prompt, timeout_minutes=args.timeout_minutes
+            )
+        )
+        prompt_id = self.runtime.ids.new(IdKind.PROMPT)
+        self.prompts[prompt_id] = delegated.task_id
+        return api.PromptResult(
+            prompt_id=prompt_id,
+            task_id=delegated.task_id,
+            agent_id=delegated.agent_id,
+            accepted=delegated.accepted,
+        )
 
     def _task_ref(self, task_id: str) -> pykka.ActorRef[Any] | None:
         return self._task_refs.get(task_id)
@@ -409,6 +445,7 @@ class BrokerActor(ShepherdActor):
                 extra = f" (rc {record.result.return_code})" + (f": {body}" if body else "")
             self._story(f"{who}: task {record.task_id} {record.state.value}{extra}")
         self.tasks[record.task_id] = record
+        self._track_waiting(record)
         if not record.terminal:
             return
         result = record.result
@@ -450,9 +487,81 @@ class BrokerActor(ShepherdActor):
             rc=result.return_code,
         )
 
+    # ------------------------------------------------------------------ stale waits
+
+    def _track_waiting(self, record: TaskRecord) -> None:
+        """Keep one stale-wait timer per *waiting episode*; none while nothing waits."""
+        task_id = record.task_id
+        since = record.waiting_since
+        if record.state is TaskState.WAITING and since is not None:
+            if task_id in self._stale_timers and self._stale_timers[task_id][0] == since:
+                return
+            self._cancel_stale(task_id)
+            delay = since + self.settings.stale_wait_threshold_s - self.clock.now()
+            handle = self.clock.call_later(
+                max(0.0, delay),
+                lambda: tell_quietly(
+                    self.actor_ref, StaleDue(task_id=task_id, waiting_since=since)
+                ),
+            )
+            self._stale_timers[task_id] = (since, handle)
+        else:
+            self._cancel_stale(task_id)
+            self._stale_notified.pop(task_id, None)  # a reply (or settlement) ends the episode
+
+    def _cancel_stale(self, task_id: str) -> None:
+        entry = self._stale_timers.pop(task_id, None)
+        if entry is not None:
+            entry[1].cancel()
+
+    def _stale_due(self, task_id: str, since: float) -> None:
+        entry = self._stale_timers.get(task_id)
+        if entry is not None and entry[0] == since:
+            del self._stale_timers[task_id]
+        record = self.tasks.get(task_id)
+        if (
+            record is None
+            or record.state is not TaskState.WAITING
+            or record.waiting_since != since
+            or self._stale_notified.get(task_id) == since
+            or not record.pending_requests
+        ):
+            return
+        request = self.requests.get(record.pending_requests[0])
+        if request is None:
+            return
+        self._stale_notified[task_id] = since
+        recipient = self.agents.get(request.target_id)
+        if request.target_id == PARENT_ID:
+            recipient_status = "the parent"
+        elif recipient is None:
+            recipient_status = "unknown"
+        else:
+            recipient_status = recipient.process_state + (" (closed)" if recipient.closed else "")
+        now = self.clock.now()
+        self._story(
+            f"{self._name(record.agent_id)}: task {task_id} stale (waiting {now - since:.0f}s)"
+        )
+        self._sink(
+            StaleWait(
+                created_at=now,
+                task_id=task_id,
+                agent_id=record.agent_id,
+                agent_name=self._name(record.agent_id),
+                description=record.description,
+                waiting_since=since,
+                age_s=now - since,
+                request_id=request.request_id,
+                question=request.question,
+                recipient_id=request.target_id,
+                recipient_name=self._name(request.target_id),
+                recipient_status=recipient_status,
+            )
+        )
+
     # ------------------------------------------------------------------ watch
 
-    def _watch(self, raw_ids: tuple[str, ...]) -> api.WatchResult:
+    def _watch(self, raw_ids: tuple[str, ...], sink: Any = None) -> api.WatchResult:
         if not raw_ids:
             raise InvalidArgument("watch needs at least one task id")
         ids: list[str] = []
@@ -469,11 +578,15 @@ class BrokerActor(ShepherdActor):
             if kind is IdKind.TASK and value not in self.tasks:
                 raise InvalidHandle(f"no task {value} in this session")
             if kind is IdKind.PROMPT:
-                raise InvalidHandle(f"no prompt {value} in this session")
+                if value not in self.prompts:
+                    raise InvalidHandle(f"no prompt {value} in this session")
+                value = self.prompts[value]  # a prompt id means its task, and nothing else
+                if value in ids:
+                    raise DuplicateIds(f"{raw} names task {value} twice")
             kinds.add(kind)
             ids.append(value)
         if len(kinds) > 1:
-            raise MixedIds("one watch cannot mix task ids and prompt ids")
+            raise MixedIds("one call cannot mix task ids and prompt ids")
         watcher_id = self.runtime.ids.new(IdKind.WATCHER)
         completed = tuple(self.results[t] for t in ids if t in self.results)
         pending = tuple(t for t in ids if t not in self.results)
@@ -483,7 +596,7 @@ class BrokerActor(ShepherdActor):
                 watcher_id,
                 tuple(ids),
                 pending,
-                self._sink,
+                GuardedSink(sink) if sink is not None else self._sink,
                 self.actor_ref,
                 self.settings.coalesce_ms / 1000.0,
             )
@@ -744,6 +857,10 @@ class BrokerActor(ShepherdActor):
     def _open_request(
         self, sender_id: str, target_id: str, env: MessageEnvelope, task_id: str | None
     ) -> str:
+        cycle = find_cycle(
+            [(r.sender_id, r.target_id) for r in self.requests.values() if r.pending],
+            (sender_id, target_id),
+        )
         now = self.clock.now()
         timeout = (
             env.reply_timeout_s
@@ -762,6 +879,13 @@ class BrokerActor(ShepherdActor):
         )
         self.requests[record.request_id] = record
         self._journal.append(record)
+        if task_id is not None and self._notes is not None:
+            with contextlib.suppress(OSError):
+                self._notes.append(
+                    task_id, f"asked {self._name(target_id)} ({record.request_id}): {env.content}"
+                )
+        if cycle is not None:
+            self._report_cycle(record.request_id, cycle)
         self._story(
             f"{self._name(sender_id)} asks {self._name(target_id)} (request {record.request_id})"
         )
@@ -775,6 +899,27 @@ class BrokerActor(ShepherdActor):
             if ref is not None:
                 tell_quietly(ref, OpenRequest(request_id=record.request_id))
         return record.request_id
+
+    def _report_cycle(self, request_id: str, cycle: list[str]) -> None:
+        names = tuple(self._name(a) for a in cycle)
+        self._story(f"wait cycle: {' -> '.join(names)}")
+        self._sink(
+            WaitCycle(
+                created_at=self.clock.now(),
+                request_id=request_id,
+                cycle=names,
+                agent_ids=tuple(cycle),
+            )
+        )
+        if cycle[0] != PARENT_ID:
+            self._send_notice(
+                cycle[0],
+                "wait_cycle",
+                f"Your request {request_id} closes a wait cycle {' -> '.join(names)}: "
+                "nobody in it can answer while waiting. Answer the pending question you hold, "
+                "or report blocked.",
+                request_id,
+            )
 
     def _close_request(
         self,
@@ -870,8 +1015,11 @@ class BrokerActor(ShepherdActor):
                     waiting_since=record.waiting_since,
                     waiting_age_s=waiting_age,
                     pending_requests=pending,
-                    stale=waiting_age is not None
-                    and waiting_age >= self.settings.stale_wait_threshold_s,
+                    stale=record.waiting_since is not None
+                    and (
+                        self._stale_notified.get(task_id) == record.waiting_since
+                        or (waiting_age or 0.0) >= self.settings.stale_wait_threshold_s
+                    ),
                     result=self.results.get(task_id),
                 )
             rows.append(

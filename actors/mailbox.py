@@ -527,18 +527,18 @@ class Mailbox:
 
     # ------------------------------------------------------------------ receiving (receiver thread)
 
-    def _drain(self, inbox: str) -> None:
+    def _drain(self, inbox: str) -> bool:
         """Handle the files in ``inbox``'s ``new/`` in name order, listing again until it is
-        empty or :data:`_DRAIN_BUDGET` files were handled (then the other inboxes get a turn;
-        the events that arrived meanwhile wake the receiver again for the rest)."""
+        empty (True) or :data:`_DRAIN_BUDGET` files were handled (False: the receiver gives the
+        other inboxes a turn and comes straight back)."""
         with self._lock:
             box = self._inboxes.get(inbox)
         if box is None or not box.active:
-            return
+            return True
         if not box.seeded:
             self._seed(box)
         budget = _DRAIN_BUDGET
-        while budget > 0:
+        while True:
             try:
                 with os.scandir(box.new_dir) as scan:
                     entries = sorted(scan, key=lambda entry: entry.name)
@@ -546,16 +546,18 @@ class Mailbox:
                 if not box.broken:
                     box.broken = True
                     logger.bind(inbox=box.name).error("mailbox: cannot list new/: {}", exc)
-                return
+                return True  # nothing readable: the fallback pass tries again
             box.broken = False
             if box.stuck:
                 box.stuck.intersection_update(entry.name for entry in entries)
                 entries = [entry for entry in entries if entry.name not in box.stuck]
             if not entries:
-                return
-            for entry in entries[:budget]:
+                return True
+            for entry in entries:
                 if self._receiver.stopping or not box.active:
-                    return
+                    return True
+                if budget == 0:
+                    return False
                 budget -= 1
                 try:
                     self._handle_file(box, entry)

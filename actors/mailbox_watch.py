@@ -173,11 +173,17 @@ def polling_waker() -> WakerFactory:
 
 class Receiver:
     """One background thread that calls ``drain(key)`` whenever ``key``'s directory may have
-    new files. Keys are added with :meth:`watch` and removed with :meth:`unwatch`."""
+    new files. Keys are added with :meth:`watch` and removed with :meth:`unwatch`.
+
+    ``drain(key)`` returns False when it stopped with files left (its turn's budget ran out, so
+    other keys get a turn): the receiver then runs another full pass at once instead of waiting
+    for an event. A drain request is answered by the first full pass in which every drain
+    returned True.
+    """
 
     def __init__(
         self,
-        drain: Callable[[str], None],
+        drain: Callable[[str], bool],
         waker_factory: WakerFactory,
         fallback_s: float,
         *,
@@ -314,7 +320,8 @@ class Receiver:
                     last_full = time.monotonic()
                 else:
                     for key in sorted(k for k in keys if k is not None):
-                        self._drain_one(key)
+                        if not self._drain_one(key):
+                            self._interrupt.set()  # files left: come straight back
         finally:
             waker.close()
 
@@ -322,16 +329,21 @@ class Receiver:
         with self._lock:
             target = self._drain_requested
             keys = list(self._dirs)
+        complete = True
         for key in keys:
             if self._stop.is_set():
                 return
-            self._drain_one(key)
+            complete = self._drain_one(key) and complete
+        if not complete:
+            self._interrupt.set()  # files left: another pass right away, fair to every key
+            return
         with self._cond:
             self._drain_done = max(self._drain_done, target)
             self._cond.notify_all()
 
-    def _drain_one(self, key: str) -> None:
+    def _drain_one(self, key: str) -> bool:
         try:
-            self._drain(key)
+            return self._drain(key)
         except Exception:
             logger.exception("mailbox: draining {!r} failed", key)
+            return True  # logged; retried on the next wake or fallback pass

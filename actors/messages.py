@@ -29,10 +29,12 @@ __all__ = [
     "ReadOutput",
     "RequestTimeout",
     "Settle",
+    "StaleDue",
     "Start",
     "TaskChanged",
     "TaskDeadline",
     "WatchDeliver",
+    "WatchWith",
     "WatcherFinished",
 ]
 
@@ -86,6 +88,18 @@ class DeliveryFailed(_Msg, frozen=True, kw_only=True):
 
 class RequestTimeout(_Msg, frozen=True, kw_only=True):
     request_id: str
+
+
+class StaleDue(_Msg, frozen=True, kw_only=True):
+    task_id: str
+    waiting_since: float
+
+
+class WatchWith(_Msg, frozen=True, kw_only=True):
+    """Register a watcher whose notifications go to ``sink`` (``wait`` at the edge)."""
+
+    ids: tuple[str, ...]
+    sink: Any
 
 
 class WatcherFinished(_Msg, frozen=True, kw_only=True):

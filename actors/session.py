@@ -18,16 +18,18 @@ import pykka
 from actors.agent import Launcher
 from actors.broker import BrokerActor
 from actors.journal import Journal, MemoryJournal
-from actors.messages import Inbound, ParentCall, ReadOutput, Settle
+from actors.messages import Inbound, ParentCall, ReadOutput, Settle, WatchWith
+from actors.notes import MemoryTaskNotes, TaskNotes
 from actors.runtime import Runtime, tell_quietly
 from actors.simagent import FakeCommands, SimLauncher
 from actors.simulation import Faults, SimRuntime, SimTransport
-from actors.sinks import GuardedSink, Sink
+from actors.sinks import CollectingSink, GuardedSink, Sink
 from actors.transport import PARENT_INBOX, Transport
 from protocol import api
 from protocol.envelopes import AnyEnvelope, CallEnvelope
 from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
+from protocol.notifications import TaskCompletion
 from protocol.script import Script, parse_script
 from protocol.settings import Settings
 from protocol.tasks import TaskEvent, TaskResult
@@ -51,6 +53,7 @@ class Session:
         check_capability: bool = True,
         tap: Callable[[str], None] | None = None,
         on_call: Callable[[CallEnvelope], None] | None = None,
+        notes: TaskNotes | None = None,
     ) -> None:
         self.runtime = runtime
         self.transport = transport
@@ -69,6 +72,7 @@ class Session:
             self.journal,
             check_capability,
             tap,
+            notes if notes is not None else MemoryTaskNotes(),
         )
         self._on_call = on_call
         self._subscription = transport.subscribe(PARENT_INBOX, self._parent_inbox)
@@ -180,6 +184,52 @@ class Session:
     def watch(self, ids: str | Iterable[str]) -> api.WatchResult:
         normalised = (ids,) if isinstance(ids, str) else tuple(ids)
         return self._ask(api.build_args(api.WatchArgs, ids=normalised))  # type: ignore[no-any-return]
+
+    def prompt(
+        self, agent: str, text: str, *, timeout_minutes: float | None = None
+    ) -> api.PromptResult:
+        """Compatibility: the old prompt call, mapped onto a tracked task. The prompt id is an
+        alias of the task id: ``watch`` and ``wait`` resolve it to that task, and only that."""
+        return self._ask(  # type: ignore[no-any-return]
+            api.build_args(
+                api.PromptArgs, target=agent, prompt=text, timeout_minutes=timeout_minutes
+            )
+        )
+
+    def wait(self, ids: str | Iterable[str], timeout_s: float | None = None) -> api.WaitResult:
+        """Block until every id has settled (or ``timeout_s`` passes); return the results.
+
+        On the simulation runtime the waiting happens in virtual time.
+        """
+        normalised = (ids,) if isinstance(ids, str) else tuple(ids)
+        args = api.build_args(api.WaitArgs, ids=normalised, timeout_s=timeout_s)
+        sink = CollectingSink()
+        watch: api.WatchResult = self.broker.ask(
+            WatchWith(ids=args.ids, sink=sink), timeout=ASK_TIMEOUT_S
+        )
+        results = {r.task_id: r for r in watch.completed}
+
+        def settled(items: list[Any]) -> bool:
+            got = sum(len(n.results) for n in items if isinstance(n, TaskCompletion))
+            return got >= len(watch.pending)
+
+        if watch.pending:
+            if isinstance(self.runtime, SimRuntime):
+                limit = timeout_s if timeout_s is not None else 365 * 86_400.0
+                self.runtime.run_until(lambda: settled(sink.items), max_time=limit)
+            else:
+                sink.wait_for(settled, timeout=timeout_s)
+        for note in list(sink.items):
+            if isinstance(note, TaskCompletion):
+                for r in note.results:
+                    results[r.task_id] = r
+        pending = tuple(t for t in watch.ids if t not in results)
+        return api.WaitResult(
+            ids=watch.ids,
+            completed=tuple(results[t] for t in watch.ids if t in results),
+            pending=pending,
+            timed_out=bool(pending),
+        )
 
     def status(self, agent: str | None = None) -> api.StatusResult:
         return self._ask(api.StatusArgs(agent=agent))  # type: ignore[no-any-return]

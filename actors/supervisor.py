@@ -36,6 +36,7 @@ from actors.agent import AgentSpec
 from actors.journal_file import FileJournal
 from actors.launcher import ProcessLauncher
 from actors.mailbox import Mailbox, default_runtime_dir
+from actors.notes import FileTaskNotes
 from actors.runtime import ThreadedRuntime
 from actors.session import Session
 from actors.sinks import Sink
@@ -189,6 +190,7 @@ class Supervisor:
             check_capability=False,  # the mailbox validator checks it, then strips it
             tap=tap,
             on_call=self._on_call,
+            notes=FileTaskNotes(self.session_dir / "artifacts"),
         )
         self.info = SessionInfo(
             session_id=self.session_id,
@@ -323,6 +325,11 @@ class Supervisor:
             case "fail":
                 fail = api.build_args(api.FailArgs, **args)
                 return s.fail(fail.task_id, fail.error)
+            case "prompt":
+                return s._ask(api.build_args(api.PromptArgs, **args))
+            case "wait":
+                wait = api.build_args(api.WaitArgs, **args)
+                return s.wait(wait.ids, wait.timeout_s)
             case "result":
                 return s.result(api.build_args(api.ResultArgs, **args).task_id)
             case "shutdown":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pykka
+from loguru import logger
 
 from actors.clock import TimerHandle
 from actors.journal import Journal
@@ -25,6 +26,7 @@ from actors.messages import (
     TaskChanged,
     TaskDeadline,
 )
+from actors.notes import TaskNotes
 from actors.runtime import ShepherdActor
 from protocol import tasks
 from protocol.errors import ShepherdError
@@ -34,11 +36,18 @@ __all__ = ["TaskActor"]
 
 
 class TaskActor(ShepherdActor):
-    def __init__(self, record: TaskRecord, broker: pykka.ActorRef[Any], journal: Journal) -> None:
+    def __init__(
+        self,
+        record: TaskRecord,
+        broker: pykka.ActorRef[Any],
+        journal: Journal,
+        notes: TaskNotes | None = None,
+    ) -> None:
         super().__init__()
         self.record = record
         self._broker = broker
         self._journal = journal
+        self._notes = notes
         self._deadline: TimerHandle | None = None
 
     def on_start(self) -> None:
@@ -112,6 +121,13 @@ class TaskActor(ShepherdActor):
             self._deadline = None
         assert settled.result is not None
         self._journal.append(settled)  # durable before anyone hears of it (DESIGN §1.6)
+        if self._notes is not None:
+            try:
+                self._notes.finalise(settled)
+            except OSError:
+                logger.opt(exception=True).error(
+                    "task note for {t} not finalised", t=settled.task_id
+                )
         self.record = settled
         self._broker.tell(TaskChanged(record=settled, dropped_requests=before.pending_requests))
         return True

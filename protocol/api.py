@@ -26,6 +26,8 @@ __all__ = [
     "MessageArgs",
     "MessageResult",
     "ProcessState",
+    "PromptArgs",
+    "PromptResult",
     "ReadArgs",
     "ReadResult",
     "ResultArgs",
@@ -34,6 +36,8 @@ __all__ = [
     "StatusArgs",
     "StatusResult",
     "TaskStatus",
+    "WaitArgs",
+    "WaitResult",
     "WatchArgs",
     "WatchResult",
     "build_args",
@@ -86,6 +90,19 @@ class MessageArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
     reply_timeout_s: float | None = None
 
 
+class PromptArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Compatibility: the old prompt submission, mapped onto a tracked task."""
+
+    target: str
+    prompt: str
+    timeout_minutes: float | None = None
+
+
+class WaitArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    ids: tuple[str, ...]
+    timeout_s: float | None = None
+
+
 class WatchArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
     ids: tuple[str, ...]
 
@@ -136,6 +153,21 @@ class MessageResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     request_id: str | None = None
     #: for a reply: the state the request was in when the reply arrived ("pending" = answered now)
     request_state: str | None = None
+
+
+class PromptResult(msgspec.Struct, frozen=True, kw_only=True):
+    #: an alias of ``task_id``: watch and wait resolve it to that task, and only that
+    prompt_id: str
+    task_id: str
+    agent_id: str
+    accepted: bool
+
+
+class WaitResult(msgspec.Struct, frozen=True, kw_only=True):
+    ids: tuple[str, ...]
+    completed: tuple[TaskResult, ...]
+    pending: tuple[str, ...]
+    timed_out: bool
 
 
 class WatchResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -11,7 +11,15 @@ import msgspec
 
 from protocol.tasks import TaskResult
 
-__all__ = ["AgentMessage", "AnyNotification", "Notice", "Notification", "TaskCompletion"]
+__all__ = [
+    "AgentMessage",
+    "AnyNotification",
+    "Notice",
+    "Notification",
+    "StaleWait",
+    "TaskCompletion",
+    "WaitCycle",
+]
 
 
 class Notification(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
@@ -47,4 +55,28 @@ class Notice(Notification, frozen=True, kw_only=True, tag="notice"):
     refs: tuple[str, ...] = ()
 
 
-AnyNotification = TaskCompletion | AgentMessage | Notice
+class StaleWait(Notification, frozen=True, kw_only=True, tag="stale_wait"):
+    """A task has waited longer than the threshold for a reply (once per waiting episode)."""
+
+    task_id: str
+    agent_id: str
+    agent_name: str
+    description: str
+    waiting_since: float
+    age_s: float
+    request_id: str
+    question: str
+    recipient_id: str
+    recipient_name: str
+    recipient_status: str
+
+
+class WaitCycle(Notification, frozen=True, kw_only=True, tag="wait_cycle"):
+    """A request closed a cycle of agents waiting on each other's replies."""
+
+    request_id: str
+    cycle: tuple[str, ...]  # agent names, first == last
+    agent_ids: tuple[str, ...]
+
+
+AnyNotification = TaskCompletion | AgentMessage | Notice | StaleWait | WaitCycle

@@ -8,7 +8,14 @@ the model learns that a turn ending is not the task ending.
 from __future__ import annotations
 
 from protocol.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope, TaskEnvelope
-from protocol.notifications import AgentMessage, AnyNotification, Notice, TaskCompletion
+from protocol.notifications import (
+    AgentMessage,
+    AnyNotification,
+    Notice,
+    StaleWait,
+    TaskCompletion,
+    WaitCycle,
+)
 from protocol.tasks import TaskResult
 
 __all__ = [
@@ -61,6 +68,22 @@ def render_notification(note: AnyNotification) -> str:
         case Notice():
             refs = f" ({', '.join(note.refs)})" if note.refs else ""
             return f"[Shepherd notice: {note.code}] {note.text}{refs}"
+        case StaleWait():
+            minutes, seconds = divmod(int(note.age_s), 60)
+            return "\n".join(
+                [
+                    f"[Shepherd stale wait] {note.agent_name} has waited {minutes:02d}:{seconds:02d} "
+                    f"for {note.recipient_name} ({note.recipient_status})",
+                    f"task: {note.task_id} — {note.description}",
+                    f"request: {note.request_id}: {note.question}",
+                    "The task is still open; reply, steer the recipient, or cancel the task.",
+                ]
+            )
+        case WaitCycle():
+            return (
+                f"[Shepherd wait cycle] {' → '.join(note.cycle)}: these agents wait on each "
+                f"other's replies (request {note.request_id}); none can go on until one answers."
+            )
     raise TypeError(f"unknown notification {note!r}")  # pragma: no cover
 
 

@@ -10,7 +10,7 @@ import pytest
 from actors.mailbox import Mailbox
 from actors.mailbox_watch import polling_waker
 from actors.transport import PARENT_INBOX
-from protocol.envelopes import MessageEnvelope
+from protocol.envelopes import AnyEnvelope, MessageEnvelope
 from protocol.ids import IdKind
 from protocol.settings import Settings
 
@@ -298,3 +298,29 @@ def test_a_handler_may_publish(parent: Mailbox, session_id: str) -> None:
     parent.subscribe(PARENT_INBOX, relay)
     parent.publish(PARENT_INBOX, message(session_id, content="q"))
     assert replies.wait_for(1)[0].content == "re: q"  # type: ignore[union-attr]
+
+
+def test_a_backlog_larger_than_one_turn_is_drained_in_order_and_fairly(
+    make_mailbox: MailboxFactory, session_id: str
+) -> None:
+    mailbox = make_mailbox(settings=Settings(max_queue_depth=5000, fallback_poll_s=30.0))
+    mailbox.ensure_inbox(PARENT_INBOX)
+    mailbox.ensure_inbox(AGENT)
+    for i in range(2500):  # more than two turns' budget
+        mailbox.publish(PARENT_INBOX, message(session_id, content=str(i)))
+    mailbox.publish(AGENT, message(session_id, target_id=AGENT, content="not starved"))
+    backlog, other = Collector(), Collector()
+    seen_by_then: list[int] = []
+
+    def other_handler(envelope: AnyEnvelope) -> None:
+        seen_by_then.append(len(backlog.items))
+        other(envelope)
+
+    mailbox.subscribe(PARENT_INBOX, backlog)
+    mailbox.subscribe(AGENT, other_handler)
+    other.wait_for(1)
+    backlog.wait_for(2500)
+    assert backlog.contents == [str(i) for i in range(2500)]
+    assert seen_by_then[0] < 2500  # the other inbox got a turn inside the backlog
+    assert mailbox.wait_drained(10)
+    assert listing(mailbox.inbox_path(PARENT_INBOX) / "new") == []

@@ -174,8 +174,8 @@ def _encode(raw: dict[str, Any]) -> bytes:
     return json.dumps(raw).encode()
 
 
-def _all_subclasses(cls: type) -> set[type]:
-    out: set[type] = set()
+def _all_subclasses(cls: type[Envelope]) -> set[type[Envelope]]:
+    out: set[type[Envelope]] = set()
     for sub in cls.__subclasses__():
         out |= {sub, *_all_subclasses(sub)}
     return out

@@ -17,7 +17,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
 from typing import Any
 
 import pytest

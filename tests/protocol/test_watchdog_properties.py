@@ -259,38 +259,6 @@ def test_replay_handles_any_well_formed_transcript(lines: list[dict[str, object]
     assert results[-1]["final"] is True
 
 
-def test_watchdog_modules_are_sans_io() -> None:
-    """protocol/watchdog*: no threads, files, clocks, processes, logging, or actors."""
-    import ast
-    import importlib
-    import inspect
-
-    banned = {
-        "actors", "asyncio", "io", "logging", "loguru", "os", "pathlib", "random", "shutil",
-        "socket", "subprocess", "sys", "tempfile", "threading", "time", "datetime", "uuid",
-    }  # fmt: skip
-    modules = [
-        "protocol.watchdog",
-        "protocol.watchdog_alert",
-        "protocol.watchdog_config",
-        "protocol.watchdog_detect",
-        "protocol.watchdog_events",
-        "protocol.watchdog_normalize",
-        "protocol.watchdog_replay",
-        "protocol.watchdog_targets",
-    ]
-    for name in modules:
-        tree = ast.parse(inspect.getsource(importlib.import_module(name)))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                roots = {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                roots = {(node.module or "").split(".")[0]}
-            else:
-                continue
-            assert not roots & banned, f"{name} imports {roots & banned}"
-
-
 @FAST
 @given(st.text(alphabet=st.sampled_from(list("ab '\"\\\t$|")), max_size=20))
 def test_word_splitting_matches_posix_shlex(text: str) -> None:
