@@ -204,9 +204,8 @@ class Session:
         normalised = (ids,) if isinstance(ids, str) else tuple(ids)
         args = api.build_args(api.WaitArgs, ids=normalised, timeout_s=timeout_s)
         sink = CollectingSink()
-        watch: api.WatchResult = self.broker.ask(
-            WatchWith(ids=args.ids, sink=sink), timeout=ASK_TIMEOUT_S
-        )
+        watch = self.broker.ask(WatchWith(ids=args.ids, sink=sink), timeout=ASK_TIMEOUT_S)
+        assert isinstance(watch, api.WatchResult)
         results = {r.task_id: r for r in watch.completed}
 
         def settled(items: list[Any]) -> bool:

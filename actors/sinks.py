@@ -55,7 +55,9 @@ class CollectingSink:
             self.items.append(note)
             self._cond.notify_all()
 
-    def wait_for(self, predicate: Callable[[list[AnyNotification]], bool], timeout: float) -> bool:
+    def wait_for(
+        self, predicate: Callable[[list[AnyNotification]], bool], timeout: float | None
+    ) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self.items), timeout=timeout)
 
