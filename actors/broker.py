@@ -47,6 +47,10 @@ from actors.messages import (
     Start,
     TaskChanged,
     WatchDeliver,
+    WatchdogAgent,
+    WatchdogInstruction,
+    WatchdogRuntime,
+    WatchdogTask,
     WatcherFinished,
     WatchWith,
 )
@@ -131,9 +135,12 @@ class BrokerActor(ShepherdActor):
         check_capability: bool = True,
         tap: Callable[[str], None] | None = None,
         notes: TaskNotes | None = None,
+        watchdog_factory: Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]] | None = None,
     ) -> None:
         super().__init__()
         self._notes = notes
+        #: the watchdog actor (it observes; the broker only tells it what happens)
+        self.watchdog = watchdog_factory(self.actor_ref) if watchdog_factory else None
         self.prompts: dict[str, str] = {}  # prompt id -> task id (compatibility aliases)
         self._stale_timers: dict[str, Any] = {}
         self._stale_notified: dict[str, float] = {}  # task id -> waiting_since of the episode
@@ -170,6 +177,10 @@ class BrokerActor(ShepherdActor):
         except Exception:
             self._log.opt(exception=True).error("story tap failed")
 
+    def _observe(self, message: Any) -> None:
+        if self.watchdog is not None:
+            tell_quietly(self.watchdog, message)
+
     # ------------------------------------------------------------------ dispatch
 
     def on_receive(self, message: Any) -> Any:
@@ -198,6 +209,8 @@ class BrokerActor(ShepherdActor):
                 self._watchers.pop(watcher_id, None)
             case "snapshot":
                 return self._status(None)
+            case "watchdog":
+                return self.watchdog
             case _:
                 return super().on_receive(message)
         return None
@@ -278,6 +291,14 @@ class BrokerActor(ShepherdActor):
             )
         )
         self._log.info("spawned {name} ({agent_id})", name=args.name, agent_id=agent_id)
+        self._observe(
+            WatchdogAgent(
+                agent_id=agent_id,
+                name=args.name,
+                description=args.description,
+                at=self.clock.now(),
+            )
+        )
         return api.SpawnResult(
             agent_id=agent_id, name=args.name, adapter=args.adapter, process_state="starting"
         )
@@ -294,6 +315,14 @@ class BrokerActor(ShepherdActor):
             self._story(f"{entry.name}: process {msg.process_state}")
         entry.process_state = msg.process_state
         entry.last_active_at = msg.at
+        self._observe(
+            WatchdogAgent(
+                agent_id=entry.agent_id,
+                name=entry.name,
+                process_state=msg.process_state,
+                at=msg.at,
+            )
+        )
         if msg.exit_code is not None:
             entry.exit_code = msg.exit_code
 
@@ -390,6 +419,12 @@ class BrokerActor(ShepherdActor):
         # agent being busy or idle does not matter (its bridge queues the task).
         ref.tell(Start())
         entry.ref.tell(Deliver(envelope=envelope))
+        self._observe(WatchdogTask(agent_id=entry.agent_id, task_id=task_id))
+        self._observe(
+            WatchdogInstruction(
+                agent_id=entry.agent_id, kind="task", text=args.task, task_id=task_id, at=now
+            )
+        )
         return api.DelegateResult(task_id=task_id, agent_id=entry.agent_id, accepted=True)
 
     def _prompt(self, args: api.PromptArgs) -> api.PromptResult:
@@ -456,6 +491,7 @@ class BrokerActor(ShepherdActor):
         entry = self.agents.get(record.agent_id)
         if entry is not None and entry.active_task == record.task_id:
             entry.active_task = None
+            self._observe(WatchdogTask(agent_id=entry.agent_id, task_id=None))
         for request_id in msg.dropped_requests:
             self._close_request(
                 request_id,
@@ -630,6 +666,9 @@ class BrokerActor(ShepherdActor):
             match env:
                 case RuntimeEnvelope():
                     tell_quietly(entry.ref, env)
+                    self._observe(
+                        WatchdogRuntime(agent_id=entry.agent_id, envelope=env, at=self.clock.now())
+                    )
                 case MessageEnvelope() | ReplyEnvelope():
                     receipt = self._route(entry.agent_id, env)
                     self._ack(env, request_id=receipt.request_id)
@@ -851,6 +890,15 @@ class BrokerActor(ShepherdActor):
             )
             return
         self.agents[target_id].ref.tell(Deliver(envelope=env))
+        self._observe(
+            WatchdogInstruction(
+                agent_id=target_id,
+                kind="reply" if isinstance(env, ReplyEnvelope) else "message",
+                text=env.content,
+                task_id=self.agents[target_id].active_task,
+                at=self.clock.now(),
+            )
+        )
 
     # ------------------------------------------------------------------ requests
 

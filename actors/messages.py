@@ -9,7 +9,13 @@ from typing import Any
 
 import msgspec
 
-from protocol.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope, TaskDoneEnvelope
+from protocol.envelopes import (
+    AnyEnvelope,
+    MessageEnvelope,
+    ReplyEnvelope,
+    RuntimeEnvelope,
+    TaskDoneEnvelope,
+)
 from protocol.tasks import TaskEvent, TaskRecord, TaskResult
 
 __all__ = [
@@ -35,6 +41,11 @@ __all__ = [
     "TaskDeadline",
     "WatchDeliver",
     "WatchWith",
+    "WatchdogAgent",
+    "WatchdogCall",
+    "WatchdogInstruction",
+    "WatchdogRuntime",
+    "WatchdogTask",
     "WatcherFinished",
 ]
 
@@ -159,6 +170,49 @@ class CloseAgent(_Msg, frozen=True, kw_only=True):
 
 class ReadOutput(_Msg, frozen=True, kw_only=True):
     lines: int
+
+
+# --- watchdog inputs (from the broker)
+class WatchdogAgent(_Msg, frozen=True, kw_only=True):
+    """An agent joined the session (or its process state changed)."""
+
+    agent_id: str
+    name: str
+    description: str | None = None
+    process_state: str = "starting"
+    at: float
+
+
+class WatchdogRuntime(_Msg, frozen=True, kw_only=True):
+    """A runtime event of an agent (tool call/result, output, turn start/end)."""
+
+    agent_id: str
+    envelope: RuntimeEnvelope
+    at: float
+
+
+class WatchdogInstruction(_Msg, frozen=True, kw_only=True):
+    """The agent received a new instruction (a task or a message): a new evidence window."""
+
+    agent_id: str
+    kind: str  # "task" | "message" | "reply"
+    text: str
+    task_id: str | None
+    at: float
+
+
+class WatchdogTask(_Msg, frozen=True, kw_only=True):
+    """The agent's active task changed (None when it settled)."""
+
+    agent_id: str
+    task_id: str | None
+
+
+class WatchdogCall(_Msg, frozen=True, kw_only=True):
+    """An operation on the watchdog (``shepherd watchdog ...`` and the watchdog tools)."""
+
+    op: str
+    args: dict[str, Any] = {}
 
 
 Routed = MessageEnvelope | ReplyEnvelope

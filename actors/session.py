@@ -18,7 +18,14 @@ import pykka
 from actors.agent import Launcher
 from actors.broker import BrokerActor
 from actors.journal import Journal, MemoryJournal
-from actors.messages import Inbound, ParentCall, ReadOutput, Settle, WatchWith
+from actors.messages import (
+    Inbound,
+    ParentCall,
+    ReadOutput,
+    Settle,
+    WatchdogCall,
+    WatchWith,
+)
 from actors.notes import MemoryTaskNotes, TaskNotes
 from actors.runtime import Runtime, tell_quietly
 from actors.simagent import FakeCommands, SimLauncher
@@ -54,6 +61,7 @@ class Session:
         tap: Callable[[str], None] | None = None,
         on_call: Callable[[CallEnvelope], None] | None = None,
         notes: TaskNotes | None = None,
+        watchdog: bool = True,
     ) -> None:
         self.runtime = runtime
         self.transport = transport
@@ -73,10 +81,23 @@ class Session:
             check_capability,
             tap,
             notes if notes is not None else MemoryTaskNotes(),
+            self._watchdog_factory if watchdog else None,
         )
         self._on_call = on_call
         self._subscription = transport.subscribe(PARENT_INBOX, self._parent_inbox)
         self._closed = False
+
+    def _watchdog_factory(self, broker: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+        from actors.watchdog import WatchdogActor
+
+        return self.runtime.spawn(WatchdogActor, self.settings.watchdog, self.sink, broker)
+
+    def watchdog(self, op: str, **args: Any) -> Any:
+        """Run a watchdog operation (status, config, set, pause, resume, inspect, ...)."""
+        ref: Any = self.broker.ask("watchdog", timeout=ASK_TIMEOUT_S)
+        if ref is None:
+            raise InvalidArgument("this session runs without a watchdog")
+        return ref.ask(WatchdogCall(op=op, args=args), timeout=ASK_TIMEOUT_S)
 
     def _parent_inbox(self, env: AnyEnvelope) -> None:
         """Runs on the transport's thread: hand over and return (never block the receiver)."""

@@ -204,6 +204,8 @@ def decode_envelope(data: bytes, *, max_bytes: int | None = None) -> AnyEnvelope
         raise InvalidEnvelope(f"envelope does not match the schema: {exc}") from None
     except msgspec.DecodeError as exc:
         raise InvalidEnvelope(f"envelope is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidEnvelope("envelope is nested too deeply") from None
     validate_addresses(envelope)
     return envelope
 

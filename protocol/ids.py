@@ -38,8 +38,9 @@ class IdKind(enum.StrEnum):
     PROMPT = "prompt"
 
 
-_ID_RE = re.compile(r"^shepherd-(session|agent|task|message|watcher|prompt)-([0-9a-f]{8,64})$")
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+# \Z, not $: "$" also matches before a trailing newline, which must never pass as an id
+_ID_RE = re.compile(r"^shepherd-(session|agent|task|message|watcher|prompt)-([0-9a-f]{8,64})\Z")
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
 _MAX_SHOWN = 80
 
 
@@ -77,5 +78,11 @@ def parse_id(value: object, expected: IdKind | None = None) -> str:
 
 
 def is_valid_name(value: object) -> bool:
-    """Agent names: lowercase, start with a letter, letters/digits/``-``/``_``, at most 32."""
-    return isinstance(value, str) and _NAME_RE.match(value) is not None and value != PARENT_ID
+    """Agent names: lowercase, start with a letter, letters/digits/``-``/``_``, at most 32;
+    never ``shepherd`` and never id-shaped (``shepherd-…``), so a name cannot pose as an id."""
+    return (
+        isinstance(value, str)
+        and _NAME_RE.match(value) is not None
+        and value != PARENT_ID
+        and not value.startswith("shepherd-")
+    )

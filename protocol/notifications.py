@@ -19,6 +19,7 @@ __all__ = [
     "StaleWait",
     "TaskCompletion",
     "WaitCycle",
+    "WatchdogAlert",
 ]
 
 
@@ -79,4 +80,17 @@ class WaitCycle(Notification, frozen=True, kw_only=True, tag="wait_cycle"):
     agent_ids: tuple[str, ...]
 
 
-AnyNotification = TaskCompletion | AgentMessage | Notice | StaleWait | WaitCycle
+class WatchdogAlert(Notification, frozen=True, kw_only=True, tag="watchdog_alert"):
+    """The watchdog thinks an agent is stuck in a loop (it never kills or steers by itself)."""
+
+    agent_id: str
+    agent_name: str
+    task_id: str | None
+    confidence: str
+    reasons: tuple[str, ...]
+    evidence: tuple[dict[str, object], ...]
+    rescue_message: str
+    text: str  # the rendered [Watchdog Alert]
+
+
+AnyNotification = TaskCompletion | AgentMessage | Notice | StaleWait | WaitCycle | WatchdogAlert

@@ -15,6 +15,7 @@ from protocol.notifications import (
     StaleWait,
     TaskCompletion,
     WaitCycle,
+    WatchdogAlert,
 )
 from protocol.tasks import TaskResult
 
@@ -79,6 +80,8 @@ def render_notification(note: AnyNotification) -> str:
                     "The task is still open; reply, steer the recipient, or cancel the task.",
                 ]
             )
+        case WatchdogAlert():
+            return note.text
         case WaitCycle():
             return (
                 f"[Shepherd wait cycle] {' → '.join(note.cycle)}: these agents wait on each "

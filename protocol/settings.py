@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from protocol.watchdog_config import WatchdogConfig
+
 __all__ = ["Settings", "apply_overrides", "parse_value"]
 
 
@@ -39,6 +41,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     output_lines: int = 2000
     #: fallback rescan of inboxes if a file-system event is ever missed
     fallback_poll_s: float = 1.0
+    #: the stuck-loop watchdog (``[watchdog]`` table)
+    watchdog: WatchdogConfig = msgspec.field(default_factory=WatchdogConfig)
 
 
 S = TypeVar("S", bound=msgspec.Struct)
@@ -60,7 +64,12 @@ def parse_value(struct_type: type[msgspec.Struct], key: str, text: str) -> Any:
             raw = msgspec.json.decode(text.strip())
         except msgspec.DecodeError:
             raw = text
-    return msgspec.convert(raw, fields[key].type, strict=False)
+    try:
+        return msgspec.convert(raw, fields[key].type, strict=False)
+    except msgspec.ValidationError:
+        if raw == text:
+            raise
+        return msgspec.convert(text, fields[key].type, strict=False)  # e.g. "123" for a str
 
 
 def apply_overrides(base: S, mapping: Mapping[str, Any], source: str) -> tuple[S, list[str]]:

@@ -9,7 +9,7 @@ import pytest
 
 from actors.mailbox import Mailbox
 from actors.mailbox_watch import polling_waker
-from actors.transport import PARENT_INBOX
+from actors.transport import PARENT_INBOX, Transport
 from protocol.envelopes import AnyEnvelope, MessageEnvelope
 from protocol.ids import IdKind
 from protocol.settings import Settings
@@ -324,3 +324,8 @@ def test_a_backlog_larger_than_one_turn_is_drained_in_order_and_fairly(
     assert seen_by_then[0] < 2500  # the other inbox got a turn inside the backlog
     assert mailbox.wait_drained(10)
     assert listing(mailbox.inbox_path(PARENT_INBOX) / "new") == []
+
+
+def test_a_mailbox_is_a_transport(parent: Mailbox) -> None:
+    transport: Transport = parent  # checked by mypy: the Transport protocol is satisfied
+    assert transport is parent

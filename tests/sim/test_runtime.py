@@ -90,7 +90,7 @@ def test_thousands_of_actors_share_a_few_threads(threaded: ThreadedRuntime) -> N
 
 
 def test_start_without_a_runtime_is_refused() -> None:
-    with pytest.raises(TypeError, match="runtime.spawn"):
+    with pytest.raises(TypeError, match=r"runtime\.spawn"):
         Counter.start()
 
 
