@@ -56,6 +56,10 @@ class Launcher(Protocol):
     def launch(self, spec: AgentSpec, on_exit: Callable[[int], None]) -> AgentHandle:
         """Start the agent. ``on_exit(code)`` must be called exactly once when it is gone."""
 
+    def adopt(self, spec: AgentSpec, pid: int, on_exit: Callable[[int], None]) -> AgentHandle:
+        """Take over a still-running agent after a parent restart (its bridge reconnects).
+        Raise :class:`~protocol.errors.ShepherdError` if ``pid`` is not this agent's bridge."""
+
 
 class AgentActor(ShepherdActor):
     def __init__(
@@ -65,9 +69,13 @@ class AgentActor(ShepherdActor):
         transport: Transport,
         broker: pykka.ActorRef[Any],
         output_lines: int,
+        adopt_pid: int | None = None,
+        already_exited: bool = False,
     ) -> None:
         super().__init__()
         self.spec = spec
+        self._adopt_pid = adopt_pid
+        self._already_exited = already_exited
         self.process_state = "starting"
         self.exit_code: int | None = None
         self.output: deque[str] = deque(maxlen=output_lines)
@@ -80,7 +88,15 @@ class AgentActor(ShepherdActor):
         self._log = logger.bind(agent=spec.name, agent_id=spec.agent_id)
 
     def on_start(self) -> None:
+        if self._already_exited:
+            self.process_state = "exited"
+            self.stop()
+            return
         try:
+            if self._adopt_pid is not None:
+                self._handle = self._launcher.adopt(self.spec, self._adopt_pid, self._exited)
+                self.output.append(f"[shepherd] adopted bridge pid {self._adopt_pid} after restart")
+                return
             self._handle = self._launcher.launch(self.spec, self._exited)
         except Exception as exc:
             self._log.opt(exception=True).error("launch failed")

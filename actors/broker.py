@@ -18,6 +18,7 @@ Every envelope from a child gets an honest ``ack`` (accepted, or refused with a 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 from collections import OrderedDict
 from collections.abc import Callable
@@ -83,6 +84,13 @@ from protocol.errors import (
     ShepherdError,
 )
 from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
+from protocol.journal import (
+    AgentExitRecord,
+    AgentRecord,
+    PromptRecord,
+    Restore,
+    WatcherRecord,
+)
 from protocol.notifications import AgentMessage, Notice, StaleWait, WaitCycle
 from protocol.requests import RequestRecord, RequestState, resolve
 from protocol.settings import Settings
@@ -136,8 +144,11 @@ class BrokerActor(ShepherdActor):
         tap: Callable[[str], None] | None = None,
         notes: TaskNotes | None = None,
         watchdog_factory: Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]] | None = None,
+        restore: Restore | None = None,
     ) -> None:
         super().__init__()
+        self._restore = restore
+        self._agent_records: dict[str, AgentRecord] = {}
         self._notes = notes
         #: the watchdog actor (it observes; the broker only tells it what happens)
         self.watchdog = watchdog_factory(self.actor_ref) if watchdog_factory else None
@@ -180,6 +191,109 @@ class BrokerActor(ShepherdActor):
     def _observe(self, message: Any) -> None:
         if self.watchdog is not None:
             tell_quietly(self.watchdog, message)
+
+    # ------------------------------------------------------------------ restart
+
+    def on_start(self) -> None:
+        if self._restore is not None:
+            restore, self._restore = self._restore, None
+            self._restore_from(restore)
+
+    def _restore_from(self, restore: Restore) -> None:
+        """Rebuild the session after a parent restart: settled results stay settled, open
+        tasks resume (their agents' bridges are adopted, not restarted), watchers deliver
+        only what they had not delivered."""
+        st = restore.state
+        for task_id, record in st.tasks.items():
+            self.tasks[task_id] = record
+            if record.terminal and record.result is not None:
+                self.results[task_id] = record.result
+        self.requests.update(st.requests)
+        self.prompts.update(st.prompts)
+        now = self.clock.now()
+        for request in st.requests.values():
+            if request.pending and request.deadline_at is not None:
+                request_id = request.request_id
+                self._request_timers[request_id] = self.clock.call_later(
+                    max(0.0, request.deadline_at - now),
+                    functools.partial(
+                        tell_quietly, self.actor_ref, RequestTimeout(request_id=request_id)
+                    ),
+                )
+        for agent_id, rec in st.agents.items():
+            exit_record = st.exits.get(agent_id)
+            spec = AgentSpec(
+                agent_id=agent_id,
+                name=rec.name,
+                session_id=self.session_id,
+                capability=rec.capability,
+                adapter=rec.adapter,
+                options=rec.options,
+            )
+            self._agent_records[agent_id] = rec
+            agent_ref = self.runtime.spawn(
+                AgentActor,
+                spec,
+                self._launcher,
+                self._transport,
+                self.actor_ref,
+                self.settings.output_lines,
+                rec.pid if exit_record is None else None,
+                exit_record is not None,
+            )
+            entry = AgentEntry(agent_id, rec.name, rec.adapter, rec.capability, agent_ref)
+            if exit_record is not None:
+                entry.closed = True
+                entry.process_state = "exited"
+                entry.exit_code = exit_record.exit_code
+            entry.last_active_at = now
+            self.agents[agent_id] = entry
+            self.names[rec.name] = agent_id
+            self._observe(WatchdogAgent(agent_id=agent_id, name=rec.name, at=now))
+        for task_id, record in st.tasks.items():
+            if record.terminal:
+                continue
+            task_ref = self.runtime.spawn(
+                TaskActor, record, self.actor_ref, self._journal, self._notes
+            )
+            self._task_refs[task_id] = task_ref
+            owner = self.agents.get(record.agent_id)
+            if owner is None or owner.closed:
+                tell_quietly(
+                    task_ref,
+                    Settle(
+                        event=TaskEvent.FAIL, error="the agent was gone when the parent restarted"
+                    ),
+                )
+                continue
+            owner.active_task = task_id
+            self._track_waiting(record)
+            # same envelope id as before: the agent's inbox drops it if it already had it
+            owner.ref.tell(Deliver(envelope=self._task_envelope(record)))
+        for watcher in st.watchers.values():
+            delivered = restore.delivered.get(watcher.watcher_id, set())
+            pending = tuple(t for t in watcher.ids if t not in delivered)
+            if not pending:
+                continue
+            watcher_ref = self.runtime.spawn(
+                WatcherActor,
+                watcher.watcher_id,
+                watcher.ids,
+                pending,
+                self._sink,
+                self.actor_ref,
+                self.settings.coalesce_ms / 1000.0,
+            )
+            self._watchers[watcher.watcher_id] = watcher_ref
+            for task_id in pending:
+                if task_id in self.results:  # settled, never delivered: deliver it now, once
+                    tell_quietly(watcher_ref, WatchDeliver(result=self.results[task_id]))
+                else:
+                    self._subscriptions.setdefault(task_id, []).append(watcher_ref)
+        self._story(
+            f"session restored: {len(self.agents)} agents, {len(self.results)} settled, "
+            f"{len(self._task_refs)} open tasks, {len(self._watchers)} watchers"
+        )
 
     # ------------------------------------------------------------------ dispatch
 
@@ -285,11 +399,16 @@ class BrokerActor(ShepherdActor):
         entry.last_active_at = self.clock.now()
         self.agents[agent_id] = entry
         self.names[args.name] = agent_id
-        self._journal.append(
-            api.SpawnResult(
-                agent_id=agent_id, name=args.name, adapter=args.adapter, process_state="starting"
-            )
+        agent_record = AgentRecord(
+            agent_id=agent_id,
+            name=args.name,
+            adapter=args.adapter,
+            capability=spec.capability,
+            created_at=self.clock.now(),
+            options=spec.options,
         )
+        self._agent_records[agent_id] = agent_record
+        self._journal.append(agent_record)
         self._log.info("spawned {name} ({agent_id})", name=args.name, agent_id=agent_id)
         self._observe(
             WatchdogAgent(
@@ -302,6 +421,13 @@ class BrokerActor(ShepherdActor):
         return api.SpawnResult(
             agent_id=agent_id, name=args.name, adapter=args.adapter, process_state="starting"
         )
+
+    def _remember_pid(self, agent_id: str, pid: int) -> None:
+        record = self._agent_records.get(agent_id)
+        if record is not None and record.pid != pid:
+            record = msgspec.structs.replace(record, pid=pid)
+            self._agent_records[agent_id] = record
+            self._journal.append(record)
 
     def capability_of(self, agent_id: str) -> str | None:
         entry = self.agents.get(agent_id)
@@ -332,6 +458,14 @@ class BrokerActor(ShepherdActor):
             return
         entry.process_state = "exited"
         entry.exit_code = msg.exit_code
+        self._journal.append(
+            AgentExitRecord(
+                agent_id=entry.agent_id,
+                exit_code=msg.exit_code,
+                at=self.clock.now(),
+                closed=entry.closed,
+            )
+        )
         if not entry.closed:
             entry.closed = True
             self._release_agent(
@@ -394,6 +528,7 @@ class BrokerActor(ShepherdActor):
             description=args.task,
             created_at=now,
             deadline_at=now + timeout_s if timeout_s is not None else None,
+            message_id=self.runtime.ids.new(IdKind.MESSAGE),
         )
         self._journal.append(record)
         if self._notes is not None:
@@ -405,16 +540,7 @@ class BrokerActor(ShepherdActor):
         self.tasks[task_id] = record
         self._task_refs[task_id] = ref
         entry.active_task = task_id
-        envelope = TaskEnvelope(
-            message_id=self.runtime.ids.new(IdKind.MESSAGE),
-            session_id=self.session_id,
-            sender_id=PARENT_ID,
-            target_id=entry.agent_id,
-            created_at=now,
-            task_id=task_id,
-            content=args.task,
-            deadline_at=record.deadline_at,
-        )
+        envelope = self._task_envelope(record)
         # The task is running once the parent has handed it to the agent's inbox; the
         # agent being busy or idle does not matter (its bridge queues the task).
         ref.tell(Start())
@@ -427,6 +553,18 @@ class BrokerActor(ShepherdActor):
         )
         return api.DelegateResult(task_id=task_id, agent_id=entry.agent_id, accepted=True)
 
+    def _task_envelope(self, record: TaskRecord) -> TaskEnvelope:
+        return TaskEnvelope(
+            message_id=record.message_id or self.runtime.ids.new(IdKind.MESSAGE),
+            session_id=self.session_id,
+            sender_id=PARENT_ID,
+            target_id=record.agent_id,
+            created_at=record.created_at,
+            task_id=record.task_id,
+            content=record.description,
+            deadline_at=record.deadline_at,
+        )
+
     def _prompt(self, args: api.PromptArgs) -> api.PromptResult:
         delegated = self._delegate(
             api.DelegateArgs(
@@ -435,6 +573,7 @@ class BrokerActor(ShepherdActor):
         )
         prompt_id = self.runtime.ids.new(IdKind.PROMPT)
         self.prompts[prompt_id] = delegated.task_id
+        self._journal.append(PromptRecord(prompt_id=prompt_id, task_id=delegated.task_id))
         return api.PromptResult(
             prompt_id=prompt_id,
             task_id=delegated.task_id,
@@ -637,6 +776,12 @@ class BrokerActor(ShepherdActor):
                 self.settings.coalesce_ms / 1000.0,
             )
             self._watchers[watcher_id] = ref
+            if sink is None:  # `wait` watchers live only as long as their caller
+                self._journal.append(
+                    WatcherRecord(
+                        watcher_id=watcher_id, ids=tuple(ids), created_at=self.clock.now()
+                    )
+                )
             for task_id in pending:
                 self._subscriptions.setdefault(task_id, []).append(ref)
         return api.WatchResult(
@@ -665,6 +810,8 @@ class BrokerActor(ShepherdActor):
         try:
             match env:
                 case RuntimeEnvelope():
+                    if env.event == "ready" and env.pid is not None:
+                        self._remember_pid(entry.agent_id, env.pid)
                     tell_quietly(entry.ref, env)
                     self._observe(
                         WatchdogRuntime(agent_id=entry.agent_id, envelope=env, at=self.clock.now())
@@ -809,7 +956,9 @@ class BrokerActor(ShepherdActor):
         elif sender_id != PARENT_ID:
             task_id = self.agents[sender_id].active_task
         request_id: str | None = None
-        if env.expects_reply:
+        if env.expects_reply and env.message_id in self.requests:
+            request_id = env.message_id  # seen before a parent restart: already open
+        elif env.expects_reply:
             request_id = self._open_request(sender_id, target_id, env, task_id)
         forwarded = msgspec.structs.replace(
             env, target_id=target_id, task_id=task_id, sender_name=sender_name, capability=""

@@ -403,9 +403,9 @@ def pump_process(
         pidfd = os.pidfd_open(proc.pid)
     with selectors.DefaultSelector() as sel:
         for stream in streams:
-            sel.register(stream, selectors.EVENT_READ)
+            sel.register(stream, selectors.EVENT_READ, stream)
         if pidfd is not None:
-            sel.register(pidfd, selectors.EVENT_READ)
+            sel.register(pidfd, selectors.EVENT_READ, None)
         open_streams = len(streams)
         exited_at: float | None = None
         try:
@@ -420,18 +420,17 @@ def pump_process(
                 if pidfd is None and exited_at is None and proc.poll() is not None:
                     exited_at = clock()
                 for key, _ in ready:
-                    if key.fileobj == pidfd:
-                        sel.unregister(pidfd)
+                    source: IO[bytes] | None = key.data
+                    if source is None:  # the pidfd: the process exited
+                        sel.unregister(key.fileobj)
                         exited_at = clock()
                         continue
-                    stream = key.fileobj
-                    assert not isinstance(stream, int)
-                    data = os.read(stream.fileno(), 65536)
-                    if not data:
-                        sel.unregister(stream)
-                        open_streams -= 1
+                    data = os.read(source.fileno(), 65536)
+                    if data:
+                        on_data(source, data)
                     else:
-                        on_data(stream, data)  # type: ignore[arg-type]
+                        sel.unregister(source)
+                        open_streams -= 1
         finally:
             if pidfd is not None:
                 os.close(pidfd)
@@ -628,6 +627,8 @@ class Adapter(Protocol):
 
     name: ClassVar[str]
 
+    def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None: ...
+
     def start(self) -> None: ...
 
     def deliver(self, envelope: AnyEnvelope) -> None: ...
@@ -812,7 +813,9 @@ class Bridge:
         try:
             self._adapter = adapter_class(self.env.adapter)(self, self.env.options)
         except ShepherdError as exc:
-            self._fatal(f"{exc.code}: {exc.message}" if not isinstance(exc, ScriptError) else exc.message)
+            self._fatal(
+                f"{exc.code}: {exc.message}" if not isinstance(exc, ScriptError) else exc.message
+            )
             return 2
         except Exception as exc:
             self._log.opt(exception=True).error("adapter {} failed to start", self.env.adapter)
@@ -833,7 +836,10 @@ class Bridge:
             signal.signal(sig, self._on_signal)
         self.runtime("ready", pid=os.getpid())
         self._log.info(
-            "ready: pid {} adapter {} session {}", os.getpid(), self.env.adapter, self.env.session_id
+            "ready: pid {} adapter {} session {}",
+            os.getpid(),
+            self.env.adapter,
+            self.env.session_id,
         )
         self._call(self._adapter.start)
         return None
@@ -869,14 +875,14 @@ class Bridge:
             except Exception:
                 self._log.opt(exception=True).error("stopping the agent failed")
         if os.getsid(0) == os.getpid():  # we lead our session: nothing of it may outlive us
-            left = terminate_session(os.getpid(), grace_s=KILL_GRACE_S, monotonic=self.clock.monotonic)
+            left = terminate_session(
+                os.getpid(), grace_s=KILL_GRACE_S, monotonic=self.clock.monotonic
+            )
             if left:
                 self._log.info("stopped {} leftover process(es): {}", len(left), left)
         if self._exit is not None and not self._exit_published:
             self.runtime("exit", exit_code=self._exit.code, text=reason)
-        self._log.info(
-            "exit {} ({})", self._exit.code if self._exit else 2, reason
-        )
+        self._log.info("exit {} ({})", self._exit.code if self._exit else 2, reason)
         if self._mailbox is not None:
             self._mailbox.close()
         self.clock.close()
@@ -896,7 +902,9 @@ class Bridge:
             envelope.sender_id,
         )
         if isinstance(envelope, ControlEnvelope) and envelope.action == "close":
-            self.finish(0, f"closed by the parent{': ' + envelope.reason if envelope.reason else ''}")
+            self.finish(
+                0, f"closed by the parent{': ' + envelope.reason if envelope.reason else ''}"
+            )
             return
         assert self._adapter is not None
         self._adapter.deliver(envelope)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from protocol.api import SpawnResult
+from protocol.journal import AgentExitRecord, AgentRecord, PromptRecord, WatcherRecord
 from protocol.requests import RequestRecord
 from protocol.tasks import TaskRecord
 
@@ -27,7 +27,10 @@ class JournalEntry(msgspec.Struct, frozen=True, kw_only=True):
 _TYPES: dict[type[msgspec.Struct], str] = {
     TaskRecord: "task",
     RequestRecord: "request",
-    SpawnResult: "agent",
+    AgentRecord: "agent",
+    AgentExitRecord: "agent_exit",
+    PromptRecord: "prompt",
+    WatcherRecord: "watcher",
 }
 _DECODE: dict[str, type[msgspec.Struct]] = {v: k for k, v in _TYPES.items()}
 _ENCODER = msgspec.json.Encoder()

@@ -28,6 +28,7 @@ from loguru import logger
 
 from actors.agent import AgentHandle, AgentSpec
 from actors.clock import Clock
+from protocol.errors import ForbiddenSender, InvalidHandle
 
 __all__ = ["ChildProcess", "ProcessLauncher", "Reaper"]
 
@@ -39,7 +40,7 @@ class Reaper:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._watched: dict[int, tuple[subprocess.Popen[bytes], Callable[[int], None]]] = {}
+        self._watched: dict[int, tuple[subprocess.Popen[bytes] | int, Callable[[int], None]]] = {}
         self._wake_r, self._wake_w = os.pipe()
         self._poll = select.poll()
         self._poll.register(self._wake_r, select.POLLIN)
@@ -48,8 +49,10 @@ class Reaper:
         self._thread = threading.Thread(target=self._run, name="shepherd-reaper", daemon=True)
         self._thread.start()
 
-    def watch(self, proc: subprocess.Popen[bytes], on_exit: Callable[[int], None]) -> None:
-        fd = os.pidfd_open(proc.pid)
+    def watch(self, proc: subprocess.Popen[bytes] | int, on_exit: Callable[[int], None]) -> None:
+        """Report ``proc``'s exit. An ``int`` is a process that is not our child (adopted
+        after a restart): its exit is seen, but its status cannot be read (reported as -1)."""
+        fd = os.pidfd_open(proc if isinstance(proc, int) else proc.pid)
         with self._lock:
             self._watched[fd] = (proc, on_exit)
             self._poll.register(fd, select.POLLIN)
@@ -68,9 +71,12 @@ class Reaper:
                     proc, on_exit = self._watched.pop(fd)
                     self._poll.unregister(fd)
                 os.close(fd)
-                code = proc.wait()
-                code = 128 - code if code < 0 else code  # killed by a signal: 128 + signum
-                _kill_group(proc.pid, signal.SIGKILL)  # whatever the agent left behind
+                if isinstance(proc, int):
+                    pid, code = proc, -1
+                else:
+                    pid, code = proc.pid, proc.wait()
+                    code = 128 - code if code < 0 else code  # killed by a signal: 128 + signum
+                _kill_group(pid, signal.SIGKILL)  # whatever the agent left behind
                 try:
                     on_exit(code)
                 except Exception:
@@ -106,27 +112,47 @@ def _kill_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-class ChildProcess:
-    """The :class:`~actors.agent.AgentHandle` of one bridge process."""
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
-    def __init__(self, proc: subprocess.Popen[bytes], clock: Clock, grace_s: float) -> None:
+
+class ChildProcess:
+    """The :class:`~actors.agent.AgentHandle` of one bridge process (ours or adopted)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes] | int, clock: Clock, grace_s: float) -> None:
         self.proc = proc
         self._clock = clock
         self._grace_s = grace_s
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        return self.proc if isinstance(self.proc, int) else self.proc.pid
+
+    def running(self) -> bool:
+        if isinstance(self.proc, int):
+            return _alive(self.proc)
+        return self.proc.poll() is None
 
     def stop(self) -> None:
-        if self.proc.poll() is not None:
+        if not self.running():
             return
-        _kill_group(self.proc.pid, signal.SIGTERM)
+        _kill_group(self.pid, signal.SIGTERM)
         self._clock.call_later(self._grace_s, self.kill)
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            _kill_group(self.proc.pid, signal.SIGKILL)
+        if self.running():
+            _kill_group(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float) -> None:
+        if isinstance(self.proc, subprocess.Popen):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=timeout)
 
 
 class ProcessLauncher:
@@ -197,6 +223,32 @@ class ProcessLauncher:
         logger.bind(agent=spec.name).info("started bridge pid {pid}", pid=proc.pid)
         return child
 
+    def adopt(self, spec: AgentSpec, pid: int, on_exit: Callable[[int], None]) -> AgentHandle:
+        """Take over a bridge that outlived the previous parent. It must really be *this*
+        agent's bridge of *this* session (read from its environment): a restarted parent
+        never claims another session's agents."""
+        try:
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            raise InvalidHandle(f"bridge pid {pid} of {spec.name} is gone") from None
+        env = dict(
+            item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item
+        )
+        if (
+            env.get("SHEPHERD_AGENT_ID") != spec.agent_id
+            or env.get("SHEPHERD_SESSION_ID") != self._session_id
+        ):
+            raise ForbiddenSender(
+                f"pid {pid} is not the bridge of {spec.name} in this session; not adopting it"
+            )
+        self._register(spec)
+        self._ensure_inbox(spec.agent_id)
+        child = ChildProcess(pid, self._clock, self._grace_s)
+        self.children[spec.agent_id] = child
+        self.reaper.watch(pid, on_exit)
+        logger.bind(agent=spec.name).info("adopted bridge pid {pid}", pid=pid)
+        return child
+
     def kill_all(self) -> None:
         for child in self.children.values():
             child.kill()
@@ -204,6 +256,5 @@ class ProcessLauncher:
     def close(self) -> None:
         self.kill_all()
         for child in self.children.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.proc.wait(timeout=5)
+            child.wait(timeout=5)
         self.reaper.close()

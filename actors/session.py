@@ -36,6 +36,7 @@ from protocol import api
 from protocol.envelopes import AnyEnvelope, CallEnvelope
 from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
+from protocol.journal import Restore
 from protocol.notifications import TaskCompletion
 from protocol.script import Script, parse_script
 from protocol.settings import Settings
@@ -62,6 +63,8 @@ class Session:
         on_call: Callable[[CallEnvelope], None] | None = None,
         notes: TaskNotes | None = None,
         watchdog: bool = True,
+        restore: Restore | None = None,
+        sync_inbound: bool = False,
     ) -> None:
         self.runtime = runtime
         self.transport = transport
@@ -82,7 +85,11 @@ class Session:
             tap,
             notes if notes is not None else MemoryTaskNotes(),
             self._watchdog_factory if watchdog else None,
+            restore,
         )
+        #: with a durable transport, the receiver hands an envelope over only once the broker
+        #: has handled it, so acknowledging the file can never lose it (crash in between)
+        self._sync_inbound = sync_inbound
         self._on_call = on_call
         self._subscription = transport.subscribe(PARENT_INBOX, self._parent_inbox)
         self._closed = False
@@ -105,7 +112,10 @@ class Session:
             if self._on_call is not None:
                 self._on_call(env)
             return
-        tell_quietly(self.broker, Inbound(envelope=env))
+        if self._sync_inbound:
+            self.broker.ask(Inbound(envelope=env), timeout=ASK_TIMEOUT_S)
+        else:
+            tell_quietly(self.broker, Inbound(envelope=env))
 
     # ------------------------------------------------------------------ construction
 

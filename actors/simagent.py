@@ -20,6 +20,7 @@ from actors.runtime import Runtime, ShepherdActor, tell_quietly
 from actors.scripted import AgentIdentity, ScriptedDriver
 from actors.transport import PARENT_INBOX, Transport
 from protocol.envelopes import AnyEnvelope
+from protocol.errors import InvalidArgument
 from protocol.script import Script, ScriptMachine
 
 __all__ = ["FakeCommands", "SimAgentActor", "SimLauncher"]
@@ -163,6 +164,9 @@ class SimLauncher:
         )
         self.agents[spec.name] = ref
         return _SimHandle(ref)
+
+    def adopt(self, spec: AgentSpec, pid: int, on_exit: Callable[[int], None]) -> AgentHandle:
+        raise InvalidArgument("simulated agents cannot be adopted by another parent")
 
     def crash(self, name: str, code: int = 137) -> None:
         """Kill the agent as SIGKILL would (fault injection)."""

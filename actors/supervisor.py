@@ -33,7 +33,7 @@ import msgspec
 from loguru import logger
 
 from actors.agent import AgentSpec
-from actors.journal_file import FileJournal
+from actors.journal_file import FileJournal, read_journal
 from actors.launcher import ProcessLauncher
 from actors.mailbox import Mailbox, default_runtime_dir
 from actors.notes import FileTaskNotes
@@ -49,7 +49,8 @@ from protocol.errors import (
     ShepherdError,
 )
 from protocol.ids import PARENT_ID, IdKind
-from protocol.notifications import AnyNotification
+from protocol.journal import Restore, fold
+from protocol.notifications import AnyNotification, TaskCompletion
 from protocol.settings import Settings
 
 __all__ = ["SessionInfo", "Supervisor", "live_dir", "state_dir"]
@@ -76,6 +77,41 @@ def state_dir() -> Path:
 
 def live_dir() -> Path:
     return state_dir() / "live"
+
+
+def _load_info(session_dir: Path) -> SessionInfo:
+    try:
+        return msgspec.json.decode((session_dir / "session.json").read_bytes(), type=SessionInfo)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InvalidArgument(f"{session_dir}/session.json cannot be read: {exc}") from None
+
+
+def _is_supervisor(pid: int) -> bool:
+    """Is ``pid`` alive and a Shepherd process (a recycled pid is not a live session)?"""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"shepherd" in cmdline or b"actors" in cmdline or b"pytest" in cmdline
+
+
+def _delivered(path: Path) -> dict[str, set[str]]:
+    """Per watcher, the task ids whose completion is already in the notifications file."""
+    delivered: dict[str, set[str]] = {}
+    if not path.exists():
+        return delivered
+    decoder = msgspec.json.Decoder(AnyNotification)
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break  # torn last line: it was never fully delivered
+            try:
+                note = decoder.decode(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if isinstance(note, TaskCompletion):
+                delivered.setdefault(note.watcher_id, set()).update(r.task_id for r in note.results)
+    return delivered
 
 
 class NotificationFile:
@@ -147,18 +183,35 @@ class Supervisor:
     ) -> None:
         self.settings = settings or Settings()
         self.runtime = ThreadedRuntime(workers=workers)
-        self.session_id = self.runtime.ids.new(IdKind.SESSION)
-        self.session_dir = Path(
-            session_dir or state_dir() / "sessions" / self.session_id
-        ).absolute()
-        _private_dir(self.session_dir)
-        if (self.session_dir / "session.json").exists():
-            raise InvalidArgument(
-                f"{self.session_dir} already holds a session; resuming one is not supported yet"
+        wanted = Path(session_dir).absolute() if session_dir else None
+        restore: Restore | None = None
+        if wanted is not None and (wanted / "session.json").exists():
+            # an existing session directory: resume it (its journal is the truth)
+            old = _load_info(wanted)
+            if old.parent_pid != os.getpid() and _is_supervisor(old.parent_pid):
+                raise InvalidArgument(
+                    f"{wanted} is a live session (supervisor pid {old.parent_pid}); "
+                    "stop it first or use another --session-dir"
+                )
+            self.session_id = old.session_id
+            self.session_dir = wanted
+            self.mailbox_root = Path(old.mailbox)
+            self.client_token = old.client_token
+            restore = Restore(
+                state=fold(read_journal(wanted / "journal.jsonl")),
+                delivered=_delivered(wanted / "notifications.jsonl"),
             )
+            self.resumed = True
+        else:
+            self.session_id = self.runtime.ids.new(IdKind.SESSION)
+            self.session_dir = wanted or (state_dir() / "sessions" / self.session_id).absolute()
+            self.mailbox_root = Path(
+                mailbox_root or default_runtime_dir() / self.session_id
+            ).absolute()
+            self.client_token = self.runtime.ids.secret()
+            self.resumed = False
+        _private_dir(self.session_dir)
         _private_dir(self.session_dir / "agents")
-        self.mailbox_root = Path(mailbox_root or default_runtime_dir() / self.session_id).absolute()
-        self.client_token = self.runtime.ids.secret()
         self._capabilities: dict[str, str] = {}
         self.mailbox = Mailbox.create(
             self.mailbox_root,
@@ -191,6 +244,8 @@ class Supervisor:
             tap=tap,
             on_call=self._on_call,
             notes=FileTaskNotes(self.session_dir / "artifacts"),
+            restore=restore,
+            sync_inbound=True,
         )
         self.info = SessionInfo(
             session_id=self.session_id,

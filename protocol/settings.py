@@ -4,6 +4,12 @@ Layers (DESIGN §8): defaults, then the user file, then the project file, then s
 overrides. Reading the files is the caller's job (``actors/config.py``); this module only
 takes already-parsed mappings. An unknown key or a value of the wrong type never stops
 anything: it becomes a warning naming the source and the key, and that key is ignored.
+
+A nested table is layered field by field: a user file setting ``[watchdog] cooldown_s`` and a
+project file setting ``[watchdog] repeat_threshold`` both apply. The ``[watchdog]`` table goes
+through the watchdog's own validating :func:`~protocol.watchdog_config.apply_watchdog_overrides`
+(finite numbers, ranges, "did you mean" hints; warnings read
+``<source>: watchdog.<key>: <reason>; ignored``).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from protocol.watchdog_config import WatchdogConfig
+from protocol.watchdog_config import WatchdogConfig, apply_watchdog_overrides
 
 __all__ = ["Settings", "apply_overrides", "parse_value"]
 
@@ -86,9 +92,13 @@ def apply_overrides(base: S, mapping: Mapping[str, Any], source: str) -> tuple[S
             if not isinstance(value, Mapping):
                 warnings.append(f"{source}: setting {key!r} must be a table; ignored")
                 continue
-            nested, nested_warnings = apply_overrides(
-                getattr(base, key), value, f"{source} [{key}]"
-            )
+            current = getattr(base, key)
+            nested: Any
+            nested_warnings: list[str]
+            if isinstance(current, WatchdogConfig):
+                nested, nested_warnings = apply_watchdog_overrides(current, value, source)
+            else:
+                nested, nested_warnings = apply_overrides(current, value, f"{source} [{key}]")
             changes[key] = nested
             warnings.extend(nested_warnings)
             continue

@@ -146,6 +146,9 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     result: TaskResult | None = None
     agent_name: str | None = None
     prompt_id: str | None = None
+    #: the id of the task envelope handed to the agent: re-sent with the same id after a
+    #: parent restart, so the agent's inbox drops it if it already had it
+    message_id: str | None = None
 
     @property
     def terminal(self) -> bool:

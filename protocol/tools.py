@@ -21,8 +21,6 @@ Sans-IO: no files, threads or clocks here. The MCP server (``actors/mcp_server.p
 
 from __future__ import annotations
 
-import copy
-import types
 import typing
 from typing import Annotated, Any, Literal
 
@@ -113,6 +111,10 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     path_fields: tuple[str, ...] = ()
 
 
+#: ``typing.Union[...]`` and ``X | Y`` (``types.UnionType``, spelled without importing ``types``)
+_UNION_ORIGINS = (typing.Union, type(int | None))
+
+
 def _constrain(tp: Any, param: Param) -> Any:
     if param.choices is not None:
         allowed = typing.get_args(tp) if typing.get_origin(tp) is Literal else ()
@@ -126,14 +128,16 @@ def _constrain(tp: Any, param: Param) -> Any:
         ("ge", param.ge),
         ("le", param.le),
     )
-    meta = {k: v for k, v in bounds if v is not None}
-    if meta and typing.get_origin(tp) in (typing.Union, types.UnionType):
-        # constraints go on the non-None arms: ``Annotated[str | None, Meta(min_length=1)]``
-        # is not a thing, ``Annotated[str, Meta(min_length=1)] | None`` is
-        arms = [a if a is type(None) else Annotated[a, msgspec.Meta(**meta)] for a in typing.get_args(tp)]
-        tp = typing.Union[tuple(arms)]  # noqa: UP007 - built from a runtime tuple
-    elif meta:
-        tp = Annotated[tp, msgspec.Meta(**meta)]
+    given: dict[str, Any] = {k: v for k, v in bounds if v is not None}
+    if given:
+        meta = msgspec.Meta(**given)
+        if typing.get_origin(tp) in _UNION_ORIGINS:
+            # constraints go on the non-None arms: msgspec refuses ``min_length`` on
+            # ``str | None`` but takes it on the ``str`` of ``Annotated[str, ...] | None``
+            arms = [a if a is type(None) else Annotated[a, meta] for a in typing.get_args(tp)]
+            tp = typing.Union[tuple(arms)]  # noqa: UP007 - built from a runtime tuple
+        else:
+            tp = Annotated[tp, meta]
     return Annotated[tp, msgspec.Meta(description=param.description)]
 
 
@@ -153,9 +157,7 @@ def _model_type(name: str, args_type: type[msgspec.Struct], params: dict[str, Pa
             spec.append((f.name, annotated, f.default))
         else:
             spec.append((f.name, annotated, msgspec.field(default_factory=f.default_factory)))
-    return msgspec.defstruct(
-        name, spec, kw_only=True, frozen=True, forbid_unknown_fields=True
-    )
+    return msgspec.defstruct(name, spec, kw_only=True, frozen=True, forbid_unknown_fields=True)
 
 
 def _inline(node: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()) -> Any:
@@ -282,8 +284,9 @@ DELEGATE = _tool(
     prompt_snippet="Delegate a task to an agent; returns a task id immediately",
     params={
         "target": Param(description=_AGENT, min_length=1),
-        "task": Param(description="The task, in full: what to do and when it is done",
-                      min_length=1),
+        "task": Param(
+            description="The task, in full: what to do and when it is done", min_length=1
+        ),
         "timeout_minutes": Param(
             description="Deadline in minutes; the task times out after it", gt=0.0
         ),
@@ -404,23 +407,21 @@ CHILD_MESSAGE = _tool(
     op="message",
     args=ChildMessageArgs,
     description=(
-        "Send an asynchronous message to another agent, the parent (\"shepherd\"), or as a "
+        'Send an asynchronous message to another agent, the parent ("shepherd"), or as a '
         "reply. It returns as soon as the message is accepted; it does not wait for an answer. "
         "Set expects_reply when you need an answer: the answer arrives later as a new message. "
         "Answer a question by setting reply_to to its message id."
     ),
-    prompt_snippet="Send an asynchronous message to a peer agent or the parent (replies arrive later)",
+    prompt_snippet=(
+        "Send an asynchronous message to a peer agent or the parent (replies arrive later)"
+    ),
     params={
-        "target": Param(
-            description="Agent name or id, or \"shepherd\" for the parent", min_length=1
-        ),
+        "target": Param(description='Agent name or id, or "shepherd" for the parent', min_length=1),
         "message": Param(description="The message text", min_length=1),
         "expects_reply": Param(description="True when you need an answer (default false)"),
         "reply_to": Param(description="Message id of the question this answers"),
         "thread_id": Param(description="Conversation thread id"),
-        "steer": Param(
-            description="Interrupt the recipient instead of queueing (default false)"
-        ),
+        "steer": Param(description="Interrupt the recipient instead of queueing (default false)"),
     },
 )
 
@@ -435,7 +436,9 @@ CHILD_DONE = _tool(
         "is completed, or when you are blocked or have failed. Ending your turn does not finish "
         "the task."
     ),
-    prompt_snippet="Mark your delegated task completed, blocked or failed (the only way a task ends)",
+    prompt_snippet=(
+        "Mark your delegated task completed, blocked or failed (the only way a task ends)"
+    ),
     params={
         "status": Param(description="completed, blocked or failed"),
         "summary": Param(description="What was done, or why not"),
@@ -506,7 +509,9 @@ def to_json(spec: ToolSpec) -> dict[str, Any]:
         "label": spec.label,
         "description": spec.description,
         "promptSnippet": spec.prompt_snippet,
-        "parameters": copy.deepcopy(spec.parameters),
+        # a copy (through JSON: the schema is JSON by construction), so no caller can edit
+        # the one shared definition
+        "parameters": msgspec.json.decode(msgspec.json.encode(spec.parameters)),
     }
 
 

@@ -1,0 +1,289 @@
+"""``shepherd-child``: the child side's command line. It has exactly three commands and never a
+parent one (DESIGN §6):
+
+    shepherd-child run
+        the bridge itself (started by the parent's launcher; see ``actors.child``)
+    shepherd-child message TARGET TEXT [--expects-reply] [--reply-to ID] [--thread ID]
+                                       [--steer] [--json]
+    shepherd-child done --status completed|blocked|failed [--summary TEXT]
+                        [--cancel-requests] [--json]
+
+``message`` and ``done`` are what an agent runs from its shell. They read the same
+``SHEPHERD_*`` environment as the bridge, publish one envelope to the parent as this agent
+(capability included) and wait for the parent's honest receipt in a one-shot inbox named by
+the envelope's own message id (``reply_inbox``), created before publishing and removed after.
+Options take ``--opt value`` or ``--opt=value``; ``--`` ends the options, so a TARGET or TEXT
+starting with ``-`` is never read as one.
+
+Output: the receipt, as text, or with ``--json`` one object
+``{"message_id", "accepted", "request_id"?, "task_id"?, "result"?}``; exit 0.
+A refusal, a timeout (30 s, ``SHEPHERD_CHILD_TIMEOUT_S`` overrides: code
+``session_unavailable``) or a missing variable exits 2 with ``{"error": {"code", "message"}}``
+on stdout under ``--json``, else one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+import msgspec
+
+from actors.child import ChildEnv, child_env_from, envelope_validator, run_bridge
+from actors.clock import SystemClock
+from actors.idsource import IdSource
+from actors.mailbox import Mailbox
+from actors.transport import PARENT_INBOX
+from protocol.envelopes import (
+    AckEnvelope,
+    AnyEnvelope,
+    Delivery,
+    MessageEnvelope,
+    ReplyEnvelope,
+    TaskDoneEnvelope,
+)
+from protocol.errors import (
+    ErrorInfo,
+    InvalidArgument,
+    InvalidHandle,
+    SessionUnavailable,
+    ShepherdError,
+    error_from_info,
+)
+from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
+
+__all__ = ["main", "send_and_wait"]
+
+DEFAULT_TIMEOUT_S = 30.0
+ENV_TIMEOUT = "SHEPHERD_CHILD_TIMEOUT_S"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ``invalid_argument`` instead of printing usage and exiting, so a
+    ``--json`` caller gets its error as JSON like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidArgument(f"{message} (see '{self.prog} --help')")
+
+
+def _parser() -> _Parser:
+    parser = _Parser(
+        prog="shepherd-child",
+        description="Child-side commands of a Shepherd agent (run, message, done).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,message,done}")
+    sub.add_parser("run", help="run the child bridge (started by the parent supervisor)")
+    msg = sub.add_parser("message", help="send a message to a peer, the parent, or a reply")
+    msg.add_argument("target", help='agent name or id, or "shepherd" for the parent')
+    msg.add_argument("text", help="the message text")
+    msg.add_argument("--expects-reply", action="store_true", help="open a request")
+    msg.add_argument("--reply-to", metavar="ID", help="the message id this answers")
+    msg.add_argument("--thread", metavar="ID", help="conversation thread id")
+    msg.add_argument("--steer", action="store_true", help="interrupt the recipient")
+    msg.add_argument("--json", action="store_true", help="print one JSON object")
+    done = sub.add_parser("done", help="finish this agent's delegated task")
+    done.add_argument("--status", required=True, choices=("completed", "blocked", "failed"))
+    done.add_argument("--summary", metavar="TEXT", help="what was done, or why not")
+    done.add_argument(
+        "--cancel-requests", action="store_true", help="cancel this task's open requests"
+    )
+    done.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+# ---------------------------------------------------------------------- one-shot publish
+
+
+def _timeout(environ: Mapping[str, str]) -> float:
+    raw = environ.get(ENV_TIMEOUT, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidArgument(f"{ENV_TIMEOUT}={raw!r:.40} is not a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise InvalidArgument(f"{ENV_TIMEOUT} must be in (0, 3600] seconds, got {value}")
+    return value
+
+
+def send_and_wait(
+    env: ChildEnv,
+    build: Callable[[dict[str, Any]], AnyEnvelope],
+    *,
+    timeout_s: float,
+) -> AckEnvelope:
+    """Publish ``build(base_fields)`` to the parent as this agent and wait for its ``ack`` in a
+    one-shot inbox named by the envelope's message id. Raises ShepherdError."""
+    ids = IdSource()
+    message_id = ids.new(IdKind.MESSAGE)
+    base = {
+        "message_id": message_id,
+        "session_id": env.session_id,
+        "sender_id": env.agent_id,
+        "created_at": SystemClock().now(),
+        "capability": env.capability,
+        "reply_inbox": message_id,
+    }
+    envelope = build(base)
+    validate_ack = envelope_validator(env, kinds=(AckEnvelope,))
+    mailbox = Mailbox.open(env.mailbox, env.session_id, validate=validate_ack)
+    got: list[AckEnvelope] = []
+    arrived = threading.Event()
+
+    def on_ack(received: AnyEnvelope) -> None:
+        if isinstance(received, AckEnvelope) and received.ack_for == message_id:
+            got.append(received)
+            arrived.set()
+
+    try:
+        mailbox.ensure_inbox(message_id)
+        subscription = mailbox.subscribe(message_id, on_ack)
+        try:
+            mailbox.publish(PARENT_INBOX, envelope)
+            if not arrived.wait(timeout_s):
+                raise SessionUnavailable(
+                    f"no receipt from the shepherd within {timeout_s:g} s "
+                    f"(message {message_id}); is the session still running?"
+                )
+        finally:
+            subscription.cancel()
+    finally:
+        mailbox.close()
+        with contextlib.suppress(ShepherdError, OSError):
+            mailbox.remove_inbox(message_id)  # a late receipt would keep it: left, harmless
+    return got[0]
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def _message_builder(args: argparse.Namespace) -> Callable[[dict[str, Any]], AnyEnvelope]:
+    target = args.target.strip() if isinstance(args.target, str) else ""
+    text = args.text if isinstance(args.text, str) else ""
+    if not text.strip():
+        raise InvalidArgument("message TEXT is empty")
+    if args.thread is not None and not args.thread.strip():
+        raise InvalidArgument("--thread is empty")
+    delivery: Delivery = "steer" if args.steer else "follow_up"
+    is_id = target == PARENT_ID or kind_of(target) is IdKind.AGENT
+    if args.reply_to is not None:
+        if args.expects_reply:
+            raise InvalidArgument(
+                "a reply cannot also expect a reply (--reply-to with --expects-reply)"
+            )
+        reply_to = args.reply_to.strip()
+        if kind_of(reply_to) is not IdKind.MESSAGE:
+            raise InvalidHandle(f"--reply-to {reply_to!r:.80} is not a message id")
+        if not is_id:
+            raise InvalidArgument(
+                f"a reply goes back to the request's sender: TARGET must be its agent id or "
+                f"{PARENT_ID!r}, not {target!r:.80}"
+            )
+        return lambda base: ReplyEnvelope(
+            **base,
+            target_id=target,
+            content=text,
+            reply_to=reply_to,
+            thread_id=args.thread,
+            delivery=delivery,
+        )
+    if not (is_id or is_valid_name(target)):
+        raise InvalidArgument(
+            f"TARGET {target!r:.80} is not an agent name, an agent id or {PARENT_ID!r}"
+        )
+    return lambda base: MessageEnvelope(
+        **base,
+        target_id=target,
+        content=text,
+        thread_id=args.thread,
+        expects_reply=args.expects_reply,
+        delivery=delivery,
+    )
+
+
+def _done_builder(args: argparse.Namespace) -> Callable[[dict[str, Any]], AnyEnvelope]:
+    return lambda base: TaskDoneEnvelope(
+        **base,
+        target_id=PARENT_ID,
+        status=args.status,
+        summary=args.summary,
+        cancel_requests=args.cancel_requests,
+    )
+
+
+def _receipt(ack: AckEnvelope, message_id: str) -> dict[str, Any]:
+    receipt: dict[str, Any] = {"message_id": message_id, "accepted": ack.accepted}
+    if ack.request_id is not None:
+        receipt["request_id"] = ack.request_id
+    if ack.task_id is not None:
+        receipt["task_id"] = ack.task_id
+    if ack.result is not None:
+        receipt["result"] = msgspec.to_builtins(ack.result)
+    return receipt
+
+
+def _human(command: str, receipt: dict[str, Any]) -> str:
+    parts = [f"accepted {command} {receipt['message_id']}"]
+    if "request_id" in receipt:
+        parts.append(f"request {receipt['request_id']} (the answer arrives later as a message)")
+    if "task_id" in receipt:
+        parts.append(f"task {receipt['task_id']}")
+    if "result" in receipt:
+        result = receipt["result"]
+        parts.append(f"{result.get('status')} (rc {result.get('return_code')})")
+    return "; ".join(parts)
+
+
+def _fail(error: ShepherdError, *, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"error": {"code": error.code, "message": error.message}}))
+    else:
+        print(f"shepherd-child: {error.message} ({error.code})", file=sys.stderr)
+    return 2
+
+
+def _send_command(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    build = _message_builder(args) if args.command == "message" else _done_builder(args)
+    env = child_env_from(environ, bridge=False)
+    ack = send_and_wait(env, build, timeout_s=_timeout(environ))
+    if not ack.accepted:
+        info = ack.error or ErrorInfo(code="refused", message="refused by the shepherd")
+        return _fail(error_from_info(info), as_json=args.json)
+    receipt = _receipt(ack, ack.ack_for)
+    print(json.dumps(receipt) if args.json else _human(args.command, receipt))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    environ = os.environ if environ is None else environ
+    # `--json` anywhere before `--` asks for JSON errors, even when parsing itself fails
+    head = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    as_json = "--json" in head
+    try:
+        args = _parser().parse_args(arguments)
+    except InvalidArgument as exc:
+        return _fail(exc, as_json=as_json)
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    if args.command == "run":
+        return run_bridge(environ)
+    try:
+        return _send_command(args, environ)
+    except ShepherdError as exc:
+        return _fail(exc, as_json=args.json)
+    except OSError as exc:
+        return _fail(
+            SessionUnavailable(f"cannot reach the session mailbox: {exc}"), as_json=args.json
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

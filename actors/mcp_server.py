@@ -1,0 +1,305 @@
+"""An MCP server over stdio: any MCP-capable coding agent can be the parent of a session.
+
+``shepherd mcp [--session DIR]`` (or ``python -m actors.mcp_server``) serves the parent tools of
+``protocol/tools.py`` — with exactly those JSON schemas — against a *running* session started
+with ``shepherd serve``. The server does not own the session: it finds it like the CLI does
+(``--session DIR``, else ``$SHEPHERD_SESSION``, else the newest live session of this user),
+lazily and again whenever the session it used is gone, so an MCP client may start before the
+session does.
+
+How a tool call maps:
+
+- ``shepherd_spawn`` … ``shepherd_cancel``: the arguments are validated against the tool's
+  schema (:func:`protocol.tools.args_from_tool_call`), path fields are made absolute against
+  this server's working directory, and the operation runs in the session through
+  :class:`actors.client.Client` (a ``call`` envelope over the session mailbox). The result is
+  the operation's result as JSON text plus the same object as structured content.
+- ``shepherd_notifications``: answered here. It returns the lines of the session's
+  ``notifications.jsonl`` this server process has not returned yet (one offset per session,
+  kept in memory), so each notification reaches the MCP client exactly once; with
+  ``wait_seconds`` it waits for the file to grow (a watch event is only a wake-up: the file
+  is re-read from the offset).
+- Any :class:`~protocol.errors.ShepherdError` becomes an MCP tool error (``isError``) whose
+  text and structured content are ``{"error": {"code", "message"}}`` — what ``--json`` prints.
+
+Making a coding agent the parent (start a session first: ``shepherd serve``; it prints its
+directory, DIR below; ``--session DIR`` may be left out to use the newest live session):
+
+- Claude Code: ``claude mcp add shepherd -- shepherd mcp --session DIR`` (add ``-s user``
+  before ``shepherd`` to have it in every project). Check with ``claude mcp list`` or ``/mcp``.
+- Codex: ``codex mcp add shepherd -- shepherd mcp --session DIR``, or in
+  ``~/.codex/config.toml``::
+
+      [mcp_servers.shepherd]
+      command = "shepherd"
+      args = ["mcp", "--session", "DIR"]
+      tool_timeout_sec = 120   # above the longest shepherd_notifications wait_seconds
+
+- Pi: no MCP needed; the parent extension shipped with Shepherd is loaded with ``-e`` and
+  turns every notification into a follow-up turn.
+
+An MCP client is not woken by the server, so the parent delegates, calls ``shepherd_watch``,
+and collects completions with ``shepherd_notifications`` (``wait_seconds`` to wait for one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+import msgspec
+from loguru import logger
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from actors.client import Client, find_session, pid_alive
+from actors.supervisor import SessionInfo
+from protocol.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
+from protocol.tools import (
+    NOTIFICATIONS,
+    NotificationsArgs,
+    ToolSpec,
+    args_from_tool_call,
+    mcp_tools,
+)
+
+__all__ = ["ShepherdMcp", "main", "serve_stdio"]
+
+INSTRUCTIONS = (
+    "Shepherd supervises a team of agent processes for you. Start agents with shepherd_spawn, "
+    "give one a task with shepherd_delegate (it returns a task id at once), then call "
+    "shepherd_watch with the task ids. Completions, agents' messages to you and notices "
+    "arrive as notifications: call shepherd_notifications (wait_seconds to wait for the next "
+    "one) and act on each. A task ends only when its agent calls done; an idle agent has not "
+    "finished. Check progress with shepherd_status and shepherd_read."
+)
+
+#: watchfiles timings for the notifications wait: yield 20 ms after the last write, and wake
+#: every 500 ms regardless, so a write that landed before the watcher started is seen too
+_WATCH_STEP_MS = 20
+_WATCH_TICK_MS = 500
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("shepherd")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0"
+
+
+def _text(data: Any) -> str:
+    return msgspec.json.encode(data).decode()
+
+
+def _ok(data: Any) -> types.CallToolResult:
+    structured = data if isinstance(data, dict) else {"result": data}
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=_text(data))],
+        structured_content=structured,
+    )
+
+
+def _error(info: ErrorInfo) -> types.CallToolResult:
+    body = {"error": {"code": info.code, "message": info.message}}
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=_text(body))],
+        structured_content=body,
+        is_error=True,
+    )
+
+
+class ShepherdMcp:
+    """The server's state: which session, its client, and how far notifications were read."""
+
+    def __init__(self, session_dir: str | None = None) -> None:
+        self._explicit = session_dir
+        self._info: SessionInfo | None = None
+        self._client: Client | None = None
+        #: per session id: the byte offset of notifications.jsonl already returned
+        self._offsets: dict[str, int] = {}
+        self._notes_lock: anyio.Lock | None = None
+        self._lock = threading.Lock()
+        self._tools: dict[str, ToolSpec] = {spec.name: spec for spec in mcp_tools()}
+        self.server: Server[Any] = Server(
+            "shepherd",
+            version=_version(),
+            title="Shepherd",
+            instructions=INSTRUCTIONS,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    # ------------------------------------------------------------------ session
+
+    def session(self) -> SessionInfo:
+        """The session in use; looked up again when there is none yet or its supervisor died."""
+        return self._session_and_client()[0]
+
+    def _session_and_client(self) -> tuple[SessionInfo, Client]:
+        with self._lock:  # tool calls run on worker threads
+            info, client = self._info, self._client
+            if info is None or client is None or not pid_alive(info.parent_pid):
+                fresh = find_session(self._explicit)
+                if info is None or client is None or fresh.session_id != info.session_id:
+                    client = Client(fresh)
+                    logger.info(
+                        "using session {id} at {dir}", id=fresh.session_id, dir=fresh.session_dir
+                    )
+                info = self._info = fresh
+                self._client = client
+            return info, client
+
+    def _run_op(self, spec: ToolSpec, args: msgspec.Struct) -> Any:
+        _, client = self._session_and_client()
+        fields: dict[str, Any] = msgspec.to_builtins(args)
+        for name in spec.path_fields:
+            if isinstance(fields.get(name), str):
+                # the session runs elsewhere: a relative path means *our* directory
+                fields[name] = str(Path(fields[name]).expanduser().absolute())
+        return client.call(spec.op, fields)
+
+    # ------------------------------------------------------------------ notifications
+
+    def _read_new(self, info: SessionInfo) -> list[Any]:
+        """Whole lines past the offset; a line still being written waits for the next call."""
+        offset = self._offsets.get(info.session_id, 0)
+        with open(info.notifications, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self._offsets[info.session_id] = offset + end
+        return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+
+    async def _wait_for_growth(self, info: SessionInfo, seconds: float) -> None:
+        import watchfiles
+
+        path = Path(info.notifications)
+        offset = self._offsets.get(info.session_id, 0)
+        stop = anyio.Event()
+
+        async def deadline() -> None:
+            await anyio.sleep(seconds)
+            stop.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(deadline)
+            async for _ in watchfiles.awatch(
+                path,
+                watch_filter=None,
+                debounce=200,
+                step=_WATCH_STEP_MS,
+                rust_timeout=_WATCH_TICK_MS,
+                yield_on_timeout=True,
+                stop_event=stop,
+            ):
+                if path.stat().st_size > offset:
+                    break
+            tg.cancel_scope.cancel()
+
+    async def notifications(self, args: NotificationsArgs) -> dict[str, Any]:
+        if self._notes_lock is None:
+            self._notes_lock = anyio.Lock()
+        async with self._notes_lock:  # two concurrent calls must not return a line twice
+            last = self._info
+            try:
+                info = self.session()
+            except SessionUnavailable:
+                # the session ended: what it wrote before it went is still owed to the client
+                if last is None or not (notes := self._read_new(last)):
+                    raise
+                return {"session_id": last.session_id, "notifications": notes, "ended": True}
+            notes = self._read_new(info)
+            if not notes and args.wait_seconds > 0:
+                await self._wait_for_growth(info, args.wait_seconds)
+                notes = self._read_new(info)
+        return {"session_id": info.session_id, "notifications": notes}
+
+    # ------------------------------------------------------------------ MCP handlers
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=spec.name,
+                    title=spec.label,
+                    description=spec.description,
+                    input_schema=spec.parameters,
+                )
+                for spec in self._tools.values()
+            ]
+        )
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        return await self.call(params.name, params.arguments)
+
+    async def call(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+        """Run one tool call; every refusal is a tool error, never a protocol error."""
+        try:
+            spec = self._tools.get(name)
+            if spec is None:
+                raise InvalidArgument(f"no tool named {name!r}")
+            args = args_from_tool_call(spec, arguments)
+            if spec is NOTIFICATIONS:
+                assert isinstance(args, NotificationsArgs)
+                return _ok(await self.notifications(args))
+            run: Callable[[], Any] = lambda: self._run_op(spec, args)  # noqa: E731
+            return _ok(await anyio.to_thread.run_sync(run))
+        except ShepherdError as exc:
+            return _error(exc.info())
+        except Exception as exc:  # a bug must still answer the client, as an error
+            logger.opt(exception=True).error("tool {name} failed", name=name)
+            return _error(ErrorInfo(code="internal_error", message=repr(exc)))
+
+    async def run_stdio(self) -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await self.server.run(
+                read_stream, write_stream, self.server.create_initialization_options()
+            )
+
+
+def serve_stdio(session_dir: str | None) -> int:
+    """``shepherd mcp [--session DIR]``: serve until the client closes stdin. Logs go to stderr
+    (stdout is the protocol); ``SHEPHERD_LOG_LEVEL`` sets the level (default WARNING)."""
+    logger.enable("actors")
+    logger.remove()
+    logger.add(sys.stderr, level=os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING"))
+    app = ShepherdMcp(session_dir)
+    try:
+        app.session()
+    except SessionUnavailable as exc:  # not fatal: the session may be started later
+        logger.warning(
+            "{msg}; tools will report session_unavailable until one is running", msg=exc.message
+        )
+    try:
+        anyio.run(app.run_stdio)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m actors.mcp_server", description="Shepherd's parent tools over MCP (stdio)."
+    )
+    parser.add_argument("--session", metavar="DIR", help="the session directory")
+    args = parser.parse_args(argv)
+    return serve_stdio(args.session)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
