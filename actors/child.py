@@ -725,6 +725,7 @@ class Bridge:
         self._watch: ParentWatch | None = None
         self._exit: _Exit | None = None
         self._exit_published = False
+        self._signalled: tuple[int, str] | None = None
         self._cwd = os.getcwd()
         self._log = logger.bind(agent=env.name or env.agent_id)
 
@@ -854,7 +855,13 @@ class Bridge:
 
     def _loop(self) -> None:
         while self._exit is None:
-            self._call(self._queue.get())
+            fn = self._queue.get()
+            if self._signalled is not None:
+                # a signal outranks work queued before it: a group-wide SIGTERM also killed
+                # the script's running command, whose completion must not advance the script
+                self.finish(*self._signalled)
+                return
+            self._call(fn)
 
     def _call(self, fn: Callable[[], None]) -> None:
         try:
@@ -918,8 +925,11 @@ class Bridge:
         self.finish(0, f"the parent (pid {self.env.parent_pid}) is gone")
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        self.post(lambda: self.finish(128 + signum, f"stopped by {name}"))
+        # Runs on the main (core) thread between two bytecodes: only set a flag and wake the
+        # loop, which stops before running anything else.
+        if self._signalled is None:
+            self._signalled = (128 + signum, f"stopped by {signal.Signals(signum).name}")
+        self.post(lambda: None)
 
 
 # ---------------------------------------------------------------------- entry point

@@ -181,10 +181,10 @@ def _message_builder(args: argparse.Namespace) -> Callable[[dict[str, Any]], Any
         reply_to = args.reply_to.strip()
         if kind_of(reply_to) is not IdKind.MESSAGE:
             raise InvalidHandle(f"--reply-to {reply_to!r:.80} is not a message id")
-        if not is_id:
+        if not (is_id or is_valid_name(target)):
             raise InvalidArgument(
-                f"a reply goes back to the request's sender: TARGET must be its agent id or "
-                f"{PARENT_ID!r}, not {target!r:.80}"
+                f"a reply goes back to the request's sender: TARGET must be its name, its "
+                f"agent id or {PARENT_ID!r}, not {target!r:.80}"
             )
         return lambda base: ReplyEnvelope(
             **base,

@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
     p = sub.add_parser("demo", help="the canonical scout/planner scenario, told as it happens")
     p.add_argument("--simulated", action="store_true", help="run it in the simulation instead")
     p.add_argument("--seed", type=int, default=1, help="simulation seed (with --simulated)")
+    p.add_argument(
+        "--loop",
+        action="store_true",
+        help="a scripted agent stuck in a loop, caught by the watchdog (simulated)",
+    )
 
     p = sub.add_parser("spawn", help="start an agent")
     p.add_argument("name")
@@ -99,6 +104,28 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
 
     p = sub.add_parser("shutdown", help="stop the session (closes every agent)")
     _add_common(p)
+
+    p = sub.add_parser("prompt", help="compatibility: submit a prompt (mapped onto a task)")
+    p.add_argument("agent")
+    p.add_argument("text")
+    p.add_argument("--timeout", type=float, metavar="MINUTES")
+    _add_common(p)
+
+    p = sub.add_parser("wait", help="block until tasks (or prompt ids) settle")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("--timeout", type=float, metavar="SECONDS")
+    _add_common(p)
+
+    p = sub.add_parser("tools", help="the model-facing tool schemas")
+    p.add_argument("--child", action="store_true", help="the child tools instead")
+    p.add_argument("--json", action="store_true", help="print JSON (the default)")
+
+    p = sub.add_parser("mcp", help="an MCP server (stdio) for a running session")
+    p.add_argument("--session", metavar="DIR", help="the session directory")
+
+    from actors.watchdog_cli import add_watchdog_parser
+
+    add_watchdog_parser(sub)
     return parser
 
 
@@ -166,6 +193,14 @@ def _call_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
             return "fail", {"task_id": args.task_id, "error": args.error}
         case "shutdown":
             return "shutdown", {}
+        case "prompt":
+            return "prompt", {
+                "target": args.agent,
+                "prompt": args.text,
+                "timeout_minutes": args.timeout,
+            }
+        case "wait":
+            return "wait", {"ids": list(args.ids), "timeout_s": args.timeout}
     raise AssertionError(args.command)  # pragma: no cover
 
 
@@ -195,6 +230,16 @@ def _human(command: str, data: Any) -> str:
             return f"closed {data['agent_id']}" + (f"; cancelled {cancelled}" if cancelled else "")
         case "cancel" | "fail":
             return f"{data['task_id']} {data['status']} (rc {data['return_code']})"
+        case "prompt":
+            return f"{data['prompt_id']} (task {data['task_id']}) delegated to {data['agent_id']}"
+        case "wait":
+            lines = [
+                f"{r['task_id']} {r['status']} (rc {r['return_code']}) "
+                f"{r.get('text') or r.get('error') or ''}"
+                for r in data["completed"]
+            ]
+            lines += [f"{t} still pending" for t in data["pending"]]
+            return "\n".join(lines)
     return msgspec.json.encode(data).decode()
 
 
@@ -214,7 +259,17 @@ def _serve(args: argparse.Namespace) -> int:
             sys.stdout.write(("" if args.json else "· ") + text + "\n")
             sys.stdout.flush()
 
-    sup = Supervisor(args.session_dir, sinks=[StreamSink(sys.stdout, json=args.json)], tap=tap)
+    from actors.config import load_settings
+
+    settings, warnings = load_settings()
+    for warning in warnings:
+        sys.stderr.write(f"shepherd: warning: {warning}\n")
+    sup = Supervisor(
+        args.session_dir,
+        settings=settings,
+        sinks=[StreamSink(sys.stdout, json=args.json)],
+        tap=tap,
+    )
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}
     if args.json:
         sys.stdout.write(msgspec.json.encode({"session": header}).decode() + "\n")
@@ -261,15 +316,38 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             return _serve(args)
         if args.command == "demo":
+            if args.loop:
+                from actors.watchdog_cli import run_loop_demo
+
+                return run_loop_demo(sys.stdout, seed=args.seed)
             from actors.demo import run_process_demo, run_simulated_demo
 
             return run_simulated_demo(args.seed) if args.simulated else run_process_demo()
         if args.command == "notifications":
             return _notifications(args)
+        if args.command == "watchdog":
+            from actors.watchdog_cli import client_call, run_watchdog
+
+            return run_watchdog(args, client_call(args.session))
+        if args.command == "tools":
+            from protocol.tools import child_tools, parent_tools, to_json
+
+            specs = child_tools() if args.child else parent_tools()
+            sys.stdout.write(msgspec.json.encode([to_json(s) for s in specs]).decode() + "\n")
+            return 0
+        if args.command == "mcp":
+            from actors.mcp_server import serve_stdio
+
+            return serve_stdio(args.session)
         from actors.client import Client, find_session
 
         op, call_args = _call_args(args)
-        data = Client(find_session(args.session)).call(op, call_args)
+        timeout = 30.0
+        if args.command == "wait" and args.timeout is not None:
+            timeout = args.timeout + 30.0
+        elif args.command == "wait":
+            timeout = 365 * 86_400.0
+        data = Client(find_session(args.session)).call(op, call_args, timeout=timeout)
         _emit(args, data, _human(args.command, data))
         return 0
     except ShepherdError as exc:

@@ -27,6 +27,7 @@ from typing import Any
 from loguru import logger
 
 from actors.agent import AgentHandle, AgentSpec
+from actors.child import terminate_session
 from actors.clock import Clock
 from protocol.errors import ForbiddenSender, InvalidHandle
 
@@ -71,12 +72,16 @@ class Reaper:
                     proc, on_exit = self._watched.pop(fd)
                     self._poll.unregister(fd)
                 os.close(fd)
+                pid = proc if isinstance(proc, int) else proc.pid
+                # Whatever the agent left behind, in any process group of the bridge's session
+                # (command-adapter turns run in groups of their own). The unreaped bridge keeps
+                # its pid, so the session id cannot have been reused yet.
+                terminate_session(pid, grace_s=0.0)
                 if isinstance(proc, int):
-                    pid, code = proc, -1
+                    code = -1
                 else:
-                    pid, code = proc.pid, proc.wait()
+                    code = proc.wait()
                     code = 128 - code if code < 0 else code  # killed by a signal: 128 + signum
-                _kill_group(pid, signal.SIGKILL)  # whatever the agent left behind
                 try:
                     on_exit(code)
                 except Exception:
@@ -140,6 +145,13 @@ class ChildProcess:
         return self.proc.poll() is None
 
     def stop(self) -> None:
+        """After a ``close`` envelope: give the bridge a moment to exit on its own (a clean
+        exit 0), then SIGTERM its group, then SIGKILL."""
+        if not self.running():
+            return
+        self._clock.call_later(self._grace_s, self.terminate)
+
+    def terminate(self) -> None:
         if not self.running():
             return
         _kill_group(self.pid, signal.SIGTERM)

@@ -543,6 +543,8 @@ class Mailbox:
                 with os.scandir(box.new_dir) as scan:
                     entries = sorted(scan, key=lambda entry: entry.name)
             except OSError as exc:
+                if not box.active:
+                    return True  # unsubscribed (and removed) while this pass was on its way
                 if not box.broken:
                     box.broken = True
                     logger.bind(inbox=box.name).error("mailbox: cannot list new/: {}", exc)

@@ -45,19 +45,19 @@ and collects completions with ``shepherd_notifications`` (``wait_seconds`` to wa
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
-import mcp_types as types
 import msgspec
 from loguru import logger
+from mcp import types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
@@ -119,6 +119,12 @@ def _error(info: ErrorInfo) -> types.CallToolResult:
     )
 
 
+def _alive(info: SessionInfo) -> bool:
+    """The supervisor runs and has not shut down (shutdown removes the mailbox; checked too
+    because a session embedded in a still-running program keeps its pid)."""
+    return pid_alive(info.parent_pid) and os.path.isdir(info.mailbox)
+
+
 class ShepherdMcp:
     """The server's state: which session, its client, and how far notifications were read."""
 
@@ -149,8 +155,10 @@ class ShepherdMcp:
     def _session_and_client(self) -> tuple[SessionInfo, Client]:
         with self._lock:  # tool calls run on worker threads
             info, client = self._info, self._client
-            if info is None or client is None or not pid_alive(info.parent_pid):
+            if info is None or client is None or not _alive(info):
                 fresh = find_session(self._explicit)
+                if not _alive(fresh):
+                    raise SessionUnavailable(f"the session at {fresh.session_dir} has ended")
                 if info is None or client is None or fresh.session_id != info.session_id:
                     client = Client(fresh)
                     logger.info(
@@ -257,8 +265,8 @@ class ShepherdMcp:
             if spec is NOTIFICATIONS:
                 assert isinstance(args, NotificationsArgs)
                 return _ok(await self.notifications(args))
-            run: Callable[[], Any] = lambda: self._run_op(spec, args)  # noqa: E731
-            return _ok(await anyio.to_thread.run_sync(run))
+            # the session call blocks (mailbox round trip): keep it off the event loop
+            return _ok(await anyio.to_thread.run_sync(functools.partial(self._run_op, spec, args)))
         except ShepherdError as exc:
             return _error(exc.info())
         except Exception as exc:  # a bug must still answer the client, as an error

@@ -41,6 +41,8 @@ from actors.runtime import ThreadedRuntime
 from actors.session import Session
 from actors.sinks import Sink
 from actors.transport import PARENT_INBOX
+from actors.watchdog_cli import is_watchdog_call
+from actors.watchdog_cli import session_call as watchdog_session_call
 from protocol import api
 from protocol.envelopes import AnyEnvelope, CallEnvelope, NoticeEnvelope, ResultEnvelope
 from protocol.errors import (
@@ -390,6 +392,8 @@ class Supervisor:
             case "shutdown":
                 threading.Thread(target=self.shutdown, name="shepherd-shutdown").start()
                 return {"shutting_down": True}
+            case _ if is_watchdog_call(op):
+                return watchdog_session_call(s, op, args)
             case _:
                 raise InvalidArgument(f"unknown operation {op!r}")
 

@@ -173,7 +173,13 @@ class WatchdogActor(ShepherdActor):
         if decision.alert:
             self._alert(agent_id, agent, verdict)
 
-    def _alert(self, agent_id: str, agent: _Agent, verdict: wd.Verdict) -> WatchdogAlert:
+    def _alert(
+        self,
+        agent_id: str,
+        agent: _Agent,
+        verdict: wd.Verdict,
+        destinations: frozenset[str] | None = None,
+    ) -> WatchdogAlert:
         rescue = wd.effective_rescue_message(self.config, self.state)
         text = wd.render_alert(agent.name, agent_id, agent.task_id, verdict, rescue)
         alert = WatchdogAlert(
@@ -188,7 +194,8 @@ class WatchdogActor(ShepherdActor):
             text=text,
         )
         self.alerts += 1
-        destinations = wd.alert_destinations(self.config.alert_mode)
+        if destinations is None:
+            destinations = wd.alert_destinations(self.config.alert_mode)
         if "parent" in destinations:
             self._sink(alert)
         if "agent" in destinations:
@@ -206,10 +213,19 @@ class WatchdogActor(ShepherdActor):
     def _known(self, handle: Any) -> tuple[str, _Agent]:
         if not isinstance(handle, str):
             raise InvalidArgument("an agent id or name is required")
-        for agent_id, agent in self._agents.items():
-            if handle in (agent_id, agent.name):
+        if handle in self._agents:
+            return handle, self._agents[handle]
+        for agent_id, agent in reversed(self._agents.items()):  # the newest agent of a name
+            if agent.name == handle:
                 return agent_id, agent
         raise InvalidHandle(f"the watchdog knows no agent {handle!r}")
+
+    @staticmethod
+    def _limit(args: dict[str, Any], default: int) -> int:
+        limit = args.get("limit", default)
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise InvalidArgument(f"limit must be an integer, got {limit!r}")
+        return limit
 
     def _call(self, op: str, args: dict[str, Any]) -> Any:
         match op:
@@ -225,11 +241,20 @@ class WatchdogActor(ShepherdActor):
             case "config":
                 return wd.config_to_dict(self.config)
             case "set":
-                key, value = str(args.get("key", "")), str(args.get("value", ""))
+                key, value = args.get("key"), args.get("value")
+                if not isinstance(key, str) or not isinstance(value, str):
+                    raise InvalidArgument("watchdog set needs a KEY and a VALUE (both text)")
                 if key == "rescue_message_override":
                     self.state = wd.set_rescue_override(self.state, value or None)
                 else:
                     self.config = wd.set_config_value(self.config, key, value)
+                    if key == "max_events_per_agent":
+                        for agent_id, agent in self._agents.items():
+                            kept = agent.window.events()[-self.config.max_events_per_agent :]
+                            agent.window = wd.EventWindow(
+                                agent_id, self.config.max_events_per_agent
+                            )
+                            agent.window.extend(kept)
                 return wd.config_to_dict(self.config)
             case "pause":
                 self.state = wd.pause(self.state)
@@ -241,7 +266,7 @@ class WatchdogActor(ShepherdActor):
                 return [msgspec.to_builtins(t) for t in self.targets.values()]
             case "read_events" | "inspect":
                 agent_id, agent = self._known(args.get("agent"))
-                limit = int(args.get("limit", self.config.max_events_per_agent))
+                limit = self._limit(args, self.config.max_events_per_agent)
                 events = agent.window.events()[-limit:] if limit > 0 else []
                 result: dict[str, Any] = {
                     "agent_id": agent_id,
@@ -259,14 +284,16 @@ class WatchdogActor(ShepherdActor):
             case "alert_main":
                 agent_id, agent = self._known(args.get("agent"))
                 verdict = self._verdict(agent)
-                alert = self._alert(agent_id, agent, verdict)
+                # asked for explicitly: to the parent only, and it counts for the gate
+                alert = self._alert(agent_id, agent, verdict, frozenset({"parent"}))
+                agent.gate = wd.record_alert(agent.gate, verdict, self.clock.now())
                 return {"alerted": True, "text": alert.text}
             case "steer":
                 agent_id, agent = self._known(args.get("agent"))
                 text = str(
                     args.get("message") or wd.effective_rescue_message(self.config, self.state)
                 )
-                dry_run = bool(args.get("dry_run", True))
+                dry_run = args.get("dry_run", True) is not False  # only an explicit False sends
                 if not dry_run:
                     self._steer(agent_id, text)
                 return {

@@ -217,7 +217,8 @@ def _is_address(value: str) -> bool:
 def validate_addresses(envelope: Envelope) -> None:
     """Id fields must be well-formed: a path-like or foreign-shaped id never gets further.
 
-    ``target_id`` of a ``message`` may also be an agent name (resolved by the parent);
+    ``target_id`` of a ``message`` or ``reply`` may also be an agent name (the parent
+    resolves it);
     ``call``/``result`` envelopes come from and go to CLI clients, addressed by message ids.
     """
     if kind_of(envelope.message_id) is not IdKind.MESSAGE:
@@ -232,7 +233,10 @@ def validate_addresses(envelope: Envelope) -> None:
         raise InvalidEnvelope(f"sender_id {envelope.sender_id!r} is not an agent id or {PARENT_ID}")
     target_ok = (
         _is_address(envelope.target_id)
-        or (isinstance(envelope, MessageEnvelope) and is_valid_name(envelope.target_id))
+        or (
+            isinstance(envelope, MessageEnvelope | ReplyEnvelope)
+            and is_valid_name(envelope.target_id)
+        )
         or (client_side and kind_of(envelope.target_id) is IdKind.MESSAGE)
     )
     if not target_ok:

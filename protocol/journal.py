@@ -24,11 +24,11 @@ from protocol.requests import RequestRecord, RequestState
 from protocol.tasks import TaskRecord, TaskState
 
 __all__ = [
-    "Restore",
     "AgentExitRecord",
     "AgentRecord",
     "JournalState",
     "PromptRecord",
+    "Restore",
     "WatcherRecord",
     "fold",
 ]

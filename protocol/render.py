@@ -73,8 +73,9 @@ def render_notification(note: AnyNotification) -> str:
             minutes, seconds = divmod(int(note.age_s), 60)
             return "\n".join(
                 [
-                    f"[Shepherd stale wait] {note.agent_name} has waited {minutes:02d}:{seconds:02d} "
-                    f"for {note.recipient_name} ({note.recipient_status})",
+                    f"[Shepherd stale wait] {note.agent_name} has waited "
+                    f"{minutes:02d}:{seconds:02d} for {note.recipient_name} "
+                    f"({note.recipient_status})",
                     f"task: {note.task_id} — {note.description}",
                     f"request: {note.request_id}: {note.question}",
                     "The task is still open; reply, steer the recipient, or cancel the task.",

@@ -5,27 +5,33 @@ stdin, then publishes ``MessageEnvelope``s into one inbox through ``Mailbox.publ
 same encode / exclusive-create / rename path for every receiver under test. Each envelope's
 content is ``"<phase> <CLOCK_MONOTONIC ns>"``, stamped just before ``publish`` is called.
 
+Each phase starts when a ``go`` line arrives, so a receiver can let one phase drain completely
+before the next begins (the tail of an idle phase must not sit in a burst's debounce).
+
 PARAMS (JSON): ``root``, ``session_id``, ``inbox``, ``sender_id``, ``capability``, ``seed``,
 ``phases``: a list of ``{"count": N, "gap_ms": [lo, hi] | null}``; a gap, drawn uniformly,
-is slept before each envelope (the pacing is the workload); ``null`` publishes flat out. When
-the inbox is full (``limit_exceeded``) the publisher backs off 0.5 ms and retries, counting it.
+is slept before each envelope (the pacing is the workload); ``null`` publishes flat out.
+``raw``: true writes the same files with bare system calls instead (the throughput floor). When
+the inbox is full (``limit_exceeded``) the publisher backs off (1 ms doubling to 16 ms) and retries,
+counting each wait: the shipped ``max_queue_depth`` applies, as it would to a real child.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
 
-from bench_lib.common import GO_LINE, READY_LINE, emit_result, now_ns
+from bench_lib.common import GO_LINE, READY_LINE, emit_result, latency_summary, now_ns
 
 
 def main(argv: list[str]) -> int:
     params = json.loads(argv[0])
     from actors.idsource import IdSource
     from actors.mailbox import Mailbox
-    from protocol.envelopes import MessageEnvelope
+    from protocol.envelopes import MessageEnvelope, encode_envelope
     from protocol.errors import LimitExceeded
     from protocol.ids import PARENT_ID, IdKind
 
@@ -36,13 +42,30 @@ def main(argv: list[str]) -> int:
     message_ids = [[ids.new(IdKind.MESSAGE) for _ in range(p["count"])] for p in phases]
     inbox, session_id = params["inbox"], params["session_id"]
     sender_id, capability = params["sender_id"], params["capability"]
+    box = os.path.join(params["root"], "inbox", inbox)
+    sequence = 0
+
+    def publish_raw(envelope: MessageEnvelope) -> None:
+        """The floor: the same file name and bytes, written with bare system calls (no checks,
+        no depth limit, no logging)."""
+        nonlocal sequence
+        sequence += 1
+        name = f"{time.time_ns():020d}.{os.getpid()}.{sequence}.{envelope.message_id}.json"
+        tmp = os.path.join(box, "tmp", name)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.write(fd, encode_envelope(envelope))
+        os.close(fd)
+        os.rename(tmp, os.path.join(box, "new", name))
+
+    publish = publish_raw if params.get("raw") else lambda e: mailbox.publish(inbox, e)
     sys.stdout.write(READY_LINE + "\n")
     sys.stdout.flush()
-    if sys.stdin.readline().strip() != GO_LINE:
-        return 2
     published = waits = 0
+    calls: list[list[int]] = [[] for _ in phases]  # how long each publish() call took
     started = time.perf_counter()
     for index, phase in enumerate(phases):
+        if sys.stdin.readline().strip() != GO_LINE:  # each phase starts on its own "go"
+            return 2
         gap = phase.get("gap_ms")
         for message_id in message_ids[index]:
             if gap is not None:
@@ -56,17 +79,28 @@ def main(argv: list[str]) -> int:
                 capability=capability,
                 content=f"{index} {now_ns()}",
             )
+            backoff = 0.001
             while True:
                 try:
-                    mailbox.publish(inbox, envelope)
+                    before = now_ns()
+                    publish(envelope)
+                    calls[index].append(now_ns() - before)
                     break
-                except LimitExceeded:
-                    waits += 1
-                    time.sleep(0.0005)  # back-pressure: the reader is behind
+                except LimitExceeded:  # back-pressure: the reader is behind; a polite client
+                    waits += 1  # backs off (1 ms doubling to 16 ms) and tries again
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 0.016)
             published += 1
     elapsed = time.perf_counter() - started
     mailbox.close()
-    emit_result({"published": published, "backpressure_waits": waits, "elapsed_s": elapsed})
+    emit_result(
+        {
+            "published": published,
+            "backpressure_waits": waits,
+            "elapsed_s": elapsed,
+            "publish_call": [latency_summary(c) for c in calls],
+        }
+    )
     return 0
 
 

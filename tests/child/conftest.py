@@ -4,6 +4,7 @@ collected on a Condition (never a sleep), receipts like the broker's, and real
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -40,7 +41,9 @@ WAIT_S = 15.0
 REPO = Path(__file__).resolve().parents[2]
 
 #: answer(envelope) -> None (no receipt at all) or (accepted, error, request_id, result)
-Answer = Callable[[AnyEnvelope], tuple[bool, ErrorInfo | None, str | None, TaskResult | None] | None]
+Answer = Callable[
+    [AnyEnvelope], tuple[bool, ErrorInfo | None, str | None, TaskResult | None] | None
+]
 
 
 def new_id(kind: IdKind) -> str:
@@ -76,17 +79,13 @@ class Bridge:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait(timeout=WAIT_S)
         # whatever the bridge's session still holds (it leads one: start_new_session)
         for pid in session_members(self.proc.pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self._log.close()
 
 
@@ -174,7 +173,9 @@ class FakeParent:
             raise AssertionError(f"no matching envelope after #{after}: {self.summary()}\n{logs}")
         return found[0]
 
-    def wait_event(self, event: str, *, after: int = 0, **fields: Any) -> tuple[int, RuntimeEnvelope]:
+    def wait_event(
+        self, event: str, *, after: int = 0, **fields: Any
+    ) -> tuple[int, RuntimeEnvelope]:
         def match(env: AnyEnvelope) -> bool:
             return (
                 isinstance(env, RuntimeEnvelope)
@@ -194,13 +195,13 @@ class FakeParent:
             return list(self.items)
 
     def summary(self) -> list[str]:
-        out = []
+        out: list[str] = []
         for env in self.snapshot():
             if isinstance(env, RuntimeEnvelope):
                 detail = env.text or env.command or env.output or ""
                 out.append(f"runtime:{env.event}:{detail[:60]!r}")
             else:
-                out.append(env.__struct_config__.tag)
+                out.append(str(env.__struct_config__.tag))
         return out
 
     # ------------------------------------------------------------------ sending
@@ -273,7 +274,9 @@ class FakeParent:
         self.bridges.append(bridge)
         return bridge
 
-    def run_child(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run_child(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "actors.child_cli", *args],
             cwd=self.tmp_path,

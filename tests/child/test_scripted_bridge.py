@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -102,12 +103,19 @@ def test_ready_task_tool_call_request_reply_and_done(parent: FakeParent) -> None
     assert bridge.wait() == 0
     dones = [e for e in parent.snapshot() if isinstance(e, TaskDoneEnvelope)]
     assert len(dones) == 1
-    readies = [e for e in parent.snapshot() if isinstance(e, RuntimeEnvelope) and e.event == "ready"]
+    readies = [
+        e for e in parent.snapshot() if isinstance(e, RuntimeEnvelope) and e.event == "ready"
+    ]
     assert len(readies) == 1
 
 
 def test_a_refused_receipt_reaches_the_agent(parent: FakeParent) -> None:
-    parent.answer = lambda env: (False, ErrorInfo(code="invalid_handle", message="no agent"), None, None)
+    parent.answer = lambda env: (
+        False,
+        ErrorInfo(code="invalid_handle", message="no agent"),
+        None,
+        None,
+    )
     script = parent.write_script(
         [{"await": "task"}, {"message": {"to": "nobody", "text": "hello?"}}, {"await": "any"}]
     )
@@ -168,7 +176,6 @@ def test_close_says_exit_and_leaves_no_process_in_its_group(parent: FakeParent) 
     assert last.exit_code == 0
     assert bridge.wait() == 0
     assert session_members(bridge.pid) == []  # the sleep, bash and all: gone
-    print(bridge.log())
     # a command killed by close reports no result afterwards
     assert not any(
         isinstance(e, RuntimeEnvelope) and e.event == "tool_result" for e in parent.snapshot()
@@ -233,7 +240,9 @@ def test_forged_envelopes_are_quarantined_and_never_reach_the_agent(
     parent.wait_event("ready")
     forged_task_id = new_id(IdKind.TASK)
     # wrong capability
-    parent.send(TaskEnvelope(**parent.base(capability="00" * 16), task_id=forged_task_id, content="A"))
+    parent.send(
+        TaskEnvelope(**parent.base(capability="00" * 16), task_id=forged_task_id, content="A")
+    )
     # wrong sender: a peer may not hand out tasks, even with the right capability
     parent.send(
         TaskEnvelope(**parent.base(sender_id=parent.peer_id), task_id=forged_task_id, content="B")
@@ -243,9 +252,7 @@ def test_forged_envelopes_are_quarantined_and_never_reach_the_agent(
         TaskEnvelope(**parent.base(target_id=parent.peer_id), task_id=forged_task_id, content="C")
     )
     # wrong kind: a child never receives runtime events
-    parent.send(
-        RuntimeEnvelope(**parent.base(), event="output", text="D")  # type: ignore[arg-type]
-    )
+    parent.send(RuntimeEnvelope(**parent.base(), event="output", text="D"))
     # wrong session, written into the same directory by another session's mailbox
     foreign_session = new_id(IdKind.SESSION)
     with Mailbox.create(parent.root, foreign_session, Settings()) as foreign:
@@ -275,3 +282,23 @@ def test_forged_envelopes_are_quarantined_and_never_reach_the_agent(
     assert bridge.wait() == 0
     outputs = [e.text for e in parent.snapshot() if isinstance(e, RuntimeEnvelope) and e.text]
     assert not any(t in ("task: A", "task: B", "task: C", "task: E", "D") for t in outputs)
+
+
+def test_a_group_sigterm_never_lets_the_script_reach_done(parent: FakeParent) -> None:
+    # the parent's stop() signals the whole group: the running command dies too, and its
+    # completion must not advance the script to its done step
+    script = parent.write_script(
+        [
+            {"await": "task"},
+            {"run": "shepherd-child message -- shepherd started && sleep 30"},
+            {"done": {"status": "completed", "summary": "should never be sent"}},
+        ]
+    )
+    bridge = parent.start_bridge("scripted", {"script": script})
+    parent.delegate("work")
+    parent.wait_for(lambda e: isinstance(e, MessageEnvelope) and e.content == "started")
+    os.killpg(bridge.pid, signal.SIGTERM)
+    assert bridge.wait() == 143
+    parent.wait_event("exit", exit_code=143)
+    assert not any(isinstance(e, TaskDoneEnvelope) for e in parent.snapshot())
+    assert session_members(bridge.pid) == []

@@ -409,9 +409,9 @@ def test_target_may_be_the_parent_or_an_agent_id(kind: str, target: str) -> None
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_agent_name_as_target_only_for_message(kind: str) -> None:
+def test_agent_name_as_target_only_for_message_and_reply(kind: str) -> None:
     envelope = _with(kind, target_id="planner")
-    if kind == "message":
+    if kind in {"message", "reply"}:
         validate_addresses(envelope)
     else:
         with pytest.raises(InvalidEnvelope, match="target_id"):

@@ -218,7 +218,9 @@ EXAMPLES: list[tuple[ToolSpec, dict[str, Any], msgspec.Struct]] = [
 ]
 
 
-@pytest.mark.parametrize(("spec", "arguments", "expected"), EXAMPLES, ids=lambda v: "")
+@pytest.mark.parametrize(
+    ("spec", "arguments", "expected"), EXAMPLES, ids=[_id(e[0]) for e in EXAMPLES]
+)
 def test_args_from_tool_call_round_trips(
     spec: ToolSpec, arguments: dict[str, Any], expected: msgspec.Struct
 ) -> None:
@@ -249,7 +251,11 @@ def test_no_arguments_is_an_empty_object() -> None:
         (tools.READ, {"agent": "x", "lines": 0}, "lines"),
         (tools.CHILD_DONE, {"status": "finished"}, "status"),
         (tools.CHILD_DONE, {"status": "completed", "task_id": "t-1"}, "task_id"),
-        (tools.CHILD_MESSAGE, {"target": "x", "message": "m", "reply_timeout_s": 1}, "reply"),
+        (
+            tools.CHILD_MESSAGE,
+            {"target": "x", "message": "m", "reply_timeout_s": 1},
+            "reply_timeout_s",
+        ),
         (tools.NOTIFICATIONS, {"wait_seconds": 301}, "wait_seconds"),
     ],
 )

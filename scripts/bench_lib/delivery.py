@@ -1,0 +1,232 @@
+"""Worker jobs over the filesystem mailbox: delivery latency, throughput, idle cost.
+
+Each job builds a fresh mailbox (``Mailbox.create``, on the memory filesystem Shepherd would use),
+starts one receiver from :mod:`bench_lib.receivers`, and drives it with ``bench_lib.publisher``
+children — other processes, so every figure crosses a real process boundary.
+"""
+
+from __future__ import annotations
+
+import gc
+import hmac
+import os
+import resource
+import threading
+import time
+from typing import Any
+
+from actors.mailbox import Mailbox
+from actors.transport import PARENT_INBOX
+from bench_lib.common import (
+    Publisher,
+    latency_summary,
+    memory_base_dir,
+    new_ids,
+    now_ns,
+    temp_dir,
+)
+from bench_lib.receivers import make_receiver
+from protocol.envelopes import AnyEnvelope
+from protocol.errors import ForbiddenSender
+
+
+class LatencySink:
+    """Records ``now - stamp`` per phase; wakes the job when every envelope arrived."""
+
+    def __init__(self, expected: list[int]) -> None:
+        self.samples: list[list[int]] = [[] for _ in expected]
+        self._expected = expected
+        self.phase_done = [threading.Event() for _ in expected]
+
+    def __call__(self, envelope: AnyEnvelope) -> None:
+        arrived = now_ns()
+        phase, stamp = envelope.content.split()  # type: ignore[union-attr]
+        samples = self.samples[int(phase)]
+        samples.append(arrived - int(stamp))
+        if len(samples) >= self._expected[int(phase)]:
+            self.phase_done[int(phase)].set()
+
+    @property
+    def count(self) -> int:
+        return sum(len(samples) for samples in self.samples)
+
+
+class CountingSink:
+    """Counts distinct message ids and duplicates; wakes the job when all arrived."""
+
+    def __init__(self, expected: int) -> None:
+        self.ids: set[str] = set()
+        self.duplicates = 0
+        self._expected = expected
+        self.done = threading.Event()
+
+    def __call__(self, envelope: AnyEnvelope) -> None:
+        if envelope.message_id in self.ids:
+            self.duplicates += 1
+            return
+        self.ids.add(envelope.message_id)
+        if len(self.ids) >= self._expected:
+            self.done.set()
+
+
+def capability_check(senders: dict[str, str]) -> Any:
+    """The parent's mailbox validator (as ``Supervisor._validate``): known sender, its secret."""
+
+    def validate(inbox: str, envelope: AnyEnvelope) -> None:
+        expected = senders.get(envelope.sender_id)
+        if expected is None:
+            raise ForbiddenSender(f"unknown sender {envelope.sender_id!r}")
+        if not hmac.compare_digest(envelope.capability.encode(), expected.encode()):
+            raise ForbiddenSender("capability does not match")
+
+    return validate
+
+
+def _publisher_params(mailbox: Mailbox, sender: str, secret: str, seed: int) -> dict[str, Any]:
+    return {
+        "root": str(mailbox.root),
+        "session_id": mailbox.session_id,
+        "inbox": PARENT_INBOX,
+        "sender_id": sender,
+        "capability": secret,
+        "seed": seed,
+    }
+
+
+def latency_job(params: dict[str, Any]) -> dict[str, Any]:
+    """One publisher process, paced phases (idle, burst) → one receiver; latency per phase."""
+    variant: str = params["variant"]
+    phases: list[dict[str, Any]] = params["phases"]
+    paced_s = sum(p["count"] * sum(p["gap_ms"]) / 2000.0 for p in phases)
+    with temp_dir("shepherd-bench-", memory_base_dir()) as tmp:
+        session_id, agent, secret = new_ids()
+        mailbox = Mailbox.create(tmp / "mbox", session_id, validate=capability_check({agent: secret}))
+        mailbox.ensure_inbox(PARENT_INBOX)
+        sink = LatencySink([p["count"] for p in phases])
+        receiver = make_receiver(variant, mailbox, [PARENT_INBOX], sink)
+        try:
+            receiver.start()
+            publisher = Publisher(
+                {**_publisher_params(mailbox, agent, secret, params["seed"]), "phases": phases}
+            )
+            try:
+                publisher.wait_ready()
+                complete = True
+                for done in sink.phase_done:  # a phase starts once the last one fully arrived
+                    publisher.go()
+                    complete = done.wait(paced_s * 3 + 30) and complete
+                sent = publisher.result(paced_s * 3 + 30)
+            finally:
+                publisher.close()
+        finally:
+            receiver.close()
+            mailbox.close()
+    return {
+        "variant": variant,
+        "complete": complete,
+        "published": sent["published"],
+        "received": sink.count,
+        "phases": [latency_summary(samples) for samples in sink.samples],
+        "publish_call": sent["publish_call"],
+    }
+
+
+def throughput_job(params: dict[str, Any]) -> dict[str, Any]:
+    """``producers`` processes publish flat out into the parent inbox; envelopes/s delivered
+    (from the release of the producers to the last envelope reaching the receiving end).
+
+    ``shepherd``: ``Mailbox.publish`` → the Mailbox receiver → a ShepherdActor (the whole stack);
+    ``inotify_reader``: the same producers, read by the bare inotify reader (no actor);
+    ``raw_files_floor``: producers writing the same files with bare system calls, read by the
+    bare inotify reader — what the machine can do with one file per envelope."""
+    variant: str = params["variant"]  # shepherd | inotify_reader | raw_files_floor
+    producers: int = params["producers"]
+    each: int = params["per_producer"]
+    total = producers * each
+    with temp_dir("shepherd-bench-", memory_base_dir()) as tmp:
+        session_id, _, _ = new_ids()
+        senders = dict(new_ids()[1:] for _ in range(producers))
+        mailbox = Mailbox.create(tmp / "mbox", session_id, validate=capability_check(senders))
+        box = mailbox.ensure_inbox(PARENT_INBOX)
+        sink = CountingSink(total)
+        reader = "shepherd" if variant == "shepherd" else "raw_inotify"
+        receiver = make_receiver(reader, mailbox, [PARENT_INBOX], sink)
+        publishers: list[Publisher] = []
+        try:
+            receiver.start()
+            for seed, (sender, secret) in enumerate(senders.items()):
+                publishers.append(
+                    Publisher(
+                        {
+                            **_publisher_params(mailbox, sender, secret, seed),
+                            "phases": [{"count": each, "gap_ms": None}],
+                            "raw": variant == "raw_files_floor",
+                        }
+                    )
+                )
+            for publisher in publishers:
+                publisher.wait_ready()
+            started = time.perf_counter()
+            for publisher in publishers:
+                publisher.go()  # one phase each
+            complete = sink.done.wait(total / 500 + 60)
+            elapsed = time.perf_counter() - started
+            results = [publisher.result(60) for publisher in publishers]
+        finally:
+            for publisher in publishers:
+                publisher.close()
+            receiver.close()
+            stats = mailbox.stats()
+            mailbox.close()
+        left = len(os.listdir(box / "new"))
+    published = sum(r["published"] for r in results)
+    delivered = len(sink.ids)
+    return {
+        "variant": variant,
+        "complete": complete,
+        "envelopes_per_s": delivered / elapsed,
+        "elapsed_s": elapsed,
+        "published": published,
+        "delivered": delivered,
+        "duplicates": sink.duplicates,
+        "lost": published - delivered,
+        "left_in_new": left,
+        "quarantined": stats.quarantined if variant == "shepherd" else 0,
+        "backpressure_waits": sum(r["backpressure_waits"] for r in results),
+        "producer_elapsed_s": max(r["elapsed_s"] for r in results),
+        "publish_call_mean_ms": sum(r["publish_call"][0]["mean_ms"] for r in results) / producers,
+    }
+
+
+def idle_job(params: dict[str, Any]) -> dict[str, Any]:
+    """CPU seconds this process uses over ``duration_s`` while its receiver watches
+    ``agents`` agent inboxes plus the parent inbox and nothing arrives."""
+    variant: str = params["variant"]
+    duration: float = params["duration_s"]
+    with temp_dir("shepherd-bench-", memory_base_dir()) as tmp:
+        session_id, _, _ = new_ids()
+        mailbox = Mailbox.create(tmp / "mbox", session_id)
+        inboxes = [PARENT_INBOX] + [new_ids()[1] for _ in range(params["agents"])]
+        for inbox in inboxes:
+            mailbox.ensure_inbox(inbox)
+        receiver = make_receiver(variant, mailbox, inboxes, lambda envelope: None)
+        try:
+            receiver.start()
+            gc.collect()
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            wall = time.perf_counter()
+            time.sleep(duration)  # the idle period itself is the workload
+            wall = time.perf_counter() - wall
+            after = resource.getrusage(resource.RUSAGE_SELF)
+        finally:
+            receiver.close()
+            mailbox.close()
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {
+        "variant": variant,
+        "inboxes": len(inboxes),
+        "duration_s": wall,
+        "cpu_s": cpu,
+        "cpu_s_per_30s": cpu * 30.0 / wall,
+        "core_pct": 100.0 * cpu / wall,
+    }

@@ -1,0 +1,247 @@
+"""Worker jobs over an in-process session: notification latency, scale, the pykka baseline.
+
+A session here is the production wiring minus the filesystem: ``Session`` on a
+``ThreadedRuntime`` with an ``InMemoryTransport`` and ``SimLauncher`` agents (simulated scripted
+agents, each an actor). Every agent gets one task and every task one watcher. The agents then
+stay quiet; the benchmark speaks for them as a *puppet*: it publishes each agent's
+``task_done`` envelope into the parent inbox itself, exactly as the agent would, so the moment
+the done is handed to the transport is known and the rate is the benchmark's to choose.
+
+Latency is measured from just before ``transport.publish(done)`` to the moment the sink receives
+the ``TaskCompletion`` carrying that task; the 25 ms coalescing window is part of the figure.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from typing import Any
+
+import pykka
+
+from actors.runtime import ThreadedRuntime
+from actors.session import Session
+from actors.simagent import SimLauncher
+from actors.transport import PARENT_INBOX, InMemoryTransport
+from bench_lib.common import latency_summary, now_ns, os_threads, rss_bytes
+from protocol.envelopes import AnyEnvelope, RuntimeEnvelope, TaskDoneEnvelope
+from protocol.ids import PARENT_ID, IdKind
+from protocol.notifications import AnyNotification, TaskCompletion
+from protocol.script import parse_script
+
+#: each simulated agent takes its task, then waits for anything (it never calls done itself)
+QUIET_SCRIPT = {"steps": [{"await": "task"}, {"await": "any"}]}
+WAIT_S = 300.0
+
+
+class ReadyCountingTransport(InMemoryTransport):
+    """The in-memory transport, counting the ``ready`` each agent publishes when it is up."""
+
+    def __init__(self, expected: int) -> None:
+        super().__init__()
+        self._expected = expected
+        self._ready: set[str] = set()
+        self._lock = threading.Lock()
+        self.all_ready = threading.Event()
+
+    def publish(self, inbox: str, envelope: AnyEnvelope) -> None:
+        if (
+            inbox == PARENT_INBOX
+            and isinstance(envelope, RuntimeEnvelope)
+            and envelope.event == "ready"
+        ):
+            with self._lock:
+                self._ready.add(envelope.sender_id)
+                if len(self._ready) >= self._expected:
+                    self.all_ready.set()
+        super().publish(inbox, envelope)
+
+
+class CompletionSink:
+    """Records when each task's completion reached the parent's sink."""
+
+    def __init__(self, expected: int) -> None:
+        self.arrived: dict[str, int] = {}
+        self.notifications = 0
+        self._expected = expected
+        self._lock = threading.Lock()
+        self.all_arrived = threading.Event()
+
+    def __call__(self, note: AnyNotification) -> None:
+        if not isinstance(note, TaskCompletion):
+            return
+        at = now_ns()
+        with self._lock:
+            self.notifications += 1
+            for result in note.results:
+                self.arrived.setdefault(result.task_id, at)
+            if len(self.arrived) >= self._expected:
+                self.all_arrived.set()
+
+
+class Bench:
+    """One session with ``n`` agents, each with one task and one watcher on it."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.runtime = ThreadedRuntime()
+        self.transport = ReadyCountingTransport(n)
+        self.launcher = SimLauncher(self.runtime, self.transport)
+        self.sink = CompletionSink(n)
+        self.session = Session(self.runtime, self.transport, self.launcher, sink=self.sink)
+        self.tasks: list[tuple[str, str, str]] = []  # (name, agent id, task id)
+        self.phases: dict[str, float] = {}
+
+    def populate(self) -> None:
+        """Spawn, delegate, watch; return once every agent is up and the broker caught up."""
+        script = parse_script(QUIET_SCRIPT)
+        session = self.session
+        mark = time.perf_counter()
+        agents = [session.spawn(f"a{i}", script=script) for i in range(self.n)]
+        self.phases["spawn_s"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        delegated = [session.delegate(a.agent_id, "benchmark task") for a in agents]
+        self.phases["delegate_s"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        for d in delegated:
+            session.watch(d.task_id)
+        self.phases["watch_s"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        if not self.transport.all_ready.wait(WAIT_S):
+            raise RuntimeError("the simulated agents did not all start")
+        session.status()  # the broker has handled every ready before it answers
+        self.phases["ready_wait_s"] = time.perf_counter() - mark
+        self.tasks = [(a.name, a.agent_id, d.task_id) for a, d in zip(agents, delegated, strict=True)]
+
+    def done_envelopes(self) -> list[TaskDoneEnvelope]:
+        """Each agent's ``task_done``, built ahead (building it is the child's work)."""
+        ids = self.runtime.ids
+        out = []
+        for name, agent_id, task_id in self.tasks:
+            out.append(
+                TaskDoneEnvelope(
+                    message_id=ids.new(IdKind.MESSAGE),
+                    session_id=self.session.session_id,
+                    sender_id=agent_id,
+                    target_id=PARENT_ID,
+                    created_at=time.time(),
+                    capability=self.launcher.driver(name).identity.capability,
+                    task_id=task_id,
+                    status="completed",
+                    summary="done",
+                )
+            )
+        return out
+
+    def settle(self, rate: float | None) -> dict[str, Any]:
+        """Publish every done (paced at ``rate`` per second, or flat out) and wait for every
+        completion; per-task latency from the hand-off to the sink."""
+        envelopes = self.done_envelopes()
+        sent: dict[str, int] = {}
+        publish = self.transport.publish
+        start = time.perf_counter()
+        for i, envelope in enumerate(envelopes):
+            if rate is not None:
+                delay = start + i / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)  # pacing: the offered rate is the workload
+            assert envelope.task_id is not None
+            sent[envelope.task_id] = now_ns()
+            publish(PARENT_INBOX, envelope)
+        offered_s = time.perf_counter() - start
+        complete = self.sink.all_arrived.wait(WAIT_S)
+        arrived = self.sink.arrived
+        samples = [arrived[t] - s for t, s in sent.items() if t in arrived]
+        last = max(arrived.values(), default=0)
+        return {
+            "complete": complete,
+            "settled": len(samples),
+            "notifications": self.sink.notifications,
+            "offered_rate": len(envelopes) / offered_s if offered_s > 0 else None,
+            "settle_all_s": (last - min(sent.values())) / 1e9 if samples else None,
+            **latency_summary(samples),
+        }
+
+    def close(self) -> None:
+        self.session.shutdown()
+
+
+def notify_job(params: dict[str, Any]) -> dict[str, Any]:
+    """Settlement → watcher notification latency at each offered rate (a fresh session each)."""
+    out = []
+    for spec in params["rates"]:
+        bench = Bench(spec["count"])
+        try:
+            bench.populate()
+            out.append({"rate": spec["rate"], **bench.settle(float(spec["rate"]))})
+        finally:
+            bench.close()
+        gc.collect()
+    return {"rates": out}
+
+
+def scale_job(params: dict[str, Any]) -> dict[str, Any]:
+    """``n`` agents, ``n`` live tasks and ``n`` watchers in one session: start time, memory
+    per actor, OS threads; then all of them settle at once."""
+    n = params["n"]
+    gc.collect()
+    rss0, threads0 = rss_bytes(), os_threads()
+    start = time.perf_counter()
+    bench = Bench(n)
+    try:
+        bench.populate()
+        start_s = time.perf_counter() - start
+        actors = bench.runtime.actor_count
+        gc.collect()
+        rss1 = rss_bytes()
+        python_threads, threads = threading.active_count(), os_threads()
+        settled = bench.settle(None)
+    finally:
+        bench.close()
+    return {
+        "n": n,
+        "start_s": start_s,
+        "phases": bench.phases,
+        "actors": actors,
+        "rss_delta_mb": (rss1 - rss0) / 2**20,
+        "bytes_per_actor": (rss1 - rss0) / actors,
+        "python_threads": python_threads,
+        "os_threads": threads,
+        "os_threads_before": threads0,
+        "settle": settled,
+    }
+
+
+class _Plain(pykka.ThreadingActor):
+    def on_receive(self, message: Any) -> Any:
+        return message
+
+
+def pykka_baseline_job(params: dict[str, Any]) -> dict[str, Any]:
+    """``n`` plain ``pykka.ThreadingActor``s (one OS thread each): start time, memory, threads."""
+    n = params["n"]
+    gc.collect()
+    rss0 = rss_bytes()
+    start = time.perf_counter()
+    refs = [_Plain.start() for _ in range(n)]
+    start_s = time.perf_counter() - start
+    try:
+        for ref in refs[:: max(1, n // 100)]:  # a sample of them answer: they are running
+            ref.ask("ping", timeout=60)
+        gc.collect()
+        rss1 = rss_bytes()
+        python_threads, threads = threading.active_count(), os_threads()
+    finally:
+        futures = [ref.stop(block=False) for ref in refs]
+        for future in futures:
+            future.get(timeout=60)
+    return {
+        "n": n,
+        "start_s": start_s,
+        "actors": n,
+        "rss_delta_mb": (rss1 - rss0) / 2**20,
+        "bytes_per_actor": (rss1 - rss0) / n,
+        "python_threads": python_threads,
+        "os_threads": threads,
+    }

@@ -1,0 +1,183 @@
+"""Real processes: a real `shepherd serve`, real `shepherd-child` bridges, a real mailbox.
+
+Every test isolates its state directory (``XDG_STATE_HOME``) so nothing touches the user's
+home, and kills whatever it started. Nothing sleeps: tests wait on output lines, files and
+notifications with timeouts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.sinks import CollectingSink
+from actors.supervisor import Supervisor
+
+SCOUT = {
+    "steps": [
+        {"await": "task"},
+        {"say": "scout: looking around"},
+        {"message": {"to": "planner", "text": "which module first?", "expects_reply": True}},
+        {"await": "reply"},
+        {"done": {"status": "completed", "summary": "explored {last}"}},
+        {"await": "any"},
+    ]
+}
+PLANNER = {
+    "steps": [
+        {"await": "task"},
+        {"sleep": 0.5},
+        {"await": "message"},
+        {"reply": {"text": "src/core"}},
+        {"await": "any"},
+    ]
+}
+IDLE = {"steps": [{"await": "task"}, {"await": "any"}]}
+
+
+@pytest.fixture(autouse=True)
+def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
+    return state
+
+
+def write_script(directory: Path, name: str, script: dict[str, Any]) -> str:
+    path = directory / f"{name}.json"
+    path.write_text(json.dumps(script))
+    return str(path)
+
+
+@pytest.fixture
+def scripts(tmp_path: Path) -> dict[str, str]:
+    return {
+        name: write_script(tmp_path, name, script)
+        for name, script in (("scout", SCOUT), ("planner", PLANNER), ("idle", IDLE))
+    }
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path) -> Iterator[tuple[Supervisor, CollectingSink]]:
+    sink = CollectingSink()
+    sup = Supervisor(tmp_path / "session", sinks=[sink], mailbox_root=tmp_path / "mailbox")
+    try:
+        yield sup, sink
+    finally:
+        sup.shutdown()
+
+
+class Serve:
+    """A `shepherd serve` process; its stdout lines are collected as they arrive."""
+
+    def __init__(self, session_dir: Path, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "actors.cli",
+                "serve",
+                "--session-dir",
+                str(session_dir),
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        self.lines: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                item = json.loads(raw)
+            except ValueError:
+                continue
+            with self._cond:
+                self.lines.append(item)
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Any, timeout: float = 30.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(self.lines), timeout=timeout)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        self._reader.join(timeout=5)
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Any]:
+    started: list[Serve] = []
+
+    def start(session_dir: Path | None = None) -> Serve:
+        server = Serve(session_dir or tmp_path / "session", dict(os.environ))
+        started.append(server)
+        assert server.wait_for(lambda lines: any("session" in x for x in lines)), (
+            "serve did not start"
+        )
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def cli(*args: str, session: Path | None = None, check: bool = True) -> tuple[int, Any]:
+    """Run `shepherd ARGS --json`; return (exit status, parsed JSON)."""
+    argv = [sys.executable, "-m", "actors.cli", *args, "--json"]
+    if session is not None:
+        argv += ["--session", str(session)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    try:
+        data = json.loads(done.stdout) if done.stdout.strip() else None
+    except ValueError:
+        data = done.stdout
+    if check and done.returncode != 0:
+        raise AssertionError(
+            f"shepherd {args} exited {done.returncode}: {done.stdout}{done.stderr}"
+        )
+    return done.returncode, data
+
+
+def bridge_pids(session_dir: Path) -> list[int]:
+    """Pids of live processes whose environment names this session (bridges and their tools)."""
+    session_id = json.loads((session_dir / "session.json").read_text())["session_id"]
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if f"SHEPHERD_SESSION_ID={session_id}".encode() in env and ") Z " not in stat:
+            found.append(int(entry))
+    return found

@@ -1,0 +1,213 @@
+"""The CLI contract of issue 3, against a real `shepherd serve` and real child bridges."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.processes.conftest import bridge_pids, cli
+
+pytestmark = pytest.mark.processes
+
+
+def _completion(lines: list[dict]) -> list[dict]:  # type: ignore[type-arg]
+    return [x for x in lines if x.get("kind") == "task_completion"]
+
+
+def test_canonical_scenario_driven_from_the_cli(serve, scripts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    server = serve()
+    session = tmp_path / "session"
+    header = next(x["session"] for x in server.lines if "session" in x)
+    assert header["session_dir"] == str(session) and header["session_id"].startswith(
+        "shepherd-session-"
+    )
+
+    _, scout = cli("spawn", "scout", "--script", scripts["scout"], session=session)
+    assert set(scout) == {"agent_id", "name", "adapter", "process_state"}
+    assert (scout["name"], scout["adapter"], scout["process_state"]) == (
+        "scout",
+        "scripted",
+        "starting",
+    )
+    _, planner = cli("spawn", "planner", "--script", scripts["planner"], session=session)
+
+    _, planning = cli("delegate", "planner", "plan the work", session=session)
+    _, task = cli("delegate", scout["agent_id"], "map the code", "--timeout", "5", session=session)
+    assert set(task) == {"task_id", "agent_id", "accepted"} and task["accepted"]
+    _, watch = cli("watch", task["task_id"], session=session)
+    assert set(watch) == {"watcher_id", "ids", "pending", "completed"}
+    assert watch["pending"] == [task["task_id"]] and watch["completed"] == []
+
+    assert server.wait_for(lambda lines: len(_completion(lines)) == 1, timeout=30)
+    (note,) = _completion(server.lines)
+    (result,) = note["results"]
+    assert set(result) >= {
+        "task_id",
+        "agent_id",
+        "status",
+        "ok",
+        "return_code",
+        "text",
+        "error",
+        "completed_at",
+    }
+    assert (result["status"], result["return_code"], result["text"]) == (
+        "completed",
+        0,
+        "explored src/core",
+    )
+
+    _, status = cli("status", session=session)
+    rows = {a["name"]: a for a in status["agents"]}
+    assert (
+        rows["scout"]["task"]["state"] == "completed" and rows["scout"]["process_state"] == "idle"
+    )
+    assert rows["planner"]["task"]["state"] == "running"  # never said done, however idle
+    assert rows["planner"]["task"]["task_id"] == planning["task_id"]
+
+    _, again = cli("watch", task["task_id"], session=session)  # already settled: answered at once
+    assert again["pending"] == [] and [r["status"] for r in again["completed"]] == ["completed"]
+
+    rc, _text = cli("notifications", session=session)
+    assert rc == 0
+    _, read = cli("read", "scout", "--lines", "10", session=session)
+    assert "scout: looking around" in read["lines"]
+    assert planner["agent_id"] in {a["agent_id"] for a in status["agents"]}
+
+
+def test_waiting_is_visible_in_status_and_a_cli_reply_resumes_it(
+    serve, scripts, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    serve()
+    session = tmp_path / "session"
+    cli("spawn", "scout", "--script", scripts["scout"], session=session)
+    cli("spawn", "planner", "--script", scripts["idle"], session=session)  # never answers
+    _, task = cli("delegate", "scout", "map the code", session=session)
+
+    def waiting() -> dict | None:  # type: ignore[type-arg]
+        _, status = cli("status", "scout", session=session)
+        row = status["agents"][0]
+        return row if row["task"]["state"] == "waiting" and row["process_state"] == "idle" else None
+
+    row = None
+    for _ in range(100):  # bounded: each round is a real CLI round trip, not a sleep
+        row = waiting()
+        if row:
+            break
+    assert row is not None, "scout never reached idle / waiting"
+    (request,) = row["task"]["pending_requests"]
+    assert request["question"] == "which module first?"
+    human = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "status", "--session", str(session)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "scout" in human and "idle / waiting for planner" in human
+
+    # the parent answers on the planner's behalf? No: only the target may reply.
+    rc, err = cli(
+        "message",
+        "scout",
+        "here",
+        "--reply-to",
+        request["request_id"],
+        session=session,
+        check=False,
+    )
+    assert rc == 2 and err["error"]["code"] == "forbidden_sender"
+    _, sent = cli("message", "scout", "just so you know", session=session)
+    assert sent["accepted"] and "request_id" not in sent
+    _, asked = cli("message", "planner", "are you there?", "--expects-reply", session=session)
+    assert asked["request_id"] == asked["message_id"]
+    _, cancelled = cli("cancel", task["task_id"], "--reason", "enough", session=session)
+    assert (cancelled["status"], cancelled["return_code"]) == ("cancelled", 130)
+
+
+def test_errors_exit_2_with_a_typed_json_error(serve, scripts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    serve()
+    session = tmp_path / "session"
+    rc, err = cli("delegate", "nobody", "x", session=session, check=False)
+    assert (
+        rc == 2 and err["error"]["code"] == "invalid_handle" and "nobody" in err["error"]["message"]
+    )
+    rc, err = cli("spawn", "Bad Name", "--script", scripts["idle"], session=session, check=False)
+    assert rc == 2 and err["error"]["code"] == "invalid_argument"
+    rc, err = cli(
+        "spawn", "x", "--script", "/nonexistent/script.json", session=session, check=False
+    )
+    assert rc == 2 and "does not exist" in err["error"]["message"]
+    cli("spawn", "scout", "--script", scripts["idle"], session=session)
+    _, first = cli("delegate", "scout", "one", session=session)
+    rc, err = cli("delegate", "scout", "two", session=session, check=False)
+    assert (
+        rc == 2
+        and err["error"]["code"] == "agent_busy"
+        and first["task_id"] in err["error"]["message"]
+    )
+    rc, err = cli("watch", first["agent_id"], session=session, check=False)
+    assert rc == 2 and err["error"]["code"] == "invalid_handle"
+    rc, err = cli("watch", first["task_id"], first["task_id"], session=session, check=False)
+    assert rc == 2 and err["error"]["code"] == "duplicate_ids"
+    rc, err = cli("status", session=tmp_path / "no-such-session", check=False)
+    assert rc == 2 and err["error"]["code"] == "session_unavailable"
+
+
+def test_the_session_is_found_by_env_and_as_the_newest_live_one(
+    serve, scripts, tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    serve()
+    session = tmp_path / "session"
+    _, by_default = cli("status")  # newest live session of this user
+    monkeypatch.setenv("SHEPHERD_SESSION", str(session))
+    _, by_env = cli("status")
+    assert by_default["session_id"] == by_env["session_id"]
+
+
+def test_killing_an_agent_mid_task_fails_it_with_return_code_1(
+    serve, scripts, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    server = serve()
+    session = tmp_path / "session"
+    cli("spawn", "scout", "--script", scripts["idle"], session=session)
+    _, task = cli("delegate", "scout", "work", session=session)
+    cli("watch", task["task_id"], session=session)
+    pids = []
+    for _ in range(100):
+        pids = bridge_pids(session)
+        if pids:
+            break
+    assert pids, "no bridge process found"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    assert server.wait_for(lambda lines: len(_completion(lines)) == 1, timeout=30)
+    (result,) = _completion(server.lines)[0]["results"]
+    assert (result["status"], result["return_code"]) == ("failed", 1)
+    assert "exited with status" in result["error"] and result["status"] != "completed"
+
+
+def test_close_and_shutdown_leave_no_process_behind(serve, scripts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    server = serve()
+    session = tmp_path / "session"
+    looping = tmp_path / "loop.json"
+    looping.write_text(
+        json.dumps({"steps": [{"await": "task"}, {"run": "sleep 300"}, {"await": "any"}]})
+    )
+    cli("spawn", "a", "--script", str(looping), session=session)
+    cli("spawn", "b", "--script", scripts["idle"], session=session)
+    _, task = cli("delegate", "a", "run something long", session=session)
+    _, closed = cli("close", "a", session=session)
+    assert closed["cancelled_task_id"] == task["task_id"]
+    _, status = cli("status", "a", session=session)
+    assert status["agents"][0]["task"]["state"] == "cancelled"
+    cli("shutdown", session=session)
+    server.proc.wait(timeout=30)
+    assert bridge_pids(session) == []
+    assert (session / "journal.jsonl").exists()  # records kept for inspection
