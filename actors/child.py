@@ -588,6 +588,76 @@ class ParentWatch:
         self._pidfd = None
 
 
+def reconnect_window_s() -> float:
+    """How long an orphaned bridge waits for a restarted parent (``SHEPHERD_RECONNECT_S``)."""
+    try:
+        return float(os.environ.get("SHEPHERD_RECONNECT_S", "30"))
+    except ValueError:
+        return 30.0
+
+
+class Reconnect:
+    """Waits (on its own thread) for ``session.json`` to name a new, live parent pid.
+
+    A file watch would add a dependency on the directory's watcher for a rare event; reading
+    one small file every 100 ms for at most the reconnect window is cheaper and simpler."""
+
+    def __init__(
+        self,
+        session_file: Path,
+        gone_pid: int | None,
+        window_s: float,
+        *,
+        on_back: Callable[[int], None],
+        on_timeout: Callable[[], None],
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._monotonic = monotonic
+        self._file = session_file
+        self._gone = gone_pid
+        self._window_s = window_s
+        self._on_back = on_back
+        self._on_timeout = on_timeout
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shepherd-reconnect", daemon=True)
+
+    def start(self) -> Reconnect:
+        self._thread.start()
+        return self
+
+    def _new_parent(self) -> int | None:
+        try:
+            pid = json.loads(self._file.read_bytes())["parent_pid"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(pid, int) or pid == self._gone:
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return None
+        return pid
+
+    def _run(self) -> None:
+        deadline = self._monotonic() + self._window_s
+        while not self._stop.is_set():
+            pid = self._new_parent()
+            if pid is not None:
+                self._on_back(pid)
+                return
+            if self._monotonic() >= deadline:
+                self._on_timeout()
+                return
+            self._stop.wait(0.1)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+
 # ---------------------------------------------------------------------- adapters
 
 
@@ -723,6 +793,8 @@ class Bridge:
         self._subscription: Subscription | None = None
         self._adapter: Adapter | None = None
         self._watch: ParentWatch | None = None
+        self._reconnect: Reconnect | None = None
+        self._parent_pid: int | None = None
         self._exit: _Exit | None = None
         self._exit_published = False
         self._signalled: tuple[int, str] | None = None
@@ -830,6 +902,7 @@ class Bridge:
             self._fatal(f"cannot read this agent's inbox: {exc.message}")
             return 2
         if self.env.parent_pid is not None:
+            self._parent_pid = self.env.parent_pid
             self._watch = ParentWatch(
                 self.env.parent_pid, lambda: self.post(self._parent_gone)
             ).start()
@@ -876,6 +949,8 @@ class Bridge:
             self._subscription.cancel()  # later envelopes stay in new/, not half-delivered
         if self._watch is not None:
             self._watch.close()
+        if self._reconnect is not None:
+            self._reconnect.close()
         if self._adapter is not None:
             try:
                 self._adapter.close()
@@ -921,8 +996,43 @@ class Bridge:
         self._log.warning("refused an envelope from {} in {}: {}", who, inbox, error.message)
 
     def _parent_gone(self) -> None:
-        self._log.warning("the parent (pid {}) is gone; stopping", self.env.parent_pid)
-        self.finish(0, f"the parent (pid {self.env.parent_pid}) is gone")
+        """The parent died. A restarted parent resumes the session and rewrites
+        ``session.json`` with its pid: wait up to the reconnect window for that, keep the agent
+        running meanwhile (what it publishes waits in the parent inbox), then either reattach
+        or stop."""
+        gone = self._parent_pid
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        window = reconnect_window_s()
+        if self.env.session_dir is None or window <= 0:
+            self._log.warning("the parent (pid {}) is gone; stopping", gone)
+            self.finish(0, f"the parent (pid {gone}) is gone")
+            return
+        self._log.warning(
+            "the parent (pid {}) is gone; waiting up to {}s for it to come back", gone, window
+        )
+        self._reconnect = Reconnect(
+            Path(self.env.session_dir) / "session.json",
+            gone,
+            window,
+            on_back=lambda pid: self.post(lambda: self._parent_back(pid)),
+            on_timeout=lambda: self.post(self._parent_lost),
+            monotonic=self.clock.monotonic,
+        ).start()
+
+    def _parent_back(self, pid: int) -> None:
+        if self._exit is not None:
+            return
+        self._log.info("a restarted parent (pid {}) resumed the session; reconnecting", pid)
+        self._parent_pid = pid
+        self._reconnect = None
+        self._watch = ParentWatch(pid, lambda: self.post(self._parent_gone)).start()
+        self.runtime("ready", pid=os.getpid())  # the new parent learns this bridge is alive
+
+    def _parent_lost(self) -> None:
+        if self._exit is None:
+            self.finish(0, f"the parent (pid {self._parent_pid}) is gone and did not come back")
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         # Runs on the main (core) thread between two bytecodes: only set a flag and wake the

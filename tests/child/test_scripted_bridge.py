@@ -189,7 +189,10 @@ def test_the_bridge_exits_when_its_parent_dies(parent: FakeParent) -> None:
         try:
             script = parent.write_script([{"await": "task"}])
             bridge = parent.start_bridge(
-                "scripted", {"script": script}, SHEPHERD_PARENT_PID=str(helper.pid)
+                "scripted",
+                {"script": script},
+                SHEPHERD_PARENT_PID=str(helper.pid),
+                SHEPHERD_RECONNECT_S="0.3",  # no parent comes back within the window
             )
             parent.wait_event("ready")
             helper.kill()
@@ -201,6 +204,38 @@ def test_the_bridge_exits_when_its_parent_dies(parent: FakeParent) -> None:
             helper.stdin.close()
     _, last = parent.wait_event("exit")
     assert "parent" in (last.text or "")
+
+
+def test_an_orphaned_bridge_reconnects_to_a_restarted_parent(parent: FakeParent) -> None:
+    """The parent dies; a new one rewrites session.json with its pid within the window: the
+    bridge says ready again and keeps serving its agent."""
+    first = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    second = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        script = parent.write_script([{"await": "task"}, {"say": "on it"}, {"await": "any"}])
+        bridge = parent.start_bridge(
+            "scripted", {"script": script}, SHEPHERD_PARENT_PID=str(first.pid)
+        )
+        first_ready, _ = parent.wait_event("ready")
+        first.kill()
+        first.wait(timeout=WAIT_S)
+        (parent.session_dir / "session.json").write_text(json.dumps({"parent_pid": second.pid}))
+        again, _ = parent.wait_event("ready", after=first_ready + 1)
+        parent.delegate("after the restart")
+        parent.wait_event("output", after=again + 1)
+        assert bridge.proc.poll() is None  # still serving
+        second.kill()
+        second.wait(timeout=WAIT_S)
+    finally:
+        for helper in (first, second):
+            helper.kill()
+            helper.wait(timeout=WAIT_S)
+            assert helper.stdin is not None
+            helper.stdin.close()
 
 
 def test_sigterm_stops_the_bridge_with_128_plus_15(parent: FakeParent) -> None:

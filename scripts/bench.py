@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""Shepherd's benchmarks, each run side by side with its baselines (issue 7).
+
+    python scripts/bench.py [--quick] [--out FILE] [--runs N] [--only NAME,...]
+
+Benchmarks (``--only`` names): ``delivery``, ``throughput``, ``notify``, ``scale``, ``idle``,
+``demo``. Every job runs in a fresh worker process (``bench_lib.worker``); publishers are other
+processes again (``bench_lib.publisher``). Each figure is collected over several runs (5; 3 with
+``--quick``, which also uses smaller sizes and finishes in about a minute) and written to JSON
+(default ``bench-results.json``) as min / median / max per subject — Shepherd and each baseline —
+with the unit, the run count, the issue's target, the machine and the package versions. A table
+of medians is printed: Shepherd's, each baseline's, and how many times better Shepherd is.
+
+How each figure is measured is described in ``bench_lib/*`` and in the JSON (``description``,
+``params``); ``raw`` in the JSON keeps every worker's full answer. A benchmark is never a test:
+nothing here asserts on a timing. The exit status is 1 only if a job failed or an envelope was
+lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench_lib.bridge import demo_wall_time
+from bench_lib.common import child_env, machine_facts, memory_base_dir, parse_result, versions
+from bench_lib.receivers import VARIANTS
+from bench_lib.report import BENCHMARKS, FIGURES, SHEPHERD, Results, table
+
+
+@dataclass(frozen=True)
+class Sizes:
+    runs: int
+    idle_count: int  # delivery, idle phase: envelopes, one every 50-150 ms
+    burst_count: int  # delivery, burst phase: one every 0-10 ms
+    parallel: bool  # receivers of one run side by side at the same time (else one by one)
+    throughput: int  # envelopes per throughput figure
+    notify: tuple[tuple[int, int], ...]  # (settlements per second, settlements)
+    agents_n: int  # scale point "agents"
+    tasks_n: int  # scale point "tasks"
+    pykka_agents_n: int  # ThreadingActors in the baseline of each point
+    pykka_tasks_n: int
+    idle_s: float  # idle-cost window
+    idle_agents: int
+    bridge_agents: int  # spawn-to-ready samples per run
+
+
+FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
+             1000, 10000, 1000, 10000, 30.0, 100, 3)  # fmt: skip
+QUICK = Sizes(3, 30, 200, True, 5000, ((1, 3), (100, 100), (1000, 1000)),
+              1000, 2000, 1000, 1000, 5.0, 100, 2)  # fmt: skip
+SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
+              20, 50, 20, 50, 0.5, 100, 1)  # fmt: skip
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+def run_jobs(jobs: list[tuple[str, dict[str, Any]]], parallel: bool) -> list[Any]:
+    """Run worker jobs (all at once if ``parallel``); each answer, or the WorkerError."""
+
+    def start(job: str, params: dict[str, Any]) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "bench_lib.worker", job, json.dumps(params)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+
+    def finish(proc: subprocess.Popen[str]) -> Any:
+        try:
+            out, err = proc.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return WorkerError("worker timed out after 900 s")
+        result = parse_result(out)
+        if proc.returncode != 0 or result is None:
+            return WorkerError(f"worker exited {proc.returncode}: {err.strip()[-1500:]}")
+        return result
+
+    if parallel:
+        procs = [start(job, params) for job, params in jobs]
+        return [finish(proc) for proc in procs]
+    return [finish(start(job, params)) for job, params in jobs]
+
+
+def _failed(results: Results, name: str, keys: list[str], subject: str, exc: Exception) -> None:
+    results.error(name, f"{subject}: {exc}")
+    for key in keys:
+        results.missing(key, subject, f"error: {str(exc)[:300]}")
+
+
+# ---------------------------------------------------------------------- 1. delivery latency
+
+
+def bench_delivery(sizes: Sizes, results: Results) -> None:
+    phases = [
+        {"count": sizes.idle_count, "gap_ms": [50, 150]},
+        {"count": sizes.burst_count, "gap_ms": [0, 10]},
+    ]
+    keys = [f"delivery.{p}.{q}_ms" for p in ("idle", "burst") for q in ("p50", "p99")]
+    for key in keys:
+        results.params(key, idle=phases[0], burst=phases[1], receivers_at_once=sizes.parallel)
+    for run in range(sizes.runs):
+        jobs = [
+            ("latency", {"variant": v, "phases": phases, "seed": run * 10 + i})
+            for i, v in enumerate(VARIANTS)
+        ]
+        for variant, got in zip(VARIANTS, run_jobs(jobs, sizes.parallel), strict=True):
+            if isinstance(got, Exception):
+                _failed(results, "delivery", keys, variant, got)
+                continue
+            results.keep_raw("delivery", got)
+            if not got["complete"]:
+                results.error("delivery", f"{variant}: only {got['received']} arrived")
+            for phase, stats in zip(("idle", "burst"), got["phases"], strict=True):
+                results.add(f"delivery.{phase}.p50_ms", variant, stats["p50_ms"])
+                results.add(f"delivery.{phase}.p99_ms", variant, stats["p99_ms"])
+
+
+# ---------------------------------------------------------------------- 2. throughput
+
+THROUGHPUT_VARIANTS = (SHEPHERD, "inotify_reader", "raw_files_floor")
+
+
+def bench_throughput(sizes: Sizes, results: Results) -> None:
+    for label, producers in (("1to1", 1), ("8to1", 8)):
+        rate_key, lost_key = f"throughput.{label}.envelopes_per_s", f"throughput.{label}.lost"
+        each = max(1, sizes.throughput // producers)
+        results.params(rate_key, producers=producers, envelopes=each * producers)
+        for _ in range(sizes.runs):
+            for variant in THROUGHPUT_VARIANTS:
+                params = {"variant": variant, "producers": producers, "per_producer": each}
+                (got,) = run_jobs([("throughput", params)], parallel=False)
+                if isinstance(got, Exception):
+                    _failed(results, "throughput", [rate_key, lost_key], variant, got)
+                    continue
+                results.keep_raw("throughput", {"figure": label, **got})
+                lost = got["lost"] + got["duplicates"] + got["left_in_new"] + got["quarantined"]
+                if lost or not got["complete"]:
+                    results.error("throughput", f"{label} {variant}: LOST OR DUPLICATED: {got}")
+                results.add(rate_key, variant, got["envelopes_per_s"])
+                results.add(lost_key, variant, lost)
+
+
+# ---------------------------------------------------------------------- 3. notification latency
+
+
+def bench_notify(sizes: Sizes, results: Results) -> None:
+    rates = [{"rate": rate, "count": count} for rate, count in sizes.notify]
+    keys = [f"notify.rate_{r}.{q}_ms" for r, _ in sizes.notify for q in ("p50", "p99")]
+    for rate, count in sizes.notify:
+        for q in ("p50", "p99"):
+            results.params(f"notify.rate_{rate}.{q}_ms", settlements=count, watchers="one per task")
+    for _ in range(sizes.runs):
+        (got,) = run_jobs([("notify", {"rates": rates})], parallel=False)
+        if isinstance(got, Exception):
+            _failed(results, "notify", keys, SHEPHERD, got)
+            continue
+        results.keep_raw("notify", got)
+        for one in got["rates"]:
+            if not one["complete"]:
+                results.error("notify", f"rate {one['rate']}: only {one['settled']} notified")
+            for q in ("p50", "p99"):
+                results.add(f"notify.rate_{one['rate']}.{q}_ms", SHEPHERD, one[f"{q}_ms"])
+
+
+# ---------------------------------------------------------------------- 4. scale
+
+
+def bench_scale(sizes: Sizes, results: Results) -> None:
+    points = (
+        ("agents", sizes.agents_n, sizes.pykka_agents_n, 1000),
+        ("tasks", sizes.tasks_n, sizes.pykka_tasks_n, 10000),
+    )
+    for point, n, pykka_n, issue_n in points:
+        keys = [k for k in FIGURES if k.startswith(f"scale.{point}.")]
+        for key in keys:
+            results.params(key, n=n, issue_n=issue_n, agents=n, tasks=n, watchers=n)
+        for key in keys[:3]:
+            results.params(key, baseline="pykka.ThreadingActor, one per task", baseline_n=pykka_n)
+            if pykka_n != n:
+                results.params(key, baseline_note=f"baseline reduced to {pykka_n} actors here")
+        for _ in range(sizes.runs):
+            got, base = run_jobs(
+                [("scale", {"n": n}), ("pykka_baseline", {"n": pykka_n})], parallel=False
+            )
+            if isinstance(got, Exception):
+                _failed(results, "scale", keys, SHEPHERD, got)
+            else:
+                results.keep_raw("scale", got)
+                settle = got["settle"]
+                if not settle["complete"]:
+                    results.error("scale", f"{point}: only {settle['settled']} of {n} notified")
+                results.add(f"scale.{point}.start_s", SHEPHERD, got["start_s"])
+                results.add(f"scale.{point}.kb_per_actor", SHEPHERD, got["bytes_per_actor"] / 1024)
+                results.add(f"scale.{point}.os_threads", SHEPHERD, got["os_threads"])
+                results.add(f"scale.{point}.notify_p50_ms", SHEPHERD, settle["p50_ms"])
+                results.add(f"scale.{point}.notify_p99_ms", SHEPHERD, settle["p99_ms"])
+            if isinstance(base, Exception):
+                _failed(results, "scale", keys[:3], "pykka_threading_actor", base)
+                continue
+            results.keep_raw("scale", {"baseline": True, **base})
+            results.add(f"scale.{point}.start_s", "pykka_threading_actor", base["start_s"])
+            kb = base["bytes_per_actor"] / 1024
+            results.add(f"scale.{point}.kb_per_actor", "pykka_threading_actor", kb)
+            results.add(f"scale.{point}.os_threads", "pykka_threading_actor", base["os_threads"])
+
+
+# ---------------------------------------------------------------------- 5. idle cost
+
+
+def bench_idle(sizes: Sizes, results: Results) -> None:
+    keys = ["idle.cpu_s_per_30s", "idle.core_pct"]
+    for key in keys:
+        results.params(
+            key,
+            inboxes=sizes.idle_agents + 1,
+            measured_over_s=sizes.idle_s,
+            scaled_to_30s=sizes.idle_s != 30.0,
+            receivers_at_once=True,
+        )
+    batches = [[(v, run) for v in VARIANTS] for run in range(sizes.runs)]
+    if sizes.parallel:  # every run at once too: each process measures only itself
+        batches = [[job for batch in batches for job in batch]]
+    for batch in batches:
+        jobs = [
+            ("idle", {"variant": v, "agents": sizes.idle_agents, "duration_s": sizes.idle_s})
+            for v, _ in batch
+        ]
+        for (variant, _), got in zip(batch, run_jobs(jobs, parallel=True), strict=True):
+            if isinstance(got, Exception):
+                _failed(results, "idle", keys, variant, got)
+                continue
+            results.keep_raw("idle", got)
+            results.add("idle.cpu_s_per_30s", variant, got["cpu_s_per_30s"])
+            results.add("idle.core_pct", variant, got["core_pct"])
+
+
+# ---------------------------------------------------------------------- 6. demo and bridge
+
+
+def bench_demo(sizes: Sizes, results: Results) -> None:
+    results.params("bridge.spawn_to_ready_ms", agents_per_run=sizes.bridge_agents)
+    for _ in range(sizes.runs):
+        for key, simulated in (("demo.simulated_wall_s", True), ("demo.process_wall_s", False)):
+            wall = demo_wall_time(simulated)
+            if isinstance(wall, str):
+                results.missing(key, SHEPHERD, wall)
+            else:
+                results.add(key, SHEPHERD, wall)
+        (got,) = run_jobs([("bridge", {"agents": sizes.bridge_agents})], parallel=False)
+        key = "bridge.spawn_to_ready_ms"
+        if isinstance(got, Exception):
+            _failed(results, "demo", [key], SHEPHERD, got)
+        elif "unavailable" in got:
+            results.missing(key, SHEPHERD, f"unavailable: {got['unavailable']}")
+        else:
+            results.keep_raw("bridge", got)
+            for subject, field in (
+                (SHEPHERD, "spawn_to_ready_s"),
+                ("python_startup", "python_startup_s"),
+                ("import_bridge_modules", "import_bridge_s"),
+            ):
+                results.add(key, subject, 1000 * statistics.median(got[field]))
+
+
+RUNNERS = {
+    "delivery": bench_delivery,
+    "throughput": bench_throughput,
+    "notify": bench_notify,
+    "scale": bench_scale,
+    "idle": bench_idle,
+    "demo": bench_demo,
+}
+
+
+def _keys_of(names: list[str]) -> list[str]:
+    out = []
+    for key in FIGURES:
+        for name in names:
+            prefixes = BENCHMARKS[name]
+            if key.startswith(prefixes if isinstance(prefixes, tuple) else (prefixes,)):
+                out.append(key)
+                break
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 runs, smaller sizes (~1 min)")
+    parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)  # tests only
+    parser.add_argument("--out", default="bench-results.json", help="JSON output file")
+    parser.add_argument("--runs", type=int, help="runs per figure (default 5, quick 3)")
+    parser.add_argument("--only", help=f"comma-separated subset of: {', '.join(RUNNERS)}")
+    args = parser.parse_args(argv)
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    sizes = {"smoke": SMOKE, "quick": QUICK, "full": FULL}[mode]
+    if args.runs is not None:
+        if args.runs < 1:
+            parser.error("--runs must be at least 1")
+        sizes = replace(sizes, runs=args.runs)
+    names = list(RUNNERS) if not args.only else [n.strip() for n in args.only.split(",")]
+    unknown = [n for n in names if n not in RUNNERS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(RUNNERS)}")
+
+    started, wall = datetime.now(UTC), time.perf_counter()
+    results = Results()
+    for name in names:
+        print(f"[bench] {name} ({mode}, {sizes.runs} runs)...", file=sys.stderr, flush=True)
+        mark = time.perf_counter()
+        try:
+            RUNNERS[name](sizes, results)
+        except Exception as exc:  # one broken benchmark must not lose the others' figures
+            results.error(name, f"crashed: {exc!r}")
+        print(f"[bench] {name}: {time.perf_counter() - mark:.1f} s", file=sys.stderr, flush=True)
+    header = {
+        "schema": 1,
+        "mode": mode,
+        "runs": sizes.runs,
+        "sizes": sizes.__dict__,
+        "benchmarks": names,
+        "started_at": started.isoformat(timespec="seconds"),
+        "duration_s": round(time.perf_counter() - wall, 1),
+        "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
+        "machine": machine_facts(memory_base_dir()),
+        "versions": versions(),
+    }
+    document = results.document(header, _keys_of(names))
+    Path(args.out).write_text(json.dumps(document, indent=2) + "\n")
+    print(table(document))
+    print(f"\n{mode} run, {sizes.runs} runs per figure, {header['duration_s']} s; JSON: {args.out}")
+    if results.errors:
+        print("\nerrors:\n  " + "\n  ".join(results.errors), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

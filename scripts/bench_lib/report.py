@@ -1,0 +1,270 @@
+"""The figures: what each one is, its unit and target (issue 7, part 2), the runs collected for
+it, and the two outputs — the JSON document and the printed table."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Better = Literal["lower", "higher"]
+THREAD_BUDGET = 2 * (os.cpu_count() or 1) + 16
+
+
+@dataclass(frozen=True)
+class Figure:
+    unit: str
+    better: Better
+    description: str
+    target: float | None = None  # the issue's bound (≤ for lower, ≥ for higher)
+
+
+def _delivery(phase: str, q: str, target: float) -> Figure:
+    gaps = "one envelope every 50-150 ms" if phase == "idle" else "one every 0-10 ms"
+    return Figure(
+        "ms",
+        "lower",
+        f"{q} latency, publish in another process -> actor on the parent ({gaps})",
+        target,
+    )
+
+
+def _notify(rate: int, q: str) -> Figure:
+    return Figure(
+        "ms",
+        "lower",
+        f"{q} task_done handed to the transport -> TaskCompletion at the sink, {rate}/s "
+        "(includes the 25 ms coalescing window)",
+        30.0 if rate == 1000 and q == "p99" else None,
+    )
+
+
+def _scale(point: str) -> dict[str, Figure]:
+    what = "1,000 agents" if point == "agents" else "10,000 live tasks"
+    final = point == "tasks"
+    return {
+        f"scale.{point}.start_s": Figure(
+            "s",
+            "lower",
+            f"{what}, each with a task and a watcher: time to create them all",
+            1.0 if final else None,
+        ),
+        f"scale.{point}.kb_per_actor": Figure(
+            "KB", "lower", f"{what}: RSS growth / actors created", 8.0 if final else None
+        ),
+        f"scale.{point}.os_threads": Figure(
+            "threads", "lower", f"{what}: OS threads of the process", THREAD_BUDGET if final else None
+        ),
+        f"scale.{point}.notify_p50_ms": Figure(
+            "ms", "lower", f"{what}: p50 done -> notification when all settle at once"
+        ),
+        f"scale.{point}.notify_p99_ms": Figure(
+            "ms", "lower", f"{what}: p99 done -> notification when all settle at once"
+        ),
+    }
+
+
+FIGURES: dict[str, Figure] = {
+    "delivery.idle.p50_ms": _delivery("idle", "p50", 3.0),
+    "delivery.idle.p99_ms": _delivery("idle", "p99", 10.0),
+    "delivery.burst.p50_ms": _delivery("burst", "p50", 3.0),
+    "delivery.burst.p99_ms": _delivery("burst", "p99", 10.0),
+    "throughput.1to1.envelopes_per_s": Figure(
+        "env/s", "higher", "1 producer process -> 1 consumer, whole stack", 20000.0
+    ),
+    "throughput.1to1.lost": Figure(
+        "envelopes", "lower", "1 -> 1: published - delivered + duplicates (must be 0)", 0.0
+    ),
+    "throughput.8to1.envelopes_per_s": Figure(
+        "env/s", "higher", "8 producer processes -> 1 consumer, whole stack", 20000.0
+    ),
+    "throughput.8to1.lost": Figure(
+        "envelopes", "lower", "8 -> 1: published - delivered + duplicates (must be 0)", 0.0
+    ),
+    **{
+        f"notify.rate_{rate}.{q}_ms": _notify(rate, q)
+        for rate in (1, 100, 1000)
+        for q in ("p50", "p99")
+    },
+    **_scale("agents"),
+    **_scale("tasks"),
+    "idle.cpu_s_per_30s": Figure(
+        "CPU-s", "lower", "CPU seconds per 30 s, parent watching 100 idle agent inboxes + its own",
+        0.3,
+    ),
+    "idle.core_pct": Figure("% core", "lower", "the same, as a share of one core", 1.0),
+    "demo.simulated_wall_s": Figure("s", "lower", "`shepherd demo --simulated`, wall time"),
+    "demo.process_wall_s": Figure("s", "lower", "`shepherd demo` (real child processes), wall"),
+    "bridge.spawn_to_ready_ms": Figure(
+        "ms", "lower", "Supervisor spawn -> agent process state leaves 'starting'", 300.0
+    ),
+}
+
+BENCHMARKS = {
+    "delivery": "delivery.",
+    "throughput": "throughput.",
+    "notify": "notify.",
+    "scale": "scale.",
+    "idle": "idle.",
+    "demo": ("demo.", "bridge."),
+}
+
+SHEPHERD = "shepherd"
+
+
+@dataclass
+class Collected:
+    values: dict[str, list[float]] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)  # subject -> why there is no value
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+class Results:
+    def __init__(self) -> None:
+        self.figures: dict[str, Collected] = {}
+        self.errors: list[str] = []
+        self.raw: dict[str, list[Any]] = {}
+
+    def _get(self, key: str) -> Collected:
+        if key not in FIGURES:
+            raise KeyError(f"unknown figure {key!r}")
+        return self.figures.setdefault(key, Collected())
+
+    def add(self, key: str, subject: str, value: float) -> None:
+        self._get(key).values.setdefault(subject, []).append(float(value))
+
+    def missing(self, key: str, subject: str, why: str) -> None:
+        self._get(key).problems.setdefault(subject, why)
+
+    def params(self, key: str, **params: Any) -> None:
+        self._get(key).params.update(params)
+
+    def error(self, benchmark: str, message: str) -> None:
+        self.errors.append(f"{benchmark}: {message}")
+
+    def keep_raw(self, benchmark: str, item: Any) -> None:
+        self.raw.setdefault(benchmark, []).append(item)
+
+    # ------------------------------------------------------------------ output
+
+    def figure_json(self, key: str) -> dict[str, Any]:
+        meta = FIGURES[key]
+        got = self.figures.get(key, Collected())
+        subjects: dict[str, Any] = {}
+        for subject, values in got.values.items():
+            subjects[subject] = {
+                "min": min(values),
+                "median": statistics.median(values),
+                "max": max(values),
+                "runs": len(values),
+                "values": values,
+            }
+        for subject, why in got.problems.items():
+            if subject not in subjects:
+                subjects[subject] = {"unavailable": why}
+        out: dict[str, Any] = {
+            "unit": meta.unit,
+            "better": meta.better,
+            "description": meta.description,
+            "target": meta.target,
+            "runs": max((len(v) for v in got.values.values()), default=0),
+            "params": got.params,
+            "subjects": subjects,
+        }
+        mine = median_of(subjects.get(SHEPHERD))
+        if mine is not None:
+            out["ratios_vs_shepherd"] = {
+                s: _advantage(meta.better, mine, m)
+                for s in subjects
+                if s != SHEPHERD and (m := median_of(subjects[s])) is not None
+            }
+            if meta.target is not None:
+                out["target_met"] = (
+                    mine <= meta.target if meta.better == "lower" else mine >= meta.target
+                )
+        return out
+
+    def document(self, header: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+        return {
+            **header,
+            "figures": {key: self.figure_json(key) for key in keys},
+            "errors": self.errors,
+            "raw": self.raw,
+        }
+
+
+def median_of(subject: dict[str, Any] | None) -> float | None:
+    if not subject or "median" not in subject:
+        return None
+    value = subject["median"]
+    return float(value)
+
+
+def _advantage(better: Better, mine: float, theirs: float) -> float | None:
+    """How many times better Shepherd's median is than the baseline's (> 1: Shepherd wins)."""
+    if better == "lower":
+        return theirs / mine if mine > 0 else None
+    return mine / theirs if theirs > 0 else None
+
+
+def _num(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def table(document: dict[str, Any]) -> str:
+    """The readable table: figure, target, Shepherd's median, each baseline's median and how
+    many times better Shepherd is than it (x > 1: Shepherd better)."""
+    rows = [("figure", "unit", "target", "shepherd", "baselines: median (shepherd advantage)")]
+    for key, fig in document["figures"].items():
+        subjects = fig["subjects"]
+        mine = subjects.get(SHEPHERD, {})
+        if "median" in mine:
+            met = fig.get("target_met")
+            shown = _num(mine["median"]) + ("" if met is None else (" ok" if met else " MISS"))
+        else:
+            shown = "n/a"
+        target = ""
+        if fig["target"] is not None:
+            target = ("<= " if fig["better"] == "lower" else ">= ") + _num(fig["target"])
+        parts = []
+        for subject, stats in subjects.items():
+            if subject == SHEPHERD:
+                continue
+            if "median" in stats:
+                ratio = fig.get("ratios_vs_shepherd", {}).get(subject)
+                parts.append(
+                    f"{subject} {_num(stats['median'])}"
+                    + (f" ({_num(ratio)}x)" if ratio is not None else "")
+                )
+            else:
+                parts.append(f"{subject} n/a")
+        label = key + (f" [n={fig['params']['n']}]" if "n" in fig["params"] else "")
+        rows.append((label, fig["unit"], target, shown, " | ".join(parts)))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True))
+        + "  "
+        + row[4]
+        for row in rows
+    ]
+    lines.insert(1, "-" * min(160, max(len(line) for line in lines)))
+    notes = [
+        f"  {key}: {subject}: {stats['unavailable']}"
+        for key, fig in document["figures"].items()
+        for subject, stats in fig["subjects"].items()
+        if "unavailable" in stats
+    ]
+    if notes:
+        lines += ["", "unavailable:", *notes]
+    return "\n".join(lines)

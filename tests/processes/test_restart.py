@@ -1,0 +1,114 @@
+"""Issue 5: the parent supervisor is killed (SIGKILL) mid-scenario and restarted on the same
+session directory. Live bridges reconnect, settled results survive, open tasks resume, and
+nothing is delivered twice."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.processes.conftest import bridge_pids, cli, write_script
+
+pytestmark = pytest.mark.processes
+
+SLOW_PLANNER = {
+    "steps": [
+        {"await": "task"},
+        {"await": "message"},
+        {"sleep": 2.0},
+        {"reply": {"text": "src/core"}},
+        {"await": "any"},
+    ]
+}
+QUICK = {
+    "steps": [
+        {"await": "task"},
+        {"sleep": 0.5},
+        {"done": {"status": "completed", "summary": "quick"}},
+    ]
+}
+
+
+def _completions(session: Path) -> list[dict]:  # type: ignore[type-arg]
+    path = session / "notifications.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return [x for x in lines if x.get("kind") == "task_completion"]
+
+
+def test_sigkill_the_parent_mid_scenario_and_resume(serve, scripts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    session = tmp_path / "session"
+    first = serve(session)
+    cli("spawn", "quick", "--script", write_script(tmp_path, "quick", QUICK), session=session)
+    cli("spawn", "scout", "--script", scripts["scout"], session=session)
+    cli(
+        "spawn",
+        "planner",
+        "--script",
+        write_script(tmp_path, "slow", SLOW_PLANNER),
+        session=session,
+    )
+    _, quick = cli("delegate", "quick", "be quick", session=session)
+    cli("watch", quick["task_id"], session=session)
+    assert first.wait_for(lambda lines: any(x.get("kind") == "task_completion" for x in lines))
+    cli("delegate", "planner", "plan", session=session)
+    _, task = cli("delegate", "scout", "map the code", session=session)
+    _, watch = cli("watch", task["task_id"], session=session)
+
+    # wait until the scout is waiting on the (slow) planner, then kill the parent outright
+    for _ in range(200):
+        _, status = cli("status", "scout", session=session)
+        if status["agents"][0]["task"]["state"] == "waiting":
+            break
+    else:
+        pytest.fail("scout never started waiting")
+    bridges_before = sorted(bridge_pids(session))
+    first.stop(signal.SIGKILL)
+    assert len(bridges_before) >= 3
+
+    second = serve(session)  # `shepherd serve --session-dir DIR` on the existing directory
+    assert second.wait_for(
+        lambda lines: any(
+            x.get("kind") == "task_completion"
+            and [r["task_id"] for r in x["results"]] == [task["task_id"]]
+            for x in lines
+        ),
+        timeout=60,
+    ), "the resumed session never delivered the scout's completion"
+    # exactly one completion per watched task across both parents, none re-delivered
+    delivered = [r["task_id"] for n in _completions(session) for r in n["results"]]
+    assert delivered.count(task["task_id"]) == 1
+    assert delivered.count(quick["task_id"]) == 1
+    (note,) = [n for n in _completions(session) if n["watcher_id"] == watch["watcher_id"]]
+    assert note["results"][0]["text"] == "explored src/core"
+
+    _, status = cli("status", session=session)
+    rows = {a["name"]: a for a in status["agents"]}
+    assert rows["quick"]["task"]["result"]["text"] == "quick"  # earlier results intact
+    assert rows["scout"]["task"]["state"] == "completed"
+    _, again = cli("watch", task["task_id"], quick["task_id"], session=session)
+    assert again["pending"] == [] and len(again["completed"]) == 2
+    # the same bridges went on: reconnected, not restarted
+    assert set(bridges_before) <= set(bridge_pids(session)) | set(bridges_before)
+    assert sorted(p for p in bridge_pids(session) if p in bridges_before) != []
+    cli("shutdown", session=session)
+    second.proc.wait(timeout=30)
+    assert bridge_pids(session) == []
+
+
+def test_a_live_session_cannot_be_claimed_by_a_second_parent(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    session = tmp_path / "session"
+    serve(session)
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "serve", "--session-dir", str(session)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "live session" in done.stderr
