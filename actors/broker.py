@@ -376,8 +376,15 @@ class BrokerActor(ShepherdActor):
                 f"agent name {args.name!r} must be 1-32 lowercase letters, digits, '-' or '_', "
                 "starting with a letter (and not 'shepherd')"
             )
-        if args.name in self.names and not self.agents[self.names[args.name]].closed:
+        previous = self.agents.get(self.names.get(args.name, ""))
+        if previous is not None and not previous.closed:
             raise InvalidArgument(f"an agent named {args.name!r} already exists")
+        if previous is not None and previous.process_state != "exited":
+            # the name (and the work it stood for) is free only once the old process is gone
+            raise AgentBusy(
+                f"agent {args.name!r} ({previous.agent_id}) is still stopping; "
+                "its name is free once its process has exited"
+            )
         agent_id = self.runtime.ids.new(IdKind.AGENT)
         spec = AgentSpec(
             agent_id=agent_id,

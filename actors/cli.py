@@ -79,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
     p.add_argument("agent", nargs="?")
     _add_common(p)
 
+    p = sub.add_parser("top", help="a live view of the session (refreshes from status snapshots)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between snapshots")
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    _add_common(p)
+
     p = sub.add_parser("close", help="close an agent (cancels its task)")
     p.add_argument("agent")
     _add_common(p)
@@ -290,6 +295,36 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _top(args: argparse.Namespace) -> int:
+    """Refresh from a status snapshot every ``--interval`` seconds: one call per frame to the
+    broker's snapshot, never a scan of the mailbox."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from actors.client import Client, find_session
+    from actors.views import status_table
+
+    client = Client(find_session(args.session))
+    console = Console()
+    snapshot = client.call("status", {})
+    if args.once:
+        if args.json:
+            sys.stdout.write(msgspec.json.encode(snapshot).decode() + "\n")
+        else:
+            console.print(status_table(snapshot))
+        return 0
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with Live(status_table(snapshot), console=console, refresh_per_second=4) as live:
+        while not stop.wait(max(0.1, args.interval)):
+            try:
+                snapshot = client.call("status", {})
+            except ShepherdError:
+                break  # the session ended
+            live.update(status_table(snapshot))
+    return 0
+
+
 def _notifications(args: argparse.Namespace) -> int:
     from actors.client import find_session
 
@@ -325,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_simulated_demo(args.seed) if args.simulated else run_process_demo()
         if args.command == "notifications":
             return _notifications(args)
+        if args.command == "top":
+            return _top(args)
         if args.command == "watchdog":
             from actors.watchdog_cli import client_call, run_watchdog
 

@@ -54,3 +54,31 @@ def render_status(data: dict[str, Any]) -> str:
         return f"session {data['session_id']}: no agents"
     names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
     return "\n".join(status_line(a, names, data["now"]) for a in agents)
+
+
+def status_table(data: dict[str, Any]) -> Any:
+    """A rich Table of the status snapshot (for ``shepherd top``)."""
+    from rich.table import Table
+
+    table = Table(title=f"session {data['session_id']}", expand=True)
+    for column in ("", "age", "agent", "process", "task", "detail", "task id"):
+        table.add_column(column, no_wrap=column != "detail")
+    agents = data.get("agents", [])
+    names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
+    for agent in agents:
+        line = status_line(agent, names, data["now"])
+        symbol, age = line.split(" ", 2)[:2]
+        task = agent.get("task") or {}
+        state = task.get("state", "no task")
+        detail = line.split(" / ", 1)[1].split("  ")[0] if " / " in line else ""
+        style = {"waiting": "yellow", "completed": "green", "failed": "red", "blocked": "red"}
+        table.add_row(
+            symbol,
+            age,
+            agent["name"],
+            agent["process_state"] + (" [closed]" if agent.get("closed") else ""),
+            f"[{style.get(state, 'default')}]{state}[/]",
+            detail if detail != state else "",
+            task.get("task_id", ""),
+        )
+    return table

@@ -52,21 +52,24 @@ class LatencySink:
 
 
 class CountingSink:
-    """Counts distinct message ids and duplicates; wakes the job when all arrived."""
+    """Counts distinct message ids per phase, and duplicates; wakes the job per phase."""
 
-    def __init__(self, expected: int) -> None:
+    def __init__(self, expected: list[int]) -> None:
         self.ids: set[str] = set()
+        self.per_phase = [0 for _ in expected]
         self.duplicates = 0
         self._expected = expected
-        self.done = threading.Event()
+        self.phase_done = [threading.Event() for _ in expected]
 
     def __call__(self, envelope: AnyEnvelope) -> None:
         if envelope.message_id in self.ids:
             self.duplicates += 1
             return
         self.ids.add(envelope.message_id)
-        if len(self.ids) >= self._expected:
-            self.done.set()
+        phase = int(envelope.content.split(maxsplit=1)[0])  # type: ignore[union-attr]
+        self.per_phase[phase] += 1
+        if self.per_phase[phase] >= self._expected[phase]:
+            self.phase_done[phase].set()
 
 
 def capability_check(senders: dict[str, str]) -> Any:
@@ -115,7 +118,7 @@ def latency_job(params: dict[str, Any]) -> dict[str, Any]:
                 for done in sink.phase_done:  # a phase starts once the last one fully arrived
                     publisher.go()
                     complete = done.wait(paced_s * 3 + 30) and complete
-                sent = publisher.result(paced_s * 3 + 30)
+                sent = publisher.result(paced_s * 3 + 30)["phases"]
             finally:
                 publisher.close()
         finally:
@@ -124,54 +127,75 @@ def latency_job(params: dict[str, Any]) -> dict[str, Any]:
     return {
         "variant": variant,
         "complete": complete,
-        "published": sent["published"],
+        "published": sum(phase["published"] for phase in sent),
         "received": sink.count,
         "phases": [latency_summary(samples) for samples in sink.samples],
-        "publish_call": sent["publish_call"],
+        "publish_call": [phase["publish_call"] for phase in sent],
     }
 
 
 def throughput_job(params: dict[str, Any]) -> dict[str, Any]:
-    """``producers`` processes publish flat out into the parent inbox; envelopes/s delivered
-    (from the release of the producers to the last envelope reaching the receiving end).
+    """For each figure ``{"label", "producers", "envelopes"}``, in turn: that many producer
+    processes publish flat out into the parent inbox; envelopes/s delivered, from the release
+    of the producers to the last envelope reaching the receiving end.
+
+    The producer processes are started once and serve every figure (a figure with fewer
+    producers leaves the others idle), so start-up is paid once and never timed.
 
     ``shepherd``: ``Mailbox.publish`` → the Mailbox receiver → a ShepherdActor (the whole stack);
     ``inotify_reader``: the same producers, read by the bare inotify reader (no actor);
     ``raw_files_floor``: producers writing the same files with bare system calls, read by the
     bare inotify reader — what the machine can do with one file per envelope."""
     variant: str = params["variant"]  # shepherd | inotify_reader | raw_files_floor
-    producers: int = params["producers"]
-    each: int = params["per_producer"]
-    total = producers * each
+    figures: list[dict[str, Any]] = params["figures"]
+    width = max(f["producers"] for f in figures)
+    counts = [
+        [f["envelopes"] // f["producers"] if i < f["producers"] else 0 for f in figures]
+        for i in range(width)
+    ]
+    expected = [sum(row[k] for row in counts) for k in range(len(figures))]
+    out: list[dict[str, Any]] = []
     with temp_dir("shepherd-bench-", memory_base_dir()) as tmp:
         session_id, _, _ = new_ids()
-        senders = dict(new_ids()[1:] for _ in range(producers))
+        senders = dict(new_ids()[1:] for _ in range(width))
         mailbox = Mailbox.create(tmp / "mbox", session_id, validate=capability_check(senders))
         box = mailbox.ensure_inbox(PARENT_INBOX)
-        sink = CountingSink(total)
+        sink = CountingSink(expected)
         reader = "shepherd" if variant == "shepherd" else "raw_inotify"
         receiver = make_receiver(reader, mailbox, [PARENT_INBOX], sink)
         publishers: list[Publisher] = []
         try:
             receiver.start()
-            for seed, (sender, secret) in enumerate(senders.items()):
+            for i, (sender, secret) in enumerate(senders.items()):
+                phases = [{"count": count, "gap_ms": None} for count in counts[i]]
                 publishers.append(
                     Publisher(
                         {
-                            **_publisher_params(mailbox, sender, secret, seed),
-                            "phases": [{"count": each, "gap_ms": None}],
+                            **_publisher_params(mailbox, sender, secret, i),
+                            "phases": phases,
                             "raw": variant == "raw_files_floor",
                         }
                     )
                 )
             for publisher in publishers:
                 publisher.wait_ready()
-            started = time.perf_counter()
-            for publisher in publishers:
-                publisher.go()  # one phase each
-            complete = sink.done.wait(total / 500 + 60)
-            elapsed = time.perf_counter() - started
-            results = [publisher.result(60) for publisher in publishers]
+            for k, figure in enumerate(figures):
+                started = time.perf_counter()
+                for publisher in publishers:
+                    publisher.go()
+                complete = sink.phase_done[k].wait(expected[k] / 200 + 60)
+                elapsed = time.perf_counter() - started
+                out.append(
+                    {
+                        "label": figure["label"],
+                        "producers": figure["producers"],
+                        "complete": complete,
+                        "envelopes_per_s": sink.per_phase[k] / elapsed,
+                        "elapsed_s": elapsed,
+                        "delivered": sink.per_phase[k],
+                    }
+                )
+            results = [publisher.result(60)["phases"] for publisher in publishers]
         finally:
             for publisher in publishers:
                 publisher.close()
@@ -179,22 +203,21 @@ def throughput_job(params: dict[str, Any]) -> dict[str, Any]:
             stats = mailbox.stats()
             mailbox.close()
         left = len(os.listdir(box / "new"))
-    published = sum(r["published"] for r in results)
-    delivered = len(sink.ids)
+    for k, figure in enumerate(out):
+        mine = [r[k] for r in results if r[k]["published"]]
+        figure["published"] = sum(r["published"] for r in mine)
+        figure["lost"] = figure["published"] - figure["delivered"]
+        figure["backpressure_waits"] = sum(r["backpressure_waits"] for r in mine)
+        figure["producer_elapsed_s"] = max(r["elapsed_s"] for r in mine)
+        figure["publish_call_mean_ms"] = sum(r["publish_call"]["mean_ms"] for r in mine) / len(
+            mine
+        )
     return {
         "variant": variant,
-        "complete": complete,
-        "envelopes_per_s": delivered / elapsed,
-        "elapsed_s": elapsed,
-        "published": published,
-        "delivered": delivered,
+        "figures": out,
         "duplicates": sink.duplicates,
-        "lost": published - delivered,
         "left_in_new": left,
         "quarantined": stats.quarantined if variant == "shepherd" else 0,
-        "backpressure_waits": sum(r["backpressure_waits"] for r in results),
-        "producer_elapsed_s": max(r["elapsed_s"] for r in results),
-        "publish_call_mean_ms": sum(r["publish_call"][0]["mean_ms"] for r in results) / producers,
     }
 
 

@@ -211,3 +211,58 @@ def test_close_and_shutdown_leave_no_process_behind(serve, scripts, tmp_path: Pa
     server.proc.wait(timeout=30)
     assert bridge_pids(session) == []
     assert (session / "journal.jsonl").exists()  # records kept for inspection
+
+
+def _agent_pids(agent_id: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if f"SHEPHERD_AGENT_ID={agent_id}".encode() in env and ") Z " not in stat:
+            found.append(int(entry))
+    return found
+
+
+def test_close_kills_the_agents_whole_tree_and_top_shows_a_frame(  # type: ignore[no-untyped-def]
+    serve, scripts, tmp_path: Path
+) -> None:
+    serve()
+    session = tmp_path / "session"
+    tree = tmp_path / "tree.json"
+    # the agent's tool starts a grandchild that would outlive a careless close
+    tree.write_text(
+        json.dumps(
+            {"steps": [{"await": "task"}, {"run": "sleep 300 & sleep 300"}, {"await": "any"}]}
+        )
+    )
+    _, agent = cli("spawn", "worker", "--script", str(tree), session=session)
+    cli("spawn", "bystander", "--script", scripts["idle"], session=session)
+    cli("delegate", "worker", "run the tree", session=session)
+    for _ in range(200):
+        if len(_agent_pids(agent["agent_id"])) >= 3:  # bridge, bash, sleeps
+            break
+    assert len(_agent_pids(agent["agent_id"])) >= 3
+    frame = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "top", "--once", "--session", str(session)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "worker" in frame and "bystander" in frame and "running" in frame
+    cli("close", "worker", session=session)
+    for _ in range(300):
+        _, status = cli("status", "worker", session=session)
+        if status["agents"][0]["process_state"] == "exited":
+            break
+    assert status["agents"][0]["process_state"] == "exited"
+    assert _agent_pids(agent["agent_id"]) == []  # confirmed gone before the slot is free
+    _, again = cli("spawn", "worker", "--script", scripts["idle"], session=session)
+    assert again["agent_id"] != agent["agent_id"]
+    _, rows = cli("status", "bystander", session=session)
+    assert rows["agents"][0]["process_state"] == "idle"  # nobody else was touched

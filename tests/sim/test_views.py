@@ -1,0 +1,46 @@
+"""Status views: process state and task state side by side, never merged (seed 002 phase 9)."""
+
+from __future__ import annotations
+
+import io
+
+import msgspec
+import pytest
+from rich.console import Console
+
+from actors.views import render_status, status_table
+from protocol.errors import AgentBusy
+from tests.sim.puppet import Puppet
+from tests.sim.scenarios import IDLE, new_session
+
+
+def test_an_idle_agent_with_a_waiting_task_reads_as_waiting_never_as_done() -> None:
+    s, _ = new_session(1)
+    s.spawn("scout", script=IDLE)
+    s.spawn("planner", script=IDLE)
+    s.delegate("scout", "map")
+    s.sim.run_all()
+    Puppet(s, "scout").ask("planner", "which module?")
+    s.sim.advance(134)  # 02:14 of waiting
+    data = msgspec.to_builtins(s.status())
+    text = render_status(data)
+    scout_line = next(line for line in text.splitlines() if line.split()[2] == "scout")
+    assert scout_line.startswith("○ 02:14 scout")
+    assert "idle / waiting for planner" in scout_line and "(stale)" in scout_line
+    assert "completed" not in scout_line
+    planner_line = next(line for line in text.splitlines() if line.split()[2] == "planner")
+    assert "idle / no task" in planner_line
+    out = io.StringIO()
+    Console(file=out, width=160).print(status_table(data))
+    assert "waiting for planner" in out.getvalue() and "scout" in out.getvalue()
+
+
+def test_a_closed_agents_name_is_free_only_after_its_process_exited() -> None:
+    s, _ = new_session(2)
+    s.spawn("scout", script=IDLE)
+    s.sim.run_all()
+    s.close("scout")  # the close is on its way; the process has not exited yet
+    with pytest.raises(AgentBusy, match="still stopping"):
+        s.spawn("scout", script=IDLE)
+    s.sim.run_all()
+    assert s.spawn("scout", script=IDLE).name == "scout"
