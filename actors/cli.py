@@ -105,6 +105,16 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
 
     p = sub.add_parser("notifications", help="the parent's notifications as JSON lines")
     p.add_argument("--follow", action="store_true", help="keep printing new ones")
+    p.add_argument(
+        "--format",
+        choices=["json", "text", "rendered"],
+        default="json",
+        help=(
+            "json: the lines as stored (default); text: each rendered as a parent model reads "
+            "it (call:/return:/details: for completions), a blank line after each; rendered: "
+            'the JSON lines, each with a "rendered" field holding that text'
+        ),
+    )
     _add_common(p)
 
     p = sub.add_parser("shutdown", help="stop the session (closes every agent)")
@@ -325,11 +335,43 @@ def _top(args: argparse.Namespace) -> int:
     return 0
 
 
+def _line_renderer(fmt: str) -> Any:
+    """``--format``: what one complete stored line (bytes, ending in a newline) prints as."""
+    from protocol.notifications import AnyNotification
+    from protocol.render import render_notification
+
+    decoder = msgspec.json.Decoder(AnyNotification)
+
+    def rendered(line: bytes) -> str:
+        try:
+            return render_notification(decoder.decode(line))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            # a kind this version does not know: still shown, never dropped
+            return "[Shepherd notification]\n" + line.decode().strip()
+
+    if fmt == "text":
+        return lambda line: rendered(line) + "\n\n"
+
+    def with_rendered(line: bytes) -> str:
+        try:
+            obj = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            return ""  # not JSON at all: nothing a reader could use
+        if not isinstance(obj, dict):
+            return ""
+        obj["rendered"] = rendered(line)
+        return msgspec.json.encode(obj).decode() + "\n"
+
+    return with_rendered
+
+
 def _notifications(args: argparse.Namespace) -> int:
     from actors.client import find_session
 
     info = find_session(args.session)
     path = Path(info.notifications)
+    if args.format != "json":
+        return _notifications_formatted(args, path)
     with open(path, "rb") as f:
         for line in f:
             sys.stdout.write(line.decode())
@@ -342,6 +384,33 @@ def _notifications(args: argparse.Namespace) -> int:
             for line in f:
                 sys.stdout.write(line.decode())
             sys.stdout.flush()
+    return 0
+
+
+def _notifications_formatted(args: argparse.Namespace, path: Path) -> int:
+    """``--format text|rendered``: only whole lines are rendered; a line still being written
+    (no newline yet) waits for the next read."""
+    render = _line_renderer(args.format)
+    with open(path, "rb") as f:
+        partial = b""
+
+        def drain() -> None:
+            nonlocal partial
+            data = partial + f.read()
+            end = data.rfind(b"\n") + 1
+            partial = data[end:]
+            for line in data[:end].splitlines(keepends=True):
+                if line.strip():
+                    sys.stdout.write(render(line))
+            sys.stdout.flush()
+
+        drain()
+        if not args.follow:
+            return 0
+        import watchfiles
+
+        for _ in watchfiles.watch(path, debounce=10, step=5, rust_timeout=1000):
+            drain()
     return 0
 
 

@@ -71,6 +71,10 @@ class SpawnArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
     resume_cmd: str | None = None  # template for later turns (command adapter)
     cwd: str | None = None
     description: str | None = None
+    pi: str | None = None  # the Pi binary (pi-rpc adapter; default: the project's install)
+    models_json: str | None = None  # a Pi models.json to use (pi-rpc adapter)
+    provider: str | None = None  # the Pi provider name (pi-rpc adapter)
+    model: str | None = None  # the Pi model id (pi-rpc adapter)
 
 
 class DelegateArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):

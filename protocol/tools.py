@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol import api
+from protocol import api, watchdog_api
 from protocol.errors import InvalidArgument
 from protocol.tasks import DoneStatus
 
@@ -265,6 +265,12 @@ SPAWN = _tool(
         "resume_cmd": Param(description="Command template for later turns (command adapter)"),
         "cwd": Param(description="Working directory of the agent process"),
         "description": Param(description="What this agent is for (shown in status)"),
+        "pi": Param(description="Path of the Pi binary (pi-rpc adapter; default: installed Pi)"),
+        "models_json": Param(
+            description="A Pi models.json declaring the provider and model (pi-rpc adapter)"
+        ),
+        "provider": Param(description="Pi provider name (pi-rpc adapter)"),
+        "model": Param(description="Pi model id (pi-rpc adapter)"),
     },
     path_fields=("script", "cwd"),
 )
@@ -475,7 +481,33 @@ NOTIFICATIONS = _tool(
     },
 )
 
-_PARENT: tuple[ToolSpec, ...] = (SPAWN, DELEGATE, MESSAGE, WATCH, STATUS, CLOSE, READ, CANCEL)
+# The watchdog tools are written once, in protocol/watchdog_api.py; their op is the tool name,
+# which the supervisor routes to the watchdog.
+WATCHDOG: tuple[ToolSpec, ...] = tuple(
+    _tool(
+        name=t.name,
+        label=t.label,
+        role="parent",
+        op=t.name,
+        args=t.args_type,
+        description=t.description,
+        prompt_snippet=t.prompt_snippet,
+        params={k: Param(description=v) for k, v in t.fields.items()},
+    )
+    for t in watchdog_api.WATCHDOG_TOOLS.values()
+)
+
+_PARENT: tuple[ToolSpec, ...] = (
+    SPAWN,
+    DELEGATE,
+    MESSAGE,
+    WATCH,
+    STATUS,
+    CLOSE,
+    READ,
+    CANCEL,
+    *WATCHDOG,
+)
 _CHILD: tuple[ToolSpec, ...] = (CHILD_MESSAGE, CHILD_DONE)
 
 

@@ -225,7 +225,7 @@ def bench_scale(sizes: Sizes, results: Results) -> None:
             if isinstance(base, Exception):
                 _failed(results, "scale", keys[:3], "pykka_threading_actor", base)
                 continue
-            results.keep_raw("scale", {"baseline": True, **base})
+            results.keep_raw("scale", {"baseline_for": point, **base})
             results.add(f"scale.{point}.start_s", "pykka_threading_actor", base["start_s"])
             kb = base["bytes_per_actor"] / 1024
             results.add(f"scale.{point}.kb_per_actor", "pykka_threading_actor", kb)

@@ -53,6 +53,12 @@ VALID_CALLS: dict[str, dict[str, Any]] = {
     "shepherd_close": {"agent": "scout"},
     "shepherd_read": {"agent": "scout"},
     "shepherd_cancel": {"task_id": "t-1"},
+    "watchdog_list_targets": {},
+    "watchdog_read_events": {"agent": "scout"},
+    "watchdog_detect_stuck": {"agent": "scout"},
+    "watchdog_alert_main": {"agent": "scout"},
+    "watchdog_steer_subagent": {"agent": "scout"},
+    "watchdog_config": {},
     "shepherd_notifications": {},
 }
 

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol import api, tools
+from protocol import api, tools, watchdog_api
 from protocol.errors import InvalidArgument
 from protocol.tools import ToolSpec
 
@@ -24,6 +24,12 @@ PARENT_NAMES = (
     "shepherd_close",
     "shepherd_read",
     "shepherd_cancel",
+    "watchdog_list_targets",
+    "watchdog_read_events",
+    "watchdog_detect_stuck",
+    "watchdog_alert_main",
+    "watchdog_steer_subagent",
+    "watchdog_config",
 )
 ALL_SPECS = (*tools.parent_tools(), *tools.child_tools(), tools.NOTIFICATIONS)
 
@@ -74,7 +80,7 @@ def test_every_tool_and_field_is_described(spec: ToolSpec) -> None:
     for text in (spec.name, spec.label, spec.description, spec.prompt_snippet):
         assert isinstance(text, str) and text.strip()
     assert "\n" not in spec.prompt_snippet, "a prompt snippet is one line"
-    assert spec.name.startswith("shepherd_")
+    assert spec.name.startswith(("shepherd_", "watchdog_"))
     for name, prop in spec.parameters["properties"].items():
         assert prop.get("description", "").strip(), f"{spec.name}.{name} has no description"
 
@@ -93,6 +99,7 @@ def test_parent_tools_are_one_per_parent_operation() -> None:
         "close": api.CloseArgs,
         "read": api.ReadArgs,
         "cancel": api.CancelArgs,
+        **{name: t.args_type for name, t in watchdog_api.WATCHDOG_TOOLS.items()},
     }
     assert {s.op: s.args_type for s in specs} == by_op
 
@@ -152,8 +159,9 @@ def test_to_json_is_the_printed_form_and_a_copy() -> None:
         assert list(data) == ["name", "label", "description", "promptSnippet", "parameters"]
         assert data["parameters"] == spec.parameters
         json.dumps(data)
+        had = dict(spec.parameters["properties"])
         data["parameters"]["properties"].clear()
-        assert spec.parameters["properties"], "to_json must not hand out the shared schema"
+        assert spec.parameters["properties"] == had, "to_json must not hand out the shared schema"
 
 
 def test_a_field_without_a_param_fails_when_the_tool_is_defined() -> None:

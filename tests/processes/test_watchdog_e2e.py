@@ -1,0 +1,66 @@
+"""Issue 6 end to end: a real scripted child loops; the parent gets one alert per cooldown
+window, with evidence, while the task keeps running and nothing is killed or steered."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from actors.sinks import CollectingSink
+from actors.supervisor import Supervisor
+from protocol.notifications import WatchdogAlert
+from protocol.settings import Settings
+from protocol.tasks import TaskState
+from protocol.watchdog import WatchdogConfig
+
+pytestmark = pytest.mark.processes
+
+
+def test_a_looping_child_gets_one_alert_per_cooldown_window(tmp_path: Path) -> None:
+    cooldown = 1.5
+    sink = CollectingSink()
+    sup = Supervisor(
+        tmp_path / "session",
+        settings=Settings(watchdog=WatchdogConfig(cooldown_s=cooldown)),
+        sinks=[sink],
+        mailbox_root=tmp_path / "mailbox",
+    )
+    try:
+        script = tmp_path / "loop.json"
+        loop = [{"run": "printf 'src/a.py:1: TODO fix\\n'"}, {"sleep": 0.15}]
+        script.write_text(
+            json.dumps(
+                {
+                    "steps": [
+                        {"await": "task"},
+                        {"repeat": {"times": 30, "steps": loop}},
+                        {"await": "any"},
+                    ]
+                }
+            )
+        )
+        s = sup.session
+        s.spawn("looper", script=str(script), cwd=str(tmp_path))
+        task = s.delegate("looper", "find the TODOs")
+
+        def alerts(items: list) -> list[WatchdogAlert]:  # type: ignore[type-arg]
+            return [n for n in items if isinstance(n, WatchdogAlert)]
+
+        assert sink.wait_for(lambda items: len(alerts(items)) >= 2, timeout=60)
+        got = alerts(sink.items)
+        first = got[0]
+        assert first.agent_name == "looper" and first.task_id == task.task_id
+        assert "repeated_command" in first.reasons
+        assert any("printf" in cmd for e in first.evidence for cmd in e.get("commands", []))
+        times = [a.created_at for a in got]
+        assert all(b - a >= cooldown for a, b in zip(times, times[1:], strict=False)), times
+        row = s.status("looper").agents[0]
+        assert row.task is not None and row.task.state is TaskState.RUNNING  # not touched
+        assert row.process_state != "exited"  # not killed
+        inspected = s.watchdog("inspect", agent="looper")
+        assert inspected["verdict"]["likely_stuck"] is True
+        assert all("output" not in e for e in inspected["events"])  # hashes and previews only
+    finally:
+        sup.shutdown()
