@@ -60,7 +60,14 @@ from protocol.notifications import TaskCompletion
 from protocol.requests import RequestRecord
 from protocol.script import parse_script
 from protocol.settings import Settings
-from protocol.tasks import TERMINAL_STATES, TRANSITIONS, TaskEvent, TaskRecord, TaskResult, TaskState
+from protocol.tasks import (
+    TERMINAL_STATES,
+    TRANSITIONS,
+    TaskEvent,
+    TaskRecord,
+    TaskResult,
+    TaskState,
+)
 from tests.sim.scenarios import broker
 
 __all__ = ["Harness", "Offer"]
