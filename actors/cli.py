@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
     p.add_argument("--resume-cmd", metavar="TEMPLATE", help="template for later turns")
     p.add_argument("--cwd", metavar="DIR", help="the agent's working directory")
     p.add_argument("--description", help="what this agent is for")
+    p.add_argument("--pi", metavar="PATH", help="the Pi binary (pi-rpc adapter)")
+    p.add_argument(
+        "--models-json", metavar="FILE", help="a Pi models.json with the provider (pi-rpc)"
+    )
+    p.add_argument("--provider", metavar="NAME", help="the Pi provider name (pi-rpc)")
+    p.add_argument("--model", metavar="ID", help="the Pi model id (pi-rpc)")
     _add_common(p)
 
     p = sub.add_parser("delegate", help="give an agent a tracked task")
@@ -177,6 +183,10 @@ def _call_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
                 "resume_cmd": args.resume_cmd,
                 "cwd": _abs(args.cwd),
                 "description": args.description,
+                "pi": _abs(args.pi),
+                "models_json": _abs(args.models_json),
+                "provider": args.provider,
+                "model": args.model,
             }
         case "delegate":
             return "delegate", {

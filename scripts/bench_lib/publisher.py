@@ -12,7 +12,9 @@ overlap the next figure's.
 PARAMS (JSON): ``root``, ``session_id``, ``inbox``, ``sender_id``, ``capability``, ``seed``,
 ``phases``: a list of ``{"count": N, "gap_ms": [lo, hi] | null}``; a gap, drawn uniformly,
 is slept before each envelope (the pacing is the workload); ``null`` publishes flat out.
-``raw``: true writes the same files with bare system calls instead (the throughput floor). When
+``raw``: true writes the same files with bare system calls instead (the throughput floor). A
+phase may override ``root``, ``session_id``, ``inbox`` and ``raw`` (one producer process can
+then serve several mailboxes in turn). When
 the inbox is full (``limit_exceeded``) the publisher backs off (1 ms doubling to 16 ms) and
 retries, counting each wait: the shipped ``max_queue_depth`` applies, as it would to a child.
 
@@ -22,6 +24,7 @@ the ``publish`` calls themselves (p50 / p99 / max / mean).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -39,17 +42,18 @@ def main(argv: list[str]) -> int:
     from protocol.errors import LimitExceeded
     from protocol.ids import PARENT_ID, IdKind
 
-    mailbox = Mailbox.open(params["root"], params["session_id"])
     rng = random.Random(params.get("seed"))
     ids = IdSource()
-    phases = params["phases"]
+    phases = [{**params, **phase} for phase in params["phases"]]  # a phase may override any key
     message_ids = [[ids.new(IdKind.MESSAGE) for _ in range(p["count"])] for p in phases]
-    inbox, session_id = params["inbox"], params["session_id"]
+    mailboxes: dict[str, Mailbox] = {}
+    for phase in phases:
+        if phase["root"] not in mailboxes:
+            mailboxes[phase["root"]] = Mailbox.open(phase["root"], phase["session_id"])
     sender_id, capability = params["sender_id"], params["capability"]
-    box = os.path.join(params["root"], "inbox", inbox)
     sequence = 0
 
-    def publish_raw(envelope: MessageEnvelope) -> None:
+    def publish_raw(box: str, envelope: MessageEnvelope) -> None:
         """The floor: the same file name and bytes, written with bare system calls (no checks,
         no depth limit, no logging)."""
         nonlocal sequence
@@ -61,13 +65,17 @@ def main(argv: list[str]) -> int:
         os.close(fd)
         os.rename(tmp, os.path.join(box, "new", name))
 
-    publish = publish_raw if params.get("raw") else lambda e: mailbox.publish(inbox, e)
     sys.stdout.write(READY_LINE + "\n")
     sys.stdout.flush()
     report = []
     for index, phase in enumerate(phases):
         if sys.stdin.readline().strip() != GO_LINE:  # each phase starts on its own "go"
             return 2
+        inbox, session_id = phase["inbox"], phase["session_id"]
+        if phase.get("raw"):
+            publish = functools.partial(publish_raw, os.path.join(phase["root"], "inbox", inbox))
+        else:
+            publish = functools.partial(mailboxes[phase["root"]].publish, inbox)
         gap = phase.get("gap_ms")
         waits = 0
         calls: list[int] = []  # how long each publish() call took
@@ -103,7 +111,8 @@ def main(argv: list[str]) -> int:
                 "publish_call": latency_summary(calls),
             }
         )
-    mailbox.close()
+    for mailbox in mailboxes.values():
+        mailbox.close()
     emit_result({"phases": report})
     return 0
 

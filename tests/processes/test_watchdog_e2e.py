@@ -3,6 +3,7 @@ window, with evidence, while the task keeps running and nothing is killed or ste
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def test_a_looping_child_gets_one_alert_per_cooldown_window(tmp_path: Path) -> N
         assert "repeated_command" in first.reasons
         assert any("printf" in cmd for e in first.evidence for cmd in e.get("commands", []))
         times = [a.created_at for a in got]
-        assert all(b - a >= cooldown for a, b in zip(times, times[1:], strict=False)), times
+        assert all(b - a >= cooldown for a, b in itertools.pairwise(times)), times
         row = s.status("looper").agents[0]
         assert row.task is not None and row.task.state is TaskState.RUNNING  # not touched
         assert row.process_state != "exited"  # not killed
