@@ -175,6 +175,7 @@ class BrokerActor(ShepherdActor):
         self._subscriptions: dict[str, list[pykka.ActorRef[Any]]] = {}
         self._watchers: dict[str, pykka.ActorRef[Any]] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._done_waiters: dict[str, pykka.Future[Any]] = {}
         self.duplicates = 0
         self.refused = 0
         self._log = logger.bind(session=session_id)
@@ -302,7 +303,7 @@ class BrokerActor(ShepherdActor):
             case ParentCall(args=args):
                 return self._call(args)
             case Inbound(envelope=env):
-                self._inbound(env)
+                return self._inbound(env)
             case TaskChanged():
                 self._task_changed(message)
             case DoneOutcome():
@@ -797,10 +798,10 @@ class BrokerActor(ShepherdActor):
 
     # ------------------------------------------------------------------ inbound envelopes
 
-    def _inbound(self, env: AnyEnvelope) -> None:
+    def _inbound(self, env: AnyEnvelope) -> pykka.Future[Any] | None:
         if env.message_id in self._seen:
             self.duplicates += 1
-            return
+            return None
         self._seen[env.message_id] = None
         if len(self._seen) > self.settings.dedup_window:
             self._seen.popitem(last=False)
@@ -811,7 +812,7 @@ class BrokerActor(ShepherdActor):
             # layer quarantines such files with a reason before they get here).
             self._log.warning("refused envelope {id}: {err}", id=env.message_id, err=exc.message)
             self.refused += 1
-            return
+            return None
         entry = self.agents[env.sender_id]
         entry.last_active_at = self.clock.now()
         try:
@@ -827,11 +828,12 @@ class BrokerActor(ShepherdActor):
                     receipt = self._route(entry.agent_id, env)
                     self._ack(env, request_id=receipt.request_id)
                 case TaskDoneEnvelope():
-                    self._done(entry, env)
+                    return self._done(entry, env)
                 case _:
                     raise InvalidArgument(f"an agent cannot send {type(env).__name__}")
         except ShepherdError as exc:
             self._ack(env, error=exc.info())
+        return None
 
     def _check_sender(self, env: Envelope) -> None:
         if env.session_id != self.session_id:
@@ -898,7 +900,10 @@ class BrokerActor(ShepherdActor):
 
     # ------------------------------------------------------------------ done
 
-    def _done(self, entry: AgentEntry, env: TaskDoneEnvelope) -> None:
+    def _done(self, entry: AgentEntry, env: TaskDoneEnvelope) -> pykka.Future[Any] | None:
+        """Hand a ``done`` to its task. Returns a future that completes once the task actor
+        has decided (and journaled): a durable transport acknowledges the envelope only then,
+        so a crash in between re-delivers it instead of losing it."""
         if env.task_id is None:
             if entry.active_task is None:
                 raise InvalidHandle(f"agent {entry.name} has no active task to finish")
@@ -911,13 +916,19 @@ class BrokerActor(ShepherdActor):
             raise ForbiddenSender(f"task {env.task_id} belongs to another agent")
         if env.task_id in self.results:
             self._ack(env, result=self.results[env.task_id])
-            return
+            return None
         ref = self._task_refs.get(env.task_id)
         if ref is None or not tell_quietly(ref, Done(envelope=env)):
             raise InvalidHandle(f"task {env.task_id} is no longer active")
+        decided = self.runtime.new_future()
+        self._done_waiters[env.message_id] = decided
+        return decided
 
     def _done_outcome(self, msg: DoneOutcome) -> None:
         self._ack(msg.envelope, error=msg.error, result=msg.result)
+        waiter = self._done_waiters.pop(msg.envelope.message_id, None)
+        if waiter is not None:
+            waiter.set(None)
 
     # ------------------------------------------------------------------ messages
 

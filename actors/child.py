@@ -146,6 +146,7 @@ PIPE_LINGER_S = 0.5
 ADAPTERS: dict[str, str] = {
     "scripted": "actors.child:ScriptedAdapter",
     "command": "actors.command_adapter:CommandAdapter",
+    "pi-rpc": "actors.pi_adapter:PiRpcAdapter",
 }
 
 # Kinds the parent may put into an agent's inbox, and which of them may carry another sender.

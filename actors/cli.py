@@ -141,6 +141,24 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
     p.add_argument("--child", action="store_true", help="the child tools instead")
     p.add_argument("--json", action="store_true", help="print JSON (the default)")
 
+    p = sub.add_parser(
+        "tool",
+        help="run one parent tool call by name (what the Pi parent extension runs)",
+        description=(
+            "The arguments are validated against the tool's schema (`shepherd tools --json`), "
+            "path fields are made absolute against this directory, and the tool's operation "
+            "runs in the session: the same path as the MCP server's tool calls."
+        ),
+    )
+    p.add_argument("name", help="the tool's name, e.g. shepherd_delegate")
+    p.add_argument(
+        "--args",
+        metavar="JSON",
+        default="{}",
+        help="the arguments as one JSON object ('-' reads it from standard input)",
+    )
+    _add_common(p)
+
     p = sub.add_parser("mcp", help="an MCP server (stdio) for a running session")
     p.add_argument("--session", metavar="DIR", help="the session directory")
 
@@ -424,6 +442,30 @@ def _notifications_formatted(args: argparse.Namespace, path: Path) -> int:
     return 0
 
 
+def _tool(args: argparse.Namespace) -> int:
+    """``shepherd tool NAME --args JSON``: one parent tool call, validated like the MCP
+    server's (``protocol.tools.args_from_tool_call``), so no per-tool flags can drift."""
+    from actors.client import Client, find_session
+    from protocol.errors import InvalidArgument
+    from protocol.tools import args_from_tool_call, tool_by_name
+
+    spec = tool_by_name("parent", args.name)
+    raw = sys.stdin.read() if args.args == "-" else args.args
+    try:
+        arguments = msgspec.json.decode(raw.strip() or "{}")
+    except msgspec.DecodeError as exc:
+        raise InvalidArgument(f"{spec.name}: the arguments are not JSON: {exc}") from None
+    if not isinstance(arguments, dict):
+        raise InvalidArgument(f"{spec.name}: the arguments must be one JSON object")
+    fields: dict[str, Any] = msgspec.to_builtins(args_from_tool_call(spec, arguments))
+    for name in spec.path_fields:
+        if isinstance(fields.get(name), str):
+            fields[name] = _abs(fields[name])
+    data = Client(find_session(args.session)).call(spec.op, fields)
+    _emit(args, data, msgspec.json.encode(data).decode())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -451,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
             specs = child_tools() if args.child else parent_tools()
             sys.stdout.write(msgspec.json.encode([to_json(s) for s in specs]).decode() + "\n")
             return 0
+        if args.command == "tool":
+            return _tool(args)
         if args.command == "mcp":
             from actors.mcp_server import serve_stdio
 

@@ -17,6 +17,7 @@ import pykka
 
 from actors.agent import Launcher
 from actors.broker import BrokerActor
+from actors.crashpoints import crashpoint
 from actors.journal import Journal, MemoryJournal
 from actors.messages import (
     Inbound,
@@ -113,7 +114,11 @@ class Session:
                 self._on_call(env)
             return
         if self._sync_inbound:
-            self.broker.ask(Inbound(envelope=env), timeout=ASK_TIMEOUT_S)
+            crashpoint("inbound.before_handle")
+            answer = self.broker.ask(Inbound(envelope=env), timeout=ASK_TIMEOUT_S)
+            if isinstance(answer, pykka.Future):  # e.g. a done: durable only once journaled
+                answer.get(timeout=ASK_TIMEOUT_S)
+            crashpoint("inbound.after_handle")
         else:
             tell_quietly(self.broker, Inbound(envelope=env))
 

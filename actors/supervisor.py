@@ -33,6 +33,7 @@ import msgspec
 from loguru import logger
 
 from actors.agent import AgentSpec
+from actors.crashpoints import crashpoint
 from actors.journal_file import FileJournal, read_journal
 from actors.launcher import ProcessLauncher
 from actors.mailbox import Mailbox, default_runtime_dir
@@ -127,9 +128,11 @@ class NotificationFile:
 
     def __call__(self, note: AnyNotification) -> None:
         line = msgspec.json.encode(note) + b"\n"
+        crashpoint("notify.before_write")
         with self._lock:
             if self._fd >= 0:
                 os.write(self._fd, line)
+        crashpoint("notify.after_write")
 
     def close(self) -> None:
         with self._lock:

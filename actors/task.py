@@ -15,6 +15,7 @@ import pykka
 from loguru import logger
 
 from actors.clock import TimerHandle
+from actors.crashpoints import crashpoint
 from actors.journal import Journal
 from actors.messages import (
     CloseRequest,
@@ -120,7 +121,9 @@ class TaskActor(ShepherdActor):
             self._deadline.cancel()
             self._deadline = None
         assert settled.result is not None
+        crashpoint("settle.before_journal")
         self._journal.append(settled)  # durable before anyone hears of it (DESIGN §1.6)
+        crashpoint("settle.after_journal")
         if self._notes is not None:
             try:
                 self._notes.finalise(settled)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from typing import Any
 
 from bench_lib.bridge import demo_wall_time
 from bench_lib.common import child_env, machine_facts, memory_base_dir, parse_result, versions
+from bench_lib.delivery import THROUGHPUT_VARIANTS
 from bench_lib.receivers import VARIANTS
 from bench_lib.report import BENCHMARKS, FIGURES, SHEPHERD, Results, table
 
@@ -55,7 +57,7 @@ class Sizes:
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
              1000, 10000, 1000, 10000, 30.0, 100, 3)  # fmt: skip
-QUICK = Sizes(3, 30, 200, True, 3000, ((1, 3), (100, 50), (1000, 500)),
+QUICK = Sizes(3, 30, 200, True, 3000, ((1, 2), (100, 30), (1000, 300)),
               1000, 2000, 1000, 1000, 5.0, 100, 2)  # fmt: skip
 SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
               20, 50, 20, 50, 0.5, 100, 1)  # fmt: skip
@@ -131,14 +133,13 @@ def bench_delivery(sizes: Sizes, results: Results) -> None:
 
 # ---------------------------------------------------------------------- 2. throughput
 
-THROUGHPUT_VARIANTS = (SHEPHERD, "inotify_reader", "raw_files_floor")
-
 
 def bench_throughput(sizes: Sizes, results: Results) -> None:
     figures = [
         {"label": label, "producers": producers, "envelopes": sizes.throughput}
         for label, producers in (("1to1", 1), ("8to1", 8))
     ]
+    keys = [f"throughput.{f['label']}.{k}" for f in figures for k in ("envelopes_per_s", "lost")]
     for figure in figures:
         results.params(
             f"throughput.{figure['label']}.envelopes_per_s",
@@ -146,21 +147,21 @@ def bench_throughput(sizes: Sizes, results: Results) -> None:
             envelopes=figure["envelopes"],
         )
     for _ in range(sizes.runs):
-        for variant in THROUGHPUT_VARIANTS:
-            params = {"variant": variant, "figures": figures}
-            (got,) = run_jobs([("throughput", params)], parallel=False)
-            keys = [f"throughput.{f['label']}.{k}" for f in figures for k in ("envelopes_per_s", "lost")]
-            if isinstance(got, Exception):
+        (got,) = run_jobs([("throughput", {"figures": figures})], parallel=False)
+        if isinstance(got, Exception):
+            for variant in THROUGHPUT_VARIANTS:
                 _failed(results, "throughput", keys, variant, got)
-                continue
-            results.keep_raw("throughput", got)
-            # duplicates, leftovers and quarantined files count against every figure of the job
-            spoiled = got["duplicates"] + got["left_in_new"] + got["quarantined"]
-            for figure in got["figures"]:
+            continue
+        results.keep_raw("throughput", got)
+        for variant, one in got["variants"].items():
+            # duplicates, leftovers and quarantined files count against every figure
+            spoiled = one["duplicates"] + one["left_in_new"] + one["quarantined"]
+            for figure in one["figures"]:
                 label, lost = figure["label"], figure["lost"] + spoiled
                 if lost or not figure["complete"]:
-                    results.error("throughput", f"{label} {variant}: LOST OR DUPLICATED: {got}")
-                results.add(f"throughput.{label}.envelopes_per_s", variant, figure["envelopes_per_s"])
+                    results.error("throughput", f"{label} {variant}: LOST OR DUPLICATED: {one}")
+                rate = figure["envelopes_per_s"]
+                results.add(f"throughput.{label}.envelopes_per_s", variant, rate)
                 results.add(f"throughput.{label}.lost", variant, lost)
 
 
@@ -331,6 +332,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(RUNNERS)}")
 
     started, wall = datetime.now(UTC), time.perf_counter()
+    load_before = os.getloadavg()
+    if load_before[0] > 0.5 * (os.cpu_count() or 1):
+        print(
+            f"[bench] warning: the machine is busy (load {load_before[0]:.1f} on "
+            f"{os.cpu_count()} cores); figures will be noisy",
+            file=sys.stderr,
+        )
     results = Results()
     for name in names:
         print(f"[bench] {name} ({mode}, {sizes.runs} runs)...", file=sys.stderr, flush=True)
@@ -349,7 +357,11 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": started.isoformat(timespec="seconds"),
         "duration_s": round(time.perf_counter() - wall, 1),
         "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
-        "machine": machine_facts(memory_base_dir()),
+        "machine": {
+            **machine_facts(memory_base_dir()),
+            "loadavg_at_start": load_before,
+            "loadavg_at_end": os.getloadavg(),
+        },
         "versions": versions(),
     }
     document = results.document(header, _keys_of(names))

@@ -5,13 +5,14 @@
  * Tools. At load the extension runs `shepherd tools --json` and registers exactly the parent
  * tools it prints (name, label, description, promptSnippet and the flat JSON-schema parameters,
  * unchanged), so the schemas cannot drift from protocol/tools.py. Each execute() runs
- * `shepherd <op> --json [--session DIR] [--opt=value ...] -- POSITIONALS` (no shell; the binary
- * is $SHEPHERD_BIN, default "shepherd" on PATH; run in Pi's working directory, so relative
- * `script`/`cwd` paths resolve there) and returns its stdout, the operation's result JSON, as
- * the tool result. Exit status 2 with `{"error":{code,message}}` on stdout, any other failure,
- * a timeout or an abort throw: Pi hands the model an error result (isError) with that text.
- * Options go as `--opt=value` and positionals after `--`, so text starting with "-" is never
- * read as an option. An argument the CLI has no option for is refused, never dropped.
+ * `shepherd tool NAME --json [--session=DIR] --args=-` with the call's arguments as JSON on
+ * stdin (no shell; the binary is $SHEPHERD_BIN, default "shepherd" on PATH; run in Pi's working
+ * directory, so relative `script`/`cwd` paths resolve there). The CLI validates them against
+ * the same schema, exactly as the MCP server does, and runs the tool's operation in the session;
+ * its stdout, the operation's result JSON, is the tool result. Exit status 2 with
+ * `{"error":{code,message}}` on stdout, any other failure, a timeout or an abort throw: Pi
+ * hands the model an error result (isError) with that text. No per-tool flag mapping exists
+ * here, so a tool added to protocol/tools.py needs no change in this file.
  *
  * Notifications. At load the extension also counts the lines already in the session's
  * notifications file (`shepherd notifications`): those existed before this Pi and are NOT
@@ -58,48 +59,6 @@ interface ToolJson {
 	parameters: { type: "object"; properties: Record<string, unknown>; required?: string[] };
 }
 
-/** How one tool's arguments become a `shepherd <op>` command line (see actors/cli.py). */
-interface CliShape {
-	op: string;
-	/** arguments given positionally, in order, after `--` (an array spreads) */
-	positional: string[];
-	/** arguments given as `--option=value` */
-	options?: Record<string, string>;
-	/** boolean arguments given as a bare `--flag` when true */
-	flags?: Record<string, string>;
-}
-
-const CLI: Record<string, CliShape> = {
-	shepherd_spawn: {
-		op: "spawn",
-		positional: ["name"],
-		options: {
-			adapter: "--adapter",
-			script: "--script",
-			cmd: "--cmd",
-			resume_cmd: "--resume-cmd",
-			cwd: "--cwd",
-			description: "--description",
-		},
-	},
-	shepherd_delegate: {
-		op: "delegate",
-		positional: ["target", "task"],
-		options: { timeout_minutes: "--timeout" },
-	},
-	shepherd_message: {
-		op: "message",
-		positional: ["target", "message"],
-		options: { task_id: "--task", thread_id: "--thread", reply_to: "--reply-to" },
-		flags: { expects_reply: "--expects-reply", steer: "--steer" },
-	},
-	shepherd_watch: { op: "watch", positional: ["ids"] },
-	shepherd_status: { op: "status", positional: ["agent"] },
-	shepherd_close: { op: "close", positional: ["agent"] },
-	shepherd_read: { op: "read", positional: ["agent"], options: { lines: "--lines" } },
-	shepherd_cancel: { op: "cancel", positional: ["task_id"], options: { reason: "--reason" } },
-};
-
 const WATCH_GUIDELINE =
 	"Shepherd notifications (task completions of your watches, agents' messages to you, notices) " +
 	"arrive by themselves as messages that start your next turn; there is no " +
@@ -131,19 +90,31 @@ interface RunResult {
 }
 
 /** Run `shepherd ARGS...` without a shell and collect its output (never rejects on exit codes). */
-function runShepherd(args: string[], signal?: AbortSignal, cwd?: string): Promise<RunResult> {
+function runShepherd(
+	args: string[],
+	options: { signal?: AbortSignal; cwd?: string; input?: string } = {},
+): Promise<RunResult> {
+	const { signal, cwd, input } = options;
 	const bin = shepherdBin();
 	return new Promise((resolve, reject) => {
 		if (signal?.aborted) {
 			reject(new Error(`${bin} ${args[0]}: aborted before it ran`));
 			return;
 		}
-		const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: process.env, cwd });
+		const child = spawn(bin, args, {
+			stdio: [input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
+			env: process.env,
+			cwd,
+		});
+		child.stdin?.on("error", () => {
+			/* the process died before reading its input: reported by "close" */
+		});
+		child.stdin?.end(input);
 		let stdout = "";
 		let stderr = "";
 		let why = "";
-		child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-		child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+		child.stdout?.setEncoding("utf8").on("data", (d: string) => (stdout += d));
+		child.stderr?.setEncoding("utf8").on("data", (d: string) => (stderr += d));
 		const stop = (reason: string) => {
 			why = reason;
 			child.kill("SIGTERM");
@@ -167,6 +138,7 @@ function runShepherd(args: string[], signal?: AbortSignal, cwd?: string): Promis
 }
 
 function failure(args: string[], r: RunResult): Error {
+	const what = args[0] === "tool" ? `tool ${args[1]}` : args[0];
 	const out = r.stdout.trim();
 	if (r.code === 2 && !r.why && out.startsWith("{")) {
 		try {
@@ -178,39 +150,7 @@ function failure(args: string[], r: RunResult): Error {
 	}
 	const status = r.why || (r.signal ? `killed by ${r.signal}` : `exit code ${r.code}`);
 	const detail = [r.stderr.trim(), out].filter(Boolean).join("\n");
-	return new Error(`${shepherdBin()} ${args[0]} failed (${status})${detail ? `:\n${detail}` : ""}`);
-}
-
-function refused(tool: string, message: string): Error {
-	return new Error(JSON.stringify({ error: { code: "invalid_argument", message: `${tool}: ${message}` } }));
-}
-
-/** The `shepherd` argv for one tool call; throws (as the CLI's JSON error) on an unmappable one. */
-export function toolArgv(tool: string, params: Record<string, unknown>): string[] {
-	const shape = CLI[tool];
-	if (!shape) throw refused(tool, "this extension does not know how to run it");
-	const options: string[] = [];
-	const positionals: string[] = [];
-	const known = new Set([
-		...shape.positional,
-		...Object.keys(shape.options ?? {}),
-		...Object.keys(shape.flags ?? {}),
-	]);
-	for (const [key, value] of Object.entries(params)) {
-		if (value === undefined || value === null) continue;
-		if (!known.has(key)) throw refused(tool, `${key} cannot be passed through the shepherd command line`);
-		const option = shape.options?.[key];
-		if (option) options.push(`${option}=${String(value)}`);
-		const flag = shape.flags?.[key];
-		if (flag && value === true) options.push(flag);
-	}
-	for (const key of shape.positional) {
-		const value = params[key];
-		if (value === undefined || value === null) continue;
-		if (Array.isArray(value)) positionals.push(...value.map(String));
-		else positionals.push(String(value));
-	}
-	return [shape.op, "--json", ...sessionArgs(), ...options, "--", ...positionals];
+	return new Error(`${shepherdBin()} ${what} failed (${status})${detail ? `:\n${detail}` : ""}`);
 }
 
 function loadTools(stdout: string): ToolJson[] {
@@ -415,10 +355,6 @@ export default async function shepherdParent(pi: ExtensionAPI) {
 
 	// ------------------------------------------------------------------ tools
 	for (const spec of tools) {
-		if (!CLI[spec.name]) {
-			console.error(`shepherd_parent: no command line for tool ${spec.name}; not registered`);
-			continue;
-		}
 		pi.registerTool({
 			name: spec.name,
 			label: spec.label,
@@ -428,8 +364,8 @@ export default async function shepherdParent(pi: ExtensionAPI) {
 			// a plain JSON schema: Pi validates those as well as TypeBox ones
 			parameters: spec.parameters as unknown as TSchema,
 			async execute(_toolCallId, params, signal, _onUpdate, toolCtx) {
-				const argv = toolArgv(spec.name, params as Record<string, unknown>);
-				const r = await runShepherd(argv, signal, toolCtx?.cwd);
+				const argv = ["tool", spec.name, "--json", ...sessionArgs(), "--args=-"];
+				const r = await runShepherd(argv, { signal, cwd: toolCtx.cwd, input: JSON.stringify(params ?? {}) });
 				if (r.code !== 0 || r.why) throw failure(argv, r);
 				const text = r.stdout.trim();
 				let details: unknown = {};

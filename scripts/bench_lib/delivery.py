@@ -52,13 +52,15 @@ class LatencySink:
 
 
 class CountingSink:
-    """Counts distinct message ids per phase, and duplicates; wakes the job per phase."""
+    """Counts distinct message ids per phase (``first`` is the phase index of its first one),
+    and duplicates; wakes the job as each phase completes."""
 
-    def __init__(self, expected: list[int]) -> None:
+    def __init__(self, expected: list[int], first: int = 0) -> None:
         self.ids: set[str] = set()
         self.per_phase = [0 for _ in expected]
         self.duplicates = 0
         self._expected = expected
+        self._first = first
         self.phase_done = [threading.Event() for _ in expected]
 
     def __call__(self, envelope: AnyEnvelope) -> None:
@@ -66,7 +68,7 @@ class CountingSink:
             self.duplicates += 1
             return
         self.ids.add(envelope.message_id)
-        phase = int(envelope.content.split(maxsplit=1)[0])  # type: ignore[union-attr]
+        phase = int(envelope.content.split(maxsplit=1)[0]) - self._first  # type: ignore[union-attr]
         self.per_phase[phase] += 1
         if self.per_phase[phase] >= self._expected[phase]:
             self.phase_done[phase].set()
@@ -103,7 +105,9 @@ def latency_job(params: dict[str, Any]) -> dict[str, Any]:
     paced_s = sum(p["count"] * sum(p["gap_ms"]) / 2000.0 for p in phases)
     with temp_dir("shepherd-bench-", memory_base_dir()) as tmp:
         session_id, agent, secret = new_ids()
-        mailbox = Mailbox.create(tmp / "mbox", session_id, validate=capability_check({agent: secret}))
+        mailbox = Mailbox.create(
+            tmp / "mbox", session_id, validate=capability_check({agent: secret})
+        )
         mailbox.ensure_inbox(PARENT_INBOX)
         sink = LatencySink([p["count"] for p in phases])
         receiver = make_receiver(variant, mailbox, [PARENT_INBOX], sink)
@@ -134,89 +138,119 @@ def latency_job(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+THROUGHPUT_VARIANTS = ("shepherd", "inotify_reader", "raw_files_floor")
+
+
 def throughput_job(params: dict[str, Any]) -> dict[str, Any]:
-    """For each figure ``{"label", "producers", "envelopes"}``, in turn: that many producer
-    processes publish flat out into the parent inbox; envelopes/s delivered, from the release
-    of the producers to the last envelope reaching the receiving end.
+    """For each variant, then each figure ``{"label", "producers", "envelopes"}``: that many
+    producer processes publish flat out into the parent inbox; envelopes/s delivered, from the
+    release of the producers to the last envelope reaching the receiving end.
 
-    The producer processes are started once and serve every figure (a figure with fewer
-    producers leaves the others idle), so start-up is paid once and never timed.
-
+    Variants (one receiver alive at a time, each on its own fresh mailbox):
     ``shepherd``: ``Mailbox.publish`` → the Mailbox receiver → a ShepherdActor (the whole stack);
     ``inotify_reader``: the same producers, read by the bare inotify reader (no actor);
     ``raw_files_floor``: producers writing the same files with bare system calls, read by the
-    bare inotify reader — what the machine can do with one file per envelope."""
-    variant: str = params["variant"]  # shepherd | inotify_reader | raw_files_floor
+    bare inotify reader — what the machine can do with one file per envelope.
+
+    The producer processes are started once and serve every variant and figure in turn (a
+    figure with fewer producers leaves the others idle), so start-up is paid once, untimed."""
+    variants: list[str] = params.get("variants", list(THROUGHPUT_VARIANTS))
     figures: list[dict[str, Any]] = params["figures"]
     width = max(f["producers"] for f in figures)
-    counts = [
+    share = [  # share[i][k]: what producer i publishes in figure k
         [f["envelopes"] // f["producers"] if i < f["producers"] else 0 for f in figures]
         for i in range(width)
     ]
-    expected = [sum(row[k] for row in counts) for k in range(len(figures))]
-    out: list[dict[str, Any]] = []
+    expected = [sum(row[k] for row in share) for k in range(len(figures))]
+    senders = dict(new_ids()[1:] for _ in range(width))
+    out: dict[str, Any] = {}
     with temp_dir("shepherd-bench-", memory_base_dir()) as tmp:
-        session_id, _, _ = new_ids()
-        senders = dict(new_ids()[1:] for _ in range(width))
-        mailbox = Mailbox.create(tmp / "mbox", session_id, validate=capability_check(senders))
-        box = mailbox.ensure_inbox(PARENT_INBOX)
-        sink = CountingSink(expected)
-        reader = "shepherd" if variant == "shepherd" else "raw_inotify"
-        receiver = make_receiver(reader, mailbox, [PARENT_INBOX], sink)
+        mailboxes = {}
+        for variant in variants:
+            mailbox = Mailbox.create(
+                tmp / variant, new_ids()[0], validate=capability_check(senders)
+            )
+            mailbox.ensure_inbox(PARENT_INBOX)
+            mailboxes[variant] = mailbox
         publishers: list[Publisher] = []
         try:
-            receiver.start()
             for i, (sender, secret) in enumerate(senders.items()):
-                phases = [{"count": count, "gap_ms": None} for count in counts[i]]
-                publishers.append(
-                    Publisher(
-                        {
-                            **_publisher_params(mailbox, sender, secret, i),
-                            "phases": phases,
-                            "raw": variant == "raw_files_floor",
-                        }
-                    )
-                )
+                phases = [
+                    {
+                        "count": share[i][k],
+                        "gap_ms": None,
+                        "root": str(mailboxes[variant].root),
+                        "session_id": mailboxes[variant].session_id,
+                        "raw": variant == "raw_files_floor",
+                    }
+                    for variant in variants
+                    for k in range(len(figures))
+                ]
+                params_i = {**_publisher_params(mailboxes[variants[0]], sender, secret, i)}
+                publishers.append(Publisher({**params_i, "phases": phases}))
             for publisher in publishers:
                 publisher.wait_ready()
-            for k, figure in enumerate(figures):
-                started = time.perf_counter()
-                for publisher in publishers:
-                    publisher.go()
-                complete = sink.phase_done[k].wait(expected[k] / 200 + 60)
-                elapsed = time.perf_counter() - started
-                out.append(
-                    {
-                        "label": figure["label"],
-                        "producers": figure["producers"],
-                        "complete": complete,
-                        "envelopes_per_s": sink.per_phase[k] / elapsed,
-                        "elapsed_s": elapsed,
-                        "delivered": sink.per_phase[k],
-                    }
+            for v, variant in enumerate(variants):
+                out[variant] = _throughput_variant(
+                    variant, mailboxes[variant], publishers, figures, expected, v * len(figures)
                 )
             results = [publisher.result(60)["phases"] for publisher in publishers]
         finally:
             for publisher in publishers:
                 publisher.close()
-            receiver.close()
-            stats = mailbox.stats()
-            mailbox.close()
-        left = len(os.listdir(box / "new"))
-    for k, figure in enumerate(out):
-        mine = [r[k] for r in results if r[k]["published"]]
-        figure["published"] = sum(r["published"] for r in mine)
-        figure["lost"] = figure["published"] - figure["delivered"]
-        figure["backpressure_waits"] = sum(r["backpressure_waits"] for r in mine)
-        figure["producer_elapsed_s"] = max(r["elapsed_s"] for r in mine)
-        figure["publish_call_mean_ms"] = sum(r["publish_call"]["mean_ms"] for r in mine) / len(
-            mine
-        )
+            for mailbox in mailboxes.values():
+                mailbox.close()
+    for v, variant in enumerate(variants):
+        for k, figure in enumerate(out[variant]["figures"]):
+            mine = [r[v * len(figures) + k] for r in results]
+            mine = [phase for phase in mine if phase["published"]]
+            figure["published"] = sum(phase["published"] for phase in mine)
+            figure["lost"] = figure["published"] - figure["delivered"]
+            figure["backpressure_waits"] = sum(phase["backpressure_waits"] for phase in mine)
+            figure["producer_elapsed_s"] = max(phase["elapsed_s"] for phase in mine)
+            calls = [phase["publish_call"]["mean_ms"] for phase in mine]
+            figure["publish_call_mean_ms"] = sum(calls) / len(calls)
+    return {"variants": out}
+
+
+def _throughput_variant(
+    variant: str,
+    mailbox: Mailbox,
+    publishers: list[Publisher],
+    figures: list[dict[str, Any]],
+    expected: list[int],
+    first_phase: int,
+) -> dict[str, Any]:
+    sink = CountingSink(expected, first_phase)
+    reader = "shepherd" if variant == "shepherd" else "raw_inotify"
+    receiver = make_receiver(reader, mailbox, [PARENT_INBOX], sink)
+    done: list[dict[str, Any]] = []
+    try:
+        receiver.start()
+        for k, figure in enumerate(figures):
+            started = time.perf_counter()
+            for publisher in publishers:
+                publisher.go()
+            complete = sink.phase_done[k].wait(expected[k] / 200 + 60)
+            elapsed = time.perf_counter() - started
+            done.append(
+                {
+                    "label": figure["label"],
+                    "producers": figure["producers"],
+                    "complete": complete,
+                    "envelopes_per_s": sink.per_phase[k] / elapsed,
+                    "elapsed_s": elapsed,
+                    "delivered": sink.per_phase[k],
+                }
+            )
+    finally:
+        receiver.close()
+        stats = mailbox.stats()
+        mailbox.close()
     return {
-        "variant": variant,
-        "figures": out,
+        "figures": done,
         "duplicates": sink.duplicates,
-        "left_in_new": left,
+        "left_in_new": len(os.listdir(mailbox.inbox_path(PARENT_INBOX) / "new")),
         "quarantined": stats.quarantined if variant == "shepherd" else 0,
     }
 

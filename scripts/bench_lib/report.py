@@ -54,7 +54,10 @@ def _scale(point: str) -> dict[str, Figure]:
             "KB", "lower", f"{what}: RSS growth / actors created", 8.0 if final else None
         ),
         f"scale.{point}.os_threads": Figure(
-            "threads", "lower", f"{what}: OS threads of the process", THREAD_BUDGET if final else None
+            "threads",
+            "lower",
+            f"{what}: OS threads of the process",
+            THREAD_BUDGET if final else None,
         ),
         f"scale.{point}.notify_p50_ms": Figure(
             "ms", "lower", f"{what}: p50 done -> notification when all settle at once"
@@ -90,7 +93,9 @@ FIGURES: dict[str, Figure] = {
     **_scale("agents"),
     **_scale("tasks"),
     "idle.cpu_s_per_30s": Figure(
-        "CPU-s", "lower", "CPU seconds per 30 s, parent watching 100 idle agent inboxes + its own",
+        "CPU-s",
+        "lower",
+        "CPU seconds per 30 s, parent watching 100 idle agent inboxes + its own",
         0.3,
     ),
     "idle.core_pct": Figure("% core", "lower", "the same, as a share of one core", 1.0),

@@ -112,7 +112,9 @@ class Bench:
             raise RuntimeError("the simulated agents did not all start")
         session.status()  # the broker has handled every ready before it answers
         self.phases["ready_wait_s"] = time.perf_counter() - mark
-        self.tasks = [(a.name, a.agent_id, d.task_id) for a, d in zip(agents, delegated, strict=True)]
+        self.tasks = [
+            (a.name, a.agent_id, d.task_id) for a, d in zip(agents, delegated, strict=True)
+        ]
 
     def done_envelopes(self) -> list[TaskDoneEnvelope]:
         """Each agent's ``task_done``, built ahead (building it is the child's work)."""
@@ -182,8 +184,10 @@ def notify_job(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def scale_job(params: dict[str, Any]) -> dict[str, Any]:
-    """``n`` agents, ``n`` live tasks and ``n`` watchers in one session: start time, memory
-    per actor, OS threads; then all of them settle at once."""
+    """``n`` agents, ``n`` live tasks and ``n`` watchers in one session: start time (session
+    built, all spawned, delegated, watched, every agent up), memory per actor (RSS growth over
+    that, after a GC, divided by the actors the runtime holds), OS threads (the most seen while
+    live or settling); then all of them settle at once, flat out."""
     n = params["n"]
     gc.collect()
     rss0, threads0 = rss_bytes(), os_threads()
@@ -197,6 +201,7 @@ def scale_job(params: dict[str, Any]) -> dict[str, Any]:
         rss1 = rss_bytes()
         python_threads, threads = threading.active_count(), os_threads()
         settled = bench.settle(None)
+        threads_settling = os_threads()  # the timer thread exists once watchers coalesce
     finally:
         bench.close()
     return {
@@ -207,7 +212,9 @@ def scale_job(params: dict[str, Any]) -> dict[str, Any]:
         "rss_delta_mb": (rss1 - rss0) / 2**20,
         "bytes_per_actor": (rss1 - rss0) / actors,
         "python_threads": python_threads,
-        "os_threads": threads,
+        "os_threads": max(threads, threads_settling),
+        "os_threads_live": threads,
+        "os_threads_after_settling": threads_settling,
         "os_threads_before": threads0,
         "settle": settled,
     }

@@ -35,7 +35,7 @@ SCOUT = {
 PLANNER = {
     "steps": [
         {"await": "task"},
-        {"sleep": 0.5},
+        {"sleep": 3.0},  # busy long enough for the test's CLI calls to watch the scout
         {"await": "message"},
         {"reply": {"text": "src/core"}},
         {"await": "any"},

@@ -1,0 +1,89 @@
+"""``scripts/bench.py`` still runs end to end: a tiny ``--smoke`` run in a subprocess.
+
+It proves the benchmark script, its worker and publisher processes and its JSON output work;
+it never looks at a timing (a benchmark is never a timed test, DESIGN §9).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "scripts" / "bench.py"
+
+#: every figure issue 7 asks for, next to its baselines
+FIGURES = {
+    "delivery.idle.p50_ms": {"poll_500ms", "watchfiles_defaults", "raw_inotify"},
+    "delivery.idle.p99_ms": {"poll_500ms", "watchfiles_defaults", "raw_inotify"},
+    "delivery.burst.p50_ms": {"poll_500ms", "watchfiles_defaults", "raw_inotify"},
+    "delivery.burst.p99_ms": {"poll_500ms", "watchfiles_defaults", "raw_inotify"},
+    "throughput.1to1.envelopes_per_s": {"inotify_reader", "raw_files_floor"},
+    "throughput.1to1.lost": set(),
+    "throughput.8to1.envelopes_per_s": {"inotify_reader", "raw_files_floor"},
+    "throughput.8to1.lost": set(),
+    "notify.rate_1.p50_ms": set(),
+    "notify.rate_1.p99_ms": set(),
+    "notify.rate_100.p50_ms": set(),
+    "notify.rate_100.p99_ms": set(),
+    "notify.rate_1000.p50_ms": set(),
+    "notify.rate_1000.p99_ms": set(),
+    **{
+        f"scale.{point}.{figure}": baselines
+        for point in ("agents", "tasks")
+        for figure, baselines in (
+            ("start_s", {"pykka_threading_actor"}),
+            ("kb_per_actor", {"pykka_threading_actor"}),
+            ("os_threads", {"pykka_threading_actor"}),
+            ("notify_p50_ms", set()),
+            ("notify_p99_ms", set()),
+        )
+    },
+    "idle.cpu_s_per_30s": {"poll_500ms", "watchfiles_defaults"},
+    "idle.core_pct": {"poll_500ms", "watchfiles_defaults"},
+    "demo.simulated_wall_s": set(),
+    "demo.process_wall_s": set(),
+    "bridge.spawn_to_ready_ms": set(),
+}
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(600)
+def test_a_smoke_run_exits_0_and_writes_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--smoke", "--out", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert document["mode"] == "smoke"
+    assert document["errors"] == []
+    for fact in ("cpu_count", "platform", "python", "kernel", "mailbox_fs"):
+        assert fact in document["machine"], fact
+    assert set(document["versions"]) == {"pykka", "msgspec", "watchfiles", "loguru"}
+    missing = sorted(set(FIGURES) - set(document["figures"]))
+    assert not missing, missing
+    for key, baselines in FIGURES.items():
+        figure = document["figures"][key]
+        assert figure["unit"], key
+        subjects = figure["subjects"]
+        assert {"shepherd", *baselines} <= set(subjects), (key, sorted(subjects))
+        for name, stats in subjects.items():
+            # a value with its spread, or an honest reason (the child bridge may be missing)
+            assert {"min", "median", "max", "runs"} <= set(stats) or "unavailable" in stats, (
+                key,
+                name,
+                stats,
+            )
+    # the table was printed, one line per figure
+    for key in FIGURES:
+        assert key in done.stdout, key
