@@ -5,7 +5,8 @@ reaches that point — exactly what an outside ``kill -9`` at that instant would
 normal case) the check is one comparison against a value read once at import.
 
 Points: ``settle.before_journal``, ``settle.after_journal``, ``notify.before_write``,
-``notify.after_write``, ``inbound.before_handle``, ``inbound.after_handle``.
+``notify.after_write``, ``done.before_handle``, ``done.after_handle`` (a ``task_done``
+envelope read from the parent inbox, before / after the broker handled it).
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ POINTS = (
     "settle.after_journal",
     "notify.before_write",
     "notify.after_write",
-    "inbound.before_handle",
-    "inbound.after_handle",
+    "done.before_handle",
+    "done.after_handle",
 )
 
 _ARMED = os.environ.get("SHEPHERD_CRASH_AT") or None
 
 
 def crashpoint(name: str) -> None:
-    if _ARMED is not None and _ARMED == name:
+    if _ARMED is not None and name == _ARMED:
         os.kill(os.getpid(), signal.SIGKILL)

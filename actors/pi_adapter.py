@@ -441,8 +441,8 @@ class PiRpcAdapter:
             self._log.error("pi refused {}: {}", what, exc)
             self._ctx.runtime("error", text=f"pi refused {what}: {exc}", is_error=True)
             return
-        if idle:
-            self._log.info("delivered {} as a prompt", what)
+        if idle:  # as far as the events seen so far say: Pi applies behavior if it is not
+            self._log.info("delivered {} with prompt (pi looked idle; {} if not)", what, behavior)
             return
         verb = "steer" if behavior == "steer" else "follow-up"
         self._log.info("queued {} as a {} (pi is running)", what, verb)

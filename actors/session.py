@@ -34,7 +34,7 @@ from actors.simulation import Faults, SimRuntime, SimTransport
 from actors.sinks import CollectingSink, GuardedSink, Sink
 from actors.transport import PARENT_INBOX, Transport
 from protocol import api
-from protocol.envelopes import AnyEnvelope, CallEnvelope
+from protocol.envelopes import AnyEnvelope, CallEnvelope, TaskDoneEnvelope
 from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
 from protocol.journal import Restore
@@ -114,11 +114,14 @@ class Session:
                 self._on_call(env)
             return
         if self._sync_inbound:
-            crashpoint("inbound.before_handle")
+            done = isinstance(env, TaskDoneEnvelope)
+            if done:
+                crashpoint("done.before_handle")
             answer = self.broker.ask(Inbound(envelope=env), timeout=ASK_TIMEOUT_S)
-            if isinstance(answer, pykka.Future):  # e.g. a done: durable only once journaled
+            if isinstance(answer, pykka.Future):  # a done: durable only once journaled
                 answer.get(timeout=ASK_TIMEOUT_S)
-            crashpoint("inbound.after_handle")
+            if done:
+                crashpoint("done.after_handle")
         else:
             tell_quietly(self.broker, Inbound(envelope=env))
 

@@ -109,8 +109,8 @@ def test_a_task_reaches_pi_as_its_task_context_and_tool_events_reach_the_parent(
     # the model was told the task in the seed's wording, exactly
     first = model.requests[0]
     assert user_texts(first) == [render_task_context(task)]
-    assert "Do not consider the task complete merely because this turn ends" in (
-        user_texts(first)[0]
+    assert (
+        "Do not consider the task complete merely because this turn ends" in (user_texts(first)[0])
     )
     # the tool events reached the parent, with the command and its output, in order
     events = runtime_events(parent)

@@ -335,3 +335,9 @@ def test_every_kind_is_one_follow_up_queued_while_busy_and_old_ones_are_not_repl
     ]
     assert "written before Pi started" not in json.dumps(requests)
     log.wait_for(status_says("shepherd: 5 delivered"), 10)
+
+    # Pi's session shuts down: the extension stops delivering and its follower goes with it.
+    (follower,) = follower_pids(supervisor.session_dir)
+    pi.close()
+    log.wait_for(status_says("stopped: Pi session shut down"), 10)
+    assert wait_terminated(follower, 10)

@@ -155,23 +155,25 @@ class Harness:
         self.parent_causes[task_id].add("fail")
         return self.s.fail(task_id, "failed by the test")
 
-    def cancel_racing(self, task_id: str, fire_first: bool) -> TaskResult:
-        """Cancel ``task_id`` while every timer due now fires: before the cancel is asked
-        (``fire_first``) or after the broker got it, the scheduler interleaving the rest."""
+    def cancel_racing(self, task_id: str, fire_at: int) -> TaskResult:
+        """Cancel ``task_id`` while every timer due now fires: before the parent's call
+        (``fire_at`` 0), after the broker answered it (1), or after the settle request went
+        to the task (2); the seeded scheduler interleaves everything else."""
         self.parent_causes[task_id].add("cancel")
-        if fire_first:
+        if fire_at == 0:
             self._fire_due()
-        answer_f = self.s.broker.ask(
-            ParentCall(args=api.CancelArgs(task_id=task_id, reason="race")), block=False
-        )
-        if not fire_first:
-            self._fire_due()
-        answer = answer_f.get()
+        answer = self.s.broker.ask(ParentCall(args=api.CancelArgs(task_id=task_id, reason="race")))
         if isinstance(answer, TaskResult):
+            self._fire_due()
             return answer
+        if fire_at == 1:
+            self._fire_due()
         try:
-            result = answer.ask(Settle(event=TaskEvent.CANCEL, error="race"))
+            settled = answer.ask(Settle(event=TaskEvent.CANCEL, error="race"), block=False)
+            self._fire_due()
+            result = settled.get()
         except pykka.ActorDeadError:  # settled and stopped meanwhile: the broker has it
+            self._fire_due()
             result = self.s.result(task_id)
         assert isinstance(result, TaskResult)
         return result

@@ -1,0 +1,195 @@
+"""Issue 8 part 3: the parent supervisor killed (SIGKILL) at each point of a settlement and at
+steps of the canonical scenario, then restarted: every accepted envelope handled exactly once,
+every settled result present, no duplicate notification, no orphan process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from actors.crashpoints import POINTS
+from tests.processes.conftest import Serve, bridge_pids, cli, write_script
+
+pytestmark = pytest.mark.processes
+
+SCOUT = {
+    "steps": [
+        {"await": "task"},
+        {"message": {"to": "planner", "text": "which module first?", "expects_reply": True}},
+        {"await": "reply"},
+        {"done": {"status": "completed", "summary": "explored {last}"}},
+        {"await": "any"},
+    ]
+}
+PLANNER = {
+    "steps": [
+        {"await": "task"},
+        {"await": "message"},
+        {"sleep": 1.0},
+        {"reply": {"text": "src/core"}},
+        {"await": "any"},
+    ]
+}
+
+
+def _notifications(session: Path) -> list[dict]:  # type: ignore[type-arg]
+    path = session / "notifications.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.endswith("}")]
+
+
+def _start(session: Path, crash_at: str | None) -> Serve:
+    env = dict(os.environ)
+    env.pop("SHEPHERD_CRASH_AT", None)
+    if crash_at:
+        env["SHEPHERD_CRASH_AT"] = crash_at
+    server = Serve(session, env)
+    assert server.wait_for(lambda lines: any("session" in x for x in lines))
+    return server
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_kill_at_each_crash_point_then_resume(point: str, tmp_path: Path) -> None:
+    session = tmp_path / "session"
+    servers: list[Serve] = []
+    try:
+        first = _start(session, point)
+        servers.append(first)
+        cli("spawn", "scout", "--script", write_script(tmp_path, "scout", SCOUT), session=session)
+        cli(
+            "spawn",
+            "planner",
+            "--script",
+            write_script(tmp_path, "planner", PLANNER),
+            session=session,
+        )
+        cli("delegate", "planner", "plan", session=session)
+        _, task = cli("delegate", "scout", "map", session=session)
+        _, watch = cli("watch", task["task_id"], session=session)
+        # the armed point is reached at the first inbound envelope or the first settlement
+        first.proc.wait(timeout=60)
+        assert first.proc.returncode == -signal.SIGKILL, f"{point} was never reached"
+        first.stop()
+
+        second = _start(session, None)
+        servers.append(second)
+        done = False
+        for _ in range(400):  # each round is a CLI round trip to the live session
+            _, rows = cli("status", "scout", session=session)
+            if rows["agents"][0]["task"]["state"] == "completed":
+                done = True
+                break
+        assert done, f"after a crash at {point} the scout's task never completed"
+        assert second.wait_for(
+            lambda lines: (
+                any(x.get("kind") == "task_completion" for x in lines)
+                or any(
+                    n["watcher_id"] == watch["watcher_id"]
+                    for n in _notifications(session)
+                    if n.get("kind") == "task_completion"
+                )
+            ),
+            timeout=30,
+        )
+        completions = [
+            r["task_id"]
+            for n in _notifications(session)
+            if n.get("kind") == "task_completion"
+            for r in n["results"]
+        ]
+        assert completions == [task["task_id"]], f"{point}: {completions}"
+        _, result = cli("watch", task["task_id"], session=session)
+        assert [r["text"] for r in result["completed"]] == ["explored src/core"]
+        # the planner's request was answered exactly once (journal: one 'replied' record)
+        records = [json.loads(x) for x in (session / "journal.jsonl").read_text().splitlines()]
+        replied = [
+            r for r in records if r["type"] == "request" and r["record"]["state"] == "replied"
+        ]
+        assert len(replied) == 1, f"{point}: {replied}"
+        cli("shutdown", session=session)
+        second.proc.wait(timeout=30)
+        assert bridge_pids(session) == [], f"{point}: orphans"
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_every_crash_point_is_named_in_the_code() -> None:
+    root = Path(__file__).resolve().parents[2] / "actors"
+    text = "".join(p.read_text() for p in root.glob("*.py") if p.name != "crashpoints.py")
+    for point in POINTS:
+        assert f'crashpoint("{point}")' in text, point
+    assert sys.executable and subprocess  # the module is used for processes above
+
+
+STEPS = ("after_spawn", "after_delegate", "while_waiting", "after_completion")
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_kill_at_each_step_of_the_canonical_scenario(step: str, tmp_path: Path) -> None:
+    session = tmp_path / "session"
+    servers: list[Serve] = []
+
+    def kill_and_restart() -> Serve:
+        servers[-1].stop(signal.SIGKILL)
+        servers.append(_start(session, None))
+        return servers[-1]
+
+    try:
+        servers.append(_start(session, None))
+        cli("spawn", "scout", "--script", write_script(tmp_path, "scout", SCOUT), session=session)
+        cli(
+            "spawn",
+            "planner",
+            "--script",
+            write_script(tmp_path, "planner", PLANNER),
+            session=session,
+        )
+        if step == "after_spawn":
+            kill_and_restart()
+        cli("delegate", "planner", "plan", session=session)
+        _, task = cli("delegate", "scout", "map", session=session)
+        _, watch = cli("watch", task["task_id"], session=session)
+        if step == "after_delegate":
+            kill_and_restart()
+        state = ""
+        for _ in range(400):
+            _, rows = cli("status", "scout", session=session)
+            state = rows["agents"][0]["task"]["state"]
+            if (step == "while_waiting" and state == "waiting") or state == "completed":
+                break
+        if step in ("while_waiting", "after_completion"):
+            kill_and_restart()
+        for _ in range(400):
+            _, rows = cli("status", "scout", session=session)
+            if rows["agents"][0]["task"]["state"] == "completed":
+                break
+        assert rows["agents"][0]["task"]["state"] == "completed", step
+        assert servers[-1].wait_for(
+            lambda lines: any(
+                n["watcher_id"] == watch["watcher_id"]
+                for n in _notifications(session)
+                if n.get("kind") == "task_completion"
+            ),
+            timeout=30,
+        )
+        delivered = [
+            r["task_id"]
+            for n in _notifications(session)
+            if n.get("kind") == "task_completion"
+            for r in n["results"]
+        ]
+        assert delivered == [task["task_id"]], f"{step}: {delivered}"
+        cli("shutdown", session=session)
+        servers[-1].proc.wait(timeout=30)
+        assert bridge_pids(session) == [], f"{step}: orphans"
+    finally:
+        for server in servers:
+            server.stop()
