@@ -56,7 +56,9 @@ class Launcher(Protocol):
     def launch(self, spec: AgentSpec, on_exit: Callable[[int], None]) -> AgentHandle:
         """Start the agent. ``on_exit(code)`` must be called exactly once when it is gone."""
 
-    def adopt(self, spec: AgentSpec, pid: int, on_exit: Callable[[int], None]) -> AgentHandle:
+    def adopt(
+        self, spec: AgentSpec, pid: int | None, on_exit: Callable[[int], None]
+    ) -> AgentHandle:
         """Take over a still-running agent after a parent restart (its bridge reconnects).
         Raise :class:`~protocol.errors.ShepherdError` if ``pid`` is not this agent's bridge."""
 
@@ -69,11 +71,13 @@ class AgentActor(ShepherdActor):
         transport: Transport,
         broker: pykka.ActorRef[Any],
         output_lines: int,
+        adopt: bool = False,
         adopt_pid: int | None = None,
         already_exited: bool = False,
     ) -> None:
         super().__init__()
         self.spec = spec
+        self._adopt = adopt
         self._adopt_pid = adopt_pid
         self._already_exited = already_exited
         self.process_state = "starting"
@@ -93,9 +97,9 @@ class AgentActor(ShepherdActor):
             self.stop()
             return
         try:
-            if self._adopt_pid is not None:
+            if self._adopt:
                 self._handle = self._launcher.adopt(self.spec, self._adopt_pid, self._exited)
-                self.output.append(f"[shepherd] adopted bridge pid {self._adopt_pid} after restart")
+                self.output.append("[shepherd] adopted the running bridge after a parent restart")
                 return
             self._handle = self._launcher.launch(self.spec, self._exited)
         except Exception as exc:

@@ -239,7 +239,8 @@ class BrokerActor(ShepherdActor):
                 self._transport,
                 self.actor_ref,
                 self.settings.output_lines,
-                rec.pid if exit_record is None else None,
+                exit_record is None,  # adopt the running bridge, never start a second one
+                rec.pid,
                 exit_record is not None,
             )
             entry = AgentEntry(agent_id, rec.name, rec.adapter, rec.capability, agent_ref)

@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
         action="store_true",
         help="a scripted agent stuck in a loop, caught by the watchdog (simulated)",
     )
+    p.add_argument(
+        "--agents",
+        choices=["scripted", "pi"],
+        default="scripted",
+        help="pi: two real Pi agents driven by scripted model servers",
+    )
 
     p = sub.add_parser("spawn", help="start an agent")
     p.add_argument("name")
@@ -299,7 +305,10 @@ def _serve(args: argparse.Namespace) -> int:
     if args.verbose:
 
         def tap(text: str) -> None:
-            sys.stdout.write(("" if args.json else "· ") + text + "\n")
+            if args.json:
+                sys.stdout.write(msgspec.json.encode({"story": text}).decode() + "\n")
+            else:
+                sys.stdout.write("· " + text + "\n")
             sys.stdout.flush()
 
     from actors.config import load_settings
@@ -476,6 +485,10 @@ def main(argv: list[str] | None = None) -> int:
                 from actors.watchdog_cli import run_loop_demo
 
                 return run_loop_demo(sys.stdout, seed=args.seed)
+            if args.agents == "pi":
+                from actors.demo import run_pi_demo
+
+                return run_pi_demo()
             from actors.demo import run_process_demo, run_simulated_demo
 
             return run_simulated_demo(args.seed) if args.simulated else run_process_demo()

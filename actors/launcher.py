@@ -50,12 +50,17 @@ class Reaper:
         self._thread = threading.Thread(target=self._run, name="shepherd-reaper", daemon=True)
         self._thread.start()
 
-    def watch(self, proc: subprocess.Popen[bytes] | int, on_exit: Callable[[int], None]) -> None:
+    def watch(
+        self,
+        proc: subprocess.Popen[bytes] | int,
+        on_exit: Callable[[int], None],
+        agent_id: str | None = None,
+    ) -> None:
         """Report ``proc``'s exit. An ``int`` is a process that is not our child (adopted
         after a restart): its exit is seen, but its status cannot be read (reported as -1)."""
         fd = os.pidfd_open(proc if isinstance(proc, int) else proc.pid)
         with self._lock:
-            self._watched[fd] = (proc, on_exit)
+            self._watched[fd] = (proc, on_exit, agent_id)
             self._poll.register(fd, select.POLLIN)
         os.write(self._wake_w, b"x")
 
@@ -69,7 +74,7 @@ class Reaper:
                         return
                     continue
                 with self._lock:
-                    proc, on_exit = self._watched.pop(fd)
+                    proc, on_exit, agent_id = self._watched.pop(fd)
                     self._poll.unregister(fd)
                 os.close(fd)
                 pid = proc if isinstance(proc, int) else proc.pid
@@ -77,6 +82,9 @@ class Reaper:
                 # (command-adapter turns run in groups of their own). The unreaped bridge keeps
                 # its pid, so the session id cannot have been reused yet.
                 terminate_session(pid, grace_s=0.0)
+                if agent_id is not None:
+                    # and what escaped into sessions of its own (Pi runs its tools detached)
+                    _kill_tagged(f"SHEPHERD_AGENT_ID={agent_id}".encode())
                 if isinstance(proc, int):
                     code = -1
                 else:
@@ -107,6 +115,19 @@ class Reaper:
             os.close(fd)
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+
+def _kill_tagged(tag: bytes) -> None:
+    """SIGKILL every live process whose environment carries ``tag``."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if tag in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+                os.kill(int(entry), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 def _kill_group(pgid: int, sig: signal.Signals) -> bool:
@@ -231,25 +252,48 @@ class ProcessLauncher:
             )
         child = ChildProcess(proc, self._clock, self._grace_s)
         self.children[spec.agent_id] = child
-        self.reaper.watch(proc, on_exit)
+        self.reaper.watch(proc, on_exit, spec.agent_id)
         logger.bind(agent=spec.name).info("started bridge pid {pid}", pid=proc.pid)
         return child
 
-    def adopt(self, spec: AgentSpec, pid: int, on_exit: Callable[[int], None]) -> AgentHandle:
-        """Take over a bridge that outlived the previous parent. It must really be *this*
-        agent's bridge of *this* session (read from its environment): a restarted parent
-        never claims another session's agents."""
+    def _is_bridge_of(self, pid: int, spec: AgentSpec) -> bool:
+        """Is ``pid`` the live bridge of ``spec`` in this session (by its environment)?"""
         try:
             raw = Path(f"/proc/{pid}/environ").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+            leads_session = os.getsid(pid) == pid  # the bridge leads its own session
         except OSError:
-            raise InvalidHandle(f"bridge pid {pid} of {spec.name} is gone") from None
+            return False
+        if stat[stat.rindex(b")") + 2 :].startswith(b"Z"):
+            return False
         env = dict(
             item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item
         )
-        if (
-            env.get("SHEPHERD_AGENT_ID") != spec.agent_id
-            or env.get("SHEPHERD_SESSION_ID") != self._session_id
-        ):
+        return (
+            leads_session
+            and env.get("SHEPHERD_AGENT_ID") == spec.agent_id
+            and env.get("SHEPHERD_SESSION_ID") == self._session_id
+        )
+
+    def find_bridge(self, spec: AgentSpec) -> int | None:
+        """The live bridge of ``spec`` in this session, found by its environment."""
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and self._is_bridge_of(int(entry), spec):
+                return int(entry)
+        return None
+
+    def adopt(
+        self, spec: AgentSpec, pid: int | None, on_exit: Callable[[int], None]
+    ) -> AgentHandle:
+        """Take over a bridge that outlived the previous parent. It must really be *this*
+        agent's bridge of *this* session (read from its environment): a restarted parent
+        never claims another session's agents. With no recorded pid (the parent died before
+        the bridge said ready) the bridge is looked for by its environment."""
+        if pid is None:
+            pid = self.find_bridge(spec)
+            if pid is None:
+                raise InvalidHandle(f"no bridge of {spec.name} is running any more")
+        elif not self._is_bridge_of(pid, spec):
             raise ForbiddenSender(
                 f"pid {pid} is not the bridge of {spec.name} in this session; not adopting it"
             )
@@ -257,7 +301,7 @@ class ProcessLauncher:
         self._ensure_inbox(spec.agent_id)
         child = ChildProcess(pid, self._clock, self._grace_s)
         self.children[spec.agent_id] = child
-        self.reaper.watch(pid, on_exit)
+        self.reaper.watch(pid, on_exit, spec.agent_id)
         logger.bind(agent=spec.name).info("adopted bridge pid {pid}", pid=pid)
         return child
 

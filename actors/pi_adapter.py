@@ -119,10 +119,7 @@ COMMAND_LIMIT = 8 * 1024
 STRANDED_RETRY_S = 0.05
 STRANDED_MAX_TRIES = 200
 #: The text that starts a run to deliver messages Pi queued as a run was ending.
-FLUSH_NOTE = (
-    "[Shepherd] Messages arrived as your previous turn was ending; they follow. "
-    "Your delegated task is not finished until you call shepherd_done."
-)
+FLUSH_NOTE = "[Shepherd] Messages arrived as your previous turn was ending; they follow."
 
 
 def _tail(text: str, limit: int) -> str:

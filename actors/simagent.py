@@ -165,7 +165,9 @@ class SimLauncher:
         self.agents[spec.name] = ref
         return _SimHandle(ref)
 
-    def adopt(self, spec: AgentSpec, pid: int, on_exit: Callable[[int], None]) -> AgentHandle:
+    def adopt(
+        self, spec: AgentSpec, pid: int | None, on_exit: Callable[[int], None]
+    ) -> AgentHandle:
         raise InvalidArgument("simulated agents cannot be adopted by another parent")
 
     def crash(self, name: str, code: int = 137) -> None:

@@ -57,8 +57,8 @@ class Sizes:
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
              1000, 10000, 1000, 10000, 30.0, 100, 3)  # fmt: skip
-QUICK = Sizes(3, 30, 200, True, 3000, ((1, 2), (100, 30), (1000, 300)),
-              1000, 2000, 1000, 1000, 5.0, 100, 2)  # fmt: skip
+QUICK = Sizes(3, 30, 200, True, 2500, ((1, 2), (100, 30), (1000, 300)),
+              1000, 1000, 1000, 1000, 5.0, 100, 1)  # fmt: skip
 SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
               20, 50, 20, 50, 0.5, 100, 1)  # fmt: skip
 
@@ -195,7 +195,7 @@ def bench_scale(sizes: Sizes, results: Results) -> None:
         ("agents", sizes.agents_n, sizes.pykka_agents_n, 1000),
         ("tasks", sizes.tasks_n, sizes.pykka_tasks_n, 10000),
     )
-    baselines: dict[tuple[int, int], Any] = {}
+    done: dict[tuple[str, int, int], Any] = {}
     for point, n, pykka_n, issue_n in points:
         keys = [k for k in FIGURES if k.startswith(f"scale.{point}.")]
         for key in keys:
@@ -205,16 +205,18 @@ def bench_scale(sizes: Sizes, results: Results) -> None:
             if pykka_n != n:
                 results.params(key, baseline_note=f"baseline reduced to {pykka_n} actors here")
         for run in range(sizes.runs):
-            (got,) = run_jobs([("scale", {"n": n})], parallel=False)
-            if (run, pykka_n) not in baselines:  # one baseline serves both points of equal size
-                (baselines[run, pykka_n],) = run_jobs(
+            # one job serves both points when they have the same size (--quick, --smoke)
+            if ("scale", run, n) not in done:
+                (done["scale", run, n],) = run_jobs([("scale", {"n": n})], parallel=False)
+            if ("pykka", run, pykka_n) not in done:
+                (done["pykka", run, pykka_n],) = run_jobs(
                     [("pykka_baseline", {"n": pykka_n})], parallel=False
                 )
-            base = baselines[run, pykka_n]
+            got, base = done["scale", run, n], done["pykka", run, pykka_n]
             if isinstance(got, Exception):
                 _failed(results, "scale", keys, SHEPHERD, got)
             else:
-                results.keep_raw("scale", got)
+                results.keep_raw("scale", {"point": point, **got})
                 settle = got["settle"]
                 if not settle["complete"]:
                     results.error("scale", f"{point}: only {settle['settled']} of {n} notified")

@@ -17,7 +17,7 @@
  * Notifications. At load the extension also counts the lines already in the session's
  * notifications file (`shepherd notifications`): those existed before this Pi and are NOT
  * replayed. On session_start it spawns one long-lived child process,
- * `shepherd notifications --follow --format rendered [--session DIR]`, skips that many lines
+ * `shepherd notifications --follow --format rendered [--session=DIR]`, skips that many lines
  * and, for every further line, sends ONE custom message (customType "shepherd.notification")
  * whose content is the line's "rendered" text — protocol/render.py's call:/return:/details:
  * layout for task completions, readable text for agent messages, notices, stale waits, wait
@@ -35,7 +35,9 @@
  * between a /reload's shutdown and the new instance's load) are not delivered.
  *
  * The status line (ctx.ui.setStatus "shepherd") says how many notifications were delivered and
- * how many are queued behind a busy turn.
+ * how many are queued behind a busy turn. Pi keeps a queued follow-up when the run it waits
+ * behind is aborted; it is then delivered at the end of the next run (the status line shows it
+ * as queued meanwhile).
  */
 
 import { type ChildProcess, spawn } from "node:child_process";
@@ -303,11 +305,17 @@ export default async function shepherdParent(pi: ExtensionAPI) {
 		showStatus();
 	};
 
+	let counting: Promise<number | undefined> | undefined;
 	const startFollowing = async () => {
 		if (stopped || follower) return;
 		if (consumed === undefined) {
-			consumed = await countLines();
-			if (consumed === undefined || stopped || follower) return; // no session yet
+			// no session at load: count now (once, however many callers ask at the same time)
+			counting ??= countLines().finally(() => {
+				counting = undefined;
+			});
+			const counted = await counting;
+			consumed ??= counted;
+			if (consumed === undefined || stopped || follower) return; // still no session
 		}
 		let skip = consumed;
 		const child = spawn(

@@ -12,11 +12,11 @@ overlap the next figure's.
 PARAMS (JSON): ``root``, ``session_id``, ``inbox``, ``sender_id``, ``capability``, ``seed``,
 ``phases``: a list of ``{"count": N, "gap_ms": [lo, hi] | null}``; a gap, drawn uniformly,
 is slept before each envelope (the pacing is the workload); ``null`` publishes flat out.
-``raw``: true writes the same files with bare system calls instead (the throughput floor). A
-phase may override ``root``, ``session_id``, ``inbox`` and ``raw`` (one producer process can
-then serve several mailboxes in turn). When
-the inbox is full (``limit_exceeded``) the publisher backs off (1 ms doubling to 16 ms) and
-retries, counting each wait: the shipped ``max_queue_depth`` applies, as it would to a child.
+``raw``: true writes the same files with bare system calls instead (the throughput floor).
+A phase may override ``root``, ``session_id``, ``inbox`` and ``raw``: one producer process then
+serves several mailboxes in turn. When the inbox is full (``limit_exceeded``) the publisher
+backs off (1 ms doubling to 16 ms) and retries, counting each wait: the shipped
+``max_queue_depth`` applies, as it would to a child.
 
 Result: per phase, envelopes published, back-pressure waits, elapsed time, and the duration of
 the ``publish`` calls themselves (p50 / p99 / max / mean).

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from actors.child import session_members
+from actors.pi_adapter import FLUSH_NOTE
 from actors.scripted_model import ScriptedModel, Text, ToolCall, models_json
 from protocol.envelopes import (
     ControlEnvelope,
@@ -22,6 +23,7 @@ from protocol.envelopes import (
 )
 from protocol.render import render_delivery, render_task_context
 from tests.child.conftest import FakeParent
+from tests.pi.test_pi_live import blocking_command, process_running, read_fifo_line
 
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(90)]
 
@@ -183,3 +185,36 @@ def test_bad_options_are_a_start_up_error(parent: FakeParent, tmp_path: Path) ->
     _, error = parent.wait_event("error", after=parent.snapshot().index(error) + 1)
     assert 'needs "models_json"' in (error.text or "")
     assert parent.bridges[-1].wait() == 2
+
+
+def test_abort_stops_the_turn_and_a_queued_message_still_starts_the_next_one(
+    parent: FakeParent, pi_bin: Path, model: ScriptedModel, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "started.fifo"
+    os.mkfifo(fifo)
+    model.add_steps(
+        ToolCall("bash", {"command": blocking_command(fifo, tmp_path / "never")}),
+        Text("Back to it."),
+        Text("Answer to the follow-up."),
+    )
+    start_pi_bridge(parent, pi_bin, model)
+    parent.delegate("Run the endless command.")
+    tool_pid = int(read_fifo_line(fifo))
+    message = parent.message("And one more thing.")
+    queued_at, _ = parent.wait_event("output", text=lambda t: "queued as a follow-up" in (t or ""))
+
+    # Pi does not read its queue after an abort: the adapter sees the queued message stranded
+    # in an idle Pi and starts a run that delivers it
+    parent.send(ControlEnvelope(**parent.base(), action="abort", reason="stop that"))
+    result_at, result = parent.wait_event("tool_result", after=queued_at)
+    assert result.is_error and "aborted" in (result.output or "").lower()
+    end_at, end = parent.wait_event("turn_end", after=result_at)
+    assert end.is_error is False
+    assert not process_running(tool_pid)
+    next_at, _ = parent.wait_event("turn_start", after=end_at)
+    parent.wait_event("turn_end", after=next_at)
+
+    requests = model.wait_for_requests(3, timeout=15)
+    assert user_texts(requests[1])[-1] == FLUSH_NOTE
+    assert user_texts(requests[2])[-1] == render_delivery(message)
+    assert requests[2]["messages"][-2] == {"role": "assistant", "content": "Back to it."}

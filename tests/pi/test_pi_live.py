@@ -494,3 +494,21 @@ def test_pi_killed_fails_the_task_with_return_code_1(team: Team, tmp_path: Path)
     assert "pi exited on its own with status 137" in log
     assert not process_running(tool_pid), "Pi's detached tool did not outlive it"
     assert agent_processes(agent_id) == []
+
+
+def test_the_pi_demo_tells_the_canonical_story_with_one_completion(
+    pi_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from actors.demo import run_pi_demo
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    out = io.StringIO()
+    assert run_pi_demo(out, timeout_s=60.0, pi=str(pi_bin)) == 0, out.getvalue()
+    story = out.getvalue()
+    assert "completions delivered: 1" in story
+    assert "waiting for planner: 'Which module should I map first?'" in story
+    assert "completed (rc 0) by scout: Mapped src/core" in story
+    assert "[Shepherd message from planner]" in story  # what the scout's model was told

@@ -32,11 +32,12 @@ SCOUT = {
         {"await": "any"},
     ]
 }
+#: answers the scout's question only after the test says "go" (no race with the test's calls)
 PLANNER = {
     "steps": [
         {"await": "task"},
-        {"sleep": 3.0},  # busy long enough for the test's CLI calls to watch the scout
-        {"await": "message"},
+        {"await": "message"},  # the scout's question
+        {"await": "message"},  # the test's go-ahead
         {"reply": {"text": "src/core"}},
         {"await": "any"},
     ]
@@ -90,6 +91,7 @@ class Serve:
                 "--session-dir",
                 str(session_dir),
                 "--json",
+                "--verbose",  # lifecycle lines too: tests wait on them instead of polling
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -117,6 +119,15 @@ class Serve:
     def wait_for(self, predicate: Any, timeout: float = 30.0) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self.lines), timeout=timeout)
+
+    def wait_story(self, *words: str, timeout: float = 60.0) -> bool:
+        """Wait for a lifecycle line containing every word (e.g. "scout", "waiting")."""
+        return self.wait_for(
+            lambda lines: any(
+                all(w in x.get("story", "") for w in words) for x in lines if "story" in x
+            ),
+            timeout=timeout,
+        )
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:

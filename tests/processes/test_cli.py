@@ -43,6 +43,7 @@ def test_canonical_scenario_driven_from_the_cli(serve, scripts, tmp_path: Path) 
     _, watch = cli("watch", task["task_id"], session=session)
     assert set(watch) == {"watcher_id", "ids", "pending", "completed"}
     assert watch["pending"] == [task["task_id"]] and watch["completed"] == []
+    cli("message", "planner", "go ahead and answer", session=session)
 
     assert server.wait_for(lambda lines: len(_completion(lines)) == 1, timeout=30)
     (note,) = _completion(server.lines)

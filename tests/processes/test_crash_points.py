@@ -27,11 +27,11 @@ SCOUT = {
         {"await": "any"},
     ]
 }
-PLANNER = {
+PLANNER = {  # answers after the test's go-ahead
     "steps": [
         {"await": "task"},
         {"await": "message"},
-        {"sleep": 1.0},
+        {"await": "message"},
         {"reply": {"text": "src/core"}},
         {"await": "any"},
     ]
@@ -73,6 +73,7 @@ def test_kill_at_each_crash_point_then_resume(point: str, tmp_path: Path) -> Non
         cli("delegate", "planner", "plan", session=session)
         _, task = cli("delegate", "scout", "map", session=session)
         _, watch = cli("watch", task["task_id"], session=session)
+        cli("message", "planner", "go ahead", session=session)
         # the armed point is reached at the first inbound envelope or the first settlement
         first.proc.wait(timeout=60)
         assert first.proc.returncode == -signal.SIGKILL, f"{point} was never reached"
@@ -80,13 +81,8 @@ def test_kill_at_each_crash_point_then_resume(point: str, tmp_path: Path) -> Non
 
         second = _start(session, None)
         servers.append(second)
-        done = False
-        for _ in range(400):  # each round is a CLI round trip to the live session
-            _, rows = cli("status", "scout", session=session)
-            if rows["agents"][0]["task"]["state"] == "completed":
-                done = True
-                break
-        assert done, f"after a crash at {point} the scout's task never completed"
+        _, waited = cli("wait", task["task_id"], "--timeout", "60", session=session)
+        assert not waited["timed_out"], f"after a crash at {point} the task never completed"
         assert second.wait_for(
             lambda lines: (
                 any(x.get("kind") == "task_completion" for x in lines)
@@ -159,19 +155,15 @@ def test_kill_at_each_step_of_the_canonical_scenario(step: str, tmp_path: Path) 
         _, watch = cli("watch", task["task_id"], session=session)
         if step == "after_delegate":
             kill_and_restart()
-        state = ""
-        for _ in range(400):
-            _, rows = cli("status", "scout", session=session)
-            state = rows["agents"][0]["task"]["state"]
-            if (step == "while_waiting" and state == "waiting") or state == "completed":
-                break
-        if step in ("while_waiting", "after_completion"):
+        assert servers[-1].wait_story(task["task_id"], "waiting") or step == "after_delegate"
+        if step == "while_waiting":
             kill_and_restart()
-        for _ in range(400):
-            _, rows = cli("status", "scout", session=session)
-            if rows["agents"][0]["task"]["state"] == "completed":
-                break
-        assert rows["agents"][0]["task"]["state"] == "completed", step
+        cli("message", "planner", "go ahead", session=session)
+        if step == "after_completion":
+            cli("wait", task["task_id"], "--timeout", "60", session=session)
+            kill_and_restart()
+        _, waited = cli("wait", task["task_id"], "--timeout", "60", session=session)
+        assert not waited["timed_out"], step
         assert servers[-1].wait_for(
             lambda lines: any(
                 n["watcher_id"] == watch["watcher_id"]

@@ -14,11 +14,11 @@ from tests.processes.conftest import bridge_pids, cli, write_script
 
 pytestmark = pytest.mark.processes
 
-SLOW_PLANNER = {
+SLOW_PLANNER = {  # answers only after the test's go-ahead, which comes after the restart
     "steps": [
         {"await": "task"},
         {"await": "message"},
-        {"sleep": 2.0},
+        {"await": "message"},
         {"reply": {"text": "src/core"}},
         {"await": "any"},
     ]
@@ -52,23 +52,20 @@ def test_sigkill_the_parent_mid_scenario_and_resume(serve, scripts, tmp_path: Pa
     )
     _, quick = cli("delegate", "quick", "be quick", session=session)
     cli("watch", quick["task_id"], session=session)
+    cli("message", "quick", "finish now", session=session)
     assert first.wait_for(lambda lines: any(x.get("kind") == "task_completion" for x in lines))
     cli("delegate", "planner", "plan", session=session)
     _, task = cli("delegate", "scout", "map the code", session=session)
     _, watch = cli("watch", task["task_id"], session=session)
 
-    # wait until the scout is waiting on the (slow) planner, then kill the parent outright
-    for _ in range(200):
-        _, status = cli("status", "scout", session=session)
-        if status["agents"][0]["task"]["state"] == "waiting":
-            break
-    else:
-        pytest.fail("scout never started waiting")
+    # wait until the scout is waiting on the planner, then kill the parent outright
+    assert first.wait_story(task["task_id"], "waiting"), "scout never started waiting"
     bridges_before = sorted(bridge_pids(session))
     first.stop(signal.SIGKILL)
     assert len(bridges_before) >= 3
 
     second = serve(session)  # `shepherd serve --session-dir DIR` on the existing directory
+    cli("message", "planner", "go ahead and answer", session=session)
     assert second.wait_for(
         lambda lines: any(
             x.get("kind") == "task_completion"

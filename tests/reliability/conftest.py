@@ -9,12 +9,19 @@ recorded as junit properties and printed in pytest's terminal summary.
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from actors.sinks import CollectingSink
+from actors.supervisor import Supervisor
+from protocol.settings import Settings
 from tests.conftest import SeedRunner
 
 #: seeds per scenario in CI (the issue asks for at least 1,000)
@@ -59,3 +66,76 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for name, counts in REPORT.items():
         line = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
         terminalreporter.write_line(f"{name}: {line}")
+
+
+# ---------------------------------------------------------------------- a live supervisor
+
+
+@pytest.fixture
+def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Keep live-session pointers and settings files out of the user's home."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
+    return state
+
+
+@pytest.fixture
+def live_supervisor(
+    tmp_path: Path, isolated_state: Path
+) -> Iterator[Callable[..., tuple[Supervisor, CollectingSink]]]:
+    """Start an in-process :class:`Supervisor` (real mailbox, real child bridges); every one
+    started is shut down at the end, and no process of its session may remain."""
+    started: list[Supervisor] = []
+
+    def start(settings: Settings | None = None) -> tuple[Supervisor, CollectingSink]:
+        sink = CollectingSink()
+        n = len(started)
+        sup = Supervisor(
+            tmp_path / f"session{n}",
+            settings=settings,
+            sinks=[sink],
+            mailbox_root=tmp_path / f"mailbox{n}",
+        )
+        started.append(sup)
+        return sup, sink
+
+    yield start
+    for sup in started:
+        sup.shutdown()
+        left = session_pids(sup.session_id)
+        assert not left, f"processes of {sup.session_id} outlived shutdown: {left}"
+
+
+def session_pids(session_id: str) -> list[int]:
+    """Live processes whose environment names this session (bridges and whatever they ran)."""
+    found = []
+    marker = f"SHEPHERD_SESSION_ID={session_id}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if marker in environ and ") Z " not in stat:
+            found.append(int(entry))
+    return found
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 20.0, step: float = 0.02) -> bool:
+    """Poll ``predicate`` until it is truthy or ``timeout`` passes (real processes only)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return bool(predicate())
+
+
+def write_script(directory: Path, name: str, script: dict[str, Any]) -> str:
+    path = directory / f"{name}.json"
+    path.write_text(json.dumps(script))
+    return str(path)

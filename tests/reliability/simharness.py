@@ -452,9 +452,7 @@ class Harness:
         assert inbound == handed[PARENT_INBOX], (
             f"{handed[PARENT_INBOX]} envelopes handed to the parent inbox, broker handled {inbound}"
         )
-        to_parent = {
-            o.env.message_id for o in self.offers if o.inbox == PARENT_INBOX and o.copies
-        }
+        to_parent = {o.env.message_id for o in self.offers if o.inbox == PARENT_INBOX and o.copies}
         lost = to_parent - set(b._seen)
         assert not lost, f"accepted by the parent inbox, never handled: {lost}"
         assert b.duplicates == handed[PARENT_INBOX] - len(to_parent)
@@ -505,4 +503,3 @@ class Harness:
     def shutdown(self) -> None:
         self.sim.invariant_checks.clear()  # stopping every actor is not a lifecycle step
         self.s.shutdown()
-

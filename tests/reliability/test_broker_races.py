@@ -28,7 +28,7 @@ SEEDS = range(12)
 
 
 def _two_agents(seed: int, **delegate: object):  # type: ignore[no-untyped-def]
-    s, sink = new_session(seed)
+    s, _sink = new_session(seed)
     s.spawn("scout", script=IDLE)
     s.spawn("planner", script=IDLE)
     s.sim.run_all()
