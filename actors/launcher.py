@@ -36,12 +36,15 @@ __all__ = ["ChildProcess", "ProcessLauncher", "Reaper"]
 STOP_GRACE_S = 3.0
 
 
+_Watched = tuple["subprocess.Popen[bytes] | int", Callable[[int], None], str | None]
+
+
 class Reaper:
     """One thread that waits on the pidfds of every child and reports each exit once."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._watched: dict[int, tuple[subprocess.Popen[bytes] | int, Callable[[int], None]]] = {}
+        self._watched: dict[int, _Watched] = {}
         self._wake_r, self._wake_w = os.pipe()
         self._poll = select.poll()
         self._poll.register(self._wake_r, select.POLLIN)
