@@ -17,8 +17,6 @@ Every envelope from a child gets an honest ``ack`` (accepted, or refused with a 
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hmac
 from collections import OrderedDict
 from collections.abc import Callable
@@ -29,18 +27,21 @@ import pykka
 from loguru import logger
 
 from actors.agent import AgentActor, AgentSpec, Launcher
+from actors.broker_restore import restore_session
+from actors.broker_routing import RoutingMixin
+from actors.broker_rows import AgentEntry
+from actors.broker_stale import StaleWaitMixin
+from actors.broker_status import status_view
 from actors.journal import Journal
 from actors.messages import (
     AgentExited,
     AgentStateChanged,
     CloseAgent,
-    CloseRequest,
     Deliver,
     DeliveryFailed,
     Done,
     DoneOutcome,
     Inbound,
-    OpenRequest,
     ParentCall,
     RequestTimeout,
     Settle,
@@ -75,12 +76,10 @@ from protocol.envelopes import (
 )
 from protocol.errors import (
     AgentBusy,
-    DuplicateIds,
     ErrorInfo,
     ForbiddenSender,
     InvalidArgument,
     InvalidHandle,
-    MixedIds,
     ShepherdError,
 )
 from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
@@ -91,47 +90,15 @@ from protocol.journal import (
     Restore,
     WatcherRecord,
 )
-from protocol.notifications import AgentMessage, Notice, StaleWait, WaitCycle
-from protocol.requests import RequestRecord, RequestState, resolve
+from protocol.requests import RequestRecord, RequestState
 from protocol.settings import Settings
 from protocol.tasks import TaskEvent, TaskRecord, TaskResult, TaskState
-from protocol.waits import find_cycle
+from protocol.watching import resolve_watch_ids
 
-__all__ = ["AgentEntry", "BrokerActor"]
-
-
-class AgentEntry:
-    """The broker's row for one agent."""
-
-    __slots__ = (
-        "active_task",
-        "adapter",
-        "agent_id",
-        "capability",
-        "closed",
-        "exit_code",
-        "last_active_at",
-        "name",
-        "process_state",
-        "ref",
-    )
-
-    def __init__(
-        self, agent_id: str, name: str, adapter: str, capability: str, ref: pykka.ActorRef[Any]
-    ) -> None:
-        self.agent_id = agent_id
-        self.name = name
-        self.adapter = adapter
-        self.capability = capability
-        self.ref = ref
-        self.active_task: str | None = None
-        self.closed = False
-        self.process_state = "starting"
-        self.exit_code: int | None = None
-        self.last_active_at: float | None = None
+__all__ = ["AgentEntry", "BrokerActor"]  # AgentEntry re-exported from broker_rows
 
 
-class BrokerActor(ShepherdActor):
+class BrokerActor(RoutingMixin, StaleWaitMixin, ShepherdActor):
     def __init__(
         self,
         session_id: str,
@@ -201,101 +168,7 @@ class BrokerActor(ShepherdActor):
             self._restore_from(restore)
 
     def _restore_from(self, restore: Restore) -> None:
-        """Rebuild the session after a parent restart: settled results stay settled, open
-        tasks resume (their agents' bridges are adopted, not restarted), watchers deliver
-        only what they had not delivered."""
-        st = restore.state
-        for task_id, record in st.tasks.items():
-            self.tasks[task_id] = record
-            if record.terminal and record.result is not None:
-                self.results[task_id] = record.result
-        self.requests.update(st.requests)
-        self.prompts.update(st.prompts)
-        now = self.clock.now()
-        for request in st.requests.values():
-            if request.pending and request.deadline_at is not None:
-                request_id = request.request_id
-                self._request_timers[request_id] = self.clock.call_later(
-                    max(0.0, request.deadline_at - now),
-                    functools.partial(
-                        tell_quietly, self.actor_ref, RequestTimeout(request_id=request_id)
-                    ),
-                )
-        for agent_id, rec in st.agents.items():
-            exit_record = st.exits.get(agent_id)
-            spec = AgentSpec(
-                agent_id=agent_id,
-                name=rec.name,
-                session_id=self.session_id,
-                capability=rec.capability,
-                adapter=rec.adapter,
-                options=rec.options,
-            )
-            self._agent_records[agent_id] = rec
-            agent_ref = self.runtime.spawn(
-                AgentActor,
-                spec,
-                self._launcher,
-                self._transport,
-                self.actor_ref,
-                self.settings.output_lines,
-                exit_record is None,  # adopt the running bridge, never start a second one
-                rec.pid,
-                exit_record is not None,
-            )
-            entry = AgentEntry(agent_id, rec.name, rec.adapter, rec.capability, agent_ref)
-            if exit_record is not None:
-                entry.closed = True
-                entry.process_state = "exited"
-                entry.exit_code = exit_record.exit_code
-            entry.last_active_at = now
-            self.agents[agent_id] = entry
-            self.names[rec.name] = agent_id
-            self._observe(WatchdogAgent(agent_id=agent_id, name=rec.name, at=now))
-        for task_id, record in st.tasks.items():
-            if record.terminal:
-                continue
-            task_ref = self.runtime.spawn(
-                TaskActor, record, self.actor_ref, self._journal, self._notes
-            )
-            self._task_refs[task_id] = task_ref
-            owner = self.agents.get(record.agent_id)
-            if owner is None or owner.closed:
-                tell_quietly(
-                    task_ref,
-                    Settle(
-                        event=TaskEvent.FAIL, error="the agent was gone when the parent restarted"
-                    ),
-                )
-                continue
-            owner.active_task = task_id
-            self._track_waiting(record)
-            # same envelope id as before: the agent's inbox drops it if it already had it
-            owner.ref.tell(Deliver(envelope=self._task_envelope(record)))
-        for watcher in st.watchers.values():
-            delivered = restore.delivered.get(watcher.watcher_id, set())
-            pending = tuple(t for t in watcher.ids if t not in delivered)
-            if not pending:
-                continue
-            watcher_ref = self.runtime.spawn(
-                WatcherActor,
-                watcher.watcher_id,
-                watcher.ids,
-                pending,
-                self._sink,
-                self.actor_ref,
-                self.settings.coalesce_ms / 1000.0,
-            )
-            self._watchers[watcher.watcher_id] = watcher_ref
-            for task_id in pending:
-                if task_id in self.results:  # settled, never delivered: deliver it now, once
-                    tell_quietly(watcher_ref, WatchDeliver(result=self.results[task_id]))
-                else:
-                    self._subscriptions.setdefault(task_id, []).append(watcher_ref)
-        self._story(
-            f"session restored: {len(self.agents)} agents, {len(self.results)} settled, "
-            f"{len(self._task_refs)} open tasks, {len(self._watchers)} watchers"
-        )
+        restore_session(self, restore)
 
     # ------------------------------------------------------------------ dispatch
 
@@ -671,106 +544,10 @@ class BrokerActor(ShepherdActor):
             rc=result.return_code,
         )
 
-    # ------------------------------------------------------------------ stale waits
-
-    def _track_waiting(self, record: TaskRecord) -> None:
-        """Keep one stale-wait timer per *waiting episode*; none while nothing waits."""
-        task_id = record.task_id
-        since = record.waiting_since
-        if record.state is TaskState.WAITING and since is not None:
-            if task_id in self._stale_timers and self._stale_timers[task_id][0] == since:
-                return
-            self._cancel_stale(task_id)
-            delay = since + self.settings.stale_wait_threshold_s - self.clock.now()
-            handle = self.clock.call_later(
-                max(0.0, delay),
-                lambda: tell_quietly(
-                    self.actor_ref, StaleDue(task_id=task_id, waiting_since=since)
-                ),
-            )
-            self._stale_timers[task_id] = (since, handle)
-        else:
-            self._cancel_stale(task_id)
-            self._stale_notified.pop(task_id, None)  # a reply (or settlement) ends the episode
-
-    def _cancel_stale(self, task_id: str) -> None:
-        entry = self._stale_timers.pop(task_id, None)
-        if entry is not None:
-            entry[1].cancel()
-
-    def _stale_due(self, task_id: str, since: float) -> None:
-        entry = self._stale_timers.get(task_id)
-        if entry is not None and entry[0] == since:
-            del self._stale_timers[task_id]
-        record = self.tasks.get(task_id)
-        if (
-            record is None
-            or record.state is not TaskState.WAITING
-            or record.waiting_since != since
-            or self._stale_notified.get(task_id) == since
-            or not record.pending_requests
-        ):
-            return
-        request = self.requests.get(record.pending_requests[0])
-        if request is None:
-            return
-        self._stale_notified[task_id] = since
-        recipient = self.agents.get(request.target_id)
-        if request.target_id == PARENT_ID:
-            recipient_status = "the parent"
-        elif recipient is None:
-            recipient_status = "unknown"
-        else:
-            recipient_status = recipient.process_state + (" (closed)" if recipient.closed else "")
-        now = self.clock.now()
-        self._story(
-            f"{self._name(record.agent_id)}: task {task_id} stale (waiting {now - since:.0f}s)"
-        )
-        self._sink(
-            StaleWait(
-                created_at=now,
-                task_id=task_id,
-                agent_id=record.agent_id,
-                agent_name=self._name(record.agent_id),
-                description=record.description,
-                waiting_since=since,
-                age_s=now - since,
-                request_id=request.request_id,
-                question=request.question,
-                recipient_id=request.target_id,
-                recipient_name=self._name(request.target_id),
-                recipient_status=recipient_status,
-            )
-        )
-
     # ------------------------------------------------------------------ watch
 
     def _watch(self, raw_ids: tuple[str, ...], sink: Any = None) -> api.WatchResult:
-        if not raw_ids:
-            raise InvalidArgument("watch needs at least one task id")
-        ids: list[str] = []
-        kinds: set[IdKind] = set()
-        for raw in raw_ids:
-            value = raw.strip() if isinstance(raw, str) else raw
-            kind = kind_of(value) if isinstance(value, str) else None
-            if kind is None:
-                raise InvalidHandle(f"{raw!r} is not a task id")
-            if kind not in (IdKind.TASK, IdKind.PROMPT):
-                raise InvalidHandle(f"{value} is a {kind.value} id; watch takes task ids")
-            if value in ids:
-                raise DuplicateIds(f"{value} is named more than once")
-            if kind is IdKind.TASK and value not in self.tasks:
-                raise InvalidHandle(f"no task {value} in this session")
-            if kind is IdKind.PROMPT:
-                if value not in self.prompts:
-                    raise InvalidHandle(f"no prompt {value} in this session")
-                value = self.prompts[value]  # a prompt id means its task, and nothing else
-                if value in ids:
-                    raise DuplicateIds(f"{raw} names task {value} twice")
-            kinds.add(kind)
-            ids.append(value)
-        if len(kinds) > 1:
-            raise MixedIds("one call cannot mix task ids and prompt ids")
+        ids = list(resolve_watch_ids(raw_ids, self.tasks, self.prompts))
         watcher_id = self.runtime.ids.new(IdKind.WATCHER)
         completed = tuple(self.results[t] for t in ids if t in self.results)
         pending = tuple(t for t in ids if t not in self.results)
@@ -931,333 +708,10 @@ class BrokerActor(ShepherdActor):
         if waiter is not None:
             waiter.set(None)
 
-    # ------------------------------------------------------------------ messages
-
-    def _parent_message(self, args: api.MessageArgs) -> api.MessageResult:
-        if not args.message.strip():
-            raise InvalidArgument("message text is empty")
-        now = self.clock.now()
-        common: dict[str, Any] = {
-            "message_id": self.runtime.ids.new(IdKind.MESSAGE),
-            "session_id": self.session_id,
-            "sender_id": PARENT_ID,
-            "target_id": args.target,
-            "created_at": now,
-            "content": args.message,
-            "task_id": args.task_id,
-            "thread_id": args.thread_id,
-            "delivery": "steer" if args.steer else "follow_up",
-        }
-        env: MessageEnvelope | ReplyEnvelope
-        if args.reply_to is not None:
-            env = ReplyEnvelope(reply_to=args.reply_to, **common)
-        else:
-            env = MessageEnvelope(
-                expects_reply=args.expects_reply, reply_timeout_s=args.reply_timeout_s, **common
-            )
-        self._seen[env.message_id] = None
-        return self._route(PARENT_ID, env)
-
-    def _route(self, sender_id: str, env: MessageEnvelope | ReplyEnvelope) -> api.MessageResult:
-        sender_name = PARENT_ID if sender_id == PARENT_ID else self.agents[sender_id].name
-        if isinstance(env, ReplyEnvelope):
-            return self._route_reply(sender_id, sender_name, env)
-        target_id = self._resolve_target(env.target_id)
-        if target_id == sender_id:
-            raise InvalidArgument("an agent cannot message itself")
-        task_id = env.task_id
-        if task_id is not None:
-            owner = self.tasks.get(task_id)
-            if owner is None:
-                raise InvalidHandle(f"no task {task_id} in this session")
-            if sender_id not in (PARENT_ID, owner.agent_id):
-                raise ForbiddenSender(f"task {task_id} belongs to another agent")
-        elif sender_id != PARENT_ID:
-            task_id = self.agents[sender_id].active_task
-        request_id: str | None = None
-        if env.expects_reply and env.message_id in self.requests:
-            request_id = env.message_id  # seen before a parent restart: already open
-        elif env.expects_reply:
-            request_id = self._open_request(sender_id, target_id, env, task_id)
-        forwarded = msgspec.structs.replace(
-            env, target_id=target_id, task_id=task_id, sender_name=sender_name, capability=""
-        )
-        self._forward(target_id, forwarded)
-        return api.MessageResult(message_id=env.message_id, accepted=True, request_id=request_id)
-
-    def _resolve_target(self, target: str) -> str:
-        if target == PARENT_ID:
-            return PARENT_ID
-        return self._agent(target, live=True).agent_id
-
-    def _route_reply(
-        self, sender_id: str, sender_name: str, env: ReplyEnvelope
-    ) -> api.MessageResult:
-        request = self.requests.get(env.reply_to)
-        if request is None:
-            raise InvalidHandle(f"no request {env.reply_to} in this session")
-        if request.target_id != sender_id:
-            raise ForbiddenSender(
-                f"request {env.reply_to} was sent to {self._name(request.target_id)}; "
-                f"only it can reply"
-            )
-        given = (
-            self._resolve_target(env.target_id)
-            if env.target_id != request.sender_id
-            else request.sender_id
-        )
-        if given != request.sender_id:
-            raise InvalidArgument(
-                f"request {env.reply_to} came from {self._name(request.sender_id)}; "
-                "a reply goes back to its sender"
-            )
-        state_before = request.state
-        late = not request.pending
-        if not late:
-            self._close_request(request.request_id, RequestState.REPLIED, reply_id=env.message_id)
-        forwarded = msgspec.structs.replace(
-            env,
-            target_id=request.sender_id,
-            task_id=request.task_id,
-            thread_id=env.thread_id or request.thread_id,
-            sender_name=sender_name,
-            late=late,
-            capability="",
-        )
-        if request.sender_id == PARENT_ID or not self.agents[request.sender_id].closed:
-            self._forward(request.sender_id, forwarded)
-        else:
-            raise InvalidHandle(
-                f"{self._name(request.sender_id)} is closed; the reply cannot be delivered"
-            )
-        return api.MessageResult(
-            message_id=env.message_id,
-            accepted=True,
-            request_id=request.request_id,
-            request_state=state_before.value,
-        )
-
-    def _name(self, agent_id: str) -> str:
-        entry = self.agents.get(agent_id)
-        return entry.name if entry else agent_id
-
-    def _forward(self, target_id: str, env: MessageEnvelope | ReplyEnvelope) -> None:
-        if target_id == PARENT_ID:
-            self._sink(
-                AgentMessage(
-                    created_at=self.clock.now(),
-                    message_id=env.message_id,
-                    sender_id=env.sender_id,
-                    sender_name=env.sender_name,
-                    content=env.content,
-                    task_id=env.task_id,
-                    thread_id=env.thread_id,
-                    expects_reply=isinstance(env, MessageEnvelope) and env.expects_reply,
-                    reply_to=env.reply_to if isinstance(env, ReplyEnvelope) else None,
-                )
-            )
-            return
-        self.agents[target_id].ref.tell(Deliver(envelope=env))
-        self._observe(
-            WatchdogInstruction(
-                agent_id=target_id,
-                kind="reply" if isinstance(env, ReplyEnvelope) else "message",
-                text=env.content,
-                task_id=self.agents[target_id].active_task,
-                at=self.clock.now(),
-            )
-        )
-
-    # ------------------------------------------------------------------ requests
-
-    def _open_request(
-        self, sender_id: str, target_id: str, env: MessageEnvelope, task_id: str | None
-    ) -> str:
-        cycle = find_cycle(
-            [(r.sender_id, r.target_id) for r in self.requests.values() if r.pending],
-            (sender_id, target_id),
-        )
-        now = self.clock.now()
-        timeout = (
-            env.reply_timeout_s
-            if env.reply_timeout_s is not None
-            else self.settings.default_reply_timeout_s
-        )
-        record = RequestRecord(
-            request_id=env.message_id,
-            sender_id=sender_id,
-            target_id=target_id,
-            created_at=now,
-            question=env.content,
-            task_id=task_id,
-            thread_id=env.thread_id,
-            deadline_at=now + timeout if timeout is not None else None,
-        )
-        self.requests[record.request_id] = record
-        self._journal.append(record)
-        if task_id is not None and self._notes is not None:
-            with contextlib.suppress(OSError):
-                self._notes.append(
-                    task_id, f"asked {self._name(target_id)} ({record.request_id}): {env.content}"
-                )
-        if cycle is not None:
-            self._report_cycle(record.request_id, cycle)
-        self._story(
-            f"{self._name(sender_id)} asks {self._name(target_id)} (request {record.request_id})"
-        )
-        if timeout is not None:
-            request_id = record.request_id
-            self._request_timers[request_id] = self.clock.call_later(
-                timeout, lambda: tell_quietly(self.actor_ref, RequestTimeout(request_id=request_id))
-            )
-        if task_id is not None and task_id not in self.results:
-            ref = self._task_refs.get(task_id)
-            if ref is not None:
-                tell_quietly(ref, OpenRequest(request_id=record.request_id))
-        return record.request_id
-
-    def _report_cycle(self, request_id: str, cycle: list[str]) -> None:
-        names = tuple(self._name(a) for a in cycle)
-        self._story(f"wait cycle: {' -> '.join(names)}")
-        self._sink(
-            WaitCycle(
-                created_at=self.clock.now(),
-                request_id=request_id,
-                cycle=names,
-                agent_ids=tuple(cycle),
-            )
-        )
-        if cycle[0] != PARENT_ID:
-            self._send_notice(
-                cycle[0],
-                "wait_cycle",
-                f"Your request {request_id} closes a wait cycle {' -> '.join(names)}: "
-                "nobody in it can answer while waiting. Answer the pending question you hold, "
-                "or report blocked.",
-                request_id,
-            )
-
-    def _close_request(
-        self,
-        request_id: str,
-        state: RequestState,
-        *,
-        notify_sender: bool = False,
-        reply_id: str | None = None,
-        why: str | None = None,
-    ) -> None:
-        record = self.requests.get(request_id)
-        if record is None:
-            return
-        closed, changed = resolve(record, state, self.clock.now(), reply_id=reply_id)
-        if not changed:
-            return
-        self.requests[request_id] = closed
-        self._journal.append(closed)
-        self._story(f"request {request_id} {state.value}")
-        timer = self._request_timers.pop(request_id, None)
-        if timer is not None:
-            timer.cancel()
-        if closed.task_id is not None:
-            ref = self._task_refs.get(closed.task_id)
-            if ref is not None:
-                tell_quietly(ref, CloseRequest(request_id=request_id))
-        if notify_sender and state is not RequestState.REPLIED:
-            text = (
-                f"Your request {request_id} to {self._name(closed.target_id)} was "
-                f"{state.value.replace('_', ' ')}" + (f": {why}" if why else ".")
-            )
-            if closed.sender_id == PARENT_ID:
-                self._sink(
-                    Notice(
-                        created_at=self.clock.now(),
-                        code=f"request_{state.value}",
-                        text=text,
-                        refs=(request_id,),
-                    )
-                )
-            else:
-                self._send_notice(closed.sender_id, f"request_{state.value}", text, request_id)
-
-    def _delivery_failed(self, msg: DeliveryFailed) -> None:
-        env = msg.envelope
-        if isinstance(env, TaskEnvelope):
-            self._settle_task_now(
-                env.task_id, TaskEvent.FAIL, f"task could not be delivered: {msg.error.message}"
-            )
-        elif isinstance(env, MessageEnvelope | ReplyEnvelope):
-            if env.sender_id == PARENT_ID:
-                self._sink(
-                    Notice(
-                        created_at=self.clock.now(),
-                        code="not_delivered",
-                        text=f"message {env.message_id} to {self._name(env.target_id)} "
-                        f"could not be delivered: {msg.error.message}",
-                        refs=(env.message_id,),
-                    )
-                )
-            else:
-                self._send_notice(
-                    env.sender_id,
-                    "not_delivered",
-                    f"message {env.message_id} could not be delivered: {msg.error.message}",
-                    env.message_id,
-                )
-            if isinstance(env, MessageEnvelope) and env.expects_reply:
-                self._close_request(env.message_id, RequestState.CANCELLED, notify_sender=False)
-
     # ------------------------------------------------------------------ status
 
     def _status(self, handle: str | None) -> api.StatusResult:
-        now = self.clock.now()
-        entries = [self._agent(handle)] if handle else list(self.agents.values())
-        rows = []
-        for entry in entries:
-            task_status = None
-            task_id = entry.active_task or self._last_task_of(entry.agent_id)
-            if task_id is not None:
-                record = self.tasks[task_id]
-                pending = tuple(
-                    self.requests[r] for r in record.pending_requests if r in self.requests
-                )
-                waiting_age = (
-                    now - record.waiting_since if record.waiting_since is not None else None
-                )
-                task_status = api.TaskStatus(
-                    task_id=task_id,
-                    state=record.state,
-                    description=record.description,
-                    created_at=record.created_at,
-                    waiting_since=record.waiting_since,
-                    waiting_age_s=waiting_age,
-                    pending_requests=pending,
-                    stale=record.waiting_since is not None
-                    and (
-                        self._stale_notified.get(task_id) == record.waiting_since
-                        or (waiting_age or 0.0) >= self.settings.stale_wait_threshold_s
-                    ),
-                    result=self.results.get(task_id),
-                )
-            rows.append(
-                api.AgentStatus(
-                    agent_id=entry.agent_id,
-                    name=entry.name,
-                    adapter=entry.adapter,
-                    process_state=entry.process_state,  # type: ignore[arg-type]
-                    closed=entry.closed,
-                    task=task_status,
-                    last_active_at=entry.last_active_at,
-                    exit_code=entry.exit_code,
-                )
-            )
-        return api.StatusResult(session_id=self.session_id, now=now, agents=tuple(rows))
-
-    def _last_task_of(self, agent_id: str) -> str | None:
-        last = None
-        for task_id, record in self.tasks.items():
-            if record.agent_id == agent_id:
-                last = task_id
-        return last
+        return status_view(self, handle)
 
     def read_ref(self, handle: str) -> pykka.ActorRef[Any]:
         return self._agent(handle).ref

@@ -1,0 +1,354 @@
+"""Message routing and the request table: the broker's messaging half (seed 002 phase 6).
+
+A message goes from its sender, through the parent, to its target (an agent or the parent's
+sink). ``expects_reply`` opens a request — journaled, with an optional reply deadline — and
+puts the sender's task in ``waiting``; a request that closes a cycle of agents waiting on each
+other is reported at once. A reply closes the request (only its target may reply); a late or
+second reply is delivered as content and changes nothing. Mixed into :class:`BrokerActor`,
+whose state it uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import pykka
+
+from actors.broker_rows import AgentEntry
+from actors.clock import Clock
+from actors.journal import Journal
+from actors.messages import (
+    CloseRequest,
+    Deliver,
+    DeliveryFailed,
+    OpenRequest,
+    RequestTimeout,
+    WatchdogInstruction,
+)
+from actors.notes import TaskNotes
+from actors.runtime import Runtime, tell_quietly
+from actors.sinks import GuardedSink
+from protocol import api
+from protocol.envelopes import MessageEnvelope, ReplyEnvelope, TaskEnvelope
+from protocol.errors import ForbiddenSender, InvalidArgument, InvalidHandle
+from protocol.ids import PARENT_ID, IdKind
+from protocol.notifications import AgentMessage, Notice, WaitCycle
+from protocol.requests import RequestRecord, RequestState, resolve
+from protocol.settings import Settings
+from protocol.tasks import TaskEvent, TaskRecord, TaskResult
+from protocol.waits import find_cycle
+
+__all__ = ["RoutingMixin"]
+
+
+class RoutingMixin:
+    # The broker's state and helpers these methods use (defined by BrokerActor).
+    if TYPE_CHECKING:
+        session_id: str
+        settings: Settings
+        agents: dict[str, AgentEntry]
+        names: dict[str, str]
+        tasks: dict[str, TaskRecord]
+        results: dict[str, TaskResult]
+        requests: dict[str, RequestRecord]
+        prompts: dict[str, str]
+        _task_refs: dict[str, pykka.ActorRef[Any]]
+        _request_timers: dict[str, Any]
+        _stale_timers: dict[str, Any]
+        _stale_notified: dict[str, float]
+        _seen: OrderedDict[str, None]
+        _sink: GuardedSink
+        _journal: Journal
+        _notes: TaskNotes | None
+        _log: Any
+
+        @property
+        def clock(self) -> Clock: ...
+
+        runtime: Runtime
+
+        @property
+        def actor_ref(self) -> pykka.ActorRef[Any]: ...
+        def _agent(self, handle: str, *, live: bool = False) -> AgentEntry: ...
+        def _story(self, text: str) -> None: ...
+        def _observe(self, message: Any) -> None: ...
+        def _send_notice(self, agent_id: str, code: str, text: str, ref_id: str | None) -> None: ...
+        def _settle_task_now(self, task_id: str, event: TaskEvent, why: str) -> None: ...
+
+    # ------------------------------------------------------------------ messages
+
+    def _parent_message(self, args: api.MessageArgs) -> api.MessageResult:
+        if not args.message.strip():
+            raise InvalidArgument("message text is empty")
+        now = self.clock.now()
+        common: dict[str, Any] = {
+            "message_id": self.runtime.ids.new(IdKind.MESSAGE),
+            "session_id": self.session_id,
+            "sender_id": PARENT_ID,
+            "target_id": args.target,
+            "created_at": now,
+            "content": args.message,
+            "task_id": args.task_id,
+            "thread_id": args.thread_id,
+            "delivery": "steer" if args.steer else "follow_up",
+        }
+        env: MessageEnvelope | ReplyEnvelope
+        if args.reply_to is not None:
+            env = ReplyEnvelope(reply_to=args.reply_to, **common)
+        else:
+            env = MessageEnvelope(
+                expects_reply=args.expects_reply, reply_timeout_s=args.reply_timeout_s, **common
+            )
+        self._seen[env.message_id] = None
+        return self._route(PARENT_ID, env)
+
+    def _route(self, sender_id: str, env: MessageEnvelope | ReplyEnvelope) -> api.MessageResult:
+        sender_name = PARENT_ID if sender_id == PARENT_ID else self.agents[sender_id].name
+        if isinstance(env, ReplyEnvelope):
+            return self._route_reply(sender_id, sender_name, env)
+        target_id = self._resolve_target(env.target_id)
+        if target_id == sender_id:
+            raise InvalidArgument("an agent cannot message itself")
+        task_id = env.task_id
+        if task_id is not None:
+            owner = self.tasks.get(task_id)
+            if owner is None:
+                raise InvalidHandle(f"no task {task_id} in this session")
+            if sender_id not in (PARENT_ID, owner.agent_id):
+                raise ForbiddenSender(f"task {task_id} belongs to another agent")
+        elif sender_id != PARENT_ID:
+            task_id = self.agents[sender_id].active_task
+        request_id: str | None = None
+        if env.expects_reply and env.message_id in self.requests:
+            request_id = env.message_id  # seen before a parent restart: already open
+        elif env.expects_reply:
+            request_id = self._open_request(sender_id, target_id, env, task_id)
+        forwarded = msgspec.structs.replace(
+            env, target_id=target_id, task_id=task_id, sender_name=sender_name, capability=""
+        )
+        self._forward(target_id, forwarded)
+        return api.MessageResult(message_id=env.message_id, accepted=True, request_id=request_id)
+
+    def _resolve_target(self, target: str) -> str:
+        if target == PARENT_ID:
+            return PARENT_ID
+        return self._agent(target, live=True).agent_id
+
+    def _route_reply(
+        self, sender_id: str, sender_name: str, env: ReplyEnvelope
+    ) -> api.MessageResult:
+        request = self.requests.get(env.reply_to)
+        if request is None:
+            raise InvalidHandle(f"no request {env.reply_to} in this session")
+        if request.target_id != sender_id:
+            raise ForbiddenSender(
+                f"request {env.reply_to} was sent to {self._name(request.target_id)}; "
+                f"only it can reply"
+            )
+        given = (
+            self._resolve_target(env.target_id)
+            if env.target_id != request.sender_id
+            else request.sender_id
+        )
+        if given != request.sender_id:
+            raise InvalidArgument(
+                f"request {env.reply_to} came from {self._name(request.sender_id)}; "
+                "a reply goes back to its sender"
+            )
+        state_before = request.state
+        late = not request.pending
+        if not late:
+            self._close_request(request.request_id, RequestState.REPLIED, reply_id=env.message_id)
+        forwarded = msgspec.structs.replace(
+            env,
+            target_id=request.sender_id,
+            task_id=request.task_id,
+            thread_id=env.thread_id or request.thread_id,
+            sender_name=sender_name,
+            late=late,
+            capability="",
+        )
+        if request.sender_id == PARENT_ID or not self.agents[request.sender_id].closed:
+            self._forward(request.sender_id, forwarded)
+        else:
+            raise InvalidHandle(
+                f"{self._name(request.sender_id)} is closed; the reply cannot be delivered"
+            )
+        return api.MessageResult(
+            message_id=env.message_id,
+            accepted=True,
+            request_id=request.request_id,
+            request_state=state_before.value,
+        )
+
+    def _name(self, agent_id: str) -> str:
+        entry = self.agents.get(agent_id)
+        return entry.name if entry else agent_id
+
+    def _forward(self, target_id: str, env: MessageEnvelope | ReplyEnvelope) -> None:
+        if target_id == PARENT_ID:
+            self._sink(
+                AgentMessage(
+                    created_at=self.clock.now(),
+                    message_id=env.message_id,
+                    sender_id=env.sender_id,
+                    sender_name=env.sender_name,
+                    content=env.content,
+                    task_id=env.task_id,
+                    thread_id=env.thread_id,
+                    expects_reply=isinstance(env, MessageEnvelope) and env.expects_reply,
+                    reply_to=env.reply_to if isinstance(env, ReplyEnvelope) else None,
+                )
+            )
+            return
+        self.agents[target_id].ref.tell(Deliver(envelope=env))
+        self._observe(
+            WatchdogInstruction(
+                agent_id=target_id,
+                kind="reply" if isinstance(env, ReplyEnvelope) else "message",
+                text=env.content,
+                task_id=self.agents[target_id].active_task,
+                at=self.clock.now(),
+            )
+        )
+
+    # ------------------------------------------------------------------ requests
+
+    def _open_request(
+        self, sender_id: str, target_id: str, env: MessageEnvelope, task_id: str | None
+    ) -> str:
+        cycle = find_cycle(
+            [(r.sender_id, r.target_id) for r in self.requests.values() if r.pending],
+            (sender_id, target_id),
+        )
+        now = self.clock.now()
+        timeout = (
+            env.reply_timeout_s
+            if env.reply_timeout_s is not None
+            else self.settings.default_reply_timeout_s
+        )
+        record = RequestRecord(
+            request_id=env.message_id,
+            sender_id=sender_id,
+            target_id=target_id,
+            created_at=now,
+            question=env.content,
+            task_id=task_id,
+            thread_id=env.thread_id,
+            deadline_at=now + timeout if timeout is not None else None,
+        )
+        self.requests[record.request_id] = record
+        self._journal.append(record)
+        if task_id is not None and self._notes is not None:
+            with contextlib.suppress(OSError):
+                self._notes.append(
+                    task_id, f"asked {self._name(target_id)} ({record.request_id}): {env.content}"
+                )
+        if cycle is not None:
+            self._report_cycle(record.request_id, cycle)
+        self._story(
+            f"{self._name(sender_id)} asks {self._name(target_id)} (request {record.request_id})"
+        )
+        if timeout is not None:
+            request_id = record.request_id
+            self._request_timers[request_id] = self.clock.call_later(
+                timeout, lambda: tell_quietly(self.actor_ref, RequestTimeout(request_id=request_id))
+            )
+        if task_id is not None and task_id not in self.results:
+            ref = self._task_refs.get(task_id)
+            if ref is not None:
+                tell_quietly(ref, OpenRequest(request_id=record.request_id))
+        return record.request_id
+
+    def _report_cycle(self, request_id: str, cycle: list[str]) -> None:
+        names = tuple(self._name(a) for a in cycle)
+        self._story(f"wait cycle: {' -> '.join(names)}")
+        self._sink(
+            WaitCycle(
+                created_at=self.clock.now(),
+                request_id=request_id,
+                cycle=names,
+                agent_ids=tuple(cycle),
+            )
+        )
+        if cycle[0] != PARENT_ID:
+            self._send_notice(
+                cycle[0],
+                "wait_cycle",
+                f"Your request {request_id} closes a wait cycle {' -> '.join(names)}: "
+                "nobody in it can answer while waiting. Answer the pending question you hold, "
+                "or report blocked.",
+                request_id,
+            )
+
+    def _close_request(
+        self,
+        request_id: str,
+        state: RequestState,
+        *,
+        notify_sender: bool = False,
+        reply_id: str | None = None,
+        why: str | None = None,
+    ) -> None:
+        record = self.requests.get(request_id)
+        if record is None:
+            return
+        closed, changed = resolve(record, state, self.clock.now(), reply_id=reply_id)
+        if not changed:
+            return
+        self.requests[request_id] = closed
+        self._journal.append(closed)
+        self._story(f"request {request_id} {state.value}")
+        timer = self._request_timers.pop(request_id, None)
+        if timer is not None:
+            timer.cancel()
+        if closed.task_id is not None:
+            ref = self._task_refs.get(closed.task_id)
+            if ref is not None:
+                tell_quietly(ref, CloseRequest(request_id=request_id))
+        if notify_sender and state is not RequestState.REPLIED:
+            text = (
+                f"Your request {request_id} to {self._name(closed.target_id)} was "
+                f"{state.value.replace('_', ' ')}" + (f": {why}" if why else ".")
+            )
+            if closed.sender_id == PARENT_ID:
+                self._sink(
+                    Notice(
+                        created_at=self.clock.now(),
+                        code=f"request_{state.value}",
+                        text=text,
+                        refs=(request_id,),
+                    )
+                )
+            else:
+                self._send_notice(closed.sender_id, f"request_{state.value}", text, request_id)
+
+    def _delivery_failed(self, msg: DeliveryFailed) -> None:
+        env = msg.envelope
+        if isinstance(env, TaskEnvelope):
+            self._settle_task_now(
+                env.task_id, TaskEvent.FAIL, f"task could not be delivered: {msg.error.message}"
+            )
+        elif isinstance(env, MessageEnvelope | ReplyEnvelope):
+            if env.sender_id == PARENT_ID:
+                self._sink(
+                    Notice(
+                        created_at=self.clock.now(),
+                        code="not_delivered",
+                        text=f"message {env.message_id} to {self._name(env.target_id)} "
+                        f"could not be delivered: {msg.error.message}",
+                        refs=(env.message_id,),
+                    )
+                )
+            else:
+                self._send_notice(
+                    env.sender_id,
+                    "not_delivered",
+                    f"message {env.message_id} could not be delivered: {msg.error.message}",
+                    env.message_id,
+                )
+            if isinstance(env, MessageEnvelope) and env.expects_reply:
+                self._close_request(env.message_id, RequestState.CANCELLED, notify_sender=False)
