@@ -53,12 +53,12 @@ from typing import Literal
 import msgspec
 from loguru import logger
 
+from actors.mailbox_inotify import default_waker
 from actors.mailbox_watch import (
     DEFAULT_DEBOUNCE_MS,
     DEFAULT_STEP_MS,
     Receiver,
     WakerFactory,
-    watchfiles_waker,
 )
 from actors.transport import PARENT_INBOX, Handler, Subscription
 from protocol.envelopes import AnyEnvelope, decode_envelope, encode_envelope, validate_addresses
@@ -232,7 +232,7 @@ class Mailbox:
         self._now_ns = now_ns
         self._receiver = Receiver(
             self._drain,
-            waker_factory or watchfiles_waker(debounce_ms=debounce_ms, step_ms=step_ms),
+            waker_factory or default_waker(debounce_ms=debounce_ms, step_ms=step_ms),
             settings.fallback_poll_s,
         )
         self._lock = threading.Lock()

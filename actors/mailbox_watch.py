@@ -31,6 +31,7 @@ Its loop sleeps ``step_ms``, returns once the change set stopped growing for one
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -73,6 +74,40 @@ class Wake:
     dirs: frozenset[str] = field(default_factory=frozenset)
     timed_out: bool = False
     interrupted: bool = False
+
+
+class InterruptEvent(threading.Event):
+    """A ``threading.Event`` that is also a file descriptor: ``set`` writes a byte to a pipe,
+    so a waker blocked in ``poll`` (the inotify one) wakes at once instead of polling the flag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fds_lock = threading.Lock()
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def fileno(self) -> int:
+        return self._r
+
+    def set(self) -> None:
+        super().set()
+        with self._fds_lock, contextlib.suppress(OSError):  # full (already readable) or closed
+            if self._w >= 0:
+                os.write(self._w, b"x")
+
+    def clear(self) -> None:
+        super().clear()
+        with self._fds_lock, contextlib.suppress(OSError):
+            while self._r >= 0 and os.read(self._r, 4096):
+                pass
+
+    def close(self) -> None:
+        """Release the pipe (once: a closed descriptor number may already be someone else's)."""
+        with self._fds_lock:
+            fds, self._r, self._w = (self._r, self._w), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 class Waker(Protocol):
@@ -196,7 +231,7 @@ class Receiver:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._stop = threading.Event()
-        self._interrupt = threading.Event()  # close, a change of keys, or a drain request
+        self._interrupt = InterruptEvent()  # close, a change of keys, or a drain request
         self._dirs: dict[str, str] = {}
         self._generation = 0
         self._drain_requested = 0
@@ -262,6 +297,9 @@ class Receiver:
             thread.join(timeout_s)
             if thread.is_alive():
                 logger.error("mailbox: receiver thread did not stop (a handler is blocked)")
+                return
+        if thread is None or not thread.is_alive():
+            self._interrupt.close()
 
     def _run(self) -> None:
         try:
