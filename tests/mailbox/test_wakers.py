@@ -1,0 +1,102 @@
+"""Both wakers behave the same behind the Waker protocol: files added wake them, an interrupt
+wakes them at once, nothing wakes them spuriously, and a mailbox works end to end on each."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from actors.mailbox import Mailbox
+from actors.mailbox_inotify import InotifyWaker, default_waker, inotify_available, inotify_waker
+from actors.mailbox_watch import InterruptEvent, WakerFactory, watchfiles_waker
+from protocol.envelopes import MessageEnvelope
+from protocol.ids import IdKind, make_id
+
+pytestmark = pytest.mark.skipif(not inotify_available(), reason="inotify needs Linux")
+
+FACTORIES: dict[str, WakerFactory] = {
+    "inotify": inotify_waker(),
+    "watchfiles": watchfiles_waker(debounce_ms=10, step_ms=1),
+}
+
+
+@pytest.mark.parametrize("name", FACTORIES)
+def test_a_renamed_in_file_wakes_the_waker(name: str, tmp_path: Path) -> None:
+    new = tmp_path / "new"
+    new.mkdir()
+    interrupt = InterruptEvent()
+    waker = FACTORIES[name]([str(new)], interrupt)
+    try:
+        assert waker.wait(20).timed_out  # nothing happened: no spurious wake
+        (tmp_path / "x.tmp").write_text("{}")
+        os.rename(tmp_path / "x.tmp", new / "x.json")
+        wake = waker.wait(5000)
+        assert str(new) in wake.dirs
+    finally:
+        waker.close()
+        interrupt.close()
+
+
+@pytest.mark.parametrize("name", FACTORIES)
+def test_an_interrupt_wakes_a_blocked_waker_at_once(name: str, tmp_path: Path) -> None:
+    interrupt = InterruptEvent()
+    waker = FACTORIES[name]([str(tmp_path)], interrupt)
+    woke = threading.Event()
+
+    def block() -> None:
+        if waker.wait(60_000).interrupted:
+            woke.set()
+
+    thread = threading.Thread(target=block)
+    thread.start()
+    interrupt.set()
+    assert woke.wait(5), "the waker did not notice the interrupt"
+    thread.join(5)
+    waker.close()
+    interrupt.close()
+
+
+def test_the_inotify_waker_is_the_default_on_linux(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    interrupt = InterruptEvent()
+    waker = default_waker(debounce_ms=10, step_ms=1)([str(tmp_path)], interrupt)
+    assert isinstance(waker, InotifyWaker)
+    waker.close()
+    monkeypatch.setenv("SHEPHERD_WAKER", "watchfiles")
+    other = default_waker(debounce_ms=10, step_ms=1)([str(tmp_path)], interrupt)
+    assert not isinstance(other, InotifyWaker)
+    other.close()
+    interrupt.close()
+
+
+@pytest.mark.parametrize("name", FACTORIES)
+def test_a_mailbox_delivers_in_order_on_each_waker(name: str, tmp_path: Path) -> None:
+    session = make_id(IdKind.SESSION, "ab" * 8)
+    box = Mailbox.create(tmp_path / "mb", session, waker_factory=FACTORIES[name])
+    got: list[str] = []
+    done = threading.Event()
+    try:
+        box.ensure_inbox("parent")
+        box.subscribe(
+            "parent", lambda env: (got.append(env.message_id), len(got) == 50 and done.set())
+        )
+        sent = []
+        for i in range(50):
+            env = MessageEnvelope(
+                message_id=make_id(IdKind.MESSAGE, f"{i:016x}"),
+                session_id=session,
+                sender_id="shepherd",
+                target_id="shepherd",
+                created_at=0.0,
+                content=f"m{i}",
+            )
+            sent.append(env.message_id)
+            box.publish("parent", env)
+        assert done.wait(10)
+        assert got == sent
+    finally:
+        box.close()
