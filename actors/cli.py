@@ -281,6 +281,8 @@ def _human(command: str, data: Any) -> str:
             return f"{data['task_id']} {data['status']} (rc {data['return_code']})"
         case "prompt":
             return f"{data['prompt_id']} (task {data['task_id']}) delegated to {data['agent_id']}"
+        case "shutdown":
+            return "shutting down: every agent is closed, the records are kept"
         case "wait":
             lines = [
                 f"{r['task_id']} {r['status']} (rc {r['return_code']}) "
@@ -403,31 +405,14 @@ def _line_renderer(fmt: str) -> Any:
 
 
 def _notifications(args: argparse.Namespace) -> int:
-    from actors.client import find_session
+    """Print the session's notifications; ``--follow`` keeps printing new ones until the
+    session ends (its supervisor is gone). Only whole lines are printed: a line still being
+    written (no newline yet) waits for the next read."""
+    from actors.client import find_session, pid_alive
 
     info = find_session(args.session)
     path = Path(info.notifications)
-    if args.format != "json":
-        return _notifications_formatted(args, path)
-    with open(path, "rb") as f:
-        for line in f:
-            sys.stdout.write(line.decode())
-        sys.stdout.flush()
-        if not args.follow:
-            return 0
-        import watchfiles
-
-        for _ in watchfiles.watch(path, debounce=10, step=5, rust_timeout=1000):
-            for line in f:
-                sys.stdout.write(line.decode())
-            sys.stdout.flush()
-    return 0
-
-
-def _notifications_formatted(args: argparse.Namespace, path: Path) -> int:
-    """``--format text|rendered``: only whole lines are rendered; a line still being written
-    (no newline yet) waits for the next read."""
-    render = _line_renderer(args.format)
+    render = (lambda line: line.decode()) if args.format == "json" else _line_renderer(args.format)
     with open(path, "rb") as f:
         partial = b""
 
@@ -446,8 +431,13 @@ def _notifications_formatted(args: argparse.Namespace, path: Path) -> int:
             return 0
         import watchfiles
 
-        for _ in watchfiles.watch(path, debounce=10, step=5, rust_timeout=1000):
+        for _ in watchfiles.watch(
+            path, debounce=10, step=5, rust_timeout=1000, yield_on_timeout=True
+        ):
             drain()
+            if not pid_alive(info.parent_pid):
+                drain()
+                return 0
     return 0
 
 

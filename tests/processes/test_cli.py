@@ -267,3 +267,37 @@ def test_close_kills_the_agents_whole_tree_and_top_shows_a_frame(  # type: ignor
     assert again["agent_id"] != agent["agent_id"]
     _, rows = cli("status", "bystander", session=session)
     assert rows["agents"][0]["process_state"] == "idle"  # nobody else was touched
+
+
+def test_following_notifications_ends_with_the_session(serve, scripts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    server = serve()
+    session = tmp_path / "session"
+    follower = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "actors.cli",
+            "notifications",
+            "--follow",
+            "--session",
+            str(session),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        cli("spawn", "quick", "--script", scripts["idle"], session=session)
+        _, task = cli("delegate", "quick", "x", session=session)
+        cli("watch", task["task_id"], session=session)
+        cli("cancel", task["task_id"], session=session)
+        assert follower.stdout is not None
+        line = follower.stdout.readline()  # the completion, as it arrives
+        assert '"task_completion"' in line and task["task_id"] in line
+        cli("shutdown", session=session)
+        server.proc.wait(timeout=30)
+        assert follower.wait(timeout=30) == 0  # the session ended: following ends too
+    finally:
+        follower.kill()
+        follower.wait(timeout=10)
+        if follower.stdout is not None:
+            follower.stdout.close()
