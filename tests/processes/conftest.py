@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,12 +79,18 @@ def supervisor(tmp_path: Path) -> Iterator[tuple[Supervisor, CollectingSink]]:
         sup.shutdown()
 
 
+#: If pytest itself dies (a timeout ends it without teardown), `serve` must not outlive it:
+#: util-linux's setpriv sets the parent-death signal, which survives the exec into Python.
+DIE_WITH_PYTEST = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+
+
 class Serve:
     """A `shepherd serve` process; its stdout lines are collected as they arrive."""
 
     def __init__(self, session_dir: Path, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
             [
+                *DIE_WITH_PYTEST,
                 sys.executable,
                 "-m",
                 "actors.cli",
