@@ -35,7 +35,8 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from actors.child import ChildEnv, child_env_from, envelope_validator, run_bridge
+from actors.child import run_bridge
+from actors.child_env import ChildEnv, child_env_from, envelope_validator
 from actors.clock import SystemClock
 from actors.idsource import IdSource
 from actors.mailbox import Mailbox

@@ -31,7 +31,7 @@ Rules:
   running turn at exit and then sweeps its whole session (``actors.child``).
 
 Theory of operation: everything here runs on the bridge's core thread, except one reader
-thread per turn (:func:`~actors.child.pump_process`) that posts stdout/stderr chunks and,
+thread per turn (:func:`~actors.procs.pump_process`) that posts stdout/stderr chunks and,
 after the process exited, "finished" back to the core. The core reaps the process only when
 it handles "finished", so until then the turn's pid, and so its process group id, cannot be
 reused under a ``killpg``.
@@ -50,15 +50,9 @@ from typing import IO, Any, ClassVar
 
 from loguru import logger
 
-from actors.child import (
-    KILL_GRACE_S,
-    AgentContext,
-    OutputTail,
-    exit_status,
-    pump_process,
-    signal_group,
-)
+from actors.adapters import AgentContext
 from actors.clock import TimerHandle
+from actors.procs import KILL_GRACE_S, OutputTail, exit_status, pump_process, signal_group
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,

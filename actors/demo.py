@@ -275,7 +275,7 @@ def run_pi_demo(out: TextIO | None = None, timeout_s: float = 90.0, pi: str | No
 
     import msgspec
 
-    from actors.pi_rpc import find_pi
+    from actors.pi_launch import find_pi
     from actors.scripted_model import models_json
     from actors.supervisor import Supervisor
 

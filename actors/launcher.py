@@ -27,8 +27,8 @@ from typing import Any
 from loguru import logger
 
 from actors.agent import AgentHandle, AgentSpec
-from actors.child import terminate_session
 from actors.clock import Clock
+from actors.procs import terminate_session
 from protocol.errors import ForbiddenSender, InvalidHandle
 
 __all__ = ["ChildProcess", "ProcessLauncher", "Reaper"]

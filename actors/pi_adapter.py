@@ -1,19 +1,8 @@
 """The ``pi-rpc`` adapter: the real Pi coding agent as a child, driven over its RPC mode
 (DESIGN §6; measured facts in ``shared/PI_RPC.md``).
 
-Options (``SHEPHERD_AGENT_OPTIONS``)::
-
-    {"pi": PATH,                 # the Pi binary (default: find_pi(): $SHEPHERD_PI, the
-                                 # project's scripts/pi install, then `pi` on PATH)
-     "models_json": FILE,        # a Pi models.json (relative paths: the agent's cwd)
-     "provider": NAME,           # default: the first provider of models_json
-     "model": ID,                # default: that provider's first model
-     "cwd": DIR,                 # Pi's working directory (default: the bridge's)
-     "startup_timeout_s": 30}    # how long Pi may take to answer its first command
-
-Without ``models_json`` both ``provider`` and ``model`` are required: one of Pi's built-in
-providers, its key taken from the environment. Other keys (``script``, ``description``, ...)
-are ignored.
+Options (``SHEPHERD_AGENT_OPTIONS``: ``pi``, ``models_json``, ``provider``, ``model``, ``cwd``,
+``startup_timeout_s``) are described and checked in :mod:`actors.pi_options`.
 
 Rules:
 - Pi runs through :class:`~actors.pi_rpc.PiProcess` with the child tools extension
@@ -42,10 +31,10 @@ Rules:
   run is open, the adapter confirms with ``get_state`` (idle and ``pendingMessageCount`` > 0;
   re-checked every 50 ms while Pi is still finishing its run) and starts a run with a short
   note, which delivers the queued messages.
-- Events (:func:`~actors.pi_rpc.map_event`) become runtime events: ``turn_start``
+- Events (:func:`~actors.pi_events.map_event`) become runtime events: ``turn_start``
   (``agent_start``), ``turn_end`` (``agent_end``: a turn ending, NEVER a task settlement),
   ``tool_call`` (tool, command), ``tool_result`` (tool, its command, the output's last
-  :data:`~actors.child.OUTPUT_TAIL_BYTES`, is_error), ``output`` (assistant text) and
+  :data:`~actors.procs.OUTPUT_TAIL_BYTES`, is_error), ``output`` (assistant text) and
   ``error``. Only ``shepherd_done`` settles a task, through the parent.
 - ``control`` ``cancel_task`` / ``abort``: ``abort`` the running turn (queued messages stay
   queued and start the next run). Close (the bridge's exit): ``abort``, then
@@ -64,7 +53,6 @@ the core stays free while Pi boots; deliveries arriving meanwhile wait in order.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import shutil
@@ -78,17 +66,14 @@ from typing import IO, Any, ClassVar, Literal
 
 from loguru import logger
 
-from actors.child import OUTPUT_TAIL_BYTES, AgentContext, exit_status
+from actors.adapters import AgentContext
 from actors.clock import TimerHandle
-from actors.pi_rpc import (
-    SHEPHERD_CHILD_EXTENSION,
-    PiError,
-    PiExitedError,
-    PiProcess,
-    RuntimeEvent,
-    find_pi,
-    map_event,
-)
+from actors.pi_errors import PiError, PiExitedError
+from actors.pi_events import RuntimeEvent, map_event
+from actors.pi_launch import SHEPHERD_CHILD_EXTENSION
+from actors.pi_options import DEFAULT_STARTUP_TIMEOUT_S, PiOptions
+from actors.pi_rpc import PiProcess
+from actors.procs import OUTPUT_TAIL_BYTES, exit_status
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -98,10 +83,12 @@ from protocol.envelopes import (
     ReplyEnvelope,
     TaskEnvelope,
 )
-from protocol.errors import InvalidArgument
 from protocol.render import render_delivery, render_task_context
 
-__all__ = ["PiRpcAdapter"]
+__all__ = [
+    "DEFAULT_STARTUP_TIMEOUT_S",  # moved to actors.pi_options; still importable here
+    "PiRpcAdapter",
+]
 
 Behavior = Literal["steer", "followUp"]
 
@@ -111,7 +98,6 @@ COMMAND_TIMEOUT_S = 10.0
 ABORT_TIMEOUT_S = 10.0
 #: How long Pi gets to exit after its input is closed, before SIGTERM.
 CLOSE_TIMEOUT_S = 3.0
-DEFAULT_STARTUP_TIMEOUT_S = 30.0
 #: Assistant text and tool commands beyond this are cut (an envelope is at most 64 KiB).
 TEXT_LIMIT = 16 * 1024
 COMMAND_LIMIT = 8 * 1024
@@ -162,94 +148,12 @@ class _BridgedPi(PiProcess):
                 stderr_file.close()
 
 
-class _Options:
-    """The adapter's options, checked (a bad one is ``invalid_argument``, bridge exit 2)."""
-
-    def __init__(self, cwd: str, options: Mapping[str, Any]) -> None:
-        self.pi = self._pi(cwd, options.get("pi"))
-        self.cwd = str(Path(cwd, self._str(options, "cwd") or "."))
-        if not os.path.isdir(self.cwd):
-            raise InvalidArgument(f'option "cwd": {self.cwd} is not a directory')
-        provider = self._str(options, "provider")
-        model = self._str(options, "model")
-        self.models_json: Path | None = None
-        models_json = self._str(options, "models_json")
-        if models_json is not None:
-            self.models_json = Path(cwd, models_json)
-            provider, model = self._from_models(self.models_json, provider, model)
-        elif provider is None or model is None:
-            raise InvalidArgument(
-                'the pi-rpc adapter needs "models_json" (a Pi models.json), or both "provider" '
-                'and "model" of a provider Pi knows'
-            )
-        self.provider: str = provider
-        self.model: str = model
-        timeout = options.get("startup_timeout_s", DEFAULT_STARTUP_TIMEOUT_S)
-        if not isinstance(timeout, int | float) or not 0 < timeout <= 600:
-            raise InvalidArgument('option "startup_timeout_s" must be in (0, 600] seconds')
-        self.startup_timeout_s = float(timeout)
-
-    @staticmethod
-    def _str(options: Mapping[str, Any], key: str) -> str | None:
-        value = options.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise InvalidArgument(f'option "{key}" must be a non-empty string')
-        return value.strip()
-
-    @staticmethod
-    def _pi(cwd: str, value: object) -> Path:
-        if value is None:
-            found = find_pi()
-            if found is None:
-                raise InvalidArgument(
-                    "the Pi coding agent is not installed: run scripts/install_pi.sh, or pass "
-                    "--pi PATH (or set SHEPHERD_PI)"
-                )
-            path = found
-        elif not isinstance(value, str) or not value.strip():
-            raise InvalidArgument('option "pi" must be the path of the Pi binary')
-        elif os.sep in value:
-            path = Path(cwd, value)
-        else:
-            which = shutil.which(value)
-            if which is None:
-                raise InvalidArgument(f'option "pi": {value!r} is not on PATH')
-            path = Path(which)
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise InvalidArgument(f"the Pi binary {path} does not exist or is not executable")
-        return path
-
-    @staticmethod
-    def _from_models(path: Path, provider: str | None, model: str | None) -> tuple[str, str]:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise InvalidArgument(f"cannot read the Pi models file {path}: {exc}") from None
-        providers = data.get("providers") if isinstance(data, dict) else None
-        if not isinstance(providers, dict) or not providers:
-            raise InvalidArgument(f'{path} has no "providers" object: not a Pi models.json')
-        if provider is None:
-            provider = str(next(iter(providers)))
-        if not isinstance(providers.get(provider), dict):
-            known = ", ".join(map(str, providers))
-            raise InvalidArgument(f"{path} declares no provider {provider!r} (it has: {known})")
-        if model is None:
-            models = providers[provider].get("models")
-            first = models[0] if isinstance(models, list) and models else None
-            if not isinstance(first, dict) or not isinstance(first.get("id"), str):
-                raise InvalidArgument(f"{path}: provider {provider!r} lists no model; pass model")
-            model = str(first["id"])
-        return provider, model
-
-
 class PiRpcAdapter:
     name: ClassVar[str] = "pi-rpc"
 
     def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None:
         self._ctx = ctx
-        self._opts = _Options(ctx.cwd, options)
+        self._opts = PiOptions(ctx.cwd, options)
         self._log = logger.bind(agent=ctx.env.name or ctx.env.agent_id)
         self._pi: PiProcess | None = None
         self._agent_dir: Path | None = None

@@ -1,9 +1,10 @@
-"""A low-level client for the Pi coding agent's RPC mode, and a mapper of its events.
+"""A low-level client for the Pi coding agent's RPC mode.
 
 Rules (measured facts in ``shared/PI_RPC.md``; Pi 0.73.1):
 - Pi runs in its own process group and session (``start_new_session``) with an isolated,
   fresh ``PI_CODING_AGENT_DIR`` holding ``models.json``, and ``PI_OFFLINE=1``: it never
-  touches the user's ``~/.pi`` and never goes to the network by itself.
+  touches the user's ``~/.pi`` and never goes to the network by itself
+  (:mod:`actors.pi_launch`).
 - stdin takes one JSON command per line; stdout carries JSON lines split on ``\\n`` only
   (never on U+2028/U+2029, which are legal inside JSON strings).
 - Every command sent through :meth:`PiProcess.command` gets an ``id``; the response with that
@@ -14,8 +15,7 @@ Rules (measured facts in ``shared/PI_RPC.md``; Pi 0.73.1):
   ``on_event``: e.g. when :meth:`PiProcess.abort` returns, the ``agent_end`` it caused has
   already been delivered.
 - There is no "ready" event: :meth:`PiProcess.wait_ready` is a ``get_state`` round trip.
-- ``agent_start`` / ``agent_end`` bound one *run* (one or more model turns). The runtime view
-  calls that a turn; its end is never a task ending (DESIGN §1.1, §10).
+  What an event means to the runtime is :func:`actors.pi_events.map_event`'s business.
 - Closing stdin makes Pi exit 0, but Pi runs every bash tool command *detached* (its own
   process group and session) and only kills those on SIGTERM/SIGHUP, not on end of input or
   SIGKILL. So Pi's environment carries a per-instance tag (``SHEPHERD_PI_INSTANCE``) that
@@ -28,15 +28,16 @@ process, fail every waiting caller with :class:`PiExitedError` and call ``on_exi
 thread drains stderr into a bounded buffer (or Pi writes it straight to a file). Writers to
 stdin share one lock. Callbacks run on the reader thread: keep them short and never send a
 command from one (it raises :class:`PiError`: its answer would have to be read by that thread).
+
+:data:`__all__` also re-exports the names that moved to :mod:`actors.pi_errors`,
+:mod:`actors.pi_events` and :mod:`actors.pi_launch` when this module was split.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -49,6 +50,20 @@ from typing import IO, Any, Literal, Self
 
 import msgspec
 from loguru import logger
+
+from actors.pi_errors import PiCommandError, PiError, PiExitedError, PiTimeoutError
+from actors.pi_events import RuntimeEvent, RuntimeEventKind, map_event
+from actors.pi_launch import (
+    PI_ARGS,
+    SHEPHERD_CHILD_EXTENSION,
+    TAG_VAR,
+    find_pi,
+    new_tag,
+    pi_argv,
+    pi_environ,
+    write_models,
+)
+from actors.procs import Proc, descendants, kill_all, tagged
 
 __all__ = [
     "PI_ARGS",
@@ -64,200 +79,9 @@ __all__ = [
     "map_event",
 ]
 
-# The flags that keep Pi from discovering anything of the user's or the project's: only what
-# Shepherd passes explicitly (-e extensions) is loaded.
-PI_ARGS: tuple[str, ...] = (
-    "--mode",
-    "rpc",
-    "--offline",
-    "--no-session",
-    "--no-extensions",
-    "--no-skills",
-    "--no-prompt-templates",
-    "--no-themes",
-    "--no-context-files",
-)
-
-_HERE = Path(__file__).resolve().parent
-SHEPHERD_CHILD_EXTENSION = _HERE / "pi" / "shepherd_child.ts"
-_REPO_PI = _HERE.parent / "scripts" / "pi" / "node_modules" / ".bin" / "pi"
-
 _STDERR_LIMIT = 64 * 1024
 _TERM_GRACE = 2.0
-# Every process Pi starts inherits this variable (Pi passes its environment on to tools), so
-# close() can find them even after Pi died and they were re-parented away from its tree.
-_TAG_VAR = "SHEPHERD_PI_INSTANCE"
-_instances = itertools.count(1)
 
-
-def find_pi() -> Path | None:
-    """Where the Pi binary is: ``$SHEPHERD_PI``, then the project's ``scripts/pi`` install
-    (made by ``scripts/install_pi.sh``), then ``pi`` on ``PATH``; ``None`` if nowhere."""
-    env = os.environ.get("SHEPHERD_PI")
-    if env:
-        return Path(env)
-    if _REPO_PI.exists():
-        return _REPO_PI
-    found = shutil.which("pi")
-    return Path(found) if found else None
-
-
-# --------------------------------------------------------------------------------------
-# Errors
-# --------------------------------------------------------------------------------------
-
-
-class PiError(Exception):
-    """Base of the errors this client raises."""
-
-
-class PiCommandError(PiError):
-    """Pi answered a command with ``success: false``."""
-
-    def __init__(self, command: str, error: str) -> None:
-        super().__init__(f"pi rejected {command!r}: {error}")
-        self.command = command
-        self.error = error
-
-
-class PiTimeoutError(PiError, TimeoutError):
-    """Pi did not answer a command in time."""
-
-
-class PiExitedError(PiError):
-    """The Pi process is gone (or its input is closed), so it cannot answer."""
-
-
-# --------------------------------------------------------------------------------------
-# Runtime events
-# --------------------------------------------------------------------------------------
-
-RuntimeEventKind = Literal["turn_start", "turn_end", "tool_call", "tool_result", "output", "error"]
-
-
-class RuntimeEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """An agent-neutral runtime event (to be aligned with the protocol's runtime envelope).
-
-    - ``turn_start`` / ``turn_end``: one run of the agent began / ended (``stop_reason`` of the
-      last assistant message: ``stop``, ``aborted``, ``error``, ``length``, or ``toolUse``
-      when a terminating tool such as ``shepherd_done`` ended the run). A turn ending is never
-      a task ending.
-    - ``tool_call``: ``tool``, ``tool_call_id`` and ``command`` (bash: the command line; other
-      tools: compact JSON of the arguments with sorted keys, stable for hashing).
-    - ``tool_result``: ``tool``, ``tool_call_id``, ``output`` (the text parts joined) and
-      ``is_error``.
-    - ``output``: assistant text of one finished assistant message.
-    - ``error``: the model call failed, or an extension raised (``text`` says what).
-    """
-
-    kind: RuntimeEventKind
-    tool: str | None = None
-    tool_call_id: str | None = None
-    command: str | None = None
-    output: str | None = None
-    is_error: bool = False
-    text: str | None = None
-    stop_reason: str | None = None
-
-
-def map_event(ev: Mapping[str, Any]) -> RuntimeEvent | None:
-    """Translate one Pi RPC event into a :class:`RuntimeEvent`, or ``None`` if it has none.
-
-    Pure: no IO, no state. Pi's own ``turn_start``/``turn_end`` (one model call each) are
-    deliberately not mapped: the runtime's unit is Pi's whole run (``agent_start`` …
-    ``agent_end``), which is what ends when Pi goes idle.
-    """
-    kind = ev.get("type")
-    if kind == "agent_start":
-        return RuntimeEvent(kind="turn_start")
-    if kind == "agent_end":
-        last = _last_assistant(ev.get("messages"))
-        reason = _str_or_none(last.get("stopReason")) if last else None
-        error = _str_or_none(last.get("errorMessage")) if last else None
-        return RuntimeEvent(
-            kind="turn_end", stop_reason=reason, is_error=reason == "error", text=error
-        )
-    if kind == "tool_execution_start":
-        tool = str(ev.get("toolName") or "")
-        return RuntimeEvent(
-            kind="tool_call",
-            tool=tool,
-            tool_call_id=_str_or_none(ev.get("toolCallId")),
-            command=_tool_command(tool, ev.get("args")),
-        )
-    if kind == "tool_execution_end":
-        result = ev.get("result")
-        content = result.get("content") if isinstance(result, Mapping) else None
-        return RuntimeEvent(
-            kind="tool_result",
-            tool=str(ev.get("toolName") or ""),
-            tool_call_id=_str_or_none(ev.get("toolCallId")),
-            output=_join_text(content),
-            is_error=bool(ev.get("isError")),
-        )
-    if kind == "message_end":
-        message = ev.get("message")
-        if not isinstance(message, Mapping) or message.get("role") != "assistant":
-            return None
-        reason = _str_or_none(message.get("stopReason"))
-        if reason == "error":
-            return RuntimeEvent(
-                kind="error",
-                is_error=True,
-                stop_reason=reason,
-                text=_str_or_none(message.get("errorMessage")) or "model call failed",
-            )
-        text = _join_text(message.get("content"))
-        if not text:
-            return None
-        return RuntimeEvent(kind="output", text=text, stop_reason=reason)
-    if kind == "extension_error":
-        return RuntimeEvent(
-            kind="error",
-            is_error=True,
-            text=f"extension {ev.get('extensionPath')} failed in {ev.get('event')}: "
-            f"{ev.get('error')}",
-        )
-    return None
-
-
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _last_assistant(messages: object) -> Mapping[str, Any] | None:
-    if not isinstance(messages, list):
-        return None
-    for message in reversed(messages):
-        if isinstance(message, Mapping) and message.get("role") == "assistant":
-            return message
-    return None
-
-
-def _join_text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(
-        part["text"]
-        for part in content
-        if isinstance(part, Mapping)
-        and part.get("type") == "text"
-        and isinstance(part.get("text"), str)
-    )
-
-
-def _tool_command(tool: str, args: object) -> str:
-    if tool == "bash" and isinstance(args, Mapping) and isinstance(args.get("command"), str):
-        command: str = args["command"]
-        return command
-    return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-# --------------------------------------------------------------------------------------
-# The process
-# --------------------------------------------------------------------------------------
 
 _decode = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder()
@@ -312,32 +136,18 @@ class PiProcess:
         self._stderr_limit = stderr_limit
         self._stderr_path = Path(stderr_path) if stderr_path is not None else None
 
-        self.argv: list[str] = [
-            os.fspath(pi),
-            *PI_ARGS,
-            "--provider",
-            provider,
-            "--model",
-            model,
-        ]
-        for ext in extensions:
-            self.argv += ["-e", os.fspath(ext)]
-        self.argv += list(extra_args)
-        self._tag = f"{os.getpid()}.{next(_instances)}"
+        self.argv: list[str] = pi_argv(
+            pi, provider=provider, model=model, extensions=extensions, extra_args=extra_args
+        )
+        self._tag = new_tag()
 
         self._own_agent_dir = agent_dir is None
         self.agent_dir = Path(
             tempfile.mkdtemp(prefix="shepherd-pi-") if agent_dir is None else agent_dir
         )
         try:
-            _write_models(self.agent_dir, models)
-            full_env = {
-                **os.environ,
-                **(env or {}),
-                "PI_OFFLINE": "1",
-                "PI_CODING_AGENT_DIR": str(self.agent_dir),
-                _TAG_VAR: self._tag,
-            }
+            write_models(self.agent_dir, models)
+            full_env = pi_environ(env, self.agent_dir, self._tag)
             self._proc = self._spawn(full_env, cwd)
         except BaseException:
             if self._own_agent_dir:
@@ -528,7 +338,7 @@ class PiProcess:
             self._proc.wait()  # the reader reaps too; this covers a reader that died early
             # Pi is reaped, so its group id may be free for reuse: from here on only processes
             # found alive (snapshot, or carrying the tag) are killed, each pinned by a pidfd.
-            _kill_all(leftovers | self._family())
+            kill_all(leftovers | self._family())
             if threading.current_thread() is not self._reader:  # close() from on_exit
                 self._reader.join(timeout=5.0)
             if self._stderr_reader is not None:
@@ -548,16 +358,16 @@ class PiProcess:
         family = self._family()
         if not self._exited.is_set():
             self._kill_group(signal.SIGKILL)
-        _kill_all(family)
+        kill_all(family)
 
-    def _family(self) -> set[_Proc]:
+    def _family(self) -> set[Proc]:
         """Pi's live descendants plus every live process carrying this instance's tag.
 
         Once Pi has been reaped its pid may belong to someone else: then only the tag counts.
         """
-        family = _tagged(_TAG_VAR, self._tag)
+        family = tagged(TAG_VAR, self._tag)
         if not self._exited.is_set():
-            family |= _descendants(self.pid)
+            family |= descendants(self.pid)
         return family
 
     def _kill_group(self, sig: signal.Signals) -> None:
@@ -657,113 +467,3 @@ class PiProcess:
                         del self._stderr_buf[:overflow]
         except (OSError, ValueError):
             pass
-
-
-def _write_models(
-    agent_dir: Path, models: Mapping[str, Any] | str | os.PathLike[str] | None
-) -> None:
-    agent_dir.mkdir(parents=True, exist_ok=True)
-    if isinstance(models, Mapping):
-        (agent_dir / "models.json").write_text(json.dumps(models, indent=2))
-    elif models is not None:
-        shutil.copyfile(models, agent_dir / "models.json")
-
-
-# --------------------------------------------------------------------------------------
-# Process-tree helpers (Linux /proc; elsewhere they find nothing and close() relies on the
-# process group and Pi's own SIGTERM handler)
-# --------------------------------------------------------------------------------------
-
-_Proc = tuple[int, str]  # (pid, start time): a pid alone may be reused
-
-
-def _proc_stat(pid: int) -> tuple[int, str, str] | None:
-    """(ppid, state, start time) of a live process, or None."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name is in parentheses and may hold spaces: split after the last ')'.
-    fields = raw[raw.rfind(")") + 2 :].split()
-    return int(fields[1]), fields[0], fields[19]
-
-
-def _descendants(root: int) -> set[_Proc]:
-    """Every live descendant of ``root`` (with its start time), found through /proc."""
-    children: dict[int, list[int]] = {}
-    start: dict[int, str] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for name in entries:
-        if not name.isdigit():
-            continue
-        stat = _proc_stat(int(name))
-        if stat is not None:
-            children.setdefault(stat[0], []).append(int(name))
-            start[int(name)] = stat[2]
-    found: set[_Proc] = set()
-    stack = list(children.get(root, ()))
-    while stack:
-        pid = stack.pop()
-        found.add((pid, start[pid]))
-        stack.extend(children.get(pid, ()))
-    return found
-
-
-def _tagged(var: str, value: str) -> set[_Proc]:
-    """Every live process whose environment holds ``var=value`` (same user only)."""
-    needle = f"{var}={value}".encode()
-    found: set[_Proc] = set()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{name}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            stat = _proc_stat(int(name))
-            if stat is not None:
-                found.add((int(name), stat[2]))
-    return found
-
-
-def _alive(proc: _Proc) -> bool:
-    """Still running (a zombie has finished running) and still the same process."""
-    stat = _proc_stat(proc[0])
-    return stat is not None and stat[2] == proc[1] and stat[1] != "Z"
-
-
-def _kill_all(procs: set[_Proc], timeout: float = 5.0) -> None:
-    """SIGKILL each still-running process of the set (and its group), then wait until each
-    has stopped running. Orphans are reaped by init, so "stopped" includes zombies."""
-    own_group = os.getpgrp()
-    waiting: list[int] = []
-    for pid, started in procs:
-        try:
-            fd = os.pidfd_open(pid)  # pins the process: its pid cannot be reused under us
-        except OSError:
-            continue
-        if not _alive((pid, started)):
-            os.close(fd)
-            continue
-        waiting.append(fd)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            pgid = os.getpgid(pid)
-            if pgid != own_group:
-                os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            signal.pidfd_send_signal(fd, signal.SIGKILL)
-    try:
-        for fd in waiting:
-            # A pidfd becomes readable when its process terminates: no polling loop needed.
-            select.select([fd], [], [], timeout)
-    finally:
-        for fd in waiting:
-            os.close(fd)

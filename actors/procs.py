@@ -61,6 +61,9 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+# ---------------------------------------------------------------------- sessions and groups
+
+
 def _stat_fields(pid: int) -> tuple[str, int, int, int] | None:
     """(state, ppid, pgrp, session) of ``pid`` from /proc, or None if it is gone."""
     try:
@@ -166,6 +169,9 @@ def signal_group(pgid: int, sig: int) -> bool:
         logger.warning("not allowed to signal process group {}", pgid)
         return False
     return True
+
+
+# ---------------------------------------------------------------------- pipes
 
 
 def pump_process(

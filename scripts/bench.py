@@ -32,7 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from bench_lib.bridge import demo_wall_time
-from bench_lib.common import child_env, machine_facts, memory_base_dir, parse_result, versions
+from bench_lib.common import (
+    child_env,
+    git_version,
+    machine_facts,
+    memory_base_dir,
+    parse_result,
+    versions,
+)
 from bench_lib.delivery import THROUGHPUT_VARIANTS
 from bench_lib.receivers import VARIANTS
 from bench_lib.report import BENCHMARKS, FIGURES, SHEPHERD, Results, table
@@ -334,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(RUNNERS)}")
 
     started, wall = datetime.now(UTC), time.perf_counter()
-    load_before = os.getloadavg()
+    load_before, git_before = os.getloadavg(), git_version()
     if load_before[0] > 0.5 * (os.cpu_count() or 1):
         print(
             f"[bench] warning: the machine is busy (load {load_before[0]:.1f} on "
@@ -350,6 +357,13 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # one broken benchmark must not lose the others' figures
             results.error(name, f"crashed: {exc!r}")
         print(f"[bench] {name}: {time.perf_counter() - mark:.1f} s", file=sys.stderr, flush=True)
+    git_after = git_version()
+    if git_after != git_before:
+        print(
+            f"[bench] warning: the checkout changed during the run ({git_before} -> {git_after});"
+            " the figures mix two versions",
+            file=sys.stderr,
+        )
     header = {
         "schema": 1,
         "mode": mode,
@@ -363,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
             **machine_facts(memory_base_dir()),
             "loadavg_at_start": load_before,
             "loadavg_at_end": os.getloadavg(),
+            "git_at_start": git_before,
+            "git_at_end": git_after,
         },
         "versions": versions(),
     }

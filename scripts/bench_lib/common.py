@@ -123,10 +123,8 @@ def versions() -> dict[str, str]:
     return out
 
 
-def machine_facts(mailbox_dir: Path) -> dict[str, Any]:
-    from actors.mailbox_watch import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
-
-    commit = "unknown"
+def git_version() -> str:
+    """``git describe --always --dirty`` of the checkout being measured."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         out = subprocess.run(
             ["git", "-C", str(REPO_DIR), "describe", "--always", "--dirty"],
@@ -135,7 +133,33 @@ def machine_facts(mailbox_dir: Path) -> dict[str, Any]:
             timeout=10,
             check=False,
         )
-        commit = out.stdout.strip() or commit
+        return out.stdout.strip() or "unknown"
+    return "unknown"
+
+
+def shepherd_waker() -> str:
+    """Which waker a default ``Mailbox`` uses here (built once on a scratch directory)."""
+    import threading
+
+    from actors.mailbox_watch import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
+
+    try:
+        from actors.mailbox_inotify import default_waker
+    except ImportError:
+        return f"WatchfilesWaker (debounce {DEFAULT_DEBOUNCE_MS} ms, step {DEFAULT_STEP_MS} ms)"
+    try:
+        with temp_dir("shepherd-bench-waker-") as scratch:
+            factory = default_waker(debounce_ms=DEFAULT_DEBOUNCE_MS, step_ms=DEFAULT_STEP_MS)
+            waker = factory([str(scratch)], threading.Event())
+            waker.close()
+    except Exception as exc:  # an unexpected API: say so rather than fail the run
+        return f"unknown ({exc!r})"
+    return type(waker).__name__
+
+
+def machine_facts(mailbox_dir: Path) -> dict[str, Any]:
+    from actors.mailbox_watch import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
+
     return {
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
@@ -146,9 +170,9 @@ def machine_facts(mailbox_dir: Path) -> dict[str, Any]:
         "mailbox_dir": str(mailbox_dir),
         "mailbox_fs": fs_type(mailbox_dir),
         "mailbox_on_tmpfs": fs_type(mailbox_dir) == "tmpfs",
+        "shepherd_waker": shepherd_waker(),
         "shepherd_watch_debounce_ms": DEFAULT_DEBOUNCE_MS,
         "shepherd_watch_step_ms": DEFAULT_STEP_MS,
-        "git": commit,
     }
 
 

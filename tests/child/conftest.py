@@ -20,8 +20,8 @@ from typing import IO, Any
 import msgspec
 import pytest
 
-from actors.child import session_members
 from actors.mailbox import Mailbox
+from actors.procs import session_members
 from actors.transport import PARENT_INBOX
 from protocol.envelopes import (
     AckEnvelope,

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from actors.child import session_members
 from actors.mailbox import Mailbox
+from actors.procs import session_members
 from protocol.envelopes import (
     ControlEnvelope,
     MessageEnvelope,

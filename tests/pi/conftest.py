@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from actors.pi_rpc import PiProcess, RuntimeEvent, map_event
+from actors.pi_events import RuntimeEvent, map_event
+from actors.pi_rpc import PiProcess
 from actors.scripted_model import ScriptedModel, models_json
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from actors.child import session_members
 from actors.pi_adapter import FLUSH_NOTE
+from actors.procs import session_members
 from actors.scripted_model import ScriptedModel, Text, ToolCall, models_json
 from protocol.envelopes import (
     ControlEnvelope,

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from actors.agent import AgentActor
-from actors.child import session_members
+from actors.procs import session_members
 from actors.scripted_model import Gate, ScriptedModel, Step, Text, ToolCall, models_json
 from actors.sinks import CollectingSink
 from actors.supervisor import Supervisor

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from actors.pi_rpc import SHEPHERD_CHILD_EXTENSION, PiCommandError, PiExitedError
+from actors.pi_errors import PiCommandError, PiExitedError
+from actors.pi_launch import SHEPHERD_CHILD_EXTENSION
 from actors.scripted_model import ScriptedModel, Text, ToolCall
 
 from .conftest import StartPi, tool_output_contains

@@ -1,0 +1,88 @@
+"""How one kind of agent is run inside the bridge: the contract between the bridge and an
+adapter (:class:`AgentContext`, :class:`Adapter`) and the registry of adapters by name
+(:data:`ADAPTERS`).
+
+Rules:
+- An adapter runs on the bridge's core thread: every call into it, and every
+  :class:`AgentContext` method but ``post``, happens there; its own threads hand work back
+  with ``post``.
+- Adapters are imported lazily by name (a pi-rpc adapter's dependencies are never loaded for
+  a scripted agent); adding one is one class plus one line in :data:`ADAPTERS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Protocol
+
+from actors.child_env import ChildEnv
+from actors.clock import SystemClock
+from actors.idsource import IdSource
+from protocol.envelopes import AnyEnvelope, RuntimeEvent
+from protocol.errors import InvalidArgument
+
+__all__ = ["ADAPTERS", "Adapter", "AgentContext", "adapter_class"]
+
+#: Adapter name -> "module:Class", imported on first use (a pi-rpc adapter's dependencies
+#: are never loaded for a scripted agent).
+ADAPTERS: dict[str, str] = {
+    "scripted": "actors.scripted_adapter:ScriptedAdapter",
+    "command": "actors.command_adapter:CommandAdapter",
+    "pi-rpc": "actors.pi_adapter:PiRpcAdapter",
+}
+
+
+class AgentContext(Protocol):
+    """What an adapter may use: everything runs on the core thread unless noted."""
+
+    env: ChildEnv
+    clock: SystemClock
+    ids: IdSource
+
+    @property
+    def cwd(self) -> str: ...
+
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the core thread (callable from any thread)."""
+
+    def publish(self, envelope: AnyEnvelope) -> None:
+        """Publish to the parent inbox (errors are logged, never raised)."""
+
+    def runtime(self, event: RuntimeEvent, **fields: Any) -> None:
+        """Publish a runtime event of this agent."""
+
+    def finish(self, code: int) -> None:
+        """The agent is gone: the bridge exits with ``code`` after this callback."""
+
+    def child_environ(self) -> dict[str, str]:
+        """The environment for processes the agent runs (SHEPHERD_* included)."""
+
+
+class Adapter(Protocol):
+    """How one kind of agent is run. Built with ``cls(ctx, options)``; a bad option raises a
+    :class:`~protocol.errors.ShepherdError` (reported as a runtime ``error``, exit 2).
+
+    ``deliver`` gets every accepted inbox envelope except ``control close`` (the bridge
+    handles that: it calls ``close`` and exits). ``close`` stops the agent for good and must
+    leave no process of its own running; it is called exactly once, at exit."""
+
+    name: ClassVar[str]
+
+    def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None: ...
+
+    def start(self) -> None: ...
+
+    def deliver(self, envelope: AnyEnvelope) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def adapter_class(name: str) -> type[Adapter]:
+    target = ADAPTERS.get(name)
+    if target is None:
+        known = ", ".join(sorted(ADAPTERS))
+        raise InvalidArgument(f"unknown adapter {name!r} (known: {known})")
+    module_name, _, class_name = target.partition(":")
+    cls: type[Adapter] = getattr(importlib.import_module(module_name), class_name)
+    return cls
