@@ -89,14 +89,19 @@ class WatchdogActor(ShepherdActor):
             self._agents[msg.agent_id] = _Agent(
                 msg.agent_id, msg.name, self.config.max_events_per_agent
             )
-        self.targets = wd.apply_target_event(
-            self.targets,
+        self._target_event(
             msg.agent_id,
             msg.at,
             status=msg.process_state,
             name=msg.name,
             description=msg.description,
         )
+
+    def _target_event(self, agent_id: str, at: float, **changes: Any) -> None:
+        """Update one target in place (the pure rule copies its mapping: O(agents) per event,
+        which made a 10,000-agent session start quadratically)."""
+        one = {agent_id: self.targets[agent_id]} if agent_id in self.targets else {}
+        self.targets[agent_id] = wd.apply_target_event(one, agent_id, at, **changes)[agent_id]
 
     def _event(self, agent: _Agent, **fields: Any) -> None:
         agent.seq += 1
@@ -126,9 +131,7 @@ class WatchdogActor(ShepherdActor):
                 self._event(
                     agent, ts=msg.at, kind="tool_call", tool=env.tool or "tool", command=env.command
                 )
-                self.targets = wd.apply_target_event(
-                    self.targets, msg.agent_id, msg.at, tool_calls=1
-                )
+                self._target_event(msg.agent_id, msg.at, tool_calls=1)
             case "tool_result":
                 self._event(
                     agent,
@@ -145,7 +148,7 @@ class WatchdogActor(ShepherdActor):
                 self._event(agent, ts=msg.at, kind="message", output=env.text or "")
                 self._check(msg.agent_id)
             case _:
-                self.targets = wd.apply_target_event(self.targets, msg.agent_id, msg.at)
+                self._target_event(msg.agent_id, msg.at)
                 return
         self._arm_idle_timer(msg.agent_id, agent)
 

@@ -17,7 +17,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -453,3 +456,23 @@ def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_
         client.close()
     assert existing  # reasons name the files they came from
     report["inputs"] = report["planted_files"] + report["agent_envelopes"] + report["published"]
+
+
+# ---------------------------------------------------------------------- the standalone runner
+
+
+def test_the_fuzz_runner_runs_a_target_for_the_given_time(report: Counter[str]) -> None:
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "scripts/fuzz.py", "--target", "envelope", "--seconds", "2"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = re.search(r"^envelope: (\d+) inputs in [\d.]+ s, no contract broken", done.stdout, re.M)
+    assert found, done.stdout
+    report["inputs"] = int(found.group(1))
+    assert report["inputs"] > 0
