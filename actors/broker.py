@@ -513,7 +513,13 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, ShepherdActor):
         if entry is not None and entry.active_task == record.task_id:
             entry.active_task = None
             self._observe(WatchdogTask(agent_id=entry.agent_id, task_id=None))
-        for request_id in msg.dropped_requests:
+        # the requests the task dropped, and any opened while its settlement was on its way
+        linked = {
+            r.request_id
+            for r in self.requests.values()
+            if r.pending and r.task_id == record.task_id
+        }
+        for request_id in (*msg.dropped_requests, *sorted(linked - set(msg.dropped_requests))):
             self._close_request(
                 request_id,
                 RequestState.CANCELLED,

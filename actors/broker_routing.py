@@ -121,6 +121,12 @@ class RoutingMixin:
                 raise ForbiddenSender(f"task {task_id} belongs to another agent")
         elif sender_id != PARENT_ID:
             task_id = self.agents[sender_id].active_task
+        if sender_id != PARENT_ID and self.agents[sender_id].closed and env.expects_reply:
+            # sent before its sender was closed: the content still goes, but no request opens
+            # (no reply could ever reach a closed agent)
+            env = msgspec.structs.replace(env, expects_reply=False)
+        if target_id != PARENT_ID and not self.agents[target_id].ref.is_alive():
+            raise InvalidHandle(f"agent {self._name(target_id)} has exited")
         request_id: str | None = None
         if env.expects_reply and env.message_id in self.requests:
             request_id = env.message_id  # seen before a parent restart: already open
@@ -129,7 +135,10 @@ class RoutingMixin:
         forwarded = msgspec.structs.replace(
             env, target_id=target_id, task_id=task_id, sender_name=sender_name, capability=""
         )
-        self._forward(target_id, forwarded)
+        if not self._forward(target_id, forwarded):
+            if request_id is not None:
+                self._close_request(request_id, RequestState.CANCELLED)
+            raise InvalidHandle(f"agent {self._name(target_id)} has exited")
         return api.MessageResult(message_id=env.message_id, accepted=True, request_id=request_id)
 
     def _resolve_target(self, target: str) -> str:
@@ -158,6 +167,11 @@ class RoutingMixin:
                 f"request {env.reply_to} came from {self._name(request.sender_id)}; "
                 "a reply goes back to its sender"
             )
+        asker = self.agents.get(request.sender_id)
+        if asker is not None and (asker.closed or not asker.ref.is_alive()):
+            raise InvalidHandle(
+                f"{self._name(request.sender_id)} is closed; the reply cannot be delivered"
+            )
         state_before = request.state
         late = not request.pending
         if not late:
@@ -171,11 +185,9 @@ class RoutingMixin:
             late=late,
             capability="",
         )
-        if request.sender_id == PARENT_ID or not self.agents[request.sender_id].closed:
-            self._forward(request.sender_id, forwarded)
-        else:
+        if not self._forward(request.sender_id, forwarded):
             raise InvalidHandle(
-                f"{self._name(request.sender_id)} is closed; the reply cannot be delivered"
+                f"{self._name(request.sender_id)} has exited; the reply cannot be delivered"
             )
         return api.MessageResult(
             message_id=env.message_id,
@@ -188,7 +200,8 @@ class RoutingMixin:
         entry = self.agents.get(agent_id)
         return entry.name if entry else agent_id
 
-    def _forward(self, target_id: str, env: MessageEnvelope | ReplyEnvelope) -> None:
+    def _forward(self, target_id: str, env: MessageEnvelope | ReplyEnvelope) -> bool:
+        """Hand ``env`` to its target; False if the target's actor is already gone."""
         if target_id == PARENT_ID:
             self._sink(
                 AgentMessage(
@@ -203,8 +216,9 @@ class RoutingMixin:
                     reply_to=env.reply_to if isinstance(env, ReplyEnvelope) else None,
                 )
             )
-            return
-        self.agents[target_id].ref.tell(Deliver(envelope=env))
+            return True
+        if not tell_quietly(self.agents[target_id].ref, Deliver(envelope=env)):
+            return False
         self._observe(
             WatchdogInstruction(
                 agent_id=target_id,
@@ -214,6 +228,7 @@ class RoutingMixin:
                 at=self.clock.now(),
             )
         )
+        return True
 
     # ------------------------------------------------------------------ requests
 

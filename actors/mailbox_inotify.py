@@ -33,6 +33,7 @@ IN_CLOEXEC = os.O_CLOEXEC
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 _BUFFER = 64 * 1024
 
+
 @functools.cache
 def _load() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
