@@ -379,9 +379,8 @@ def test_crash_at_every_step(seeds: SeedRunner, report: Counter[str]) -> None:
             for k in range(1, 50):
                 h = crash_after(seed, who, k)
                 if h is None:
-                    report[f"crash_points_{who}_max"] = max(
-                        report[f"crash_points_{who}_max"], k - 1
-                    )
+                    key = f"crash_points_{who}_max"
+                    report[key] = max(report[key], k - 1)
                     break
                 runs += 1
                 merge(report, h)

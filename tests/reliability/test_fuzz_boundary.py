@@ -269,13 +269,20 @@ class Reasons:
         return [n for n in os.listdir(self.dir) if not n.endswith(".reason")]
 
 
-def _plant(new_dir: Path, name: str, data: bytes) -> None:
-    """What a hostile same-user process can do: write any file straight into new/."""
-    fd = os.open(new_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+def _plant(new_dir: Path, name: str, data: bytes, *, whole: bool = False) -> None:
+    """What a hostile same-user process can do: write any file straight into new/ (a reader
+    may then see it half-written), or, ``whole``, beside it in tmp/ and rename it in, as a
+    publisher does."""
+    path = new_dir.parent / "tmp" / f"planted-{secrets.token_hex(8)}" if whole else new_dir / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
+    if whole:
+        os.rename(path, new_dir / name)
 
 
 _seq = iter(range(10**9))
@@ -358,7 +365,7 @@ def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_
             elif forge == "session":
                 doc["session_id"] = make_id(IdKind.SESSION, secrets.token_hex(8))
             data = json.dumps(doc, ensure_ascii=False).encode("utf-8", "surrogatepass")
-            _plant(new_dir, _envelope_name(message_id), data)
+            _plant(new_dir, _envelope_name(message_id), data, whole=True)
             assert sup.mailbox.wait_drained(10)
             report["agent_envelopes"] += 1
             try:
@@ -372,7 +379,12 @@ def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_
                 and len(data) <= 16 * 1024
             ):
                 # a runtime event is handled without a receipt (the inbox is drained already)
-                assert not reasons.names(message_id), f"runtime event quarantined: {doc}"
+                quarantined = [
+                    r
+                    for r in reasons.all()
+                    if r.get("message_id") == message_id or message_id in str(r.get("file"))
+                ]
+                assert not quarantined, f"runtime event quarantined: {doc}: {quarantined}"
                 report["runtime_event_handled"] += 1
                 return
             assert wait_until(
