@@ -217,7 +217,12 @@ class Supervisor:
             self.resumed = False
         _private_dir(self.session_dir)
         _private_dir(self.session_dir / "agents")
-        self._capabilities: dict[str, str] = {}
+        # The mailbox validator must know every agent's capability before the parent inbox is
+        # drained: after a restart, envelopes the bridges sent meanwhile wait in new/, and an
+        # unknown sender would be quarantined (a lost `done`).
+        self._capabilities: dict[str, str] = (
+            {a.agent_id: a.capability for a in restore.state.agents.values()} if restore else {}
+        )
         self.mailbox = Mailbox.create(
             self.mailbox_root,
             self.session_id,
