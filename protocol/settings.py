@@ -14,6 +14,7 @@ through the watchdog's own validating :func:`~protocol.watchdog_config.apply_wat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -103,7 +104,29 @@ def apply_overrides(base: S, mapping: Mapping[str, Any], source: str) -> tuple[S
             warnings.extend(nested_warnings)
             continue
         try:
-            changes[key] = msgspec.convert(value, field.type, strict=True)
+            converted = msgspec.convert(value, field.type, strict=True)
         except msgspec.ValidationError as exc:
             warnings.append(f"{source}: setting {key!r} has a bad value {value!r} ({exc}); ignored")
+            continue
+        problem = _out_of_range(key, converted)
+        if problem is not None:
+            warnings.append(f"{source}: setting {key!r} = {value!r} {problem}; ignored")
+            continue
+        changes[key] = converted
     return msgspec.structs.replace(base, **changes), warnings
+
+
+#: numeric settings that may be zero (no coalescing; keep no acknowledged envelopes)
+_ZERO_ALLOWED = frozenset({"coalesce_ms", "retention_count"})
+
+
+def _out_of_range(key: str, value: Any) -> str | None:
+    """Numbers must be finite and positive (a few may be zero): a NaN poll interval or a
+    negative queue depth would break the mailbox, not just misbehave."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value):
+        return "is not a finite number"
+    if value < 0 or (value == 0 and key not in _ZERO_ALLOWED):
+        return "must be positive" if key not in _ZERO_ALLOWED else "must not be negative"
+    return None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -124,15 +123,6 @@ def session_pids(session_id: str) -> list[int]:
             found.append(int(entry))
     return found
 
-
-def wait_until(predicate: Callable[[], object], timeout: float = 20.0, step: float = 0.02) -> bool:
-    """Poll ``predicate`` until it is truthy or ``timeout`` passes (real processes only)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return bool(predicate())
 
 
 def write_script(directory: Path, name: str, script: dict[str, Any]) -> str:
