@@ -90,7 +90,8 @@ from protocol.journal import (
     Restore,
     WatcherRecord,
 )
-from protocol.requests import RequestRecord, RequestState
+from protocol.request_table import RequestTable
+from protocol.requests import RequestState
 from protocol.settings import Settings
 from protocol.tasks import TaskEvent, TaskRecord, TaskResult, TaskState
 from protocol.watching import resolve_watch_ids
@@ -137,7 +138,7 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, ShepherdActor):
         self.tasks: dict[str, TaskRecord] = {}
         self._task_refs: dict[str, pykka.ActorRef[Any]] = {}
         self.results: dict[str, TaskResult] = {}
-        self.requests: dict[str, RequestRecord] = {}
+        self.requests = RequestTable(settings.closed_requests_kept)
         self._request_timers: dict[str, Any] = {}
         self._subscriptions: dict[str, list[pykka.ActorRef[Any]]] = {}
         self._watchers: dict[str, pykka.ActorRef[Any]] = {}
@@ -371,8 +372,8 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, ShepherdActor):
         task_id = entry.active_task
         if task_id is not None:
             self._settle_task_now(task_id, event, why)
-        for req in list(self.requests.values()):
-            if req.pending and entry.agent_id in (req.sender_id, req.target_id):
+        for req in self.requests.pending():
+            if entry.agent_id in (req.sender_id, req.target_id):
                 self._close_request(
                     req.request_id,
                     RequestState.CANCELLED,
@@ -514,11 +515,7 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, ShepherdActor):
             entry.active_task = None
             self._observe(WatchdogTask(agent_id=entry.agent_id, task_id=None))
         # the requests the task dropped, and any opened while its settlement was on its way
-        linked = {
-            r.request_id
-            for r in self.requests.values()
-            if r.pending and r.task_id == record.task_id
-        }
+        linked = {r.request_id for r in self.requests.pending() if r.task_id == record.task_id}
         for request_id in (*msg.dropped_requests, *sorted(linked - set(msg.dropped_requests))):
             self._close_request(
                 request_id,

@@ -35,11 +35,12 @@ def restore_session(broker: BrokerActor, restore: Restore) -> None:
         broker.tasks[task_id] = record
         if record.terminal and record.result is not None:
             broker.results[task_id] = record.result
-    broker.requests.update(st.requests)
+    for request in st.requests.values():
+        broker.requests.put(request)
     broker.prompts.update(st.prompts)
     now = broker.clock.now()
-    for request in st.requests.values():
-        if request.pending and request.deadline_at is not None:
+    for request in broker.requests.pending():
+        if request.deadline_at is not None:
             request_id = request.request_id
             broker._request_timers[request_id] = broker.clock.call_later(
                 max(0.0, request.deadline_at - now),

@@ -36,6 +36,7 @@ from protocol.envelopes import MessageEnvelope, ReplyEnvelope, TaskEnvelope
 from protocol.errors import ForbiddenSender, InvalidArgument, InvalidHandle
 from protocol.ids import PARENT_ID, IdKind
 from protocol.notifications import AgentMessage, Notice, WaitCycle
+from protocol.request_table import RequestTable
 from protocol.requests import RequestRecord, RequestState, resolve
 from protocol.settings import Settings
 from protocol.tasks import TaskEvent, TaskRecord, TaskResult
@@ -53,7 +54,7 @@ class RoutingMixin:
         names: dict[str, str]
         tasks: dict[str, TaskRecord]
         results: dict[str, TaskResult]
-        requests: dict[str, RequestRecord]
+        requests: RequestTable
         prompts: dict[str, str]
         _task_refs: dict[str, pykka.ActorRef[Any]]
         _request_timers: dict[str, Any]
@@ -151,7 +152,10 @@ class RoutingMixin:
     ) -> api.MessageResult:
         request = self.requests.get(env.reply_to)
         if request is None:
-            raise InvalidHandle(f"no request {env.reply_to} in this session")
+            raise InvalidHandle(
+                f"no request {env.reply_to} in this session (or it closed long ago: only the "
+                f"last {self.settings.closed_requests_kept} closed requests are kept)"
+            )
         if request.target_id != sender_id:
             raise ForbiddenSender(
                 f"request {env.reply_to} was sent to {self._name(request.target_id)}; "
@@ -235,10 +239,7 @@ class RoutingMixin:
     def _open_request(
         self, sender_id: str, target_id: str, env: MessageEnvelope, task_id: str | None
     ) -> str:
-        cycle = find_cycle(
-            [(r.sender_id, r.target_id) for r in self.requests.values() if r.pending],
-            (sender_id, target_id),
-        )
+        cycle = find_cycle(self.requests.wait_edges(), (sender_id, target_id))
         now = self.clock.now()
         timeout = (
             env.reply_timeout_s
@@ -255,7 +256,7 @@ class RoutingMixin:
             thread_id=env.thread_id,
             deadline_at=now + timeout if timeout is not None else None,
         )
-        self.requests[record.request_id] = record
+        self.requests.put(record)
         self._journal.append(record)
         if task_id is not None and self._notes is not None:
             with contextlib.suppress(OSError):
@@ -314,7 +315,7 @@ class RoutingMixin:
         closed, changed = resolve(record, state, self.clock.now(), reply_id=reply_id)
         if not changed:
             return
-        self.requests[request_id] = closed
+        self.requests.put(closed)
         self._journal.append(closed)
         self._story(f"request {request_id} {state.value}")
         timer = self._request_timers.pop(request_id, None)

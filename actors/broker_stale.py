@@ -25,7 +25,7 @@ from actors.runtime import Runtime, tell_quietly
 from actors.sinks import GuardedSink
 from protocol.ids import PARENT_ID
 from protocol.notifications import StaleWait
-from protocol.requests import RequestRecord
+from protocol.request_table import RequestTable
 from protocol.settings import Settings
 from protocol.tasks import TaskEvent, TaskRecord, TaskResult, TaskState
 
@@ -41,7 +41,7 @@ class StaleWaitMixin:
         names: dict[str, str]
         tasks: dict[str, TaskRecord]
         results: dict[str, TaskResult]
-        requests: dict[str, RequestRecord]
+        requests: RequestTable
         prompts: dict[str, str]
         _task_refs: dict[str, pykka.ActorRef[Any]]
         _request_timers: dict[str, Any]

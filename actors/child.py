@@ -365,8 +365,12 @@ class Bridge:
         assert self._adapter is not None
         self._adapter.deliver(envelope)
 
-    def _rejected(self, inbox: str, envelope: AnyEnvelope | None, error: ShepherdError) -> None:
+    def _rejected(
+        self, inbox: str, envelope: AnyEnvelope | None, error: ShepherdError, authenticated: bool
+    ) -> None:
         who = envelope.sender_id if envelope is not None else "unknown sender"
+        if envelope is not None and not authenticated:
+            who = f"{who} (claimed)"
         self._log.warning("refused an envelope from {} in {}: {}", who, inbox, error.message)
 
     def _parent_gone(self) -> None:

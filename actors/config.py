@@ -107,6 +107,8 @@ def read_config_file(path: Path) -> tuple[dict[str, Any] | None, list[str]]:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         return None, [f"{path}: is not valid TOML ({exc}); the whole file is ignored"]
+    except RecursionError:
+        return None, [f"{path}: is nested too deeply to read; the whole file is ignored"]
     return table, []
 
 

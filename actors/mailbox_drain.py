@@ -5,8 +5,9 @@
 Rules:
 - Every file in ``new/`` is, in name order, either handed to the handler once and moved to
   ``cur/``, acknowledged as a duplicate, or moved to ``quarantine/`` beside a ``.reason`` JSON
-  file (:class:`QuarantineReason`; then ``on_reject`` is told, so a known sender can get a
-  non-delivery notice). Nothing is dropped silently; one bad file never blocks the files
+  file (:class:`QuarantineReason`; then ``on_reject`` is told, and whether the sender was
+  authenticated, so that only a proven sender gets a non-delivery notice — never the victim
+  whose id a forger claimed). Nothing is dropped silently; one bad file never blocks the files
   behind it.
 - A non-regular entry (symlink, FIFO, directory, device) is quarantined without being opened.
 - The reason file is written before the rename into ``quarantine/``: a crash in between leaves
@@ -62,8 +63,10 @@ __all__ = [
 
 #: ``validate(inbox, envelope)`` raises a ShepherdError to reject (capability, target, ...).
 Validator = Callable[[str, AnyEnvelope], None]
-#: ``on_reject(inbox, envelope_or_None, error)``: called after a file went to quarantine.
-RejectCallback = Callable[[str, AnyEnvelope | None, ShepherdError], None]
+#: ``on_reject(inbox, envelope_or_None, error, authenticated)``: called after a file went to
+#: quarantine. ``authenticated`` is True only when the envelope had passed the validator (so its
+#: ``sender_id`` is proven, not merely claimed): only then may the sender be told about it.
+RejectCallback = Callable[[str, AnyEnvelope | None, ShepherdError, bool], None]
 
 _MAX_REASON_CHARS = 2000
 #: files handled in one turn of one inbox before the receiver looks at the others
@@ -196,7 +199,7 @@ class Drainer:
         try:
             envelope = self._accept(box, entry)
         except _Rejected as rejected:
-            self._reject(box, name, rejected.envelope, rejected.error)
+            self._reject(box, name, rejected.envelope, rejected.error, authenticated=False)
             return
         if envelope is None:
             return  # gone between the listing and the open: nothing of ours to lose
@@ -215,7 +218,8 @@ class Drainer:
         try:
             box.handler(envelope)
         except Exception as exc:
-            self._reject(box, name, envelope, DeliveryFailed(f"handler raised {exc!r}"))
+            failed = DeliveryFailed(f"handler raised {exc!r}")
+            self._reject(box, name, envelope, failed, authenticated=True)
             return
         self._remember(box.name, envelope.message_id)
         self.delivered += 1
@@ -284,9 +288,16 @@ class Drainer:
                 os.unlink(os.path.join(box.cur_dir, box.retained.popleft()))
 
     def _reject(
-        self, box: SubscribedInbox, name: str, envelope: AnyEnvelope | None, error: ShepherdError
+        self,
+        box: SubscribedInbox,
+        name: str,
+        envelope: AnyEnvelope | None,
+        error: ShepherdError,
+        *,
+        authenticated: bool,
     ) -> None:
-        """Quarantine ``new/<name>`` with a reason, then tell ``on_reject``."""
+        """Quarantine ``new/<name>`` with a reason, then tell ``on_reject`` (``authenticated``:
+        the envelope had passed the validator)."""
         if envelope is not None and envelope.capability:
             envelope = msgspec.structs.replace(envelope, capability="")
         outcome = self._quarantine_file(box, name, envelope, error)
@@ -299,7 +310,7 @@ class Drainer:
             ).warning("mailbox: quarantined {}: {} ({})", shown(name), error.message, error.code)
         if self._on_reject is not None:
             try:
-                self._on_reject(box.name, envelope, error)
+                self._on_reject(box.name, envelope, error, authenticated)
             except Exception:
                 logger.bind(inbox=box.name).exception("mailbox: on_reject failed")
 

@@ -296,9 +296,13 @@ class Supervisor:
         if not hmac.compare_digest(env.capability.encode(), expected.encode()):
             raise ForbiddenSender(f"capability does not match sender {env.sender_id}")
 
-    def _on_reject(self, inbox: str, env: AnyEnvelope | None, error: ShepherdError) -> None:
-        """A known sender gets a non-delivery notice; nothing is dropped silently."""
-        if env is None or env.sender_id not in self._capabilities:
+    def _on_reject(
+        self, inbox: str, env: AnyEnvelope | None, error: ShepherdError, authenticated: bool
+    ) -> None:
+        """An authenticated sender gets a non-delivery notice; nothing is dropped silently. A
+        sender that did not prove its id gets none: the id may be a forger's claim, and telling
+        the victim would end a wait it never started (the quarantine reason names the forgery)."""
+        if not authenticated or env is None or env.sender_id not in self._capabilities:
             return
         notice = NoticeEnvelope(
             message_id=self.runtime.ids.new(IdKind.MESSAGE),

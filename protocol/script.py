@@ -396,4 +396,9 @@ def load_script_text(text: str, *, toml: bool) -> Script:
         document: Any = msgspec.toml.decode(text) if toml else msgspec.json.decode(text)
     except (msgspec.DecodeError, ValueError) as exc:
         raise ScriptError(f"script is not valid {'TOML' if toml else 'JSON'}: {exc}") from None
-    return parse_script(document)
+    except RecursionError:
+        raise ScriptError("script is nested too deeply to read") from None
+    try:
+        return parse_script(document)
+    except RecursionError:
+        raise ScriptError("script is nested too deeply to read") from None

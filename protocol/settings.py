@@ -44,6 +44,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     fsync: bool = False
     #: message ids remembered for duplicate detection
     dedup_window: int = 100_000
+    #: closed requests remembered (newest first) so a late reply still finds its question;
+    #: a reply to an older one is refused as naming no request. Pending ones are always kept.
+    closed_requests_kept: int = 1000
     #: recent output lines kept per agent for `read`
     output_lines: int = 2000
     #: fallback rescan of inboxes if a file-system event is ever missed

@@ -91,6 +91,8 @@ def decode_replay_line(raw: object, line: int) -> ReplayEvent:
         raise ReplayLineError(line, field, reason) from None
     except msgspec.DecodeError as exc:
         raise ReplayLineError(line, "$", f"not a JSON object: {exc}") from None
+    except RecursionError:
+        raise ReplayLineError(line, "$", "nested too deeply to read") from None
     if event.kind in TOOL_KINDS and not event.tool:
         raise ReplayLineError(line, "$.tool", f"required for a {event.kind} event")
     return event

@@ -81,15 +81,20 @@ class Collector:
 
 
 class Rejections:
-    """An ``on_reject`` callback that records (inbox, envelope, error)."""
+    """An ``on_reject`` callback that records (inbox, envelope, error); ``authenticated``
+    records the flag of each, in the same order."""
 
     def __init__(self) -> None:
         self.items: list[tuple[str, AnyEnvelope | None, ShepherdError]] = []
+        self.authenticated: list[bool] = []
         self._cond = threading.Condition()
 
-    def __call__(self, inbox: str, envelope: AnyEnvelope | None, error: ShepherdError) -> None:
+    def __call__(
+        self, inbox: str, envelope: AnyEnvelope | None, error: ShepherdError, authenticated: bool
+    ) -> None:
         with self._cond:
             self.items.append((inbox, envelope, error))
+            self.authenticated.append(authenticated)
             self._cond.notify_all()
 
     def wait_for(

@@ -243,6 +243,7 @@ def test_a_forged_sender_is_quarantined_and_on_reject_gets_the_envelope(
     assert envelope is not None
     assert (envelope.message_id, envelope.sender_id) == (forged.message_id, AGENT)
     assert envelope.capability == ""  # the secret is never handed on
+    assert rejections.authenticated == [False]  # the claimed sender must not be told
     (name,) = quarantined(root)
     assert reason(root, name)["code"] == "forbidden_sender"
     assert "cap-b" not in json.dumps(reason(root, name))
@@ -256,7 +257,7 @@ def test_a_crashing_validator_or_on_reject_never_stops_the_receiver(
         if getattr(envelope, "content", "") == "trips the validator":
             raise KeyError("bug")
 
-    def on_reject(inbox: str, envelope: object, error: object) -> None:
+    def on_reject(inbox: str, envelope: object, error: object, authenticated: bool) -> None:
         raise RuntimeError("sink down")
 
     mailbox = make_mailbox(validate=validator, on_reject=on_reject)

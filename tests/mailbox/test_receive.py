@@ -195,6 +195,7 @@ def test_a_handler_exception_quarantines_the_file_and_the_receiver_goes_on(
     ((inbox, envelope, error),) = rejections.wait_for(1)
     assert (inbox, error.code) == (PARENT_INBOX, "delivery_failed")
     assert envelope is not None and envelope.message_id == bad.message_id
+    assert rejections.authenticated == [True]  # it had passed the validator: the sender is told
     assert "handler refuses" in error.message
     names = listing(root / "quarantine")
     assert len(names) == 2 and names[0].endswith(f"{bad.message_id}.json")

@@ -124,7 +124,6 @@ def session_pids(session_id: str) -> list[int]:
     return found
 
 
-
 def write_script(directory: Path, name: str, script: dict[str, Any]) -> str:
     path = directory / f"{name}.json"
     path.write_text(json.dumps(script))

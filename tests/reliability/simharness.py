@@ -114,7 +114,7 @@ class Harness:
         self.offers: list[Offer] = []
         transport = self.s.transport
         self._publish = transport.publish
-        transport.publish = self._publish_hook  # type: ignore[method-assign]
+        transport.publish = self._publish_hook  # type: ignore[method-assign,assignment]
         self.parent_causes: dict[str, set[str]] = defaultdict(set)
         self.closed_agents: set[str] = set()
         self.settled: dict[str, TaskResult] = {}
@@ -163,7 +163,9 @@ class Harness:
         self.parent_causes[task_id].add("cancel")
         if fire_at == 0:
             self._fire_due()
-        answer = self.s.broker.ask(ParentCall(args=api.CancelArgs(task_id=task_id, reason="race")))
+        answer: Any = self.s.broker.ask(
+            ParentCall(args=api.CancelArgs(task_id=task_id, reason="race"))
+        )
         if isinstance(answer, TaskResult):
             self._fire_due()
             return answer
@@ -303,7 +305,7 @@ class Harness:
             # not isinstance: pykka actors are ABCs, and each simulated runtime binds fresh
             # subclasses, so an ABC check walks every one of them still alive (slow)
             if TaskActor in type(actor).__mro__:
-                record = actor.record
+                record: TaskRecord = actor.record  # type: ignore[attr-defined]
                 live[record.task_id] = record
                 self._task("actor", record)
                 if not record.terminal:
@@ -453,7 +455,8 @@ class Harness:
             if offer.accepted:
                 handed[offer.inbox] += offer.copies
         delivered_total = sum(handed.values())
-        assert self.s.transport.delivered == delivered_total, "transport hand-offs do not add up"
+        transport: Any = self.s.transport
+        assert transport.delivered == delivered_total, "transport hand-offs do not add up"
         assert self.sim.trace is not None
         inbound = sum(
             1 for _, _, label, kind in self.sim.trace if kind == "Inbound" and "Broker" in label

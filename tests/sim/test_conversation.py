@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from protocol.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope
 from protocol.notifications import AgentMessage, Notice
+from protocol.settings import Settings
 from protocol.tasks import TaskState
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import IDLE, broker, completions, delivered_results, new_session
@@ -209,3 +210,26 @@ def test_parent_asks_and_an_agent_replies_to_the_parent() -> None:
     assert [(n.reply_to, n.content) for n in notes] == [(sent.message_id, "fine")]
     assert broker(s).requests[sent.message_id].state == "replied"
     assert not [n for n in sink.items if isinstance(n, Notice)]
+
+
+def test_a_late_reply_finds_a_recent_closed_request_but_not_a_forgotten_one() -> None:
+    s, _ = new_session(9, settings=Settings(closed_requests_kept=2))
+    s.spawn("scout", script=IDLE)
+    s.spawn("planner", script=IDLE)
+    s.delegate("scout", "x")
+    s.sim.run_all()
+    scout, planner = Puppet(s, "scout"), Puppet(s, "planner")
+    asked = [scout.ask("planner", reply_timeout_s=1) for _ in range(3)]
+    s.sim.advance(2)  # all three time out: the oldest closed one is forgotten
+    b = broker(s)
+    assert asked[0].message_id not in b.requests
+    assert [b.requests[q.message_id].state for q in asked[1:]] == ["timed_out", "timed_out"]
+    forgotten = planner.reply("scout", asked[0].message_id, "too late")
+    recent = planner.reply("scout", asked[2].message_id, "late but known")
+    s.sim.run_all()
+    refused = planner.ack_for(forgotten)
+    assert not refused.accepted and refused.error.code == "invalid_handle"
+    assert "closed requests are kept" in refused.error.message
+    assert planner.ack_for(recent).accepted
+    late = [e for e in s.sim_launcher.driver("scout").received if isinstance(e, ReplyEnvelope)]
+    assert [(e.reply_to, e.late) for e in late] == [(asked[2].message_id, True)]

@@ -1,0 +1,366 @@
+"""Hostile or broken children against a running supervisor (real bridges, real mailbox).
+
+The hostile child is a ``command``-adapter agent whose turn runs ``hostile_child.py``: it
+has the genuine ``SHEPHERD_*`` environment of a spawned agent (its own id and capability, the
+session mailbox) and uses it to attack. Each case checks that the attack is refused and named
+(a typed error to the publisher, a receipt with an error code, or a quarantine entry whose
+reason says what was wrong), and that a bystander agent's task completes normally in the same
+session. The ``live_supervisor`` fixture asserts that no process of the session outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from actors.sinks import CollectingSink
+from actors.supervisor import Supervisor
+from actors.transport import PARENT_INBOX
+from protocol.notifications import AgentMessage
+from protocol.settings import Settings
+from protocol.tasks import TaskResult, TaskState
+from tests.reliability.live import session_pids, wait_until, write_script
+
+pytestmark = pytest.mark.processes
+
+HOSTILE = Path(__file__).with_name("hostile_child.py")
+WORKER = {
+    "steps": [
+        {"await": "task"},
+        {"sleep": 1.0},
+        {"done": {"status": "completed", "summary": "unharmed"}},
+        {"await": "any"},
+    ]
+}
+SCOUT = {
+    "steps": [
+        {"await": "task"},
+        {"message": {"to": "planner", "text": "which module first?", "expects_reply": True}},
+        {"await": "reply"},
+        {"done": {"status": "completed", "summary": "explored {last}"}},
+        {"await": "any"},
+    ]
+}
+PLANNER = {
+    "steps": [
+        {"await": "task"},
+        {"sleep": 4.0},
+        {"await": "message"},
+        {"reply": {"text": "src/core"}},
+        {"await": "any"},
+    ]
+}
+
+
+class Arena:
+    """One live session: a bystander, maybe a victim, and a hostile agent."""
+
+    def __init__(self, sup: Supervisor, sink: CollectingSink, tmp: Path) -> None:
+        self.sup = sup
+        self.sink = sink
+        self.tmp = tmp
+        self.out = tmp / "hostile-out.json"
+
+    def spawn(self, name: str, script: dict[str, Any]) -> str:
+        path = write_script(self.tmp, name, script)
+        return self.sup.session.spawn(name, script=path).agent_id
+
+    def spawn_hostile(self, attacks: list[str], **plan: Any) -> str:
+        plan_path = self.tmp / "plan.json"
+        plan_path.write_text(json.dumps({"attacks": attacks, "out": str(self.out), **plan}))
+        cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(HOSTILE))} {plan_path} {{message}}"
+        return self.sup.session.spawn("mallory", adapter="command", cmd=cmd).agent_id
+
+    def attack(self, timeout: float = 60.0) -> dict[str, Any]:
+        """Delegate to the hostile agent (its turn attacks) and return what it recorded."""
+        self.sup.session.delegate("mallory", "misbehave")
+        assert wait_until(self.out.exists, timeout=timeout), self.output("mallory")
+        data: dict[str, Any] = json.loads(self.out.read_text())
+        return data
+
+    def delegate(self, name: str, text: str = "work") -> str:
+        return self.sup.session.delegate(name, text).task_id
+
+    def result(self, task_id: str, timeout: float = 30.0) -> TaskResult:
+        got = self.sup.session.wait(task_id, timeout_s=timeout)
+        assert got.completed, f"{task_id} did not settle: {self.sup.session.status()}"
+        return got.completed[0]
+
+    def bystander_done(self, task_id: str) -> None:
+        result = self.result(task_id)
+        assert (result.status, result.text) == ("completed", "unharmed"), result
+
+    def reasons(self) -> list[dict[str, Any]]:
+        found = []
+        for path in (self.sup.mailbox_root / "quarantine").iterdir():
+            if path.name.endswith(".reason"):
+                with contextlib.suppress(ValueError):  # being written right now
+                    found.append(json.loads(path.read_bytes()))
+        return found
+
+    def reason_for(self, message_id: str, timeout: float = 20.0) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
+            for reason in self.reasons():
+                if reason.get("message_id") == message_id or message_id in str(reason["file"]):
+                    return reason
+            return None
+
+        assert wait_until(find, timeout=timeout), f"no quarantine reason for {message_id}"
+        found = find()
+        assert found is not None
+        return found
+
+    def output(self, name: str) -> list[str]:
+        return list(self.sup.session.read(name, 400).lines)
+
+    def delivered_to(self, agent_id: str) -> list[Any]:
+        """What the agent's inbox handed over (cur/ keeps the acknowledged envelopes)."""
+        cur = self.sup.mailbox.inbox_path(agent_id) / "cur"
+        return [msgspec.json.decode(p.read_bytes()) for p in sorted(cur.iterdir())]
+
+    def agent_messages(self) -> list[AgentMessage]:
+        return [n for n in self.sink.items if isinstance(n, AgentMessage)]
+
+
+@pytest.fixture
+def arena(
+    live_supervisor: Callable[..., tuple[Supervisor, CollectingSink]],
+    tmp_path: Path,
+    report: Counter[str],
+) -> Callable[..., Arena]:
+    def make(settings: Settings | None = None) -> Arena:
+        sup, sink = live_supervisor(settings)
+        report["sessions"] += 1
+        return Arena(sup, sink, tmp_path)
+
+    return make
+
+
+def test_forged_identity_is_refused_and_the_victim_is_undisturbed(
+    arena: Callable[..., Arena], report: Counter[str]
+) -> None:
+    a = arena()
+    scout = a.spawn("scout", SCOUT)
+    a.spawn("planner", PLANNER)
+    a.delegate("planner", "plan")
+    task = a.delegate("scout", "map")
+    assert wait_until(
+        lambda: a.sup.session.status("scout").agents[0].task.state is TaskState.WAITING  # type: ignore[union-attr]
+    )
+    a.spawn_hostile(
+        ["forge_sender", "forge_capability", "forge_parent", "done_for_victim"],
+        victim_id=scout,
+        victim_task=task,
+    )
+    got = a.attack()
+
+    forged = a.reason_for(got["forge_sender"]["message_id"])
+    assert (
+        forged["code"] == "forbidden_sender"
+        and f"does not match sender {scout}" in (forged["message"])
+    )
+    guessed = a.reason_for(got["forge_capability"]["message_id"])
+    assert (
+        guessed["code"] == "forbidden_sender"
+        and "capability does not match" in (guessed["message"])
+    )
+    stolen = got["done_for_victim"]
+    assert stolen["accepted"] is False and stolen["code"] == "forbidden_sender", stolen
+    assert "belongs to another agent" in stolen["error"]
+    parent_only = got["forge_parent"]["message_id"]
+    assert wait_until(
+        lambda: any(f"refused {parent_only}: invalid_argument" in x for x in a.output("mallory"))
+    ), a.output("mallory")
+    report["hostile_cases"] += 4
+
+    # the victim's wait is untouched: it completes with the real answer
+    result = a.result(task)
+    assert (result.status, result.text) == ("completed", "explored src/core"), result
+    notices = [
+        e
+        for e in a.delivered_to(scout)
+        if e.get("kind") == "notice" and got["forge_sender"]["message_id"] in e.get("text", "")
+    ]
+    assert notices == [], f"the victim was told about an envelope it never sent: {notices}"
+
+
+def test_writing_into_another_agents_inbox_is_quarantined_by_it(
+    arena: Callable[..., Arena], report: Counter[str]
+) -> None:
+    a = arena()
+    worker = a.spawn("worker", WORKER)
+    a.spawn_hostile(["victim_inbox"], victim_id=worker)
+    got = a.attack()
+    task = a.delegate("worker")
+    for attempt in got["victim_inbox"]:
+        assert attempt.get("published"), attempt  # the files went in: the victim must refuse
+        reason = a.reason_for(attempt["message_id"])
+        assert reason["inbox"] == worker and reason["code"] == "forbidden_sender", reason
+        assert "capability does not match this agent" in reason["message"]
+        report["hostile_cases"] += 1
+    a.bystander_done(task)
+    kinds = [e.get("kind") for e in a.delivered_to(worker)]
+    assert kinds.count("task") == 1, kinds  # only the parent's real task got through
+
+
+def test_envelopes_for_another_session_are_quarantined(
+    arena: Callable[..., Arena], report: Counter[str]
+) -> None:
+    a = arena()
+    a.spawn("worker", WORKER)
+    task = a.delegate("worker")
+    a.spawn_hostile(["other_session"])
+    got = a.attack()
+    for attempt in got["other_session"]:
+        reason = a.reason_for(attempt["message_id"])
+        assert reason["code"] == "invalid_envelope" and "not ours" in reason["message"], reason
+        report["hostile_cases"] += 1
+    a.bystander_done(task)
+
+
+def test_a_flood_is_refused_at_the_limit_and_nothing_accepted_is_lost(
+    arena: Callable[..., Arena], report: Counter[str]
+) -> None:
+    limit = 20
+    a = arena(Settings(max_queue_depth=limit))
+    a.spawn("worker", WORKER)
+    task = a.delegate("worker")
+    a.spawn_hostile(
+        ["flood"], queue_limit=limit, bursts=20, raw_per_burst=100, publish_per_burst=10
+    )
+    got = a.attack(timeout=120)
+    published = got["flood"]["published"]
+    accepted = [p["message_id"] for p in published if p.get("published")]
+    refused = [p for p in published if p.get("refused")]
+    assert {p["refused"] for p in refused} <= {"limit_exceeded"}, refused
+    assert refused, "the flood never met the limit"
+    assert all(f"(limit {limit})" in p["error"] for p in refused), refused[0]
+    expected = set(accepted) | set(got["flood"]["raw"])
+
+    def arrived() -> set[str]:
+        return {m.message_id for m in a.agent_messages()}
+
+    assert wait_until(lambda: expected <= arrived(), timeout=120), len(expected - arrived())
+    ids = [m.message_id for m in a.agent_messages()]
+    assert len(ids) == len(set(ids)), "a message was delivered twice"
+    report["hostile_cases"] += 1
+    report["flood_accepted"] += len(expected)
+    report["flood_refused_at_limit"] += len(refused)
+    a.bystander_done(task)
+    assert a.sup.session.status().agents  # the parent still answers
+
+
+def test_ten_megabytes_are_refused_unread(
+    arena: Callable[..., Arena], report: Counter[str]
+) -> None:
+    a = arena()
+    a.spawn("worker", WORKER)
+    task = a.delegate("worker")
+    a.spawn_hostile(["big"])
+    published, planted = a.attack()["big"]
+    assert (
+        published["refused"] == "limit_exceeded"
+        and "over the 65536-byte limit" in (published["error"])
+    )
+    reason = a.reason_for(planted["message_id"])
+    assert reason["code"] == "limit_exceeded" and "over the 65536-byte limit" in reason["message"]
+    assert reason["message_id"] is None  # refused before it was read
+    report["hostile_cases"] += 2
+    a.bystander_done(task)
+
+
+def test_a_symlink_or_a_fifo_in_new_is_quarantined_unopened(
+    arena: Callable[..., Arena], report: Counter[str]
+) -> None:
+    a = arena()
+    a.spawn("worker", WORKER)
+    task = a.delegate("worker")
+    a.spawn_hostile(["symlink_fifo"])
+    got = a.attack()["symlink_fifo"]
+    link = a.reason_for(got["symlink"])
+    fifo = a.reason_for(got["fifo"])
+    assert "symbolic link" in link["message"] and "not opened" in link["message"], link
+    assert "FIFO" in fifo["message"], fifo
+    quarantine = a.sup.mailbox_root / "quarantine"
+    assert (quarantine / link["file"]).is_symlink()  # moved as a link, never followed
+    report["hostile_cases"] += 2
+    a.bystander_done(task)
+
+
+def test_a_child_dying_mid_write_never_has_it_delivered(
+    arena: Callable[..., Arena], report: Counter[str]
+) -> None:
+    a = arena(Settings(fallback_poll_s=0.2))
+    a.spawn("worker", WORKER)
+    task = a.delegate("worker")
+    a.spawn_hostile(["exit_mid_write"])
+    got = a.attack()["exit_mid_write"]
+    a.bystander_done(task)
+    inbox = a.sup.mailbox.inbox_path(PARENT_INBOX)
+    assert wait_until(
+        lambda: a.sup.session.status("mallory").agents[0].process_state == "idle", timeout=20
+    )
+    assert a.sup.mailbox.wait_drained(10)
+    for message_id in (got["half"], got["whole"]):
+        assert [n for n in (inbox / "tmp").iterdir() if message_id in n.name], "tmp/ was cleaned?"
+        for sub in ("new", "cur"):
+            assert not [n for n in (inbox / sub).iterdir() if message_id in n.name], sub
+        assert message_id not in {m.message_id for m in a.agent_messages()}
+    row = a.sup.session.status("mallory").agents[0]
+    assert row.task is not None and row.task.state is TaskState.RUNNING  # a dead turn is not done
+    report["hostile_cases"] += 2
+
+
+@pytest.mark.parametrize("escape", [False, True], ids=["ignores-sigterm", "escapes-its-session"])
+def test_a_child_that_keeps_running_after_close_is_killed(
+    arena: Callable[..., Arena], report: Counter[str], escape: bool
+) -> None:
+    a = arena()
+    a.spawn("worker", WORKER)
+    task = a.delegate("worker")
+    mallory = a.spawn_hostile(["linger", "escape"] if escape else ["linger"])
+    got = a.attack()["linger"]
+    pids = [got["pid"], *got["helpers"]]
+    assert all(_alive(p) for p in pids)
+    a.sup.session.close("mallory")
+
+    def of_mallory() -> list[int]:
+        return [
+            p
+            for p in session_pids(a.sup.session_id)
+            if f"SHEPHERD_AGENT_ID={mallory}".encode() in Path(f"/proc/{p}/environ").read_bytes()
+        ]
+
+    gone = wait_until(lambda: not of_mallory() and not any(_alive(p) for p in pids), timeout=20)
+    survivors = [p for p in pids if _alive(p)]
+    for pid in survivors:  # never leave them behind, whatever the verdict
+        _kill(pid)
+    assert gone, f"still running after close: {survivors}"
+    report["hostile_cases"] += 1
+    a.bystander_done(task)
+    assert wait_until(lambda: a.sup.session.status("mallory").agents[0].process_state == "exited")
+    assert a.sup.session.status("mallory").agents[0].closed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return ") Z " not in stat
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
