@@ -159,7 +159,7 @@ class Bridge:
         ids: IdSource | None = None,
     ) -> None:
         self.env = env
-        self.settings = settings or Settings()
+        self.settings = settings or env.settings
         self.clock = clock or SystemClock()
         self.ids = ids or IdSource()
         self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()

@@ -134,7 +134,7 @@ def send_and_wait(
     }
     envelope = build(base)
     validate_ack = envelope_validator(env, kinds=(AckEnvelope,))
-    mailbox = Mailbox.open(env.mailbox, env.session_id, validate=validate_ack)
+    mailbox = Mailbox.open(env.mailbox, env.session_id, env.settings, validate=validate_ack)
     got: list[AckEnvelope] = []
     arrived = threading.Event()
 

@@ -33,6 +33,7 @@ from protocol.envelopes import (
 )
 from protocol.errors import ForbiddenSender, InvalidArgument, InvalidEnvelope, SessionUnavailable
 from protocol.ids import PARENT_ID, IdKind, kind_of
+from protocol.settings import Settings
 
 __all__ = [
     "ENV_VARS",
@@ -53,6 +54,8 @@ ENV_CAPABILITY = "SHEPHERD_CAPABILITY"
 ENV_PARENT_PID = "SHEPHERD_PARENT_PID"
 ENV_ADAPTER = "SHEPHERD_ADAPTER"
 ENV_AGENT_OPTIONS = "SHEPHERD_AGENT_OPTIONS"
+#: the session's settings as JSON: the child's mailbox keeps the same limits as the parent's
+ENV_SETTINGS = "SHEPHERD_SETTINGS"
 ENV_VARS = (
     ENV_SESSION,
     ENV_SESSION_ID,
@@ -63,6 +66,7 @@ ENV_VARS = (
     ENV_PARENT_PID,
     ENV_ADAPTER,
     ENV_AGENT_OPTIONS,
+    ENV_SETTINGS,
 )
 
 # Kinds the parent may put into an agent's inbox, and which of them may carry another sender.
@@ -89,6 +93,7 @@ class ChildEnv(msgspec.Struct, frozen=True, kw_only=True):
     parent_pid: int | None = None
     adapter: str = "scripted"
     options: dict[str, Any] = {}
+    settings: Settings = msgspec.field(default_factory=Settings)
 
     @property
     def identity(self) -> AgentIdentity:
@@ -143,6 +148,13 @@ def child_env_from(environ: Mapping[str, str], *, bridge: bool) -> ChildEnv:
         if not isinstance(decoded, dict):
             raise InvalidArgument(f"{ENV_AGENT_OPTIONS} must be a JSON object")
         options = decoded
+    settings = Settings()
+    raw_settings = environ.get(ENV_SETTINGS, "").strip()
+    if raw_settings:
+        try:
+            settings = msgspec.json.decode(raw_settings, type=Settings)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise InvalidArgument(f"{ENV_SETTINGS} is not this version's settings: {exc}") from None
     return ChildEnv(
         session_id=session_id,
         mailbox=mailbox,
@@ -153,6 +165,7 @@ def child_env_from(environ: Mapping[str, str], *, bridge: bool) -> ChildEnv:
         parent_pid=parent_pid,
         adapter=environ.get(ENV_ADAPTER, "").strip() or "scripted",
         options=options,
+        settings=settings,
     )
 
 

@@ -32,17 +32,30 @@ class Clock(Protocol):
 
 
 class _Timer:
-    __slots__ = ("callback", "cancelled", "deadline", "seq")
+    __slots__ = ("callback", "cancelled", "deadline", "owner", "seq")
 
-    def __init__(self, deadline: float, seq: int, callback: Callable[[], object]) -> None:
+    def __init__(
+        self,
+        deadline: float,
+        seq: int,
+        callback: Callable[[], object],
+        owner: SystemClock | None = None,
+    ) -> None:
         self.deadline = deadline
         self.seq = seq
         self.callback = callback
         self.cancelled = False
+        #: the clock whose heap holds this timer (None once it left the heap)
+        self.owner = owner
 
     def cancel(self) -> None:
+        if self.cancelled:
+            return
         self.cancelled = True
         self.callback = _noop
+        owner = self.owner
+        if owner is not None:
+            owner._forget(self)
 
     def __lt__(self, other: _Timer) -> bool:
         return (self.deadline, self.seq) < (other.deadline, other.seq)
@@ -59,11 +72,22 @@ def _fire(timer: _Timer) -> None:
         logger.opt(exception=True).error("timer callback failed")
 
 
+#: a heap is compacted once it holds more cancelled timers than this and than live ones
+_COMPACT_AFTER = 256
+
+
 class SystemClock:
-    """Real time; one daemon timer thread per clock, started on first use."""
+    """Real time; one daemon timer thread per clock, started on first use.
+
+    A cancelled timer stays in the heap (cheap: its callback is dropped at once) until it
+    reaches the top, or until cancelled timers outnumber the live ones (and
+    :data:`_COMPACT_AFTER`): then the heap is rebuilt without them, so a busy session that
+    cancels most of its timers (stale-wait, reply and task deadlines) holds memory for the
+    timers that can still fire, not for every one it ever set."""
 
     def __init__(self) -> None:
         self._heap: list[_Timer] = []
+        self._cancelled = 0
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
@@ -76,7 +100,7 @@ class SystemClock:
         return time.monotonic()
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
-        timer = _Timer(time.monotonic() + max(0.0, delay), next(self._seq), callback)
+        timer = _Timer(time.monotonic() + max(0.0, delay), next(self._seq), callback, self)
         with self._cond:
             if self._closed:
                 timer.cancel()
@@ -91,12 +115,36 @@ class SystemClock:
                 self._cond.notify()
         return timer
 
+    def _forget(self, timer: _Timer) -> None:
+        """``timer`` (in this heap) was cancelled; compact the heap if they pile up."""
+        with self._cond:
+            if timer.owner is None:  # popped meanwhile
+                return
+            self._cancelled += 1
+            if self._cancelled > _COMPACT_AFTER and 2 * self._cancelled > len(self._heap):
+                live = []
+                for each in self._heap:
+                    if each.cancelled:
+                        each.owner = None
+                    else:
+                        live.append(each)
+                heapq.heapify(live)
+                self._heap = live
+                self._cancelled = 0
+
+    def _pop(self) -> _Timer:
+        timer = heapq.heappop(self._heap)
+        timer.owner = None
+        if timer.cancelled:
+            self._cancelled -= 1
+        return timer
+
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not self._closed:
                     while self._heap and self._heap[0].cancelled:
-                        heapq.heappop(self._heap)
+                        self._pop()
                     if not self._heap:
                         self._cond.wait()
                         continue
@@ -106,15 +154,17 @@ class SystemClock:
                     self._cond.wait(wait)
                 if self._closed:
                     return
-                timer = heapq.heappop(self._heap)
+                timer = self._pop()
             _fire(timer)
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             for timer in self._heap:
+                timer.owner = None
                 timer.cancel()
             self._heap.clear()
+            self._cancelled = 0
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)

@@ -24,12 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from loguru import logger
 
 from actors.agent import AgentHandle, AgentSpec
 from actors.clock import Clock
 from actors.procs import terminate_session
 from protocol.errors import ForbiddenSender, InvalidHandle
+from protocol.settings import Settings
 
 __all__ = ["ChildProcess", "ProcessLauncher", "Reaper"]
 
@@ -203,6 +205,7 @@ class ProcessLauncher:
         ensure_inbox: Callable[[str], object],
         register: Callable[[AgentSpec], None],
         clock: Clock,
+        settings: Settings | None = None,
         parent_pid: int | None = None,
         grace_s: float = STOP_GRACE_S,
         python: str = sys.executable,
@@ -213,6 +216,7 @@ class ProcessLauncher:
         self._ensure_inbox = ensure_inbox
         self._register = register
         self._clock = clock
+        self._settings = settings or Settings()
         self._parent_pid = parent_pid or os.getpid()
         self._grace_s = grace_s
         self._python = python
@@ -233,6 +237,7 @@ class ProcessLauncher:
             "SHEPHERD_PARENT_PID": str(self._parent_pid),
             "SHEPHERD_ADAPTER": spec.adapter,
             "SHEPHERD_AGENT_OPTIONS": json.dumps(options),
+            "SHEPHERD_SETTINGS": msgspec.json.encode(self._settings).decode(),
         }
 
     def launch(self, spec: AgentSpec, on_exit: Callable[[int], None]) -> AgentHandle:

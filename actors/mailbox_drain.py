@@ -45,6 +45,7 @@ from actors.mailbox_files import (
     describe,
     read_file,
     shown,
+    sweep_abandoned,
     write_all,
 )
 from actors.transport import Handler
@@ -69,6 +70,8 @@ Validator = Callable[[str, AnyEnvelope], None]
 RejectCallback = Callable[[str, AnyEnvelope | None, ShepherdError, bool], None]
 
 _MAX_REASON_CHARS = 2000
+#: how often a subscribed inbox's tmp/ is swept of abandoned files
+_SWEEP_EVERY_S = 60.0
 #: files handled in one turn of one inbox before the receiver looks at the others
 _DRAIN_BUDGET = 1024
 
@@ -113,6 +116,7 @@ class SubscribedInbox:
     seeded: bool = False
     broken: bool = False
     retained: deque[str] = field(default_factory=deque)  # cur/ names, oldest first
+    swept_at: float = float("-inf")  # when tmp/ was last swept of abandoned files
     stuck: set[str] = field(default_factory=set)  # names we could neither deliver nor move
 
 
@@ -149,6 +153,7 @@ class Drainer:
         other inboxes a turn and comes straight back)."""
         if not box.seeded:
             self._seed(box)
+        self._sweep_tmp(box)
         budget = _DRAIN_BUDGET
         while True:
             try:
@@ -193,6 +198,21 @@ class Drainer:
                 self._remember(box.name, match.group(1))
         box.retained.extend(names)
         self._prune(box)
+
+    def _sweep_tmp(self, box: SubscribedInbox) -> None:
+        """At subscription and then every :data:`_SWEEP_EVERY_S`: remove what writers that
+        died mid-publish left in ``tmp/`` (see :func:`sweep_abandoned`)."""
+        now_s = self._now_ns() / 1e9
+        if now_s - box.swept_at < _SWEEP_EVERY_S:
+            return
+        box.swept_at = now_s
+        tmp_dir = os.path.join(os.path.dirname(box.new_dir), "tmp")
+        for name, size in sweep_abandoned(tmp_dir, now_s):
+            logger.bind(inbox=box.name).warning(
+                "mailbox: removed {} ({} bytes) from tmp/: its writer never finished it",
+                shown(name),
+                size,
+            )
 
     def _handle_file(self, box: SubscribedInbox, entry: os.DirEntry[str]) -> None:
         name = entry.name

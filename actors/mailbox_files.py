@@ -12,6 +12,9 @@ Rules:
   ``O_NOFOLLOW | O_NONBLOCK`` and re-checked with ``fstat`` (:func:`read_file`); a directory
   we use must be ours and not a symlink, and a directory we create in must be ours or
   root's and not writable by others unless sticky.
+- A file left in ``tmp/`` for :data:`ABANDONED_TMP_S` was abandoned by a writer that died
+  mid-publish (a live publish renames it away within microseconds): the inbox's reader removes
+  it (:func:`sweep_abandoned`). It was never accepted, so nothing accepted is lost.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from protocol.errors import (
 )
 
 __all__ = [
+    "ABANDONED_TMP_S",
     "DIR_MODE",
     "FILE_MODE",
     "INBOX_RE",
@@ -54,6 +58,7 @@ __all__ = [
     "make_private_dir",
     "read_file",
     "shown",
+    "sweep_abandoned",
     "write_all",
     "write_error",
 ]
@@ -197,6 +202,35 @@ def count_entries(new_dir: str, limit: int) -> int:
 
 
 # ---------------------------------------------------------------------- files
+
+#: how old a file in ``tmp/`` must be to count as abandoned by a writer that died
+ABANDONED_TMP_S = 600.0
+
+
+def sweep_abandoned(
+    tmp_dir: str, now_s: float, max_age_s: float = ABANDONED_TMP_S
+) -> list[tuple[str, int]]:
+    """Remove the entries of ``tmp_dir`` (never a directory) last modified ``max_age_s`` or
+    more before ``now_s``; return the ``(name, size)`` of each one removed."""
+    removed: list[tuple[str, int]] = []
+    try:
+        scan = os.scandir(tmp_dir)
+    except OSError:
+        return removed
+    with scan:
+        for entry in scan:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) or now_s - st.st_mtime < max_age_s:
+                continue
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                continue
+            removed.append((entry.name, st.st_size))
+    return removed
 
 
 def write_all(fd: int, data: bytes) -> None:

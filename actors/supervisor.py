@@ -240,6 +240,7 @@ class Supervisor:
             ensure_inbox=self.mailbox.ensure_inbox,
             register=self._register,
             clock=self.runtime.clock,
+            settings=self.settings,
         )
         self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shepherd-call")
         self.session = Session(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from actors.mailbox import Mailbox
+from actors.mailbox_files import ABANDONED_TMP_S
 from actors.transport import PARENT_INBOX
 from protocol.envelopes import AnyEnvelope, encode_envelope
 from protocol.errors import ForbiddenSender, InvalidHandle
@@ -311,3 +313,26 @@ def test_an_inbox_replaced_by_a_symlink_is_not_read(
     with pytest.raises(InvalidHandle, match="symbolic link"):
         parent.publish(AGENT, message(session_id, target_id=AGENT))
     assert os.listdir(elsewhere / "tmp") == []
+
+
+def test_files_abandoned_in_tmp_are_removed_and_fresh_ones_kept(
+    make_mailbox: MailboxFactory, session_id: str
+) -> None:
+    mailbox = make_mailbox()
+    tmp = mailbox.ensure_inbox(PARENT_INBOX) / "tmp"
+    abandoned = tmp / file_name(new_id(IdKind.MESSAGE))
+    abandoned.write_bytes(b'{"kind": "message", "half')  # a writer died mid-publish
+    old = time.time() - ABANDONED_TMP_S - 5
+    os.utime(abandoned, (old, old))
+    old_link = tmp / "planted-link"
+    old_link.symlink_to("/etc/passwd")
+    os.utime(old_link, (old, old), follow_symlinks=False)
+    fresh = tmp / file_name(new_id(IdKind.MESSAGE), stamp=2)  # a publish in progress
+    fresh.write_bytes(b"{")
+    mailbox.publish(PARENT_INBOX, message(session_id, content="after"))
+    collector = Collector()
+    mailbox.subscribe(PARENT_INBOX, collector)
+    collector.wait_for(1)
+    assert mailbox.wait_drained(10)
+    assert sorted(os.listdir(tmp)) == [fresh.name]  # the link itself went, not its target
+    assert os.path.exists("/etc/passwd")

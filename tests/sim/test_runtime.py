@@ -117,6 +117,25 @@ def test_system_clock_fires_in_deadline_order_and_cancel_works() -> None:
     clock.close()
 
 
+def test_system_clock_drops_cancelled_timers_long_before_their_deadline() -> None:
+    clock = SystemClock()
+    try:
+        done = threading.Event()
+        live = [clock.call_later(3600, lambda: None) for _ in range(100)]
+        for _ in range(20):  # many more timers set and cancelled than stay live
+            for timer in [clock.call_later(3600, lambda: None) for _ in range(100)]:
+                timer.cancel()
+        assert len(clock._heap) <= 2 * len(live) + 256 + 1  # not the 2,100 ever set
+        for timer in live[:50]:
+            timer.cancel()
+            timer.cancel()  # twice: counted once
+        clock.call_later(0.0, done.set)  # the remaining live ones still fire in order
+        assert done.wait(5)
+        assert sum(1 for t in clock._heap if not t.cancelled) == 50
+    finally:
+        clock.close()
+
+
 def test_virtual_clock_moves_only_when_told() -> None:
     clock = VirtualClock(start=100.0)
     fired: list[float] = []
