@@ -4,17 +4,18 @@
     python scripts/bench.py [--quick] [--out FILE] [--runs N] [--only NAME,...]
 
 Benchmarks (``--only`` names): ``delivery``, ``throughput``, ``notify``, ``scale``, ``idle``,
-``demo``. Every job runs in a fresh worker process (``bench_lib.worker``); publishers are other
-processes again (``bench_lib.publisher``). Each figure is collected over several runs (5; 3 with
-``--quick``, which also uses smaller sizes and finishes in about a minute) and written to JSON
-(default ``bench-results.json``) as min / median / max per subject — Shepherd and each baseline —
-with the unit, the run count, the issue's target, the machine and the package versions. A table
-of medians is printed: Shepherd's, each baseline's, and how many times better Shepherd is.
+``demo``, ``requests``. Every job runs in a fresh worker process (``bench_lib.worker``);
+publishers are other processes again (``bench_lib.publisher``). Each figure is collected over
+several runs (5; 3 with ``--quick``, which also uses smaller sizes and finishes in about a
+minute) and written to JSON (default ``bench-results.json``) as min / median / max per subject —
+Shepherd and each baseline — with the unit, the run count, the issue's target, the machine and
+the package versions. A table of medians is printed: Shepherd's, each baseline's, and how many
+times better Shepherd is.
 
 How each figure is measured is described in ``bench_lib/*`` and in the JSON (``description``,
 ``params``); ``raw`` in the JSON keeps every worker's full answer. A benchmark is never a test:
 nothing here asserts on a timing. The exit status is 1 only if a job failed or an envelope was
-lost or duplicated.
+lost or duplicated (or, in ``requests``, a question was refused or its reply went astray).
 """
 
 from __future__ import annotations
@@ -42,7 +43,15 @@ from bench_lib.common import (
 )
 from bench_lib.delivery import THROUGHPUT_VARIANTS
 from bench_lib.receivers import VARIANTS
-from bench_lib.report import BENCHMARKS, FIGURES, SHEPHERD, Results, table
+from bench_lib.report import (
+    BENCHMARKS,
+    FIGURES,
+    PREVIOUS_DESIGN,
+    PREVIOUS_DESIGN_LABEL,
+    SHEPHERD,
+    Results,
+    table,
+)
 
 
 @dataclass(frozen=True)
@@ -60,14 +69,16 @@ class Sizes:
     idle_s: float  # idle-cost window
     idle_agents: int
     bridge_agents: int  # spawn-to-ready samples per run
+    requests_n: int  # requests made in one session (the standing ones included)
+    requests_window: int  # the last requests whose cost is reported
 
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
-             1000, 10000, 1000, 10000, 30.0, 100, 3)  # fmt: skip
+             1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000)  # fmt: skip
 QUICK = Sizes(3, 30, 200, True, 2500, ((1, 2), (100, 30), (1000, 300)),
-              1000, 1000, 1000, 1000, 5.0, 100, 1)  # fmt: skip
+              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000)  # fmt: skip
 SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
-              20, 50, 20, 50, 0.5, 100, 1)  # fmt: skip
+              20, 50, 20, 50, 0.5, 100, 1, 150, 50)  # fmt: skip
 
 
 class WorkerError(RuntimeError):
@@ -300,6 +311,54 @@ def bench_demo(sizes: Sizes, results: Results) -> None:
                 results.add(key, subject, 1000 * statistics.median(got[field]))
 
 
+# ---------------------------------------------------------------------- 7. requests
+
+
+def bench_requests(sizes: Sizes, results: Results) -> None:
+    """The broker's cost per request after many requests (``bench_lib/requests.py``), next to
+    the previous design reproduced in the benchmark and injected into an identical session.
+    One design at a time (never side by side: each process times its own broker)."""
+    keys = ["requests.open_ms", "requests.round_trip_ms", "requests.held"]
+    for key in keys:
+        results.params(
+            key,
+            n=sizes.requests_n,
+            window=sizes.requests_window,
+            one_request_at_a_time=True,
+            baseline=f"{PREVIOUS_DESIGN}: {PREVIOUS_DESIGN_LABEL}",
+        )
+    designs = [SHEPHERD, PREVIOUS_DESIGN]
+    for run in range(sizes.runs):
+        order = designs if run % 2 == 0 else designs[::-1]  # neither always goes first
+        jobs = [
+            (
+                "requests",
+                {
+                    "design": design,
+                    "requests": sizes.requests_n,
+                    "window": sizes.requests_window,
+                    "seed": run,
+                },
+            )
+            for design in order
+        ]
+        for design, got in zip(order, run_jobs(jobs, parallel=False), strict=True):
+            if isinstance(got, Exception):
+                _failed(results, "requests", keys, design, got)
+                continue
+            results.keep_raw("requests", got)
+            spoiled = got["late_replies"] or got["refused"] or got["wait_cycles"]
+            if spoiled or got["pending_after"]:
+                results.error("requests", f"{design}: the load went wrong: {got}")
+            for key in keys:
+                results.params(
+                    key, agents=got["agents"], closed_requests_kept=got["closed_requests_kept"]
+                )
+            results.add("requests.open_ms", design, got["open_cpu"]["mean_ms"])
+            results.add("requests.round_trip_ms", design, got["round_trip"]["mean_ms"])
+            results.add("requests.held", design, got["held"])
+
+
 RUNNERS = {
     "delivery": bench_delivery,
     "throughput": bench_throughput,
@@ -307,6 +366,7 @@ RUNNERS = {
     "scale": bench_scale,
     "idle": bench_idle,
     "demo": bench_demo,
+    "requests": bench_requests,
 }
 
 

@@ -104,6 +104,25 @@ FIGURES: dict[str, Figure] = {
     "bridge.spawn_to_ready_ms": Figure(
         "ms", "lower", "Supervisor spawn -> agent process state leaves 'starting'", 300.0
     ),
+    "requests.open_ms": Figure(
+        "ms",
+        "lower",
+        "broker CPU time handling one question with expects_reply (request opened and checked "
+        "for a wait cycle, question forwarded, receipt sent), mean over the last `window` "
+        "(1,000) of n requests; 20 agents, one request at a time. previous_design: "
+        "wait-for graph rebuilt from every request, closed requests kept forever",
+    ),
+    "requests.round_trip_ms": Figure(
+        "ms",
+        "lower",
+        "question published as an agent -> its reply handed to the asker's inbox (the target "
+        "answers at once), one request at a time, mean over the last `window` of n requests",
+    ),
+    "requests.held": Figure(
+        "requests",
+        "lower",
+        "len(broker.requests) after n requests, every one closed (memory held)",
+    ),
 }
 
 BENCHMARKS = {
@@ -113,9 +132,15 @@ BENCHMARKS = {
     "scale": "scale.",
     "idle": "idle.",
     "demo": ("demo.", "bridge."),
+    "requests": "requests.",
 }
 
 SHEPHERD = "shepherd"
+#: the baseline of the ``requests`` figures, reproduced in ``bench_lib/requests.py`` only
+PREVIOUS_DESIGN = "previous_design"
+PREVIOUS_DESIGN_LABEL = (
+    "previous design: graph rebuilt from every request, closed requests kept forever"
+)
 
 
 @dataclass

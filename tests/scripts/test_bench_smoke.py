@@ -48,6 +48,9 @@ FIGURES = {
     "demo.simulated_wall_s": set(),
     "demo.process_wall_s": set(),
     "bridge.spawn_to_ready_ms": set(),
+    "requests.open_ms": {"previous_design"},
+    "requests.round_trip_ms": {"previous_design"},
+    "requests.held": {"previous_design"},
 }
 
 
@@ -84,6 +87,11 @@ def test_a_smoke_run_exits_0_and_writes_every_figure(tmp_path: Path) -> None:
                 name,
                 stats,
             )
+    # the request-table baseline really is the previous design, injected into the broker
+    tables = {r["design"]: r for r in document["raw"]["requests"]}
+    assert tables["shepherd"]["table"] == "RequestTable"
+    assert tables["previous_design"]["table"] == "PreviousDesignTable"
+    assert tables["previous_design"]["held"] == document["sizes"]["requests_n"]
     # the table was printed, one line per figure
     for key in FIGURES:
         assert key in done.stdout, key
