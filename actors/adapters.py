@@ -19,10 +19,17 @@ from typing import Any, ClassVar, Protocol
 from actors.child_env import ChildEnv
 from actors.clock import SystemClock
 from actors.idsource import IdSource
-from protocol.envelopes import AnyEnvelope, RuntimeEvent
+from protocol.envelopes import AckEnvelope, AnyEnvelope, ControlEnvelope, RuntimeEvent
 from protocol.errors import InvalidArgument
 
-__all__ = ["ADAPTERS", "Adapter", "AgentContext", "adapter_class"]
+__all__ = [
+    "ADAPTERS",
+    "Adapter",
+    "AgentContext",
+    "adapter_class",
+    "control_reason",
+    "show_refusal",
+]
 
 #: Adapter name -> "module:Class", imported on first use (a pi-rpc adapter's dependencies
 #: are never loaded for a scripted agent).
@@ -86,3 +93,19 @@ def adapter_class(name: str) -> type[Adapter]:
     module_name, _, class_name = target.partition(":")
     cls: type[Adapter] = getattr(importlib.import_module(module_name), class_name)
     return cls
+
+
+def show_refusal(ctx: AgentContext, ack: AckEnvelope) -> None:
+    """A receipt refusing something the agent sent goes into its output (an accepted one is
+    silent): the agent, or whoever reads its output, learns why."""
+    if not ack.accepted and ack.error is not None:
+        ctx.runtime(
+            "output",
+            text=f"[shepherd] refused {ack.ack_for}: {ack.error.code}: {ack.error.message}",
+            is_error=True,
+        )
+
+
+def control_reason(envelope: ControlEnvelope) -> str:
+    """What a ``cancel_task`` / ``abort`` says: its action, and the parent's reason if any."""
+    return f"{envelope.action}{': ' + envelope.reason if envelope.reason else ''}"

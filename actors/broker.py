@@ -13,6 +13,11 @@ Flows (seed 002 §4):
 - settlement: free the slot, cancel the dropped requests, hand the result to each watcher
   subscribed to that task exactly once (the subscription is removed as it is used).
 Every envelope from a child gets an honest ``ack`` (accepted, or refused with a typed error).
+
+This module holds the agents, the dispatch, watches and inbound envelopes; the broker's other
+parts are mixins, each stating its own rules: tasks (``broker_tasks``), messages and requests
+(``broker_routing``), stale waits (``broker_stale``), plus the restart (``broker_restore``) and
+status (``broker_status``) steps. The state they share is declared once in ``broker_state``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from actors.broker_routing import RoutingMixin
 from actors.broker_rows import AgentEntry
 from actors.broker_stale import StaleWaitMixin
 from actors.broker_status import status_view
+from actors.broker_tasks import TaskMixin
 from actors.journal import Journal
 from actors.messages import (
     AgentExited,
@@ -44,22 +50,16 @@ from actors.messages import (
     Inbound,
     ParentCall,
     RequestTimeout,
-    Settle,
     StaleDue,
-    Start,
     TaskChanged,
-    WatchDeliver,
     WatchdogAgent,
-    WatchdogInstruction,
     WatchdogRuntime,
-    WatchdogTask,
     WatcherFinished,
     WatchWith,
 )
 from actors.notes import TaskNotes
 from actors.runtime import ShepherdActor, tell_quietly
 from actors.sinks import GuardedSink
-from actors.task import TaskActor
 from actors.transport import Transport
 from actors.watcher import WatcherActor
 from protocol import api
@@ -72,7 +72,6 @@ from protocol.envelopes import (
     ReplyEnvelope,
     RuntimeEnvelope,
     TaskDoneEnvelope,
-    TaskEnvelope,
 )
 from protocol.errors import (
     AgentBusy,
@@ -86,20 +85,19 @@ from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
 from protocol.journal import (
     AgentExitRecord,
     AgentRecord,
-    PromptRecord,
     Restore,
     WatcherRecord,
 )
 from protocol.request_table import RequestTable
 from protocol.requests import RequestState
 from protocol.settings import Settings
-from protocol.tasks import TaskEvent, TaskRecord, TaskResult, TaskState
+from protocol.tasks import TaskEvent, TaskRecord, TaskResult
 from protocol.watching import resolve_watch_ids
 
 __all__ = ["AgentEntry", "BrokerActor"]  # AgentEntry re-exported from broker_rows
 
 
-class BrokerActor(RoutingMixin, StaleWaitMixin, ShepherdActor):
+class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
     def __init__(
         self,
         session_id: str,
@@ -381,171 +379,6 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, ShepherdActor):
                     why=f"{entry.name} is no longer running ({why})",
                 )
         return task_id
-
-    # ------------------------------------------------------------------ tasks
-
-    def _delegate(self, args: api.DelegateArgs) -> api.DelegateResult:
-        entry = self._agent(args.target, live=True)
-        if not args.task.strip():
-            raise InvalidArgument("task text is empty")
-        if args.timeout_minutes is not None and not args.timeout_minutes > 0:
-            raise InvalidArgument(
-                f"timeout must be a positive number of minutes, got {args.timeout_minutes}"
-            )
-        if entry.active_task is not None:
-            raise AgentBusy(
-                f"agent {entry.name} already has active task {entry.active_task}; "
-                "messages are still accepted"
-            )
-        now = self.clock.now()
-        timeout_s = (
-            args.timeout_minutes * 60.0
-            if args.timeout_minutes is not None
-            else self.settings.default_task_timeout_s
-        )
-        task_id = self.runtime.ids.new(IdKind.TASK)
-        record = TaskRecord(
-            task_id=task_id,
-            agent_id=entry.agent_id,
-            agent_name=entry.name,
-            description=args.task,
-            created_at=now,
-            deadline_at=now + timeout_s if timeout_s is not None else None,
-            message_id=self.runtime.ids.new(IdKind.MESSAGE),
-        )
-        self._journal.append(record)
-        if self._notes is not None:
-            try:
-                self._notes.open(record)
-            except OSError:
-                self._log.opt(exception=True).error("note for {t} not opened", t=task_id)
-        ref = self.runtime.spawn(TaskActor, record, self.actor_ref, self._journal, self._notes)
-        self.tasks[task_id] = record
-        self._task_refs[task_id] = ref
-        entry.active_task = task_id
-        envelope = self._task_envelope(record)
-        # The task is running once the parent has handed it to the agent's inbox; the
-        # agent being busy or idle does not matter (its bridge queues the task).
-        ref.tell(Start())
-        entry.ref.tell(Deliver(envelope=envelope))
-        self._observe(WatchdogTask(agent_id=entry.agent_id, task_id=task_id))
-        self._observe(
-            WatchdogInstruction(
-                agent_id=entry.agent_id, kind="task", text=args.task, task_id=task_id, at=now
-            )
-        )
-        return api.DelegateResult(task_id=task_id, agent_id=entry.agent_id, accepted=True)
-
-    def _task_envelope(self, record: TaskRecord) -> TaskEnvelope:
-        return TaskEnvelope(
-            message_id=record.message_id or self.runtime.ids.new(IdKind.MESSAGE),
-            session_id=self.session_id,
-            sender_id=PARENT_ID,
-            target_id=record.agent_id,
-            created_at=record.created_at,
-            task_id=record.task_id,
-            content=record.description,
-            deadline_at=record.deadline_at,
-        )
-
-    def _prompt(self, args: api.PromptArgs) -> api.PromptResult:
-        delegated = self._delegate(
-            api.DelegateArgs(
-                target=args.target, task=args.prompt, timeout_minutes=args.timeout_minutes
-            )
-        )
-        prompt_id = self.runtime.ids.new(IdKind.PROMPT)
-        self.prompts[prompt_id] = delegated.task_id
-        self._journal.append(PromptRecord(prompt_id=prompt_id, task_id=delegated.task_id))
-        return api.PromptResult(
-            prompt_id=prompt_id,
-            task_id=delegated.task_id,
-            agent_id=delegated.agent_id,
-            accepted=delegated.accepted,
-        )
-
-    def _task_ref(self, task_id: str) -> pykka.ActorRef[Any] | None:
-        return self._task_refs.get(task_id)
-
-    def _settle_from_parent(
-        self, task_id: str, event: TaskEvent, text: str | None
-    ) -> TaskResult | pykka.ActorRef[Any]:
-        """The stored result if the task is settled, else its actor: the caller (an edge, which
-        may block) asks the actor to settle, so the answer is the task's own — first terminal
-        event wins, even against a ``done`` already on its way."""
-        if kind_of(task_id) is not IdKind.TASK or task_id not in self.tasks:
-            raise InvalidHandle(f"no task {task_id!r} in this session")
-        if task_id in self.results:
-            return self.results[task_id]
-        return self._task_refs[task_id]
-
-    def _settle_task_now(self, task_id: str, event: TaskEvent, why: str) -> None:
-        """Ask the task to settle (agent exit, close, delivery failure); it decides."""
-        if task_id in self.results:
-            return
-        ref = self._task_refs.get(task_id)
-        if ref is not None:
-            tell_quietly(ref, Settle(event=event, error=why))
-
-    def _task_changed(self, msg: TaskChanged) -> None:
-        record = msg.record
-        before = self.tasks.get(record.task_id)
-        if before is None or before.state is not record.state:
-            who = self._name(record.agent_id)
-            extra = ""
-            if record.state is TaskState.WAITING and record.pending_requests:
-                req = self.requests.get(record.pending_requests[-1])
-                if req is not None:
-                    extra = f" for {self._name(req.target_id)}: {req.question!r}"
-            elif record.result is not None:
-                body = record.result.text or record.result.error
-                extra = f" (rc {record.result.return_code})" + (f": {body}" if body else "")
-            self._story(f"{who}: task {record.task_id} {record.state.value}{extra}")
-        self.tasks[record.task_id] = record
-        self._track_waiting(record)
-        if not record.terminal:
-            return
-        result = record.result
-        assert result is not None
-        if record.task_id in self.results:
-            return
-        self.results[record.task_id] = result
-        entry = self.agents.get(record.agent_id)
-        if entry is not None and entry.active_task == record.task_id:
-            entry.active_task = None
-            self._observe(WatchdogTask(agent_id=entry.agent_id, task_id=None))
-        # the requests the task dropped, and any opened while its settlement was on its way
-        linked = {r.request_id for r in self.requests.pending() if r.task_id == record.task_id}
-        for request_id in (*msg.dropped_requests, *sorted(linked - set(msg.dropped_requests))):
-            self._close_request(
-                request_id,
-                RequestState.CANCELLED,
-                notify_sender=False,
-                why=f"task {record.task_id} {record.state.value}",
-            )
-        ref = self._task_refs.pop(record.task_id, None)
-        if ref is not None:
-            tell_quietly(ref, pykka.messages._ActorStop())
-        if (
-            entry is not None
-            and record.state in (TaskState.CANCELLED, TaskState.TIMED_OUT)
-            and not entry.closed
-        ):
-            self._send_notice(
-                entry.agent_id,
-                f"task_{record.state.value}",
-                f"Your task {record.task_id} was {record.state.value.replace('_', ' ')}: "
-                f"{result.error or ''}".strip(),
-                ref_id=None,
-            )
-        for watcher in self._subscriptions.pop(record.task_id, []):
-            tell_quietly(watcher, WatchDeliver(result=result))
-        self._log.info(
-            "task {task_id} {state} (rc {rc})",
-            task_id=record.task_id,
-            state=record.state.value,
-            rc=result.return_code,
-        )
 
     # ------------------------------------------------------------------ watch
 

@@ -11,15 +11,11 @@ whose state it uses.
 from __future__ import annotations
 
 import contextlib
-from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
-import pykka
 
-from actors.broker_rows import AgentEntry
-from actors.clock import Clock
-from actors.journal import Journal
+from actors.broker_state import BrokerState
 from actors.messages import (
     CloseRequest,
     Deliver,
@@ -28,57 +24,20 @@ from actors.messages import (
     RequestTimeout,
     WatchdogInstruction,
 )
-from actors.notes import TaskNotes
-from actors.runtime import Runtime, tell_quietly
-from actors.sinks import GuardedSink
+from actors.runtime import tell_quietly
 from protocol import api
 from protocol.envelopes import MessageEnvelope, ReplyEnvelope, TaskEnvelope
 from protocol.errors import ForbiddenSender, InvalidArgument, InvalidHandle
 from protocol.ids import PARENT_ID, IdKind
 from protocol.notifications import AgentMessage, Notice, WaitCycle
-from protocol.request_table import RequestTable
 from protocol.requests import RequestRecord, RequestState, resolve
-from protocol.settings import Settings
-from protocol.tasks import TaskEvent, TaskRecord, TaskResult
+from protocol.tasks import TaskEvent
 from protocol.waits import find_cycle
 
 __all__ = ["RoutingMixin"]
 
 
-class RoutingMixin:
-    # The broker's state and helpers these methods use (defined by BrokerActor).
-    if TYPE_CHECKING:
-        session_id: str
-        settings: Settings
-        agents: dict[str, AgentEntry]
-        names: dict[str, str]
-        tasks: dict[str, TaskRecord]
-        results: dict[str, TaskResult]
-        requests: RequestTable
-        prompts: dict[str, str]
-        _task_refs: dict[str, pykka.ActorRef[Any]]
-        _request_timers: dict[str, Any]
-        _stale_timers: dict[str, Any]
-        _stale_notified: dict[str, float]
-        _seen: OrderedDict[str, None]
-        _sink: GuardedSink
-        _journal: Journal
-        _notes: TaskNotes | None
-        _log: Any
-
-        @property
-        def clock(self) -> Clock: ...
-
-        runtime: Runtime
-
-        @property
-        def actor_ref(self) -> pykka.ActorRef[Any]: ...
-        def _agent(self, handle: str, *, live: bool = False) -> AgentEntry: ...
-        def _story(self, text: str) -> None: ...
-        def _observe(self, message: Any) -> None: ...
-        def _send_notice(self, agent_id: str, code: str, text: str, ref_id: str | None) -> None: ...
-        def _settle_task_now(self, task_id: str, event: TaskEvent, why: str) -> None: ...
-
+class RoutingMixin(BrokerState):
     # ------------------------------------------------------------------ messages
 
     def _parent_message(self, args: api.MessageArgs) -> api.MessageResult:

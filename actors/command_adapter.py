@@ -50,7 +50,7 @@ from typing import IO, Any, ClassVar
 
 from loguru import logger
 
-from actors.adapters import AgentContext
+from actors.adapters import AgentContext, control_reason, show_refusal
 from actors.clock import TimerHandle
 from actors.procs import KILL_GRACE_S, OutputTail, exit_status, pump_process, signal_group
 from protocol.envelopes import (
@@ -156,15 +156,9 @@ class CommandAdapter:
             case NoticeEnvelope():
                 self._enqueue(render_delivery(envelope), steer=False)
             case AckEnvelope():
-                if not envelope.accepted and envelope.error is not None:
-                    self._ctx.runtime(
-                        "output",
-                        text=f"[shepherd] refused {envelope.ack_for}: "
-                        f"{envelope.error.code}: {envelope.error.message}",
-                        is_error=True,
-                    )
+                show_refusal(self._ctx, envelope)
             case ControlEnvelope(action="cancel_task" | "abort"):
-                why = f"{envelope.action}{': ' + envelope.reason if envelope.reason else ''}"
+                why = control_reason(envelope)
                 self._ctx.runtime("output", text=f"[shepherd] {why}")
                 self._interrupt(why)
             case _:

@@ -53,20 +53,18 @@ the core stays free while Pi boots; deliveries arriving meanwhile wait in order.
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from loguru import logger
 
-from actors.adapters import AgentContext
+from actors.adapters import AgentContext, control_reason, show_refusal
 from actors.clock import TimerHandle
 from actors.pi_errors import PiError, PiExitedError
 from actors.pi_events import RuntimeEvent, map_event
@@ -127,25 +125,7 @@ class _BridgedPi(PiProcess):
     lead a session of its own): the parent sweeps the bridge's session when the bridge exits,
     and that sweep must reach Pi even if the bridge died without closing it."""
 
-    def _spawn(
-        self, env: dict[str, str], cwd: str | os.PathLike[str] | None
-    ) -> subprocess.Popen[bytes]:
-        stderr_file: IO[bytes] | None = None
-        if self._stderr_path is not None:
-            stderr_file = self._stderr_path.open("ab")
-        try:
-            return subprocess.Popen(
-                self.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr_file if stderr_file is not None else subprocess.PIPE,
-                cwd=os.fspath(cwd) if cwd is not None else None,
-                env=env,
-                process_group=0,
-            )
-        finally:
-            if stderr_file is not None:
-                stderr_file.close()
+    own_session = False
 
 
 class PiRpcAdapter:
@@ -226,16 +206,9 @@ class PiRpcAdapter:
             case NoticeEnvelope():
                 self._send(render_delivery(envelope), "followUp", f"notice {envelope.code}")
             case AckEnvelope():
-                if not envelope.accepted and envelope.error is not None:
-                    self._ctx.runtime(
-                        "output",
-                        text=f"[shepherd] refused {envelope.ack_for}: "
-                        f"{envelope.error.code}: {envelope.error.message}",
-                        is_error=True,
-                    )
+                show_refusal(self._ctx, envelope)
             case ControlEnvelope(action="cancel_task" | "abort"):
-                why = f"{envelope.action}{': ' + envelope.reason if envelope.reason else ''}"
-                self._abort(why)
+                self._abort(control_reason(envelope))
             case _:
                 self._log.debug("ignored {}", envelope.__struct_config__.tag)
 

@@ -1,7 +1,8 @@
 """A low-level client for the Pi coding agent's RPC mode.
 
 Rules (measured facts in ``shared/PI_RPC.md``; Pi 0.73.1):
-- Pi runs in its own process group and session (``start_new_session``) with an isolated,
+- Pi runs in its own process group and session (``start_new_session``; a subclass may keep
+  it in the caller's session, see ``PiProcess.own_session``) with an isolated,
   fresh ``PI_CODING_AGENT_DIR`` holding ``models.json``, and ``PI_OFFLINE=1``: it never
   touches the user's ``~/.pi`` and never goes to the network by itself
   (:mod:`actors.pi_launch`).
@@ -46,7 +47,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Literal, Self
+from typing import IO, Any, ClassVar, Literal, Self
 
 import msgspec
 from loguru import logger
@@ -105,6 +106,11 @@ class PiProcess:
     one is made and removed on :meth:`close`.
     """
 
+    #: Pi leads a session of its own, hence its own process group: signals for the parent's
+    #: terminal never reach it. False keeps it in the caller's session, leading only its own
+    #: process group (a sweep of the caller's session then reaches it too).
+    own_session: ClassVar[bool] = True
+
     def __init__(
         self,
         pi: str | os.PathLike[str],
@@ -154,7 +160,7 @@ class PiProcess:
                 shutil.rmtree(self.agent_dir, ignore_errors=True)
             raise
 
-        self.pgid = self._proc.pid  # session leader, so its pid is its group id
+        self.pgid = self._proc.pid  # a group leader, so its pid is its group id
         self._log = logger.bind(pi_pid=self._proc.pid)
         self._log.debug("pi started: {}", " ".join(self.argv))
         self._reader = threading.Thread(
@@ -182,9 +188,10 @@ class PiProcess:
                 stderr=stderr_file if stderr_file is not None else subprocess.PIPE,
                 cwd=os.fspath(cwd) if cwd is not None else None,
                 env=env,
-                # Its own session, hence its own process group: signals for the parent's
-                # terminal never reach it, and close() can kill the group as a whole.
-                start_new_session=True,
+                # Its own group either way, so close() can kill the group as a whole
+                # (see own_session for the session).
+                start_new_session=self.own_session,
+                process_group=None if self.own_session else 0,
             )
         finally:
             if stderr_file is not None:

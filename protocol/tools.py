@@ -22,6 +22,7 @@ Sans-IO: no files, threads or clocks here. The MCP server (``actors/mcp_server.p
 from __future__ import annotations
 
 import typing
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -211,10 +212,12 @@ def _tool(
     args: type[msgspec.Struct],
     description: str,
     prompt_snippet: str,
-    params: dict[str, Param],
+    params: Mapping[str, Param | str],
     path_fields: tuple[str, ...] = (),
 ) -> ToolSpec:
-    model = _model_type(f"{name}_parameters", args, params)
+    """One tool; a ``params`` value that is a plain string is the field's description."""
+    full = {k: Param(description=v) if isinstance(v, str) else v for k, v in params.items()}
+    model = _model_type(f"{name}_parameters", args, full)
     return ToolSpec(
         name=name,
         label=label,
@@ -229,16 +232,45 @@ def _tool(
     )
 
 
-_AGENT = "Agent name or agent id"
+def _shepherd_tool(
+    op: str,
+    args: type[msgspec.Struct],
+    *,
+    role: Role,
+    description: str,
+    prompt_snippet: str,
+    params: Mapping[str, Param | str],
+    path_fields: tuple[str, ...] = (),
+) -> ToolSpec:
+    """The tool of one Shepherd operation: named ``shepherd_<op>``, labelled ``Shepherd <op>``."""
+    return _tool(
+        name=f"shepherd_{op}",
+        label=f"Shepherd {op}",
+        role=role,
+        op=op,
+        args=args,
+        description=description,
+        prompt_snippet=prompt_snippet,
+        params=params,
+        path_fields=path_fields,
+    )
+
+
+_AGENT = Param(description="Agent name or agent id", min_length=1)
+#: the fields a parent's and a child's ``shepherd_message`` share, meaning the same on both sides
+_MESSAGE: dict[str, Param | str] = {
+    "message": Param(description="The message text", min_length=1),
+    "thread_id": "Conversation thread id",
+    "reply_to": "Message id of the question this answers",
+    "expects_reply": "True when you need an answer (default false)",
+}
 
 # ----------------------------------------------------------------------------- parent tools
 
-SPAWN = _tool(
-    name="shepherd_spawn",
-    label="Shepherd spawn",
+SPAWN = _shepherd_tool(
+    "spawn",
+    api.SpawnArgs,
     role="parent",
-    op="spawn",
-    args=api.SpawnArgs,
     description=(
         "Start a new agent process in this Shepherd session and return its agent id. The agent "
         "starts idle; give it work with shepherd_delegate. Adapters: 'scripted' follows a script "
@@ -258,29 +290,23 @@ SPAWN = _tool(
             description="How the agent runs (default scripted)",
             choices=("scripted", "command", "pi-rpc"),
         ),
-        "script": Param(description="Script file path (required for the scripted adapter)"),
-        "cmd": Param(
-            description="Command template for the command adapter; {message} is the message"
-        ),
-        "resume_cmd": Param(description="Command template for later turns (command adapter)"),
-        "cwd": Param(description="Working directory of the agent process"),
-        "description": Param(description="What this agent is for (shown in status)"),
-        "pi": Param(description="Path of the Pi binary (pi-rpc adapter; default: installed Pi)"),
-        "models_json": Param(
-            description="A Pi models.json declaring the provider and model (pi-rpc adapter)"
-        ),
-        "provider": Param(description="Pi provider name (pi-rpc adapter)"),
-        "model": Param(description="Pi model id (pi-rpc adapter)"),
+        "script": "Script file path (required for the scripted adapter)",
+        "cmd": "Command template for the command adapter; {message} is the message",
+        "resume_cmd": "Command template for later turns (command adapter)",
+        "cwd": "Working directory of the agent process",
+        "description": "What this agent is for (shown in status)",
+        "pi": "Path of the Pi binary (pi-rpc adapter; default: installed Pi)",
+        "models_json": "A Pi models.json declaring the provider and model (pi-rpc adapter)",
+        "provider": "Pi provider name (pi-rpc adapter)",
+        "model": "Pi model id (pi-rpc adapter)",
     },
     path_fields=("script", "cwd"),
 )
 
-DELEGATE = _tool(
-    name="shepherd_delegate",
-    label="Shepherd delegate",
+DELEGATE = _shepherd_tool(
+    "delegate",
+    api.DelegateArgs,
     role="parent",
-    op="delegate",
-    args=api.DelegateArgs,
     description=(
         "Give an agent a task and return its task id at once (it does not wait for the work). "
         "An agent has at most one active task. The task ends only when the agent calls "
@@ -289,7 +315,7 @@ DELEGATE = _tool(
     ),
     prompt_snippet="Delegate a task to an agent; returns a task id immediately",
     params={
-        "target": Param(description=_AGENT, min_length=1),
+        "target": _AGENT,
         "task": Param(
             description="The task, in full: what to do and when it is done", min_length=1
         ),
@@ -299,12 +325,10 @@ DELEGATE = _tool(
     },
 )
 
-MESSAGE = _tool(
-    name="shepherd_message",
-    label="Shepherd message",
+MESSAGE = _shepherd_tool(
+    "message",
+    api.MessageArgs,
     role="parent",
-    op="message",
-    args=api.MessageArgs,
     description=(
         "Send an asynchronous message to an agent; returns once accepted, never waits for an "
         "answer. Set expects_reply to open a request (its answer arrives later as a "
@@ -313,86 +337,66 @@ MESSAGE = _tool(
     ),
     prompt_snippet="Send an asynchronous message to an agent (answers arrive as notifications)",
     params={
-        "target": Param(description=_AGENT, min_length=1),
-        "message": Param(description="The message text", min_length=1),
-        "task_id": Param(description="Task this message is about"),
-        "thread_id": Param(description="Conversation thread id"),
-        "reply_to": Param(description="Message id of the question this answers"),
-        "expects_reply": Param(description="True when you need an answer (default false)"),
-        "steer": Param(
-            description="Interrupt the agent's current turn instead of queueing (default false)"
-        ),
+        **_MESSAGE,
+        "target": _AGENT,
+        "task_id": "Task this message is about",
+        "steer": "Interrupt the agent's current turn instead of queueing (default false)",
         "reply_timeout_s": Param(
             description="Seconds the request stays open before it times out", gt=0.0
         ),
     },
 )
 
-WATCH = _tool(
-    name="shepherd_watch",
-    label="Shepherd watch",
+WATCH = _shepherd_tool(
+    "watch",
+    api.WatchArgs,
     role="parent",
-    op="watch",
-    args=api.WatchArgs,
     description=(
         "Subscribe to the completion of one or more tasks. Returns at once with the results "
         "already known and the ids still pending; each pending completion arrives later as a "
         "notification (read them with shepherd_notifications). Never blocks."
     ),
     prompt_snippet="Be notified when tasks finish (returns immediately; results arrive later)",
-    params={
-        "ids": Param(description="Task ids to watch (at least one)", min_length=1),
-    },
+    params={"ids": Param(description="Task ids to watch (at least one)", min_length=1)},
 )
 
-STATUS = _tool(
-    name="shepherd_status",
-    label="Shepherd status",
+STATUS = _shepherd_tool(
+    "status",
+    api.StatusArgs,
     role="parent",
-    op="status",
-    args=api.StatusArgs,
     description=(
         "Show the session's agents: process state, active task and its state (running, waiting "
         "for a reply, stale), pending requests and the last result."
     ),
     prompt_snippet="Show agents, their tasks and pending requests",
-    params={"agent": Param(description="Only this agent (name or id); default all")},
+    params={"agent": "Only this agent (name or id); default all"},
 )
 
-CLOSE = _tool(
-    name="shepherd_close",
-    label="Shepherd close",
+CLOSE = _shepherd_tool(
+    "close",
+    api.CloseArgs,
     role="parent",
-    op="close",
-    args=api.CloseArgs,
     description=(
         "Stop an agent process. Its active task, if any, is cancelled; the agent's records stay "
         "readable in status."
     ),
     prompt_snippet="Stop an agent (cancels its active task)",
-    params={"agent": Param(description=_AGENT, min_length=1)},
+    params={"agent": _AGENT},
 )
 
-READ = _tool(
-    name="shepherd_read",
-    label="Shepherd read",
+READ = _shepherd_tool(
+    "read",
+    api.ReadArgs,
     role="parent",
-    op="read",
-    args=api.ReadArgs,
     description="Read the last lines of an agent's output (what it printed and its tool calls).",
     prompt_snippet="Read the last lines of an agent's output",
-    params={
-        "agent": Param(description=_AGENT, min_length=1),
-        "lines": Param(description="How many lines (default 50)", ge=1),
-    },
+    params={"agent": _AGENT, "lines": Param(description="How many lines (default 50)", ge=1)},
 )
 
-CANCEL = _tool(
-    name="shepherd_cancel",
-    label="Shepherd cancel",
+CANCEL = _shepherd_tool(
+    "cancel",
+    api.CancelArgs,
     role="parent",
-    op="cancel",
-    args=api.CancelArgs,
     description=(
         "Cancel a task: it settles as cancelled (return code 130) and the agent is told to stop "
         "working on it. Cancelling a finished task returns its existing result."
@@ -400,18 +404,16 @@ CANCEL = _tool(
     prompt_snippet="Cancel a delegated task",
     params={
         "task_id": Param(description="The task id", min_length=1),
-        "reason": Param(description="Why (kept in the task's result)"),
+        "reason": "Why (kept in the task's result)",
     },
 )
 
 # ----------------------------------------------------------------------------- child tools
 
-CHILD_MESSAGE = _tool(
-    name="shepherd_message",
-    label="Shepherd message",
+CHILD_MESSAGE = _shepherd_tool(
+    "message",
+    ChildMessageArgs,
     role="child",
-    op="message",
-    args=ChildMessageArgs,
     description=(
         'Send an asynchronous message to another agent, the parent ("shepherd"), or as a '
         "reply. It returns as soon as the message is accepted; it does not wait for an answer. "
@@ -422,21 +424,16 @@ CHILD_MESSAGE = _tool(
         "Send an asynchronous message to a peer agent or the parent (replies arrive later)"
     ),
     params={
+        **_MESSAGE,
         "target": Param(description='Agent name or id, or "shepherd" for the parent', min_length=1),
-        "message": Param(description="The message text", min_length=1),
-        "expects_reply": Param(description="True when you need an answer (default false)"),
-        "reply_to": Param(description="Message id of the question this answers"),
-        "thread_id": Param(description="Conversation thread id"),
-        "steer": Param(description="Interrupt the recipient instead of queueing (default false)"),
+        "steer": "Interrupt the recipient instead of queueing (default false)",
     },
 )
 
-CHILD_DONE = _tool(
-    name="shepherd_done",
-    label="Shepherd done",
+CHILD_DONE = _shepherd_tool(
+    "done",
+    ChildDoneArgs,
     role="child",
-    op="done",
-    args=ChildDoneArgs,
     description=(
         "Finish your delegated task: the only way a task ends. Call it once, when the whole task "
         "is completed, or when you are blocked or have failed. Ending your turn does not finish "
@@ -446,25 +443,21 @@ CHILD_DONE = _tool(
         "Mark your delegated task completed, blocked or failed (the only way a task ends)"
     ),
     params={
-        "status": Param(description="completed, blocked or failed"),
-        "summary": Param(description="What was done, or why not"),
-        "cancel_requests": Param(
-            description=(
-                "Cancel your questions still waiting for a reply (otherwise 'completed' is "
-                "refused while any is open)"
-            )
+        "status": "completed, blocked or failed",
+        "summary": "What was done, or why not",
+        "cancel_requests": (
+            "Cancel your questions still waiting for a reply (otherwise 'completed' is "
+            "refused while any is open)"
         ),
     },
 )
 
 # ----------------------------------------------------------------------------- surface-only tools
 
-NOTIFICATIONS = _tool(
-    name="shepherd_notifications",
-    label="Shepherd notifications",
+NOTIFICATIONS = _shepherd_tool(
+    "notifications",
+    NotificationsArgs,
     role="parent",
-    op="notifications",
-    args=NotificationsArgs,
     description=(
         "Return the Shepherd notifications you have not seen yet: task completions for your "
         "watches, agents' messages to you (answer with shepherd_message reply_to), and notices "
@@ -492,7 +485,7 @@ WATCHDOG: tuple[ToolSpec, ...] = tuple(
         args=t.args_type,
         description=t.description,
         prompt_snippet=t.prompt_snippet,
-        params={k: Param(description=v) for k, v in t.fields.items()},
+        params=t.fields,
     )
     for t in watchdog_api.WATCHDOG_TOOLS.values()
 )

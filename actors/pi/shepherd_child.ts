@@ -1,5 +1,6 @@
 /**
- * Shepherd child tools for the Pi coding agent (load with `pi -e shepherd_child.ts`).
+ * Shepherd child tools for the Pi coding agent (load with `pi -e shepherd_child.ts`; it imports
+ * run_command.ts from beside it).
  *
  * Registers the two child-only tools, never a parent one:
  *   shepherd_message  send an asynchronous message (to a peer, the parent, or as a reply)
@@ -18,67 +19,23 @@
  *   shepherd-child done --json --status=STATUS [--summary=TEXT]
  */
 
-import { spawn } from "node:child_process";
 import { StringEnum } from "@mariozechner/pi-ai";
 import type { ExtensionAPI } from "@mariozechner/pi-coding-agent";
 import { Type } from "typebox";
+import { envTimeoutMs, runCommand, runFailed } from "./run_command.ts";
 
 const DEFAULT_TIMEOUT_MS = 30_000;
 
-function childBin(): string {
-	return process.env.SHEPHERD_CHILD_BIN || "shepherd-child";
-}
-
-function timeoutMs(): number {
-	const raw = Number(process.env.SHEPHERD_CHILD_TIMEOUT_MS);
-	return Number.isFinite(raw) && raw > 0 ? raw : DEFAULT_TIMEOUT_MS;
-}
-
 /**
- * Run `shepherd-child ARGS...` without a shell; resolve with its stdout on exit code 0,
- * reject with an Error carrying stderr/stdout otherwise. Node's child_process is used
- * directly rather than pi.exec(): pi.exec reports a signal-killed process as exit code 0
- * and a missing binary as a bare code 1, and a receipt must never be faked by either.
+ * Run `shepherd-child ARGS...` (see run_command.ts); resolve with its stdout on exit code 0,
+ * reject with an Error carrying stderr/stdout otherwise.
  */
-function runChild(args: string[], signal: AbortSignal | undefined): Promise<string> {
-	const bin = childBin();
-	return new Promise((resolve, reject) => {
-		if (signal?.aborted) {
-			reject(new Error(`${bin} ${args[0]}: aborted before it ran`));
-			return;
-		}
-		const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: process.env });
-		let stdout = "";
-		let stderr = "";
-		let why = "";
-		child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-		child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-		const stop = (reason: string) => {
-			why = reason;
-			child.kill("SIGTERM");
-		};
-		const timer = setTimeout(() => stop(`timed out after ${timeoutMs()} ms`), timeoutMs());
-		const onAbort = () => stop("aborted");
-		signal?.addEventListener("abort", onAbort, { once: true });
-		const finish = () => {
-			clearTimeout(timer);
-			signal?.removeEventListener("abort", onAbort);
-		};
-		child.on("error", (err) => {
-			finish();
-			reject(new Error(`${bin} ${args[0]} could not run: ${err.message}`));
-		});
-		child.on("close", (code, sig) => {
-			finish();
-			if (code === 0 && !why) {
-				resolve(stdout.trim());
-				return;
-			}
-			const status = why || (sig ? `killed by ${sig}` : `exit code ${code}`);
-			const detail = [stderr.trim(), stdout.trim()].filter(Boolean).join("\n");
-			reject(new Error(`${bin} ${args[0]} failed (${status})${detail ? `:\n${detail}` : ""}`));
-		});
-	});
+async function runChild(args: string[], signal: AbortSignal | undefined): Promise<string> {
+	const bin = process.env.SHEPHERD_CHILD_BIN || "shepherd-child";
+	const timeoutMs = envTimeoutMs("SHEPHERD_CHILD_TIMEOUT_MS", DEFAULT_TIMEOUT_MS);
+	const r = await runCommand(bin, args, { timeoutMs, signal });
+	if (r.code === 0 && !r.why) return r.stdout.trim();
+	throw runFailed(bin, args[0], r);
 }
 
 function textResult(text: string, terminate = false) {

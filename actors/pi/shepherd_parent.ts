@@ -1,6 +1,7 @@
 /**
  * Shepherd parent tools and notification bridge for the Pi coding agent
- * (load with `pi -e actors/pi/shepherd_parent.ts`; the session comes from $SHEPHERD_SESSION).
+ * (load with `pi -e actors/pi/shepherd_parent.ts`; the session comes from $SHEPHERD_SESSION;
+ * it imports run_command.ts from beside it).
  *
  * Tools. At load the extension runs `shepherd tools --json` and registers exactly the parent
  * tools it prints (name, label, description, promptSnippet and the flat JSON-schema parameters,
@@ -46,6 +47,7 @@ import { join } from "node:path";
 import type { ExtensionAPI, ExtensionContext } from "@mariozechner/pi-coding-agent";
 import { Text } from "@mariozechner/pi-tui";
 import type { TSchema } from "typebox";
+import { envTimeoutMs, type RunResult, runCommand, runFailed } from "./run_command.ts";
 
 export const CUSTOM_TYPE = "shepherd.notification";
 const STATUS_KEY = "shepherd";
@@ -77,66 +79,13 @@ function sessionArgs(): string[] {
 	return dir ? [`--session=${dir}`] : [];
 }
 
-function timeoutMs(): number {
-	const raw = Number(process.env.SHEPHERD_TIMEOUT_MS);
-	return Number.isFinite(raw) && raw > 0 ? raw : DEFAULT_TIMEOUT_MS;
-}
-
-interface RunResult {
-	code: number | null;
-	signal: NodeJS.Signals | null;
-	stdout: string;
-	stderr: string;
-	/** why the extension stopped it (timeout, abort), or "" */
-	why: string;
-}
-
-/** Run `shepherd ARGS...` without a shell and collect its output (never rejects on exit codes). */
+/** Run `shepherd ARGS...` (see run_command.ts); never rejects on exit codes. */
 function runShepherd(
 	args: string[],
 	options: { signal?: AbortSignal; cwd?: string; input?: string } = {},
 ): Promise<RunResult> {
-	const { signal, cwd, input } = options;
-	const bin = shepherdBin();
-	return new Promise((resolve, reject) => {
-		if (signal?.aborted) {
-			reject(new Error(`${bin} ${args[0]}: aborted before it ran`));
-			return;
-		}
-		const child = spawn(bin, args, {
-			stdio: [input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
-			env: process.env,
-			cwd,
-		});
-		child.stdin?.on("error", () => {
-			/* the process died before reading its input: reported by "close" */
-		});
-		child.stdin?.end(input);
-		let stdout = "";
-		let stderr = "";
-		let why = "";
-		child.stdout?.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-		child.stderr?.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-		const stop = (reason: string) => {
-			why = reason;
-			child.kill("SIGTERM");
-		};
-		const timer = setTimeout(() => stop(`timed out after ${timeoutMs()} ms`), timeoutMs());
-		const onAbort = () => stop("aborted");
-		signal?.addEventListener("abort", onAbort, { once: true });
-		const finish = () => {
-			clearTimeout(timer);
-			signal?.removeEventListener("abort", onAbort);
-		};
-		child.on("error", (err) => {
-			finish();
-			reject(new Error(`${bin} ${args[0]} could not run: ${err.message}`));
-		});
-		child.on("close", (code, sig) => {
-			finish();
-			resolve({ code, signal: sig, stdout, stderr, why });
-		});
-	});
+	const timeoutMs = envTimeoutMs("SHEPHERD_TIMEOUT_MS", DEFAULT_TIMEOUT_MS);
+	return runCommand(shepherdBin(), args, { ...options, timeoutMs });
 }
 
 function failure(args: string[], r: RunResult): Error {
@@ -150,9 +99,7 @@ function failure(args: string[], r: RunResult): Error {
 			// not the JSON error: reported below with everything there is
 		}
 	}
-	const status = r.why || (r.signal ? `killed by ${r.signal}` : `exit code ${r.code}`);
-	const detail = [r.stderr.trim(), out].filter(Boolean).join("\n");
-	return new Error(`${shepherdBin()} ${what} failed (${status})${detail ? `:\n${detail}` : ""}`);
+	return runFailed(shepherdBin(), what, r);
 }
 
 function loadTools(stdout: string): ToolJson[] {

@@ -164,29 +164,41 @@ def test_to_json_is_the_printed_form_and_a_copy() -> None:
         assert spec.parameters["properties"] == had, "to_json must not hand out the shared schema"
 
 
-def test_a_field_without_a_param_fails_when_the_tool_is_defined() -> None:
-    with pytest.raises(TypeError, match="no Param for field"):
+@pytest.mark.parametrize(
+    ("args", "params", "error"),
+    [
+        (api.DelegateArgs, {"target": "t"}, "no Param for field"),
+        (api.CloseArgs, {"agent": "a", "extra": tools.Param(description="e")}, "name no field"),
+    ],
+)
+def test_a_field_without_a_param_fails_when_the_tool_is_defined(
+    args: type[msgspec.Struct], params: dict[str, tools.Param | str], error: str
+) -> None:
+    with pytest.raises(TypeError, match=error):
         tools._tool(
             name="shepherd_x",
             label="x",
             role="parent",
-            op="delegate",
-            args=api.DelegateArgs,
+            op="x",
+            args=args,
             description="x",
             prompt_snippet="x",
-            params={"target": tools.Param(description="t")},
+            params=params,
         )
-    with pytest.raises(TypeError, match="name no field"):
-        tools._tool(
-            name="shepherd_x",
-            label="x",
-            role="parent",
-            op="close",
-            args=api.CloseArgs,
-            description="x",
-            prompt_snippet="x",
-            params={"agent": tools.Param(description="a"), "extra": tools.Param(description="e")},
-        )
+
+
+def test_a_plain_string_param_is_its_description() -> None:
+    spec = tools._tool(
+        name="shepherd_x",
+        label="x",
+        role="parent",
+        op="close",
+        args=api.CloseArgs,
+        description="x",
+        prompt_snippet="x",
+        params={"agent": "the agent"},
+    )
+    assert spec.parameters["properties"]["agent"] == {"type": "string", "description": "the agent"}
 
 
 # ----------------------------------------------------------------------------- tool calls
