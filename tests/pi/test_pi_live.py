@@ -32,6 +32,7 @@ from protocol.notifications import TaskCompletion
 from protocol.render import render_task_context
 from protocol.tasks import TaskResult
 from tests.processes.conftest import bridge_pids
+from tests.reliability.live import Story
 
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(90)]
 
@@ -44,32 +45,6 @@ QUESTION = {
 
 
 # ---------------------------------------------------------------------- observation
-
-
-class Story:
-    """The supervisor's lifecycle lines (its ``tap``), waited on with a Condition."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, text: str) -> None:
-        with self._cond:
-            self.lines.append(text)
-            self._cond.notify_all()
-
-    def wait(self, text: str, *, after: int = 0, timeout: float = WAIT_S) -> int:
-        """Index of the first line at or after ``after`` that contains ``text``."""
-        found: list[int] = []
-
-        def check() -> bool:
-            found[:] = [i for i in range(after, len(self.lines)) if text in self.lines[i]][:1]
-            return bool(found)
-
-        with self._cond:
-            if not self._cond.wait_for(check, timeout):
-                raise AssertionError(f"no story line {text!r} after #{after}: {self.lines}")
-        return found[0]
 
 
 class ParentEvents:
@@ -197,7 +172,7 @@ class Team:
         self.pi_bin = pi_bin
         self.workdir = tmp_path / "work"
         self.workdir.mkdir()
-        self.story = Story()
+        self.story = Story(timeout=WAIT_S)
         self.events = ParentEvents()
         self.sink = CollectingSink()
         self.sup = Supervisor(

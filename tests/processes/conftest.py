@@ -22,6 +22,7 @@ import pytest
 
 from actors.sinks import CollectingSink
 from actors.supervisor import Supervisor
+from tests.reliability.live import PLANNER, session_pids, write_script
 
 SCOUT = {
     "steps": [
@@ -30,16 +31,6 @@ SCOUT = {
         {"message": {"to": "planner", "text": "which module first?", "expects_reply": True}},
         {"await": "reply"},
         {"done": {"status": "completed", "summary": "explored {last}"}},
-        {"await": "any"},
-    ]
-}
-#: answers the scout's question only after the test says "go" (no race with the test's calls)
-PLANNER = {
-    "steps": [
-        {"await": "task"},
-        {"await": "message"},  # the scout's question
-        {"await": "message"},  # the test's go-ahead
-        {"reply": {"text": "src/core"}},
         {"await": "any"},
     ]
 }
@@ -53,12 +44,6 @@ def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
     return state
-
-
-def write_script(directory: Path, name: str, script: dict[str, Any]) -> str:
-    path = directory / f"{name}.json"
-    path.write_text(json.dumps(script))
-    return str(path)
 
 
 @pytest.fixture
@@ -186,16 +171,4 @@ def cli(*args: str, session: Path | None = None, check: bool = True) -> tuple[in
 
 def bridge_pids(session_dir: Path) -> list[int]:
     """Pids of live processes whose environment names this session (bridges and their tools)."""
-    session_id = json.loads((session_dir / "session.json").read_text())["session_id"]
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes()
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if f"SHEPHERD_SESSION_ID={session_id}".encode() in env and ") Z " not in stat:
-            found.append(int(entry))
-    return found
+    return session_pids(json.loads((session_dir / "session.json").read_text())["session_id"])

@@ -14,28 +14,10 @@ from pathlib import Path
 import pytest
 
 from actors.crashpoints import POINTS
-from tests.processes.conftest import Serve, bridge_pids, cli, write_script
+from tests.processes.conftest import Serve, bridge_pids, cli
+from tests.reliability.live import PLANNER, SCOUT, write_script
 
 pytestmark = pytest.mark.processes
-
-SCOUT = {
-    "steps": [
-        {"await": "task"},
-        {"message": {"to": "planner", "text": "which module first?", "expects_reply": True}},
-        {"await": "reply"},
-        {"done": {"status": "completed", "summary": "explored {last}"}},
-        {"await": "any"},
-    ]
-}
-PLANNER = {  # answers after the test's go-ahead
-    "steps": [
-        {"await": "task"},
-        {"await": "message"},
-        {"await": "message"},
-        {"reply": {"text": "src/core"}},
-        {"await": "any"},
-    ]
-}
 
 
 def _notifications(session: Path) -> list[dict]:  # type: ignore[type-arg]
@@ -155,7 +137,7 @@ def test_kill_at_each_step_of_the_canonical_scenario(step: str, tmp_path: Path) 
         _, watch = cli("watch", task["task_id"], session=session)
         if step == "after_delegate":
             kill_and_restart()
-        assert servers[-1].wait_story(task["task_id"], "waiting") or step == "after_delegate"
+        assert step == "after_delegate" or servers[-1].wait_story(task["task_id"], "waiting")
         if step == "while_waiting":
             kill_and_restart()
         cli("message", "planner", "go ahead", session=session)

@@ -9,8 +9,6 @@ recorded as junit properties and printed in pytest's terminal summary.
 
 from __future__ import annotations
 
-import json
-import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ from actors.sinks import CollectingSink
 from actors.supervisor import Supervisor
 from protocol.settings import Settings
 from tests.conftest import SeedRunner
+from tests.reliability.live import Live, Story, session_pids
 
 #: seeds per scenario in CI (the issue asks for at least 1,000)
 CI_SEEDS = 1000
@@ -81,50 +80,28 @@ def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def live_supervisor(
-    tmp_path: Path, isolated_state: Path
-) -> Iterator[Callable[..., tuple[Supervisor, CollectingSink]]]:
-    """Start an in-process :class:`Supervisor` (real mailbox, real child bridges); every one
-    started is shut down at the end, and no process of its session may remain."""
+def live_supervisor(tmp_path: Path, isolated_state: Path) -> Iterator[Callable[..., Live]]:
+    """Start an in-process :class:`Supervisor` (real mailbox, real child bridges) with a
+    collecting sink and a story tap to wait on; every one started is shut down at the end,
+    and no process of its session may remain."""
     started: list[Supervisor] = []
 
-    def start(settings: Settings | None = None) -> tuple[Supervisor, CollectingSink]:
+    def start(settings: Settings | None = None) -> Live:
         sink = CollectingSink()
+        story = Story()
         n = len(started)
         sup = Supervisor(
             tmp_path / f"session{n}",
             settings=settings,
             sinks=[sink],
+            tap=story,
             mailbox_root=tmp_path / f"mailbox{n}",
         )
         started.append(sup)
-        return sup, sink
+        return Live(sup, sink, story)
 
     yield start
     for sup in started:
         sup.shutdown()
         left = session_pids(sup.session_id)
         assert not left, f"processes of {sup.session_id} outlived shutdown: {left}"
-
-
-def session_pids(session_id: str) -> list[int]:
-    """Live processes whose environment names this session (bridges and whatever they ran)."""
-    found = []
-    marker = f"SHEPHERD_SESSION_ID={session_id}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if marker in environ and ") Z " not in stat:
-            found.append(int(entry))
-    return found
-
-
-def write_script(directory: Path, name: str, script: dict[str, Any]) -> str:
-    path = directory / f"{name}.json"
-    path.write_text(json.dumps(script))
-    return str(path)

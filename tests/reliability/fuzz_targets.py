@@ -40,6 +40,7 @@ from protocol.errors import InvalidEnvelope
 from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of, make_id
 from protocol.script import Script, ScriptError, load_script_text
 from protocol.settings import Settings
+from protocol.watchdog_config import CONFIG_KEYS
 from protocol.watchdog_replay import ReplayEvent, ReplayLineError, decode_replay_line, replay
 
 __all__ = [
@@ -311,17 +312,7 @@ def toml_document(table: dict[str, Any]) -> str:
 
 
 SETTINGS_KEYS = [f.name for f in msgspec.structs.fields(Settings)]
-WATCHDOG_KEYS = [
-    "enabled",
-    "rescue_message",
-    "repeat_threshold",
-    "typecheck_repeat_threshold",
-    "idle_no_progress_s",
-    "cooldown_s",
-    "max_preview_lines",
-    "max_events_per_agent",
-    "alert_mode",
-]
+WATCHDOG_KEYS = list(CONFIG_KEYS)
 toml_scalars = st.one_of(
     st.booleans(),
     st.integers(min_value=-(2**63), max_value=2**63 - 1),

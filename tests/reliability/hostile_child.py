@@ -19,11 +19,12 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from actors.child import child_env_from
 from actors.child_cli import send_and_wait
 from actors.mailbox import Mailbox
+from actors.mailbox_files import write_all
 from actors.transport import PARENT_INBOX
 from protocol.envelopes import (
     MessageEnvelope,
@@ -74,9 +75,7 @@ def plant(directory: Path, name: str, data: bytes) -> None:
     staging = directory.parent / "tmp" / f"hostile-{secrets.token_hex(8)}"
     fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
     finally:
         os.close(fd)
     os.rename(staging, directory / name)
@@ -176,6 +175,13 @@ def attack(name: str, plan: dict[str, Any], mailbox: Mailbox) -> Any:
             raise ValueError(f"unknown attack {name!r}")
 
 
+def linger() -> NoReturn:
+    """Stay, doing nothing, until a signal we do not ignore ends us (SIGTERM is ignored: only
+    SIGKILL will do). Blocks in ``pause``: no CPU, no timer."""
+    while True:
+        signal.pause()
+
+
 def _linger_child(*, escape: bool) -> int:
     """A process that ignores SIGTERM; with ``escape``, double-forked into a session of its
     own (out of the bridge's session and process groups). Returns its pid."""
@@ -190,8 +196,7 @@ def _linger_child(*, escape: bool) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         os.write(write, str(os.getpid()).encode())
         os.close(write)
-        while True:
-            time.sleep(1)
+        linger()
     os.close(write)
     pid = int(os.read(read, 32) or b"0")
     os.close(read)
@@ -239,8 +244,7 @@ def main() -> int:
             helpers.append(_linger_child(escape=True))
         results["linger"] = {"pid": os.getpid(), "helpers": helpers}
         write_out(plan["out"], results)
-        while True:
-            time.sleep(1)
+        linger()
     mailbox.close()
     write_out(plan["out"], results)
     return 0

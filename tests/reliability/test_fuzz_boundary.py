@@ -34,8 +34,7 @@ from hypothesis import strategies as st
 
 from actors.config import load_settings
 from actors.mailbox import Mailbox
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.mailbox_files import write_all
 from actors.transport import PARENT_INBOX
 from protocol.envelopes import (
     AckEnvelope,
@@ -59,7 +58,7 @@ from tests.reliability.fuzz_targets import (
     json_values,
     valid_envelope_docs,
 )
-from tests.reliability.live import wait_until, write_script
+from tests.reliability.live import Changes, Live, write_script
 
 FUZZ = settings(
     deadline=None,
@@ -228,15 +227,18 @@ def _ping(session_id: str, token: str, reply_inbox: str | None) -> CallEnvelope:
 
 
 class Receipts:
-    """What the parent sends back to our one-shot inbox: acks and call results."""
+    """What the parent sends back to our one-shot inbox: acks and call results. Each one
+    arriving calls ``on_arrival`` (to wake a waiting test)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_arrival: Callable[[], object]) -> None:
         self.items: list[AnyEnvelope] = []
         self._lock = threading.Lock()
+        self._on_arrival = on_arrival
 
     def __call__(self, env: AnyEnvelope) -> None:
         with self._lock:
             self.items.append(env)
+        self._on_arrival()
 
     def for_id(self, message_id: str) -> list[AnyEnvelope]:
         with self._lock:
@@ -280,9 +282,7 @@ def _plant(new_dir: Path, name: str, data: bytes, *, whole: bool = False) -> Non
     path = new_dir.parent / "tmp" / f"planted-{secrets.token_hex(8)}" if whole else new_dir / name
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
     finally:
         os.close(fd)
     if whole:
@@ -308,20 +308,22 @@ file_names = st.one_of(
 
 
 def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_breaks(
-    live_supervisor: Callable[..., tuple[Supervisor, CollectingSink]],
+    live_supervisor: Callable[..., Live],
     tmp_path: Path,
     report: Counter[str],
 ) -> None:
-    sup, sink = live_supervisor(Settings(max_envelope_bytes=16 * 1024))
+    sup, sink, _ = live_supervisor(Settings(max_envelope_bytes=16 * 1024))
     session_id = sup.session_id
     reasons = Reasons(sup.mailbox_root)
     new_dir = sup.mailbox.inbox_path(PARENT_INBOX) / "new"
     target = sup.session.spawn("target", script=write_script(tmp_path, "idle", IDLE))
     capability = sup._capabilities[target.agent_id]
 
-    # a client of our own, with a one-shot inbox for receipts (as `shepherd-child` makes)
+    # a client of our own, with a one-shot inbox for receipts (as `shepherd-child` makes);
+    # a wait for "a receipt or a quarantine reason" wakes on either
     me = make_id(IdKind.MESSAGE, secrets.token_hex(8))
-    receipts = Receipts()
+    changes = Changes(reasons.dir)
+    receipts = Receipts(changes.nudge)
     client = Mailbox.open(sup.mailbox_root, session_id)
     client.ensure_inbox(me)
     client.subscribe(me, receipts)
@@ -392,7 +394,7 @@ def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_
                 assert not quarantined, f"runtime event quarantined: {doc}: {quarantined}"
                 report["runtime_event_handled"] += 1
                 return
-            assert wait_until(
+            assert changes.wait_until(
                 lambda: receipts.for_id(message_id) or reasons.names(message_id), timeout=10
             ), f"no receipt and no quarantine for {doc}"
             acks = receipts.for_id(message_id)
@@ -442,7 +444,7 @@ def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_
             assert sup.mailbox.wait_drained(10)
             reply_to = envelope.reply_inbox
             if reply_to == me:
-                assert wait_until(
+                assert changes.wait_until(
                     lambda: (
                         receipts.for_id(envelope.message_id) or reasons.names(envelope.message_id)
                     ),
@@ -460,7 +462,9 @@ def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_
         # 4. the supervisor still works: a call is answered and a new agent's task completes
         ping = _ping(session_id, sup.client_token, me)
         client.publish(PARENT_INBOX, ping)
-        assert wait_until(lambda: receipts.for_id(ping.message_id), timeout=20), "ping unanswered"
+        assert changes.wait_until(lambda: receipts.for_id(ping.message_id), timeout=20), (
+            "ping unanswered"
+        )
         (answer,) = receipts.for_id(ping.message_id)
         assert isinstance(answer, ResultEnvelope) and answer.ok
         finisher = sup.session.spawn("after", script=write_script(tmp_path, "fin", FINISHER))
@@ -471,6 +475,7 @@ def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_
         assert sup.mailbox.wait_drained(10) and not os.listdir(new_dir)  # nothing left unread
     finally:
         client.close()
+        changes.close()
     report["inputs"] = report["planted_files"] + report["agent_envelopes"] + report["published"]
 
 

@@ -30,7 +30,16 @@ from actors.transport import PARENT_INBOX
 from protocol.notifications import AgentMessage
 from protocol.settings import Settings
 from protocol.tasks import TaskResult, TaskState
-from tests.reliability.live import session_pids, wait_until, write_script
+from tests.reliability.live import (
+    PLANNER,
+    SCOUT,
+    Live,
+    Story,
+    session_pids,
+    wait_for_files,
+    wait_gone,
+    write_script,
+)
 
 pytestmark = pytest.mark.processes
 
@@ -43,32 +52,15 @@ WORKER = {
         {"await": "any"},
     ]
 }
-SCOUT = {
-    "steps": [
-        {"await": "task"},
-        {"message": {"to": "planner", "text": "which module first?", "expects_reply": True}},
-        {"await": "reply"},
-        {"done": {"status": "completed", "summary": "explored {last}"}},
-        {"await": "any"},
-    ]
-}
-PLANNER = {
-    "steps": [
-        {"await": "task"},
-        {"sleep": 4.0},
-        {"await": "message"},
-        {"reply": {"text": "src/core"}},
-        {"await": "any"},
-    ]
-}
 
 
 class Arena:
     """One live session: a bystander, maybe a victim, and a hostile agent."""
 
-    def __init__(self, sup: Supervisor, sink: CollectingSink, tmp: Path) -> None:
-        self.sup = sup
-        self.sink = sink
+    def __init__(self, live: Live, tmp: Path) -> None:
+        self.sup: Supervisor = live.sup
+        self.sink: CollectingSink = live.sink
+        self.story: Story = live.story
         self.tmp = tmp
         self.out = tmp / "hostile-out.json"
 
@@ -85,7 +77,7 @@ class Arena:
     def attack(self, timeout: float = 60.0) -> dict[str, Any]:
         """Delegate to the hostile agent (its turn attacks) and return what it recorded."""
         self.sup.session.delegate("mallory", "misbehave")
-        assert wait_until(self.out.exists, timeout=timeout), self.output("mallory")
+        assert wait_for_files(self.tmp, self.out.exists, timeout), self.output("mallory")
         data: dict[str, Any] = json.loads(self.out.read_text())
         return data
 
@@ -97,13 +89,22 @@ class Arena:
         assert got.completed, f"{task_id} did not settle: {self.sup.session.status()}"
         return got.completed[0]
 
+    def bystander(self) -> str:
+        """Start the bystander on its task (it completes it while the attack goes on)."""
+        self.spawn("worker", WORKER)
+        return self.delegate("worker")
+
     def bystander_done(self, task_id: str) -> None:
         result = self.result(task_id)
         assert (result.status, result.text) == ("completed", "unharmed"), result
 
+    @property
+    def quarantine(self) -> Path:
+        return self.sup.mailbox_root / "quarantine"
+
     def reasons(self) -> list[dict[str, Any]]:
         found = []
-        for path in (self.sup.mailbox_root / "quarantine").iterdir():
+        for path in self.quarantine.iterdir():
             if path.name.endswith(".reason"):
                 with contextlib.suppress(ValueError):  # being written right now
                     found.append(json.loads(path.read_bytes()))
@@ -116,13 +117,22 @@ class Arena:
                     return reason
             return None
 
-        assert wait_until(find, timeout=timeout), f"no quarantine reason for {message_id}"
-        found = find()
-        assert found is not None
+        # the reason is written whole before its entry is renamed in: that rename wakes us
+        found = wait_for_files(self.quarantine, find, timeout)
+        assert found is not None, f"no quarantine reason for {message_id}"
         return found
 
     def output(self, name: str) -> list[str]:
         return list(self.sup.session.read(name, 400).lines)
+
+    def wait_output(self, name: str, text: str, timeout: float = 20.0) -> bool:
+        """Wait until a line of the agent's output contains ``text``. An agent's output comes
+        as runtime envelopes through the parent inbox; each is handed to the broker (which
+        passes it to the agent's actor) before its file is renamed into ``cur/``, so a read
+        after that rename sees it."""
+        cur = self.sup.mailbox.inbox_path(PARENT_INBOX) / "cur"
+        found = wait_for_files(cur, lambda: any(text in x for x in self.output(name)), timeout)
+        return bool(found)
 
     def delivered_to(self, agent_id: str) -> list[Any]:
         """What the agent's inbox handed over (cur/ keeps the acknowledged envelopes)."""
@@ -135,14 +145,14 @@ class Arena:
 
 @pytest.fixture
 def arena(
-    live_supervisor: Callable[..., tuple[Supervisor, CollectingSink]],
+    live_supervisor: Callable[..., Live],
     tmp_path: Path,
     report: Counter[str],
 ) -> Callable[..., Arena]:
     def make(settings: Settings | None = None) -> Arena:
-        sup, sink = live_supervisor(settings)
+        live = live_supervisor(settings)
         report["sessions"] += 1
-        return Arena(sup, sink, tmp_path)
+        return Arena(live, tmp_path)
 
     return make
 
@@ -155,9 +165,7 @@ def test_forged_identity_is_refused_and_the_victim_is_undisturbed(
     a.spawn("planner", PLANNER)
     a.delegate("planner", "plan")
     task = a.delegate("scout", "map")
-    assert wait_until(
-        lambda: a.sup.session.status("scout").agents[0].task.state is TaskState.WAITING  # type: ignore[union-attr]
-    )
+    a.story.wait(f"scout: task {task} waiting")
     a.spawn_hostile(
         ["forge_sender", "forge_capability", "forge_parent", "done_for_victim"],
         victim_id=scout,
@@ -179,12 +187,13 @@ def test_forged_identity_is_refused_and_the_victim_is_undisturbed(
     assert stolen["accepted"] is False and stolen["code"] == "forbidden_sender", stolen
     assert "belongs to another agent" in stolen["error"]
     parent_only = got["forge_parent"]["message_id"]
-    assert wait_until(
-        lambda: any(f"refused {parent_only}: invalid_argument" in x for x in a.output("mallory"))
-    ), a.output("mallory")
+    assert a.wait_output("mallory", f"refused {parent_only}: invalid_argument"), a.output("mallory")
     report["hostile_cases"] += 4
 
-    # the victim's wait is untouched: it completes with the real answer
+    # the victim's wait is untouched: still waiting, then it completes with the real answer
+    row = a.sup.session.status("scout").agents[0]
+    assert row.task is not None and row.task.state is TaskState.WAITING, row
+    a.sup.session.message("planner", "go ahead")
     result = a.result(task)
     assert (result.status, result.text) == ("completed", "explored src/core"), result
     notices = [
@@ -218,8 +227,7 @@ def test_envelopes_for_another_session_are_quarantined(
     arena: Callable[..., Arena], report: Counter[str]
 ) -> None:
     a = arena()
-    a.spawn("worker", WORKER)
-    task = a.delegate("worker")
+    task = a.bystander()
     a.spawn_hostile(["other_session"])
     got = a.attack()
     for attempt in got["other_session"]:
@@ -234,8 +242,7 @@ def test_a_flood_is_refused_at_the_limit_and_nothing_accepted_is_lost(
 ) -> None:
     limit = 20
     a = arena(Settings(max_queue_depth=limit))
-    a.spawn("worker", WORKER)
-    task = a.delegate("worker")
+    task = a.bystander()
     a.spawn_hostile(
         ["flood"], queue_limit=limit, bursts=20, raw_per_burst=100, publish_per_burst=10
     )
@@ -248,10 +255,16 @@ def test_a_flood_is_refused_at_the_limit_and_nothing_accepted_is_lost(
     assert all(f"(limit {limit})" in p["error"] for p in refused), refused[0]
     expected = set(accepted) | set(got["flood"]["raw"])
 
-    def arrived() -> set[str]:
-        return {m.message_id for m in a.agent_messages()}
+    arrived: set[str] = set()
+    seen = 0
 
-    assert wait_until(lambda: expected <= arrived(), timeout=120), len(expected - arrived())
+    def all_arrived(items: list[Any]) -> bool:  # called as notifications come, under the sink
+        nonlocal seen
+        arrived.update(n.message_id for n in items[seen:] if isinstance(n, AgentMessage))
+        seen = len(items)
+        return expected <= arrived
+
+    assert a.sink.wait_for(all_arrived, timeout=120), len(expected - arrived)
     ids = [m.message_id for m in a.agent_messages()]
     assert len(ids) == len(set(ids)), "a message was delivered twice"
     report["hostile_cases"] += 1
@@ -265,8 +278,7 @@ def test_ten_megabytes_are_refused_unread(
     arena: Callable[..., Arena], report: Counter[str]
 ) -> None:
     a = arena()
-    a.spawn("worker", WORKER)
-    task = a.delegate("worker")
+    task = a.bystander()
     a.spawn_hostile(["big"])
     published, planted = a.attack()["big"]
     assert (
@@ -284,8 +296,7 @@ def test_a_symlink_or_a_fifo_in_new_is_quarantined_unopened(
     arena: Callable[..., Arena], report: Counter[str]
 ) -> None:
     a = arena()
-    a.spawn("worker", WORKER)
-    task = a.delegate("worker")
+    task = a.bystander()
     a.spawn_hostile(["symlink_fifo"])
     got = a.attack()["symlink_fifo"]
     link = a.reason_for(got["symlink"])
@@ -302,15 +313,12 @@ def test_a_child_dying_mid_write_never_has_it_delivered(
     arena: Callable[..., Arena], report: Counter[str]
 ) -> None:
     a = arena(Settings(fallback_poll_s=0.2))
-    a.spawn("worker", WORKER)
-    task = a.delegate("worker")
+    task = a.bystander()
     a.spawn_hostile(["exit_mid_write"])
     got = a.attack()["exit_mid_write"]
     a.bystander_done(task)
     inbox = a.sup.mailbox.inbox_path(PARENT_INBOX)
-    assert wait_until(
-        lambda: a.sup.session.status("mallory").agents[0].process_state == "idle", timeout=20
-    )
+    a.story.wait("mallory: process idle", after=a.story.wait("mallory: process working"))
     assert a.sup.mailbox.wait_drained(10)
     for message_id in (got["half"], got["whole"]):
         assert [n for n in (inbox / "tmp").iterdir() if message_id in n.name], "tmp/ was cleaned?"
@@ -327,29 +335,24 @@ def test_a_child_that_keeps_running_after_close_is_killed(
     arena: Callable[..., Arena], report: Counter[str], escape: bool
 ) -> None:
     a = arena()
-    a.spawn("worker", WORKER)
-    task = a.delegate("worker")
+    task = a.bystander()
     mallory = a.spawn_hostile(["linger", "escape"] if escape else ["linger"])
     got = a.attack()["linger"]
     pids = [got["pid"], *got["helpers"]]
     assert all(_alive(p) for p in pids)
     a.sup.session.close("mallory")
 
-    def of_mallory() -> list[int]:
-        return [
-            p
-            for p in session_pids(a.sup.session_id)
-            if f"SHEPHERD_AGENT_ID={mallory}".encode() in Path(f"/proc/{p}/environ").read_bytes()
-        ]
-
-    gone = wait_until(lambda: not of_mallory() and not any(_alive(p) for p in pids), timeout=20)
+    gone = wait_gone(
+        lambda: [*session_pids(a.sup.session_id, mallory), *(p for p in pids if _alive(p))]
+    )
     survivors = [p for p in pids if _alive(p)]
     for pid in survivors:  # never leave them behind, whatever the verdict
         _kill(pid)
     assert gone, f"still running after close: {survivors}"
     report["hostile_cases"] += 1
     a.bystander_done(task)
-    assert wait_until(lambda: a.sup.session.status("mallory").agents[0].process_state == "exited")
+    a.story.wait("mallory: process exited")
+    assert a.sup.session.status("mallory").agents[0].process_state == "exited"
     assert a.sup.session.status("mallory").agents[0].closed
 
 

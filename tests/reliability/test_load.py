@@ -26,6 +26,7 @@ import threading
 import time
 import tracemalloc
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,13 +34,14 @@ import pytest
 
 from actors.agent import AgentSpec
 from actors.broker import BrokerActor
-from actors.runtime import ThreadedRuntime
+from actors.clock import SystemClock
+from actors.runtime import ShepherdActor, ThreadedRuntime
 from actors.scripted import ScriptedDriver
 from actors.session import Session
 from actors.simagent import SimLauncher
 from actors.sinks import CollectingSink
 from actors.transport import PARENT_INBOX, InMemoryTransport
-from protocol.envelopes import MessageEnvelope, ReplyEnvelope, TaskDoneEnvelope
+from protocol.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope, TaskDoneEnvelope
 from protocol.ids import PARENT_ID, IdKind
 from protocol.notifications import TaskCompletion
 from protocol.script import parse_script
@@ -71,16 +73,131 @@ class NullJournal:
         self.count += 1
 
 
-class RecordingLauncher(SimLauncher):
-    """Keeps each agent's spec: the test publishes as the agent, with its capability."""
+class News:
+    """A condition that the rig's observers announce every change on (an agent launched, an
+    actor stopped, the timer heap touched), for the test to wait on instead of polling."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+
+    def announce(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float = DEADLINE_S) -> bool:
+        with self._cond:
+            return self._cond.wait_for(predicate, timeout=timeout)
+
+
+class _AnnouncingCondition(threading.Condition):
+    """A clock's lock: every time it is let go (the heap was pushed, popped or compacted
+    under it) or its timer thread goes back to sleep, the news is announced."""
+
+    def __init__(self, news: News) -> None:
+        super().__init__()
+        self._news = news
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        self._news.announce()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._news.announce()
+        return super().wait(timeout)
+
+
+class ObservedClock(SystemClock):
+    """The production clock, announcing every change of its timer heap."""
+
+    def __init__(self, news: News) -> None:
+        super().__init__()
+        assert isinstance(self._cond, threading.Condition), "SystemClock changed: fix the test"
+        self._cond = _AnnouncingCondition(news)
+
+    @property
+    def pending(self) -> int:
+        """Timers in the heap (live, or cancelled and not dropped yet)."""
+        return len(self._heap)
+
+
+class ObservedRuntime(ThreadedRuntime):
+    """The production runtime, announcing every actor that stops."""
+
+    def __init__(self, news: News) -> None:
+        super().__init__(clock=ObservedClock(news))
+        self._news = news
+
+    def untrack(self, actor: ShepherdActor) -> None:
+        super().untrack(actor)
+        self._news.announce()
+
+
+class Inbox(list[AnyEnvelope]):
+    """A simulated agent's ``received`` list (its driver appends what it is handed, on the
+    agent's worker thread), under a condition the agent's sender and replier wait on. Messages
+    are also counted into :class:`Traffic`, which paces the watchers."""
+
+    def __init__(self, traffic: Traffic) -> None:
+        super().__init__()
+        self._cond = threading.Condition()
+        self._traffic = traffic
+        self.replies = 0
+
+    def append(self, env: AnyEnvelope) -> None:
+        with self._cond:
+            super().append(env)
+            self.replies += isinstance(env, ReplyEnvelope)
+            self._cond.notify_all()
+        if isinstance(env, MessageEnvelope):
+            self._traffic.delivered()
+
+    def clear(self) -> None:
+        with self._cond:
+            super().clear()
+            self.replies = 0
+
+    def wait_replies(self, count: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.replies >= count, timeout=timeout)
+
+    def wait_beyond(self, position: int, timeout: float) -> list[AnyEnvelope]:
+        """What arrived after the first ``position`` items (waiting for at least one)."""
+        with self._cond:
+            self._cond.wait_for(lambda: len(self) > position, timeout=timeout)
+            return self[position:]
+
+
+class Traffic:
+    """How many messages the agents have been handed, to wait for progress on."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.messages = 0
+
+    def delivered(self) -> None:
+        with self._cond:
+            self.messages += 1
+            self._cond.notify_all()
+
+    def wait_for(self, messages: int, timeout: float = DEADLINE_S) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.messages >= messages, timeout=timeout)
+
+
+class RecordingLauncher(SimLauncher):
+    """Keeps each agent's spec (the test publishes as the agent, with its capability) and
+    announces each launch."""
+
+    def __init__(self, news: News, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.specs: dict[str, AgentSpec] = {}
+        self._news = news
 
     def launch(self, spec: AgentSpec, on_exit: Any) -> Any:
         self.specs[spec.name] = spec
-        return super().launch(spec, on_exit)
+        handle = super().launch(spec, on_exit)
+        self._news.announce()
+        return handle
 
 
 @dataclass
@@ -98,9 +215,11 @@ class Round:
 
 class Rig:
     def __init__(self) -> None:
-        self.runtime = ThreadedRuntime()
+        self.news = News()
+        self.traffic = Traffic()
+        self.runtime = ObservedRuntime(self.news)
         self.transport = InMemoryTransport()
-        self.launcher = RecordingLauncher(self.runtime, self.transport)
+        self.launcher = RecordingLauncher(self.news, self.runtime, self.transport)
         self.sink = CollectingSink()
         self.settings = Settings(
             dedup_window=2_000,
@@ -123,8 +242,16 @@ class Rig:
         for name in self.names:
             self.launcher.scripts[name] = script
             self.session.spawn(name)
-        assert _wait(lambda: len(self.launcher.agents) == AGENTS and self._all_drivers())
+        assert self.news.wait_until(
+            lambda: len(self.launcher.agents) == AGENTS and self._all_drivers()
+        )
         self.drivers: dict[str, ScriptedDriver] = {n: self._driver(n) for n in self.names}
+        # nothing is sent to an agent before its first task: its list is still empty and
+        # can be swapped for one that can be waited on
+        self.inboxes: dict[str, Inbox] = {}
+        for name, driver in self.drivers.items():
+            assert driver.received == [], (name, driver.received)
+            self.inboxes[name] = driver.received = Inbox(self.traffic)
 
     def _driver(self, name: str) -> ScriptedDriver:
         actor = self.launcher.agents[name]._actor_weakref()
@@ -173,11 +300,17 @@ class Rig:
             for n in self.names
             for fn in (self._sender, self._replier)
         ]
+        later = WATCHERS - WATCHERS // 2
+        # ...and while traffic flows and tasks settle: one after every few (a random number)
+        # messages handed to the agents, so registrations interleave with deliveries
+        gap = AGENTS * messages // (later + 1)
+        progress = self.traffic.messages
         for thread in threads:
             thread.start()
-        for _ in range(WATCHERS - WATCHERS // 2):  # ...and while traffic flows and tasks settle
+        for _ in range(later):
             r.watchers.append(self.session.watch(rng.sample(task_ids, rng.randint(1, 6))))
-            time.sleep(rng.uniform(0.0, 0.05))
+            progress += rng.randint(1, gap)
+            assert self.traffic.wait_for(progress), f"traffic stalled before {progress} messages"
         for thread in threads:
             thread.join(DEADLINE_S)
         assert not r.errors, r.errors[:3]
@@ -195,7 +328,6 @@ class Rig:
             r.errors.append(f"{name}: {exc!r}")
 
     def _sender(self, r: Round, name: str) -> None:
-        driver = self.drivers[name]
         for i, (target, asks) in enumerate(r.plan[name]):
             env = MessageEnvelope(
                 **self.base(name), target_id=target, content=f"{name}:{i}", expects_reply=asks
@@ -204,7 +336,7 @@ class Rig:
             self.transport.publish(PARENT_INBOX, env)
         asked = sum(1 for _, asks in r.plan[name] if asks)
         # finish the task once every question has its answer (a task settles only by done)
-        assert _wait(lambda: _count(driver.received, ReplyEnvelope) >= asked), "replies missing"
+        assert self.inboxes[name].wait_replies(asked, DEADLINE_S), "replies missing"
         done = TaskDoneEnvelope(
             **self.base(name), target_id=PARENT_ID, task_id=r.tasks[name], status="completed"
         )
@@ -212,14 +344,14 @@ class Rig:
         self.transport.publish(PARENT_INBOX, done)
 
     def _replier(self, r: Round, name: str) -> None:
-        driver = self.drivers[name]
+        inbox = self.inboxes[name]
         expected = sum(1 for n in self.names for t, asks in r.plan[n] if asks and t == name)
         answered = 0
         position = 0
         deadline = time.monotonic() + DEADLINE_S
         while answered < expected:
-            assert time.monotonic() < deadline, f"{answered}/{expected} questions arrived"
-            fresh = driver.received[position:]
+            fresh = inbox.wait_beyond(position, deadline - time.monotonic())
+            assert fresh, f"{answered}/{expected} questions arrived"
             position += len(fresh)
             for env in fresh:
                 if isinstance(env, MessageEnvelope) and env.expects_reply:
@@ -232,8 +364,6 @@ class Rig:
                     r.replies[name].append(reply)
                     self.transport.publish(PARENT_INBOX, reply)
                     answered += 1
-            if not fresh:
-                time.sleep(0.002)
 
     # ------------------------------------------------------------------ checks
 
@@ -276,10 +406,21 @@ class Rig:
         for request_id in (e.message_id for s in r.sent.values() for e in s if e.expects_reply):
             request = self.broker.requests.get(request_id)
             assert request is None or request.state.value == "replied", request
+        # a watcher holds results for a coalescing window before it notifies, so the last
+        # of them may come after the round's own wait returned: wait until each watcher was
+        # told of every task it had pending (then compare: nothing more, nothing twice)
         delivered: dict[str, list[str]] = defaultdict(list)
-        for note in self.sink.items:
-            if isinstance(note, TaskCompletion):
-                delivered[note.watcher_id].extend(x.task_id for x in note.results)
+        read = 0
+
+        def notified(items: list[Any]) -> bool:
+            nonlocal read
+            for note in items[read:]:
+                if isinstance(note, TaskCompletion):
+                    delivered[note.watcher_id].extend(x.task_id for x in note.results)
+            read = len(items)
+            return all(set(w.pending) <= set(delivered[w.watcher_id]) for w in r.watchers)
+
+        self.sink.wait_for(notified, timeout=30)
         for watch in r.watchers:
             got_ids = delivered[watch.watcher_id]
             assert sorted(got_ids) == sorted(watch.pending), f"{watch.watcher_id}: {got_ids}"
@@ -299,11 +440,12 @@ class Rig:
 
     def quiet(self, baseline_actors: int) -> None:
         """Wait until every settled task's and watcher's actor stopped and dead timers drained."""
-        clock: Any = self.runtime.clock
-        assert _wait(lambda: self.runtime.actor_count == baseline_actors, timeout=30), (
+        clock = self.runtime.clock
+        assert isinstance(clock, ObservedClock)
+        assert self.news.wait_until(lambda: self.runtime.actor_count == baseline_actors, 30), (
             f"{self.runtime.actor_count - baseline_actors} actors outlived their task or watcher"
         )
-        assert _wait(lambda: len(clock._heap) <= 5, timeout=30), f"{len(clock._heap)} timers left"
+        assert self.news.wait_until(lambda: clock.pending <= 5, 30), f"{clock.pending} timers left"
 
     def census(self) -> dict[str, int]:
         b = self.broker
@@ -319,19 +461,6 @@ class Rig:
             "stale_timers": len(b._stale_timers),
             "actors": self.runtime.actor_count,
         }
-
-
-def _count(items: list[Any], kind: type) -> int:
-    return sum(1 for x in list(items) if isinstance(x, kind))
-
-
-def _wait(predicate: Any, timeout: float = DEADLINE_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return bool(predicate())
 
 
 @pytest.fixture
