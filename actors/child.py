@@ -368,10 +368,16 @@ class Bridge:
     def _rejected(
         self, inbox: str, envelope: AnyEnvelope | None, error: ShepherdError, authenticated: bool
     ) -> None:
+        """An envelope in this child's inbox went to quarantine: log it and tell the parent
+        (a runtime ``error`` event, shown by ``shepherd read``), so that a refusal on this side,
+        such as a task the child could not accept, is never silent."""
         who = envelope.sender_id if envelope is not None else "unknown sender"
         if envelope is not None and not authenticated:
             who = f"{who} (claimed)"
         self._log.warning("refused an envelope from {} in {}: {}", who, inbox, error.message)
+        what = f"envelope {envelope.message_id}" if envelope is not None else "a file"
+        text = f"refused {what} from {who} (quarantined): {error.code}: {error.message}"
+        self.post(lambda: self.runtime("error", text=text))
 
     def _parent_gone(self) -> None:
         """The parent died. A restarted parent resumes the session and rewrites

@@ -313,6 +313,17 @@ def test_forged_envelopes_are_quarantined_and_never_reach_the_agent(
     assert PARENT_ID in joined
     assert "addressed to" in joined
     assert "session" in joined
+    # each refusal is reported to the parent, never silent
+    texts: list[str] = []
+    index = -1
+    for _ in range(5):
+        index, event = parent.wait_for(
+            lambda e: isinstance(e, RuntimeEnvelope) and e.event == "error", after=index + 1
+        )
+        assert isinstance(event, RuntimeEnvelope) and event.text
+        texts.append(event.text)
+    assert all("(quarantined): " in t for t in texts), texts
+    assert all(("forbidden_sender" in t) != ("invalid_envelope" in t) for t in texts), texts
     parent.send(close(parent))
     assert bridge.wait() == 0
     outputs = [e.text for e in parent.snapshot() if isinstance(e, RuntimeEnvelope) and e.text]
