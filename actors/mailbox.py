@@ -140,6 +140,9 @@ class Mailbox:
     ) -> None:
         self._root = Path(os.path.abspath(root))
         self._inbox_root = self._root / "inbox"
+        # ``<inbox root>/``: an inbox's directory is this + its name (never holds a "/"), built
+        # without converting a Path and calling ``os.path.join`` per publish
+        self._inbox_prefix = os.path.join(self._inbox_root, "")
         self._quarantine = self._root / "quarantine"
         self._session_id = session_id
         self._settings = settings
@@ -319,11 +322,11 @@ class Mailbox:
         limit = self._settings.max_envelope_bytes
         if len(data) > limit:
             raise LimitExceeded(f"envelope is {len(data)} bytes, over the {limit}-byte limit")
-        box = os.path.join(self._inbox_root, inbox)
-        new_dir = os.path.join(box, "new")
+        box = self._inbox_prefix + inbox
+        new_dir = box + "/new"
         self._check_depth(inbox, box, new_dir)
         name = envelope_file_name(envelope.message_id, self._now_ns())
-        tmp_path = os.path.join(box, "tmp", name)
+        tmp_path = f"{box}/tmp/{name}"
         try:
             fd = os.open(tmp_path, WRITE_FLAGS, FILE_MODE)
         except OSError as exc:
@@ -335,7 +338,7 @@ class Mailbox:
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            os.rename(tmp_path, os.path.join(new_dir, name))
+            os.rename(tmp_path, f"{new_dir}/{name}")
             if self._settings.fsync:
                 fsync_dir(new_dir)
         except OSError as exc:
@@ -345,8 +348,13 @@ class Mailbox:
         with self._lock:
             self._published += 1
             self._depth[inbox][1] += 1
-        logger.bind(inbox=inbox, message_id=envelope.message_id).debug(
-            "mailbox: published {} ({} bytes)", name, len(data)
+        # keyword arguments land in the record's ``extra`` as ``bind`` would put them
+        logger.debug(
+            "mailbox: published {} ({} bytes)",
+            name,
+            len(data),
+            inbox=inbox,
+            message_id=envelope.message_id,
         )
 
     def _check_depth(self, inbox: str, box_dir: str, new_dir: str) -> None:

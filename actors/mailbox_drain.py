@@ -26,12 +26,12 @@ A file that can be neither delivered nor moved is *stuck*: skipped until it leav
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Literal
 
@@ -74,6 +74,7 @@ _MAX_REASON_CHARS = 2000
 _SWEEP_EVERY_S = 60.0
 #: files handled in one turn of one inbox before the receiver looks at the others
 _DRAIN_BUDGET = 1024
+_BY_NAME = attrgetter("name")
 
 
 class DeliveryFailed(ShepherdError):
@@ -118,6 +119,14 @@ class SubscribedInbox:
     retained: deque[str] = field(default_factory=deque)  # cur/ names, oldest first
     swept_at: float = float("-inf")  # when tmp/ was last swept of abandoned files
     stuck: set[str] = field(default_factory=set)  # names we could neither deliver nor move
+    # ``new_dir + "/"`` and ``cur_dir + "/"``: a file's path is prefix + name (a listed name
+    # never holds a "/"), without an ``os.path.join`` per file
+    new_prefix: str = field(init=False)
+    cur_prefix: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.new_prefix = os.path.join(self.new_dir, "")
+        self.cur_prefix = os.path.join(self.cur_dir, "")
 
 
 class Drainer:
@@ -158,7 +167,7 @@ class Drainer:
         while True:
             try:
                 with os.scandir(box.new_dir) as scan:
-                    entries = sorted(scan, key=lambda entry: entry.name)
+                    entries = sorted(scan, key=_BY_NAME)
             except OSError as exc:
                 if not box.active:
                     return True  # unsubscribed (and removed) while this pass was on its way
@@ -223,14 +232,25 @@ class Drainer:
             return
         if envelope is None:
             return  # gone between the listing and the open: nothing of ours to lose
-        stage = logger.bind(inbox=box.name, message_id=envelope.message_id)
-        stage.debug(
-            "mailbox: received {} from {}", envelope.__struct_config__.tag, envelope.sender_id
+        inbox, message_id = box.name, envelope.message_id
+        # keyword arguments land in the record's ``extra`` as ``bind`` would put them, without
+        # building a bound logger per file
+        logger.debug(
+            "mailbox: received {} from {}",
+            envelope.__struct_config__.tag,
+            envelope.sender_id,
+            inbox=inbox,
+            message_id=message_id,
         )
-        key = (box.name, envelope.message_id)
+        key = (inbox, message_id)
         if key in self._seen:
             self.duplicates += 1
-            stage.debug("mailbox: duplicate {} acknowledged without delivery", name)
+            logger.debug(
+                "mailbox: duplicate {} acknowledged without delivery",
+                name,
+                inbox=inbox,
+                message_id=message_id,
+            )
             self._acknowledge(box, name)
             return
         if envelope.capability:
@@ -241,11 +261,11 @@ class Drainer:
             failed = DeliveryFailed(f"handler raised {exc!r}")
             self._reject(box, name, envelope, failed, authenticated=True)
             return
-        self._remember(box.name, envelope.message_id)
+        self._remember(inbox, message_id)
         self.delivered += 1
-        stage.debug("mailbox: delivered {}", name)
+        logger.debug("mailbox: delivered {}", name, inbox=inbox, message_id=message_id)
         if self._acknowledge(box, name):
-            stage.debug("mailbox: acknowledged {}", name)
+            logger.debug("mailbox: acknowledged {}", name, inbox=inbox, message_id=message_id)
 
     def _accept(self, box: SubscribedInbox, entry: os.DirEntry[str]) -> AnyEnvelope | None:
         """Open, decode and validate one file; raise :class:`_Rejected` to quarantine it,
@@ -291,7 +311,7 @@ class Drainer:
 
     def _acknowledge(self, box: SubscribedInbox, name: str) -> bool:
         try:
-            os.rename(os.path.join(box.new_dir, name), os.path.join(box.cur_dir, name))
+            os.rename(box.new_prefix + name, box.cur_prefix + name)
         except FileNotFoundError:
             return False
         except OSError as exc:
@@ -303,9 +323,12 @@ class Drainer:
         return True
 
     def _prune(self, box: SubscribedInbox) -> None:
-        while len(box.retained) > max(self._settings.retention_count, 0):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(box.cur_dir, box.retained.popleft()))
+        retained, keep = box.retained, max(self._settings.retention_count, 0)
+        while len(retained) > keep:
+            try:  # noqa: SIM105 - once per delivered file; suppress() costs a context manager
+                os.unlink(box.cur_prefix + retained.popleft())
+            except FileNotFoundError:
+                pass
 
     def _reject(
         self,

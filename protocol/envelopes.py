@@ -33,7 +33,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from protocol.errors import ErrorInfo, InvalidEnvelope
-from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
+from protocol.ids import PARENT_ID, IdKind, is_id_of, is_valid_name
 from protocol.tasks import DoneStatus, TaskResult
 
 __all__ = [
@@ -211,7 +211,33 @@ def decode_envelope(data: bytes, *, max_bytes: int | None = None) -> AnyEnvelope
 
 
 def _is_address(value: str) -> bool:
-    return value == PARENT_ID or kind_of(value) is IdKind.AGENT
+    return value == PARENT_ID or is_id_of(value, IdKind.AGENT)
+
+
+#: the optional id fields, in the order they are checked, and the kind each must be
+_OPTIONAL_IDS = (
+    ("task_id", IdKind.TASK),
+    ("reply_to", IdKind.MESSAGE),
+    ("ack_for", IdKind.MESSAGE),
+    ("call_id", IdKind.MESSAGE),
+    ("reply_inbox", IdKind.MESSAGE),
+)
+#: per envelope class, the entries of _OPTIONAL_IDS it has (see _optional_ids)
+_OPTIONAL_IDS_OF: dict[type, tuple[tuple[str, IdKind], ...]] = {}
+#: isinstance with a tuple: quicker than with a ``X | Y`` union
+_CLIENT_SIDE = (CallEnvelope, ResultEnvelope)
+_NAME_ADDRESSED = (MessageEnvelope, ReplyEnvelope)
+
+
+def _optional_ids(cls: type) -> tuple[tuple[str, IdKind], ...]:
+    """The entries of :data:`_OPTIONAL_IDS` that ``cls`` has as fields (all of them if it is
+    not a Struct): a missing field reads as None, so only these can hold an id."""
+    found = _OPTIONAL_IDS_OF.get(cls)
+    if found is None:
+        fields = getattr(cls, "__struct_fields__", None)
+        found = tuple(item for item in _OPTIONAL_IDS if fields is None or item[0] in fields)
+        _OPTIONAL_IDS_OF[cls] = found
+    return found
 
 
 def validate_addresses(envelope: Envelope) -> None:
@@ -221,30 +247,26 @@ def validate_addresses(envelope: Envelope) -> None:
     resolves it);
     ``call``/``result`` envelopes come from and go to CLI clients, addressed by message ids.
     """
-    if kind_of(envelope.message_id) is not IdKind.MESSAGE:
+    if not is_id_of(envelope.message_id, IdKind.MESSAGE):
         raise InvalidEnvelope(f"message_id {envelope.message_id!r} is not a message id")
-    if kind_of(envelope.session_id) is not IdKind.SESSION:
+    if not is_id_of(envelope.session_id, IdKind.SESSION):
         raise InvalidEnvelope(f"session_id {envelope.session_id!r} is not a session id")
-    client_side = isinstance(envelope, CallEnvelope | ResultEnvelope)
+    client_side = isinstance(envelope, _CLIENT_SIDE)
     sender_ok = _is_address(envelope.sender_id) or (
-        client_side and kind_of(envelope.sender_id) is IdKind.MESSAGE
+        client_side and is_id_of(envelope.sender_id, IdKind.MESSAGE)
     )
     if not sender_ok:
         raise InvalidEnvelope(f"sender_id {envelope.sender_id!r} is not an agent id or {PARENT_ID}")
     target_ok = (
         _is_address(envelope.target_id)
-        or (
-            isinstance(envelope, MessageEnvelope | ReplyEnvelope)
-            and is_valid_name(envelope.target_id)
-        )
-        or (client_side and kind_of(envelope.target_id) is IdKind.MESSAGE)
+        or (isinstance(envelope, _NAME_ADDRESSED) and is_valid_name(envelope.target_id))
+        or (client_side and is_id_of(envelope.target_id, IdKind.MESSAGE))
     )
     if not target_ok:
         raise InvalidEnvelope(f"target_id {envelope.target_id!r} is not a valid address")
-    for name in ("task_id", "reply_to", "ack_for", "call_id", "reply_inbox"):
+    for name, expected in _optional_ids(type(envelope)):
         value = getattr(envelope, name, None)
         if value is None:
             continue
-        expected = IdKind.TASK if name == "task_id" else IdKind.MESSAGE
-        if kind_of(value) is not expected:
+        if not is_id_of(value, expected):
             raise InvalidEnvelope(f"{name} {value!r} is not a {expected.value} id")

@@ -19,6 +19,7 @@ from protocol.errors import InvalidHandle
 __all__ = [
     "PARENT_ID",
     "IdKind",
+    "is_id_of",
     "is_valid_name",
     "kind_of",
     "make_id",
@@ -41,6 +42,10 @@ class IdKind(enum.StrEnum):
 # \Z, not $: "$" also matches before a trailing newline, which must never pass as an id
 _ID_RE = re.compile(r"^shepherd-(session|agent|task|message|watcher|prompt)-([0-9a-f]{8,64})\Z")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
+# the same grammar, one kind each (fullmatch: the whole string, no trailing newline), and the
+# kind named by _ID_RE's first group: a dict lookup instead of an Enum call per id
+_ID_OF_KIND = {kind: re.compile(rf"shepherd-{kind.value}-[0-9a-f]{{8,64}}") for kind in IdKind}
+_KIND_NAMED = {kind.value: kind for kind in IdKind}
 _MAX_SHOWN = 80
 
 
@@ -62,7 +67,12 @@ def kind_of(value: str) -> IdKind | None:
     if not isinstance(value, str):
         return None
     match = _ID_RE.match(value)
-    return IdKind(match.group(1)) if match else None
+    return _KIND_NAMED[match.group(1)] if match else None
+
+
+def is_id_of(value: object, kind: IdKind) -> bool:
+    """``kind_of(value) is kind``, without finding out which kind a non-matching id is."""
+    return isinstance(value, str) and _ID_OF_KIND[kind].fullmatch(value) is not None
 
 
 def parse_id(value: object, expected: IdKind | None = None) -> str:

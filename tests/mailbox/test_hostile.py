@@ -315,6 +315,27 @@ def test_an_inbox_replaced_by_a_symlink_is_not_read(
     assert os.listdir(elsewhere / "tmp") == []
 
 
+@pytest.mark.parametrize("swapped", ["inbox", "new"])
+def test_a_symlink_swapped_in_after_publishing_is_still_refused(
+    parent: Mailbox, tmp_path: Path, session_id: str, swapped: str
+) -> None:
+    # the directory checks run on every publish: an earlier publish into the real inbox does
+    # not vouch for whatever is there now
+    parent.publish(AGENT, message(session_id, target_id=AGENT))
+    elsewhere = tmp_path / "elsewhere"
+    for sub in ("tmp", "new", "cur"):
+        (elsewhere / sub).mkdir(parents=True)
+    box = parent.inbox_path(AGENT)
+    victim = box if swapped == "inbox" else box / "new"
+    victim.rename(tmp_path / "moved-away")
+    victim.symlink_to(elsewhere if swapped == "inbox" else elsewhere / "new")
+    for _ in range(40):  # more than any count or check a publish could reuse
+        with pytest.raises(InvalidHandle, match="symbolic link; refusing to write"):
+            parent.publish(AGENT, message(session_id, target_id=AGENT))
+    assert os.listdir(elsewhere / "tmp") == []
+    assert os.listdir(elsewhere / "new") == []
+
+
 def test_files_abandoned_in_tmp_are_removed_and_fresh_ones_kept(
     make_mailbox: MailboxFactory, session_id: str
 ) -> None:

@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from loguru import logger
 
 from actors.mailbox import Mailbox
 from actors.mailbox_watch import polling_waker
@@ -330,3 +331,42 @@ def test_a_backlog_larger_than_one_turn_is_drained_in_order_and_fairly(
 def test_a_mailbox_is_a_transport(parent: Mailbox) -> None:
     transport: Transport = parent  # checked by mypy: the Transport protocol is satisfied
     assert transport is parent
+
+
+def test_each_delivery_stage_logs_one_debug_record_naming_inbox_and_message(
+    parent: Mailbox, session_id: str
+) -> None:
+    # the records carry ``inbox`` and ``message_id`` in ``extra`` (as ``logger.bind`` put them)
+    records: list[tuple[str | None, str, dict[str, object]]] = []
+    logger.enable("actors")
+    sink = logger.add(
+        lambda m: records.append((m.record["name"], m.record["message"], dict(m.record["extra"]))),
+        level="DEBUG",
+        filter=lambda record: str(record["name"]).startswith("actors.mailbox"),
+    )
+    try:
+        envelope = message(session_id, content="once")
+        parent.publish(PARENT_INBOX, envelope)
+        parent.publish(PARENT_INBOX, envelope)
+        collector = Collector()
+        parent.subscribe(PARENT_INBOX, collector)
+        collector.wait_for(1)
+        assert parent.wait_drained(10)
+    finally:
+        logger.remove(sink)
+        logger.disable("actors")
+    extra = {"inbox": PARENT_INBOX, "message_id": envelope.message_id}
+    stages = [
+        (name, text.split(" ")[1], fields)
+        for name, text, fields in records
+        if text.startswith("mailbox: ") and fields.get("message_id") == envelope.message_id
+    ]
+    assert stages == [
+        ("actors.mailbox", "published", extra),
+        ("actors.mailbox", "published", extra),
+        ("actors.mailbox_drain", "received", extra),
+        ("actors.mailbox_drain", "delivered", extra),
+        ("actors.mailbox_drain", "acknowledged", extra),
+        ("actors.mailbox_drain", "received", extra),
+        ("actors.mailbox_drain", "duplicate", extra),
+    ]

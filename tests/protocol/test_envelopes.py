@@ -627,3 +627,42 @@ def test_fuzz_huge_strings(size: int, char: str) -> None:
     raw["content"] = char * size
     raw["thread_id"] = char * (size // 7)
     _check(json.dumps(raw).encode())
+
+
+# The exact texts: validate_addresses is on the hot path and was rewritten for speed; its
+# messages (which reach quarantine reasons and refusals) must not change.
+@pytest.mark.parametrize(
+    ("kind", "field", "value", "text"),
+    [
+        ("message", "message_id", TASK, f"message_id {TASK!r} is not a message id"),
+        ("message", "session_id", MSG, f"session_id {MSG!r} is not a session id"),
+        ("message", "sender_id", "scout", "sender_id 'scout' is not an agent id or shepherd"),
+        ("task", "target_id", "planner", "target_id 'planner' is not a valid address"),
+        ("message", "task_id", MSG, f"task_id {MSG!r} is not a task id"),
+        ("reply", "reply_to", TASK, f"reply_to {TASK!r} is not a message id"),
+        ("ack", "ack_for", TASK, f"ack_for {TASK!r} is not a message id"),
+        ("result", "call_id", TASK, f"call_id {TASK!r} is not a message id"),
+        ("control", "reply_inbox", TASK, f"reply_inbox {TASK!r} is not a message id"),
+    ],
+)
+def test_address_refusals_keep_their_exact_text(
+    kind: str, field: str, value: str, text: str
+) -> None:
+    with pytest.raises(InvalidEnvelope) as info:
+        validate_addresses(_with(kind, **{field: value}))
+    assert info.value.message == text
+
+
+def test_optional_ids_are_checked_in_field_order() -> None:
+    # task_id before reply_inbox, as before the per-class field table
+    envelope = _with("message", task_id="../x", reply_inbox="../y")
+    with pytest.raises(InvalidEnvelope, match=r"^task_id"):
+        validate_addresses(envelope)
+
+
+@pytest.mark.parametrize("field", ["message_id", "session_id", "sender_id", "task_id"])
+def test_a_non_str_id_in_a_built_envelope_is_an_invalid_envelope(field: str) -> None:
+    # msgspec does not check types when a Struct is built in Python: publish() gets whatever
+    # the caller built, and must refuse it as invalid_envelope, not raise TypeError
+    with pytest.raises(InvalidEnvelope, match=field):
+        validate_addresses(_with("message", **{field: 12345678}))

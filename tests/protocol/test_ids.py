@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import InvalidHandle
-from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of, make_id, parse_id
+from protocol.ids import PARENT_ID, IdKind, is_id_of, is_valid_name, kind_of, make_id, parse_id
 
 TOKEN = "0123abcd"
 SAFE_ID = re.compile(r"shepherd-[a-z]+-[0-9a-f]+")
@@ -248,3 +248,34 @@ def test_valid_names_are_plain_lowercase_words(name: str) -> None:
     if is_valid_name(name):
         assert re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", name), repr(name)
         assert name != PARENT_ID
+
+
+# ----------------------------------------------------------------------------- is_id_of
+# validate_addresses asks is_id_of (one regex per kind) instead of kind_of: it must accept
+# exactly what kind_of accepts for that kind, no more (no trailing newline, no path).
+
+
+class _Str(str):
+    pass
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "value",
+    [*BAD_IDS, *(make_id(k, TOKEN) for k in KINDS), f"shepherd-task-{TOKEN}\n", None, 1, b"x"],
+)
+def test_is_id_of_agrees_with_kind_of(kind: IdKind, value: object) -> None:
+    assert is_id_of(value, kind) is (kind_of(value) is kind)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_is_id_of_takes_str_subclasses_like_kind_of(kind: IdKind) -> None:
+    value = _Str(make_id(kind, TOKEN))
+    assert is_id_of(value, kind)
+    assert kind_of(value) is kind
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=any_text, kind=st.sampled_from(KINDS))
+def test_is_id_of_is_kind_of_for_any_text(value: str, kind: IdKind) -> None:
+    assert is_id_of(value, kind) is (kind_of(value) is kind)
