@@ -24,6 +24,7 @@ from protocol.envelopes import (
 from protocol.render import render_delivery, render_task_context
 from tests.child.conftest import FakeParent
 from tests.pi.test_pi_live import blocking_command, process_running, read_fifo_line
+from tests.reliability.live import pids_with_env
 
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(90)]
 
@@ -65,18 +66,7 @@ def pi_pids(bridge_pid: int) -> list[int]:
 
 def agent_processes(agent_id: str) -> list[int]:
     """Live processes whose environment names this agent (bridge, Pi, Pi's tools)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes()
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if f"SHEPHERD_AGENT_ID={agent_id}".encode() in env.split(b"\0") and ") Z " not in stat:
-            found.append(int(entry))
-    return found
+    return pids_with_env(f"SHEPHERD_AGENT_ID={agent_id}")
 
 
 def start_pi_bridge(parent: FakeParent, pi_bin: Path, model: ScriptedModel) -> int:

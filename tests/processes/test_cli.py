@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.processes.conftest import bridge_pids, cli
+from tests.reliability.live import pids_with_env
 
 pytestmark = pytest.mark.processes
 
@@ -215,18 +216,7 @@ def test_close_and_shutdown_leave_no_process_behind(serve, scripts, tmp_path: Pa
 
 
 def _agent_pids(agent_id: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes()
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if f"SHEPHERD_AGENT_ID={agent_id}".encode() in env and ") Z " not in stat:
-            found.append(int(entry))
-    return found
+    return pids_with_env(f"SHEPHERD_AGENT_ID={agent_id}")
 
 
 def test_close_kills_the_agents_whole_tree_and_top_shows_a_frame(  # type: ignore[no-untyped-def]

@@ -34,6 +34,7 @@ __all__ = [
     "Changes",
     "Live",
     "Story",
+    "pids_with_env",
     "session_pids",
     "wait_for_files",
     "wait_gone",
@@ -73,24 +74,29 @@ def write_script(directory: Path, name: str, script: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------- processes
 
 
-def session_pids(session_id: str, agent_id: str | None = None) -> list[int]:
-    """Live processes whose environment names this session (bridges and whatever they ran),
-    and with ``agent_id`` this agent of it; zombies are not alive."""
+def pids_with_env(*assignments: str) -> list[int]:
+    """Live processes whose environment holds every ``NAME=value`` given (exact entries);
+    zombies are not alive."""
+    wanted = [a.encode() for a in assignments]
     found = []
-    markers = [f"SHEPHERD_SESSION_ID={session_id}".encode()]
-    if agent_id is not None:
-        markers.append(f"SHEPHERD_AGENT_ID={agent_id}".encode())
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        if all(m in environ for m in markers) and ") Z " not in stat:
+        if all(w in environ for w in wanted) and ") Z " not in stat:
             found.append(int(entry))
     return found
+
+
+def session_pids(session_id: str, agent_id: str | None = None) -> list[int]:
+    """Live processes whose environment names this session (bridges and whatever they ran),
+    and with ``agent_id`` this agent of it."""
+    agent = [f"SHEPHERD_AGENT_ID={agent_id}"] if agent_id is not None else []
+    return pids_with_env(f"SHEPHERD_SESSION_ID={session_id}", *agent)
 
 
 def _wait_exited(pids: Iterable[int], deadline: float) -> bool:
