@@ -10,7 +10,10 @@ Rules:
   from the agent's shell) settles a task.
 - Its own inbox accepts only what the parent wrote for it
   (:func:`~actors.child_env.envelope_validator` states the checks); anything else is
-  quarantined by the mailbox with the reason.
+  quarantined by the mailbox with the reason, and reported to the parent.
+- What it publishes reaches the parent in order and is never dropped for back-pressure: when
+  the parent inbox is full (:class:`~protocol.errors.InboxFull`) the envelope and everything
+  after it wait in a backlog (at most :data:`BACKLOG_LIMIT`), retried with backoff.
 - One thread owns all state (the *core*): mailbox deliveries, command completions, timers,
   signals and the parent's death are all posted as callables onto one queue that the main
   loop runs in order. Adapters and :class:`~actors.scripted.ScriptedDriver` are therefore
@@ -51,6 +54,7 @@ import os
 import queue
 import signal
 import sys
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,7 +98,7 @@ from actors.procs import (
 from actors.scripted_adapter import ScriptedAdapter, ShellRunner
 from actors.transport import PARENT_INBOX, Subscription
 from protocol.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent
-from protocol.errors import ShepherdError
+from protocol.errors import InboxFull, ShepherdError
 from protocol.ids import PARENT_ID, IdKind
 from protocol.script import ScriptError
 from protocol.settings import Settings
@@ -103,6 +107,8 @@ from protocol.settings import Settings
 # (actors.adapters, child_env, parent_watch, procs, scripted_adapter), still importable here.
 __all__ = [
     "ADAPTERS",
+    "BACKLOG_LIMIT",
+    "BACKLOG_RETRY_S",
     "ENV_ADAPTER",
     "ENV_AGENT_ID",
     "ENV_AGENT_NAME",
@@ -139,6 +145,11 @@ __all__ = [
 
 # ---------------------------------------------------------------------- the bridge
 
+#: envelopes that may wait for room in a full parent inbox before new ones are dropped
+BACKLOG_LIMIT = 10_000
+#: first and longest wait before trying a full parent inbox again (doubling in between)
+BACKLOG_RETRY_S = (0.01, 1.0)
+
 
 @dataclass(slots=True)
 class _Exit:
@@ -171,6 +182,9 @@ class Bridge:
         self._parent_pid: int | None = None
         self._exit: _Exit | None = None
         self._exit_published = False
+        self._backlog: deque[AnyEnvelope] = deque()  # waiting for room in the parent inbox
+        self._retry_s = 0.0
+        self._retry_pending = False
         self._signalled: tuple[int, str] | None = None
         self._cwd = os.getcwd()
         self._log = logger.bind(agent=env.name or env.agent_id)
@@ -185,19 +199,48 @@ class Bridge:
         self._queue.put(fn)  # SimpleQueue.put is reentrant: safe from a signal handler
 
     def publish(self, envelope: AnyEnvelope) -> None:
+        """Publish to the parent, in order. When the parent inbox is full (back-pressure) the
+        envelope waits in :attr:`_backlog`, with everything after it, and is retried with
+        backoff on the bridge's loop: a ``done`` or a message is never dropped for that."""
         if isinstance(envelope, RuntimeEnvelope) and envelope.event == "exit":
             self._exit_published = True
         if self._mailbox is None:
             return
-        try:
-            self._mailbox.publish(PARENT_INBOX, envelope)
-        except ShepherdError as exc:
-            self._log.warning(
-                "cannot publish {} to the parent: {} ({})",
-                envelope.__struct_config__.tag,
-                exc.message,
-                exc.code,
-            )
+        if self._backlog:
+            if len(self._backlog) >= BACKLOG_LIMIT:
+                self._log.error(
+                    "dropping {}: {} envelopes already wait for room in the parent inbox",
+                    envelope.__struct_config__.tag,
+                    len(self._backlog),
+                )
+                return
+            self._backlog.append(envelope)
+            return
+        self._backlog.append(envelope)
+        self._flush_backlog()
+
+    def _flush_backlog(self) -> None:
+        """Publish what waits, oldest first, until done or the parent inbox is full again."""
+        self._retry_pending = False
+        while self._backlog and self._mailbox is not None:
+            envelope = self._backlog[0]
+            try:
+                self._mailbox.publish(PARENT_INBOX, envelope)
+            except InboxFull:
+                self._retry_s = min(max(self._retry_s * 2, BACKLOG_RETRY_S[0]), BACKLOG_RETRY_S[1])
+                if not self._retry_pending:
+                    self._retry_pending = True
+                    self.clock.call_later(self._retry_s, lambda: self.post(self._flush_backlog))
+                return
+            except ShepherdError as exc:
+                self._log.warning(
+                    "cannot publish {} to the parent: {} ({})",
+                    envelope.__struct_config__.tag,
+                    exc.message,
+                    exc.code,
+                )
+            self._backlog.popleft()
+            self._retry_s = 0.0
 
     def runtime(self, event: RuntimeEvent, **fields: Any) -> None:
         self.publish(
@@ -339,6 +382,11 @@ class Bridge:
         if self._exit is not None and not self._exit_published:
             self.runtime("exit", exit_code=self._exit.code, text=reason)
         self._log.info("exit {} ({})", self._exit.code if self._exit else 2, reason)
+        self._flush_backlog()  # a last try: the loop that retried it is gone
+        if self._backlog:
+            self._log.error(
+                "{} envelope(s) never found room in the parent inbox", len(self._backlog)
+            )
         if self._mailbox is not None:
             self._mailbox.close()
         self.clock.close()

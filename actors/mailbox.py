@@ -79,6 +79,7 @@ from actors.transport import Handler, Subscription
 from protocol.envelopes import AnyEnvelope, encode_envelope, validate_addresses
 from protocol.errors import (
     ForbiddenSender,
+    InboxFull,
     InvalidArgument,
     InvalidEnvelope,
     InvalidHandle,
@@ -378,7 +379,7 @@ class Mailbox:
                 cached = self._depth[inbox] = [counted, 0]
         assert cached is not None
         if cached[0] + cached[1] >= limit:
-            raise LimitExceeded(
+            raise InboxFull(
                 f"inbox {inbox!r} already holds {cached[0] + cached[1]} unread envelopes "
                 f"(limit {limit})"
             )

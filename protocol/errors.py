@@ -17,6 +17,7 @@ __all__ = [
     "DuplicateIds",
     "ErrorInfo",
     "ForbiddenSender",
+    "InboxFull",
     "InvalidArgument",
     "InvalidEnvelope",
     "InvalidHandle",
@@ -108,6 +109,11 @@ class LimitExceeded(ShepherdError):
     """A configured limit (size, queue depth, count) would be exceeded."""
 
     code = "limit_exceeded"
+
+
+class InboxFull(LimitExceeded):
+    """The target inbox holds its limit of unread envelopes: back-pressure, not a bad
+    envelope. The same code as any limit; a publisher may try again once the reader caught up."""
 
 
 class SessionUnavailable(ShepherdError):

@@ -103,6 +103,9 @@ class FakeParent:
         self.capability = secrets.token_hex(16)
         self.task_id: str | None = None
         self.answer: Answer = accept_all
+        #: while set and not yet opened, the parent's receiver blocks on each envelope (its
+        #: inbox then fills up, as behind a busy parent)
+        self.gate: threading.Event | None = None
         self.items: list[AnyEnvelope] = []
         self._cond = threading.Condition()
         self.mailbox = Mailbox.create(
@@ -124,6 +127,8 @@ class FakeParent:
             raise ForbiddenSender(f"{env.sender_id} is not our agent or has a wrong capability")
 
     def _on_envelope(self, env: AnyEnvelope) -> None:
+        if self.gate is not None:
+            self.gate.wait(WAIT_S)
         with self._cond:
             self.items.append(env)
             self._cond.notify_all()

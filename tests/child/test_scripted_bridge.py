@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
+import msgspec
 import pytest
 
 from actors.mailbox import Mailbox
@@ -23,6 +25,7 @@ from protocol.envelopes import (
 from protocol.errors import ErrorInfo
 from protocol.ids import PARENT_ID, IdKind
 from protocol.settings import Settings
+from tests.reliability.live import wait_for_files
 
 from .conftest import WAIT_S, FakeParent, new_id
 
@@ -348,3 +351,37 @@ def test_a_group_sigterm_never_lets_the_script_reach_done(parent: FakeParent) ->
     parent.wait_event("exit", exit_code=143)
     assert not any(isinstance(e, TaskDoneEnvelope) for e in parent.snapshot())
     assert session_members(bridge.pid) == []
+
+
+def test_a_full_parent_inbox_delays_what_the_bridge_publishes_but_loses_nothing(
+    parent: FakeParent,
+) -> None:
+    limit = 3
+    marker = parent.tmp_path / "all-steps-ran"
+    steps: list[dict[str, object]] = [{"await": "task"}]
+    steps += [{"say": f"line {i}"} for i in range(10)]
+    steps += [
+        {"done": {"status": "completed", "summary": "all said"}},
+        {"run": f"touch {marker}"},
+        {"await": "any"},
+    ]
+    script = parent.write_script(steps)
+    parent.gate = threading.Event()  # the parent reads nothing until the gate opens
+    settings = msgspec.json.encode(Settings(max_queue_depth=limit)).decode()
+    bridge = parent.start_bridge("scripted", {"script": script}, SHEPHERD_SETTINGS=settings)
+    parent.delegate("talk")
+    # every step ran (the marker comes after the done) while the parent inbox stayed full
+    assert wait_for_files(parent.tmp_path, marker.exists, WAIT_S), bridge.log()
+    waiting = len(os.listdir(parent.mailbox.inbox_path("parent") / "new"))
+    assert waiting <= limit + 1, waiting  # the limit held (+1: the one being handled)
+    parent.gate.set()
+    _, done = parent.wait_for(lambda e: isinstance(e, TaskDoneEnvelope))
+    assert isinstance(done, TaskDoneEnvelope) and done.summary == "all said"
+    said = [
+        e.text
+        for e in parent.snapshot()
+        if isinstance(e, RuntimeEnvelope) and e.event == "output" and e.text
+    ]
+    assert said[:10] == [f"line {i}" for i in range(10)], said  # all of it, in order
+    parent.send(close(parent))
+    assert bridge.wait() == 0
