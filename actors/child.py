@@ -122,6 +122,7 @@ __all__ = [
     "KILL_GRACE_S",
     "OUTPUT_TAIL_BYTES",
     "PIPE_LINGER_S",
+    "REFUSALS_REPORTED",
     "Adapter",
     "AgentContext",
     "Bridge",
@@ -147,6 +148,8 @@ __all__ = [
 
 #: envelopes that may wait for room in a full parent inbox before new ones are dropped
 BACKLOG_LIMIT = 10_000
+#: quarantined envelopes of this child's inbox reported to the parent (the rest are only logged)
+REFUSALS_REPORTED = 100
 #: first and longest wait before trying a full parent inbox again (doubling in between)
 BACKLOG_RETRY_S = (0.01, 1.0)
 
@@ -183,6 +186,7 @@ class Bridge:
         self._exit: _Exit | None = None
         self._exit_published = False
         self._backlog: deque[AnyEnvelope] = deque()  # waiting for room in the parent inbox
+        self._refusals = 0  # envelopes this child's inbox quarantined
         self._retry_s = 0.0
         self._retry_pending = False
         self._signalled: tuple[int, str] | None = None
@@ -423,8 +427,13 @@ class Bridge:
         if envelope is not None and not authenticated:
             who = f"{who} (claimed)"
         self._log.warning("refused an envelope from {} in {}: {}", who, inbox, error.message)
+        self._refusals += 1
+        if self._refusals > REFUSALS_REPORTED:
+            return  # a flood of planted files must not become a flood towards the parent
         what = f"envelope {envelope.message_id}" if envelope is not None else "a file"
         text = f"refused {what} from {who} (quarantined): {error.code}: {error.message}"
+        if self._refusals == REFUSALS_REPORTED:
+            text += " (the last one reported: further refusals are only in the bridge's log)"
         self.post(lambda: self.runtime("error", text=text))
 
     def _parent_gone(self) -> None:

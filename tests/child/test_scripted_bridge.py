@@ -12,6 +12,7 @@ import threading
 import msgspec
 import pytest
 
+from actors.child import REFUSALS_REPORTED
 from actors.mailbox import Mailbox
 from actors.procs import session_members
 from protocol.envelopes import (
@@ -383,5 +384,28 @@ def test_a_full_parent_inbox_delays_what_the_bridge_publishes_but_loses_nothing(
         if isinstance(e, RuntimeEnvelope) and e.event == "output" and e.text
     ]
     assert said[:10] == [f"line {i}" for i in range(10)], said  # all of it, in order
+    parent.send(close(parent))
+    assert bridge.wait() == 0
+
+
+def test_refusals_reported_to_the_parent_are_capped(parent: FakeParent) -> None:
+    script = parent.write_script([{"await": "task"}, {"say": "task: {last}"}, {"await": "any"}])
+    box = parent.mailbox.inbox_path(parent.agent_id)
+    for i in range(REFUSALS_REPORTED + 5):  # garbage planted before the bridge reads its inbox
+        staging = box / "tmp" / f"plant-{i}"
+        staging.write_bytes(b"not an envelope")
+        os.rename(staging, box / "new" / f"{i + 1:020d}.1.1.{new_id(IdKind.MESSAGE)}.json")
+    bridge = parent.start_bridge("scripted", {"script": script})
+    parent.delegate("after the garbage")  # named after every planted file: read after them
+    _, out = parent.wait_event("output")
+    assert out.text == "task: after the garbage"
+    errors = [
+        e.text or ""
+        for e in parent.snapshot()
+        if isinstance(e, RuntimeEnvelope) and e.event == "error"
+    ]
+    assert len(errors) == REFUSALS_REPORTED
+    assert "further refusals are only in the bridge's log" in errors[-1]
+    assert len(os.listdir(parent.root / "quarantine")) == 2 * (REFUSALS_REPORTED + 5)
     parent.send(close(parent))
     assert bridge.wait() == 0
