@@ -28,7 +28,7 @@ pytestmark = pytest.mark.processes
 
 FAKE_AGENT = textwrap.dedent(
     """
-    import os, subprocess, sys, time
+    import os, subprocess, sys
     args = sys.argv[1:]
     resumed = args[0] == "--resume"
     message = args[-1]
@@ -36,9 +36,10 @@ FAKE_AGENT = textwrap.dedent(
     print("MSG:" + message, flush=True)
     if "BLOCK-UNTIL " in message:
         path = message.split("BLOCK-UNTIL ", 1)[1].split()[0]
+        os.mkfifo(path)
         print("BLOCKED", flush=True)
-        while not os.path.exists(path):  # the fake agent's own busy work, not test sync
-            time.sleep(0.01)
+        with open(path) as fifo:  # blocks (no CPU) until the test opens it for writing
+            fifo.read()
         print("RELEASED", flush=True)
     if "MARK-DONE" in message:
         done = subprocess.run(
@@ -138,7 +139,8 @@ def test_a_follow_up_waits_for_the_next_turn(parent: FakeParent, tmp_path: Path)
         e for e in parent.snapshot() if isinstance(e, RuntimeEnvelope) and e.event == "turn_start"
     ]
     assert len(starts) == 1  # queued, not started, not interrupting
-    release.touch()
+    with open(release, "w") as fifo:  # the fake agent's FIFO: opening it releases the agent
+        fifo.write("go")
     i, _ = parent.wait_event("output", after=i, text=has("RELEASED"))
     i, end = parent.wait_event("turn_end", after=i)
     assert end.exit_code == 0
@@ -161,7 +163,7 @@ def test_a_steer_interrupts_the_running_turn_and_starts_the_next(
     parent: FakeParent, tmp_path: Path
 ) -> None:
     start_command_agent(parent, kill_grace_s=5)
-    parent.delegate(f"BLOCK-UNTIL {tmp_path / 'never-created'}")
+    parent.delegate(f"BLOCK-UNTIL {tmp_path / 'never-opened'}")
     i, first = parent.wait_event("output", text=has("BLOCKED"))
     match = re.search(r"FIRST pid=(\d+)", first.text or "")
     if match is None:
@@ -186,7 +188,7 @@ def test_a_steer_interrupts_the_running_turn_and_starts_the_next(
 
 def test_abort_interrupts_the_turn(parent: FakeParent, tmp_path: Path) -> None:
     start_command_agent(parent)
-    parent.delegate(f"BLOCK-UNTIL {tmp_path / 'never-created'}")
+    parent.delegate(f"BLOCK-UNTIL {tmp_path / 'never-opened'}")
     i, _ = parent.wait_event("output", text=has("BLOCKED"))
     parent.send(ControlEnvelope(**parent.base(), action="abort", reason="enough"))
     i, _ = parent.wait_event("output", after=i, text=has("turn interrupted (abort: enough)"))
@@ -200,7 +202,7 @@ def test_close_during_a_turn_kills_it_and_leaves_nothing(
     parent: FakeParent, tmp_path: Path
 ) -> None:
     bridge_pid = start_command_agent(parent)
-    parent.delegate(f"BLOCK-UNTIL {tmp_path / 'never-created'}")
+    parent.delegate(f"BLOCK-UNTIL {tmp_path / 'never-opened'}")
     i, _ = parent.wait_event("output", text=has("BLOCKED"))
     close_and_wait(parent, after=i)
     assert session_members(bridge_pid) == []

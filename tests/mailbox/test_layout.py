@@ -91,21 +91,35 @@ def test_create_refuses_a_file_root(tmp_path: Path, session_id: str) -> None:
         Mailbox.create(tmp_path / "session", session_id)
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a directory someone else's")
-def test_create_refuses_a_root_owned_by_someone_else(tmp_path: Path, session_id: str) -> None:
+def make_foreign(path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Make the directory ``path`` someone else's; return the uid it now seems to belong to.
+    As root: really chown it. Otherwise: we pretend to be another user (the checks compare
+    the owner with ``os.getuid()``), which is the same situation seen from the other side."""
+    if os.getuid() == 0:
+        os.chown(path, 12345, 12345)
+        return "12345"
+    owner = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: owner + 1)
+    return str(owner)
+
+
+def test_create_refuses_a_root_owned_by_someone_else(
+    tmp_path: Path, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     foreign = tmp_path / "session"
     foreign.mkdir(mode=0o700)
-    os.chown(foreign, 12345, 12345)
-    with pytest.raises(InvalidArgument, match="uid 12345"):
+    uid = make_foreign(foreign, monkeypatch)
+    with pytest.raises(InvalidArgument, match=f"uid {uid}"):
         Mailbox.create(foreign, session_id)
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a directory someone else's")
-def test_create_refuses_a_parent_owned_by_someone_else(tmp_path: Path, session_id: str) -> None:
+def test_create_refuses_a_parent_owned_by_someone_else(
+    tmp_path: Path, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     foreign = tmp_path / "shared"
     foreign.mkdir(mode=0o755)
-    os.chown(foreign, 12345, 12345)
-    with pytest.raises(InvalidArgument, match="uid 12345"):
+    uid = make_foreign(foreign, monkeypatch)
+    with pytest.raises(InvalidArgument, match=f"uid {uid}"):
         Mailbox.create(foreign / "session", session_id)
 
 

@@ -90,7 +90,10 @@ def tool_output_contains(text: str) -> Callable[[dict[str, Any]], bool]:
 def pi_bin() -> Path:
     """The real Pi binary, installed by the project's own script on first use."""
     if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are not installed here, so the Pi coding agent cannot be")
+        pytest.fail(
+            "node and npm are required for the Pi tests (Node 20 or newer; "
+            "scripts/install_pi.sh then installs Pi)"
+        )
     result = subprocess.run(
         ["bash", str(INSTALL_PI)],
         capture_output=True,

@@ -61,7 +61,7 @@ def shepherd_bin() -> str:
     venv = Path(sys.executable).with_name("shepherd")
     found = str(venv) if venv.exists() else shutil.which("shepherd")
     if found is None:
-        pytest.skip("the shepherd command is not installed (pip install -e .)")
+        pytest.fail("the shepherd command is not installed: run the README's test command")
     return found
 
 
