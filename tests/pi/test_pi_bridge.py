@@ -9,7 +9,6 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,8 +22,13 @@ from protocol.envelopes import (
 )
 from protocol.render import render_delivery, render_task_context
 from tests.child.conftest import FakeParent
-from tests.pi.test_pi_live import blocking_command, process_running, read_fifo_line
-from tests.reliability.live import pids_with_env
+from tests.pi.test_pi_live import (
+    agent_processes,
+    blocking_command,
+    process_running,
+    read_fifo_line,
+    user_texts,
+)
 
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(90)]
 
@@ -38,19 +42,6 @@ def parent(tmp_path: Path) -> Iterator[FakeParent]:
         fake.close()
 
 
-def user_texts(request: dict[str, Any]) -> list[str]:
-    """The text of every user message of one chat-completions request, in order."""
-    texts = []
-    for message in request["messages"]:
-        if message.get("role") != "user":
-            continue
-        content = message.get("content")
-        if isinstance(content, list):
-            content = "".join(part.get("text", "") for part in content)
-        texts.append(str(content))
-    return texts
-
-
 def pi_pids(bridge_pid: int) -> list[int]:
     """The Pi process(es) in the bridge's session (Pi sets its process title to "pi")."""
     found = []
@@ -62,11 +53,6 @@ def pi_pids(bridge_pid: int) -> list[int]:
         if cmdline.split(b"\0", 1)[0] == b"pi" or b"--mode\0rpc" in cmdline:
             found.append(pid)
     return found
-
-
-def agent_processes(agent_id: str) -> list[int]:
-    """Live processes whose environment names this agent (bridge, Pi, Pi's tools)."""
-    return pids_with_env(f"SHEPHERD_AGENT_ID={agent_id}")
 
 
 def start_pi_bridge(parent: FakeParent, pi_bin: Path, model: ScriptedModel) -> int:

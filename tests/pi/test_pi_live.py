@@ -32,7 +32,7 @@ from protocol.notifications import TaskCompletion
 from protocol.render import render_task_context
 from protocol.tasks import TaskResult
 from tests.processes.conftest import bridge_pids
-from tests.reliability.live import Story
+from tests.reliability.live import Story, pids_with_env
 
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(90)]
 
@@ -94,6 +94,7 @@ def text_has(fragment: str) -> Callable[[RuntimeEnvelope], bool]:
 
 
 def user_texts(request: dict[str, Any]) -> list[str]:
+    """The text of every user message of one chat-completions request, in order."""
     texts = []
     for message in request["messages"]:
         if message.get("role") != "user":
@@ -146,19 +147,7 @@ def process_running(pid: int) -> bool:
 
 def agent_processes(agent_id: str) -> list[int]:
     """Live processes whose environment names this agent (bridge, Pi, Pi's tools)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if f"SHEPHERD_AGENT_ID={agent_id}".encode() in env.split(b"\0") and process_running(
-            int(entry)
-        ):
-            found.append(int(entry))
-    return found
+    return pids_with_env(f"SHEPHERD_AGENT_ID={agent_id}")
 
 
 # ---------------------------------------------------------------------- the team
@@ -419,16 +408,21 @@ def test_a_turn_ending_without_done_leaves_the_task_running_and_tool_events_reac
     assert "All done, I think." in lines
 
 
-def test_close_while_running_aborts_cancels_130_and_leaves_no_process(
-    team: Team, tmp_path: Path
-) -> None:
+def start_endless_tool(team: Team, tmp_path: Path) -> tuple[Any, int]:
+    """Pi scout on a watched task, running a bash tool that never ends: (task, tool pid)."""
     fifo = tmp_path / "started.fifo"
     os.mkfifo(fifo)
     team.spawn_pi("scout", ToolCall("bash", {"command": blocking_command(fifo, tmp_path / "x")}))
+    task = team.session.delegate("scout", "Run the endless command.")
+    team.session.watch(task.task_id)
+    return task, int(read_fifo_line(fifo))
+
+
+def test_close_while_running_aborts_cancels_130_and_leaves_no_process(
+    team: Team, tmp_path: Path
+) -> None:
+    task, tool_pid = start_endless_tool(team, tmp_path)
     s = team.session
-    task = s.delegate("scout", "Run the endless command.")
-    s.watch(task.task_id)
-    tool_pid = int(read_fifo_line(fifo))
     agent_id = team.agent_id("scout")
     pi_pid = team.pi_pid("scout")
     assert os.getsid(tool_pid) == tool_pid  # Pi runs bash tools detached: their own session
@@ -449,13 +443,8 @@ def test_close_while_running_aborts_cancels_130_and_leaves_no_process(
 
 
 def test_pi_killed_fails_the_task_with_return_code_1(team: Team, tmp_path: Path) -> None:
-    fifo = tmp_path / "started.fifo"
-    os.mkfifo(fifo)
-    team.spawn_pi("scout", ToolCall("bash", {"command": blocking_command(fifo, tmp_path / "x")}))
+    task, tool_pid = start_endless_tool(team, tmp_path)
     s = team.session
-    task = s.delegate("scout", "Run the endless command.")
-    s.watch(task.task_id)
-    tool_pid = int(read_fifo_line(fifo))
     agent_id = team.agent_id("scout")
 
     os.kill(team.pi_pid("scout"), signal.SIGKILL)

@@ -27,6 +27,29 @@ def _notifications(session: Path) -> list[dict]:  # type: ignore[type-arg]
     return [json.loads(x) for x in path.read_text().splitlines() if x.endswith("}")]
 
 
+def _completed(session: Path) -> list[str]:
+    """Every task id delivered in a completion notification, in order (duplicates kept)."""
+    return [
+        r["task_id"]
+        for n in _notifications(session)
+        if n.get("kind") == "task_completion"
+        for r in n["results"]
+    ]
+
+
+def _wait_notified(server: Serve, session: Path, watcher_id: str) -> bool:
+    """Wait until the watcher's completion is in the notifications file (``serve`` prints
+    each notification too, which wakes the wait)."""
+    return server.wait_for(
+        lambda lines: any(
+            n["watcher_id"] == watcher_id
+            for n in _notifications(session)
+            if n.get("kind") == "task_completion"
+        ),
+        timeout=30,
+    )
+
+
 def _start(session: Path, crash_at: str | None) -> Serve:
     env = dict(os.environ)
     env.pop("SHEPHERD_CRASH_AT", None)
@@ -65,23 +88,8 @@ def test_kill_at_each_crash_point_then_resume(point: str, tmp_path: Path) -> Non
         servers.append(second)
         _, waited = cli("wait", task["task_id"], "--timeout", "60", session=session)
         assert not waited["timed_out"], f"after a crash at {point} the task never completed"
-        assert second.wait_for(
-            lambda lines: (
-                any(x.get("kind") == "task_completion" for x in lines)
-                or any(
-                    n["watcher_id"] == watch["watcher_id"]
-                    for n in _notifications(session)
-                    if n.get("kind") == "task_completion"
-                )
-            ),
-            timeout=30,
-        )
-        completions = [
-            r["task_id"]
-            for n in _notifications(session)
-            if n.get("kind") == "task_completion"
-            for r in n["results"]
-        ]
+        assert _wait_notified(second, session, watch["watcher_id"])
+        completions = _completed(session)
         assert completions == [task["task_id"]], f"{point}: {completions}"
         _, result = cli("watch", task["task_id"], session=session)
         assert [r["text"] for r in result["completed"]] == ["explored src/core"]
@@ -146,20 +154,8 @@ def test_kill_at_each_step_of_the_canonical_scenario(step: str, tmp_path: Path) 
             kill_and_restart()
         _, waited = cli("wait", task["task_id"], "--timeout", "60", session=session)
         assert not waited["timed_out"], step
-        assert servers[-1].wait_for(
-            lambda lines: any(
-                n["watcher_id"] == watch["watcher_id"]
-                for n in _notifications(session)
-                if n.get("kind") == "task_completion"
-            ),
-            timeout=30,
-        )
-        delivered = [
-            r["task_id"]
-            for n in _notifications(session)
-            if n.get("kind") == "task_completion"
-            for r in n["results"]
-        ]
+        assert _wait_notified(servers[-1], session, watch["watcher_id"])
+        delivered = _completed(session)
         assert delivered == [task["task_id"]], f"{step}: {delivered}"
         cli("shutdown", session=session)
         servers[-1].proc.wait(timeout=30)
