@@ -93,13 +93,21 @@ def dones_of(h: Harness, name: str) -> list[TaskDoneEnvelope]:
 # ---------------------------------------------------------------------- scenarios
 
 
-def canonical(seed: int) -> Harness:
-    """Seed 002 §7.4: scout asks a busy planner, waits, gets the answer, completes."""
-    h = Harness(seed, **plan(seed))  # type: ignore[arg-type]
+def scout_and_planner(
+    seed: int, plan_text: str = "plan", map_text: str = "map", **harness: object
+) -> tuple[Harness, str, str]:
+    """The seed-002 pair under this seed's faults: the planner on its task, then the scout
+    on its own (it will ask the planner). Returns (harness, planner's task, scout's task)."""
+    h = Harness(seed, **harness, **plan(seed))  # type: ignore[arg-type]
     h.spawn("scout", SCOUT)
     h.spawn("planner", PLANNER)
-    planning = h.delegate("planner", "plan the refactor")
-    task = h.delegate("scout", "map the code base")
+    planning = h.delegate("planner", plan_text)
+    return h, planning, h.delegate("scout", map_text)
+
+
+def canonical(seed: int) -> Harness:
+    """Seed 002 §7.4: scout asks a busy planner, waits, gets the answer, completes."""
+    h, planning, task = scout_and_planner(seed, "plan the refactor", "map the code base")
     h.watch([task])
     h.run(lambda: h.task(task).state is TaskState.WAITING)
     assert h.result(task) is None  # waiting is not done
@@ -209,11 +217,7 @@ def test_done_racing_the_deadline(seeds: SeedRunner, report: Counter[str]) -> No
 def close_while_waiting(seed: int) -> Harness:
     """Close the scout while (or around when) it waits for the planner's reply."""
     r = random.Random(seed)
-    h = Harness(seed, **plan(seed))  # type: ignore[arg-type]
-    h.spawn("scout", SCOUT)
-    h.spawn("planner", PLANNER)
-    planning = h.delegate("planner", "plan")
-    task = h.delegate("scout", "map")
+    h, planning, task = scout_and_planner(seed)
     h.watch([task, planning])
     if seed % 2:
         h.run(lambda: h.task(task).state is TaskState.WAITING)
@@ -307,11 +311,7 @@ def peer_closed_while_asked(seed: int) -> Harness:
     """The planner is closed while the scout's question to it is open: the request is
     cancelled, the scout is told, its task runs on (and it finishes on its own)."""
     r = random.Random(seed)
-    h = Harness(seed, **plan(seed))  # type: ignore[arg-type]
-    h.spawn("scout", SCOUT)
-    h.spawn("planner", PLANNER)
-    planning = h.delegate("planner", "plan")
-    task = h.delegate("scout", "map")
+    h, planning, task = scout_and_planner(seed)
     h.watch([task])
     h.watch([planning])
     h.run(lambda: h.task(task).state is TaskState.WAITING)
@@ -334,11 +334,7 @@ def test_peer_closed_while_a_request_is_open(seeds: SeedRunner, report: Counter[
 def crash_after(seed: int, who: str, k: int) -> Harness | None:
     """The canonical scenario with ``who`` killed (no last word) after its k-th delivery.
     None when ``who`` never gets k deliveries (k is past its last step)."""
-    h = Harness(seed, **plan(seed))  # type: ignore[arg-type]
-    h.spawn("scout", SCOUT)
-    h.spawn("planner", PLANNER)
-    planning = h.delegate("planner", "plan")
-    task = h.delegate("scout", "map")
+    h, planning, task = scout_and_planner(seed)
     h.watch([task, planning])
     driver = h.driver(who)
     h.run(lambda: len(driver._seen) >= k)
