@@ -17,6 +17,8 @@ starting with ``-`` is never read as one.
 
 Output: the receipt, as text, or with ``--json`` one object
 ``{"message_id", "accepted", "request_id"?, "task_id"?, "result"?}``; exit 0.
+A full parent inbox is back-pressure, not a refusal: the publish is retried with backoff
+(saying so once on stderr) within the same timeout.
 A refusal, a timeout (30 s, ``SHEPHERD_CHILD_TIMEOUT_S`` overrides: code
 ``session_unavailable``) or a missing variable exits 2 with ``{"error": {"code", "message"}}``
 on stdout under ``--json``, else one line on stderr.
@@ -51,6 +53,7 @@ from protocol.envelopes import (
 )
 from protocol.errors import (
     ErrorInfo,
+    InboxFull,
     InvalidArgument,
     InvalidHandle,
     SessionUnavailable,
@@ -62,6 +65,8 @@ from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
 __all__ = ["main", "send_and_wait"]
 
 DEFAULT_TIMEOUT_S = 30.0
+#: first and longest pause before publishing into a full parent inbox again
+BACKOFF_S = (0.01, 1.0)
 ENV_TIMEOUT = "SHEPHERD_CHILD_TIMEOUT_S"
 
 
@@ -146,9 +151,11 @@ def send_and_wait(
     try:
         mailbox.ensure_inbox(message_id)
         subscription = mailbox.subscribe(message_id, on_ack)
+        clock = SystemClock()
+        deadline = clock.monotonic() + timeout_s
         try:
-            mailbox.publish(PARENT_INBOX, envelope)
-            if not arrived.wait(timeout_s):
+            _publish_with_backoff(mailbox, envelope, clock, deadline)
+            if not arrived.wait(max(0.0, deadline - clock.monotonic())):
                 raise SessionUnavailable(
                     f"no receipt from the shepherd within {timeout_s:g} s "
                     f"(message {message_id}); is the session still running?"
@@ -160,6 +167,29 @@ def send_and_wait(
         with contextlib.suppress(ShepherdError, OSError):
             mailbox.remove_inbox(message_id)  # a late receipt would keep it: left, harmless
     return got[0]
+
+
+def _publish_with_backoff(
+    mailbox: Mailbox, envelope: AnyEnvelope, clock: SystemClock, deadline: float
+) -> None:
+    """Publish to the parent; while its inbox is full, try again (10 ms doubling to 1 s) until
+    ``deadline``, then let the last :class:`InboxFull` out."""
+    delay = BACKOFF_S[0]
+    pause = threading.Event()  # never set: a bounded pause between attempts
+    told = False
+    while True:
+        try:
+            mailbox.publish(PARENT_INBOX, envelope)
+            return
+        except InboxFull:
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                raise
+            if not told:
+                told = True
+                print("shepherd-child: the parent inbox is full; retrying", file=sys.stderr)
+            pause.wait(min(delay, left))
+            delay = min(delay * 2, BACKOFF_S[1])
 
 
 # ---------------------------------------------------------------------- commands

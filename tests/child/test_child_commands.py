@@ -4,12 +4,18 @@ the environment, and both option spellings."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
 
+import msgspec
 import pytest
 
-from protocol.envelopes import MessageEnvelope, ReplyEnvelope, TaskDoneEnvelope
+from actors.transport import PARENT_INBOX
+from protocol.envelopes import MessageEnvelope, ReplyEnvelope, RuntimeEnvelope, TaskDoneEnvelope
 from protocol.errors import ErrorInfo
 from protocol.ids import IdKind
+from protocol.settings import Settings
 
 from .conftest import FakeParent, new_id, task_result
 
@@ -158,3 +164,39 @@ def test_bad_arguments_and_parent_commands_are_refused(parent: FakeParent) -> No
     assert reply_to_nonsense.returncode == 2
     assert "TARGET" in json.loads(reply_to_nonsense.stdout)["error"]["message"]
     assert parent.snapshot() == []  # nothing was published for any of them
+
+
+def test_a_full_parent_inbox_is_waited_out_not_refused(parent: FakeParent) -> None:
+    limit = 3
+    parent.gate = threading.Event()  # the parent handles nothing until the gate opens
+    for _ in range(limit):  # the agent's own earlier events fill the inbox to the limit
+        parent.mailbox.publish(
+            PARENT_INBOX,
+            RuntimeEnvelope(
+                **parent.base(sender_id=parent.agent_id, capability=parent.capability),
+                event="output",
+                text="earlier",
+            ),
+        )
+    settings = msgspec.json.encode(Settings(max_queue_depth=limit)).decode()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actors.child_cli", "message", "shepherd", "after", "--json"],
+        cwd=parent.tmp_path,
+        env=parent.environ(SHEPHERD_SETTINGS=settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert "parent inbox is full; retrying" in proc.stderr.readline()
+        parent.gate.set()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        parent.gate.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert json.loads(out)["accepted"] is True
+    _, sent = parent.wait_for(lambda e: isinstance(e, MessageEnvelope))
+    assert isinstance(sent, MessageEnvelope) and sent.content == "after"
