@@ -28,6 +28,18 @@ import msgspec
 from loguru import logger
 
 from actors.agent import AgentHandle, AgentSpec
+from actors.child_env import (
+    ENV_ADAPTER,
+    ENV_AGENT_ID,
+    ENV_AGENT_NAME,
+    ENV_AGENT_OPTIONS,
+    ENV_CAPABILITY,
+    ENV_MAILBOX,
+    ENV_PARENT_PID,
+    ENV_SESSION,
+    ENV_SESSION_ID,
+    ENV_SETTINGS,
+)
 from actors.clock import Clock
 from actors.procs import terminate_session
 from protocol.errors import ForbiddenSender, InvalidHandle
@@ -89,7 +101,7 @@ class Reaper:
                 terminate_session(pid, grace_s=0.0)
                 if agent_id is not None:
                     # and what escaped into sessions of its own (Pi runs its tools detached)
-                    _kill_tagged(f"SHEPHERD_AGENT_ID={agent_id}".encode())
+                    _kill_tagged(f"{ENV_AGENT_ID}={agent_id}".encode())
                 if isinstance(proc, int):
                     code = -1
                 else:
@@ -228,16 +240,16 @@ class ProcessLauncher:
             k: v for k, v in spec.options.items() if k not in ("name", "adapter")
         }
         return {
-            "SHEPHERD_SESSION": str(self._session_dir),
-            "SHEPHERD_SESSION_ID": self._session_id,
-            "SHEPHERD_MAILBOX": str(self._mailbox_root),
-            "SHEPHERD_AGENT_ID": spec.agent_id,
-            "SHEPHERD_AGENT_NAME": spec.name,
-            "SHEPHERD_CAPABILITY": spec.capability,
-            "SHEPHERD_PARENT_PID": str(self._parent_pid),
-            "SHEPHERD_ADAPTER": spec.adapter,
-            "SHEPHERD_AGENT_OPTIONS": json.dumps(options),
-            "SHEPHERD_SETTINGS": msgspec.json.encode(self._settings).decode(),
+            ENV_SESSION: str(self._session_dir),
+            ENV_SESSION_ID: self._session_id,
+            ENV_MAILBOX: str(self._mailbox_root),
+            ENV_AGENT_ID: spec.agent_id,
+            ENV_AGENT_NAME: spec.name,
+            ENV_CAPABILITY: spec.capability,
+            ENV_PARENT_PID: str(self._parent_pid),
+            ENV_ADAPTER: spec.adapter,
+            ENV_AGENT_OPTIONS: json.dumps(options),
+            ENV_SETTINGS: msgspec.json.encode(self._settings).decode(),
         }
 
     def launch(self, spec: AgentSpec, on_exit: Callable[[int], None]) -> AgentHandle:
@@ -279,8 +291,8 @@ class ProcessLauncher:
         )
         return (
             leads_session
-            and env.get("SHEPHERD_AGENT_ID") == spec.agent_id
-            and env.get("SHEPHERD_SESSION_ID") == self._session_id
+            and env.get(ENV_AGENT_ID) == spec.agent_id
+            and env.get(ENV_SESSION_ID) == self._session_id
         )
 
     def find_bridge(self, spec: AgentSpec) -> int | None:
