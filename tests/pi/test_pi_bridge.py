@@ -22,13 +22,8 @@ from protocol.envelopes import (
 )
 from protocol.render import render_delivery, render_task_context
 from tests.child.conftest import FakeParent
-from tests.pi.test_pi_live import (
-    agent_processes,
-    blocking_command,
-    process_running,
-    read_fifo_line,
-    user_texts,
-)
+from tests.pi.test_pi_live import agent_processes, blocking_command, read_fifo_line, user_texts
+from tests.reliability.live import process_running
 
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(90)]
 

@@ -32,7 +32,7 @@ from protocol.notifications import TaskCompletion
 from protocol.render import render_task_context
 from protocol.tasks import TaskResult
 from tests.processes.conftest import bridge_pids
-from tests.reliability.live import Story, pids_with_env
+from tests.reliability.live import Story, pids_with_env, process_running
 
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(90)]
 
@@ -134,15 +134,6 @@ def read_fifo_line(fifo: Path, timeout: float = WAIT_S) -> str:
     finally:
         os.close(fd)
     return data.decode().strip()
-
-
-def process_running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def agent_processes(agent_id: str) -> list[int]:

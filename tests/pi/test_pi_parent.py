@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import sys
 import threading
@@ -35,6 +34,7 @@ from protocol.notifications import (
 )
 from protocol.render import render_notification
 from protocol.tools import parent_tools, to_json
+from tests.reliability.live import wait_terminated
 
 from .conftest import REPO, EventLog, StartPi
 
@@ -145,17 +145,6 @@ def follower_pids(session_dir: Path) -> list[int]:
         ):
             found.append(int(entry))
     return found
-
-
-def wait_terminated(pid: int, timeout: float) -> bool:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], timeout)[0])
-    finally:
-        os.close(fd)
 
 
 def test_a_completion_starts_exactly_one_parent_turn_and_delivery_ends_with_the_session(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shlex
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from actors.pi_errors import PiCommandError, PiExitedError
 from actors.pi_launch import SHEPHERD_CHILD_EXTENSION
 from actors.scripted_model import ScriptedModel, Text, ToolCall
+from tests.reliability.live import process_running, wait_terminated
 
 from .conftest import StartPi, tool_output_contains
 
@@ -34,27 +34,6 @@ def wait_for_flag_command(flag: Path, pid_file: Path | None = None) -> str:
 
 def tool_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
     return [m for m in request["messages"] if m.get("role") == "tool"]
-
-
-def process_running(pid: int) -> bool:
-    """False once the process has terminated (a zombie has, too)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def wait_terminated(pid: int, timeout: float = 5.0) -> bool:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], timeout)[0])
-    finally:
-        os.close(fd)
 
 
 def test_bash_tool_turn_maps_to_runtime_events(start_pi: StartPi, model: ScriptedModel) -> None:

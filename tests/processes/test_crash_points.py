@@ -50,6 +50,12 @@ def _wait_notified(server: Serve, session: Path, watcher_id: str) -> bool:
     )
 
 
+def _spawn_pair(tmp_path: Path, session: Path) -> None:
+    """The canonical scout and planner, started through the CLI."""
+    for name, script in (("scout", SCOUT), ("planner", PLANNER)):
+        cli("spawn", name, "--script", write_script(tmp_path, name, script), session=session)
+
+
 def _start(session: Path, crash_at: str | None) -> Serve:
     env = dict(os.environ)
     env.pop("SHEPHERD_CRASH_AT", None)
@@ -67,14 +73,7 @@ def test_kill_at_each_crash_point_then_resume(point: str, tmp_path: Path) -> Non
     try:
         first = _start(session, point)
         servers.append(first)
-        cli("spawn", "scout", "--script", write_script(tmp_path, "scout", SCOUT), session=session)
-        cli(
-            "spawn",
-            "planner",
-            "--script",
-            write_script(tmp_path, "planner", PLANNER),
-            session=session,
-        )
+        _spawn_pair(tmp_path, session)
         cli("delegate", "planner", "plan", session=session)
         _, task = cli("delegate", "scout", "map", session=session)
         _, watch = cli("watch", task["task_id"], session=session)
@@ -130,14 +129,7 @@ def test_kill_at_each_step_of_the_canonical_scenario(step: str, tmp_path: Path) 
 
     try:
         servers.append(_start(session, None))
-        cli("spawn", "scout", "--script", write_script(tmp_path, "scout", SCOUT), session=session)
-        cli(
-            "spawn",
-            "planner",
-            "--script",
-            write_script(tmp_path, "planner", PLANNER),
-            session=session,
-        )
+        _spawn_pair(tmp_path, session)
         if step == "after_spawn":
             kill_and_restart()
         cli("delegate", "planner", "plan", session=session)

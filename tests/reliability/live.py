@@ -35,9 +35,11 @@ __all__ = [
     "Live",
     "Story",
     "pids_with_env",
+    "process_running",
     "session_pids",
     "wait_for_files",
     "wait_gone",
+    "wait_terminated",
     "write_script",
 ]
 
@@ -124,6 +126,21 @@ def _wait_exited(pids: Iterable[int], deadline: float) -> bool:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def wait_terminated(pid: int, timeout: float = 5.0) -> bool:
+    """Wait until the process ``pid`` has terminated (a zombie has); False on timeout."""
+    return _wait_exited([pid], time.monotonic() + timeout)
+
+
+def process_running(pid: int) -> bool:
+    """False once the process has terminated (a zombie has, too)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def wait_gone(find: Callable[[], Iterable[int]], timeout: float = 20.0) -> bool:
