@@ -252,6 +252,13 @@ def test_every_kind_is_one_follow_up_queued_while_busy_and_old_ones_are_not_repl
     closed, targets = (json.loads(m["content"]) for m in tool_messages(third))
     assert closed["error"]["code"] == "invalid_handle"
     assert "error" not in targets
+    # Pi may post its tool_execution_end event after it already sent the model the result
+    log.wait_for(
+        lambda e: (
+            e.get("type") == "tool_execution_end" and e.get("toolName") == "watchdog_list_targets"
+        ),
+        30,
+    )
     results = [e for e in log.runtime() if e.kind == "tool_result"]
     assert [(e.tool, e.is_error) for e in results] == [
         ("shepherd_close", True),
