@@ -23,10 +23,10 @@ SLOW_PLANNER = {  # answers only after the test's go-ahead, which comes after th
         {"await": "any"},
     ]
 }
-QUICK = {
+QUICK = {  # finishes on the test's go-ahead, sent after its watch exists: never before it
     "steps": [
         {"await": "task"},
-        {"sleep": 0.5},
+        {"await": "message"},
         {"done": {"status": "completed", "summary": "quick"}},
     ]
 }
