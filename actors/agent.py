@@ -10,8 +10,9 @@ injected :class:`Launcher`'s business.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import msgspec
@@ -33,7 +34,7 @@ from protocol.envelopes import ControlEnvelope, RuntimeEnvelope
 from protocol.errors import ShepherdError
 from protocol.ids import PARENT_ID, IdKind
 
-__all__ = ["AgentActor", "AgentHandle", "AgentSpec", "Launcher"]
+__all__ = ["AgentActor", "AgentHandle", "AgentSpec", "Launcher", "OutputBuffer", "OutputPage"]
 
 
 class AgentSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,7 +83,7 @@ class AgentActor(ShepherdActor):
         self._already_exited = already_exited
         self.process_state = "starting"
         self.exit_code: int | None = None
-        self.output: deque[str] = deque(maxlen=output_lines)
+        self.output = OutputBuffer(output_lines)
         self.events: deque[RuntimeEnvelope] = deque(maxlen=200)
         self._launcher = launcher
         self._transport = transport
@@ -125,8 +126,8 @@ class AgentActor(ShepherdActor):
                 self.stop()
             case CloseAgent(reason=reason):
                 self._close(reason)
-            case ReadOutput(lines=n):
-                return tuple(self.output)[-n:] if n > 0 else ()
+            case ReadOutput(lines=n, before=before):
+                return self.output.page(n, before)
             case _:
                 return super().on_receive(message)
         return None
@@ -198,3 +199,44 @@ class AgentActor(ShepherdActor):
                 self._log.opt(exception=True).error("stopping the agent failed")
         else:
             self.actor_ref.tell(ProcessExited(exit_code=0))
+
+
+class OutputPage(msgspec.Struct, frozen=True, kw_only=True):
+    lines: tuple[str, ...]
+    #: the number of ``lines[0]``: lines are numbered from 0, in the order the agent printed them
+    first: int
+    #: the number of the oldest line still kept (older ones were dropped by the bound)
+    oldest: int
+
+
+class OutputBuffer:
+    """The agent's last ``limit`` output lines, numbered, so a reader can page back through
+    them with a cursor (``before``) even while new lines push old ones out."""
+
+    __slots__ = ("_end", "_lines")
+
+    def __init__(self, limit: int) -> None:
+        self._lines: deque[str] = deque(maxlen=limit)
+        self._end = 0  # lines ever appended: the number the next line gets
+
+    def append(self, line: str) -> None:
+        self._lines.append(line)
+        self._end += 1
+
+    def extend(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.append(line)
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lines)
+
+    def page(self, count: int, before: int | None = None) -> OutputPage:
+        """Up to ``count`` lines, the newest of those numbered below ``before`` (default: all)."""
+        oldest = self._end - len(self._lines)
+        end = self._end if before is None else max(oldest, min(before, self._end))
+        start = max(oldest, end - max(count, 0))
+        lines = tuple(itertools.islice(self._lines, start - oldest, end - oldest))
+        return OutputPage(lines=lines, first=start, oldest=oldest)

@@ -63,6 +63,7 @@ from actors.sinks import GuardedSink
 from actors.transport import Transport
 from actors.watcher import WatcherActor
 from protocol import api
+from protocol.answers import preview_result
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -72,6 +73,7 @@ from protocol.envelopes import (
     ReplyEnvelope,
     RuntimeEnvelope,
     TaskDoneEnvelope,
+    encode_envelope,
 )
 from protocol.errors import (
     AgentBusy,
@@ -79,6 +81,7 @@ from protocol.errors import (
     ForbiddenSender,
     InvalidArgument,
     InvalidHandle,
+    LimitExceeded,
     ShepherdError,
 )
 from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
@@ -216,7 +219,7 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
             case api.PromptArgs():
                 return self._prompt(args)
             case api.StatusArgs():
-                return self._status(args.agent)
+                return self._status(args.agent, args.cursor)
             case api.CloseArgs():
                 return self._close_agent(args.agent)
             case api.CancelArgs():
@@ -482,7 +485,9 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
             error=error,
             request_id=request_id,
             task_id=getattr(env, "task_id", None),
-            result=result,
+            # a receipt names the task; it never echoes the task's text or a long summary back
+            # (a text that fit on its way in could make the receipt too big on its way out)
+            result=preview_result(result) if result is not None else None,
         )
         if env.reply_inbox is not None:
             # a one-shot sender (a child's shell command) waits for its receipt there
@@ -495,6 +500,25 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
                 )
         elif not entry.closed:
             tell_quietly(entry.ref, Deliver(envelope=ack))
+
+    def _check_fits(self, env: Envelope, what: str) -> None:
+        """Refuse (``limit_exceeded``) an envelope that, stamped for its target, would not fit
+        the mailbox: checked before the operation is accepted, so nothing accepted can fail
+        to be delivered for its size."""
+        entry = self.agents.get(env.target_id)
+        stamped = msgspec.structs.replace(
+            env,
+            session_id=self.session_id,
+            capability=entry.capability if entry is not None else "",
+        )
+        size = len(encode_envelope(stamped))
+        limit = self.settings.max_envelope_bytes
+        if size > limit:
+            raise LimitExceeded(
+                f"{what} does not fit one envelope: {size} bytes encoded, over the "
+                f"{limit}-byte limit (max_envelope_bytes); send a shorter text, or a path to "
+                "a file holding it"
+            )
 
     def _send_notice(self, agent_id: str, code: str, text: str, ref_id: str | None) -> None:
         entry = self.agents.get(agent_id)
@@ -546,8 +570,8 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
 
     # ------------------------------------------------------------------ status
 
-    def _status(self, handle: str | None) -> api.StatusResult:
-        return status_view(self, handle)
+    def _status(self, handle: str | None, cursor: int = 0) -> api.StatusResult:
+        return status_view(self, handle, cursor)
 
     def read_ref(self, handle: str) -> pykka.ActorRef[Any]:
         return self._agent(handle).ref

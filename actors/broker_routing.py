@@ -87,14 +87,16 @@ class RoutingMixin(BrokerState):
             env = msgspec.structs.replace(env, expects_reply=False)
         if target_id != PARENT_ID and not self.agents[target_id].ref.is_alive():
             raise InvalidHandle(f"agent {self._name(target_id)} has exited")
+        forwarded = msgspec.structs.replace(
+            env, target_id=target_id, task_id=task_id, sender_name=sender_name, capability=""
+        )
+        if target_id != PARENT_ID:
+            self._check_fits(forwarded, "the message")  # before anything is opened or sent
         request_id: str | None = None
         if env.expects_reply and env.message_id in self.requests:
             request_id = env.message_id  # seen before a parent restart: already open
         elif env.expects_reply:
             request_id = self._open_request(sender_id, target_id, env, task_id)
-        forwarded = msgspec.structs.replace(
-            env, target_id=target_id, task_id=task_id, sender_name=sender_name, capability=""
-        )
         if not self._forward(target_id, forwarded):
             if request_id is not None:
                 self._close_request(request_id, RequestState.CANCELLED)
@@ -137,8 +139,6 @@ class RoutingMixin(BrokerState):
             )
         state_before = request.state
         late = not request.pending
-        if not late:
-            self._close_request(request.request_id, RequestState.REPLIED, reply_id=env.message_id)
         forwarded = msgspec.structs.replace(
             env,
             target_id=request.sender_id,
@@ -148,6 +148,10 @@ class RoutingMixin(BrokerState):
             late=late,
             capability="",
         )
+        if request.sender_id != PARENT_ID:
+            self._check_fits(forwarded, "the reply")  # before the request is closed
+        if not late:
+            self._close_request(request.request_id, RequestState.REPLIED, reply_id=env.message_id)
         if not self._forward(request.sender_id, forwarded):
             raise InvalidHandle(
                 f"{self._name(request.sender_id)} has exited; the reply cannot be delivered"
@@ -304,8 +308,16 @@ class RoutingMixin(BrokerState):
     def _delivery_failed(self, msg: DeliveryFailed) -> None:
         env = msg.envelope
         if isinstance(env, TaskEnvelope):
-            self._settle_task_now(
-                env.task_id, TaskEvent.FAIL, f"task could not be delivered: {msg.error.message}"
+            why = f"task could not be delivered: {msg.error.message}"
+            self._settle_task_now(env.task_id, TaskEvent.FAIL, why)
+            # the parent hears of it even if nobody watches the task
+            self._sink(
+                Notice(
+                    created_at=self.clock.now(),
+                    code="not_delivered",
+                    text=f"task {env.task_id} to {self._name(env.target_id)} failed: {why}",
+                    refs=(env.task_id,),
+                )
             )
         elif isinstance(env, MessageEnvelope | ReplyEnvelope):
             if env.sender_id == PARENT_ID:

@@ -1,13 +1,21 @@
 """The broker's status answer: agents with their process state and their task, side by side.
 
-A read of the broker's own tables (and read models), built on the broker's thread.
+A read of the broker's own tables (and read models), built on the broker's thread. Texts in
+it are previews (a task's text, a request's question, a result's summary: see
+:mod:`protocol.limits`); the answer holds every agent from ``cursor`` on plus the session's
+counts, and the CLI's and tools' surface pages it to its frame (:mod:`protocol.answers`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from protocol import api
+from protocol.answers import preview_result
+from protocol.limits import PREVIEW_CHARS, preview
 
 if TYPE_CHECKING:
     from actors.broker import BrokerActor
@@ -15,23 +23,39 @@ if TYPE_CHECKING:
 __all__ = ["status_view"]
 
 
-def status_view(broker: BrokerActor, handle: str | None) -> api.StatusResult:
+def status_view(broker: BrokerActor, handle: str | None, cursor: int = 0) -> api.StatusResult:
     now = broker.clock.now()
-    entries = [broker._agent(handle)] if handle else list(broker.agents.values())
+    everyone = [broker._agent(handle)] if handle else list(broker.agents.values())
+    last_tasks = _last_tasks(broker)
     rows = []
-    for entry in entries:
+    processes: Counter[str] = Counter()
+    states: Counter[str] = Counter()
+    for entry in everyone:
+        processes[entry.process_state] += 1
+        task_id = entry.active_task or last_tasks.get(entry.agent_id)
+        if task_id is not None:
+            states[broker.tasks[task_id].state.value] += 1
+    for entry in everyone[cursor:]:
         task_status = None
-        task_id = entry.active_task or _last_task_of(broker, entry.agent_id)
+        task_id = entry.active_task or last_tasks.get(entry.agent_id)
         if task_id is not None:
             record = broker.tasks[task_id]
             pending = tuple(
-                broker.requests[r] for r in record.pending_requests if r in broker.requests
+                msgspec.structs.replace(
+                    broker.requests[r], question=preview(broker.requests[r].question) or ""
+                )
+                for r in record.pending_requests
+                if r in broker.requests
             )
+            result = broker.results.get(task_id)
             waiting_age = now - record.waiting_since if record.waiting_since is not None else None
             task_status = api.TaskStatus(
                 task_id=task_id,
                 state=record.state,
-                description=record.description,
+                description=preview(record.description) or "",
+                description_chars=(
+                    len(record.description) if len(record.description) > PREVIEW_CHARS else None
+                ),
                 created_at=record.created_at,
                 waiting_since=record.waiting_since,
                 waiting_age_s=waiting_age,
@@ -41,7 +65,7 @@ def status_view(broker: BrokerActor, handle: str | None) -> api.StatusResult:
                     broker._stale_notified.get(task_id) == record.waiting_since
                     or (waiting_age or 0.0) >= broker.settings.stale_wait_threshold_s
                 ),
-                result=broker.results.get(task_id),
+                result=preview_result(result) if result is not None else None,
             )
         rows.append(
             api.AgentStatus(
@@ -55,12 +79,20 @@ def status_view(broker: BrokerActor, handle: str | None) -> api.StatusResult:
                 exit_code=entry.exit_code,
             )
         )
-    return api.StatusResult(session_id=broker.session_id, now=now, agents=tuple(rows))
+    return api.StatusResult(
+        session_id=broker.session_id,
+        now=now,
+        agents=tuple(rows),
+        cursor=cursor,
+        summary=api.StatusSummary(
+            agents=len(everyone), processes=dict(processes), tasks=dict(states)
+        ),
+    )
 
 
-def _last_task_of(broker: BrokerActor, agent_id: str) -> str | None:
-    last = None
+def _last_tasks(broker: BrokerActor) -> dict[str, str]:
+    """Each agent's newest task (one pass over the tasks, not one per agent)."""
+    last: dict[str, str] = {}
     for task_id, record in broker.tasks.items():
-        if record.agent_id == agent_id:
-            last = task_id
+        last[record.agent_id] = task_id
     return last

@@ -63,6 +63,19 @@ class TaskMixin(BrokerState):
                 "messages are still accepted"
             )
         now = self.clock.now()
+        self._check_fits(
+            TaskEnvelope(
+                message_id=self.runtime.ids.new(IdKind.MESSAGE),
+                session_id=self.session_id,
+                sender_id=PARENT_ID,
+                target_id=entry.agent_id,
+                created_at=now,
+                task_id=self.runtime.ids.new(IdKind.TASK),
+                content=args.task,
+                deadline_at=now,
+            ),
+            "the task text",
+        )
         timeout_s = (
             args.timeout_minutes * 60.0
             if args.timeout_minutes is not None
@@ -99,7 +112,9 @@ class TaskMixin(BrokerState):
                 agent_id=entry.agent_id, kind="task", text=args.task, task_id=task_id, at=now
             )
         )
-        return api.DelegateResult(task_id=task_id, agent_id=entry.agent_id, accepted=True)
+        return api.DelegateResult(
+            task_id=task_id, agent_id=entry.agent_id, accepted=True, agent_name=entry.name
+        )
 
     def _task_envelope(self, record: TaskRecord) -> TaskEnvelope:
         return TaskEnvelope(

@@ -2,24 +2,48 @@
 
 Every command takes ``--json`` (one JSON object on stdout) and ``--session DIR`` (else
 ``$SHEPHERD_SESSION``, else the newest live session of this user). Errors exit with status 2
-and, with ``--json``, print ``{"error": {"code", "message"}}``.
+and, with ``--json``, print ``{"error": {"code", "message"}}`` — usage errors included.
+``wait`` exits :data:`WAIT_TIMED_OUT` (124, as ``timeout(1)`` does) when its timeout passed with
+ids still pending.
+
+An operation's arguments are checked here, against the operation's Args Struct
+(``protocol.api.OPERATIONS``: types and bounds), before anything is sent: a value JSON cannot
+carry faithfully (NaN, an infinity) is refused, never sent as ``null``. Answers that are paged
+(``status``, ``read``) are fetched page by page until complete.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
-from protocol.errors import ShepherdError
+from protocol.errors import InvalidArgument, ShepherdError
 
-__all__ = ["main"]
+__all__ = ["WAIT_TIMED_OUT", "main"]
+
+#: ``shepherd wait``'s exit status when its timeout passed with ids still pending
+WAIT_TIMED_OUT = 124
+#: ``top --interval`` bounds, in seconds
+TOP_INTERVAL_S = (0.1, 3600.0)
+#: pages one paged command fetches at most (a session cannot outgrow it: 1000 agents per page
+#: is far more than a frame holds, and read lines are bounded by the agent's buffer)
+MAX_PAGES = 10_000
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ``invalid_argument`` instead of printing usage and exiting, so a
+    usage error is reported like every other error (as JSON under ``--json``)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidArgument(f"{message} (see '{self.prog} --help')")
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -28,7 +52,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per command
-    parser = argparse.ArgumentParser(prog="shepherd", description="Supervise a team of agents.")
+    parser = _Parser(prog="shepherd", description="Supervise a team of agents.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("serve", help="run a session in the foreground")
@@ -37,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
     p.add_argument("--verbose", action="store_true", help="also print lifecycle changes")
 
     p = sub.add_parser("demo", help="the canonical scout/planner scenario, told as it happens")
+    p.add_argument("--json", action="store_true", help="the story as JSON lines")
     p.add_argument("--simulated", action="store_true", help="run it in the simulation instead")
     p.add_argument("--seed", type=int, default=1, help="simulation seed (with --simulated)")
     p.add_argument(
@@ -70,7 +95,9 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
     p = sub.add_parser("delegate", help="give an agent a tracked task")
     p.add_argument("agent")
     p.add_argument("text")
-    p.add_argument("--timeout", type=float, metavar="MINUTES", help="task deadline")
+    p.add_argument(
+        "--timeout", type=float, metavar="MINUTES", help="task deadline (at most 10080: 7 days)"
+    )
     _add_common(p)
 
     p = sub.add_parser("message", help="send a message (follow-up, or --steer)")
@@ -92,7 +119,9 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
     _add_common(p)
 
     p = sub.add_parser("top", help="a live view of the session (refreshes from status snapshots)")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between snapshots")
+    p.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between snapshots (0.1 to 3600)"
+    )
     p.add_argument("--once", action="store_true", help="print one frame and exit")
     _add_common(p)
 
@@ -102,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
 
     p = sub.add_parser("read", help="an agent's recent output")
     p.add_argument("agent")
-    p.add_argument("--lines", type=int, default=50)
+    p.add_argument("--lines", type=int, default=50, help="how many of the newest lines")
     _add_common(p)
 
     p = sub.add_parser("cancel", help="cancel a task (130)")
@@ -138,14 +167,18 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
     p.add_argument("--timeout", type=float, metavar="MINUTES")
     _add_common(p)
 
-    p = sub.add_parser("wait", help="block until tasks (or prompt ids) settle")
+    p = sub.add_parser(
+        "wait",
+        help="block until tasks (or prompt ids) settle",
+        description=f"Exits {WAIT_TIMED_OUT} when the timeout passes with ids still pending.",
+    )
     p.add_argument("ids", nargs="+", metavar="ID")
-    p.add_argument("--timeout", type=float, metavar="SECONDS")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="at most 604800 (7 days)")
     _add_common(p)
 
     p = sub.add_parser("tools", help="the model-facing tool schemas")
     p.add_argument("--child", action="store_true", help="the child tools instead")
-    p.add_argument("--json", action="store_true", help="print JSON (the default)")
+    p.add_argument("--json", action="store_true", help="print the schemas as JSON")
 
     p = sub.add_parser(
         "tool",
@@ -167,6 +200,7 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
 
     p = sub.add_parser("mcp", help="an MCP server (stdio) for a running session")
     p.add_argument("--session", metavar="DIR", help="the session directory")
+    p.add_argument("--json", action="store_true", help="accepted; MCP always speaks JSON")
 
     from actors.watchdog_cli import add_watchdog_parser
 
@@ -260,7 +294,7 @@ def _human(command: str, data: Any) -> str:
         case "spawn":
             return f"{data['name']} {data['agent_id']} ({data['adapter']}, {data['process_state']})"
         case "delegate":
-            return f"{data['task_id']} delegated to {data['agent_id']}"
+            return f"{data['task_id']} delegated to {data.get('agent_name') or data['agent_id']}"
         case "message":
             extra = f" (request {data['request_id']})" if data.get("request_id") else ""
             return f"{data['message_id']} accepted{extra}"
@@ -465,37 +499,74 @@ def _tool(args: argparse.Namespace) -> int:
     return 0
 
 
+def _checked(op: str, call_args: dict[str, Any]) -> dict[str, Any]:
+    """The arguments checked against the operation's Args Struct, as they will be sent."""
+    from protocol import api
+
+    spec = api.OPERATIONS.get(op)
+    if spec is None:
+        return call_args
+    given = {k: v for k, v in call_args.items() if v is not None}
+    checked: dict[str, Any] = msgspec.to_builtins(api.build_args(spec, **given))
+    return {k: v for k, v in checked.items() if k in given}
+
+
+def _paged(client: Any, op: str, call_args: dict[str, Any], timeout: float) -> Any:
+    """Fetch every page of a paged answer (``status``, ``read``) and join them."""
+    data = client.call(op, call_args, timeout=timeout)
+    pages = 1
+    if op == "status":
+        agents = list(data["agents"])
+        while data.get("next_cursor") is not None and pages < MAX_PAGES:
+            data = client.call(op, {**call_args, "cursor": data["next_cursor"]}, timeout=timeout)
+            agents.extend(data["agents"])
+            pages += 1
+        return {**data, "agents": agents, "cursor": call_args.get("cursor", 0), "next_cursor": None}
+    if op == "read":
+        wanted = call_args.get("lines", 50)
+        lines = list(data["lines"])
+        while len(lines) < wanted and data.get("next_cursor") is not None and pages < MAX_PAGES:
+            older = {**call_args, "lines": wanted - len(lines), "before": data["next_cursor"]}
+            data = client.call(op, older, timeout=timeout)
+            lines[:0] = data["lines"]
+            pages += 1
+        return {**data, "lines": lines}  # ``first``/``next_cursor`` of the oldest page
+    return data
+
+
+def _check_interval(value: float) -> float:
+    low, high = TOP_INTERVAL_S
+    if not (math.isfinite(value) and low <= value <= high):
+        raise InvalidArgument(f"top: --interval must be {low:g} to {high:g} seconds, got {value}")
+    return value
+
+
+def _wants_json(argv: list[str] | None) -> bool:
+    words = sys.argv[1:] if argv is None else argv
+    return "--json" in words[: words.index("--")] if "--" in words else "--json" in words
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except InvalidArgument as exc:  # a usage error: reported like any other error
+        return _fail(argparse.Namespace(json=_wants_json(argv)), exc.code, exc.message)
     try:
         if args.command == "serve":
             return _serve(args)
         if args.command == "demo":
-            if args.loop:
-                from actors.watchdog_cli import run_loop_demo
-
-                return run_loop_demo(sys.stdout, seed=args.seed)
-            if args.agents == "pi":
-                from actors.demo import run_pi_demo
-
-                return run_pi_demo()
-            from actors.demo import run_process_demo, run_simulated_demo
-
-            return run_simulated_demo(args.seed) if args.simulated else run_process_demo()
+            return _demo(args)
         if args.command == "notifications":
             return _notifications(args)
         if args.command == "top":
+            _check_interval(args.interval)
             return _top(args)
         if args.command == "watchdog":
             from actors.watchdog_cli import client_call, run_watchdog
 
             return run_watchdog(args, client_call(args.session))
         if args.command == "tools":
-            from protocol.tools import child_tools, parent_tools, to_json
-
-            specs = child_tools() if args.child else parent_tools()
-            sys.stdout.write(msgspec.json.encode([to_json(s) for s in specs]).decode() + "\n")
-            return 0
+            return _tools(args)
         if args.command == "tool":
             return _tool(args)
         if args.command == "mcp":
@@ -505,18 +576,68 @@ def main(argv: list[str] | None = None) -> int:
         from actors.client import Client, find_session
 
         op, call_args = _call_args(args)
+        call_args = _checked(op, call_args)
         timeout = 30.0
         if args.command == "wait" and args.timeout is not None:
             timeout = args.timeout + 30.0
         elif args.command == "wait":
             timeout = 365 * 86_400.0
-        data = Client(find_session(args.session)).call(op, call_args, timeout=timeout)
+        data = _paged(Client(find_session(args.session)), op, call_args, timeout)
         _emit(args, data, _human(args.command, data))
+        if args.command == "wait" and data.get("timed_out"):
+            return WAIT_TIMED_OUT
         return 0
     except ShepherdError as exc:
         return _fail(args, exc.code, exc.message)
     except KeyboardInterrupt:
         return 130
+
+
+def _demo(args: argparse.Namespace) -> int:
+    out: Any = _JsonLines(sys.stdout) if args.json else sys.stdout
+    if args.loop:
+        from actors.watchdog_cli import run_loop_demo
+
+        return run_loop_demo(out, seed=args.seed)
+    if args.agents == "pi":
+        from actors.demo import run_pi_demo
+
+        return run_pi_demo(out)
+    from actors.demo import run_process_demo, run_simulated_demo
+
+    return run_simulated_demo(args.seed, out) if args.simulated else run_process_demo(out)
+
+
+class _JsonLines:
+    """``demo --json``: each line of the story as one JSON object ``{"line": ...}``."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        self._partial += text
+        *whole, self._partial = self._partial.split("\n")
+        for line in whole:
+            self._stream.write(msgspec.json.encode({"line": line}).decode() + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+def _tools(args: argparse.Namespace) -> int:
+    from protocol.tools import child_tools, parent_tools, to_json
+
+    specs = child_tools() if args.child else parent_tools()
+    if args.json:
+        sys.stdout.write(msgspec.json.encode([to_json(s) for s in specs]).decode() + "\n")
+    else:
+        width = max(len(s.name) for s in specs)
+        for spec in specs:
+            sys.stdout.write(f"{spec.name:<{width}}  {spec.prompt_snippet}\n")
+        sys.stdout.write("(--json prints every tool's schema)\n")
+    return 0
 
 
 if __name__ == "__main__":

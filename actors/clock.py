@@ -3,12 +3,20 @@
 :class:`SystemClock` runs every timer of a process on ONE thread (a heap and a condition),
 not one thread per timer; callbacks only ``tell`` actors, so they are short.
 :class:`VirtualClock` moves only when the simulation advances it.
+
+Because one thread serves every timer of a process, nothing may stop it: a callback that
+raises is logged and the loop goes on; a delay that is not a number is refused at the caller
+(``ValueError``), never put in the heap; a delay beyond :data:`MAX_DELAY_S` is held at that
+(it cannot come due while the process lives), and the thread never waits longer than
+:data:`_MAX_WAIT_S` at a time (a wait of 1e300 s once raised ``OverflowError`` in the thread and
+silently stopped every deadline of the session).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +24,20 @@ from typing import Protocol
 
 from loguru import logger
 
-__all__ = ["Clock", "SystemClock", "TimerHandle", "VirtualClock"]
+__all__ = ["MAX_DELAY_S", "Clock", "SystemClock", "TimerHandle", "VirtualClock"]
+
+#: the longest delay a timer keeps (ten years); longer ones (and +inf) are held at this
+MAX_DELAY_S = 10 * 365 * 86_400.0
+#: the timer thread re-checks its heap at least this often
+_MAX_WAIT_S = 3600.0
+
+
+def _delay(delay: float) -> float:
+    """A timer's delay, made safe for the heap: ``ValueError`` for NaN (a bug at the caller,
+    reported there), negative → 0, too long → :data:`MAX_DELAY_S`."""
+    if math.isnan(delay):
+        raise ValueError("a timer delay must be a number, not NaN")
+    return min(max(0.0, delay), MAX_DELAY_S)
 
 
 class TimerHandle(Protocol):
@@ -68,7 +89,11 @@ def _noop() -> None:
 def _fire(timer: _Timer) -> None:
     try:
         timer.callback()
-    except Exception:  # an observer must never take the timer thread down
+    except BaseException as exc:  # an observer must never take the timer thread down
+        if isinstance(exc, KeyboardInterrupt | SystemExit) and (
+            threading.current_thread() is threading.main_thread()
+        ):
+            raise  # the simulation fires timers on the caller's thread: let those through
         logger.opt(exception=True).error("timer callback failed")
 
 
@@ -100,7 +125,7 @@ class SystemClock:
         return time.monotonic()
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
-        timer = _Timer(time.monotonic() + max(0.0, delay), next(self._seq), callback, self)
+        timer = _Timer(time.monotonic() + _delay(delay), next(self._seq), callback, self)
         with self._cond:
             if self._closed:
                 timer.cancel()
@@ -141,21 +166,29 @@ class SystemClock:
 
     def _run(self) -> None:
         while True:
-            with self._cond:
-                while not self._closed:
-                    while self._heap and self._heap[0].cancelled:
-                        self._pop()
-                    if not self._heap:
-                        self._cond.wait()
-                        continue
-                    wait = self._heap[0].deadline - time.monotonic()
-                    if wait <= 0:
-                        break
-                    self._cond.wait(wait)
-                if self._closed:
-                    return
-                timer = self._pop()
+            try:
+                timer = self._next_due()
+            except Exception:  # nothing may stop the one timer thread: log, go on
+                logger.opt(exception=True).error("timer thread error; continuing")
+                continue
+            if timer is None:
+                return
             _fire(timer)
+
+    def _next_due(self) -> _Timer | None:
+        """Block until the earliest timer is due and pop it; None once closed."""
+        with self._cond:
+            while not self._closed:
+                while self._heap and self._heap[0].cancelled:
+                    self._pop()
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                wait = self._heap[0].deadline - time.monotonic()
+                if wait <= 0:
+                    return self._pop()
+                self._cond.wait(min(wait, _MAX_WAIT_S))
+            return None
 
     def close(self) -> None:
         with self._cond:
@@ -185,7 +218,7 @@ class VirtualClock:
         return self._now
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
-        timer = _Timer(self._now + max(0.0, delay), next(self._seq), callback)
+        timer = _Timer(self._now + _delay(delay), next(self._seq), callback)
         heapq.heappush(self._heap, timer)
         return timer
 

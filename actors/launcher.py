@@ -42,7 +42,7 @@ from actors.child_env import (
 )
 from actors.clock import Clock
 from actors.procs import terminate_session
-from protocol.errors import ForbiddenSender, InvalidHandle
+from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable
 from protocol.settings import Settings
 
 __all__ = ["ChildProcess", "ProcessLauncher", "Reaper"]
@@ -234,6 +234,11 @@ class ProcessLauncher:
         self._python = python
         self.reaper = Reaper()
         self.children: dict[str, ChildProcess] = {}
+        #: held while a bridge is started and while the launcher closes: a launch that comes
+        #: after :meth:`close` (an agent spawned just before shutdown, whose actor starts late)
+        #: is refused instead of leaving a bridge nobody kills or reaps
+        self._lock = threading.Lock()
+        self._closed = False
 
     def environment(self, spec: AgentSpec) -> dict[str, str]:
         options: dict[str, Any] = {
@@ -253,6 +258,12 @@ class ProcessLauncher:
         }
 
     def launch(self, spec: AgentSpec, on_exit: Callable[[int], None]) -> AgentHandle:
+        with self._lock:
+            if self._closed:
+                raise SessionUnavailable("the session is shutting down; no agent is started")
+            return self._launch(spec, on_exit)
+
+    def _launch(self, spec: AgentSpec, on_exit: Callable[[int], None]) -> AgentHandle:
         self._register(spec)  # the mailbox validator must know the capability first
         self._ensure_inbox(spec.agent_id)
         agent_dir = self._session_dir / "agents" / spec.agent_id
@@ -317,6 +328,12 @@ class ProcessLauncher:
             raise ForbiddenSender(
                 f"pid {pid} is not the bridge of {spec.name} in this session; not adopting it"
             )
+        with self._lock:
+            if self._closed:
+                raise SessionUnavailable("the session is shutting down; no agent is adopted")
+            return self._adopt(spec, pid, on_exit)
+
+    def _adopt(self, spec: AgentSpec, pid: int, on_exit: Callable[[int], None]) -> AgentHandle:
         self._register(spec)
         self._ensure_inbox(spec.agent_id)
         child = ChildProcess(pid, self._clock, self._grace_s)
@@ -330,6 +347,10 @@ class ProcessLauncher:
             child.kill()
 
     def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self.kill_all()
         for child in self.children.values():
             child.wait(timeout=5)

@@ -169,7 +169,11 @@ class CloseAgent(_Msg, frozen=True, kw_only=True):
 
 
 class ReadOutput(_Msg, frozen=True, kw_only=True):
+    """Ask an agent actor for up to ``lines`` of its output older than line ``before``; the
+    answer is an :class:`~actors.agent.OutputPage`."""
+
     lines: int
+    before: int | None = None
 
 
 # --- watchdog inputs (from the broker)

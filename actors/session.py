@@ -40,7 +40,7 @@ from protocol.ids import IdKind
 from protocol.journal import Restore
 from protocol.notifications import TaskCompletion
 from protocol.script import Script, parse_script
-from protocol.settings import Settings
+from protocol.settings import Settings, check_settings
 from protocol.tasks import TaskEvent, TaskResult
 
 __all__ = ["Session"]
@@ -70,7 +70,7 @@ class Session:
         self.runtime = runtime
         self.transport = transport
         self.launcher = launcher
-        self.settings = settings or Settings()
+        self.settings = check_settings(settings or Settings())
         self.session_id = session_id or runtime.ids.new(IdKind.SESSION)
         self.sink = GuardedSink(sink)
         self.journal = journal if journal is not None else MemoryJournal()
@@ -162,6 +162,23 @@ class Session:
 
     def _ask(self, args: Any) -> Any:
         return self.broker.ask(ParentCall(args=args), timeout=ASK_TIMEOUT_S)
+
+    def run(self, args: Any) -> Any:
+        """Run one operation given as its checked Args Struct (``protocol.api.OPERATIONS``):
+        what the CLI and the tools reach through :meth:`Supervisor.call`."""
+        match args:
+            case api.ReadArgs():
+                return self.read(args.agent, args.lines, before=args.before)
+            case api.WaitArgs():
+                return self.wait(args.ids, args.timeout_s)
+            case api.CancelArgs():
+                return self.cancel(args.task_id, args.reason)
+            case api.FailArgs():
+                return self.fail(args.task_id, args.error)
+            case api.ResultArgs():
+                return self.result(args.task_id)
+            case _:
+                return self._ask(args)
 
     def spawn(
         self,
@@ -269,8 +286,10 @@ class Session:
             timed_out=bool(pending),
         )
 
-    def status(self, agent: str | None = None) -> api.StatusResult:
-        return self._ask(api.StatusArgs(agent=agent))  # type: ignore[no-any-return]
+    def status(self, agent: str | None = None, *, cursor: int = 0) -> api.StatusResult:
+        """Every agent from ``cursor`` on (in-process there is no frame to page for; the
+        CLI's and the tools' answers are paged by :func:`protocol.answers.fit_answer`)."""
+        return self._ask(api.build_args(api.StatusArgs, agent=agent, cursor=cursor))  # type: ignore[no-any-return]
 
     def cancel(self, task_id: str, reason: str | None = None) -> TaskResult:
         return self._settle(
@@ -298,14 +317,21 @@ class Session:
     def close(self, agent: str) -> api.CloseResult:
         return self._ask(api.CloseArgs(agent=agent))  # type: ignore[no-any-return]
 
-    def read(self, agent: str, lines: int = 50) -> api.ReadResult:
-        ref = self._ask(api.ReadArgs(agent=agent, lines=lines))
+    def read(self, agent: str, lines: int = 50, *, before: int | None = None) -> api.ReadResult:
+        """Up to ``lines`` of the agent's newest output lines (older than line ``before``)."""
+        args = api.build_args(api.ReadArgs, agent=agent, lines=lines, before=before)
+        ref = self._ask(args)
         agent_id = self.status(agent).agents[0].agent_id
         try:
-            got = ref.ask(ReadOutput(lines=lines), timeout=ASK_TIMEOUT_S)
+            page = ref.ask(ReadOutput(lines=args.lines, before=args.before), timeout=ASK_TIMEOUT_S)
         except pykka.ActorDeadError:
-            got = ()
-        return api.ReadResult(agent_id=agent_id, lines=tuple(got))
+            return api.ReadResult(agent_id=agent_id, lines=())
+        return api.ReadResult(
+            agent_id=agent_id,
+            lines=page.lines,
+            first=page.first,
+            next_cursor=page.first if page.first > page.oldest else None,
+        )
 
     def shutdown(self) -> None:
         if self._closed:

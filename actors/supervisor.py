@@ -45,6 +45,7 @@ from actors.transport import PARENT_INBOX
 from actors.watchdog_cli import is_watchdog_call
 from actors.watchdog_cli import session_call as watchdog_session_call
 from protocol import api
+from protocol.answers import fit_answer
 from protocol.envelopes import AnyEnvelope, CallEnvelope, NoticeEnvelope, ResultEnvelope
 from protocol.errors import (
     ForbiddenSender,
@@ -53,8 +54,9 @@ from protocol.errors import (
 )
 from protocol.ids import PARENT_ID, IdKind
 from protocol.journal import Restore, fold
+from protocol.limits import answer_budget
 from protocol.notifications import AnyNotification, TaskCompletion
-from protocol.settings import Settings
+from protocol.settings import Settings, check_settings
 
 __all__ = ["SessionInfo", "Supervisor", "live_dir", "state_dir"]
 
@@ -186,7 +188,7 @@ class Supervisor:
         mailbox_root: Path | str | None = None,
         workers: int | None = None,
     ) -> None:
-        self.settings = settings or Settings()
+        self.settings = check_settings(settings or Settings())
         self.runtime = ThreadedRuntime(workers=workers)
         wanted = Path(session_dir).absolute() if session_dir else None
         restore: Restore | None = None
@@ -325,8 +327,11 @@ class Supervisor:
         self._calls.submit(self._answer, env)
 
     def _answer(self, env: CallEnvelope) -> None:
+        """Run a CLI call and send its answer, bounded to one envelope (an answer that cannot
+        be cut to fit is ``limit_exceeded``, sent at once: the caller never waits in vain)."""
+        budget = answer_budget(self.settings.max_envelope_bytes)
         try:
-            data = msgspec.to_builtins(self.call(env.op, env.args))
+            data = msgspec.to_builtins(fit_answer(self.call(env.op, env.args), budget))
             result = ResultEnvelope(
                 message_id=self.runtime.ids.new(IdKind.MESSAGE),
                 session_id=self.session_id,
@@ -347,7 +352,22 @@ class Supervisor:
         try:
             self.mailbox.publish(env.reply_inbox, result)
         except ShepherdError as exc:
-            logger.warning("could not answer call {id}: {err}", id=env.message_id, err=exc.message)
+            if not result.ok:
+                logger.warning(
+                    "could not answer call {id}: {err}", id=env.message_id, err=exc.message
+                )
+                return
+            # the answer itself could not be sent (too big, the inbox gone or full): say why
+            self._answer_error(env, exc)
+
+    def _answer_error(self, env: CallEnvelope, exc: ShepherdError) -> None:
+        assert env.reply_inbox is not None
+        try:
+            self.mailbox.publish(env.reply_inbox, self._error_result(env, exc))
+        except ShepherdError as again:
+            logger.warning(
+                "could not answer call {id}: {err}", id=env.message_id, err=again.message
+            )
 
     def _error_result(self, env: CallEnvelope, exc: ShepherdError) -> ResultEnvelope:
         return ResultEnvelope(
@@ -362,53 +382,33 @@ class Supervisor:
         )
 
     def call(self, op: str, args: dict[str, Any]) -> Any:
-        """Run one operation by name, as the CLI and tools name them."""
-        s = self.session
+        """Run one operation by name, as the CLI and tools name them. The arguments are
+        checked against the operation's Args Struct (:data:`protocol.api.OPERATIONS`: types
+        and bounds) before anything is done."""
         match op:
             case "ping":
                 return {"session_id": self.session_id, "pid": os.getpid()}
-            case "spawn":
-                spawn = api.build_args(api.SpawnArgs, **args)
-                if spawn.adapter == "scripted" and not spawn.script:
-                    raise InvalidArgument("a scripted agent needs --script FILE")
-                if spawn.adapter == "command" and not spawn.cmd:
-                    raise InvalidArgument("a command agent needs --cmd TEMPLATE")
-                if spawn.script and not os.path.isfile(spawn.script):
-                    raise InvalidArgument(f"script file {spawn.script!r} does not exist")
-                return s._ask(spawn)
-            case "delegate":
-                return s._ask(api.build_args(api.DelegateArgs, **args))
-            case "message":
-                return s._ask(api.build_args(api.MessageArgs, **args))
-            case "watch":
-                return s._ask(api.build_args(api.WatchArgs, **args))
-            case "status":
-                return s._ask(api.build_args(api.StatusArgs, **args))
-            case "close":
-                return s._ask(api.build_args(api.CloseArgs, **args))
-            case "read":
-                read = api.build_args(api.ReadArgs, **args)
-                return s.read(read.agent, read.lines)
-            case "cancel":
-                cancel = api.build_args(api.CancelArgs, **args)
-                return s.cancel(cancel.task_id, cancel.reason)
-            case "fail":
-                fail = api.build_args(api.FailArgs, **args)
-                return s.fail(fail.task_id, fail.error)
-            case "prompt":
-                return s._ask(api.build_args(api.PromptArgs, **args))
-            case "wait":
-                wait = api.build_args(api.WaitArgs, **args)
-                return s.wait(wait.ids, wait.timeout_s)
-            case "result":
-                return s.result(api.build_args(api.ResultArgs, **args).task_id)
             case "shutdown":
                 threading.Thread(target=self.shutdown, name="shepherd-shutdown").start()
                 return {"shutting_down": True}
             case _ if is_watchdog_call(op):
-                return watchdog_session_call(s, op, args)
-            case _:
-                raise InvalidArgument(f"unknown operation {op!r}")
+                return watchdog_session_call(self.session, op, args)
+        spec = api.OPERATIONS.get(op)
+        if spec is None:
+            raise InvalidArgument(f"unknown operation {op!r}")
+        parsed = api.build_args(spec, **args)
+        if isinstance(parsed, api.SpawnArgs):
+            self._check_spawn(parsed)
+        return self.session.run(parsed)
+
+    @staticmethod
+    def _check_spawn(spawn: api.SpawnArgs) -> None:
+        if spawn.adapter == "scripted" and not spawn.script:
+            raise InvalidArgument("a scripted agent needs --script FILE")
+        if spawn.adapter == "command" and not spawn.cmd:
+            raise InvalidArgument("a command agent needs --cmd TEMPLATE")
+        if spawn.script and not os.path.isfile(spawn.script):
+            raise InvalidArgument(f"script file {spawn.script!r} does not exist")
 
     # ------------------------------------------------------------------ lifecycle
 

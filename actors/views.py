@@ -48,19 +48,42 @@ def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str
     return f"{symbol} {age} {agent['name']:<8} {process} / {detail}  {task['task_id']}{closed}"
 
 
+def summary_line(data: dict[str, Any]) -> str:
+    """The session's counts: ``12 agents: 3 working, 9 idle; tasks: 2 running, 1 waiting``."""
+    summary = data.get("summary") or {}
+    total = summary.get("agents", len(data.get("agents", [])))
+    processes = ", ".join(
+        f"{n} {state}" for state, n in sorted(summary.get("processes", {}).items())
+    )
+    tasks = ", ".join(f"{n} {state}" for state, n in sorted(summary.get("tasks", {}).items()))
+    line = f"{total} agent{'s' if total != 1 else ''}" + (f": {processes}" if processes else "")
+    return line + (f"; tasks: {tasks}" if tasks else "")
+
+
 def render_status(data: dict[str, Any]) -> str:
     agents = data.get("agents", [])
     if not agents:
         return f"session {data['session_id']}: no agents"
     names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
-    return "\n".join(status_line(a, names, data["now"]) for a in agents)
+    lines = [status_line(a, names, data["now"]) for a in agents]
+    if len(agents) > 1:
+        lines.append(summary_line(data))
+    return "\n".join(lines)
 
 
 def status_table(data: dict[str, Any]) -> Any:
     """A rich Table of the status snapshot (for ``shepherd top``)."""
     from rich.table import Table
 
-    table = Table(title=f"session {data['session_id']}", expand=True)
+    table = Table(
+        title=f"session {data['session_id']} — {summary_line(data)}",
+        caption=(
+            f"… {_more(data)} more agents (`shepherd status` lists them all)"
+            if data.get("next_cursor") is not None
+            else None
+        ),
+        expand=True,
+    )
     for column in ("", "age", "agent", "process", "task", "detail", "task id"):
         table.add_column(column, no_wrap=column != "detail")
     agents = data.get("agents", [])
@@ -82,3 +105,8 @@ def status_table(data: dict[str, Any]) -> Any:
             task.get("task_id", ""),
         )
     return table
+
+
+def _more(data: dict[str, Any]) -> int:
+    total = int((data.get("summary") or {}).get("agents", 0))
+    return max(0, total - int(data.get("cursor", 0)) - len(data.get("agents", [])))

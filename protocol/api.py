@@ -2,7 +2,10 @@
 
 The Python API (``actors.session.Session``), the CLI (``shepherd ...``), the ``call``
 envelopes a CLI client sends, and the model-facing tool schemas are all built from these
-Structs, so the three surfaces cannot drift apart (DESIGN §6).
+Structs, so the surfaces cannot drift apart. :data:`OPERATIONS` names each operation's Args
+Struct; every field's bounds are the annotated types of :mod:`protocol.limits`, enforced by
+:func:`build_args` (``msgspec.convert``), which every surface goes through before anything is
+sent or done.
 """
 
 from __future__ import annotations
@@ -12,10 +15,22 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from protocol.errors import InvalidArgument
+from protocol.limits import (
+    Cursor,
+    DeadlineMinutes,
+    DeadlineSeconds,
+    Handle,
+    IdList,
+    LineCount,
+    OptionalText,
+    OptionText,
+    Text,
+)
 from protocol.requests import RequestRecord
 from protocol.tasks import TaskResult, TaskState
 
 __all__ = [
+    "OPERATIONS",
     "AgentStatus",
     "CancelArgs",
     "CloseArgs",
@@ -35,6 +50,7 @@ __all__ = [
     "SpawnResult",
     "StatusArgs",
     "StatusResult",
+    "StatusSummary",
     "TaskStatus",
     "WaitArgs",
     "WaitResult",
@@ -52,10 +68,12 @@ A = TypeVar("A", bound="_Args")
 
 def build_args(cls: type[A], **fields: Any) -> A:
     """Build and *validate* operation arguments (direct Struct construction does not check
-    types); a bad field is ``invalid_argument`` naming the field."""
+    types or bounds); a bad field is ``invalid_argument`` naming the field and the bound."""
     try:
         return msgspec.convert(fields, cls)
     except msgspec.ValidationError as exc:
+        raise InvalidArgument(f"{cls.__name__.removesuffix('Args').lower()}: {exc}") from None
+    except (OverflowError, RecursionError) as exc:  # an integer beyond 64 bits, a deep nest
         raise InvalidArgument(f"{cls.__name__.removesuffix('Args').lower()}: {exc}") from None
 
 
@@ -64,78 +82,85 @@ class _Args(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
 
 class SpawnArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: str
+    name: Handle
     adapter: Adapter = "scripted"
-    script: str | None = None  # path of a script file (scripted adapter)
-    cmd: str | None = None  # command template (command adapter), with {message}
-    resume_cmd: str | None = None  # template for later turns (command adapter)
-    cwd: str | None = None
-    description: str | None = None
-    pi: str | None = None  # the Pi binary (pi-rpc adapter; default: the project's install)
-    models_json: str | None = None  # a Pi models.json to use (pi-rpc adapter)
-    provider: str | None = None  # the Pi provider name (pi-rpc adapter)
-    model: str | None = None  # the Pi model id (pi-rpc adapter)
+    script: OptionText | None = None  # path of a script file (scripted adapter)
+    cmd: OptionText | None = None  # command template (command adapter), with {message}
+    resume_cmd: OptionText | None = None  # template for later turns (command adapter)
+    cwd: OptionText | None = None
+    description: OptionalText | None = None
+    pi: OptionText | None = None  # the Pi binary (pi-rpc adapter; default: the project's install)
+    models_json: OptionText | None = None  # a Pi models.json to use (pi-rpc adapter)
+    provider: OptionText | None = None  # the Pi provider name (pi-rpc adapter)
+    model: OptionText | None = None  # the Pi model id (pi-rpc adapter)
 
 
 class DelegateArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    target: str  # agent id or name
-    task: str
-    timeout_minutes: float | None = None
+    target: Handle  # agent id or name
+    task: Text
+    #: None: the session's default (no deadline unless the settings give one)
+    timeout_minutes: DeadlineMinutes | None = None
 
 
 class MessageArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    target: str  # agent id, agent name, or "shepherd"
-    message: str
-    task_id: str | None = None
-    thread_id: str | None = None
-    reply_to: str | None = None
+    target: Handle  # agent id, agent name, or "shepherd"
+    message: Text
+    task_id: Handle | None = None
+    thread_id: Handle | None = None
+    reply_to: Handle | None = None
     expects_reply: bool = False
     steer: bool = False
-    reply_timeout_s: float | None = None
+    reply_timeout_s: DeadlineSeconds | None = None
 
 
 class PromptArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Compatibility: the old prompt submission, mapped onto a tracked task."""
 
-    target: str
-    prompt: str
-    timeout_minutes: float | None = None
+    target: Handle
+    prompt: Text
+    timeout_minutes: DeadlineMinutes | None = None
 
 
 class WaitArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    ids: tuple[str, ...]
-    timeout_s: float | None = None
+    ids: IdList
+    #: None: wait until every id has settled
+    timeout_s: DeadlineSeconds | None = None
 
 
 class WatchArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    ids: tuple[str, ...]
+    ids: IdList
 
 
 class StatusArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    agent: str | None = None
+    agent: Handle | None = None
+    #: the first agent of the page (agents in spawn order); an answer that did not hold every
+    #: agent gives the cursor of the next page
+    cursor: Cursor = 0
 
 
 class CloseArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    agent: str
+    agent: Handle
 
 
 class ReadArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    agent: str
-    lines: int = 50
+    agent: Handle
+    lines: LineCount = 50
+    #: only lines older than this line number (the ``next_cursor`` of the previous page)
+    before: Cursor | None = None
 
 
 class CancelArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    task_id: str
-    reason: str | None = None
+    task_id: Handle
+    reason: Text | None = None
 
 
 class ResultArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    task_id: str
+    task_id: Handle
 
 
 class FailArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    task_id: str
-    error: str
+    task_id: Handle
+    error: Text
 
 
 class SpawnResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,6 +174,7 @@ class DelegateResult(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
     agent_id: str
     accepted: bool
+    agent_name: str | None = None
 
 
 class MessageResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -184,6 +210,7 @@ class WatchResult(msgspec.Struct, frozen=True, kw_only=True):
 class TaskStatus(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
     state: TaskState
+    #: a preview of the task text (see ``description_chars``)
     description: str
     created_at: float
     waiting_since: float | None = None
@@ -191,6 +218,8 @@ class TaskStatus(msgspec.Struct, frozen=True, kw_only=True):
     pending_requests: tuple[RequestRecord, ...] = ()
     stale: bool = False
     result: TaskResult | None = None
+    #: the task text's full length in characters, when ``description`` is only its beginning
+    description_chars: int | None = None
 
 
 class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -204,10 +233,25 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None = None
 
 
-class StatusResult(msgspec.Struct, frozen=True, kw_only=True):
+class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """Counts over every agent of the session, whatever the page holds."""
+
+    agents: int = 0
+    #: agents per process state (starting / working / idle / exited)
+    processes: dict[str, int] = {}
+    #: active or last tasks per task state
+    tasks: dict[str, int] = {}
+
+
+class StatusResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     session_id: str
     now: float
+    #: this page's agents, from ``cursor`` on
     agents: tuple[AgentStatus, ...]
+    cursor: int = 0
+    #: more agents follow: ask again with this cursor
+    next_cursor: int | None = None
+    summary: StatusSummary | None = None
 
 
 class CloseResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -217,6 +261,28 @@ class CloseResult(msgspec.Struct, frozen=True, kw_only=True):
     cancelled_task_id: str | None = None
 
 
-class ReadResult(msgspec.Struct, frozen=True, kw_only=True):
+class ReadResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     agent_id: str
+    #: oldest first; a line too long for an answer is cut, saying how long it was
     lines: tuple[str, ...]
+    #: the line number of ``lines[0]`` (numbers count every line the agent ever printed)
+    first: int = 0
+    #: older lines are still kept: ask again with ``before`` = this
+    next_cursor: int | None = None
+
+
+#: every parent operation by the name the CLI, the ``call`` envelopes and the tools use
+OPERATIONS: dict[str, type[_Args]] = {
+    "spawn": SpawnArgs,
+    "delegate": DelegateArgs,
+    "message": MessageArgs,
+    "prompt": PromptArgs,
+    "wait": WaitArgs,
+    "watch": WatchArgs,
+    "status": StatusArgs,
+    "close": CloseArgs,
+    "read": ReadArgs,
+    "cancel": CancelArgs,
+    "result": ResultArgs,
+    "fail": FailArgs,
+}

@@ -20,6 +20,10 @@ kind           direction              meaning
 ``result``     parent → client         the answer to a ``call``
 =============  =====================  ==========================================================
 
+Fields a child can set carry the bounds of :mod:`protocol.limits` (a text's length, a reply
+deadline), so an envelope out of bounds fails decoding like any malformed one: quarantined with
+the reason, and its authenticated sender told.
+
 Decoding is strict on purpose (``forbid_unknown_fields``): parent and children run from one
 installation, so an unknown field is a bug or a forgery, not a newer peer. Schema evolution
 happens by appending fields with defaults, which strict decoding still accepts from older
@@ -34,6 +38,7 @@ import msgspec
 
 from protocol.errors import ErrorInfo, InvalidEnvelope
 from protocol.ids import PARENT_ID, IdKind, is_id_of, is_valid_name
+from protocol.limits import DeadlineSeconds, OptionalText
 from protocol.tasks import DoneStatus, TaskResult
 
 __all__ = [
@@ -95,17 +100,17 @@ class Envelope(
 
 
 class MessageEnvelope(Envelope, frozen=True, kw_only=True, tag="message"):
-    content: str
+    content: OptionalText
     task_id: str | None = None
     thread_id: str | None = None
     expects_reply: bool = False
     delivery: Delivery = "follow_up"
-    reply_timeout_s: float | None = None
+    reply_timeout_s: DeadlineSeconds | None = None
     sender_name: str | None = None
 
 
 class ReplyEnvelope(Envelope, frozen=True, kw_only=True, tag="reply"):
-    content: str
+    content: OptionalText
     reply_to: str
     task_id: str | None = None
     thread_id: str | None = None
@@ -124,8 +129,8 @@ class TaskDoneEnvelope(Envelope, frozen=True, kw_only=True, tag="task_done"):
     #: the task being finished; None means the sender's active task
     task_id: str | None = None
     status: DoneStatus
-    summary: str | None = None
-    error: str | None = None
+    summary: OptionalText | None = None
+    error: OptionalText | None = None
     cancel_requests: bool = False
 
 
@@ -152,7 +157,7 @@ class AckEnvelope(Envelope, frozen=True, kw_only=True, tag="ack"):
 class ControlEnvelope(Envelope, frozen=True, kw_only=True, tag="control"):
     action: ControlAction
     task_id: str | None = None
-    reason: str | None = None
+    reason: OptionalText | None = None
 
 
 class NoticeEnvelope(Envelope, frozen=True, kw_only=True, tag="notice"):

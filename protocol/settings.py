@@ -5,6 +5,11 @@ overrides. Reading the files is the caller's job (``actors/config.py``); this mo
 takes already-parsed mappings. An unknown key or a value of the wrong type never stops
 anything: it becomes a warning naming the source and the key, and that key is ignored.
 
+Every field has its bounds in its annotation (finite numbers; a deadline at most
+:data:`~protocol.limits.MAX_DEADLINE_S`; sizes and counts within a range a session can live
+with): a file value out of range is a warning and ignored, and :func:`check_settings` refuses a
+``Settings`` built in Python with a value out of range (``invalid_argument`` naming the field).
+
 A nested table is layered field by field: a user file setting ``[watchdog] cooldown_s`` and a
 project file setting ``[watchdog] repeat_threshold`` both apply. The ``[watchdog]`` table goes
 through the watchdog's own validating :func:`~protocol.watchdog_config.apply_watchdog_overrides`
@@ -14,48 +19,66 @@ through the watchdog's own validating :func:`~protocol.watchdog_config.apply_wat
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
+from protocol.errors import InvalidArgument
+from protocol.limits import DeadlineSeconds
 from protocol.watchdog_config import WatchdogConfig, apply_watchdog_overrides
 
-__all__ = ["Settings", "apply_overrides", "parse_value"]
+__all__ = ["Settings", "apply_overrides", "check_settings", "parse_value"]
+
+
+#: 1 KiB to 16 MiB
+_EnvelopeBytes = Annotated[int, msgspec.Meta(ge=1024, le=16 * 1024 * 1024)]
+#: a count of things kept or queued: at least one, at most a million
+_Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+#: the same, where zero means "keep none"
+_CountOrNone = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     #: completions reaching one watcher within this window go out as one notification
-    coalesce_ms: float = 25.0
+    coalesce_ms: Annotated[float, msgspec.Meta(ge=0, le=60_000)] = 25.0
     #: a task waiting this long on a reply gets one stale-wait notification per episode
-    stale_wait_threshold_s: float = 120.0
+    stale_wait_threshold_s: DeadlineSeconds = 120.0
     #: task deadline when delegate gives none (None: no deadline)
-    default_task_timeout_s: float | None = None
+    default_task_timeout_s: DeadlineSeconds | None = None
     #: reply deadline for expects_reply when the message gives none (None: no deadline)
-    default_reply_timeout_s: float | None = None
-    #: largest envelope the mailbox accepts
-    max_envelope_bytes: int = 64 * 1024
+    default_reply_timeout_s: DeadlineSeconds | None = None
+    #: largest envelope the mailbox accepts (1 KiB to 16 MiB)
+    max_envelope_bytes: _EnvelopeBytes = 64 * 1024
     #: most unread envelopes one inbox may hold
-    max_queue_depth: int = 1000
+    max_queue_depth: _Count = 1000
     #: acknowledged envelopes kept in cur/ for inspection, per inbox
-    retention_count: int = 1000
+    retention_count: _CountOrNone = 1000
     #: fsync each published envelope (durable across power loss, ~1k/s per publisher)
     fsync: bool = False
     #: message ids remembered for duplicate detection
-    dedup_window: int = 100_000
+    dedup_window: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 100_000
     #: closed requests remembered (newest first) so a late reply still finds its question;
     #: a reply to an older one is refused as naming no request. Pending ones are always kept.
-    closed_requests_kept: int = 1000
+    closed_requests_kept: _CountOrNone = 1000
     #: recent output lines kept per agent for `read`
-    output_lines: int = 2000
+    output_lines: _Count = 2000
     #: fallback rescan of inboxes if a file-system event is ever missed
-    fallback_poll_s: float = 1.0
+    fallback_poll_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600)] = 1.0
     #: the stuck-loop watchdog (``[watchdog]`` table)
     watchdog: WatchdogConfig = msgspec.field(default_factory=WatchdogConfig)
 
 
 S = TypeVar("S", bound=msgspec.Struct)
+
+
+def check_settings(settings: Settings) -> Settings:
+    """``settings`` if every field is within its bounds, else ``invalid_argument`` naming the
+    field: a ``Settings(...)`` built in Python is not checked by its constructor."""
+    try:
+        return msgspec.convert(msgspec.to_builtins(settings), Settings)
+    except msgspec.ValidationError as exc:
+        raise InvalidArgument(f"settings: {exc}") from None
 
 
 def parse_value(struct_type: type[msgspec.Struct], key: str, text: str) -> Any:
@@ -107,29 +130,10 @@ def apply_overrides(base: S, mapping: Mapping[str, Any], source: str) -> tuple[S
             warnings.extend(nested_warnings)
             continue
         try:
+            # the field's annotation carries its bounds: out of range fails here too
             converted = msgspec.convert(value, field.type, strict=True)
-        except msgspec.ValidationError as exc:
+        except (msgspec.ValidationError, OverflowError) as exc:
             warnings.append(f"{source}: setting {key!r} has a bad value {value!r} ({exc}); ignored")
-            continue
-        problem = _out_of_range(key, converted)
-        if problem is not None:
-            warnings.append(f"{source}: setting {key!r} = {value!r} {problem}; ignored")
             continue
         changes[key] = converted
     return msgspec.structs.replace(base, **changes), warnings
-
-
-#: numeric settings that may be zero (no coalescing; keep no acknowledged envelopes)
-_ZERO_ALLOWED = frozenset({"coalesce_ms", "retention_count"})
-
-
-def _out_of_range(key: str, value: Any) -> str | None:
-    """Numbers must be finite and positive (a few may be zero): a NaN poll interval or a
-    negative queue depth would break the mailbox, not just misbehave."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if not math.isfinite(value):
-        return "is not a finite number"
-    if value < 0 or (value == 0 and key not in _ZERO_ALLOWED):
-        return "must be positive" if key not in _ZERO_ALLOWED else "must not be negative"
-    return None

@@ -29,6 +29,7 @@ import msgspec
 
 from protocol import api, watchdog_api
 from protocol.errors import InvalidArgument
+from protocol.limits import Handle, OptionalText, Text
 from protocol.tasks import DoneStatus
 
 __all__ = [
@@ -55,11 +56,11 @@ Role = Literal["parent", "child"]
 class ChildMessageArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``shepherd-child message``: a child's asynchronous message (or reply)."""
 
-    target: str
-    message: str
+    target: Handle
+    message: Text
     expects_reply: bool = False
-    reply_to: str | None = None
-    thread_id: str | None = None
+    reply_to: Handle | None = None
+    thread_id: Handle | None = None
     steer: bool = False
 
 
@@ -67,7 +68,7 @@ class ChildDoneArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """``shepherd-child done``: the explicit terminal signal for the child's task."""
 
     status: DoneStatus
-    summary: str | None = None
+    summary: OptionalText | None = None
     cancel_requests: bool = False
 
 
@@ -256,10 +257,10 @@ def _shepherd_tool(
     )
 
 
-_AGENT = Param(description="Agent name or agent id", min_length=1)
+_AGENT = "Agent name or agent id"
 #: the fields a parent's and a child's ``shepherd_message`` share, meaning the same on both sides
 _MESSAGE: dict[str, Param | str] = {
-    "message": Param(description="The message text", min_length=1),
+    "message": "The message text",
     "thread_id": "Conversation thread id",
     "reply_to": "Message id of the question this answers",
     "expects_reply": "True when you need an answer (default false)",
@@ -279,12 +280,9 @@ SPAWN = _shepherd_tool(
     ),
     prompt_snippet="Start a named agent process (scripted, command or pi-rpc) and get its id",
     params={
-        "name": Param(
-            description=(
-                "Unique agent name: lowercase letter first, then letters, digits, '-' or '_' "
-                "(at most 32); usable wherever an agent id is"
-            ),
-            min_length=1,
+        "name": (
+            "Unique agent name: lowercase letter first, then letters, digits, '-' or '_' "
+            "(at most 32); usable wherever an agent id is"
         ),
         "adapter": Param(
             description="How the agent runs (default scripted)",
@@ -316,11 +314,10 @@ DELEGATE = _shepherd_tool(
     prompt_snippet="Delegate a task to an agent; returns a task id immediately",
     params={
         "target": _AGENT,
-        "task": Param(
-            description="The task, in full: what to do and when it is done", min_length=1
-        ),
-        "timeout_minutes": Param(
-            description="Deadline in minutes; the task times out after it", gt=0.0
+        "task": "The task, in full: what to do and when it is done",
+        "timeout_minutes": (
+            "Deadline in minutes (at most 10080, 7 days); the task times out after it. "
+            "Leave it out for no deadline"
         ),
     },
 )
@@ -341,8 +338,8 @@ MESSAGE = _shepherd_tool(
         "target": _AGENT,
         "task_id": "Task this message is about",
         "steer": "Interrupt the agent's current turn instead of queueing (default false)",
-        "reply_timeout_s": Param(
-            description="Seconds the request stays open before it times out", gt=0.0
+        "reply_timeout_s": (
+            "Seconds the request stays open before it times out (at most 604800, 7 days)"
         ),
     },
 )
@@ -357,7 +354,7 @@ WATCH = _shepherd_tool(
         "notification (read them with shepherd_notifications). Never blocks."
     ),
     prompt_snippet="Be notified when tasks finish (returns immediately; results arrive later)",
-    params={"ids": Param(description="Task ids to watch (at least one)", min_length=1)},
+    params={"ids": "Task ids to watch (at least one, at most 1000)"},
 )
 
 STATUS = _shepherd_tool(
@@ -369,7 +366,13 @@ STATUS = _shepherd_tool(
         "for a reply, stale), pending requests and the last result."
     ),
     prompt_snippet="Show agents, their tasks and pending requests",
-    params={"agent": "Only this agent (name or id); default all"},
+    params={
+        "agent": "Only this agent (name or id); default all",
+        "cursor": (
+            "Start at this agent (default 0); an answer that could not hold every agent "
+            "gives next_cursor"
+        ),
+    },
 )
 
 CLOSE = _shepherd_tool(
@@ -390,7 +393,11 @@ READ = _shepherd_tool(
     role="parent",
     description="Read the last lines of an agent's output (what it printed and its tool calls).",
     prompt_snippet="Read the last lines of an agent's output",
-    params={"agent": _AGENT, "lines": Param(description="How many lines (default 50)", ge=1)},
+    params={
+        "agent": _AGENT,
+        "lines": "How many lines (default 50)",
+        "before": "Only lines older than this line number (next_cursor of the previous answer)",
+    },
 )
 
 CANCEL = _shepherd_tool(
@@ -403,7 +410,7 @@ CANCEL = _shepherd_tool(
     ),
     prompt_snippet="Cancel a delegated task",
     params={
-        "task_id": Param(description="The task id", min_length=1),
+        "task_id": "The task id",
         "reason": "Why (kept in the task's result)",
     },
 )
@@ -425,7 +432,7 @@ CHILD_MESSAGE = _shepherd_tool(
     ),
     params={
         **_MESSAGE,
-        "target": Param(description='Agent name or id, or "shepherd" for the parent', min_length=1),
+        "target": 'Agent name or id, or "shepherd" for the parent',
         "steer": "Interrupt the recipient instead of queueing (default false)",
     },
 )

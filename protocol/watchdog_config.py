@@ -24,6 +24,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from protocol.errors import InvalidArgument
+from protocol.limits import MAX_DEADLINE_S, MAX_TEXT_CHARS
 
 __all__ = [
     "ALERT_MODES",
@@ -56,10 +57,11 @@ DEFAULT_RESCUE_MESSAGE: Final[str] = (
     "done with status blocked and explain what you need to continue."
 )
 
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
-NonNegativeSeconds = Annotated[float, msgspec.Meta(ge=0)]
-NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
+# Every number is bounded above too: a window of 1e300 s would reach a timer as an overflow.
+PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_DEADLINE_S)]
+NonNegativeSeconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_DEADLINE_S)]
+NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
 
 
 class WatchdogConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -40,7 +40,8 @@ def test_canonical_scenario_driven_from_the_cli(serve, scripts, tmp_path: Path) 
 
     _, planning = cli("delegate", "planner", "plan the work", session=session)
     _, task = cli("delegate", scout["agent_id"], "map the code", "--timeout", "5", session=session)
-    assert set(task) == {"task_id", "agent_id", "accepted"} and task["accepted"]
+    assert set(task) == {"task_id", "agent_id", "agent_name", "accepted"} and task["accepted"]
+    assert task["agent_name"] == "scout"
     _, watch = cli("watch", task["task_id"], session=session)
     assert set(watch) == {"watcher_id", "ids", "pending", "completed"}
     assert watch["pending"] == [task["task_id"]] and watch["completed"] == []

@@ -47,6 +47,7 @@ from protocol.errors import (
     UnresolvedRequests,
     error_from_info,
 )
+from protocol.limits import MAX_TEXT_CHARS
 from protocol.tasks import TaskResult
 
 SESSION = "shepherd-session-5e5510aa"
@@ -329,10 +330,27 @@ def test_deeply_nested_free_form_data_is_an_invalid_envelope(kind: str, depth: i
         decode_envelope(data)
 
 
-def test_huge_and_odd_strings_survive_a_round_trip() -> None:
-    content = "x" * 1_000_000 + '\x00\u2028\U0001f600\\"' + "\n"
+def test_odd_strings_at_the_text_bound_survive_a_round_trip() -> None:
+    tail = '\x00\u2028\U0001f600\\"' + "\n"
+    content = "x" * (MAX_TEXT_CHARS - len(tail)) + tail
     envelope = msgspec.structs.replace(SAMPLES["message"], content=content)
     assert decode_envelope(encode_envelope(envelope)).content == content  # type: ignore[union-attr]
+
+
+def test_a_text_over_the_bound_fails_decoding_naming_the_field() -> None:
+    envelope = msgspec.structs.replace(SAMPLES["message"], content="x" * (MAX_TEXT_CHARS + 1))
+    with pytest.raises(InvalidEnvelope, match=r"\$\.content"):
+        decode_envelope(encode_envelope(envelope))
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, 1e300, float("inf"), float("nan")])
+def test_a_reply_deadline_out_of_bounds_fails_decoding(value: float) -> None:
+    raw = msgspec.json.decode(encode_envelope(SAMPLES["message"]))
+    raw["expects_reply"] = True
+    raw["reply_timeout_s"] = value
+    data = json.dumps(raw).encode()  # json writes NaN and Infinity, as a forger could
+    with pytest.raises(InvalidEnvelope):
+        decode_envelope(data)
 
 
 # ----------------------------------------------------------------------------- addresses

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from protocol.answers import preview_result
 from protocol.errors import AgentBusy, InvalidArgument, InvalidHandle
 from protocol.ids import IdKind, kind_of
 from protocol.tasks import TaskState
@@ -74,8 +75,8 @@ def test_settlement_is_idempotent_first_terminal_event_wins() -> None:
     stored = s.result(task.task_id)
     assert stored is not None and stored.status == "completed" and stored.text == "first"
     assert cancelled == stored and failed == stored
-    assert scout.ack_for(first).accepted and scout.ack_for(first).result == stored
-    assert scout.ack_for(second).result == stored  # the stored result, unchanged
+    assert scout.ack_for(first).accepted and scout.ack_for(first).result == preview_result(stored)
+    assert scout.ack_for(second).result == preview_result(stored)  # the stored result, unchanged
 
 
 def test_request_resolution_and_cancellation() -> None:

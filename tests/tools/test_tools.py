@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol import api, tools, watchdog_api
+from protocol import api, limits, tools, watchdog_api
 from protocol.errors import InvalidArgument
 from protocol.tools import ToolSpec
 
@@ -128,11 +128,12 @@ def test_the_mcp_surface_adds_only_notifications() -> None:
     assert names == [*PARENT_NAMES, "shepherd_notifications"]
 
 
-def test_watch_takes_a_non_empty_array_of_task_ids() -> None:
+def test_watch_takes_a_bounded_non_empty_array_of_task_ids() -> None:
     ids = tools.WATCH.parameters["properties"]["ids"]
     assert ids["type"] == "array"
-    assert ids["items"] == {"type": "string"}
+    assert ids["items"] == {"type": "string", "maxLength": limits.MAX_NAME_CHARS}
     assert ids["minItems"] == 1
+    assert ids["maxItems"] == limits.MAX_IDS
     assert tools.WATCH.parameters["required"] == ["ids"]
 
 
@@ -198,7 +199,12 @@ def test_a_plain_string_param_is_its_description() -> None:
         prompt_snippet="x",
         params={"agent": "the agent"},
     )
-    assert spec.parameters["properties"]["agent"] == {"type": "string", "description": "the agent"}
+    assert spec.parameters["properties"]["agent"] == {
+        "type": "string",
+        "description": "the agent",
+        "minLength": 1,
+        "maxLength": limits.MAX_NAME_CHARS,
+    }
 
 
 # ----------------------------------------------------------------------------- tool calls

@@ -1,0 +1,142 @@
+"""Answers that fit their frame: every answer that can grow is cut to a byte budget by design.
+
+An answer crosses the mailbox in one envelope (``max_envelope_bytes``, 64 KiB by default). What
+can grow is bounded here, before anything is sent, by the rule of its kind:
+
+=================  ===============================================================================
+answer             how it is bounded
+=================  ===============================================================================
+``status``         paged: as many agents as fit, from ``cursor`` on; ``next_cursor`` says where the
+                   next page starts; the session's counts (``summary``) are always whole
+``read``           paged: the newest of the asked-for lines that fit; ``next_cursor`` reads older
+                   ones; a line too long for any page is cut, saying how long it was
+``watch``/``wait`` results are previewed (task text dropped, summary and error cut, saying how
+``cancel``/...     long they were); the full texts stay in the journal and the task's note
+=================  ===============================================================================
+
+An answer still over the budget after that is refused with ``limit_exceeded``, at once, by the
+caller of :func:`fit_answer`: never sent, never a silent time-out. Sans-IO and pure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from protocol import api
+from protocol.errors import LimitExceeded
+from protocol.limits import PREVIEW_CHARS, preview
+from protocol.tasks import TaskResult
+
+__all__ = ["encoded_size", "fit_answer", "preview_result"]
+
+_ENCODER = msgspec.json.Encoder()
+#: a single output line longer than this is cut in a ``read`` answer
+LINE_CHARS = 4000
+
+
+def encoded_size(value: Any) -> int:
+    return len(_ENCODER.encode(value))
+
+
+def preview_result(result: TaskResult, limit: int = PREVIEW_CHARS) -> TaskResult:
+    """``result`` without its task text and with summary and error cut to ``limit``: what a
+    receipt or a crowded answer carries (the task id names the rest)."""
+    text, error = preview(result.text, limit), preview(result.error, limit)
+    return msgspec.structs.replace(result, description=None, text=text, error=error)
+
+
+def _fit_results(results: tuple[TaskResult, ...], budget: int) -> tuple[TaskResult, ...]:
+    """Whole results if they fit; else previews, shorter and shorter until they do."""
+    if encoded_size(results) <= budget:
+        return results
+    limit = PREVIEW_CHARS * 4
+    while True:
+        cut = tuple(preview_result(r, limit) for r in results)
+        if encoded_size(cut) <= budget or limit <= 16:
+            return cut
+        limit //= 2
+
+
+def _fit_status(answer: api.StatusResult, budget: int) -> api.StatusResult:
+    head = msgspec.structs.replace(answer, agents=(), next_cursor=None)
+    room = budget - encoded_size(head) - 64  # the next_cursor field
+    kept: list[api.AgentStatus] = []
+    for whole in answer.agents:
+        row = whole
+        size = encoded_size(row) + 1
+        if size > room and kept:
+            break
+        if size > room:  # one row alone is too big: show it without its task's result texts
+            row = _shrink_row(whole)
+            size = encoded_size(row) + 1
+            if size > room:
+                break
+        kept.append(row)
+        room -= size
+    if len(kept) == len(answer.agents):
+        return answer
+    return msgspec.structs.replace(
+        answer, agents=tuple(kept), next_cursor=answer.cursor + len(kept)
+    )
+
+
+def _shrink_row(row: api.AgentStatus) -> api.AgentStatus:
+    task = row.task
+    if task is None:
+        return row
+    result = preview_result(task.result, 100) if task.result is not None else None
+    requests = tuple(
+        msgspec.structs.replace(r, question=preview(r.question, 100) or "")
+        for r in task.pending_requests[:20]
+    )
+    return msgspec.structs.replace(
+        row, task=msgspec.structs.replace(task, result=result, pending_requests=requests)
+    )
+
+
+def _fit_read(answer: api.ReadResult, budget: int) -> api.ReadResult:
+    lines = tuple(preview(line, LINE_CHARS) or "" for line in answer.lines)
+    room = budget - encoded_size(msgspec.structs.replace(answer, lines=())) - 64
+    kept: list[str] = []
+    for line in reversed(lines):  # the newest lines first: an older page is one call away
+        size = encoded_size(line) + 1
+        if size > room:
+            break
+        kept.append(line)
+        room -= size
+    kept.reverse()
+    dropped = len(lines) - len(kept)
+    if dropped == 0 and lines == answer.lines:
+        return answer
+    first = answer.first + dropped
+    return msgspec.structs.replace(
+        answer,
+        lines=tuple(kept),
+        first=first,
+        next_cursor=first if dropped else answer.next_cursor,
+    )
+
+
+def fit_answer(answer: Any, budget: int) -> Any:
+    """``answer`` bounded to ``budget`` bytes by the rule of its kind (see the module table);
+    raises :class:`LimitExceeded` if it still does not fit."""
+    match answer:
+        case api.StatusResult():
+            answer = _fit_status(answer, budget)
+        case api.ReadResult():
+            answer = _fit_read(answer, budget)
+        case api.WatchResult() | api.WaitResult():
+            answer = msgspec.structs.replace(
+                answer, completed=_fit_results(answer.completed, budget - 1024)
+            )
+        case TaskResult():
+            answer = _fit_results((answer,), budget)[0]
+    size = encoded_size(answer)
+    if size > budget:
+        raise LimitExceeded(
+            f"the answer is {size} bytes, over the {budget} bytes one answer may take "
+            "(max_envelope_bytes less the envelope's header)"
+        )
+    return answer

@@ -1,0 +1,101 @@
+"""The bounds of every value a user can pass, and of every answer that can grow: one table.
+
+Rules:
+
+1. **Checked once, where the arguments are defined.** Each bound is a msgspec constraint on an
+   annotated type below, used by the operation's ``*Args`` Struct (``protocol.api``), the child
+   commands' Structs (``protocol.tools``), the envelopes a child can send
+   (``protocol.envelopes``) and the settings (``protocol.settings``). Every surface (Python API,
+   CLI, MCP, child CLI, settings files, envelopes from a child) converts its input into those
+   Structs with ``msgspec.convert``, so one table bounds them all, and the JSON schemas the tools
+   publish carry the same numbers (``maximum``, ``maxLength``, ...).
+2. **Numbers are finite and in range.** A deadline is positive and at most :data:`MAX_DEADLINE_S`
+   (seven days): NaN, infinities, zero, negatives and 1e300 are refused, never read as "no
+   deadline" and never handed to a timer (a timestamp out of range once stopped every timer of a
+   session). "No deadline" is said by leaving the field out.
+3. **Texts fit everywhere they travel.** A text (task, message, summary, reason) is at most
+   :data:`MAX_TEXT_CHARS` characters here, a coarse bound; the operative one is the envelope
+   it travels in: where a text is put into an envelope, the envelope's encoded size is checked
+   against ``max_envelope_bytes`` before the operation is accepted (escaping can make a text
+   several times longer on the wire, and a session may raise the limit to pass bigger tasks).
+   Receipts, notices, controls and answers carry ids and previews of texts, never a second
+   full copy.
+4. **Answers are bounded by design.** Status, read, watch and wait answers are paged or
+   previewed to fit :func:`answer_budget`; full texts stay in the journal and the task's note.
+
+Sans-IO: constants, annotated types and pure helpers only.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+import msgspec
+
+__all__ = [
+    "MAX_DEADLINE_MINUTES",
+    "MAX_DEADLINE_S",
+    "MAX_IDS",
+    "MAX_NAME_CHARS",
+    "MAX_OPTION_CHARS",
+    "MAX_PAGE_LINES",
+    "MAX_TEXT_CHARS",
+    "PREVIEW_CHARS",
+    "Cursor",
+    "DeadlineMinutes",
+    "DeadlineSeconds",
+    "Handle",
+    "IdList",
+    "LineCount",
+    "OptionText",
+    "OptionalText",
+    "Text",
+    "answer_budget",
+    "preview",
+]
+
+#: the longest deadline anything accepts: a task, a reply, a wait (seven days)
+MAX_DEADLINE_S: Final = 7 * 24 * 3600.0
+MAX_DEADLINE_MINUTES: Final = MAX_DEADLINE_S / 60.0
+#: the longest text (task, message, summary, reason), in characters; the envelope it travels
+#: in is checked in bytes too (see rule 3): 64 KiB by default
+MAX_TEXT_CHARS: Final = 1024 * 1024
+#: an option string (a command template, a path, a model name)
+MAX_OPTION_CHARS: Final = 4096
+#: a name or an id given by the user (names are at most 32; ids are longer)
+MAX_NAME_CHARS: Final = 200
+#: ids in one watch/wait call
+MAX_IDS: Final = 1000
+#: output lines one read may ask for (the agent keeps at most ``output_lines``)
+MAX_PAGE_LINES: Final = 100_000
+#: texts shown inside answers and status rows are cut to this many characters
+PREVIEW_CHARS: Final = 500
+
+#: a deadline: finite, > 0, at most seven days (NaN and infinities fail both comparisons)
+DeadlineMinutes = Annotated[float, msgspec.Meta(gt=0, le=MAX_DEADLINE_MINUTES)]
+DeadlineSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_DEADLINE_S)]
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
+OptionalText = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_CHARS)]
+OptionText = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_OPTION_CHARS)]
+Handle = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]
+IdList = Annotated[
+    tuple[Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS)], ...],
+    msgspec.Meta(min_length=1, max_length=MAX_IDS),
+]
+LineCount = Annotated[int, msgspec.Meta(ge=1, le=MAX_PAGE_LINES)]
+Cursor = Annotated[int, msgspec.Meta(ge=0)]
+
+#: room kept in an envelope for everything around an answer's data (ids, header, escaping slack)
+_ENVELOPE_HEADROOM: Final = 2048
+
+
+def answer_budget(max_envelope_bytes: int) -> int:
+    """Bytes an answer's data may take so that its envelope fits ``max_envelope_bytes``."""
+    return max(512, max_envelope_bytes - _ENVELOPE_HEADROOM)
+
+
+def preview(text: str | None, limit: int = PREVIEW_CHARS) -> str | None:
+    """``text`` cut to ``limit`` characters, saying how long it was."""
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text)} characters in all]"

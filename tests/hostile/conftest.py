@@ -1,0 +1,48 @@
+"""A live session for the hostile-input tests: an in-process :class:`Supervisor` whose agents
+are real ``shepherd-child`` processes, with every piece of state under the test's tmp dir.
+The CLI and MCP are driven as real processes against it (``tests.processes.conftest.cli``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actors.sinks import CollectingSink
+from actors.supervisor import Supervisor
+from protocol.settings import Settings
+
+from .canary import Canary
+
+
+@pytest.fixture(autouse=True)
+def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
+    return state
+
+
+class Live:
+    def __init__(self, root: Path, settings: Settings | None = None) -> None:
+        self.root = root
+        self.sink = CollectingSink()
+        self.sup = Supervisor(
+            root / "session", settings=settings, sinks=[self.sink], mailbox_root=root / "mailbox"
+        )
+        self.session = root / "session"
+        self.canary = Canary(self.sup, self.sink, root)
+
+    def close(self) -> None:
+        self.sup.shutdown()
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Live]:
+    running = Live(tmp_path)
+    try:
+        yield running
+    finally:
+        running.close()
