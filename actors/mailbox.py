@@ -322,7 +322,9 @@ class Mailbox:
         data = encode_envelope(envelope)
         limit = self._settings.max_envelope_bytes
         if len(data) > limit:
-            raise LimitExceeded(f"envelope is {len(data)} bytes, over the {limit}-byte limit")
+            raise LimitExceeded(
+                f"envelope is {len(data)} bytes, over the {limit}-byte limit (max_envelope_bytes)"
+            )
         box = self._inbox_prefix + inbox
         new_dir = box + "/new"
         self._check_depth(inbox, box, new_dir)

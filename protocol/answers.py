@@ -77,6 +77,11 @@ def _fit_status(answer: api.StatusResult, budget: int) -> api.StatusResult:
         room -= size
     if len(kept) == len(answer.agents):
         return answer
+    if not kept:  # not even one row: paging would never move on
+        raise LimitExceeded(
+            f"one agent's status does not fit the {budget} bytes an answer may take "
+            "(max_envelope_bytes less the envelope's header)"
+        )
     return msgspec.structs.replace(
         answer, agents=tuple(kept), next_cursor=answer.cursor + len(kept)
     )
@@ -107,6 +112,11 @@ def _fit_read(answer: api.ReadResult, budget: int) -> api.ReadResult:
         kept.append(line)
         room -= size
     kept.reverse()
+    if lines and not kept:  # not even one (cut) line: paging would never move on
+        raise LimitExceeded(
+            f"one output line does not fit the {budget} bytes an answer may take "
+            "(max_envelope_bytes less the envelope's header)"
+        )
     dropped = len(lines) - len(kept)
     if dropped == 0 and lines == answer.lines:
         return answer

@@ -202,7 +202,9 @@ def encode_envelope(envelope: Envelope) -> bytes:
 def decode_envelope(data: bytes, *, max_bytes: int | None = None) -> AnyEnvelope:
     """Decode strictly; any failure is ``invalid_envelope`` carrying msgspec's field path."""
     if max_bytes is not None and len(data) > max_bytes:
-        raise InvalidEnvelope(f"envelope is {len(data)} bytes, over the {max_bytes}-byte limit")
+        raise InvalidEnvelope(
+            f"envelope is {len(data)} bytes, over the {max_bytes}-byte limit (max_envelope_bytes)"
+        )
     try:
         envelope = DECODER.decode(data)
     except msgspec.ValidationError as exc:

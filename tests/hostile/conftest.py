@@ -12,6 +12,7 @@ import pytest
 from actors.sinks import CollectingSink
 from actors.supervisor import Supervisor
 from protocol.settings import Settings
+from tests.reliability.live import Story
 
 from .canary import Canary
 
@@ -29,8 +30,13 @@ class Live:
     def __init__(self, root: Path, settings: Settings | None = None) -> None:
         self.root = root
         self.sink = CollectingSink()
+        self.story = Story(timeout=30.0)  # the lifecycle lines, to wait on
         self.sup = Supervisor(
-            root / "session", settings=settings, sinks=[self.sink], mailbox_root=root / "mailbox"
+            root / "session",
+            settings=settings,
+            sinks=[self.sink],
+            tap=self.story,
+            mailbox_root=root / "mailbox",
         )
         self.session = root / "session"
         self.canary = Canary(self.sup, self.sink, root)
