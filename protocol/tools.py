@@ -42,6 +42,7 @@ __all__ = [
     "args_from_tool_call",
     "child_tools",
     "mcp_tools",
+    "parameters_of",
     "parent_tools",
     "to_json",
     "tool_by_name",
@@ -202,6 +203,12 @@ def _parameters(model_type: Any) -> dict[str, Any]:
         "required": list(root.get("required", [])),
         "additionalProperties": False,
     }
+
+
+def parameters_of(args_type: type[msgspec.Struct]) -> dict[str, Any]:
+    """The flat JSON schema of any Args Struct (what a tool of it would publish, without the
+    tool's descriptions): for operations without a tool, and for schema-driven tests."""
+    return _parameters(args_type)
 
 
 def _tool(
