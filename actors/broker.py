@@ -121,6 +121,8 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
         self.prompts: dict[str, str] = {}  # prompt id -> task id (compatibility aliases)
         self._stale_timers: dict[str, Any] = {}
         self._stale_notified: dict[str, float] = {}  # task id -> waiting_since of the episode
+        #: damaged lines of the journal and notifications file found at restart
+        self.journal_problems = 0
         self.session_id = session_id
         #: False when the transport already verified each sender's capability (the mailbox
         #: validator does, and strips the secret before delivery)
@@ -399,9 +401,13 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
             )
             self._watchers[watcher_id] = ref
             if sink is None:  # `wait` watchers live only as long as their caller
+                # journaled before the answer goes out: the results it carries are delivered
                 self._journal.append(
                     WatcherRecord(
-                        watcher_id=watcher_id, ids=tuple(ids), created_at=self.clock.now()
+                        watcher_id=watcher_id,
+                        ids=tuple(ids),
+                        created_at=self.clock.now(),
+                        inline=tuple(r.task_id for r in completed),
                     )
                 )
             for task_id in pending:

@@ -55,7 +55,12 @@ def status_view(broker: BrokerActor, handle: str | None) -> api.StatusResult:
                 exit_code=entry.exit_code,
             )
         )
-    return api.StatusResult(session_id=broker.session_id, now=now, agents=tuple(rows))
+    return api.StatusResult(
+        session_id=broker.session_id,
+        now=now,
+        agents=tuple(rows),
+        journal_problems=broker.journal_problems,
+    )
 
 
 def _last_task_of(broker: BrokerActor, agent_id: str) -> str | None:

@@ -51,16 +51,27 @@ def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str
 def render_status(data: dict[str, Any]) -> str:
     agents = data.get("agents", [])
     if not agents:
-        return f"session {data['session_id']}: no agents"
-    names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
-    return "\n".join(status_line(a, names, data["now"]) for a in agents)
+        text = f"session {data['session_id']}: no agents"
+    else:
+        names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
+        text = "\n".join(status_line(a, names, data["now"]) for a in agents)
+    damaged = data.get("journal_problems") or 0
+    if damaged:
+        text += (
+            f"\n! {damaged} damaged line(s) in the journal or notifications file when the "
+            "session resumed (torn tails kept in *.torn-N files; the log names each line)"
+        )
+    return text
 
 
 def status_table(data: dict[str, Any]) -> Any:
     """A rich Table of the status snapshot (for ``shepherd top``)."""
     from rich.table import Table
 
-    table = Table(title=f"session {data['session_id']}", expand=True)
+    title = f"session {data['session_id']}"
+    if data.get("journal_problems"):
+        title += f"  ! {data['journal_problems']} damaged journal line(s) at resume"
+    table = Table(title=title, expand=True)
     for column in ("", "age", "agent", "process", "task", "detail", "task id"):
         table.add_column(column, no_wrap=column != "detail")
     agents = data.get("agents", [])

@@ -208,6 +208,9 @@ class StatusResult(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     now: float
     agents: tuple[AgentStatus, ...]
+    #: damaged lines found when the session was resumed: torn tails cut off and records
+    #: that could not be read, in the journal and the notifications file (each was logged)
+    journal_problems: int = 0
 
 
 class CloseResult(msgspec.Struct, frozen=True, kw_only=True):

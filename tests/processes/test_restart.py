@@ -23,10 +23,10 @@ SLOW_PLANNER = {  # answers only after the test's go-ahead, which comes after th
         {"await": "any"},
     ]
 }
-QUICK = {
+QUICK = {  # finishes when the test says so (after its `watch`: no race with the machine's speed)
     "steps": [
         {"await": "task"},
-        {"sleep": 0.5},
+        {"await": "message"},
         {"done": {"status": "completed", "summary": "quick"}},
     ]
 }
@@ -109,3 +109,49 @@ def test_a_live_session_cannot_be_claimed_by_a_second_parent(serve, tmp_path: Pa
         check=False,
     )
     assert done.returncode == 2 and "live session" in done.stderr
+
+
+ONE_SHOT = {"steps": [{"await": "task"}, {"done": {"status": "completed", "summary": "one"}}]}
+ON_CUE = {  # finishes when the test says so
+    "steps": [
+        {"await": "task"},
+        {"await": "message"},
+        {"done": {"status": "completed", "summary": "two"}},
+        {"await": "any"},
+    ]
+}
+
+
+def test_a_result_the_watch_answer_carried_is_never_delivered_again_after_sigkill(  # type: ignore[no-untyped-def]
+    serve, tmp_path: Path
+) -> None:
+    """`watch T1 T2` answers T1 inline; after a kill -9 and a restart, only T2 is notified."""
+    session = tmp_path / "session"
+    first = serve(session)
+    cli("spawn", "one", "--script", write_script(tmp_path, "one", ONE_SHOT), session=session)
+    cli("spawn", "two", "--script", write_script(tmp_path, "two", ON_CUE), session=session)
+    _, t1 = cli("delegate", "one", "first", session=session)
+    _, waited = cli("wait", t1["task_id"], "--timeout", "60", session=session)
+    assert not waited["timed_out"]
+    _, t2 = cli("delegate", "two", "second", session=session)
+    _, watch = cli("watch", t1["task_id"], t2["task_id"], session=session)
+    assert [r["task_id"] for r in watch["completed"]] == [t1["task_id"]]
+    assert watch["pending"] == [t2["task_id"]]
+    first.stop(signal.SIGKILL)
+
+    second = serve(session)
+    cli("message", "two", "finish now", session=session)
+    assert second.wait_for(
+        lambda lines: any(
+            x.get("kind") == "task_completion"
+            and t2["task_id"] in [r["task_id"] for r in x["results"]]
+            for x in lines
+        ),
+        timeout=60,
+    ), "T2 was never delivered"
+    # A re-delivery of T1 would come at the restart, before T2's (or with it): it is here
+    # by now if it was ever going to be.
+    mine = [n for n in _completions(session) if n["watcher_id"] == watch["watcher_id"]]
+    assert [[r["task_id"] for r in n["results"]] for n in mine] == [[t2["task_id"]]]
+    cli("shutdown", session=session)
+    second.proc.wait(timeout=30)
