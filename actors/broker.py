@@ -351,10 +351,11 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
         )
         if not entry.closed:
             entry.closed = True
+            status = "" if msg.exit_code is None else f" with status {msg.exit_code}"
             self._release_agent(
                 entry,
                 TaskEvent.FAIL,
-                f"agent process exited with status {msg.exit_code} without calling done",
+                msg.reason or f"agent process exited{status} without calling done",
             )
         self._log.info("agent {name} exited ({code})", name=entry.name, code=msg.exit_code)
 

@@ -5,12 +5,14 @@ nothing is delivered twice."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
 import pytest
 
 from tests.processes.conftest import bridge_pids, cli, write_script
+from tests.reliability.live import wait_gone
 
 pytestmark = pytest.mark.processes
 
@@ -153,5 +155,75 @@ def test_a_result_the_watch_answer_carried_is_never_delivered_again_after_sigkil
     # by now if it was ever going to be.
     mine = [n for n in _completions(session) if n["watcher_id"] == watch["watcher_id"]]
     assert [[r["task_id"] for r in n["results"]] for n in mine] == [[t2["task_id"]]]
+    cli("shutdown", session=session)
+    second.proc.wait(timeout=30)
+
+
+def test_agents_whose_bridges_died_with_the_parent_are_reported_gone_once(  # type: ignore[no-untyped-def]
+    serve, scripts, tmp_path: Path
+) -> None:
+    """No made-up exit status, no tracebacks: one warning per agent, and its open task fails
+    with the reason, told through the normal completion path."""
+    session = tmp_path / "session"
+    first = serve(session)
+    for name in ("alpha", "beta"):
+        cli("spawn", name, "--script", scripts["idle"], session=session)
+    _, task = cli("delegate", "alpha", "hold on", session=session)
+    assert first.wait_story("alpha", "process idle")  # its bridge said ready (pid journaled)
+    _, watch = cli("watch", task["task_id"], session=session)
+    first.stop(signal.SIGKILL)
+    for pid in bridge_pids(session):
+        os.kill(pid, signal.SIGKILL)
+    assert wait_gone(lambda: bridge_pids(session))
+
+    second = serve(session)
+    assert second.wait_for(
+        lambda lines: any(
+            x.get("kind") == "task_completion" and x["watcher_id"] == watch["watcher_id"]
+            for x in lines
+        ),
+        timeout=60,
+    ), "the task of the vanished agent was never reported"
+    (note,) = [n for n in _completions(session) if n["watcher_id"] == watch["watcher_id"]]
+    (result,) = note["results"]
+    assert result["status"] == "failed"
+    assert result["error"] == "its bridge was not running when the parent restarted"
+    _, status = cli("status", session=session)
+    rows = {a["name"]: a for a in status["agents"]}
+    assert all(rows[n]["process_state"] == "exited" for n in ("alpha", "beta"))
+    assert all(rows[n].get("exit_code") is None for n in ("alpha", "beta")), rows
+    cli("shutdown", session=session)
+    second.proc.wait(timeout=30)
+    assert second.proc.stderr is not None
+    log = second.proc.stderr.read().decode()
+    assert "Traceback" not in log and "with status" not in log, log
+    warnings = [line for line in log.splitlines() if "WARNING" in line]
+    assert len(warnings) == 2, log
+    for name in ("alpha", "beta"):
+        assert any(f"agent {name} " in w and "bridge was not running" in w for w in warnings)
+
+
+def test_a_readopted_command_agent_mid_turn_shows_working(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The bridge re-announces itself with the turn still running; the parent shows it."""
+    session = tmp_path / "session"
+    fifo = tmp_path / "turn.fifo"
+    os.mkfifo(fifo)
+    first = serve(session)
+    cli("spawn", "cmd", "--adapter", "command", "--cmd", f": {{message}}; read x < {fifo}",
+        session=session)  # fmt: skip
+    cli("delegate", "cmd", "work until told", session=session)
+    assert first.wait_story("cmd: process working")
+    first.stop(signal.SIGKILL)
+
+    second = serve(session)
+    assert second.wait_for(
+        lambda lines: any("cmd: process" in x.get("story", "") for x in lines if "story" in x),
+        timeout=60,
+    ), "the bridge never reconnected"
+    _, status = cli("status", "cmd", session=session)
+    assert status["agents"][0]["process_state"] == "working"
+    with open(fifo, "w") as f:  # the turn may end now
+        f.write("go\n")
+    assert second.wait_story("cmd: process idle")
     cli("shutdown", session=session)
     second.proc.wait(timeout=30)
