@@ -34,7 +34,18 @@ from protocol.envelopes import ControlEnvelope, RuntimeEnvelope
 from protocol.errors import ShepherdError
 from protocol.ids import PARENT_ID, IdKind
 
-__all__ = ["AgentActor", "AgentHandle", "AgentSpec", "Launcher", "OutputBuffer", "OutputPage"]
+__all__ = [
+    "GONE_AT_RESTART",
+    "AgentActor",
+    "AgentHandle",
+    "AgentSpec",
+    "Launcher",
+    "OutputBuffer",
+    "OutputPage",
+]
+
+#: why an agent whose bridge did not outlive the old parent is gone (its exit status unknown)
+GONE_AT_RESTART = "its bridge was not running when the parent restarted"
 
 
 class AgentSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,20 +108,48 @@ class AgentActor(ShepherdActor):
             self.process_state = "exited"
             self.stop()
             return
+        if self._adopt:
+            self._adopt_bridge()
+            return
         try:
-            if self._adopt:
-                self._handle = self._launcher.adopt(self.spec, self._adopt_pid, self._exited)
-                self.output.append("[shepherd] adopted the running bridge after a parent restart")
-                return
             self._handle = self._launcher.launch(self.spec, self._exited)
         except Exception as exc:
             self._log.opt(exception=True).error("launch failed")
             self.output.append(f"[shepherd] launch failed: {exc}")
             self.actor_ref.tell(ProcessExited(exit_code=127))
 
+    def _adopt_bridge(self) -> None:
+        """After a parent restart: take over the bridge that outlived the old parent. A bridge
+        that is gone is no crash of ours and has no exit status anyone could read: say so once,
+        and let the broker fail its task with that reason."""
+        try:
+            self._handle = self._launcher.adopt(self.spec, self._adopt_pid, self._adopted_exited)
+        except Exception as exc:
+            why = GONE_AT_RESTART
+            if isinstance(exc, ShepherdError):
+                self._log.warning(
+                    "agent {name} ({id}): {why} ({detail})",
+                    name=self.spec.name,
+                    id=self.spec.agent_id,
+                    why=why,
+                    detail=exc.message,
+                )
+            else:  # a bug, not a missing bridge: keep its traceback
+                self._log.opt(exception=True).error("adopting the bridge failed")
+                why = f"its bridge could not be adopted after the parent restarted: {exc}"
+            self.output.append(f"[shepherd] {why}")
+            self.actor_ref.tell(ProcessExited(exit_code=None, reason=why))
+            return
+        self.output.append("[shepherd] adopted the running bridge after a parent restart")
+
     def _exited(self, code: int) -> None:
         if self.actor_ref.is_alive():
             self.actor_ref.tell(ProcessExited(exit_code=code))
+
+    def _adopted_exited(self, _code: int) -> None:
+        # an adopted bridge is not our child: its exit is seen, its status cannot be read
+        if self.actor_ref.is_alive():
+            self.actor_ref.tell(ProcessExited(exit_code=None))
 
     def on_receive(self, message: Any) -> Any:
         match message:
@@ -118,10 +157,15 @@ class AgentActor(ShepherdActor):
                 self._deliver(env)
             case RuntimeEnvelope():
                 self._runtime_event(message)
-            case ProcessExited(exit_code=code):
+            case ProcessExited(exit_code=code, reason=reason):
                 self._set_state("exited", exit_code=code)
                 self._broker.tell(
-                    AgentExited(agent_id=self.spec.agent_id, exit_code=code, closing=self._closing)
+                    AgentExited(
+                        agent_id=self.spec.agent_id,
+                        exit_code=code,
+                        closing=self._closing,
+                        reason=reason,
+                    )
                 )
                 self.stop()
             case CloseAgent(reason=reason):
@@ -145,8 +189,8 @@ class AgentActor(ShepherdActor):
     def _runtime_event(self, env: RuntimeEnvelope) -> None:
         match env.event:
             case "ready":
-                if self.process_state == "starting":
-                    self._set_state("idle")
+                if self.process_state == "starting":  # in_turn: re-adopted mid-turn
+                    self._set_state("working" if env.in_turn else "idle")
             case "turn_start":
                 self._set_state("working")
             case "turn_end":

@@ -124,6 +124,8 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
         self.prompts: dict[str, str] = {}  # prompt id -> task id (compatibility aliases)
         self._stale_timers: dict[str, Any] = {}
         self._stale_notified: dict[str, float] = {}  # task id -> waiting_since of the episode
+        #: damaged lines of the journal and notifications file found at restart
+        self.journal_problems = 0
         self.session_id = session_id
         #: False when the transport already verified each sender's capability (the mailbox
         #: validator does, and strips the secret before delivery)
@@ -352,10 +354,11 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
         )
         if not entry.closed:
             entry.closed = True
+            status = "" if msg.exit_code is None else f" with status {msg.exit_code}"
             self._release_agent(
                 entry,
                 TaskEvent.FAIL,
-                f"agent process exited with status {msg.exit_code} without calling done",
+                msg.reason or f"agent process exited{status} without calling done",
             )
         self._log.info("agent {name} exited ({code})", name=entry.name, code=msg.exit_code)
 
@@ -402,9 +405,13 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
             )
             self._watchers[watcher_id] = ref
             if sink is None:  # `wait` watchers live only as long as their caller
+                # journaled before the answer goes out: the results it carries are delivered
                 self._journal.append(
                     WatcherRecord(
-                        watcher_id=watcher_id, ids=tuple(ids), created_at=self.clock.now()
+                        watcher_id=watcher_id,
+                        ids=tuple(ids),
+                        created_at=self.clock.now(),
+                        inline=tuple(r.task_id for r in completed),
                     )
                 )
             for task_id in pending:

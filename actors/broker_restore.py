@@ -2,8 +2,9 @@
 
 Runs once, on the broker's thread, before it handles anything: settled results stay settled,
 open tasks resume with their deadlines (their agents' bridges are adopted, never started a
-second time), pending requests keep their reply deadlines, and every watcher delivers only what
-it had not delivered before the restart.
+second time), pending requests keep their reply deadlines, every watcher delivers only what
+it had not delivered before the restart (neither in a notification nor in the ``watch`` answer
+itself), and a waiting episode already reported stale is not reported again.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def restore_session(broker: BrokerActor, restore: Restore) -> None:
     tasks resume (their agents' bridges are adopted, not restarted), watchers deliver
     only what they had not delivered."""
     st = restore.state
+    broker.journal_problems = restore.problems
     for task_id, record in st.tasks.items():
         broker.tasks[task_id] = record
         if record.terminal and record.result is not None:
@@ -94,11 +96,13 @@ def restore_session(broker: BrokerActor, restore: Restore) -> None:
             )
             continue
         owner.active_task = task_id
+        if record.waiting_since is not None and restore.stale_notice_given(task_id):
+            broker._stale_notified[task_id] = record.waiting_since
         broker._track_waiting(record)
         # same envelope id as before: the agent's inbox drops it if it already had it
         owner.ref.tell(Deliver(envelope=broker._task_envelope(record)))
     for watcher in st.watchers.values():
-        delivered = restore.delivered.get(watcher.watcher_id, set())
+        delivered = restore.delivered.get(watcher.watcher_id, set()) | set(watcher.inline)
         pending = tuple(t for t in watcher.ids if t not in delivered)
         if not pending:
             continue

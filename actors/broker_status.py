@@ -87,6 +87,7 @@ def status_view(broker: BrokerActor, handle: str | None, cursor: int = 0) -> api
         summary=api.StatusSummary(
             agents=len(everyone), processes=dict(processes), tasks=dict(states)
         ),
+        journal_problems=broker.journal_problems,
     )
 
 

@@ -185,6 +185,7 @@ class Bridge:
         self._parent_pid: int | None = None
         self._exit: _Exit | None = None
         self._exit_published = False
+        self._in_turn = False  # between a turn_start and its turn_end
         self._backlog: deque[AnyEnvelope] = deque()  # waiting for room in the parent inbox
         self._refusals = 0  # envelopes this child's inbox quarantined
         self._retry_s = 0.0
@@ -206,8 +207,11 @@ class Bridge:
         """Publish to the parent, in order. When the parent inbox is full (back-pressure) the
         envelope waits in :attr:`_backlog`, with everything after it, and is retried with
         backoff on the bridge's loop: a ``done`` or a message is never dropped for that."""
-        if isinstance(envelope, RuntimeEnvelope) and envelope.event == "exit":
-            self._exit_published = True
+        if isinstance(envelope, RuntimeEnvelope):
+            if envelope.event == "exit":
+                self._exit_published = True
+            elif envelope.event in ("turn_start", "turn_end"):
+                self._in_turn = envelope.event == "turn_start"  # re-announced on reconnect
         if self._mailbox is None:
             return
         if self._backlog:
@@ -469,7 +473,8 @@ class Bridge:
         self._parent_pid = pid
         self._reconnect = None
         self._watch = ParentWatch(pid, lambda: self.post(self._parent_gone)).start()
-        self.runtime("ready", pid=os.getpid())  # the new parent learns this bridge is alive
+        # the new parent learns this bridge is alive, and whether a turn of it still runs
+        self.runtime("ready", pid=os.getpid(), in_turn=self._in_turn)
 
     def _parent_lost(self) -> None:
         if self._exit is None:

@@ -6,7 +6,9 @@ normal case) the check is one comparison against a value read once at import.
 
 Points: ``settle.before_journal``, ``settle.after_journal``, ``notify.before_write``,
 ``notify.after_write``, ``done.before_handle``, ``done.after_handle`` (a ``task_done``
-envelope read from the parent inbox, before / after the broker handled it).
+envelope read from the parent inbox, before / after the broker handled it), and two torn
+writes: ``settle.torn_journal`` (half of a settlement's journal line written) and
+``notify.torn_write`` (half of a notification's line written), each then killed.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["POINTS", "crashpoint"]
+__all__ = ["POINTS", "crashpoint", "torn_write"]
 
 POINTS = (
     "settle.before_journal",
@@ -23,6 +25,8 @@ POINTS = (
     "notify.after_write",
     "done.before_handle",
     "done.after_handle",
+    "settle.torn_journal",
+    "notify.torn_write",
 )
 
 _ARMED = os.environ.get("SHEPHERD_CRASH_AT") or None
@@ -30,4 +34,12 @@ _ARMED = os.environ.get("SHEPHERD_CRASH_AT") or None
 
 def crashpoint(name: str) -> None:
     if _ARMED is not None and name == _ARMED:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def torn_write(name: str, fd: int, data: bytes) -> None:
+    """At the armed point: write the first half of ``data`` to ``fd``, then SIGKILL — the file
+    is left as a kill in the middle of that write would leave it."""
+    if _ARMED is not None and name == _ARMED:
+        os.write(fd, data[: len(data) // 2])
         os.kill(os.getpid(), signal.SIGKILL)

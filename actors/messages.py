@@ -88,8 +88,9 @@ class AgentStateChanged(_Msg, frozen=True, kw_only=True):
 
 class AgentExited(_Msg, frozen=True, kw_only=True):
     agent_id: str
-    exit_code: int
+    exit_code: int | None  # None: the status cannot be known (an adopted or vanished bridge)
     closing: bool
+    reason: str | None = None  # why it is gone, when more is known than an exit status
 
 
 class DeliveryFailed(_Msg, frozen=True, kw_only=True):
@@ -161,7 +162,8 @@ class Deliver(_Msg, frozen=True, kw_only=True):
 
 
 class ProcessExited(_Msg, frozen=True, kw_only=True):
-    exit_code: int
+    exit_code: int | None  # None: the status cannot be known (an adopted or vanished bridge)
+    reason: str | None = None
 
 
 class CloseAgent(_Msg, frozen=True, kw_only=True):

@@ -33,11 +33,11 @@ import msgspec
 from loguru import logger
 
 from actors.agent import AgentSpec
-from actors.crashpoints import crashpoint
-from actors.journal_file import FileJournal, read_journal
+from actors.journal_file import FileJournal
 from actors.launcher import ProcessLauncher
 from actors.mailbox import Mailbox, default_runtime_dir
 from actors.notes import FileTaskNotes
+from actors.notification_file import NotificationFile
 from actors.runtime import ThreadedRuntime
 from actors.session import Session
 from actors.sinks import Sink
@@ -55,7 +55,7 @@ from protocol.errors import (
 from protocol.ids import PARENT_ID, IdKind
 from protocol.journal import Restore, fold
 from protocol.limits import answer_budget
-from protocol.notifications import AnyNotification, TaskCompletion
+from protocol.notifications import AnyNotification
 from protocol.settings import Settings, check_settings
 
 __all__ = ["SessionInfo", "Supervisor", "live_dir", "state_dir"]
@@ -100,54 +100,30 @@ def _is_supervisor(pid: int) -> bool:
     return b"shepherd" in cmdline or b"actors" in cmdline or b"pytest" in cmdline
 
 
-def _delivered(path: Path) -> dict[str, set[str]]:
-    """Per watcher, the task ids whose completion is already in the notifications file."""
-    delivered: dict[str, set[str]] = {}
-    if not path.exists():
-        return delivered
-    decoder = msgspec.json.Decoder(AnyNotification)
-    with open(path, "rb") as f:
-        for line in f:
-            if not line.endswith(b"\n"):
-                break  # torn last line: it was never fully delivered
-            try:
-                note = decoder.decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            if isinstance(note, TaskCompletion):
-                delivered.setdefault(note.watcher_id, set()).update(r.task_id for r in note.results)
-    return delivered
-
-
-class NotificationFile:
-    """Appends every notification to ``notifications.jsonl`` (what ``shepherd notifications``
-    and a parent agent's shell follow)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-
-    def __call__(self, note: AnyNotification) -> None:
-        line = msgspec.json.encode(note) + b"\n"
-        crashpoint("notify.before_write")
-        with self._lock:
-            if self._fd >= 0:
-                os.write(self._fd, line)
-        crashpoint("notify.after_write")
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+def _read_restore(journal: FileJournal, notifications: NotificationFile) -> Restore:
+    """What the session's files say, for a restarted parent (damaged lines are counted; each
+    was logged with its file and line number)."""
+    state = fold(journal.read())
+    delivered, stale_noticed = notifications.read_deliveries()
+    return Restore(
+        state=state,
+        delivered=delivered,
+        stale_noticed=stale_noticed,
+        problems=len(journal.problems) + len(notifications.problems),
+    )
 
 
 class _FanOut:
-    def __init__(self, sinks: Iterable[Sink]) -> None:
+    """The notifications file first (the record of delivery), then every other sink. A
+    notification that could not be recorded is shown nowhere: a restart hands over what
+    is not on record, so showing it too would deliver it twice."""
+
+    def __init__(self, record: Sink, sinks: Iterable[Sink]) -> None:
+        self._record = record
         self._sinks = list(sinks)
 
     def __call__(self, note: AnyNotification) -> None:
+        self._record(note)
         errors: list[Exception] = []
         for sink in self._sinks:
             try:
@@ -191,7 +167,6 @@ class Supervisor:
         self.settings = check_settings(settings or Settings())
         self.runtime = ThreadedRuntime(workers=workers)
         wanted = Path(session_dir).absolute() if session_dir else None
-        restore: Restore | None = None
         if wanted is not None and (wanted / "session.json").exists():
             # an existing session directory: resume it (its journal is the truth)
             old = _load_info(wanted)
@@ -204,10 +179,6 @@ class Supervisor:
             self.session_dir = wanted
             self.mailbox_root = Path(old.mailbox)
             self.client_token = old.client_token
-            restore = Restore(
-                state=fold(read_journal(wanted / "journal.jsonl")),
-                delivered=_delivered(wanted / "notifications.jsonl"),
-            )
             self.resumed = True
         else:
             self.session_id = self.runtime.ids.new(IdKind.SESSION)
@@ -219,6 +190,10 @@ class Supervisor:
             self.resumed = False
         _private_dir(self.session_dir)
         _private_dir(self.session_dir / "agents")
+        # Opened (a torn tail cut off) before they are read or appended to.
+        self.journal = FileJournal(self.session_dir / "journal.jsonl", fsync=True)
+        self.notifications = NotificationFile(self.session_dir / "notifications.jsonl")
+        restore = _read_restore(self.journal, self.notifications) if self.resumed else None
         # The mailbox validator must know every agent's capability before the parent inbox is
         # drained: after a restart, envelopes the bridges sent meanwhile wait in new/, and an
         # unknown sender would be quarantined (a lost `done`).
@@ -233,8 +208,6 @@ class Supervisor:
             on_reject=self._on_reject,
         )
         self.mailbox.ensure_inbox(PARENT_INBOX)
-        self.journal = FileJournal(self.session_dir / "journal.jsonl", fsync=True)
-        self.notifications = NotificationFile(self.session_dir / "notifications.jsonl")
         self.launcher = ProcessLauncher(
             session_dir=self.session_dir,
             session_id=self.session_id,
@@ -250,7 +223,7 @@ class Supervisor:
             self.mailbox,
             self.launcher,
             settings=self.settings,
-            sink=_FanOut([self.notifications, *sinks]),
+            sink=_FanOut(self.notifications, sinks),
             journal=self.journal,
             session_id=self.session_id,
             check_capability=False,  # the mailbox validator checks it, then strips it

@@ -63,20 +63,31 @@ def summary_line(data: dict[str, Any]) -> str:
 def render_status(data: dict[str, Any]) -> str:
     agents = data.get("agents", [])
     if not agents:
-        return f"session {data['session_id']}: no agents"
-    names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
-    lines = [status_line(a, names, data["now"]) for a in agents]
-    if len(agents) > 1:
-        lines.append(summary_line(data))
-    return "\n".join(lines)
+        text = f"session {data['session_id']}: no agents"
+    else:
+        names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
+        lines = [status_line(a, names, data["now"]) for a in agents]
+        if len(agents) > 1:
+            lines.append(summary_line(data))
+        text = "\n".join(lines)
+    damaged = data.get("journal_problems") or 0
+    if damaged:
+        text += (
+            f"\n! {damaged} damaged line(s) in the journal or notifications file when the "
+            "session resumed (torn tails kept in *.torn-N files; the log names each line)"
+        )
+    return text
 
 
 def status_table(data: dict[str, Any]) -> Any:
     """A rich Table of the status snapshot (for ``shepherd top``)."""
     from rich.table import Table
 
+    title = f"session {data['session_id']} — {summary_line(data)}"
+    if data.get("journal_problems"):
+        title += f"  ! {data['journal_problems']} damaged journal line(s) at resume"
     table = Table(
-        title=f"session {data['session_id']} — {summary_line(data)}",
+        title=title,
         caption=(
             f"… {_more(data)} more agents (`shepherd status` lists them all)"
             if data.get("next_cursor") is not None

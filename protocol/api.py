@@ -252,6 +252,9 @@ class StatusResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     #: more agents follow: ask again with this cursor
     next_cursor: int | None = None
     summary: StatusSummary | None = None
+    #: damaged lines found when the session was resumed: torn tails cut off and records
+    #: that could not be read, in the journal and the notifications file (each was logged)
+    journal_problems: int = 0
 
 
 class CloseResult(msgspec.Struct, frozen=True, kw_only=True):

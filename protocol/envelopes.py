@@ -143,6 +143,8 @@ class RuntimeEnvelope(Envelope, frozen=True, kw_only=True, tag="runtime"):
     is_error: bool = False
     text: str | None = None
     pid: int | None = None
+    #: on ``ready`` after a parent restart: a turn of the agent is still running
+    in_turn: bool = False
 
 
 class AckEnvelope(Envelope, frozen=True, kw_only=True, tag="ack"):

@@ -1,6 +1,8 @@
 """Issue 8 part 3: the parent supervisor killed (SIGKILL) at each point of a settlement and at
 steps of the canonical scenario, then restarted: every accepted envelope handled exactly once,
-every settled result present, no duplicate notification, no orphan process."""
+every settled result present, no duplicate notification, no orphan process. The torn-write
+points leave half a line at the end of the journal or the notifications file; the restarted
+parent cuts it off before appending, so a third start still reads everything."""
 
 from __future__ import annotations
 
@@ -66,6 +68,10 @@ def _start(session: Path, crash_at: str | None) -> Serve:
     return server
 
 
+#: the file a torn-write crash point leaves a half line in
+TORN = {"settle.torn_journal": "journal.jsonl", "notify.torn_write": "notifications.jsonl"}
+
+
 @pytest.mark.parametrize("point", POINTS)
 def test_kill_at_each_crash_point_then_resume(point: str, tmp_path: Path) -> None:
     session = tmp_path / "session"
@@ -98,9 +104,27 @@ def test_kill_at_each_crash_point_then_resume(point: str, tmp_path: Path) -> Non
             r for r in records if r["type"] == "request" and r["record"]["state"] == "replied"
         ]
         assert len(replied) == 1, f"{point}: {replied}"
+        # a torn write was cut off (and kept aside) when the journal files were opened
+        torn = TORN.get(point)
+        _, status = cli("status", session=session)
+        assert status.get("journal_problems", 0) == (1 if torn else 0), f"{point}: {status}"
+        if torn:
+            assert (session / f"{torn}.torn-1").stat().st_size > 0, point
         cli("shutdown", session=session)
         second.proc.wait(timeout=30)
         assert bridge_pids(session) == [], f"{point}: orphans"
+
+        # and once more: what the second parent appended after the repair reads back whole
+        third = _start(session, None)
+        servers.append(third)
+        assert third.wait_story("session restored", "0 open tasks", "0 watchers"), point
+        _, result = cli("watch", task["task_id"], session=session)
+        assert [r["text"] for r in result["completed"]] == ["explored src/core"], point
+        _, status = cli("status", session=session)
+        assert status.get("journal_problems", 0) == 0, f"{point}: {status}"
+        third.stop()  # SIGTERM: an orderly shutdown (no agent is left to close)
+        assert third.proc.returncode == 0, point
+        assert _completed(session) == [task["task_id"]], point
     finally:
         for server in servers:
             server.stop()
@@ -110,7 +134,7 @@ def test_every_crash_point_is_named_in_the_code() -> None:
     root = Path(__file__).resolve().parents[2] / "actors"
     text = "".join(p.read_text() for p in root.glob("*.py") if p.name != "crashpoints.py")
     for point in POINTS:
-        assert f'crashpoint("{point}")' in text, point
+        assert f'crashpoint("{point}")' in text or f'torn_point="{point}"' in text, point
     assert sys.executable and subprocess  # the module is used for processes above
 
 

@@ -5,12 +5,14 @@ nothing is delivered twice."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
 import pytest
 
 from tests.processes.conftest import bridge_pids, cli, write_script
+from tests.reliability.live import wait_gone
 
 pytestmark = pytest.mark.processes
 
@@ -109,3 +111,119 @@ def test_a_live_session_cannot_be_claimed_by_a_second_parent(serve, tmp_path: Pa
         check=False,
     )
     assert done.returncode == 2 and "live session" in done.stderr
+
+
+ONE_SHOT = {"steps": [{"await": "task"}, {"done": {"status": "completed", "summary": "one"}}]}
+ON_CUE = {  # finishes when the test says so
+    "steps": [
+        {"await": "task"},
+        {"await": "message"},
+        {"done": {"status": "completed", "summary": "two"}},
+        {"await": "any"},
+    ]
+}
+
+
+def test_a_result_the_watch_answer_carried_is_never_delivered_again_after_sigkill(  # type: ignore[no-untyped-def]
+    serve, tmp_path: Path
+) -> None:
+    """`watch T1 T2` answers T1 inline; after a kill -9 and a restart, only T2 is notified."""
+    session = tmp_path / "session"
+    first = serve(session)
+    cli("spawn", "one", "--script", write_script(tmp_path, "one", ONE_SHOT), session=session)
+    cli("spawn", "two", "--script", write_script(tmp_path, "two", ON_CUE), session=session)
+    _, t1 = cli("delegate", "one", "first", session=session)
+    _, waited = cli("wait", t1["task_id"], "--timeout", "60", session=session)
+    assert not waited["timed_out"]
+    _, t2 = cli("delegate", "two", "second", session=session)
+    _, watch = cli("watch", t1["task_id"], t2["task_id"], session=session)
+    assert [r["task_id"] for r in watch["completed"]] == [t1["task_id"]]
+    assert watch["pending"] == [t2["task_id"]]
+    first.stop(signal.SIGKILL)
+
+    second = serve(session)
+    cli("message", "two", "finish now", session=session)
+    assert second.wait_for(
+        lambda lines: any(
+            x.get("kind") == "task_completion"
+            and t2["task_id"] in [r["task_id"] for r in x["results"]]
+            for x in lines
+        ),
+        timeout=60,
+    ), "T2 was never delivered"
+    # A re-delivery of T1 would come at the restart, before T2's (or with it): it is here
+    # by now if it was ever going to be.
+    mine = [n for n in _completions(session) if n["watcher_id"] == watch["watcher_id"]]
+    assert [[r["task_id"] for r in n["results"]] for n in mine] == [[t2["task_id"]]]
+    cli("shutdown", session=session)
+    second.proc.wait(timeout=30)
+
+
+def test_agents_whose_bridges_died_with_the_parent_are_reported_gone_once(  # type: ignore[no-untyped-def]
+    serve, scripts, tmp_path: Path
+) -> None:
+    """No made-up exit status, no tracebacks: one warning per agent, and its open task fails
+    with the reason, told through the normal completion path."""
+    session = tmp_path / "session"
+    first = serve(session)
+    for name in ("alpha", "beta"):
+        cli("spawn", name, "--script", scripts["idle"], session=session)
+    _, task = cli("delegate", "alpha", "hold on", session=session)
+    assert first.wait_story("alpha", "process idle")  # its bridge said ready (pid journaled)
+    _, watch = cli("watch", task["task_id"], session=session)
+    first.stop(signal.SIGKILL)
+    for pid in bridge_pids(session):
+        os.kill(pid, signal.SIGKILL)
+    assert wait_gone(lambda: bridge_pids(session))
+
+    second = serve(session)
+    assert second.wait_for(
+        lambda lines: any(
+            x.get("kind") == "task_completion" and x["watcher_id"] == watch["watcher_id"]
+            for x in lines
+        ),
+        timeout=60,
+    ), "the task of the vanished agent was never reported"
+    (note,) = [n for n in _completions(session) if n["watcher_id"] == watch["watcher_id"]]
+    (result,) = note["results"]
+    assert result["status"] == "failed"
+    assert result["error"] == "its bridge was not running when the parent restarted"
+    _, status = cli("status", session=session)
+    rows = {a["name"]: a for a in status["agents"]}
+    assert all(rows[n]["process_state"] == "exited" for n in ("alpha", "beta"))
+    assert all(rows[n].get("exit_code") is None for n in ("alpha", "beta")), rows
+    cli("shutdown", session=session)
+    second.proc.wait(timeout=30)
+    assert second.proc.stderr is not None
+    log = second.proc.stderr.read().decode()
+    assert "Traceback" not in log and "with status" not in log, log
+    warnings = [line for line in log.splitlines() if "WARNING" in line]
+    assert len(warnings) == 2, log
+    for name in ("alpha", "beta"):
+        assert any(f"agent {name} " in w and "bridge was not running" in w for w in warnings)
+
+
+def test_a_readopted_command_agent_mid_turn_shows_working(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The bridge re-announces itself with the turn still running; the parent shows it."""
+    session = tmp_path / "session"
+    fifo = tmp_path / "turn.fifo"
+    os.mkfifo(fifo)
+    first = serve(session)
+    cli("spawn", "cmd", "--adapter", "command", "--cmd", f": {{message}}; read x < {fifo}",
+        session=session)  # fmt: skip
+    cli("delegate", "cmd", "work until told", session=session)
+    assert first.wait_story("cmd: process working")
+    first.stop(signal.SIGKILL)
+
+    second = serve(session)
+    assert second.wait_for(
+        lambda lines: any("cmd: process" in x.get("story", "") for x in lines if "story" in x),
+        timeout=60,
+    ), "the bridge never reconnected"
+    _, status = cli("status", "cmd", session=session)
+    assert status["agents"][0]["process_state"] == "working"
+    with open(fifo, "w") as f:  # the turn may end now
+        f.write("go\n")
+    assert second.wait_story("cmd: process idle")
+    cli("shutdown", session=session)
+    second.proc.wait(timeout=30)
