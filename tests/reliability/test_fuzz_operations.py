@@ -218,6 +218,7 @@ class LiveCanary:
     def __init__(self, sup: Supervisor, sink: CollectingSink, story: Story, root: Path) -> None:
         self.sup = sup
         self.sink = sink
+        self.story = story
         for name, script in (("canaryfinisher", FINISHER), ("canarynever", NEVER)):
             path = root / f"{name}.json"
             path.write_text(json.dumps(script))
@@ -243,7 +244,15 @@ class LiveCanary:
         assert self.sink.wait_for(
             lambda _: bool(self._settled(late.task_id)) and bool(self._settled(done.task_id)),
             30,
-        ), "the canary died: a deadline did not fire or a completion was not delivered"
+        ), (
+            "the canary died: a deadline did not fire or a completion was not delivered\n"
+            f"deadline settled: {bool(self._settled(late.task_id))}, "
+            f"completion settled: {bool(self._settled(done.task_id))}\n"
+            f"{self.sup.session.status('canaryfinisher')}\n"
+            f"{self.sup.session.status('canarynever')}\n"
+            f"{self.sup.session.read('canaryfinisher', 20)}\n"
+            f"story: {self.story.lines[-30:]}"
+        )
         (timed_out,) = self._settled(late.task_id)
         assert timed_out.results[0].status == "timed_out"
         (completed,) = self._settled(done.task_id)
