@@ -132,7 +132,10 @@ def _parse_step(raw: object, where: str, out: list[Step], depth: int) -> None:
                     raise ScriptError(f"{where}: sleep must be 0..86400 seconds, got {seconds}")
                 out.append(SleepStep(seconds))
             case "exit":
-                out.append(ExitStep(msgspec.convert(value, int)))
+                code = msgspec.convert(value, int)
+                if not 0 <= code <= 255:  # what a process can exit with
+                    raise ScriptError(f"{where}: exit needs a code of 0..255, got {code}")
+                out.append(ExitStep(code))
             case "repeat":
                 if depth >= _MAX_DEPTH:
                     raise ScriptError(f"{where}: repeat nested deeper than {_MAX_DEPTH}")

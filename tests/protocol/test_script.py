@@ -635,3 +635,9 @@ def test_turns_always_alternate_and_effects_happen_inside_turns(
         check(effects)
         if was_finished:
             assert effects == []
+
+
+@pytest.mark.parametrize("code", [-1, 256, 10**20])
+def test_an_exit_code_a_process_cannot_have_is_a_script_error(code: int) -> None:
+    with pytest.raises(ScriptError, match=r"steps\[0\]: exit needs a code of 0\.\.255"):
+        parse_script({"steps": [{"exit": code}]})
