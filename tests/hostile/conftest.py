@@ -12,18 +12,12 @@ import pytest
 from actors.sinks import CollectingSink
 from actors.supervisor import Supervisor
 from protocol.settings import Settings
+from tests.processes.conftest import isolated_state
 from tests.reliability.live import Story
 
 from .canary import Canary
 
-
-@pytest.fixture(autouse=True)
-def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    state = tmp_path / "state"
-    monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
-    return state
+__all__ = ["Live", "isolated_state", "live"]  # isolated_state: autouse, shared with processes/
 
 
 class Live:
