@@ -2,11 +2,13 @@
 
 Finding the session: ``--session DIR``, else ``$SHEPHERD_SESSION``, else the newest live
 session of this user (a pointer in ``<state>/shepherd/live/`` whose supervisor pid is alive).
+
+A call's answer comes back in a one-shot reply inbox, removed when the call ends
+(:mod:`actors.reply_inboxes`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
@@ -18,6 +20,7 @@ import msgspec
 from actors.clock import SystemClock
 from actors.idsource import IdSource
 from actors.mailbox import Mailbox
+from actors.reply_inboxes import ReplyInbox
 from actors.supervisor import SessionInfo, live_dir
 from actors.transport import PARENT_INBOX
 from protocol.envelopes import AnyEnvelope, CallEnvelope, ResultEnvelope
@@ -93,7 +96,11 @@ class Client:
                 arrived.set()
 
         try:
-            mailbox.ensure_inbox(call_id)
+            inbox = ReplyInbox(mailbox, call_id)
+        except BaseException:
+            mailbox.close()
+            raise
+        try:
             sub = mailbox.subscribe(call_id, on_result)
             try:
                 mailbox.publish(
@@ -118,9 +125,10 @@ class Client:
                 sub.cancel()
             result = got[0]
         finally:
-            with contextlib.suppress(ShepherdError):
-                mailbox.remove_inbox(call_id)
+            # the receiver stops first: the answer it handed over is then out of new/, and the
+            # inbox can go (see actors.reply_inboxes)
             mailbox.close()
+            inbox.remove()
         if not result.ok:
             assert result.error is not None
             raise error_from_info(result.error)
