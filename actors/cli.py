@@ -1,8 +1,14 @@
 """The ``shepherd`` command line: the parent's operations from any shell.
 
 Every command takes ``--json`` (one JSON object on stdout) and ``--session DIR`` (else
-``$SHEPHERD_SESSION``, else the newest live session of this user). Errors exit with status 2
-and, with ``--json``, print ``{"error": {"code", "message"}}``.
+``$SHEPHERD_SESSION``, else the one live session of this user: several live ones are refused
+with their list, see :func:`actors.client.find_session`). Errors exit with status 2 and, with
+``--json``, print ``{"error": {"code", "message"}}``.
+
+A session found without ``--session`` or ``$SHEPHERD_SESSION`` is named on stderr, with and
+without ``--json``: stdout keeps exactly the documented JSON object (a field added to every
+answer would change the shape every ``--json`` consumer parses), and a person still sees which
+session answered.
 """
 
 from __future__ import annotations
@@ -192,6 +198,19 @@ def _fail(args: argparse.Namespace, code: str, message: str) -> int:
     return 2
 
 
+def _say(text: str) -> None:
+    sys.stderr.write(f"shepherd: {text}\n")
+    sys.stderr.flush()
+
+
+def _session(args: argparse.Namespace) -> Any:
+    """The session for this command (:func:`actors.client.find_session`), named on stderr when
+    it was not chosen explicitly."""
+    from actors.client import find_session
+
+    return find_session(args.session, announce=_say)
+
+
 def _abs(path: str | None) -> str | None:
     return str(Path(path).expanduser().absolute()) if path else None
 
@@ -350,10 +369,10 @@ def _top(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from actors.client import Client, find_session
+    from actors.client import Client
     from actors.views import status_table
 
-    client = Client(find_session(args.session))
+    client = Client(_session(args))
     console = Console()
     snapshot = client.call("status", {})
     if args.once:
@@ -408,9 +427,9 @@ def _notifications(args: argparse.Namespace) -> int:
     """Print the session's notifications; ``--follow`` keeps printing new ones until the
     session ends (its supervisor is gone). Only whole lines are printed: a line still being
     written (no newline yet) waits for the next read."""
-    from actors.client import find_session, pid_alive
+    from actors.client import pid_alive
 
-    info = find_session(args.session)
+    info = _session(args)
     path = Path(info.notifications)
     render = (lambda line: line.decode()) if args.format == "json" else _line_renderer(args.format)
     with open(path, "rb") as f:
@@ -444,7 +463,7 @@ def _notifications(args: argparse.Namespace) -> int:
 def _tool(args: argparse.Namespace) -> int:
     """``shepherd tool NAME --args JSON``: one parent tool call, validated like the MCP
     server's (``protocol.tools.args_from_tool_call``), so no per-tool flags can drift."""
-    from actors.client import Client, find_session
+    from actors.client import Client
     from protocol.errors import InvalidArgument
     from protocol.tools import args_from_tool_call, tool_by_name
 
@@ -460,7 +479,7 @@ def _tool(args: argparse.Namespace) -> int:
     for name in spec.path_fields:
         if isinstance(fields.get(name), str):
             fields[name] = _abs(fields[name])
-    data = Client(find_session(args.session)).call(spec.op, fields)
+    data = Client(_session(args)).call(spec.op, fields)
     _emit(args, data, msgspec.json.encode(data).decode())
     return 0
 
@@ -489,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "watchdog":
             from actors.watchdog_cli import client_call, run_watchdog
 
-            return run_watchdog(args, client_call(args.session))
+            return run_watchdog(args, client_call(args.session, announce=_say))
         if args.command == "tools":
             from protocol.tools import child_tools, parent_tools, to_json
 
@@ -502,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
             from actors.mcp_server import serve_stdio
 
             return serve_stdio(args.session)
-        from actors.client import Client, find_session
+        from actors.client import Client
 
         op, call_args = _call_args(args)
         timeout = 30.0
@@ -510,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout = args.timeout + 30.0
         elif args.command == "wait":
             timeout = 365 * 86_400.0
-        data = Client(find_session(args.session)).call(op, call_args, timeout=timeout)
+        data = Client(_session(args)).call(op, call_args, timeout=timeout)
         _emit(args, data, _human(args.command, data))
         return 0
     except ShepherdError as exc:

@@ -3,9 +3,9 @@
 ``shepherd mcp [--session DIR]`` (or ``python -m actors.mcp_server``) serves the parent tools of
 ``protocol/tools.py`` — with exactly those JSON schemas — against a *running* session started
 with ``shepherd serve``. The server does not own the session: it finds it like the CLI does
-(``--session DIR``, else ``$SHEPHERD_SESSION``, else the newest live session of this user),
-lazily and again whenever the session it used is gone, so an MCP client may start before the
-session does.
+(``--session DIR``, else ``$SHEPHERD_SESSION``, else the one live session of this user; with
+several live ones every tool call is refused with their list), lazily and again whenever the
+session it used is gone, so an MCP client may start before the session does.
 
 How a tool call maps:
 
@@ -23,7 +23,7 @@ How a tool call maps:
   text and structured content are ``{"error": {"code", "message"}}`` — what ``--json`` prints.
 
 Making a coding agent the parent (start a session first: ``shepherd serve``; it prints its
-directory, DIR below; ``--session DIR`` may be left out to use the newest live session):
+directory, DIR below; ``--session DIR`` may be left out while it is the only live session):
 
 - Claude Code: ``claude mcp add shepherd -- shepherd mcp --session DIR`` (add ``-s user``
   before ``shepherd`` to have it in every project). Check with ``claude mcp list`` or ``/mcp``.
@@ -61,7 +61,7 @@ from mcp import types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from actors.client import Client, find_session, pid_alive
+from actors.client import Client, find_session, session_alive
 from actors.supervisor import SessionInfo
 from protocol.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.tools import (
@@ -119,12 +119,6 @@ def _error(info: ErrorInfo) -> types.CallToolResult:
     )
 
 
-def _alive(info: SessionInfo) -> bool:
-    """The supervisor runs and has not shut down (shutdown removes the mailbox; checked too
-    because a session embedded in a still-running program keeps its pid)."""
-    return pid_alive(info.parent_pid) and os.path.isdir(info.mailbox)
-
-
 class ShepherdMcp:
     """The server's state: which session, its client, and how far notifications were read."""
 
@@ -132,6 +126,7 @@ class ShepherdMcp:
         self._explicit = session_dir
         self._info: SessionInfo | None = None
         self._client: Client | None = None
+        self._announced: str | None = None
         #: per session id: the byte offset of notifications.jsonl already returned
         self._offsets: dict[str, int] = {}
         self._notes_lock: anyio.Lock | None = None
@@ -155,9 +150,9 @@ class ShepherdMcp:
     def _session_and_client(self) -> tuple[SessionInfo, Client]:
         with self._lock:  # tool calls run on worker threads
             info, client = self._info, self._client
-            if info is None or client is None or not _alive(info):
-                fresh = find_session(self._explicit)
-                if not _alive(fresh):
+            if info is None or client is None or not session_alive(info):
+                fresh = find_session(self._explicit, announce=self._announce)
+                if not session_alive(fresh):
                     raise SessionUnavailable(f"the session at {fresh.session_dir} has ended")
                 if info is None or client is None or fresh.session_id != info.session_id:
                     client = Client(fresh)
@@ -167,6 +162,12 @@ class ShepherdMcp:
                 info = self._info = fresh
                 self._client = client
             return info, client
+
+    def _announce(self, text: str) -> None:
+        """Name a session found without --session once, where the MCP client logs stderr."""
+        if self._announced != text:
+            self._announced = text
+            logger.warning("{text}", text=text)
 
     def _run_op(self, spec: ToolSpec, args: msgspec.Struct) -> Any:
         _, client = self._session_and_client()
@@ -289,10 +290,8 @@ def serve_stdio(session_dir: str | None) -> int:
     app = ShepherdMcp(session_dir)
     try:
         app.session()
-    except SessionUnavailable as exc:  # not fatal: the session may be started later
-        logger.warning(
-            "{msg}; tools will report session_unavailable until one is running", msg=exc.message
-        )
+    except ShepherdError as exc:  # not fatal: the session may be started (or chosen) later
+        logger.warning("{msg}; tools will report {code} until then", msg=exc.message, code=exc.code)
     try:
         anyio.run(app.run_stdio)
     except KeyboardInterrupt:
