@@ -173,6 +173,11 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
 
     p = sub.add_parser("mcp", help="an MCP server (stdio) for a running session")
     p.add_argument("--session", metavar="DIR", help="the session directory")
+    p.add_argument(
+        "--client",
+        metavar="NAME",
+        help="whose notifications cursor to continue (default: one per session)",
+    )
 
     from actors.watchdog_cli import add_watchdog_parser
 
@@ -520,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "mcp":
             from actors.mcp_server import serve_stdio
 
-            return serve_stdio(args.session)
+            return serve_stdio(args.session, args.client)
         from actors.client import Client
 
         op, call_args = _call_args(args)
