@@ -11,7 +11,8 @@ parent one (DESIGN §6):
 ``message`` and ``done`` are what an agent runs from its shell. They read the same
 ``SHEPHERD_*`` environment as the bridge, publish one envelope to the parent as this agent
 (capability included) and wait for the parent's honest receipt in a one-shot inbox named by
-the envelope's own message id (``reply_inbox``), created before publishing and removed after.
+the envelope's own message id (``reply_inbox``), created and locked before publishing and
+removed after (:mod:`actors.reply_inboxes`).
 Options take ``--opt value`` or ``--opt=value``; ``--`` ends the options, so a TARGET or TEXT
 starting with ``-`` is never read as one.
 
@@ -27,7 +28,6 @@ on stdout under ``--json``, else one line on stderr.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -42,6 +42,7 @@ from actors.child_env import ChildEnv, child_env_from, envelope_validator
 from actors.clock import SystemClock
 from actors.idsource import IdSource
 from actors.mailbox import Mailbox
+from actors.reply_inboxes import ReplyInbox
 from actors.transport import PARENT_INBOX
 from protocol.envelopes import (
     AckEnvelope,
@@ -149,7 +150,11 @@ def send_and_wait(
             arrived.set()
 
     try:
-        mailbox.ensure_inbox(message_id)
+        inbox = ReplyInbox(mailbox, message_id)
+    except BaseException:
+        mailbox.close()
+        raise
+    try:
         subscription = mailbox.subscribe(message_id, on_ack)
         clock = SystemClock()
         deadline = clock.monotonic() + timeout_s
@@ -163,9 +168,10 @@ def send_and_wait(
         finally:
             subscription.cancel()
     finally:
+        # the receiver stops first, then the inbox goes (see actors.reply_inboxes); a late
+        # receipt keeps it until the parent's sweep
         mailbox.close()
-        with contextlib.suppress(ShepherdError, OSError):
-            mailbox.remove_inbox(message_id)  # a late receipt would keep it: left, harmless
+        inbox.remove()
     return got[0]
 
 

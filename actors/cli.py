@@ -1,10 +1,16 @@
 """The ``shepherd`` command line: the parent's operations from any shell.
 
 Every command takes ``--json`` (one JSON object on stdout) and ``--session DIR`` (else
-``$SHEPHERD_SESSION``, else the newest live session of this user). Errors exit with status 2
-and, with ``--json``, print ``{"error": {"code", "message"}}`` — usage errors included.
-``wait`` exits :data:`WAIT_TIMED_OUT` (124, as ``timeout(1)`` does) when its timeout passed with
-ids still pending.
+``$SHEPHERD_SESSION``, else the one live session of this user: several live ones are refused
+with their list, see :func:`actors.client.find_session`). Errors exit with status 2 and, with
+``--json``, print ``{"error": {"code", "message"}}`` — usage errors included. ``wait`` exits
+:data:`WAIT_TIMED_OUT` (124, as ``timeout(1)`` does) when its timeout passed with ids still
+pending.
+
+A session found without ``--session`` or ``$SHEPHERD_SESSION`` is named on stderr, with and
+without ``--json``: stdout keeps exactly the documented JSON object (a field added to every
+answer would change the shape every ``--json`` consumer parses), and a person still sees which
+session answered.
 
 An operation's arguments are checked here, against the operation's Args Struct
 (``protocol.api.OPERATIONS``: types and bounds), before anything is sent: a value JSON cannot
@@ -15,6 +21,7 @@ carry faithfully (NaN, an infinity) is refused, never sent as ``null``. Answers 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import signal
@@ -201,6 +208,11 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
     p = sub.add_parser("mcp", help="an MCP server (stdio) for a running session")
     p.add_argument("--session", metavar="DIR", help="the session directory")
     p.add_argument("--json", action="store_true", help="accepted; MCP always speaks JSON")
+    p.add_argument(
+        "--client",
+        metavar="NAME",
+        help="whose notifications cursor to continue (default: one per session)",
+    )
 
     from actors.watchdog_cli import add_watchdog_parser
 
@@ -224,6 +236,19 @@ def _fail(args: argparse.Namespace, code: str, message: str) -> int:
     else:
         sys.stderr.write(f"shepherd: {code}: {message}\n")
     return 2
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"shepherd: {text}\n")
+    sys.stderr.flush()
+
+
+def _session(args: argparse.Namespace) -> Any:
+    """The session for this command (:func:`actors.client.find_session`), named on stderr when
+    it was not chosen explicitly."""
+    from actors.client import find_session
+
+    return find_session(args.session, announce=_say)
 
 
 def _abs(path: str | None) -> str | None:
@@ -384,10 +409,10 @@ def _top(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from actors.client import Client, find_session
+    from actors.client import Client
     from actors.views import status_table
 
-    client = Client(find_session(args.session))
+    client = Client(_session(args))
     console = Console()
     snapshot = client.call("status", {})
     if args.once:
@@ -438,13 +463,23 @@ def _line_renderer(fmt: str) -> Any:
     return with_rendered
 
 
+#: how often ``notifications --follow`` looks at the file's size
+FOLLOW_POLL_S = 0.025
+
+
 def _notifications(args: argparse.Namespace) -> int:
     """Print the session's notifications; ``--follow`` keeps printing new ones until the
     session ends (its supervisor is gone). Only whole lines are printed: a line still being
-    written (no newline yet) waits for the next read."""
-    from actors.client import find_session, pid_alive
+    written (no newline yet) waits for the next read. The file is read in chunks, so memory
+    stays bounded however long it is.
 
-    info = find_session(args.session)
+    Following polls the file's size every :data:`FOLLOW_POLL_S` rather than watching it: no
+    inotify instance is needed, so it works when the user's instances are used up (an
+    inotify watch failed with "Too many open files" then), and a stat 40 times a second costs
+    less than the watchfiles loop it replaces (awake every 5 ms)."""
+    from actors.client import pid_alive
+
+    info = _session(args)
     path = Path(info.notifications)
     render = (lambda line: line.decode()) if args.format == "json" else _line_renderer(args.format)
     with open(path, "rb") as f:
@@ -452,33 +487,36 @@ def _notifications(args: argparse.Namespace) -> int:
 
         def drain() -> None:
             nonlocal partial
-            data = partial + f.read()
-            end = data.rfind(b"\n") + 1
-            partial = data[end:]
-            for line in data[:end].splitlines(keepends=True):
-                if line.strip():
-                    sys.stdout.write(render(line))
+            while chunk := f.read(64 * 1024):
+                data = partial + chunk
+                end = data.rfind(b"\n") + 1
+                partial = data[end:]
+                for line in data[:end].splitlines(keepends=True):
+                    if line.strip():
+                        sys.stdout.write(render(line))
             sys.stdout.flush()
 
         drain()
         if not args.follow:
             return 0
-        import watchfiles
-
-        for _ in watchfiles.watch(
-            path, debounce=10, step=5, rust_timeout=1000, yield_on_timeout=True
-        ):
-            drain()
+        pause = threading.Event()  # never set: a bounded pause between looks
+        size = os.fstat(f.fileno()).st_size
+        while True:
+            pause.wait(FOLLOW_POLL_S)
+            with contextlib.suppress(OSError):
+                grown = os.stat(path).st_size != size
+                if grown:
+                    drain()
+                    size = f.tell()
             if not pid_alive(info.parent_pid):
-                drain()
+                drain()  # what the session wrote before it went
                 return 0
-    return 0
 
 
 def _tool(args: argparse.Namespace) -> int:
     """``shepherd tool NAME --args JSON``: one parent tool call, validated like the MCP
     server's (``protocol.tools.args_from_tool_call``), so no per-tool flags can drift."""
-    from actors.client import Client, find_session
+    from actors.client import Client
     from protocol.errors import InvalidArgument
     from protocol.tools import args_from_tool_call, tool_by_name
 
@@ -494,7 +532,7 @@ def _tool(args: argparse.Namespace) -> int:
     for name in spec.path_fields:
         if isinstance(fields.get(name), str):
             fields[name] = _abs(fields[name])
-    data = Client(find_session(args.session)).call(spec.op, fields)
+    data = Client(_session(args)).call(spec.op, fields)
     _emit(args, data, msgspec.json.encode(data).decode())
     return 0
 
@@ -564,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "watchdog":
             from actors.watchdog_cli import client_call, run_watchdog
 
-            return run_watchdog(args, client_call(args.session))
+            return run_watchdog(args, client_call(args.session, announce=_say))
         if args.command == "tools":
             return _tools(args)
         if args.command == "tool":
@@ -572,8 +610,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "mcp":
             from actors.mcp_server import serve_stdio
 
-            return serve_stdio(args.session)
-        from actors.client import Client, find_session
+            return serve_stdio(args.session, args.client)
+        from actors.client import Client
 
         op, call_args = _call_args(args)
         call_args = _checked(op, call_args)
@@ -582,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout = args.timeout + 30.0
         elif args.command == "wait":
             timeout = 365 * 86_400.0
-        data = _paged(Client(find_session(args.session)), op, call_args, timeout)
+        data = _paged(Client(_session(args)), op, call_args, timeout)
         _emit(args, data, _human(args.command, data))
         if args.command == "wait" and data.get("timed_out"):
             return WAIT_TIMED_OUT

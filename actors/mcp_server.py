@@ -1,11 +1,11 @@
 """An MCP server over stdio: any MCP-capable coding agent can be the parent of a session.
 
-``shepherd mcp [--session DIR]`` (or ``python -m actors.mcp_server``) serves the parent tools of
-``protocol/tools.py`` — with exactly those JSON schemas — against a *running* session started
-with ``shepherd serve``. The server does not own the session: it finds it like the CLI does
-(``--session DIR``, else ``$SHEPHERD_SESSION``, else the newest live session of this user),
-lazily and again whenever the session it used is gone, so an MCP client may start before the
-session does.
+``shepherd mcp [--session DIR] [--client NAME]`` (or ``python -m actors.mcp_server``) serves the
+parent tools of ``protocol/tools.py`` — with exactly those JSON schemas — against a *running*
+session started with ``shepherd serve``. The server does not own the session: it finds it like
+the CLI does (``--session DIR``, else ``$SHEPHERD_SESSION``, else the one live session of this
+user; with several live ones every tool call is refused with their list), lazily and again
+whenever the session it used is gone, so an MCP client may start before the session does.
 
 How a tool call maps:
 
@@ -14,16 +14,22 @@ How a tool call maps:
   this server's working directory, and the operation runs in the session through
   :class:`actors.client.Client` (a ``call`` envelope over the session mailbox). The result is
   the operation's result as JSON text plus the same object as structured content.
-- ``shepherd_notifications``: answered here. It returns the lines of the session's
-  ``notifications.jsonl`` this server process has not returned yet (one offset per session,
-  kept in memory), so each notification reaches the MCP client exactly once; with
-  ``wait_seconds`` it waits for the file to grow (a watch event is only a wake-up: the file
-  is re-read from the offset).
+- ``shepherd_notifications``: answered here, from the session's ``notifications.jsonl`` and a
+  durable cursor per client (:mod:`actors.mcp_cursor`): each notification reaches a client
+  name once, across restarts of this server (a new ``shepherd mcp`` continues where the last
+  one stopped), and an answer holds at most a bounded batch (``more``: call again). With
+  ``wait_seconds`` it waits for the file to grow by polling its size every
+  :data:`WAIT_POLL_S` — no inotify instance, so the wait works when the user's inotify
+  instances are used up; a stat per poll costs about what watchfiles' own polling step did.
+  ``--client NAME`` names the cursor; without it every server of the session shares the
+  cursor ``default`` (a session has one parent). The name the MCP client reports in
+  ``initialize`` is not used: two copies of one program report the same name, and a parent
+  that changes program (or version) would be handed every notification again.
 - Any :class:`~protocol.errors.ShepherdError` becomes an MCP tool error (``isError``) whose
   text and structured content are ``{"error": {"code", "message"}}`` — what ``--json`` prints.
 
 Making a coding agent the parent (start a session first: ``shepherd serve``; it prints its
-directory, DIR below; ``--session DIR`` may be left out to use the newest live session):
+directory, DIR below; ``--session DIR`` may be left out while it is the only live session):
 
 - Claude Code: ``claude mcp add shepherd -- shepherd mcp --session DIR`` (add ``-s user``
   before ``shepherd`` to have it in every project). Check with ``claude mcp list`` or ``/mcp``.
@@ -46,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import sys
 import threading
@@ -61,7 +66,8 @@ from mcp import types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from actors.client import Client, find_session, pid_alive
+from actors.client import Client, find_session, session_alive
+from actors.mcp_cursor import DEFAULT_CLIENT, Batch, CursorStore, check_client_name
 from actors.supervisor import SessionInfo
 from protocol.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.tools import (
@@ -83,10 +89,8 @@ INSTRUCTIONS = (
     "finished. Check progress with shepherd_status and shepherd_read."
 )
 
-#: watchfiles timings for the notifications wait: yield 20 ms after the last write, and wake
-#: every 500 ms regardless, so a write that landed before the watcher started is seen too
-_WATCH_STEP_MS = 20
-_WATCH_TICK_MS = 500
+#: how often a ``shepherd_notifications`` wait looks at the file's size
+WAIT_POLL_S = 0.025
 
 
 def _version() -> str:
@@ -119,21 +123,15 @@ def _error(info: ErrorInfo) -> types.CallToolResult:
     )
 
 
-def _alive(info: SessionInfo) -> bool:
-    """The supervisor runs and has not shut down (shutdown removes the mailbox; checked too
-    because a session embedded in a still-running program keeps its pid)."""
-    return pid_alive(info.parent_pid) and os.path.isdir(info.mailbox)
-
-
 class ShepherdMcp:
     """The server's state: which session, its client, and how far notifications were read."""
 
-    def __init__(self, session_dir: str | None = None) -> None:
+    def __init__(self, session_dir: str | None = None, client: str = DEFAULT_CLIENT) -> None:
         self._explicit = session_dir
+        self.client_name = check_client_name(client)
         self._info: SessionInfo | None = None
         self._client: Client | None = None
-        #: per session id: the byte offset of notifications.jsonl already returned
-        self._offsets: dict[str, int] = {}
+        self._announced: str | None = None
         self._notes_lock: anyio.Lock | None = None
         self._lock = threading.Lock()
         self._tools: dict[str, ToolSpec] = {spec.name: spec for spec in mcp_tools()}
@@ -155,9 +153,9 @@ class ShepherdMcp:
     def _session_and_client(self) -> tuple[SessionInfo, Client]:
         with self._lock:  # tool calls run on worker threads
             info, client = self._info, self._client
-            if info is None or client is None or not _alive(info):
-                fresh = find_session(self._explicit)
-                if not _alive(fresh):
+            if info is None or client is None or not session_alive(info):
+                fresh = find_session(self._explicit, announce=self._announce)
+                if not session_alive(fresh):
                     raise SessionUnavailable(f"the session at {fresh.session_dir} has ended")
                 if info is None or client is None or fresh.session_id != info.session_id:
                     client = Client(fresh)
@@ -167,6 +165,12 @@ class ShepherdMcp:
                 info = self._info = fresh
                 self._client = client
             return info, client
+
+    def _announce(self, text: str) -> None:
+        """Name a session found without --session once, where the MCP client logs stderr."""
+        if self._announced != text:
+            self._announced = text
+            logger.warning("{text}", text=text)
 
     def _run_op(self, spec: ToolSpec, args: msgspec.Struct) -> Any:
         _, client = self._session_and_client()
@@ -179,59 +183,56 @@ class ShepherdMcp:
 
     # ------------------------------------------------------------------ notifications
 
-    def _read_new(self, info: SessionInfo) -> list[Any]:
-        """Whole lines past the offset; a line still being written waits for the next call."""
-        offset = self._offsets.get(info.session_id, 0)
-        with open(info.notifications, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1
-        self._offsets[info.session_id] = offset + end
-        return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+    async def _take(self, info: SessionInfo) -> Batch:
+        store = CursorStore(info.session_dir, self.client_name)
+        return await anyio.to_thread.run_sync(store.take, info)
 
-    async def _wait_for_growth(self, info: SessionInfo, seconds: float) -> None:
-        import watchfiles
-
-        path = Path(info.notifications)
-        offset = self._offsets.get(info.session_id, 0)
-        stop = anyio.Event()
-
-        async def deadline() -> None:
-            await anyio.sleep(seconds)
-            stop.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(deadline)
-            async for _ in watchfiles.awatch(
-                path,
-                watch_filter=None,
-                debounce=200,
-                step=_WATCH_STEP_MS,
-                rust_timeout=_WATCH_TICK_MS,
-                yield_on_timeout=True,
-                stop_event=stop,
-            ):
-                if path.stat().st_size > offset:
+    async def _wait_and_take(self, info: SessionInfo, batch: Batch, seconds: float) -> Batch:
+        """Poll the file's size until a batch has something, ``seconds`` pass, or the session
+        ends. A size change is only a hint: the batch is read from the cursor."""
+        deadline = anyio.current_time() + seconds
+        while (left := deadline - anyio.current_time()) > 0:
+            await anyio.sleep(min(WAIT_POLL_S, left))
+            try:
+                size = os.stat(info.notifications).st_size
+            except OSError:
+                continue
+            if size != batch.size:
+                batch = await self._take(info)
+                if batch.notifications or batch.more:
                     break
-            tg.cancel_scope.cancel()
+            if not session_alive(info):
+                break
+        return batch
+
+    def _answer(self, info: SessionInfo, batch: Batch) -> dict[str, Any]:
+        return {
+            "session_id": info.session_id,
+            "client": self.client_name,
+            "notifications": batch.notifications,
+            "more": batch.more,
+        }
 
     async def notifications(self, args: NotificationsArgs) -> dict[str, Any]:
         if self._notes_lock is None:
             self._notes_lock = anyio.Lock()
-        async with self._notes_lock:  # two concurrent calls must not return a line twice
+        # this server's calls one at a time; the cursor's file lock orders other servers
+        async with self._notes_lock:
             last = self._info
             try:
                 info = self.session()
             except SessionUnavailable:
                 # the session ended: what it wrote before it went is still owed to the client
-                if last is None or not (notes := self._read_new(last)):
+                if last is None:
                     raise
-                return {"session_id": last.session_id, "notifications": notes, "ended": True}
-            notes = self._read_new(info)
-            if not notes and args.wait_seconds > 0:
-                await self._wait_for_growth(info, args.wait_seconds)
-                notes = self._read_new(info)
-        return {"session_id": info.session_id, "notifications": notes}
+                batch = await self._take(last)
+                if not batch.notifications:
+                    raise
+                return {**self._answer(last, batch), "ended": True}
+            batch = await self._take(info)
+            if not batch.notifications and not batch.more and args.wait_seconds > 0:
+                batch = await self._wait_and_take(info, batch, args.wait_seconds)
+        return self._answer(info, batch)
 
     # ------------------------------------------------------------------ MCP handlers
 
@@ -280,19 +281,18 @@ class ShepherdMcp:
             )
 
 
-def serve_stdio(session_dir: str | None) -> int:
-    """``shepherd mcp [--session DIR]``: serve until the client closes stdin. Logs go to stderr
-    (stdout is the protocol); ``SHEPHERD_LOG_LEVEL`` sets the level (default WARNING)."""
+def serve_stdio(session_dir: str | None, client: str | None = None) -> int:
+    """``shepherd mcp [--session DIR] [--client NAME]``: serve until the client closes stdin.
+    Logs go to stderr (stdout is the protocol); ``SHEPHERD_LOG_LEVEL`` sets the level (default
+    WARNING). A bad ``--client`` is refused before serving (``invalid_argument``)."""
+    app = ShepherdMcp(session_dir, DEFAULT_CLIENT if client is None else client)
     logger.enable("actors")
     logger.remove()
     logger.add(sys.stderr, level=os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING"))
-    app = ShepherdMcp(session_dir)
     try:
         app.session()
-    except SessionUnavailable as exc:  # not fatal: the session may be started later
-        logger.warning(
-            "{msg}; tools will report session_unavailable until one is running", msg=exc.message
-        )
+    except ShepherdError as exc:  # not fatal: the session may be started (or chosen) later
+        logger.warning("{msg}; tools will report {code} until then", msg=exc.message, code=exc.code)
     try:
         anyio.run(app.run_stdio)
     except KeyboardInterrupt:
@@ -305,8 +305,15 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m actors.mcp_server", description="Shepherd's parent tools over MCP (stdio)."
     )
     parser.add_argument("--session", metavar="DIR", help="the session directory")
+    parser.add_argument(
+        "--client", metavar="NAME", help="whose notifications cursor to use (default: default)"
+    )
     args = parser.parse_args(argv)
-    return serve_stdio(args.session)
+    try:
+        return serve_stdio(args.session, args.client)
+    except ShepherdError as exc:
+        sys.stderr.write(f"shepherd mcp: {exc.code}: {exc.message}\n")
+        return 2
 
 
 if __name__ == "__main__":

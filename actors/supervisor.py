@@ -13,7 +13,8 @@ and a pointer in ``<state>/shepherd/live/`` so the CLI can find the newest live 
 
 CLI clients send ``call`` envelopes into the parent inbox (authenticated by the session's client
 token, kept in the 0600 ``session.json``); each call runs on a small thread pool, never on the
-mailbox receiver, and its ``result`` goes back to the client's one-shot inbox.
+mailbox receiver, and its ``result`` goes back to the client's one-shot inbox (a leftover of a
+killed client is swept: :mod:`actors.reply_inboxes`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from actors.launcher import ProcessLauncher
 from actors.mailbox import Mailbox, default_runtime_dir
 from actors.notes import FileTaskNotes
 from actors.notification_file import NotificationFile
+from actors.reply_inboxes import ReplyInboxSweeper
 from actors.runtime import ThreadedRuntime
 from actors.session import Session
 from actors.sinks import Sink
@@ -218,6 +220,10 @@ class Supervisor:
             settings=self.settings,
         )
         self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shepherd-call")
+        # reply inboxes of calls whose caller was killed: now (a restart) and periodically
+        self.reply_inboxes = ReplyInboxSweeper(self.mailbox, self.runtime.clock, self._calls.submit)
+        self.reply_inboxes.sweep()
+        self.reply_inboxes.start()
         self.session = Session(
             self.runtime,
             self.mailbox,
@@ -405,6 +411,7 @@ class Supervisor:
         if not self.launcher.reaper.wait_all_exited(grace_s):
             logger.warning("agents still running after {s}s; killing them", s=grace_s)
         self.launcher.close()
+        self.reply_inboxes.stop()
         self._calls.shutdown(wait=True, cancel_futures=True)
         self.session.shutdown()
         self.journal.close()

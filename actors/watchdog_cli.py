@@ -364,13 +364,18 @@ def run_watchdog(
         return _fail(args, exc, out, err)
 
 
-def client_call(session: str | None) -> Call:
-    """The CLI's ``call``: op ``watchdog`` to the session found from ``--session`` (lazily)."""
+def client_call(session: str | None, announce: Callable[[str], None] | None = None) -> Call:
+    """The CLI's ``call``: op ``watchdog`` to the session found from ``--session`` (lazily;
+    ``announce`` is told which session when it was not named)."""
+
+    found: list[Any] = []  # the session, found once (and announced once)
 
     def call(op: str, args: dict[str, Any]) -> Any:
         from actors.client import Client, find_session
 
-        return Client(find_session(session)).call("watchdog", {"op": op, "args": args})
+        if not found:
+            found.append(find_session(session, announce=announce))
+        return Client(found[0]).call("watchdog", {"op": op, "args": args})
 
     return call
 

@@ -33,6 +33,7 @@ from protocol.limits import Handle, OptionalText, Text
 from protocol.tasks import DoneStatus
 
 __all__ = [
+    "NOTIFICATIONS_PER_CALL",
     "ChildDoneArgs",
     "ChildMessageArgs",
     "NotificationsArgs",
@@ -71,6 +72,10 @@ class ChildDoneArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     status: DoneStatus
     summary: OptionalText | None = None
     cancel_requests: bool = False
+
+
+#: at most this many notifications in one ``shepherd_notifications`` answer
+NOTIFICATIONS_PER_CALL = 100
 
 
 class NotificationsArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -475,8 +480,10 @@ NOTIFICATIONS = _shepherd_tool(
     description=(
         "Return the Shepherd notifications you have not seen yet: task completions for your "
         "watches, agents' messages to you (answer with shepherd_message reply_to), and notices "
-        "(stale waits, exits, timeouts). Each is returned exactly once. With wait_seconds it "
-        "waits up to that long for the next one when none is pending."
+        "(stale waits, exits, timeouts). Each is returned once, also across restarts of the "
+        f'server. An answer holds at most {NOTIFICATIONS_PER_CALL}; when its "more" is true, '
+        "call again at once. "
+        "With wait_seconds it waits up to that long for the next one when none is pending."
     ),
     prompt_snippet="Fetch new Shepherd notifications (completions, agent messages, notices)",
     params={

@@ -163,17 +163,6 @@ def test_errors_exit_2_with_a_typed_json_error(serve, scripts, tmp_path: Path) -
     assert rc == 2 and err["error"]["code"] == "session_unavailable"
 
 
-def test_the_session_is_found_by_env_and_as_the_newest_live_one(
-    serve, scripts, tmp_path: Path, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
-    serve()
-    session = tmp_path / "session"
-    _, by_default = cli("status")  # newest live session of this user
-    monkeypatch.setenv("SHEPHERD_SESSION", str(session))
-    _, by_env = cli("status")
-    assert by_default["session_id"] == by_env["session_id"]
-
-
 def test_killing_an_agent_mid_task_fails_it_with_return_code_1(
     serve, scripts, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]

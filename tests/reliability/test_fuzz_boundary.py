@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from actors.config import load_settings
 from actors.mailbox import Mailbox
 from actors.mailbox_files import write_all
+from actors.reply_inboxes import ReplyInbox
 from actors.transport import PARENT_INBOX
 from protocol.envelopes import (
     AckEnvelope,
@@ -328,7 +329,7 @@ def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_
     changes = Changes(reasons.dir)
     receipts = Receipts(changes.nudge)
     client = Mailbox.open(sup.mailbox_root, session_id)
-    client.ensure_inbox(me)
+    inbox = ReplyInbox(client, me)  # locked, like every one-shot inbox: the parent's sweep keeps it
     client.subscribe(me, receipts)
     try:
         # 1. random files, random names, planted straight into new/
@@ -478,6 +479,7 @@ def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_
         assert sup.mailbox.wait_drained(10) and not os.listdir(new_dir)  # nothing left unread
     finally:
         client.close()
+        inbox.remove()
         changes.close()
     report["inputs"] = report["planted_files"] + report["agent_envelopes"] + report["published"]
 
