@@ -52,6 +52,7 @@ from protocol.envelopes import AnyEnvelope, CallEnvelope, NoticeEnvelope, Result
 from protocol.errors import (
     ForbiddenSender,
     InvalidArgument,
+    LimitExceeded,
     ShepherdError,
 )
 from protocol.ids import PARENT_ID, IdKind
@@ -60,7 +61,10 @@ from protocol.limits import answer_budget
 from protocol.notifications import AnyNotification
 from protocol.settings import Settings, check_settings
 
-__all__ = ["SessionInfo", "Supervisor", "live_dir", "state_dir"]
+__all__ = ["MAX_WAITING_CALLS", "SessionInfo", "Supervisor", "live_dir", "state_dir"]
+
+#: ``wait`` calls that may block at once (each on a thread of its own, off the call pool)
+MAX_WAITING_CALLS = 64
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -220,6 +224,7 @@ class Supervisor:
             settings=self.settings,
         )
         self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shepherd-call")
+        self._waiting = threading.BoundedSemaphore(MAX_WAITING_CALLS)
         # reply inboxes of calls whose caller was killed: now (a restart) and periodically
         self.reply_inboxes = ReplyInboxSweeper(self.mailbox, self.runtime.clock, self._calls.submit)
         self.reply_inboxes.sweep()
@@ -303,7 +308,30 @@ class Supervisor:
     # ------------------------------------------------------------------ CLI calls
 
     def _on_call(self, env: CallEnvelope) -> None:
-        self._calls.submit(self._answer, env)
+        if env.op != "wait":
+            self._calls.submit(self._answer, env)
+            return
+        # A wait blocks until its tasks settle: on the pool, four of them would starve every
+        # other call (and the sweep). Each gets a thread of its own, up to a bound.
+        if not self._waiting.acquire(blocking=False):
+            if env.reply_inbox is not None:
+                self._answer_error(
+                    env,
+                    LimitExceeded(
+                        f"{MAX_WAITING_CALLS} wait calls are already waiting; use watch (it "
+                        "returns at once and notifies), or wait with a timeout"
+                    ),
+                )
+            return
+        threading.Thread(
+            target=self._answer_then_release, args=(env,), name="shepherd-wait", daemon=True
+        ).start()
+
+    def _answer_then_release(self, env: CallEnvelope) -> None:
+        try:
+            self._answer(env)
+        finally:
+            self._waiting.release()
 
     def _answer(self, env: CallEnvelope) -> None:
         """Run a CLI call and send its answer, bounded to one envelope (an answer that cannot

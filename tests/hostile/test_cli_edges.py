@@ -8,6 +8,7 @@ prints a readable list unless ``--json``; ``delegate`` says the name that was ty
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from actors.cli import WAIT_TIMED_OUT
 from tests.processes.conftest import cli
+from tests.reliability.live import wait_for_files
 
 from .conftest import Live
 
@@ -125,3 +127,38 @@ def test_delegate_says_the_name_that_was_typed(live: Live) -> None:
     done = run("delegate", "idle", "work", "--session", str(live.session))
     assert done.returncode == 0
     assert done.stdout.strip().endswith("delegated to idle"), done.stdout
+
+
+def test_waiting_calls_never_starve_the_other_calls(live: Live) -> None:
+    """Each ``wait`` once held one of the four call workers until its tasks settled: four
+    waits and every other command (and the reply-inbox sweep) timed out."""
+    _spawn_idle(live)
+    task = live.sup.call("delegate", {"target": "idle", "task": "long"})
+    handled = live.sup.mailbox_root / "inbox" / "parent" / "cur"  # a call handed over
+    before = len(os.listdir(handled))
+    argv = [sys.executable, "-m", "actors.cli", "wait", task.task_id, "--json"]
+    waits = [
+        subprocess.Popen(
+            [*argv, "--session", str(live.session)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    try:
+        # all six are handed over (each holds a call worker in the old design) before status
+        assert wait_for_files(handled, lambda: len(os.listdir(handled)) >= before + 6, 30)
+        code, out = cli("status", session=live.session, check=False)
+        assert code == 0, out
+        code, out = cli("cancel", task.task_id, session=live.session, check=False)
+        assert code == 0 and out["status"] == "cancelled", out
+        for proc in waits:
+            stdout, _ = proc.communicate(timeout=60)
+            assert proc.returncode == 0, stdout
+            assert json.loads(stdout)["completed"][0]["status"] == "cancelled"
+    finally:
+        for proc in waits:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
