@@ -43,6 +43,7 @@ __all__ = [
     "ReplyInbox",
     "ReplyInboxSweeper",
     "sweep_reply_inboxes",
+    "unread_answers",
 ]
 
 #: one-shot inboxes are named by a message id; agents' and the parent's never are
@@ -133,6 +134,27 @@ def sweep_reply_inboxes(inbox_root: Path, now_s: float, min_age_s: float = MIN_A
         # an unread answer was for a call whose caller is gone: nobody can read it any more
         logger.info("removed the reply inbox {} of an ended call ({} unread)", entry.name, unread)
     return removed
+
+
+def unread_answers(inbox_root: Path) -> int:
+    """One-shot inboxes holding an unread answer whose owner still runs (it holds the lock):
+    what a shutdown waits for before it removes the mailbox."""
+    waiting = 0
+    try:
+        scan = os.scandir(inbox_root)
+    except OSError:
+        return 0
+    with scan:
+        entries = [e for e in scan if e.name.startswith(ONE_SHOT_PREFIX)]
+    for entry in entries:
+        if not _count(os.path.join(entry.path, "new")):
+            continue
+        fd = _owner_gone(entry.path)
+        if fd is None:
+            waiting += 1  # its owner runs and has not read its answer yet
+        else:
+            os.close(fd)
+    return waiting
 
 
 def _count(directory: str) -> int:

@@ -39,7 +39,7 @@ from actors.launcher import ProcessLauncher
 from actors.mailbox import Mailbox, default_runtime_dir
 from actors.notes import FileTaskNotes
 from actors.notification_file import NotificationFile
-from actors.reply_inboxes import ReplyInboxSweeper
+from actors.reply_inboxes import ReplyInboxSweeper, unread_answers
 from actors.runtime import ThreadedRuntime
 from actors.session import Session
 from actors.sinks import Sink
@@ -337,18 +337,17 @@ class Supervisor:
         """Run a CLI call and send its answer, bounded to one envelope (an answer that cannot
         be cut to fit is ``limit_exceeded``, sent at once: the caller never waits in vain)."""
         budget = answer_budget(self.settings.max_envelope_bytes)
+        if env.op == "shutdown":  # answer first: the shutdown removes the caller's inbox
+            if env.reply_inbox is not None:
+                with contextlib.suppress(ShepherdError):
+                    self.mailbox.publish(
+                        env.reply_inbox, self._result(env, {"shutting_down": True})
+                    )
+            threading.Thread(target=self.shutdown, name="shepherd-shutdown").start()
+            return
         try:
             data = msgspec.to_builtins(fit_answer(self.call(env.op, env.args), budget))
-            result = ResultEnvelope(
-                message_id=self.runtime.ids.new(IdKind.MESSAGE),
-                session_id=self.session_id,
-                sender_id=PARENT_ID,
-                target_id=env.sender_id,
-                created_at=self.runtime.clock.now(),
-                call_id=env.message_id,
-                ok=True,
-                data=data,
-            )
+            result = self._result(env, data)
         except ShepherdError as exc:
             result = self._error_result(env, exc)
         except Exception as exc:  # a bug must still answer the caller
@@ -366,6 +365,18 @@ class Supervisor:
                 return
             # the answer itself could not be sent (too big, the inbox gone or full): say why
             self._answer_error(env, exc)
+
+    def _result(self, env: CallEnvelope, data: Any) -> ResultEnvelope:
+        return ResultEnvelope(
+            message_id=self.runtime.ids.new(IdKind.MESSAGE),
+            session_id=self.session_id,
+            sender_id=PARENT_ID,
+            target_id=env.sender_id,
+            created_at=self.runtime.clock.now(),
+            call_id=env.message_id,
+            ok=True,
+            data=data,
+        )
 
     def _answer_error(self, env: CallEnvelope, exc: ShepherdError) -> None:
         assert env.reply_inbox is not None
@@ -446,6 +457,12 @@ class Supervisor:
         self.notifications.close()
         with contextlib.suppress(FileNotFoundError):
             self._live_pointer.unlink()
+        # answers still unread by their live callers (the `shutdown` call's own, say) are
+        # given a moment to be read before the mailbox goes
+        for _ in range(250):  # at most 5 s
+            if not unread_answers(self.mailbox_root / "inbox"):
+                break
+            self._stopped.wait(0.02)
         shutil.rmtree(self.mailbox_root, ignore_errors=True)
         if not keep:
             shutil.rmtree(self.session_dir, ignore_errors=True)
