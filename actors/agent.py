@@ -6,6 +6,19 @@ the broker routes to the agent into the agent's inbox, stamped with the agent's 
 capability, keeps the agent's recent output for ``read``, and reports the process's exit.
 How the agent is run (an in-process simulated agent, a ``shepherd-child`` process) is the
 injected :class:`Launcher`'s business.
+
+Rules:
+- An exit the parent did not ask for (no ``close`` first) is reported with its reason: the
+  last ``error`` the agent sent, else what its log ends with (a handle may offer
+  ``log_tail()``: a bridge that dies at start, before its mailbox is open, has said nothing
+  anywhere else), else why the launch failed. The log's tail goes into the agent's output,
+  so ``read`` shows it, and the broker turns the reason into a notification.
+- The actor outlives its process: once the process has exited it stays as the read model of
+  the agent's last output (``read`` after an exit shows why), and refuses every delivery
+  with ``DeliveryFailed`` (nobody would ever read the agent's inbox again).
+- Per turn it reports :class:`~actors.messages.TurnEnded` to the broker, with the turn's
+  status and the tail of what the turn printed: the broker decides whether the parent must
+  hear of it (a turn that ended while its task runs and nobody was asked anything).
 """
 
 from __future__ import annotations
@@ -26,14 +39,43 @@ from actors.messages import (
     DeliveryFailed,
     ProcessExited,
     ReadOutput,
+    TurnEnded,
 )
 from actors.runtime import ShepherdActor
 from actors.transport import Transport
 from protocol.envelopes import ControlEnvelope, RuntimeEnvelope
-from protocol.errors import ShepherdError
+from protocol.errors import InvalidHandle, ShepherdError
 from protocol.ids import PARENT_ID, IdKind
 
-__all__ = ["AgentActor", "AgentHandle", "AgentSpec", "Launcher"]
+__all__ = ["AgentActor", "AgentHandle", "AgentSpec", "Launcher", "reason_from_log"]
+
+#: Lines of the agent's log quoted in its output when it exits unasked.
+LOG_TAIL_LINES = 20
+#: A reason (for a notification) is cut to this many characters.
+REASON_CHARS = 500
+#: Lines, and characters per line, of a turn's output quoted when it ends without done.
+TURN_TAIL_LINES = 5
+TURN_TAIL_LINE_CHARS = 200
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def reason_from_log(lines: list[str]) -> str | None:
+    """Why a bridge stopped, from the end of its log: its last ERROR line (loguru's
+    ``time LEVEL agent | message`` layout), else its last line that is not the bridge's own
+    closing ``exit N (...)`` line (a Python traceback ends with the exception)."""
+    for line in reversed(lines):
+        head, sep, rest = line.partition(" | ")
+        if sep and (" ERROR " in head or " CRITICAL " in head):
+            return rest.removeprefix("fatal: ").strip() or None
+    for line in reversed(lines):
+        head, sep, rest = line.partition(" | ")
+        text = (rest if sep else line).strip()
+        if text and not (sep and text.startswith("exit ")):
+            return text
+    return None
 
 
 class AgentSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,6 +92,8 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True):
 class AgentHandle(Protocol):
     def stop(self) -> None:
         """Make the agent process exit (the launcher reports the exit through on_exit)."""
+
+    # optional: ``log_tail(lines) -> list[str]``, the end of the agent's own log
 
 
 class Launcher(Protocol):
@@ -89,6 +133,12 @@ class AgentActor(ShepherdActor):
         self._broker = broker
         self._handle: AgentHandle | None = None
         self._closing = False
+        self._ready = False
+        self._last_error: str | None = None
+        self._launch_error: str | None = None
+        #: the current turn: when it started and the tail of what it printed
+        self._turn_started_at: float | None = None
+        self._turn_output: deque[str] = deque(maxlen=TURN_TAIL_LINES)
         self._log = logger.bind(agent=spec.name, agent_id=spec.agent_id)
 
     def on_start(self) -> None:
@@ -104,7 +154,8 @@ class AgentActor(ShepherdActor):
             self._handle = self._launcher.launch(self.spec, self._exited)
         except Exception as exc:
             self._log.opt(exception=True).error("launch failed")
-            self.output.append(f"[shepherd] launch failed: {exc}")
+            self._launch_error = f"launch failed: {exc}"
+            self.output.append(f"[shepherd] {self._launch_error}")
             self.actor_ref.tell(ProcessExited(exit_code=127))
 
     def _exited(self, code: int) -> None:
@@ -118,11 +169,7 @@ class AgentActor(ShepherdActor):
             case RuntimeEnvelope():
                 self._runtime_event(message)
             case ProcessExited(exit_code=code):
-                self._set_state("exited", exit_code=code)
-                self._broker.tell(
-                    AgentExited(agent_id=self.spec.agent_id, exit_code=code, closing=self._closing)
-                )
-                self.stop()
+                self._process_exited(code)
             case CloseAgent(reason=reason):
                 self._close(reason)
             case ReadOutput(lines=n):
@@ -131,7 +178,53 @@ class AgentActor(ShepherdActor):
                 return super().on_receive(message)
         return None
 
+    def _process_exited(self, code: int) -> None:
+        if self.process_state == "exited":
+            return
+        before_ready = not self._ready
+        reason = None if self._closing else self._exit_reason(code, before_ready)
+        self._set_state("exited", exit_code=code)
+        self._broker.tell(
+            AgentExited(
+                agent_id=self.spec.agent_id,
+                exit_code=code,
+                closing=self._closing,
+                reason=reason,
+                before_ready=before_ready,
+            )
+        )
+        # not stopped: the actor stays as the read model of the agent's last output
+
+    def _exit_reason(self, code: int, before_ready: bool) -> str | None:
+        """Why the process is gone (it was not asked to go); its log's tail goes to output."""
+        tail: list[str] = []
+        log_tail = getattr(self._handle, "log_tail", None)
+        if log_tail is not None:
+            try:
+                tail = list(log_tail(LOG_TAIL_LINES))
+            except OSError as exc:
+                self._log.warning("cannot read the agent's log: {}", exc)
+        when = "before it was ready" if before_ready else "without being closed"
+        if tail:
+            self.output.append(
+                f"[shepherd] the agent process exited with status {code} {when}; its log ends:"
+            )
+            self.output.extend(tail)
+        else:
+            self.output.append(f"[shepherd] the agent process exited with status {code} {when}")
+        reason = self._last_error or reason_from_log(tail) or self._launch_error
+        return _cut(reason, REASON_CHARS) if reason else None
+
     def _deliver(self, env: Any) -> None:
+        if self.process_state == "exited":
+            # nobody will read this agent's inbox again: say so instead of publishing
+            self._broker.tell(
+                DeliveryFailed(
+                    envelope=env,
+                    error=InvalidHandle(f"agent {self.spec.name} has exited").info(),
+                )
+            )
+            return
         stamped = msgspec.structs.replace(
             env, session_id=self.spec.session_id, capability=self.spec.capability
         )
@@ -144,23 +237,54 @@ class AgentActor(ShepherdActor):
     def _runtime_event(self, env: RuntimeEnvelope) -> None:
         match env.event:
             case "ready":
+                self._ready = True
                 if self.process_state == "starting":
                     self._set_state("idle")
             case "turn_start":
+                self._turn_started_at = self.clock.now()
+                self._turn_output.clear()
                 self._set_state("working")
             case "turn_end":
                 self._set_state("idle")  # a turn ending settles nothing (DESIGN §1.1)
+                self._turn_ended(env)
             case "output" | "error":
+                if env.event == "error" and env.text:
+                    self._last_error = env.text
                 if env.text:
-                    self.output.extend(env.text.splitlines() or [""])
+                    lines = env.text.splitlines() or [""]
+                    self.output.extend(lines)
+                    self._turn_output.extend(
+                        _cut(line, TURN_TAIL_LINE_CHARS) for line in lines[-TURN_TAIL_LINES:]
+                    )
             case "tool_call" | "tool_result":
                 self.events.append(env)
                 line = env.command if env.event == "tool_call" else env.output
                 prefix = "$ " if env.event == "tool_call" else ""
                 if line:
-                    self.output.extend(f"{prefix}{x}" for x in line.splitlines()[-20:])
+                    shown = [f"{prefix}{x}" for x in line.splitlines()[-20:]]
+                    self.output.extend(shown)
+                    self._turn_output.extend(
+                        _cut(x, TURN_TAIL_LINE_CHARS) for x in shown[-TURN_TAIL_LINES:]
+                    )
             case "exit":
                 pass  # the launcher observes the real exit; this is only the child's last word
+
+    def _turn_ended(self, env: RuntimeEnvelope) -> None:
+        """Hand the turn's end to the broker: it knows whether the task is still open."""
+        if self.process_state == "exited":
+            return
+        self._broker.tell(
+            TurnEnded(
+                agent_id=self.spec.agent_id,
+                started_at=self._turn_started_at,
+                ended_at=self.clock.now(),
+                exit_code=env.exit_code,
+                is_error=env.is_error,
+                tail=tuple(self._turn_output),
+            )
+        )
+        self._turn_started_at = None
+        self._turn_output.clear()
 
     def _set_state(self, state: str, *, exit_code: int | None = None) -> None:
         if self.process_state == "exited":
@@ -177,8 +301,8 @@ class AgentActor(ShepherdActor):
             )
         )
 
-    def _close(self, reason: str) -> None:
-        if self._closing:
+    def _close(self, reason: str | None) -> None:
+        if self._closing or self.process_state == "exited":
             return
         self._closing = True
         control = ControlEnvelope(

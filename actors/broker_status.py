@@ -5,7 +5,7 @@ A read of the broker's own tables (and read models), built on the broker's threa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from protocol import api
 
@@ -42,6 +42,7 @@ def status_view(broker: BrokerActor, handle: str | None) -> api.StatusResult:
                     or (waiting_age or 0.0) >= broker.settings.stale_wait_threshold_s
                 ),
                 result=broker.results.get(task_id),
+                **_turns_without_done(broker, task_id),
             )
         rows.append(
             api.AgentStatus(
@@ -56,6 +57,15 @@ def status_view(broker: BrokerActor, handle: str | None) -> api.StatusResult:
             )
         )
     return api.StatusResult(session_id=broker.session_id, now=now, agents=tuple(rows))
+
+
+def _turns_without_done(broker: BrokerActor, task_id: str) -> dict[str, Any]:
+    count, ended_at, exit_code = broker._turn_stats.get(task_id, (0, None, None))
+    return {
+        "turns_without_done": count,
+        "last_turn_ended_at": ended_at,
+        "last_turn_exit_code": exit_code,
+    }
 
 
 def _last_task_of(broker: BrokerActor, agent_id: str) -> str | None:

@@ -368,14 +368,8 @@ class Supervisor:
             case "ping":
                 return {"session_id": self.session_id, "pid": os.getpid()}
             case "spawn":
-                spawn = api.build_args(api.SpawnArgs, **args)
-                if spawn.adapter == "scripted" and not spawn.script:
-                    raise InvalidArgument("a scripted agent needs --script FILE")
-                if spawn.adapter == "command" and not spawn.cmd:
-                    raise InvalidArgument("a command agent needs --cmd TEMPLATE")
-                if spawn.script and not os.path.isfile(spawn.script):
-                    raise InvalidArgument(f"script file {spawn.script!r} does not exist")
-                return s._ask(spawn)
+                # the name, then the adapter's options, are checked by the broker
+                return s._ask(api.build_args(api.SpawnArgs, **args))
             case "delegate":
                 return s._ask(api.build_args(api.DelegateArgs, **args))
             case "message":

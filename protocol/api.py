@@ -31,6 +31,7 @@ __all__ = [
     "ReadArgs",
     "ReadResult",
     "ResultArgs",
+    "SettleResult",
     "SpawnArgs",
     "SpawnResult",
     "StatusArgs",
@@ -191,6 +192,11 @@ class TaskStatus(msgspec.Struct, frozen=True, kw_only=True):
     pending_requests: tuple[RequestRecord, ...] = ()
     stale: bool = False
     result: TaskResult | None = None
+    #: the agent's turns that ended while this task stayed open, without done or a question
+    turns_without_done: int = 0
+    #: when the last of them ended, and its exit status (None: the adapter gives none)
+    last_turn_ended_at: float | None = None
+    last_turn_exit_code: int | None = None
 
 
 class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -208,6 +214,13 @@ class StatusResult(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     now: float
     agents: tuple[AgentStatus, ...]
+
+
+class SettleResult(TaskResult, frozen=True, kw_only=True):
+    """The answer to ``cancel`` / ``fail``: the task's result, and whether it had settled
+    before this call (then the result is the earlier one and nothing changed)."""
+
+    already_settled: bool = False
 
 
 class CloseResult(msgspec.Struct, frozen=True, kw_only=True):
