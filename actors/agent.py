@@ -148,6 +148,7 @@ class AgentActor(ShepherdActor):
             return
         try:
             if self._adopt:
+                self._ready = True  # it was running before the parent restarted
                 self._handle = self._launcher.adopt(self.spec, self._adopt_pid, self._exited)
                 self.output.append("[shepherd] adopted the running bridge after a parent restart")
                 return

@@ -384,7 +384,6 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
                     + f". Read {entry.name}'s output for its last words.",
                     agent_id=entry.agent_id,
                     task_id=task_id,
-                    refs=(task_id,) if task_id else (),
                 )
             )
         self._log.info("agent {name} exited ({code})", name=entry.name, code=msg.exit_code)

@@ -294,6 +294,5 @@ class TaskMixin(BrokerState):
                 text=text,
                 agent_id=entry.agent_id,
                 task_id=record.task_id,
-                refs=(record.task_id,),
             )
         )
