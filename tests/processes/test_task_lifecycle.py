@@ -117,6 +117,11 @@ def test_ending_a_task_stops_a_command_agents_turn_and_the_next_task_runs(
         "delegate", "worker", f"IGNORE-TERM BLOCK-UNTIL {fifo}", *timeout, session=session
     )
     pid = _turn_pid(session, "worker")
+    lines = cli("read", "worker", "--lines", "200", session=session)[1]["lines"]
+    first_input = next(x for x in lines if x.startswith("MSG:"))
+    # a command agent is told the commands it has (a shell), not the Pi tools
+    assert "shepherd-child done --status completed" in first_input
+    assert "shepherd_done" not in first_input and "shepherd for the parent" in first_input
     mark = len(server.lines)
     if how != "timeout":
         (row,) = cli("status", "worker", session=session)[1]["agents"]
