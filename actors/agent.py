@@ -9,9 +9,10 @@ injected :class:`Launcher`'s business.
 
 Rules:
 - An exit the parent did not ask for (no ``close`` first) is reported with its reason: the
-  last ``error`` the agent sent, else what its log ends with (a handle may offer
-  ``log_tail()``: a bridge that dies at start, before its mailbox is open, has said nothing
-  anywhere else), else why the launch failed. The log's tail goes into the agent's output,
+  start-up error it sent, else the last error in its log (a handle may offer ``log_tail()``:
+  a bridge that dies at start, before its mailbox is open, has said nothing anywhere else),
+  else what it said in its exit event, else the signal that killed it, else its log's last
+  line, else why the launch failed. The log's tail goes into the agent's output,
   so ``read`` shows it, and the broker turns the reason into a notification.
 - The actor outlives its process: once the process has exited it stays as the read model of
   the agent's last output (``read`` after an exit shows why), and refuses every delivery
@@ -23,6 +24,7 @@ Rules:
 
 from __future__ import annotations
 
+import signal
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -47,7 +49,14 @@ from protocol.envelopes import ControlEnvelope, RuntimeEnvelope
 from protocol.errors import InvalidHandle, ShepherdError
 from protocol.ids import PARENT_ID, IdKind
 
-__all__ = ["AgentActor", "AgentHandle", "AgentSpec", "Launcher", "reason_from_log"]
+__all__ = [
+    "AgentActor",
+    "AgentHandle",
+    "AgentSpec",
+    "Launcher",
+    "error_from_log",
+    "last_words_in_log",
+]
 
 #: Lines of the agent's log quoted in its output when it exits unasked.
 LOG_TAIL_LINES = 20
@@ -62,20 +71,32 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def reason_from_log(lines: list[str]) -> str | None:
-    """Why a bridge stopped, from the end of its log: its last ERROR line (loguru's
-    ``time LEVEL agent | message`` layout), else its last line that is not the bridge's own
-    closing ``exit N (...)`` line (a Python traceback ends with the exception)."""
+def error_from_log(lines: list[str]) -> str | None:
+    """The last ERROR line of a bridge's log (loguru's ``time LEVEL agent | message``)."""
     for line in reversed(lines):
         head, sep, rest = line.partition(" | ")
         if sep and (" ERROR " in head or " CRITICAL " in head):
             return rest.removeprefix("fatal: ").strip() or None
+    return None
+
+
+def last_words_in_log(lines: list[str]) -> str | None:
+    """The last line of a log that is not the bridge's own closing ``exit N (...)`` line (a
+    Python traceback, for one, ends with its exception)."""
     for line in reversed(lines):
-        head, sep, rest = line.partition(" | ")
+        _, sep, rest = line.partition(" | ")
         text = (rest if sep else line).strip()
         if text and not (sep and text.startswith("exit ")):
             return text
     return None
+
+
+def _signal_name(code: int) -> str | None:
+    """``SIGKILL`` for a status of 128 + 9 (how an exit by a signal is reported)."""
+    try:
+        return signal.Signals(code - 128).name if code > 128 else None
+    except ValueError:
+        return None
 
 
 class AgentSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,6 +156,7 @@ class AgentActor(ShepherdActor):
         self._closing = False
         self._ready = False
         self._last_error: str | None = None
+        self._exit_text: str | None = None
         self._launch_error: str | None = None
         #: the current turn: when it started and the tail of what it printed
         self._turn_started_at: float | None = None
@@ -213,7 +235,18 @@ class AgentActor(ShepherdActor):
             self.output.extend(tail)
         else:
             self.output.append(f"[shepherd] the agent process exited with status {code} {when}")
-        reason = self._last_error or reason_from_log(tail) or self._launch_error
+        # the most specific first: a start-up failure says so in its last error; later, the
+        # bridge logs what went wrong, or says why it stopped in its exit event
+        killed = _signal_name(code)
+        candidates = (
+            self._last_error if before_ready else None,
+            error_from_log(tail),
+            self._exit_text,
+            f"killed by {killed}" if killed else None,
+            last_words_in_log(tail),
+            self._launch_error,
+        )
+        reason = next((c for c in candidates if c), None)
         return _cut(reason, REASON_CHARS) if reason else None
 
     def _deliver(self, env: Any) -> None:
@@ -242,7 +275,9 @@ class AgentActor(ShepherdActor):
                 if self.process_state == "starting":
                     self._set_state("idle")
             case "turn_start":
-                self._turn_started_at = self.clock.now()
+                # when the agent's side started it (not when the event got here): a task
+                # delegated meanwhile was not this turn's
+                self._turn_started_at = env.created_at
                 self._turn_output.clear()
                 self._set_state("working")
             case "turn_end":
@@ -268,7 +303,8 @@ class AgentActor(ShepherdActor):
                         _cut(x, TURN_TAIL_LINE_CHARS) for x in shown[-TURN_TAIL_LINES:]
                     )
             case "exit":
-                pass  # the launcher observes the real exit; this is only the child's last word
+                # the launcher observes the real exit; this is only the child's last word
+                self._exit_text = env.text
 
     def _turn_ended(self, env: RuntimeEnvelope) -> None:
         """Hand the turn's end to the broker: it knows whether the task is still open."""
