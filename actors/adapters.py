@@ -8,11 +8,17 @@ Rules:
   with ``post``.
 - Adapters are imported lazily by name (a pi-rpc adapter's dependencies are never loaded for
   a scripted agent); adding one is one class plus one line in :data:`ADAPTERS`.
+- Each adapter checks its own options in one pure-ish function (``check_options``: it may
+  look at files, never starts anything). The bridge runs it when it builds the adapter, and
+  the parent runs the same one before it starts the bridge (:func:`check_spawn_options`), so
+  what ``spawn`` accepts is what the child can run: a bad option is ``invalid_argument`` to
+  the caller, never an agent that dies at start.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
@@ -27,6 +33,7 @@ __all__ = [
     "Adapter",
     "AgentContext",
     "adapter_class",
+    "check_spawn_options",
     "control_reason",
     "show_refusal",
 ]
@@ -76,6 +83,11 @@ class Adapter(Protocol):
 
     name: ClassVar[str]
 
+    @staticmethod
+    def check_options(options: Mapping[str, Any], cwd: str) -> object:
+        """Check the options (``cwd``: the agent's working directory); raise
+        :class:`~protocol.errors.InvalidArgument` naming the bad one. Starts nothing."""
+
     def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None: ...
 
     def start(self) -> None: ...
@@ -93,6 +105,20 @@ def adapter_class(name: str) -> type[Adapter]:
     module_name, _, class_name = target.partition(":")
     cls: type[Adapter] = getattr(importlib.import_module(module_name), class_name)
     return cls
+
+
+def check_spawn_options(adapter: str, options: Mapping[str, Any], parent_cwd: str) -> None:
+    """The parent's check of a spawn, before anything starts: the agent's working directory
+    (the bridge starts there: ``cwd``, relative to the parent's, default the parent's), then
+    the adapter's own :meth:`Adapter.check_options` against it."""
+    cls = adapter_class(adapter)
+    workdir = options.get("cwd")
+    if workdir is not None and (not isinstance(workdir, str) or not workdir.strip()):
+        raise InvalidArgument('"cwd" must be the path of a directory')
+    cwd = os.path.join(parent_cwd, workdir) if workdir else parent_cwd
+    if not os.path.isdir(cwd):
+        raise InvalidArgument(f'"cwd": {cwd} is not an existing directory')
+    cls.check_options(options, cwd)
 
 
 def show_refusal(ctx: AgentContext, ack: AckEnvelope) -> None:

@@ -6,11 +6,26 @@ the broker routes to the agent into the agent's inbox, stamped with the agent's 
 capability, keeps the agent's recent output for ``read``, and reports the process's exit.
 How the agent is run (an in-process simulated agent, a ``shepherd-child`` process) is the
 injected :class:`Launcher`'s business.
+
+Rules:
+- An exit the parent did not ask for (no ``close`` first) is reported with its reason: the
+  start-up error it sent, else the last error in its log (a handle may offer ``log_tail()``:
+  a bridge that dies at start, before its mailbox is open, has said nothing anywhere else),
+  else what it said in its exit event, else the signal that killed it, else its log's last
+  line, else why the launch failed. The log's tail goes into the agent's output,
+  so ``read`` shows it, and the broker turns the reason into a notification.
+- The actor outlives its process: once the process has exited it stays as the read model of
+  the agent's last output (``read`` after an exit shows why), and refuses every delivery
+  with ``DeliveryFailed`` (nobody would ever read the agent's inbox again).
+- Per turn it reports :class:`~actors.messages.TurnEnded` to the broker, with the turn's
+  status and the tail of what the turn printed: the broker decides whether the parent must
+  hear of it (a turn that ended while its task runs and nobody was asked anything).
 """
 
 from __future__ import annotations
 
 import itertools
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
@@ -27,11 +42,12 @@ from actors.messages import (
     DeliveryFailed,
     ProcessExited,
     ReadOutput,
+    TurnEnded,
 )
 from actors.runtime import ShepherdActor
 from actors.transport import Transport
 from protocol.envelopes import ControlEnvelope, RuntimeEnvelope
-from protocol.errors import ShepherdError
+from protocol.errors import InvalidHandle, ShepherdError
 from protocol.ids import PARENT_ID, IdKind
 
 __all__ = [
@@ -42,10 +58,52 @@ __all__ = [
     "Launcher",
     "OutputBuffer",
     "OutputPage",
+    "error_from_log",
+    "last_words_in_log",
 ]
 
 #: why an agent whose bridge did not outlive the old parent is gone (its exit status unknown)
 GONE_AT_RESTART = "its bridge was not running when the parent restarted"
+
+#: Lines of the agent's log quoted in its output when it exits unasked.
+LOG_TAIL_LINES = 20
+#: A reason (for a notification) is cut to this many characters.
+REASON_CHARS = 500
+#: Lines, and characters per line, of a turn's output quoted when it ends without done.
+TURN_TAIL_LINES = 5
+TURN_TAIL_LINE_CHARS = 200
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def error_from_log(lines: list[str]) -> str | None:
+    """The last ERROR line of a bridge's log (loguru's ``time LEVEL agent | message``)."""
+    for line in reversed(lines):
+        head, sep, rest = line.partition(" | ")
+        if sep and (" ERROR " in head or " CRITICAL " in head):
+            return rest.removeprefix("fatal: ").strip() or None
+    return None
+
+
+def last_words_in_log(lines: list[str]) -> str | None:
+    """The last line of a log that is not the bridge's own closing ``exit N (...)`` line (a
+    Python traceback, for one, ends with its exception)."""
+    for line in reversed(lines):
+        _, sep, rest = line.partition(" | ")
+        text = (rest if sep else line).strip()
+        if text and not (sep and text.startswith("exit ")):
+            return text
+    return None
+
+
+def _signal_name(code: int | None) -> str | None:
+    """``SIGKILL`` for a status of 128 + 9 (how an exit by a signal is reported)."""
+    try:
+        return signal.Signals(code - 128).name if code is not None and code > 128 else None
+    except ValueError:
+        return None
 
 
 class AgentSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,6 +120,8 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True):
 class AgentHandle(Protocol):
     def stop(self) -> None:
         """Make the agent process exit (the launcher reports the exit through on_exit)."""
+
+    # optional: ``log_tail(lines) -> list[str]``, the end of the agent's own log
 
 
 class Launcher(Protocol):
@@ -101,6 +161,13 @@ class AgentActor(ShepherdActor):
         self._broker = broker
         self._handle: AgentHandle | None = None
         self._closing = False
+        self._ready = False
+        self._last_error: str | None = None
+        self._exit_text: str | None = None
+        self._launch_error: str | None = None
+        #: the current turn: when it started and the tail of what it printed
+        self._turn_started_at: float | None = None
+        self._turn_output: deque[str] = deque(maxlen=TURN_TAIL_LINES)
         self._log = logger.bind(agent=spec.name, agent_id=spec.agent_id)
 
     def on_start(self) -> None:
@@ -108,20 +175,22 @@ class AgentActor(ShepherdActor):
             self.process_state = "exited"
             self.stop()
             return
-        if self._adopt:
-            self._adopt_bridge()
-            return
         try:
+            if self._adopt:
+                self._adopt_bridge()
+                return
             self._handle = self._launcher.launch(self.spec, self._exited)
         except Exception as exc:
             self._log.opt(exception=True).error("launch failed")
-            self.output.append(f"[shepherd] launch failed: {exc}")
+            self._launch_error = f"launch failed: {exc}"
+            self.output.append(f"[shepherd] {self._launch_error}")
             self.actor_ref.tell(ProcessExited(exit_code=127))
 
     def _adopt_bridge(self) -> None:
         """After a parent restart: take over the bridge that outlived the old parent. A bridge
         that is gone is no crash of ours and has no exit status anyone could read: say so once,
         and let the broker fail its task with that reason."""
+        self._ready = True  # it was running before the parent restarted, as far as we know
         try:
             self._handle = self._launcher.adopt(self.spec, self._adopt_pid, self._adopted_exited)
         except Exception as exc:
@@ -158,16 +227,7 @@ class AgentActor(ShepherdActor):
             case RuntimeEnvelope():
                 self._runtime_event(message)
             case ProcessExited(exit_code=code, reason=reason):
-                self._set_state("exited", exit_code=code)
-                self._broker.tell(
-                    AgentExited(
-                        agent_id=self.spec.agent_id,
-                        exit_code=code,
-                        closing=self._closing,
-                        reason=reason,
-                    )
-                )
-                self.stop()
+                self._process_exited(code, reason)
             case CloseAgent(reason=reason):
                 self._close(reason)
             case ReadOutput(lines=n, before=before):
@@ -176,7 +236,65 @@ class AgentActor(ShepherdActor):
                 return super().on_receive(message)
         return None
 
+    def _process_exited(self, code: int | None, known: str | None = None) -> None:
+        if self.process_state == "exited":
+            return
+        before_ready = not self._ready
+        reason = None if self._closing else known or self._exit_reason(code, before_ready)
+        self._set_state("exited", exit_code=code)
+        self._broker.tell(
+            AgentExited(
+                agent_id=self.spec.agent_id,
+                exit_code=code,
+                closing=self._closing,
+                reason=reason,
+                before_ready=before_ready,
+            )
+        )
+        # not stopped: the actor stays as the read model of the agent's last output
+
+    def _exit_reason(self, code: int | None, before_ready: bool) -> str | None:
+        """Why the process is gone (it was not asked to go); its log's tail goes to output."""
+        tail: list[str] = []
+        log_tail = getattr(self._handle, "log_tail", None)
+        if log_tail is not None:
+            try:
+                tail = list(log_tail(LOG_TAIL_LINES))
+            except OSError as exc:
+                self._log.warning("cannot read the agent's log: {}", exc)
+        when = "before it was ready" if before_ready else "without being closed"
+        status = f"with status {code}" if code is not None else "(its status unknown)"
+        if tail:
+            self.output.append(
+                f"[shepherd] the agent process exited {status} {when}; its log ends:"
+            )
+            self.output.extend(tail)
+        else:
+            self.output.append(f"[shepherd] the agent process exited {status} {when}")
+        # the most specific first: a start-up failure says so in its last error; later, the
+        # bridge logs what went wrong, or says why it stopped in its exit event
+        killed = _signal_name(code)
+        candidates = (
+            self._last_error if before_ready else None,
+            error_from_log(tail),
+            self._exit_text,
+            f"killed by {killed}" if killed else None,
+            last_words_in_log(tail),
+            self._launch_error,
+        )
+        reason = next((c for c in candidates if c), None)
+        return _cut(reason, REASON_CHARS) if reason else None
+
     def _deliver(self, env: Any) -> None:
+        if self.process_state == "exited":
+            # nobody will read this agent's inbox again: say so instead of publishing
+            self._broker.tell(
+                DeliveryFailed(
+                    envelope=env,
+                    error=InvalidHandle(f"agent {self.spec.name} has exited").info(),
+                )
+            )
+            return
         stamped = msgspec.structs.replace(
             env, session_id=self.spec.session_id, capability=self.spec.capability
         )
@@ -189,23 +307,57 @@ class AgentActor(ShepherdActor):
     def _runtime_event(self, env: RuntimeEnvelope) -> None:
         match env.event:
             case "ready":
+                self._ready = True
                 if self.process_state == "starting":  # in_turn: re-adopted mid-turn
                     self._set_state("working" if env.in_turn else "idle")
             case "turn_start":
+                # when the agent's side started it (not when the event got here): a task
+                # delegated meanwhile was not this turn's
+                self._turn_started_at = env.created_at
+                self._turn_output.clear()
                 self._set_state("working")
             case "turn_end":
                 self._set_state("idle")  # a turn ending settles nothing (DESIGN §1.1)
+                self._turn_ended(env)
             case "output" | "error":
+                if env.event == "error" and env.text:
+                    self._last_error = env.text
                 if env.text:
-                    self.output.extend(env.text.splitlines() or [""])
+                    lines = env.text.splitlines() or [""]
+                    self.output.extend(lines)
+                    self._turn_output.extend(
+                        _cut(line, TURN_TAIL_LINE_CHARS) for line in lines[-TURN_TAIL_LINES:]
+                    )
             case "tool_call" | "tool_result":
                 self.events.append(env)
                 line = env.command if env.event == "tool_call" else env.output
                 prefix = "$ " if env.event == "tool_call" else ""
                 if line:
-                    self.output.extend(f"{prefix}{x}" for x in line.splitlines()[-20:])
+                    shown = [f"{prefix}{x}" for x in line.splitlines()[-20:]]
+                    self.output.extend(shown)
+                    self._turn_output.extend(
+                        _cut(x, TURN_TAIL_LINE_CHARS) for x in shown[-TURN_TAIL_LINES:]
+                    )
             case "exit":
-                pass  # the launcher observes the real exit; this is only the child's last word
+                # the launcher observes the real exit; this is only the child's last word
+                self._exit_text = env.text
+
+    def _turn_ended(self, env: RuntimeEnvelope) -> None:
+        """Hand the turn's end to the broker: it knows whether the task is still open."""
+        if self.process_state == "exited":
+            return
+        self._broker.tell(
+            TurnEnded(
+                agent_id=self.spec.agent_id,
+                started_at=self._turn_started_at,
+                ended_at=self.clock.now(),
+                exit_code=env.exit_code,
+                is_error=env.is_error,
+                tail=tuple(self._turn_output),
+            )
+        )
+        self._turn_started_at = None
+        self._turn_output.clear()
 
     def _set_state(self, state: str, *, exit_code: int | None = None) -> None:
         if self.process_state == "exited":
@@ -222,8 +374,8 @@ class AgentActor(ShepherdActor):
             )
         )
 
-    def _close(self, reason: str) -> None:
-        if self._closing:
+    def _close(self, reason: str | None) -> None:
+        if self._closing or self.process_state == "exited":
             return
         self._closing = True
         control = ControlEnvelope(

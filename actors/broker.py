@@ -23,6 +23,7 @@ status (``broker_status``) steps. The state they share is declared once in ``bro
 from __future__ import annotations
 
 import hmac
+import os
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,7 @@ import msgspec
 import pykka
 from loguru import logger
 
+from actors.adapters import check_spawn_options
 from actors.agent import AgentActor, AgentSpec, Launcher
 from actors.broker_restore import restore_session
 from actors.broker_routing import RoutingMixin
@@ -52,6 +54,7 @@ from actors.messages import (
     RequestTimeout,
     StaleDue,
     TaskChanged,
+    TurnEnded,
     WatchdogAgent,
     WatchdogRuntime,
     WatcherFinished,
@@ -84,13 +87,14 @@ from protocol.errors import (
     LimitExceeded,
     ShepherdError,
 )
-from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
+from protocol.ids import PARENT_ID, IdKind, an_id_of, is_valid_name, kind_of
 from protocol.journal import (
     AgentExitRecord,
     AgentRecord,
     Restore,
     WatcherRecord,
 )
+from protocol.notifications import Notice
 from protocol.request_table import RequestTable
 from protocol.requests import RequestState
 from protocol.settings import Settings
@@ -147,6 +151,12 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
         self._watchers: dict[str, pykka.ActorRef[Any]] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._done_waiters: dict[str, pykka.Future[Any]] = {}
+        #: per task: dones handed to its task actor and not decided yet
+        self._dones_in_flight: dict[str, int] = {}
+        #: per task: a turn end waiting for the decision on a done in flight
+        self._turns_held: dict[str, TurnEnded] = {}
+        #: per open task: turns ended without done (count, last end, its exit status)
+        self._turn_stats: dict[str, tuple[int, float | None, int | None]] = {}
         self.duplicates = 0
         self.refused = 0
         self._log = logger.bind(session=session_id)
@@ -190,6 +200,8 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
                 self._agent_state(message)
             case AgentExited():
                 self._agent_exited(message)
+            case TurnEnded():
+                self._turn_ended(message)
             case DeliveryFailed():
                 self._delivery_failed(message)
             case RequestTimeout(request_id=request_id):
@@ -242,7 +254,7 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
         if agent_id is None:
             kind = kind_of(handle)
             if kind is not None and kind is not IdKind.AGENT:
-                raise InvalidHandle(f"{handle} is a {kind.value} id, not an agent")
+                raise InvalidHandle(f"{handle} is {an_id_of(kind)}, not an agent")
             raise InvalidHandle(f"no agent {handle!r} in this session")
         entry = self.agents[agent_id]
         if live and entry.closed:
@@ -264,6 +276,10 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
                 f"agent {args.name!r} ({previous.agent_id}) is still stopping; "
                 "its name is free once its process has exited"
             )
+        options = {k: v for k, v in msgspec.structs.asdict(args).items() if v is not None}
+        if args.adapter != "simulated":
+            # the child's own checks, run here first: what spawn accepts, the child can run
+            check_spawn_options(args.adapter, options, os.getcwd())
         agent_id = self.runtime.ids.new(IdKind.AGENT)
         spec = AgentSpec(
             agent_id=agent_id,
@@ -271,7 +287,7 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
             session_id=self.session_id,
             capability=self.runtime.ids.secret(),
             adapter=args.adapter,
-            options={k: v for k, v in msgspec.structs.asdict(args).items() if v is not None},
+            options=options,
         )
         ref = self.runtime.spawn(
             AgentActor,
@@ -354,11 +370,27 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
         )
         if not entry.closed:
             entry.closed = True
+            task_id = entry.active_task
+            because = f": {msg.reason}" if msg.reason else ""
             status = "" if msg.exit_code is None else f" with status {msg.exit_code}"
             self._release_agent(
                 entry,
                 TaskEvent.FAIL,
-                msg.reason or f"agent process exited{status} without calling done",
+                f"agent process exited{status} without calling done" + because,
+            )
+            # an exit nobody asked for is always told, task or not (read shows the log's end)
+            when = "before it was ready" if msg.before_ready else "without being closed"
+            self._sink(
+                Notice(
+                    created_at=self.clock.now(),
+                    code="agent_exited",
+                    text=f"agent {entry.name} exited{status} {when}"
+                    + because
+                    + (f"; its task {task_id} failed" if task_id else "")
+                    + f". Read {entry.name}'s output for its last words.",
+                    agent_id=entry.agent_id,
+                    task_id=task_id,
+                )
             )
         self._log.info("agent {name} exited ({code})", name=entry.name, code=msg.exit_code)
 
@@ -567,10 +599,12 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
             raise InvalidHandle(f"task {env.task_id} is no longer active")
         decided = self.runtime.new_future()
         self._done_waiters[env.message_id] = decided
+        self._dones_in_flight[env.task_id] = self._dones_in_flight.get(env.task_id, 0) + 1
         return decided
 
     def _done_outcome(self, msg: DoneOutcome) -> None:
         self._ack(msg.envelope, error=msg.error, result=msg.result)
+        self._done_decided(msg)
         waiter = self._done_waiters.pop(msg.envelope.message_id, None)
         if waiter is not None:
             waiter.set(None)

@@ -3,9 +3,16 @@
 A message goes from its sender, through the parent, to its target (an agent or the parent's
 sink). ``expects_reply`` opens a request — journaled, with an optional reply deadline — and
 puts the sender's task in ``waiting``; a request that closes a cycle of agents waiting on each
-other is reported at once. A reply closes the request (only its target may reply); a late or
-second reply is delivered as content and changes nothing. Mixed into :class:`BrokerActor`,
-whose state it uses.
+other is reported at once. A reply closes the request (only its target may reply).
+
+A reply to a request that closed without an answer (timed out, cancelled) is delivered as late
+content (marked ``late`` to the asker; its receipt's ``request_state`` says how the request
+had closed) and changes nothing. A second reply to a request that was already answered is
+refused (``invalid_transition``, naming the request and its answer): the asker has its answer
+and has moved on, and a second one arriving as a reply could be taken for the answer to a
+newer question; the replier can still send it as a plain message. The same reply seen again
+(a redelivery, same message id) gets the same accepted receipt and is not forwarded twice.
+Mixed into :class:`BrokerActor`, whose state it uses.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from actors.messages import (
 from actors.runtime import tell_quietly
 from protocol import api
 from protocol.envelopes import MessageEnvelope, ReplyEnvelope, TaskEnvelope
-from protocol.errors import ForbiddenSender, InvalidArgument, InvalidHandle
+from protocol.errors import ForbiddenSender, InvalidArgument, InvalidHandle, InvalidTransition
 from protocol.ids import PARENT_ID, IdKind
 from protocol.notifications import AgentMessage, Notice, WaitCycle
 from protocol.requests import RequestRecord, RequestState, resolve
@@ -136,6 +143,18 @@ class RoutingMixin(BrokerState):
         if asker is not None and (asker.closed or not asker.ref.is_alive()):
             raise InvalidHandle(
                 f"{self._name(request.sender_id)} is closed; the reply cannot be delivered"
+            )
+        if request.state is RequestState.REPLIED:
+            if request.reply_id == env.message_id:  # this very reply, seen again
+                return api.MessageResult(
+                    message_id=env.message_id,
+                    accepted=True,
+                    request_id=request.request_id,
+                    request_state=RequestState.PENDING.value,
+                )
+            raise InvalidTransition(
+                f"request {request.request_id} was already answered (reply {request.reply_id}); "
+                "a second reply is not delivered. Send it as a new message if it still matters."
             )
         state_before = request.state
         late = not request.pending

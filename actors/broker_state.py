@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from actors.broker_rows import AgentEntry
     from actors.clock import Clock
     from actors.journal import Journal
+    from actors.messages import TurnEnded
     from actors.notes import TaskNotes
     from actors.runtime import Runtime
     from actors.sinks import GuardedSink
@@ -44,6 +45,9 @@ class BrokerState:
         _stale_timers: dict[str, Any]
         _stale_notified: dict[str, float]
         _subscriptions: dict[str, list[pykka.ActorRef[Any]]]
+        _dones_in_flight: dict[str, int]
+        _turns_held: dict[str, TurnEnded]
+        _turn_stats: dict[str, tuple[int, float | None, int | None]]
         _seen: OrderedDict[str, None]
         _sink: GuardedSink
         _journal: Journal

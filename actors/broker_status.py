@@ -9,7 +9,7 @@ counts, and the CLI's and tools' surface pages it to its frame (:mod:`protocol.a
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -66,6 +66,7 @@ def status_view(broker: BrokerActor, handle: str | None, cursor: int = 0) -> api
                     or (waiting_age or 0.0) >= broker.settings.stale_wait_threshold_s
                 ),
                 result=preview_result(result) if result is not None else None,
+                **_turns_without_done(broker, task_id),
             )
         rows.append(
             api.AgentStatus(
@@ -89,6 +90,15 @@ def status_view(broker: BrokerActor, handle: str | None, cursor: int = 0) -> api
         ),
         journal_problems=broker.journal_problems,
     )
+
+
+def _turns_without_done(broker: BrokerActor, task_id: str) -> dict[str, Any]:
+    count, ended_at, exit_code = broker._turn_stats.get(task_id, (0, None, None))
+    return {
+        "turns_without_done": count,
+        "last_turn_ended_at": ended_at,
+        "last_turn_exit_code": exit_code,
+    }
 
 
 def _last_tasks(broker: BrokerActor) -> dict[str, str]:

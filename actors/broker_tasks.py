@@ -10,9 +10,21 @@ Rules:
   fail, the agent's exit or close, a failed delivery or the deadline.
 - Settlement happens once per task: the result is recorded, the agent's slot freed, the
   requests the task dropped (and any opened while its settlement was on its way) cancelled,
-  the task actor stopped, the agent told when its task was cancelled or timed out, and the
-  result handed to each watcher subscribed to the task exactly once (the subscription is
-  removed as it is used).
+  the task actor stopped, and the result handed to each watcher subscribed to the task
+  exactly once (the subscription is removed as it is used).
+- Ending a task stops the work done for it. When anything but the agent's own ``done``
+  settles it (cancel, fail, the deadline, a failed delivery) and the agent is still running,
+  the agent gets a ``control cancel_task`` naming the task: every adapter stops that task's
+  work and is ready for the next task (command: the turn's process group is stopped and the
+  task's queued deliveries dropped; pi-rpc: the run is aborted; scripted: the script leaves
+  the task). The control carries the reason; no separate notice is sent (for a command agent
+  a notice would start a whole new turn only to say the task is gone).
+- A turn that ends while the agent's task is still open, without ``done`` and without a
+  question waiting for a reply, is told to the parent once per turn (a
+  ``turn_ended_without_done`` notice with the turn's exit status and the tail of its output),
+  and counted in the task's status. Not completing is right; saying nothing is not. A turn
+  that began before the task was delegated is not the task's; a turn whose agent sent a
+  ``done`` that is still being decided waits for that decision.
 
 Mixed into :class:`BrokerActor`, whose state it uses.
 """
@@ -23,12 +35,15 @@ from typing import Any
 
 import pykka
 
+from actors.broker_rows import AgentEntry
 from actors.broker_state import BrokerState
 from actors.messages import (
     Deliver,
+    DoneOutcome,
     Settle,
     Start,
     TaskChanged,
+    TurnEnded,
     WatchDeliver,
     WatchdogInstruction,
     WatchdogTask,
@@ -36,10 +51,11 @@ from actors.messages import (
 from actors.runtime import tell_quietly
 from actors.task import TaskActor
 from protocol import api
-from protocol.envelopes import TaskEnvelope
+from protocol.envelopes import ControlEnvelope, TaskEnvelope
 from protocol.errors import AgentBusy, InvalidArgument, InvalidHandle
 from protocol.ids import PARENT_ID, IdKind, kind_of
 from protocol.journal import PromptRecord
+from protocol.notifications import Notice
 from protocol.requests import RequestState
 from protocol.tasks import TaskEvent, TaskRecord, TaskResult, TaskState
 
@@ -205,18 +221,10 @@ class TaskMixin(BrokerState):
         ref = self._task_refs.pop(record.task_id, None)
         if ref is not None:
             tell_quietly(ref, pykka.messages._ActorStop())
-        if (
-            entry is not None
-            and record.state in (TaskState.CANCELLED, TaskState.TIMED_OUT)
-            and not entry.closed
-        ):
-            self._send_notice(
-                entry.agent_id,
-                f"task_{record.state.value}",
-                f"Your task {record.task_id} was {record.state.value.replace('_', ' ')}: "
-                f"{result.error or ''}".strip(),
-                ref_id=None,
-            )
+        self._turn_stats.pop(record.task_id, None)
+        self._turns_held.pop(record.task_id, None)
+        if entry is not None and not entry.closed and not msg.settled_by_agent:
+            self._stop_task_work(entry, record, result)
         for watcher in self._subscriptions.pop(record.task_id, []):
             tell_quietly(watcher, WatchDeliver(result=result))
         self._log.info(
@@ -224,4 +232,82 @@ class TaskMixin(BrokerState):
             task_id=record.task_id,
             state=record.state.value,
             rc=result.return_code,
+        )
+
+    # ------------------------------------------------------------------ the agent's side
+
+    def _stop_task_work(self, entry: AgentEntry, record: TaskRecord, result: TaskResult) -> None:
+        """The parent ended the task: the agent stops working on it (see the module rules)."""
+        what = record.state.value.replace("_", " ")
+        control = ControlEnvelope(
+            message_id=self.runtime.ids.new(IdKind.MESSAGE),
+            session_id=self.session_id,
+            sender_id=PARENT_ID,
+            target_id=entry.agent_id,
+            created_at=self.clock.now(),
+            action="cancel_task",
+            task_id=record.task_id,
+            reason=f"task {record.task_id} {what}" + (f": {result.error}" if result.error else ""),
+        )
+        tell_quietly(entry.ref, Deliver(envelope=control))
+
+    def _turn_ended(self, msg: TurnEnded) -> None:
+        entry = self.agents.get(msg.agent_id)
+        if entry is None or entry.closed or entry.active_task is None:
+            return
+        task_id = entry.active_task
+        record = self.tasks.get(task_id)
+        if record is None or task_id in self.results:
+            return
+        if msg.started_at is not None and msg.started_at < record.created_at:
+            return  # the turn began before the task existed: it was not the task's turn
+        if any(waiter == entry.agent_id for waiter, _ in self.requests.wait_edges()):
+            return  # it asked and waits for a reply: ending the turn is what it should do
+        if self._dones_in_flight.get(task_id):
+            self._turns_held[task_id] = msg  # the done's outcome decides
+            return
+        self._report_turn(entry, record, msg)
+
+    def _done_decided(self, msg: DoneOutcome) -> None:
+        """A ``done`` was decided: a turn held for it is reported only if it was refused."""
+        task_id = msg.envelope.task_id
+        if task_id is None:
+            return
+        left = self._dones_in_flight.get(task_id, 0) - 1
+        if left > 0:
+            self._dones_in_flight[task_id] = left
+            return
+        self._dones_in_flight.pop(task_id, None)
+        held = self._turns_held.pop(task_id, None)
+        if held is None or msg.error is None:
+            return
+        entry = self.agents.get(held.agent_id)
+        record = self.tasks.get(task_id)
+        if entry is not None and record is not None and task_id not in self.results:
+            self._report_turn(entry, record, held)
+
+    def _report_turn(self, entry: AgentEntry, record: TaskRecord, msg: TurnEnded) -> None:
+        count, _, _ = self._turn_stats.get(record.task_id, (0, None, None))
+        self._turn_stats[record.task_id] = (count + 1, msg.ended_at, msg.exit_code)
+        status = ""
+        if msg.exit_code is not None:
+            status = f" (exit status {msg.exit_code})"
+        elif msg.is_error:
+            status = " (with an error)"
+        tail = "".join(f"\n  {line}" for line in msg.tail)
+        text = (
+            f"{entry.name}'s turn ended without done{status}; task {record.task_id} is still "
+            f"{record.state.value}. A turn ending never ends a task: the agent must call done, "
+            "or you can message, cancel or fail the task."
+            + (f" Its output ends:{tail}" if tail else " It printed nothing.")
+        )
+        self._story(f"{entry.name}: turn ended without done{status} ({record.task_id})")
+        self._sink(
+            Notice(
+                created_at=self.clock.now(),
+                code="turn_ended_without_done",
+                text=text,
+                agent_id=entry.agent_id,
+                task_id=record.task_id,
+            )
         )

@@ -337,7 +337,10 @@ def _human(command: str, data: Any) -> str:
             cancelled = data.get("cancelled_task_id")
             return f"closed {data['agent_id']}" + (f"; cancelled {cancelled}" if cancelled else "")
         case "cancel" | "fail":
-            return f"{data['task_id']} {data['status']} (rc {data['return_code']})"
+            line = f"{data['task_id']} {data['status']} (rc {data['return_code']})"
+            if data.get("already_settled"):
+                line += f": it had already settled; the {command} changed nothing"
+            return line
         case "prompt":
             return f"{data['prompt_id']} (task {data['task_id']}) delegated to {data['agent_id']}"
         case "shutdown":

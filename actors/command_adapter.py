@@ -24,8 +24,16 @@ Rules:
 - ``steer`` interrupts: the running turn's process group gets SIGTERM (SIGKILL after the
   grace), and the next turn starts with the steer text(s) first, then queued follow-ups.
   The interrupted turn's text is not sent again (a resumable agent has it in its history).
-- ``control`` ``cancel_task`` / ``abort`` interrupt the running turn the same way; queued
-  deliveries stay queued and start the next turn.
+- ``control`` ``abort`` interrupts the running turn the same way; queued deliveries stay
+  queued and start the next turn.
+- ``control`` ``cancel_task`` (the parent ended the task: cancel, fail, deadline) stops the
+  task's work: the deliveries queued for that task (its task envelope, messages and replies
+  about it) are dropped, the running turn is interrupted if it works for that task (it was
+  started with or after the task's envelope), and the next queued delivery starts the next
+  turn. The agent is told that its task ended with its next turn's input, never with a turn
+  of its own.
+- The agent is told the commands it has: ``shepherd-child message|done`` from its shell
+  (:data:`~protocol.render.CHILD_SHELL`).
 - Every turn runs in its own process group (``process_group=0``) inside the bridge's
   session, so one ``killpg`` stops a turn and everything it started; the bridge kills the
   running turn at exit and then sweeps its whole session (``actors.child``).
@@ -40,13 +48,14 @@ reused under a ``killpg``.
 from __future__ import annotations
 
 import codecs
+import os
 import shlex
 import signal
 import subprocess
 import threading
 from collections import deque
 from collections.abc import Mapping
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, NamedTuple
 
 from loguru import logger
 
@@ -63,9 +72,14 @@ from protocol.envelopes import (
     TaskEnvelope,
 )
 from protocol.errors import InvalidArgument
-from protocol.render import render_delivery, render_task_context
+from protocol.render import (
+    CHILD_SHELL,
+    render_delivery,
+    render_task_context,
+    render_task_ended,
+)
 
-__all__ = ["CommandAdapter"]
+__all__ = ["CommandAdapter", "CommandOptions"]
 
 #: Output is published at least this often while a turn prints...
 FLUSH_S = 0.05
@@ -75,6 +89,24 @@ FLUSH_CHARS = 8000
 MAX_COMMAND_BYTES = 120 * 1024
 #: The tail of a failed turn's stderr quoted in its error output.
 STDERR_TAIL_BYTES = 2048
+
+
+#: A command template longer than this is refused (it must leave room for the message).
+MAX_TEMPLATE_BYTES = 8 * 1024
+
+
+class CommandOptions(NamedTuple):
+    cmd: str
+    resume_cmd: str | None
+    cwd: str
+    kill_grace_s: float
+
+
+class _Queued(NamedTuple):
+    text: str
+    #: the task this delivery is about (a task envelope, or a message or reply about it)
+    task_id: str | None = None
+    is_task: bool = False
 
 
 class _Turn:
@@ -89,11 +121,16 @@ class _Turn:
         "proc",
         "reader",
         "stderr_tail",
+        "task_id",
     )
 
-    def __init__(self, number: int, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, number: int, proc: subprocess.Popen[bytes], task_id: str | None = None
+    ) -> None:
         self.number = number
         self.proc = proc
+        #: the task this turn works for (its envelope went into this turn or an earlier one)
+        self.task_id = task_id
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.pending = ""
         self.flush_timer: TimerHandle | None = None
@@ -111,30 +148,51 @@ class _Turn:
 class CommandAdapter:
     name: ClassVar[str] = "command"
 
-    def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None:
+    @staticmethod
+    def check_options(options: Mapping[str, Any], cwd: str) -> CommandOptions:
+        """The options, checked (the parent runs this before starting the bridge)."""
         cmd = options.get("cmd")
         if not isinstance(cmd, str) or "{message}" not in cmd:
             raise InvalidArgument(
-                'the command adapter needs the option "cmd": a shell command line containing '
-                "{message}"
+                'a command agent needs "cmd": a shell command line containing {message} '
+                "(where the agent's input goes)"
+                + (f"; got {cmd!r:.200}" if isinstance(cmd, str) else "")
             )
         resume = options.get("resume_cmd")
         if resume is not None and (not isinstance(resume, str) or "{message}" not in resume):
-            raise InvalidArgument('option "resume_cmd" must be a command line with {message}')
-        cwd = options.get("cwd")
-        if cwd is not None and not isinstance(cwd, str):
-            raise InvalidArgument('option "cwd" must be a directory path')
+            raise InvalidArgument(
+                '"resume_cmd" must be a shell command line containing {message}'
+                + (f"; got {resume!r:.200}" if isinstance(resume, str) else "")
+            )
+        for name, template in (("cmd", cmd), ("resume_cmd", resume)):
+            if template is not None and len(template.encode()) > MAX_TEMPLATE_BYTES:
+                raise InvalidArgument(f'"{name}" is longer than {MAX_TEMPLATE_BYTES} bytes')
+        workdir = options.get("cwd")
+        if workdir is not None and not isinstance(workdir, str):
+            raise InvalidArgument('"cwd" must be a directory path')
+        full = os.path.join(cwd, workdir) if workdir else cwd
+        if not os.path.isdir(full):
+            raise InvalidArgument(f'"cwd": {full} is not an existing directory')
         grace = options.get("kill_grace_s", KILL_GRACE_S)
-        if not isinstance(grace, int | float) or not 0 <= grace <= 600:
-            raise InvalidArgument('option "kill_grace_s" must be 0..600 seconds')
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= 600:
+            raise InvalidArgument('"kill_grace_s" must be 0..600 seconds')
+        return CommandOptions(cmd=cmd, resume_cmd=resume, cwd=full, kill_grace_s=float(grace))
+
+    def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None:
+        opts = self.check_options(options, ctx.cwd)
         self._ctx = ctx
-        self._cmd = cmd
-        self._resume = resume
-        self._cwd = cwd or ctx.cwd
-        self._grace = float(grace)
+        self._cmd = opts.cmd
+        self._resume = opts.resume_cmd
+        self._cwd = opts.cwd
+        self._grace = opts.kill_grace_s
         self._environ = ctx.child_environ()
-        self._steers: deque[str] = deque()
-        self._follow_ups: deque[str] = deque()
+        #: queued deliveries: (text, the task it is about, it is that task's envelope)
+        self._steers: deque[_Queued] = deque()
+        self._follow_ups: deque[_Queued] = deque()
+        #: told with the next turn's input: the tasks the parent ended
+        self._ended: list[str] = []
+        #: the task whose envelope the agent has been given (until the parent ends it)
+        self._task_id: str | None = None
         self._turn: _Turn | None = None
         self._turns_run = 0
         self._closed = False
@@ -150,13 +208,18 @@ class CommandAdapter:
             return
         match envelope:
             case TaskEnvelope():
-                self._enqueue(render_task_context(envelope), steer=False)
+                text = render_task_context(envelope, CHILD_SHELL)
+                self._enqueue(_Queued(text, envelope.task_id, True), steer=False)
             case MessageEnvelope() | ReplyEnvelope():
-                self._enqueue(render_delivery(envelope), steer=envelope.delivery == "steer")
+                text = render_delivery(envelope, CHILD_SHELL)
+                steer = envelope.delivery == "steer"
+                self._enqueue(_Queued(text, envelope.task_id), steer=steer)
             case NoticeEnvelope():
-                self._enqueue(render_delivery(envelope), steer=False)
+                self._enqueue(_Queued(render_delivery(envelope, CHILD_SHELL)), steer=False)
             case AckEnvelope():
                 show_refusal(self._ctx, envelope)
+            case ControlEnvelope(action="cancel_task", task_id=task_id) if task_id is not None:
+                self._cancel_task(task_id, envelope)
             case ControlEnvelope(action="cancel_task" | "abort"):
                 why = control_reason(envelope)
                 self._ctx.runtime("output", text=f"[shepherd] {why}")
@@ -187,23 +250,52 @@ class CommandAdapter:
 
     # ------------------------------------------------------------------ queue
 
-    def _enqueue(self, text: str, *, steer: bool) -> None:
-        (self._steers if steer else self._follow_ups).append(text)
+    def _enqueue(self, item: _Queued, *, steer: bool) -> None:
+        (self._steers if steer else self._follow_ups).append(item)
         if self._turn is None:
             self._start_next()
         elif steer:
             self._interrupt("steered")
 
+    def _cancel_task(self, task_id: str, envelope: ControlEnvelope) -> None:
+        """The parent ended ``task_id``: stop its work (see the module rules)."""
+        why = control_reason(envelope)
+        dropped = 0
+        for source in (self._steers, self._follow_ups):
+            kept = [item for item in source if item.task_id != task_id]
+            dropped += len(source) - len(kept)
+            source.clear()
+            source.extend(kept)
+        given = self._task_id == task_id
+        if given:
+            self._task_id = None
+            self._ended.append(render_task_ended(task_id, envelope.reason))
+        note = f"; {dropped} queued deliver{'y' if dropped == 1 else 'ies'} for it dropped"
+        self._ctx.runtime("output", text=f"[shepherd] {why}" + (note if dropped else ""))
+        turn = self._turn
+        if turn is not None and turn.task_id == task_id:
+            self._interrupt(why)
+
     def _take_message(self) -> str:
-        """Steers first, then follow-ups, joined by blank lines, within the size limit."""
+        """What the ended tasks' notes say, then steers, then follow-ups, joined by blank
+        lines, within the size limit. Taking a task's envelope gives the agent that task."""
         parts: list[str] = []
         size = 0
+        for text in self._ended:  # a few short notes: they always fit
+            parts.append(text)
+            size += len(shlex.quote(text).encode()) + 4
+        self._ended.clear()
+        taken = 0
         for source in (self._steers, self._follow_ups):
             while source:
-                quoted = len(shlex.quote(source[0]).encode()) + 4
-                if parts and size + quoted > MAX_COMMAND_BYTES - 8192:
+                quoted = len(shlex.quote(source[0].text).encode()) + 4
+                if taken and size + quoted > MAX_COMMAND_BYTES - 8192:
                     return "\n\n".join(parts)
-                text = source.popleft()
+                taken += 1
+                item = source.popleft()
+                text = item.text
+                if item.is_task:
+                    self._task_id = item.task_id
                 if quoted > MAX_COMMAND_BYTES - 8192:
                     text = _shorten(text, MAX_COMMAND_BYTES // 8)
                 parts.append(text)
@@ -238,7 +330,7 @@ class CommandAdapter:
             self._ctx.runtime("turn_end", exit_code=127, is_error=True)
             return
         self._turns_run = number
-        turn = _Turn(number, proc)
+        turn = _Turn(number, proc, self._task_id)
         self._turn = turn
         self._log.info("turn {} started (pid {})", number, proc.pid)
         turn.reader = threading.Thread(

@@ -2,7 +2,10 @@
 
 Each bridge runs in its own session and process group (so closing an agent can kill the
 whole tree the agent started), with its identity, capability and session in the environment,
-and its output in ``<session>/agents/<agent_id>/output.log``.
+and its output in ``<session>/agents/<agent_id>/output.log`` (0600, like every file of the
+session: it may quote what the agent was told). A handle reads the end of that log
+(``log_tail``) so that an agent which dies at start, before it could say anything through the
+mailbox, is still reported with its reason.
 
 Exits are observed by ONE reaper thread for all children, waiting on pidfds: no thread per
 child, no polling. Stopping sends SIGTERM to the group, then SIGKILL after a grace period;
@@ -45,7 +48,7 @@ from actors.procs import terminate_session
 from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable
 from protocol.settings import Settings
 
-__all__ = ["ChildProcess", "ProcessLauncher", "Reaper"]
+__all__ = ["ChildProcess", "ProcessLauncher", "Reaper", "open_private_log", "read_log_tail"]
 
 STOP_GRACE_S = 3.0
 
@@ -165,13 +168,60 @@ def _alive(pid: int) -> bool:
     return True
 
 
+#: How much of the end of an agent's log ``log_tail`` reads.
+LOG_TAIL_BYTES = 8 * 1024
+
+
+def open_private_log(path: Path) -> int:
+    """Open (create) an agent's log for appending, private to this user (0600, also when it
+    already existed with wider permissions), never through a symlink."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_log_tail(path: Path, lines: int, max_bytes: int = LOG_TAIL_BYTES) -> list[str]:
+    """The last ``lines`` lines of ``path`` (at most ``max_bytes`` of it are read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        size = os.fstat(fd).st_size
+        os.lseek(fd, max(0, size - max_bytes), os.SEEK_SET)
+        data = os.read(fd, max_bytes)
+    finally:
+        os.close(fd)
+    text = data.decode("utf-8", errors="replace")
+    if size > max_bytes:
+        text = text.partition("\n")[2]  # the first line read is probably cut
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
 class ChildProcess:
     """The :class:`~actors.agent.AgentHandle` of one bridge process (ours or adopted)."""
 
-    def __init__(self, proc: subprocess.Popen[bytes] | int, clock: Clock, grace_s: float) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes] | int,
+        clock: Clock,
+        grace_s: float,
+        log_path: Path | None = None,
+    ) -> None:
         self.proc = proc
         self._clock = clock
         self._grace_s = grace_s
+        self.log_path = log_path
+
+    def log_tail(self, lines: int) -> list[str]:
+        """The end of the bridge's log (its stderr: where a start-up failure is told)."""
+        if self.log_path is None:
+            return []
+        try:
+            return read_log_tail(self.log_path, lines)
+        except FileNotFoundError:
+            return []
 
     @property
     def pid(self) -> int:
@@ -271,7 +321,9 @@ class ProcessLauncher:
         cwd = spec.options.get("cwd") or os.getcwd()
         env = {**os.environ, **self.environment(spec)}
         env.pop("SHEPHERD_SESSION_HINT", None)
-        with open(agent_dir / "output.log", "ab", buffering=0) as log:
+        log_path = agent_dir / "output.log"
+        log = open_private_log(log_path)
+        try:
             proc = subprocess.Popen(
                 [self._python, "-m", "actors.child_cli", "run"],
                 cwd=cwd,
@@ -281,7 +333,9 @@ class ProcessLauncher:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        child = ChildProcess(proc, self._clock, self._grace_s)
+        finally:
+            os.close(log)
+        child = ChildProcess(proc, self._clock, self._grace_s, log_path)
         self.children[spec.agent_id] = child
         self.reaper.watch(proc, on_exit, spec.agent_id)
         logger.bind(agent=spec.name).info("started bridge pid {pid}", pid=proc.pid)
@@ -336,7 +390,8 @@ class ProcessLauncher:
     def _adopt(self, spec: AgentSpec, pid: int, on_exit: Callable[[int], None]) -> AgentHandle:
         self._register(spec)
         self._ensure_inbox(spec.agent_id)
-        child = ChildProcess(pid, self._clock, self._grace_s)
+        log_path = self._session_dir / "agents" / spec.agent_id / "output.log"
+        child = ChildProcess(pid, self._clock, self._grace_s, log_path)
         self.children[spec.agent_id] = child
         self.reaper.watch(pid, on_exit, spec.agent_id)
         logger.bind(agent=spec.name).info("adopted bridge pid {pid}", pid=pid)

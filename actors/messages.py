@@ -39,6 +39,7 @@ __all__ = [
     "Start",
     "TaskChanged",
     "TaskDeadline",
+    "TurnEnded",
     "WatchDeliver",
     "WatchWith",
     "WatchdogAgent",
@@ -71,6 +72,8 @@ class TaskChanged(_Msg, frozen=True, kw_only=True):
     record: TaskRecord
     #: requests the task dropped when it settled (the broker cancels them)
     dropped_requests: tuple[str, ...] = ()
+    #: the agent's own ``done`` settled it (anything else: the agent must stop its work)
+    settled_by_agent: bool = False
 
 
 class DoneOutcome(_Msg, frozen=True, kw_only=True):
@@ -90,7 +93,23 @@ class AgentExited(_Msg, frozen=True, kw_only=True):
     agent_id: str
     exit_code: int | None  # None: the status cannot be known (an adopted or vanished bridge)
     closing: bool
-    reason: str | None = None  # why it is gone, when more is known than an exit status
+    #: why, when the parent did not ask for it (the agent's last error, its log's end, or
+    #: why it is gone when more is known than an exit status)
+    reason: str | None = None
+    #: the process never said ``ready``
+    before_ready: bool = False
+
+
+class TurnEnded(_Msg, frozen=True, kw_only=True):
+    """One of an agent's turns ended (the broker decides whether the parent must know)."""
+
+    agent_id: str
+    started_at: float | None
+    ended_at: float
+    exit_code: int | None = None
+    is_error: bool = False
+    #: the last lines the turn printed, each cut short
+    tail: tuple[str, ...] = ()
 
 
 class DeliveryFailed(_Msg, frozen=True, kw_only=True):
@@ -139,6 +158,8 @@ class Settle(_Msg, frozen=True, kw_only=True):
     event: TaskEvent
     text: str | None = None
     error: str | None = None
+    #: answer with an ``api.SettleResult`` (was it this event that settled the task?)
+    report: bool = False
 
 
 class TaskDeadline(_Msg, frozen=True, kw_only=True):
@@ -167,7 +188,8 @@ class ProcessExited(_Msg, frozen=True, kw_only=True):
 
 
 class CloseAgent(_Msg, frozen=True, kw_only=True):
-    reason: str = "closed by the parent"
+    #: said to the agent after "closed by the parent: " (none: nothing more to say)
+    reason: str | None = None
 
 
 class ReadOutput(_Msg, frozen=True, kw_only=True):

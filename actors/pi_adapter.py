@@ -36,8 +36,12 @@ Rules:
   ``tool_call`` (tool, command), ``tool_result`` (tool, its command, the output's last
   :data:`~actors.procs.OUTPUT_TAIL_BYTES`, is_error), ``output`` (assistant text) and
   ``error``. Only ``shepherd_done`` settles a task, through the parent.
-- ``control`` ``cancel_task`` / ``abort``: ``abort`` the running turn (queued messages stay
-  queued and start the next run). Close (the bridge's exit): ``abort``, then
+- ``control`` ``abort``: ``abort`` the running turn (queued messages stay queued and start
+  the next run). ``control`` ``cancel_task`` (the parent ended the task): the deliveries for
+  that task still waiting for Pi to start are dropped, and, if Pi was given that task, its
+  running turn is aborted and the agent is told, with its next input, that the task ended
+  (never with a run of its own). What Pi itself already queued cannot be taken back (its
+  RPC has no command for it). Close (the bridge's exit): ``abort``, then
   :meth:`PiProcess.close <actors.pi_rpc.PiProcess.close>` (end of input, SIGTERM / SIGKILL of
   Pi's group, then every process carrying Pi's instance tag: its detached bash tools).
 - Pi exiting on its own (crash, kill, end of its input) is an error output with the tail of
@@ -60,7 +64,7 @@ import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from loguru import logger
 
@@ -81,7 +85,7 @@ from protocol.envelopes import (
     ReplyEnvelope,
     TaskEnvelope,
 )
-from protocol.render import render_delivery, render_task_context
+from protocol.render import render_delivery, render_task_context, render_task_ended
 
 __all__ = [
     "DEFAULT_STARTUP_TIMEOUT_S",  # moved to actors.pi_options; still importable here
@@ -120,6 +124,16 @@ def _head(text: str, limit: int) -> str:
     return data[:limit].decode(errors="ignore") + "\n[… cut by shepherd …]"
 
 
+class _Delivery(NamedTuple):
+    text: str
+    behavior: Behavior
+    what: str
+    #: the task it is about (a task envelope, or a message or reply about it)
+    task_id: str | None = None
+    #: it is that task's envelope: sending it gives Pi the task
+    gives_task: bool = False
+
+
 class _BridgedPi(PiProcess):
     """Pi in its own process group but inside the bridge's session (``PiProcess`` makes it
     lead a session of its own): the parent sweeps the bridge's session when the bridge exits,
@@ -131,9 +145,14 @@ class _BridgedPi(PiProcess):
 class PiRpcAdapter:
     name: ClassVar[str] = "pi-rpc"
 
+    @staticmethod
+    def check_options(options: Mapping[str, Any], cwd: str) -> PiOptions:
+        """The options, checked (the parent runs this before starting the bridge)."""
+        return PiOptions(cwd, options)
+
     def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None:
         self._ctx = ctx
-        self._opts = PiOptions(ctx.cwd, options)
+        self._opts = self.check_options(options, ctx.cwd)
         self._log = logger.bind(agent=ctx.env.name or ctx.env.agent_id)
         self._pi: PiProcess | None = None
         self._agent_dir: Path | None = None
@@ -142,8 +161,12 @@ class PiRpcAdapter:
         self._closing = False
         self._started_at = 0.0
         self._ready_thread: threading.Thread | None = None
-        #: deliveries that arrived while Pi was starting: (text, behavior, what)
-        self._backlog: list[tuple[str, Behavior, str]] = []
+        #: deliveries that arrived while Pi was starting
+        self._backlog: list[_Delivery] = []
+        #: the task whose envelope Pi was given (until the parent ends it)
+        self._task_id: str | None = None
+        #: told with the next prompt: the tasks the parent ended
+        self._ended: list[str] = []
         #: runs open on Pi's event stream (agent_start minus agent_end)
         self._runs_open = 0
         #: messages in Pi's queue, as its last queue_update said
@@ -196,17 +219,25 @@ class PiRpcAdapter:
             return
         match envelope:
             case TaskEnvelope():
-                self._send(render_task_context(envelope), "followUp", f"task {envelope.task_id}")
+                self._send(
+                    render_task_context(envelope),
+                    "followUp",
+                    f"task {envelope.task_id}",
+                    envelope.task_id,
+                    gives_task=True,
+                )
             case MessageEnvelope() | ReplyEnvelope():
                 kind = "reply" if isinstance(envelope, ReplyEnvelope) else "message"
                 behavior: Behavior = "steer" if envelope.delivery == "steer" else "followUp"
                 who = envelope.sender_name or envelope.sender_id
                 what = f"{kind} {envelope.message_id} from {who}"
-                self._send(render_delivery(envelope), behavior, what)
+                self._send(render_delivery(envelope), behavior, what, envelope.task_id)
             case NoticeEnvelope():
                 self._send(render_delivery(envelope), "followUp", f"notice {envelope.code}")
             case AckEnvelope():
                 show_refusal(self._ctx, envelope)
+            case ControlEnvelope(action="cancel_task", task_id=task_id) if task_id is not None:
+                self._cancel_task(task_id, envelope)
             case ControlEnvelope(action="cancel_task" | "abort"):
                 self._abort(control_reason(envelope))
             case _:
@@ -284,8 +315,8 @@ class PiRpcAdapter:
             f"{self._opts.provider}/{name or self._opts.model}",
         )
         backlog, self._backlog = self._backlog, []
-        for text, behavior, what in backlog:
-            self._send(text, behavior, what)
+        for item in backlog:
+            self._send(*item)
 
     def _start_failed(self, error: str) -> None:
         if self._closing:
@@ -298,13 +329,25 @@ class PiRpcAdapter:
 
     # ------------------------------------------------------------------ delivery
 
-    def _send(self, text: str, behavior: Behavior, what: str) -> None:
+    def _send(
+        self,
+        text: str,
+        behavior: Behavior,
+        what: str,
+        task_id: str | None = None,
+        gives_task: bool = False,
+    ) -> None:
         if self._closing:
             return
         pi = self._pi
         if pi is None or not self._ready:
-            self._backlog.append((text, behavior, what))
+            self._backlog.append(_Delivery(text, behavior, what, task_id, gives_task))
             return
+        if gives_task:
+            self._task_id = task_id
+        if self._ended:
+            text = "\n\n".join([*self._ended, text])
+            self._ended.clear()
         idle = self._runs_open == 0
         try:
             pi.prompt(text, streaming_behavior=behavior, timeout=COMMAND_TIMEOUT_S)
@@ -324,6 +367,22 @@ class PiRpcAdapter:
             "after the running tool's result" if behavior == "steer" else "after its final answer"
         )
         self._ctx.runtime("output", text=f"[shepherd] {what} queued as a {verb}: lands {lands}")
+
+    def _cancel_task(self, task_id: str, envelope: ControlEnvelope) -> None:
+        """The parent ended ``task_id``: stop its work (see the module rules)."""
+        why = control_reason(envelope)
+        before = len(self._backlog)
+        self._backlog = [item for item in self._backlog if item.task_id != task_id]
+        dropped = before - len(self._backlog)
+        if dropped:
+            self._ctx.runtime(
+                "output", text=f"[shepherd] {why}; {dropped} waiting deliveries for it dropped"
+            )
+        if self._task_id != task_id:
+            return
+        self._task_id = None
+        self._ended.append(render_task_ended(task_id, envelope.reason))
+        self._abort(why)
 
     def _abort(self, why: str) -> None:
         pi = self._pi

@@ -4,6 +4,15 @@ The same driver runs inside the simulation (``actors/simagent.py``) and inside t
 ``shepherd-child`` bridge. It is single-threaded: every call into it (an envelope arriving,
 a command finishing, a sleep ending) must come from the owner's one thread; asynchronous
 completions are handed back through ``post``.
+
+Rules:
+- ``control cancel_task`` (the parent ended the task) stops the task's work: the running
+  command is stopped (``stop_commands``), and a completion or sleep that belonged to the work
+  left behind is ignored when it comes back (each carries the *epoch* it started in); the
+  machine leaves the task (:meth:`~protocol.script.ScriptMachine.cancel_task`). Other
+  controls are only told in the agent's output.
+- A notice closes one of the script's questions (and so ends an ``await reply``) only when it
+  says that request closed without a reply and names one of the script's own questions.
 """
 
 from __future__ import annotations
@@ -36,6 +45,9 @@ __all__ = ["AgentIdentity", "CommandRunner", "ScriptedDriver"]
 #: run(command, done) — start the command; call done(output, exit_code) when it finishes
 CommandRunner = Callable[[str, Callable[[str, int], None]], None]
 
+#: the notice codes that close a request without a reply (see broker_routing)
+_CLOSING_CODES = frozenset({"request_timed_out", "request_cancelled", "not_delivered"})
+
 
 class AgentIdentity(msgspec.Struct, frozen=True, kw_only=True):
     agent_id: str
@@ -56,6 +68,7 @@ class ScriptedDriver:
         run_command: CommandRunner,
         post: Callable[[Callable[[], None]], None],
         on_exit: Callable[[int], None],
+        stop_commands: Callable[[], None] | None = None,
     ) -> None:
         self.machine = machine
         self.identity = identity
@@ -65,6 +78,11 @@ class ScriptedDriver:
         self._run_command = run_command
         self._post = post
         self._on_exit = on_exit
+        self._stop_commands = stop_commands
+        #: bumped when the parent ends the task: late completions of older work are ignored
+        self._epoch = 0
+        #: message ids of this agent's own questions (messages that expect a reply)
+        self._questions: set[str] = set()
         self.acks: list[AckEnvelope] = []
         self.received: list[AnyEnvelope] = []
         self.exited: int | None = None
@@ -106,6 +124,7 @@ class ScriptedDriver:
                     steer=env.delivery == "steer",
                 )
             case ReplyEnvelope():
+                self._questions.discard(env.reply_to)
                 item = sc.Delivered(
                     kind="reply",
                     text=env.content,
@@ -115,8 +134,15 @@ class ScriptedDriver:
                     steer=env.delivery == "steer",
                 )
             case NoticeEnvelope():
+                closes = env.code in _CLOSING_CODES and env.ref_id in self._questions
+                if closes:
+                    self._questions.discard(env.ref_id or "")
                 item = sc.Delivered(
-                    kind="notice", text=env.text, message_id=env.message_id, sender_id=env.sender_id
+                    kind="notice",
+                    text=env.text,
+                    message_id=env.message_id,
+                    sender_id=env.sender_id,
+                    closes_request=closes,
                 )
             case AckEnvelope():
                 self.acks.append(env)
@@ -130,12 +156,25 @@ class ScriptedDriver:
             case ControlEnvelope(action="close"):
                 self.exit(0)
                 return
+            case ControlEnvelope(action="cancel_task", task_id=task_id) if task_id is not None:
+                self._emit_runtime("output", text=f"[shepherd] {env.action}: {env.reason or ''}")
+                self._cancel_task(task_id)
+                return
             case ControlEnvelope():
                 self._emit_runtime("output", text=f"[shepherd] {env.action}: {env.reason or ''}")
                 return
             case _:
                 return
         self._perform(self.machine.deliver(item))
+
+    def _cancel_task(self, task_id: str) -> None:
+        machine = self.machine
+        working = machine.task_id == task_id and machine.task_open and not machine.finished
+        if working:
+            self._epoch += 1
+            if self._stop_commands is not None:
+                self._stop_commands()
+        self._perform(machine.cancel_task(task_id))
 
     def exit(self, code: int) -> None:
         if self.exited is not None:
@@ -161,9 +200,9 @@ class ScriptedDriver:
                     self._emit_runtime("tool_call", tool="bash", command=command)
                     self._run_command(command, self._command_done_from_elsewhere(command))
                 case sc.Sleep(seconds=seconds):
-                    self._clock.call_later(seconds, lambda: self._post(self._resume))
+                    self._sleep(seconds)
                 case sc.SendMessage():
-                    self._send(
+                    sent = self._send(
                         MessageEnvelope,
                         target_id=effect.to,
                         content=effect.text,
@@ -171,6 +210,8 @@ class ScriptedDriver:
                         expects_reply=effect.expects_reply,
                         delivery="steer" if effect.steer else "follow_up",
                     )
+                    if effect.expects_reply:
+                        self._questions.add(sent)
                 case sc.SendReply():
                     self._send(
                         ReplyEnvelope,
@@ -194,14 +235,16 @@ class ScriptedDriver:
                     self.exit(code)
 
     def _command_done_from_elsewhere(self, command: str) -> Callable[[str, int], None]:
+        epoch = self._epoch
+
         def done(output: str, exit_code: int) -> None:
-            self._post(lambda: self._command_done(command, output, exit_code))
+            self._post(lambda: self._command_done(command, output, exit_code, epoch))
 
         return done
 
-    def _command_done(self, command: str, output: str, exit_code: int) -> None:
-        if self.exited is not None:
-            return
+    def _command_done(self, command: str, output: str, exit_code: int, epoch: int) -> None:
+        if self.exited is not None or epoch != self._epoch:
+            return  # gone, or the work of a task the parent ended
         self._emit_runtime(
             "tool_result",
             tool="bash",
@@ -212,8 +255,12 @@ class ScriptedDriver:
         )
         self._perform(self.machine.resume())
 
-    def _resume(self) -> None:
-        if self.exited is None:
+    def _sleep(self, seconds: float) -> None:
+        epoch = self._epoch
+        self._clock.call_later(seconds, lambda: self._post(lambda: self._resume(epoch)))
+
+    def _resume(self, epoch: int) -> None:
+        if self.exited is None and epoch == self._epoch:
             self._perform(self.machine.resume())
 
     # -------------------------------------------------------------- envelopes
@@ -227,8 +274,11 @@ class ScriptedDriver:
             "capability": self.identity.capability,
         }
 
-    def _send(self, cls: type[Envelope], **fields: Any) -> None:
-        self._publish(cls(**self._base(), **fields))  # type: ignore[arg-type]
+    def _send(self, cls: type[Envelope], **fields: Any) -> str:
+        """Publish one envelope; return its message id."""
+        envelope = cls(**self._base(), **fields)
+        self._publish(envelope)  # type: ignore[arg-type]
+        return envelope.message_id
 
     def _emit_runtime(self, event: str, **fields: Any) -> None:
         self._publish(RuntimeEnvelope(**self._base(), target_id=PARENT_ID, event=event, **fields))  # type: ignore[arg-type]

@@ -4,41 +4,95 @@ the real bridge, and the shell runner behind its ``run`` steps.
 Rules:
 - The script's effects go through the shared :class:`~actors.scripted.ScriptedDriver`, the
   same driver the simulation runs: the bridge adds only real commands and real time.
-- A ``run`` step is ``bash -c COMMAND`` in the bridge's own process group (so the parent's
-  group kill reaches it); its result is the exit status as a shell reports it and the last
-  :data:`~actors.procs.OUTPUT_TAIL_BYTES` of stdout+stderr.
-- ``close`` stops every running command (SIGTERM, then SIGKILL after the grace period).
+- A ``run`` step is ``bash -c COMMAND`` in a process group of its own (inside the bridge's
+  session, which the parent sweeps when the bridge exits); its result is the exit status as a
+  shell reports it and the last :data:`~actors.procs.OUTPUT_TAIL_BYTES` of stdout+stderr.
+- ``close`` stops every running command (SIGTERM, then SIGKILL after the grace period), and
+  so does the parent ending the script's task (``control cancel_task``), without waiting.
+- The options are checked by :meth:`ScriptedAdapter.check_options`, which the parent also
+  runs before it starts the bridge: the script must be a regular file of at most
+  :data:`~protocol.script.MAX_SCRIPT_BYTES` that parses as a script.
 """
 
 from __future__ import annotations
 
-import contextlib
+import os
+import signal
+import stat
 import subprocess
 import threading
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 from actors.adapters import AgentContext
-from actors.procs import KILL_GRACE_S, OUTPUT_TAIL_BYTES, OutputTail, exit_status, pump_process
+from actors.procs import (
+    KILL_GRACE_S,
+    OUTPUT_TAIL_BYTES,
+    OutputTail,
+    exit_status,
+    pump_process,
+    signal_group,
+)
 from actors.scripted import ScriptedDriver
 from protocol.envelopes import AnyEnvelope, RuntimeEnvelope
-from protocol.script import ScriptError, ScriptMachine, load_script_text
+from protocol.script import (
+    MAX_SCRIPT_BYTES,
+    Script,
+    ScriptError,
+    ScriptMachine,
+    load_script_text,
+)
 
-__all__ = ["ScriptedAdapter", "ShellRunner"]
+__all__ = ["ScriptedAdapter", "ShellRunner", "load_script_file"]
+
+
+def load_script_file(path: object, cwd: str) -> Script:
+    """Read and parse the script file ``path`` (relative to ``cwd``): a regular file (never a
+    FIFO or a device, which could block or never end) of at most MAX_SCRIPT_BYTES."""
+    if not isinstance(path, str) or not path.strip():
+        raise ScriptError('a scripted agent needs "script": the path of its script file')
+    full = os.path.join(cwd, path)
+    try:
+        st = os.stat(full)
+    except OSError as exc:
+        raise ScriptError(f"script file {path!r} does not exist or cannot be read: {exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ScriptError(f"script file {path!r} is not a regular file")
+    if st.st_size > MAX_SCRIPT_BYTES:
+        raise ScriptError(
+            f"script file {path!r} is {st.st_size} bytes; a script is at most "
+            f"{MAX_SCRIPT_BYTES} bytes"
+        )
+    try:
+        with open(full, "rb") as f:
+            data = f.read(MAX_SCRIPT_BYTES + 1)
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScriptError(f"cannot read script {path!r}: {exc}") from None
+    try:
+        return load_script_text(text, toml=path.endswith(".toml"))
+    except ScriptError as exc:
+        raise ScriptError(f"script file {path!r}: {exc.message}") from None
 
 
 class ShellRunner:
     """Runs ``bash -c COMMAND`` for scripted ``run`` steps.
 
     The command starts on the core thread (so a ``close`` processed right after it always
-    finds it) in the bridge's OWN process group, so the parent's group kill reaches it; a
-    worker thread collects the last :data:`OUTPUT_TAIL_BYTES` of stdout+stderr and the exit
-    status and hands them to ``done`` (which posts back to the core)."""
+    finds it) in a process group of its own inside the bridge's session, so one group signal
+    stops it and everything it started (and the parent's sweep of the bridge's session
+    reaches it even if the bridge dies); a worker thread collects the last
+    :data:`OUTPUT_TAIL_BYTES` of stdout+stderr and the exit status and hands them to ``done``
+    (which posts back to the core). A command is signalled only while it is listed as
+    running, and it is unlisted before it is reaped, so its group id cannot have been reused.
+    """
 
-    def __init__(self, cwd: str | None, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, cwd: str | None, environ: Mapping[str, str], grace_s: float = KILL_GRACE_S
+    ) -> None:
         self._cwd = cwd
         self._environ = dict(environ)
+        self._grace_s = grace_s
         self._lock = threading.Lock()
         self._running: dict[subprocess.Popen[bytes], threading.Thread] = {}
 
@@ -51,6 +105,7 @@ class ShellRunner:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
+                process_group=0,
             )
         except OSError as exc:
             done(f"cannot run command: {exc}", 127)
@@ -67,28 +122,42 @@ class ShellRunner:
         try:
             pump_process(proc, lambda _stream, data: tail.write(data))
         finally:
+            with self._lock:
+                self._running.pop(proc, None)  # never signalled again: safe to reap
             code = exit_status(proc.wait())
             assert proc.stdout is not None
             proc.stdout.close()
-            with self._lock:
-                self._running.pop(proc, None)
         done(tail.text(), code)
 
-    def close(self, grace_s: float = KILL_GRACE_S) -> None:
-        """Stop every running command (SIGTERM, then SIGKILL after ``grace_s``)."""
+    def _signal(self, procs: list[subprocess.Popen[bytes]], sig: int) -> None:
+        with self._lock:
+            for proc in procs:
+                if proc in self._running:
+                    signal_group(proc.pid, sig)
+
+    def stop_all(self) -> None:
+        """Stop every running command without waiting (the task they worked for ended):
+        SIGTERM to each command's group now, SIGKILL to what is left after the grace."""
+        with self._lock:
+            running = list(self._running)
+        if not running:
+            return
+        self._signal(running, signal.SIGTERM)
+        timer = threading.Timer(self._grace_s, self._signal, args=(running, signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
+
+    def close(self, grace_s: float | None = None) -> None:
+        """Stop every running command and wait for it (SIGTERM, then SIGKILL after the grace)."""
+        grace = self._grace_s if grace_s is None else grace_s
         with self._lock:
             running = list(self._running.items())
-        for proc, _ in running:
-            with contextlib.suppress(OSError):
-                proc.terminate()
+        self._signal([proc for proc, _ in running], signal.SIGTERM)
         for proc, thread in running:
-            try:
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(OSError):
-                    proc.kill()
-                proc.wait()
-            thread.join(timeout=grace_s)
+            thread.join(timeout=grace)
+            if thread.is_alive():
+                self._signal([proc], signal.SIGKILL)
+                thread.join(timeout=grace + 1)
 
 
 class ScriptedAdapter:
@@ -99,15 +168,13 @@ class ScriptedAdapter:
 
     name: ClassVar[str] = "scripted"
 
+    @staticmethod
+    def check_options(options: Mapping[str, Any], cwd: str) -> Script:
+        """The options, checked (the parent runs this before starting the bridge)."""
+        return load_script_file(options.get("script"), cwd)
+
     def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None:
-        path = options.get("script")
-        if not isinstance(path, str) or not path:
-            raise ScriptError('the scripted adapter needs the option "script" (a file path)')
-        try:
-            text = Path(ctx.cwd, path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ScriptError(f"cannot read script {path}: {exc}") from None
-        script = load_script_text(text, toml=path.endswith(".toml"))
+        script = self.check_options(options, ctx.cwd)
         self._ctx = ctx
         self._runner = ShellRunner(ctx.cwd, ctx.child_environ())
         self.driver = ScriptedDriver(
@@ -119,6 +186,7 @@ class ScriptedAdapter:
             run_command=self._runner.run,
             post=ctx.post,
             on_exit=ctx.finish,
+            stop_commands=self._runner.stop_all,
         )
 
     def _publish(self, envelope: AnyEnvelope) -> None:

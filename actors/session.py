@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import msgspec
 import pykka
 
 from actors.agent import Launcher
@@ -46,6 +47,12 @@ from protocol.tasks import TaskEvent, TaskResult
 __all__ = ["Session"]
 
 ASK_TIMEOUT_S = 30.0
+
+
+def _settled(result: TaskResult, *, already: bool) -> api.SettleResult:
+    if isinstance(result, api.SettleResult):
+        return result
+    return api.SettleResult(**msgspec.structs.asdict(result), already_settled=already)
 
 
 class Session:
@@ -291,24 +298,28 @@ class Session:
         CLI's and the tools' answers are paged by :func:`protocol.answers.fit_answer`)."""
         return self._ask(api.build_args(api.StatusArgs, agent=agent, cursor=cursor))  # type: ignore[no-any-return]
 
-    def cancel(self, task_id: str, reason: str | None = None) -> TaskResult:
+    def cancel(self, task_id: str, reason: str | None = None) -> api.SettleResult:
+        """Cancel a task (130); ``already_settled`` says it had ended before (nothing changed)."""
         return self._settle(
             api.CancelArgs(task_id=task_id, reason=reason), TaskEvent.CANCEL, reason
         )
 
-    def fail(self, task_id: str, error: str) -> TaskResult:
+    def fail(self, task_id: str, error: str) -> api.SettleResult:
+        """Fail a task (1); ``already_settled`` says it had ended before (nothing changed)."""
         return self._settle(api.FailArgs(task_id=task_id, error=error), TaskEvent.FAIL, error)
 
-    def _settle(self, args: Any, event: TaskEvent, why: str | None) -> TaskResult:
+    def _settle(self, args: Any, event: TaskEvent, why: str | None) -> api.SettleResult:
         answer = self._ask(args)
         if isinstance(answer, TaskResult):
-            return answer
+            return _settled(answer, already=True)
         default = "cancelled by the parent" if event is TaskEvent.CANCEL else "failed by the parent"
         try:
-            result = answer.ask(Settle(event=event, error=why or default), timeout=ASK_TIMEOUT_S)
+            result = answer.ask(
+                Settle(event=event, error=why or default, report=True), timeout=ASK_TIMEOUT_S
+            )
         except pykka.ActorDeadError:  # it settled and stopped meanwhile: the broker has it
-            result = self._ask(api.ResultArgs(task_id=args.task_id))
-        assert isinstance(result, TaskResult)
+            result = _settled(self._ask(api.ResultArgs(task_id=args.task_id)), already=True)
+        assert isinstance(result, api.SettleResult)
         return result
 
     def result(self, task_id: str) -> TaskResult | None:

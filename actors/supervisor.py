@@ -414,19 +414,8 @@ class Supervisor:
         spec = api.OPERATIONS.get(op)
         if spec is None:
             raise InvalidArgument(f"unknown operation {op!r}")
-        parsed = api.build_args(spec, **args)
-        if isinstance(parsed, api.SpawnArgs):
-            self._check_spawn(parsed)
-        return self.session.run(parsed)
-
-    @staticmethod
-    def _check_spawn(spawn: api.SpawnArgs) -> None:
-        if spawn.adapter == "scripted" and not spawn.script:
-            raise InvalidArgument("a scripted agent needs --script FILE")
-        if spawn.adapter == "command" and not spawn.cmd:
-            raise InvalidArgument("a command agent needs --cmd TEMPLATE")
-        if spawn.script and not os.path.isfile(spawn.script):
-            raise InvalidArgument(f"script file {spawn.script!r} does not exist")
+        # a spawn's name, then its adapter's options, are checked by the broker
+        return self.session.run(api.build_args(spec, **args))
 
     # ------------------------------------------------------------------ lifecycle
 

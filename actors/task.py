@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pykka
 from loguru import logger
 
@@ -29,7 +30,7 @@ from actors.messages import (
 )
 from actors.notes import TaskNotes
 from actors.runtime import ShepherdActor
-from protocol import tasks
+from protocol import api, tasks
 from protocol.errors import ShepherdError
 from protocol.tasks import TaskEvent, TaskRecord
 
@@ -76,14 +77,20 @@ class TaskActor(ShepherdActor):
                         text=env.summary,
                         error=env.error,
                         cancel_requests=env.cancel_requests,
+                        by_agent=True,
                     )
                 except ShepherdError as exc:
                     self._broker.tell(DoneOutcome(envelope=env, error=exc.info()))
                 else:  # settled now, or earlier (then the stored result is the answer)
                     self._broker.tell(DoneOutcome(envelope=env, result=self.record.result))
-            case Settle(event=event, text=text, error=error):
-                self._settle(event, text=text, error=error, cancel_requests=True)
-                return self.record.result
+            case Settle(event=event, text=text, error=error, report=report):
+                changed = self._settle(event, text=text, error=error, cancel_requests=True)
+                result = self.record.result
+                if not report or result is None:
+                    return result
+                return api.SettleResult(
+                    **msgspec.structs.asdict(result), already_settled=not changed
+                )
             case TaskDeadline():
                 if not self.record.terminal:
                     self._settle(
@@ -110,6 +117,7 @@ class TaskActor(ShepherdActor):
         text: str | None = None,
         error: str | None = None,
         cancel_requests: bool = False,
+        by_agent: bool = False,
     ) -> bool:
         before = self.record
         settled, changed = tasks.settle(
@@ -132,5 +140,11 @@ class TaskActor(ShepherdActor):
                     "task note for {t} not finalised", t=settled.task_id
                 )
         self.record = settled
-        self._broker.tell(TaskChanged(record=settled, dropped_requests=before.pending_requests))
+        self._broker.tell(
+            TaskChanged(
+                record=settled,
+                dropped_requests=before.pending_requests,
+                settled_by_agent=by_agent,
+            )
+        )
         return True

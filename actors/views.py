@@ -44,6 +44,11 @@ def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str
         result = task.get("result")
         if result is not None:
             detail += f" (rc {result['return_code']})"
+        elif task.get("turns_without_done"):
+            code = task.get("last_turn_exit_code")
+            status = f", status {code}" if code is not None else ""
+            ago = _clock(now - (task.get("last_turn_ended_at") or now))
+            detail += f" (turn ended without done {ago} ago{status})"
     closed = " [closed]" if agent.get("closed") else ""
     return f"{symbol} {age} {agent['name']:<8} {process} / {detail}  {task['task_id']}{closed}"
 

@@ -46,6 +46,7 @@ __all__ = [
     "ReadArgs",
     "ReadResult",
     "ResultArgs",
+    "SettleResult",
     "SpawnArgs",
     "SpawnResult",
     "StatusArgs",
@@ -220,6 +221,11 @@ class TaskStatus(msgspec.Struct, frozen=True, kw_only=True):
     result: TaskResult | None = None
     #: the task text's full length in characters, when ``description`` is only its beginning
     description_chars: int | None = None
+    #: the agent's turns that ended while this task stayed open, without done or a question
+    turns_without_done: int = 0
+    #: when the last of them ended, and its exit status (None: the adapter gives none)
+    last_turn_ended_at: float | None = None
+    last_turn_exit_code: int | None = None
 
 
 class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -255,6 +261,13 @@ class StatusResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     #: damaged lines found when the session was resumed: torn tails cut off and records
     #: that could not be read, in the journal and the notifications file (each was logged)
     journal_problems: int = 0
+
+
+class SettleResult(TaskResult, frozen=True, kw_only=True):
+    """The answer to ``cancel`` / ``fail``: the task's result, and whether it had settled
+    before this call (then the result is the earlier one and nothing changed)."""
+
+    already_settled: bool = False
 
 
 class CloseResult(msgspec.Struct, frozen=True, kw_only=True):

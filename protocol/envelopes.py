@@ -37,7 +37,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from protocol.errors import ErrorInfo, InvalidEnvelope
-from protocol.ids import PARENT_ID, IdKind, is_id_of, is_valid_name
+from protocol.ids import PARENT_ID, IdKind, an_id_of, is_id_of, is_valid_name
 from protocol.limits import DeadlineSeconds, OptionalText
 from protocol.tasks import DoneStatus, TaskResult
 
@@ -278,4 +278,4 @@ def validate_addresses(envelope: Envelope) -> None:
         if value is None:
             continue
         if not is_id_of(value, expected):
-            raise InvalidEnvelope(f"{name} {value!r} is not a {expected.value} id")
+            raise InvalidEnvelope(f"{name} {value!r} is not {an_id_of(expected)}")

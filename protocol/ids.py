@@ -19,6 +19,7 @@ from protocol.errors import InvalidHandle
 __all__ = [
     "PARENT_ID",
     "IdKind",
+    "an_id_of",
     "is_id_of",
     "is_valid_name",
     "kind_of",
@@ -75,6 +76,11 @@ def is_id_of(value: object, kind: IdKind) -> bool:
     return isinstance(value, str) and _ID_OF_KIND[kind].fullmatch(value) is not None
 
 
+def an_id_of(kind: IdKind) -> str:
+    """``"an agent id"``, ``"a task id"``: the kind with its article, for messages."""
+    return f"{'an' if kind.value[0] in 'aeiou' else 'a'} {kind.value} id"
+
+
 def parse_id(value: object, expected: IdKind | None = None) -> str:
     """Validate an id (optionally of one kind) and return it; raise ``invalid_handle`` naming it."""
     if not isinstance(value, str):
@@ -83,7 +89,7 @@ def parse_id(value: object, expected: IdKind | None = None) -> str:
     if kind is None:
         raise InvalidHandle(f"{_shown(value)} is not a Shepherd id")
     if expected is not None and kind is not expected:
-        raise InvalidHandle(f"{value} is a {kind.value} id, not a {expected.value} id")
+        raise InvalidHandle(f"{value} is {an_id_of(kind)}, not {an_id_of(expected)}")
     return value.strip()
 
 

@@ -1,8 +1,14 @@
 """What the parent is told, as Structs (the sinks decide how to show them).
 
 Kinds: a task completion for a watcher (coalesced, in the watcher's input order), a child's
-message addressed to the Shepherd, and notices (a request cycle, an agent that exited, a
-request that timed out). Later monitors add their own kinds here.
+message addressed to the Shepherd, and notices. Later monitors add their own kinds here.
+
+Notice codes the broker sends: ``agent_exited`` (an agent's process exited without being
+closed: its status and reason, and its task, which failed), ``turn_ended_without_done`` (a
+turn ended while the agent's task stayed open with no question pending: once per turn, with
+the turn's exit status and the tail of its output), ``request_timed_out`` /
+``request_cancelled`` (a question the parent asked closed without a reply) and
+``not_delivered``.
 """
 
 from __future__ import annotations

@@ -3,9 +3,16 @@
 Parent notifications follow the seeds' ``call: / return: / details:`` layout; what a child
 agent is told (its task context, an incoming message) follows seed 002 §4 phase 3 wording, so
 the model learns that a turn ending is not the task ending.
+
+An agent is told the commands it really has (:class:`ChildCommands`): an agent with the child
+tools (pi-rpc) is told ``shepherd_message`` / ``shepherd_done``; a command agent, which only
+has a shell, is told ``shepherd-child message|done``. Both are told that the parent is
+``shepherd``.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from protocol.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope, TaskEnvelope
 from protocol.notifications import (
@@ -20,11 +27,50 @@ from protocol.notifications import (
 from protocol.tasks import TaskResult
 
 __all__ = [
+    "CHILD_SHELL",
+    "CHILD_TOOLS",
+    "ChildCommands",
     "render_delivery",
     "render_notification",
     "render_result_line",
     "render_task_context",
+    "render_task_ended",
 ]
+
+
+class ChildCommands(NamedTuple):
+    """How an agent of one kind reaches the parent, in the words it is told."""
+
+    #: the end of a task context: a turn is not the task; how to ask; how to finish
+    task_hint: str
+    #: under a question: how to answer it (``{id}``: the request, ``{sender}``: the asker)
+    reply_hint: str
+
+
+#: An agent with the child tools (pi-rpc): ``shepherd_message`` / ``shepherd_done``.
+CHILD_TOOLS = ChildCommands(
+    task_hint=(
+        "Do not consider the task complete merely because this turn ends. If you need "
+        'information, use shepherd_message (target "shepherd" is the parent that gave you this '
+        "task). Call shepherd_done only when the whole delegated task is complete."
+    ),
+    reply_hint="The sender waits for your answer: reply with shepherd_message reply_to={id}.",
+)
+
+#: A command agent: it has only its shell, where ``shepherd-child`` is on the PATH.
+CHILD_SHELL = ChildCommands(
+    task_hint=(
+        "Do not consider the task complete merely because this turn ends. If you need "
+        "information, run `shepherd-child message TARGET TEXT` from your shell (TARGET is "
+        "another agent's name, or shepherd for the parent that gave you this task). Run "
+        "`shepherd-child done --status completed --summary TEXT` only when the whole delegated "
+        "task is complete (--status blocked or --status failed if it cannot be)."
+    ),
+    reply_hint=(
+        "The sender waits for your answer: reply with "
+        "`shepherd-child message {sender} TEXT --reply-to {id}` from your shell."
+    ),
+)
 
 
 def _quoted_ids(ids: tuple[str, ...]) -> str:
@@ -91,18 +137,28 @@ def render_notification(note: AnyNotification) -> str:
     raise TypeError(f"unknown notification {note!r}")  # pragma: no cover
 
 
-def render_task_context(task: TaskEnvelope) -> str:
+def render_task_context(task: TaskEnvelope, commands: ChildCommands = CHILD_TOOLS) -> str:
     return (
         "[Shepherd delegated task]\n"
         f"Task ID: {task.task_id}\n\n"
         f"{task.content}\n\n"
-        "Do not consider the task complete merely because this turn ends. If you need "
-        "information, use shepherd_message. Call shepherd_done only when the whole delegated "
-        "task is complete."
+        f"{commands.task_hint}"
     )
 
 
-def render_delivery(envelope: MessageEnvelope | ReplyEnvelope | NoticeEnvelope) -> str:
+def render_task_ended(task_id: str, reason: str | None) -> str:
+    """What an agent is told, with its next input, after the parent ended its task."""
+    why = f" ({reason})" if reason else ""
+    return (
+        f"[Shepherd notice: task ended]\n\nYour task {task_id} was ended by the parent{why}. "
+        "Stop working on it; a done for it would be refused."
+    )
+
+
+def render_delivery(
+    envelope: MessageEnvelope | ReplyEnvelope | NoticeEnvelope,
+    commands: ChildCommands = CHILD_TOOLS,
+) -> str:
     """An incoming message as the child agent reads it."""
     if isinstance(envelope, NoticeEnvelope):
         ref = f" ({envelope.ref_id})" if envelope.ref_id else ""
@@ -118,8 +174,5 @@ def render_delivery(envelope: MessageEnvelope | ReplyEnvelope | NoticeEnvelope) 
     if envelope.thread_id:
         lines.append(f"Thread ID: {envelope.thread_id}")
     if isinstance(envelope, MessageEnvelope) and envelope.expects_reply:
-        lines.append(
-            f"The sender waits for your answer: reply with shepherd_message "
-            f"reply_to={envelope.message_id}."
-        )
+        lines.append(commands.reply_hint.format(id=envelope.message_id, sender=who))
     return "\n".join([*lines, "", envelope.content])

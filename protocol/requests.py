@@ -2,8 +2,9 @@
 
 Rules: a request starts ``pending`` and ends exactly once, ``replied``, ``cancelled`` (its
 sender's task settled, its target or sender closed) or ``timed_out`` (its reply deadline
-passed). A terminal request never moves again; a second reply is delivered as ordinary
-content but changes no state (:func:`resolve` returns ``changed=False``).
+passed). A terminal request never moves again (:func:`resolve` returns ``changed=False``):
+a late reply to a request that closed unanswered is delivered as content, and a second reply
+to an answered one is refused by the broker.
 """
 
 from __future__ import annotations

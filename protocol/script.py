@@ -15,6 +15,15 @@ object with exactly one key:
 
 In ``text`` and ``summary``, ``{last}`` stands for the text of the last delivery received.
 
+``await reply`` is satisfied by a reply, or by the notice that closes one of the script's own
+questions without a reply (it timed out, its recipient is gone, it could not be delivered);
+any other notice (a wait cycle, a stale wait, a refusal) waits for ``await any``.
+
+When the parent ends the script's task (cancel, fail, deadline), :meth:`ScriptMachine.cancel_task`
+leaves it: the task's queued deliveries are dropped, the running step is abandoned, the turn
+ends, and the script goes to the next ``await task`` step (after the current one, else back to
+the one that took the task), ready for the next task.
+
 :class:`ScriptMachine` turns deliveries into effects and never does IO itself: the same
 machine drives the in-process simulated agent and the real ``shepherd-child`` bridge.
 Deliveries that arrive while the script is busy queue; a ``steer`` jumps the queue.
@@ -31,6 +40,7 @@ import msgspec
 from protocol.errors import InvalidArgument
 
 __all__ = [
+    "MAX_SCRIPT_BYTES",
     "AwaitKind",
     "Delivered",
     "Effect",
@@ -106,6 +116,9 @@ class Script(msgspec.Struct, frozen=True):
 
 _MAX_STEPS = 100_000
 _MAX_DEPTH = 8
+#: A script file larger than this is refused unread (a script is a few kilobytes; this bound
+#: keeps a wrong path, such as a log file, from being read into memory).
+MAX_SCRIPT_BYTES = 1024 * 1024
 
 
 def _parse_step(raw: object, where: str, out: list[Step], depth: int) -> None:
@@ -186,6 +199,9 @@ class Delivered(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str | None = None
     expects_reply: bool = False
     steer: bool = False
+    #: a notice that closes one of this agent's own questions without a reply (the driver
+    #: knows which message ids were its questions)
+    closes_request: bool = False
 
 
 class TurnStart(msgspec.Struct, frozen=True):
@@ -239,12 +255,12 @@ Effect = (
 )
 
 
-def _matches(want: AwaitKind, got: DeliveryKind) -> bool:
+def _matches(want: AwaitKind, item: Delivered) -> bool:
     if want == "any":
         return True
-    if got == "notice":  # a closed request (timed out, peer gone) also ends a wait for a reply
-        return want == "reply"
-    return want == got
+    if item.kind == "notice":  # only a question closed without a reply ends a wait for one
+        return want == "reply" and item.closes_request
+    return want == item.kind
 
 
 class ScriptMachine:
@@ -266,6 +282,8 @@ class ScriptMachine:
         self.last_text = ""
         self.last_request: Delivered | None = None
         self.task_id: str | None = None
+        #: the script took a task and has not said done for it
+        self.task_open = False
         self.waiting_for: AwaitKind | None = None
 
     @property
@@ -294,12 +312,40 @@ class ScriptMachine:
         self._busy = False
         return self._advance()
 
+    def cancel_task(self, task_id: str) -> list[Effect]:
+        """The parent ended ``task_id``: drop its queued deliveries and, if the script is
+        working on it, leave it for the next ``await task`` step (see the module rules)."""
+        self._queue = deque(item for item in self._queue if item.task_id != task_id)
+        if self.finished or self.task_id != task_id or not self.task_open:
+            return []
+        self.task_open = False
+        self.task_id = None
+        self._busy = False  # a command or sleep still running is abandoned
+        self._pc = self._next_task_step()
+        effects: list[Effect] = []
+        if self._in_turn:
+            self._in_turn = False
+            effects.append(TurnEnd())
+        return effects + self._advance()
+
+    def _next_task_step(self) -> int:
+        """The first ``await task`` step from the current one on, else the last one before
+        it (the step that took the task), else the current step."""
+        takes_task = [isinstance(step, AwaitStep) and step.kind == "task" for step in self._steps]
+        for index in range(self._pc, len(takes_task)):
+            if takes_task[index]:
+                return index
+        for index in range(min(self._pc, len(takes_task)) - 1, -1, -1):
+            if takes_task[index]:
+                return index
+        return self._pc
+
     def _fill(self, text: str) -> str:
         return text.replace("{last}", self.last_text)
 
     def _take(self, want: AwaitKind) -> Delivered | None:
         for item in self._queue:
-            if _matches(want, item.kind):
+            if _matches(want, item):
                 self._queue.remove(item)
                 return item
         return None
@@ -308,8 +354,18 @@ class ScriptMachine:
         self.last_text = item.text
         if item.kind == "task":
             self.task_id = item.task_id
+            self.task_open = True
         if item.expects_reply:
             self.last_request = item
+
+    def _done(self, step: DoneStep) -> SendDone:
+        self.task_open = False
+        return SendDone(
+            task_id=self.task_id,
+            status=step.status,
+            summary=self._fill(step.summary) if step.summary else None,
+            cancel_requests=step.cancel_requests,
+        )
 
     def _advance(self) -> list[Effect]:
         effects: list[Effect] = []
@@ -379,14 +435,7 @@ class ScriptMachine:
                         )
                         self.last_request = None
                 case DoneStep():
-                    effects.append(
-                        SendDone(
-                            task_id=self.task_id,
-                            status=step.status,
-                            summary=self._fill(step.summary) if step.summary else None,
-                            cancel_requests=step.cancel_requests,
-                        )
-                    )
+                    effects.append(self._done(step))
                 case ExitStep(code):
                     self.finished = True
                     effects.append(Exit(code))
@@ -395,6 +444,8 @@ class ScriptMachine:
 
 def load_script_text(text: str, *, toml: bool) -> Script:
     """Parse script source text (JSON or TOML) into a Script, with typed errors."""
+    if len(text) > MAX_SCRIPT_BYTES:
+        raise ScriptError(f"script is longer than {MAX_SCRIPT_BYTES} bytes")
     try:
         document: Any = msgspec.toml.decode(text) if toml else msgspec.json.decode(text)
     except (msgspec.DecodeError, ValueError) as exc:

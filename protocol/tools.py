@@ -417,8 +417,9 @@ CANCEL = _shepherd_tool(
     api.CancelArgs,
     role="parent",
     description=(
-        "Cancel a task: it settles as cancelled (return code 130) and the agent is told to stop "
-        "working on it. Cancelling a finished task returns its existing result."
+        "Cancel a task: it settles as cancelled (return code 130) and the agent stops working "
+        "on it. Cancelling a finished task changes nothing: its existing result is returned "
+        "with already_settled true."
     ),
     prompt_snippet="Cancel a delegated task",
     params={

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Container, Mapping, Sequence
 
 from protocol.errors import DuplicateIds, InvalidArgument, InvalidHandle, MixedIds
-from protocol.ids import IdKind, kind_of
+from protocol.ids import IdKind, an_id_of, kind_of
 
 __all__ = ["resolve_watch_ids"]
 
@@ -30,7 +30,7 @@ def resolve_watch_ids(
         if kind is None or not isinstance(value, str):
             raise InvalidHandle(f"{raw!r} is not a task id")
         if kind not in (IdKind.TASK, IdKind.PROMPT):
-            raise InvalidHandle(f"{value} is a {kind.value} id; watch takes task ids")
+            raise InvalidHandle(f"{value} is {an_id_of(kind)}; watch takes task ids")
         if value in ids:
             raise DuplicateIds(f"{value} is named more than once")
         if kind is IdKind.TASK and value not in tasks:

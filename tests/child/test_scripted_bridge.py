@@ -409,3 +409,51 @@ def test_refusals_reported_to_the_parent_are_capped(parent: FakeParent) -> None:
     assert len(os.listdir(parent.root / "quarantine")) == 2 * (REFUSALS_REPORTED + 5)
     parent.send(close(parent))
     assert bridge.wait() == 0
+
+
+def test_cancel_task_stops_the_running_command_and_the_script_takes_the_next_task(
+    parent: FakeParent,
+) -> None:
+    from tests.reliability.live import wait_gone
+
+    release = parent.tmp_path / "release"
+    script = parent.write_script(
+        [
+            {"await": "task"},
+            {"say": "took {last}"},
+            # blocks until the test creates `release` (then it returns at once)
+            {"run": "test -e release || (shepherd-child message -- shepherd started; sleep 30)"},
+            {"done": {"status": "completed", "summary": "finished {last}"}},
+            {"await": "any"},
+        ]
+    )
+    bridge = parent.start_bridge("scripted", {"script": script})
+    parent.wait_event("ready")
+    first = parent.delegate("first")
+    i, _ = parent.wait_for(lambda e: isinstance(e, MessageEnvelope) and e.content == "started")
+    command = [p for p in session_members(bridge.pid) if p != bridge.pid]
+    assert command, "the run step's processes are not in the bridge's session"
+    parent.send(
+        ControlEnvelope(
+            **parent.base(), action="cancel_task", task_id=first.task_id, reason="not needed"
+        )
+    )
+    i, note = parent.wait_event("output", after=i, text=lambda t: t and "cancel_task" in t)
+    assert "not needed" in (note.text or "")
+    i, _ = parent.wait_event("turn_end", after=i)
+    # the command and everything it started are stopped, without waiting for their 30 s
+    assert wait_gone(lambda: [p for p in command if p in session_members(bridge.pid)], 10.0)
+    release.touch()
+    second = parent.delegate("second")
+    _, done = parent.wait_for(lambda e: isinstance(e, TaskDoneEnvelope), after=i)
+    assert isinstance(done, TaskDoneEnvelope)
+    assert (done.task_id, done.summary) == (second.task_id, "finished second")
+    results = [e for e in parent.snapshot() if isinstance(e, RuntimeEnvelope)]
+    # the stopped command's result never reached the script (it would have advanced it)
+    assert [e.command for e in results if e.event == "tool_result"] == [
+        "test -e release || (shepherd-child message -- shepherd started; sleep 30)"
+    ]
+    dones = [e for e in parent.snapshot() if isinstance(e, TaskDoneEnvelope)]
+    assert [d.task_id for d in dones] == [second.task_id]
+    parent.send(close(parent))
+    assert bridge.wait() == 0

@@ -20,7 +20,7 @@ from protocol.envelopes import (
     RuntimeEnvelope,
     TaskDoneEnvelope,
 )
-from protocol.render import render_delivery, render_task_context
+from protocol.render import render_delivery, render_task_context, render_task_ended
 from tests.child.conftest import FakeParent
 from tests.pi.test_pi_live import agent_processes, blocking_command, read_fifo_line, user_texts
 from tests.reliability.live import process_running
@@ -189,3 +189,37 @@ def test_abort_stops_the_turn_and_a_queued_message_still_starts_the_next_one(
     assert user_texts(requests[1])[-1] == FLUSH_NOTE
     assert user_texts(requests[2])[-1] == render_delivery(message)
     assert requests[2]["messages"][-2] == {"role": "assistant", "content": "Back to it."}
+
+
+def test_cancel_task_aborts_the_tasks_run_and_pi_takes_the_next_task(
+    parent: FakeParent, pi_bin: Path, model: ScriptedModel, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "started.fifo"
+    os.mkfifo(fifo)
+    model.add_steps(
+        ToolCall("bash", {"command": blocking_command(fifo, tmp_path / "never")}),
+        ToolCall("shepherd_done", {"status": "completed", "summary": "second done"}),
+    )
+    start_pi_bridge(parent, pi_bin, model)
+    first = parent.delegate("Run the endless command.")
+    tool_pid = int(read_fifo_line(fifo))
+    started_at, _ = parent.wait_event("tool_call")
+    parent.send(
+        ControlEnvelope(
+            **parent.base(), action="cancel_task", task_id=first.task_id, reason="not needed"
+        )
+    )
+    result_at, result = parent.wait_event("tool_result", after=started_at)
+    assert result.is_error and "aborted" in (result.output or "").lower()
+    end_at, _ = parent.wait_event("turn_end", after=result_at)
+    assert not process_running(tool_pid)
+    # ready for the next task; Pi is told, with it, that the last one ended
+    second = parent.delegate("Now finish at once.")
+    done_at, done = parent.wait_for(lambda e: isinstance(e, TaskDoneEnvelope), after=end_at)
+    assert isinstance(done, TaskDoneEnvelope) and done.summary == "second done"
+    requests = model.wait_for_requests(2, timeout=15)
+    told = user_texts(requests[1])[-1]
+    assert told == render_task_ended(first.task_id, "not needed") + "\n\n" + (
+        render_task_context(second)
+    )
+    parent.wait_event("turn_end", after=done_at)

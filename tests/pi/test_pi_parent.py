@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 import threading
@@ -44,17 +45,21 @@ PARENT_EXTENSION = REPO / "actors" / "pi" / "shepherd_parent.ts"
 CUSTOM_TYPE = "shepherd.notification"
 PI_BUILTINS = {"read", "bash", "edit", "write"}
 
-# Idle until a task arrives, then wait for a message (the test's go-ahead, so the completion
-# lands only once the parent Pi is idle), then the explicit done.
-WORKER = {
-    "steps": [
-        {"await": "task"},
-        {"say": "worker: counting"},
-        {"await": "message"},
-        {"done": {"status": "completed", "summary": "counted 3 files ({last})"}},
-        {"await": "any"},
-    ]
-}
+
+def worker_script(go: Path) -> dict[str, Any]:
+    """Idle until a task arrives, then wait inside its turn for the test's go-ahead (a line
+    written to the FIFO ``go``, so the completion lands only once the parent Pi is idle), then
+    the explicit done. The turn stays open while it waits: a turn ending with the task open
+    would be told to the parent, and start a parent turn of its own."""
+    return {
+        "steps": [
+            {"await": "task"},
+            {"say": "worker: counting"},
+            {"run": f"read line < {shlex.quote(str(go))}"},
+            {"done": {"status": "completed", "summary": "counted 3 files"}},
+            {"await": "any"},
+        ]
+    }
 
 
 def shepherd_bin() -> str:
@@ -150,8 +155,10 @@ def follower_pids(session_dir: Path) -> list[int]:
 def test_a_completion_starts_exactly_one_parent_turn_and_delivery_ends_with_the_session(
     start_pi: StartPi, model: ScriptedModel, supervisor: Supervisor, tmp_path: Path
 ) -> None:
+    go = tmp_path / "go.fifo"
+    os.mkfifo(go)
     script = tmp_path / "worker.json"
-    script.write_text(json.dumps(WORKER))
+    script.write_text(json.dumps(worker_script(go)))
     # The watch call names the task id that the delegate call returned: the gate holds the
     # model's third answer until the test has read that id from the request, as a model would.
     watch_args: dict[str, Any] = {}
@@ -196,7 +203,8 @@ def test_a_completion_starts_exactly_one_parent_turn_and_delivery_ends_with_the_
     assert "shepherd_done" not in tools
 
     # The worker finishes while the parent is idle: the completion starts its next turn.
-    supervisor.call("message", {"target": "worker", "message": "go"})
+    with open(go, "w") as fifo:  # the worker's command reads it: its turn goes on to done
+        fifo.write("go\n")
     fifth = model.wait_for_requests(5, timeout=30)[4]
     arrived = time.time()
     second_end = log.wait_for(lambda e: e.get("type") == "agent_end" and e is not first_end, 30)
@@ -206,7 +214,7 @@ def test_a_completion_starts_exactly_one_parent_turn_and_delivery_ends_with_the_
     expected = render_notification(completion)
     assert expected.startswith("call: shepherd_watch(id=")
     assert "\nreturn:\n" in expected and "\ndetails: " in expected
-    assert "counted 3 files (go)" in expected
+    assert "counted 3 files" in expected
     assert last_user_text(fifth) == expected
     print(f"completion -> parent turn: {(arrived - completion.created_at) * 1000:.0f} ms")
 

@@ -157,6 +157,7 @@ def test_errors_exit_2_with_a_typed_json_error(serve, scripts, tmp_path: Path) -
     )
     rc, err = cli("watch", first["agent_id"], session=session, check=False)
     assert rc == 2 and err["error"]["code"] == "invalid_handle"
+    assert "is an agent id" in err["error"]["message"]  # not "a agent id"
     rc, err = cli("watch", first["task_id"], first["task_id"], session=session, check=False)
     assert rc == 2 and err["error"]["code"] == "duplicate_ids"
     rc, err = cli("status", session=tmp_path / "no-such-session", check=False)
@@ -271,7 +272,11 @@ def test_following_notifications_ends_with_the_session(serve, scripts, tmp_path:
         cli("watch", task["task_id"], session=session)
         cli("cancel", task["task_id"], session=session)
         assert follower.stdout is not None
-        line = follower.stdout.readline()  # the completion, as it arrives
+        # the notices first (the idle script's turn ended without done), then the completion,
+        # each line as it arrives
+        line = follower.stdout.readline()
+        while '"turn_ended_without_done"' in line:
+            line = follower.stdout.readline()
         assert '"task_completion"' in line and task["task_id"] in line
         cli("shutdown", session=session)
         server.proc.wait(timeout=30)

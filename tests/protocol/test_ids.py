@@ -133,8 +133,12 @@ def test_parse_id_wrong_kind_names_the_id_and_both_kinds(given: IdKind, expected
         parse_id(value, expected)
     message = info.value.message
     assert value in message
-    assert f"a {given.value} id" in message
-    assert f"not a {expected.value} id" in message
+
+    def article(kind: IdKind) -> str:  # "an agent id", never "a agent id"
+        return "an" if kind is IdKind.AGENT else "a"
+
+    assert f" is {article(given)} {given.value} id" in message
+    assert f"not {article(expected)} {expected.value} id" in message
 
 
 def test_parse_id_returns_the_canonical_form_without_surrounding_whitespace() -> None:

@@ -8,6 +8,7 @@ import pytest
 from protocol.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope, TaskEnvelope
 from protocol.notifications import AgentMessage, AnyNotification, Notice, TaskCompletion
 from protocol.render import (
+    CHILD_SHELL,
     render_delivery,
     render_notification,
     render_result_line,
@@ -257,3 +258,22 @@ def test_delivery_of_a_notice() -> None:
     assert render_delivery(plain) == (
         "[Shepherd notice: request_timed_out]\n\nplanner did not answer in time"
     )
+
+
+def test_a_command_agent_is_told_its_shell_commands_and_that_the_parent_is_shepherd() -> None:
+    task = TaskEnvelope(**_common(), task_id=T1, content="Fix it")  # type: ignore[arg-type]
+    text = render_task_context(task, CHILD_SHELL)
+    assert "shepherd-child message TARGET TEXT" in text and "shepherd-child done" in text
+    assert "shepherd for the parent" in text
+    assert "shepherd_message" not in text and "shepherd_done" not in text
+    asked = MessageEnvelope(
+        **_common(sender=PEER),  # type: ignore[arg-type]
+        content="which file?",
+        expects_reply=True,
+        sender_name="planner",
+    )
+    hint = render_delivery(asked, CHILD_SHELL).splitlines()[-3]
+    assert hint.endswith(f"`shepherd-child message planner TEXT --reply-to {MSG}` from your shell.")
+    # an agent with the child tools is told the tools, and who the parent is
+    tools_text = render_task_context(task)
+    assert "shepherd_message" in tools_text and '"shepherd" is the parent' in tools_text

@@ -103,8 +103,14 @@ def reply(text: str, *, mid: str = "m-r") -> Delivered:
     return Delivered(kind="reply", text=text, message_id=mid, sender_id=PEER)
 
 
-def notice(text: str = "request timed out") -> Delivered:
-    return Delivered(kind="notice", text=text, message_id="m-n", sender_id=PARENT)
+def notice(text: str = "request timed out", *, closes_request: bool = False) -> Delivered:
+    return Delivered(
+        kind="notice",
+        text=text,
+        message_id="m-n",
+        sender_id=PARENT,
+        closes_request=closes_request,
+    )
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -314,7 +320,7 @@ def test_await_task_consumes_only_a_task() -> None:
         ("message", "task", False),
         ("message", "notice", False),
         ("reply", "reply", True),
-        ("reply", "notice", True),  # a timed-out/closed request also ends a wait for a reply
+        ("reply", "notice", False),  # a notice that closes no question of the script's
         ("reply", "message", False),
         ("reply", "task", False),
         ("any", "task", True),
@@ -540,11 +546,27 @@ def test_notice_satisfies_await_reply_and_any_but_not_message() -> None:
         {"say": "m {last}"},
     )
     m.start()
-    assert m.deliver(notice("timed out")) == [TurnStart(), Output("r timed out"), TurnEnd()]
-    assert m.deliver(notice("peer closed")) == [TurnStart(), Output("a peer closed"), TurnEnd()]
+    # a notice about something else (a wait cycle, a stale wait) does not end a wait for a
+    # reply; the notice that closes the script's question without a reply does
+    assert m.deliver(notice("wait cycle")) == []
+    assert m.waiting_for == "reply"
+    closed = notice("timed out", closes_request=True)
+    assert m.deliver(closed) == [
+        TurnStart(),
+        Output("r timed out"),
+        Output("a wait cycle"),  # then `await any` takes the notice that waited
+        TurnEnd(),
+    ]
     assert m.deliver(notice("again")) == []
     assert m.waiting_for == "message"
     assert m.queued == 1
+
+
+def test_a_notice_closing_a_question_ends_await_reply() -> None:
+    m = machine({"await": "reply"}, {"say": "r {last}"}, {"await": "any"})
+    m.start()
+    effects = m.deliver(notice("timed out", closes_request=True))
+    assert effects == [TurnStart(), Output("r timed out"), TurnEnd()]
 
 
 def test_await_takes_the_first_matching_item_in_queue_order() -> None:

@@ -22,7 +22,13 @@ from collections.abc import Callable
 
 from actors.simulation import Faults
 from protocol.answers import preview_result
-from protocol.envelopes import AckEnvelope, NoticeEnvelope, ReplyEnvelope, TaskDoneEnvelope
+from protocol.envelopes import (
+    AckEnvelope,
+    ControlEnvelope,
+    NoticeEnvelope,
+    ReplyEnvelope,
+    TaskDoneEnvelope,
+)
 from protocol.requests import RequestState
 from protocol.settings import Settings
 from protocol.tasks import TaskState
@@ -182,12 +188,19 @@ def cancel_at_the_deadline(seed: int) -> Harness:
     assert returned == stored, "the cancel's answer is the stored result (first terminal wins)"
     assert stored is not None and stored.status in ("cancelled", "timed_out", "completed")
     h.counts[f"race_won_by_{stored.status}"] += 1
-    notices = [
+    # the agent is told to stop the task's work once, by a control, when the parent side won
+    controls = [
+        e
+        for e in h.driver("worker").received
+        if isinstance(e, ControlEnvelope) and e.action == "cancel_task"
+    ]
+    assert len(controls) == (stored.status != "completed"), controls
+    assert all(c.task_id == task for c in controls)
+    assert not [
         e
         for e in h.driver("worker").received
         if isinstance(e, NoticeEnvelope) and e.code.startswith("task_")
     ]
-    assert len(notices) == (stored.status != "completed"), notices
     return h
 
 

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
+from protocol import api
 from protocol.answers import preview_result
 from protocol.errors import AgentBusy, InvalidArgument, InvalidHandle
 from protocol.ids import IdKind, kind_of
-from protocol.tasks import TaskState
+from protocol.tasks import TaskResult, TaskState
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import IDLE, broker, delivered_results, new_session
+
+
+def _plain(answer: api.SettleResult) -> TaskResult:
+    """The task result inside a cancel/fail answer."""
+    fields = msgspec.structs.asdict(answer)
+    fields.pop("already_settled")
+    return TaskResult(**fields)
 
 
 def test_ids_are_opaque_and_scoped_to_their_session() -> None:
@@ -74,7 +83,9 @@ def test_settlement_is_idempotent_first_terminal_event_wins() -> None:
     failed = s.fail(task.task_id, "too late")
     stored = s.result(task.task_id)
     assert stored is not None and stored.status == "completed" and stored.text == "first"
-    assert cancelled == stored and failed == stored
+    # the stored result, and said to be one that had settled before (nothing changed)
+    assert cancelled.already_settled and failed.already_settled
+    assert _plain(cancelled) == stored and _plain(failed) == stored
     assert scout.ack_for(first).accepted and scout.ack_for(first).result == preview_result(stored)
     assert scout.ack_for(second).result == preview_result(stored)  # the stored result, unchanged
 

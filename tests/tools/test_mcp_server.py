@@ -20,7 +20,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from protocol import tools
-from protocol.notifications import AnyNotification, TaskCompletion
+from protocol.notifications import AnyNotification, Notice, TaskCompletion
 
 from .conftest import Running
 
@@ -220,7 +220,8 @@ def test_a_parent_over_mcp_delegates_watches_and_gets_each_completion_once(
                 assert row["agent_id"] == agent_id and row["name"] == "worker"
                 assert row["task"]["task_id"] == first
                 assert row["task"]["state"] in ("created", "running")
-                assert (await call(session, "shepherd_notifications", {}))["notifications"] == []
+                early = (await call(session, "shepherd_notifications", {}))["notifications"]
+                assert _completions(early) == []  # (its turn may have ended: that is told)
 
                 sent = await call(
                     session, "shepherd_message", {"target": "worker", "message": "go ahead"}
@@ -252,6 +253,23 @@ def test_a_parent_over_mcp_delegates_watches_and_gets_each_completion_once(
                 )["task_id"]
                 watched = await call(session, "shepherd_watch", {"ids": [second]})
                 assert watched["pending"] == [second]
+                # the worker's turn ends at `await message` with the task open: the parent is
+                # told (once); that notice is collected first, so the wait below has only the
+                # completion to wait for
+                await wait_for_sink(
+                    running,
+                    lambda items: any(
+                        isinstance(n, Notice)
+                        and n.code == "turn_ended_without_done"
+                        and n.task_id == second
+                        for n in items
+                    ),
+                )
+                told = (await call(session, "shepherd_notifications", {}))["notifications"]
+                assert [n["task_id"] for n in told if n.get("code") == "turn_ended_without_done"][
+                    -1
+                ] == second
+                assert _completions(told) == []
                 waited: dict[str, Any] = {}
 
                 async def wait_for_notes() -> None:
