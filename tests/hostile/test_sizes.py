@@ -96,7 +96,10 @@ def test_a_delivery_that_fails_after_acceptance_fails_the_task_and_tells_the_par
                 for n in items
             ),
             30,
-        ), "the undeliverable task was never settled"
+        ), (
+            "the undeliverable task was never settled: "
+            f"{live.sink.items[-5:]}, {live.story.lines[-10:]}"
+        )
         (done,) = [n for n in live.sink.items if isinstance(n, TaskCompletion)]
         assert done.results[0].status == "failed"
         assert "could not be delivered" in (done.results[0].error or "")
