@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from actors.transport import PARENT_INBOX
 from protocol import api
 
 if TYPE_CHECKING:
@@ -53,9 +54,17 @@ def status_view(broker: BrokerActor, handle: str | None) -> api.StatusResult:
                 task=task_status,
                 last_active_at=entry.last_active_at,
                 exit_code=entry.exit_code,
+                mailbox_wake=entry.mailbox_wake,  # type: ignore[arg-type]
             )
         )
-    return api.StatusResult(session_id=broker.session_id, now=now, agents=tuple(rows))
+    # The filesystem mailbox says how the parent inbox is woken; other transports have no say.
+    wake_mode = getattr(broker._transport, "wake_mode", None)
+    return api.StatusResult(
+        session_id=broker.session_id,
+        now=now,
+        agents=tuple(rows),
+        mailbox_wake=wake_mode(PARENT_INBOX) if callable(wake_mode) else None,
+    )
 
 
 def _last_task_of(broker: BrokerActor, agent_id: str) -> str | None:

@@ -22,13 +22,18 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{sec:02d}" if hours else f"{minutes:02d}:{sec:02d}"
 
 
+def _degraded(item: dict[str, Any]) -> str:
+    """A note when deliveries wait for the fallback rescan (the normal wake-up is not shown)."""
+    return " (mailbox polling)" if item.get("mailbox_wake") == "polling" else ""
+
+
 def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str:
     process = agent["process_state"]
     symbol = _SYMBOL.get(process, "?")
     task = agent.get("task")
     if task is None:
         age = _clock(now - agent["last_active_at"]) if agent.get("last_active_at") else "--:--"
-        return f"{symbol} {age} {agent['name']:<8} {process} / no task"
+        return f"{symbol} {age} {agent['name']:<8} {process} / no task{_degraded(agent)}"
     state = task["state"]
     if state == "waiting":
         age = _clock(task.get("waiting_age_s") or 0.0)
@@ -45,15 +50,19 @@ def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str
         if result is not None:
             detail += f" (rc {result['return_code']})"
     closed = " [closed]" if agent.get("closed") else ""
-    return f"{symbol} {age} {agent['name']:<8} {process} / {detail}  {task['task_id']}{closed}"
+    return (
+        f"{symbol} {age} {agent['name']:<8} {process} / {detail}  {task['task_id']}{closed}"
+        f"{_degraded(agent)}"
+    )
 
 
 def render_status(data: dict[str, Any]) -> str:
     agents = data.get("agents", [])
+    parent = [f"parent{_degraded(data)}"] if _degraded(data) else []
     if not agents:
-        return f"session {data['session_id']}: no agents"
+        return "\n".join([*parent, f"session {data['session_id']}: no agents"])
     names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
-    return "\n".join(status_line(a, names, data["now"]) for a in agents)
+    return "\n".join([*parent, *(status_line(a, names, data["now"]) for a in agents)])
 
 
 def status_table(data: dict[str, Any]) -> Any:
@@ -76,7 +85,9 @@ def status_table(data: dict[str, Any]) -> Any:
             symbol,
             age,
             agent["name"],
-            agent["process_state"] + (" [closed]" if agent.get("closed") else ""),
+            agent["process_state"]
+            + (" [closed]" if agent.get("closed") else "")
+            + _degraded(agent),
             f"[{style.get(state, 'default')}]{state}[/]",
             detail if detail != state else "",
             task.get("task_id", ""),

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
+from protocol.envelopes import MailboxWake
 from protocol.errors import InvalidArgument
 from protocol.requests import RequestRecord
 from protocol.tasks import TaskResult, TaskState
@@ -202,12 +203,16 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     task: TaskStatus | None = None
     last_active_at: float | None = None
     exit_code: int | None = None
+    #: how the agent's bridge is woken for deliveries (its last report; None: not reported)
+    mailbox_wake: MailboxWake | None = None
 
 
 class StatusResult(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     now: float
     agents: tuple[AgentStatus, ...]
+    #: how the parent's own inbox is woken (None: not a filesystem mailbox)
+    mailbox_wake: MailboxWake | None = None
 
 
 class CloseResult(msgspec.Struct, frozen=True, kw_only=True):

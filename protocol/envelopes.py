@@ -45,6 +45,7 @@ __all__ = [
     "ControlEnvelope",
     "Delivery",
     "Envelope",
+    "MailboxWake",
     "MessageEnvelope",
     "NoticeEnvelope",
     "ReplyEnvelope",
@@ -70,6 +71,9 @@ RuntimeEvent = Literal[
     "error",  # the bridge hit an error it could not hand to the agent
 ]
 ControlAction = Literal["cancel_task", "close", "abort"]
+#: How a process's inbox reader is woken: an inotify watch, the inbox's doorbell, watchfiles,
+#: or nothing but the fallback rescan ("polling": deliveries wait up to fallback_poll_s).
+MailboxWake = Literal["inotify", "bell", "watchfiles", "polling", "unknown"]
 
 
 class Envelope(
@@ -138,6 +142,8 @@ class RuntimeEnvelope(Envelope, frozen=True, kw_only=True, tag="runtime"):
     is_error: bool = False
     text: str | None = None
     pid: int | None = None
+    #: how the bridge's inbox is woken: sent with ``ready`` and again when it changes
+    mailbox_wake: MailboxWake | None = None
 
 
 class AckEnvelope(Envelope, frozen=True, kw_only=True, tag="ack"):
