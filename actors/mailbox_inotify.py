@@ -5,7 +5,13 @@ no CPU at all while idle (issue 7; PERF.md: ~0.4 ms p50 against ~2 ms for watchf
 It watches each ``new/`` directory for files renamed in (a publish) or created there (a
 planted file, which the receiver then judges), and blocks in ``poll`` on the inotify
 descriptor and on the receiver's interrupt pipe, so it wakes only when there is something to
-do. watchfiles stays the portable waker; this one is chosen on Linux when inotify works.
+do. watchfiles stays the portable waker.
+
+An inotify *instance* is a per-user kernel budget (``fs.inotify.max_user_instances``, 128 by
+default, shared with every other program of the user), so only the session parent takes one
+(:class:`InotifyWatch`, inside :class:`~actors.mailbox_bell.BellWaker`); every other process
+is woken by its inbox's doorbell (:mod:`actors.mailbox_bell`). :class:`InotifyWaker` alone is
+what ``SHEPHERD_WAKER=inotify`` forces (the previous default of every process).
 """
 
 from __future__ import annotations

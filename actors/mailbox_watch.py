@@ -15,7 +15,14 @@ directories, calls ``drain(key)`` for every one of them (recovery, and anything 
 before the watch existed), then loops: wait → drain the keys whose directory saw files added;
 on a timeout, an interrupt, or every ``fallback_s`` under a steady stream, drain them all, in
 case an event was missed. If the watch cannot be built or breaks, it polls on the fallback
-interval until it can be rebuilt. ``close`` sets the stop event the waker polls, and joins.
+interval, and tries to build a real one again every :data:`REBUILD_DEGRADED_S`. ``close``
+sets the stop event the waker polls, and joins.
+
+How each key is woken (a ``WAKE_*`` name: the waker's ``modes``, or ``polling`` when no waker
+could be built) is kept for :meth:`Receiver.mode_of`; each change is logged (a warning when a
+key is only polled) and told to the ``on_mode`` callback, so a degraded inbox is reported,
+not only logged. Which waker each process uses is :func:`actors.mailbox_bell.default_waker`'s
+choice.
 
 :class:`WatchfilesWaker` it drives watchfiles' ``RustNotify`` (the
 object ``watchfiles.watch`` itself wraps) directly instead of the ``watchfiles.watch``
@@ -251,8 +258,10 @@ class Receiver:
         *,
         thread_name: str = "shepherd-mailbox-receiver",
         on_mode: ModeCallback | None = None,
+        rebuild_degraded_s: float = REBUILD_DEGRADED_S,
     ) -> None:
         self._drain = drain
+        self._rebuild_degraded_s = rebuild_degraded_s
         self._on_mode = on_mode
         self._modes: dict[str, str] = {}  # key -> how its directory is woken now
         self._waker_factory = waker_factory
@@ -395,7 +404,7 @@ class Receiver:
                 ):
                     self._drain_all()
                     last_full = time.monotonic()
-                    if degraded and last_full - built >= REBUILD_DEGRADED_S:
+                    if degraded and last_full - built >= self._rebuild_degraded_s:
                         return  # try a real waker again
                 else:
                     for key in sorted(k for k in keys if k is not None):

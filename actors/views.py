@@ -69,13 +69,13 @@ def status_table(data: dict[str, Any]) -> Any:
     """A rich Table of the status snapshot (for ``shepherd top``)."""
     from rich.table import Table
 
-    table = Table(title=f"session {data['session_id']}", expand=True)
+    table = Table(title=f"session {data['session_id']}{_degraded(data)}", expand=True)
     for column in ("", "age", "agent", "process", "task", "detail", "task id"):
         table.add_column(column, no_wrap=column != "detail")
     agents = data.get("agents", [])
     names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
     for agent in agents:
-        line = status_line(agent, names, data["now"])
+        line = status_line({**agent, "mailbox_wake": None}, names, data["now"])  # own column
         symbol, age = line.split(" ", 2)[:2]
         task = agent.get("task") or {}
         state = task.get("state", "no task")

@@ -8,9 +8,11 @@ the test's wait proves the bell woke the reader."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,7 @@ from actors.mailbox_bell import (
     make_bell,
 )
 from actors.mailbox_files import envelope_file_name
-from actors.mailbox_watch import InterruptEvent, Receiver
+from actors.mailbox_watch import InterruptEvent, Receiver, Waker
 from actors.transport import PARENT_INBOX
 from protocol.ids import IdKind
 from protocol.settings import Settings
@@ -368,3 +370,28 @@ def test_a_wake_only_reads_the_bells_that_rang(tmp_path: Path) -> None:
 def test_the_parent_inbox_has_a_bell_too(parent: Mailbox) -> None:
     parent.ensure_inbox(PARENT_INBOX)
     assert stat.S_ISFIFO(os.lstat(parent.inbox_path(PARENT_INBOX) / BELL_NAME).st_mode)
+
+
+def test_a_polling_receiver_builds_a_real_waker_again(tmp_path: Path) -> None:
+    """Polling is not for ever: an inotify instance freed or a bell repaired is used again."""
+    new = tmp_path / "box" / "new"
+    new.mkdir(parents=True)
+    attempts = []
+
+    def flaky(dirs: Sequence[str], interrupt: threading.Event) -> Waker:
+        attempts.append(len(attempts))
+        if len(attempts) == 1:
+            raise OSError(errno.EMFILE, "no inotify instance left")
+        return BELL_ONLY(dirs, interrupt)
+
+    modes = Modes()
+    receiver = Receiver(
+        lambda key: True, flaky, fallback_s=0.02, on_mode=modes, rebuild_degraded_s=0.05
+    )
+    try:
+        receiver.watch("box", str(new))
+        modes.wait_for(("box", "polling"))
+        modes.wait_for(("box", "bell"))
+        assert receiver.mode_of("box") == "bell"
+    finally:
+        receiver.close()
