@@ -221,3 +221,68 @@ def test_a_bridge_whose_bell_is_swapped_later_reports_polling(
         assert round_trip(sup, "a") < 10
     finally:
         sup.shutdown()
+
+
+LIMITS_PROBE = """
+import json, os, resource, sys, threading
+from pathlib import Path
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # as a login shell's 1024, smaller
+from actors.supervisor import Supervisor
+ready = threading.Event()
+tmp = Path(sys.argv[1])
+sup = Supervisor(tmp / "session", mailbox_root=tmp / "mailbox",
+                 tap=lambda line: "process idle" in line and ready.set())
+try:
+    (tmp / "idle.json").write_text(json.dumps({"steps": [{"await": "task"}, {"await": "any"}]}))
+    sup.session.spawn("a", script=str(tmp / "idle.json"), cwd=str(tmp))
+    assert ready.wait(60), "the agent never got ready"
+    (child,) = sup.launcher.children.values()
+    mine = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    print(json.dumps({"hard": hard, "parent": mine,
+                      "child": resource.prlimit(child.pid, resource.RLIMIT_NOFILE)[0]}))
+finally:
+    sup.shutdown()
+"""
+
+
+def test_the_parent_raises_its_descriptor_limit_and_its_children_keep_theirs(
+    tmp_path: Path,
+) -> None:
+    """One pidfd per agent: the usual soft limit (1,024) would refuse the ~1,000th agent."""
+    done = subprocess.run(
+        [sys.executable, "-c", LIMITS_PROBE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["parent"] == min(got["hard"], 1 << 16) > 256
+    assert got["child"] == 256  # what the agent runs may still use select()
+
+
+SELECT_PROBE = """
+import os, resource, subprocess
+from actors.procs import descendants, kill_all
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # next fds are past 1024
+sleeper = subprocess.Popen(["sleep", "60"])
+kill_all(descendants(os.getpid()), timeout=10)
+print(sleeper.wait(timeout=10))
+"""
+
+
+def test_killing_children_works_past_1024_descriptors() -> None:
+    """A parent of 1,000 agents holds descriptors past FD_SETSIZE, where select() fails."""
+    done = subprocess.run(
+        [sys.executable, "-c", SELECT_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "-9"
