@@ -200,6 +200,7 @@ class Bridge:
         self._retry_s = 0.0
         self._retry_pending = False
         self._signalled: tuple[int, str] | None = None
+        self._ready_sent = False
         self._wake_reported: MailboxWake | None = None  # as the parent was last told
         self._cwd = os.getcwd()
         self._log = logger.bind(agent=env.name or env.agent_id)
@@ -346,6 +347,7 @@ class Bridge:
         self._mailbox_or_fail().wait_drained(WAKE_REPORT_WAIT_S)
         self._wake_reported = self._wake_mode()
         self.runtime("ready", pid=os.getpid(), mailbox_wake=self._wake_reported)
+        self._ready_sent = True
         self._log.info(
             "ready: pid {} adapter {} session {}",
             os.getpid(),
@@ -486,7 +488,8 @@ class Bridge:
         self._reconnect = None
         self._watch = ParentWatch(pid, lambda: self.post(self._parent_gone)).start()
         # the new parent learns this bridge is alive, and how its inbox is woken
-        self.runtime("ready", pid=os.getpid(), mailbox_wake=self._wake_mode())
+        self._wake_reported = self._wake_mode()
+        self.runtime("ready", pid=os.getpid(), mailbox_wake=self._wake_reported)
 
     def _wake_mode(self) -> MailboxWake | None:
         mode = self._mailbox.wake_mode(self.env.agent_id) if self._mailbox else None
@@ -503,11 +506,11 @@ class Bridge:
         """Tell the parent (``status`` shows it; ``read`` gets the line) when the inbox is woken
         another way than ``ready`` said, e.g. its doorbell was swapped and it is only polled."""
         mode = self._wake_mode()
-        if self._wake_reported is None or mode is None or mode == self._wake_reported:
+        if not self._ready_sent or mode is None or mode == self._wake_reported:
             return  # not ready yet (``ready`` says it), or nothing new
         was, self._wake_reported = self._wake_reported, mode
         degraded = mode == "polling"
-        text = f"mailbox: this agent's inbox is now woken by {mode} (was {was})"
+        text = f"mailbox: this agent's inbox is now woken by {mode} (was {was or 'unknown'})"
         if degraded:
             text += f"; deliveries wait up to {self.settings.fallback_poll_s} s"
         self._log.log("WARNING" if degraded else "INFO", text)

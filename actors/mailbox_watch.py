@@ -420,9 +420,11 @@ class Receiver:
         problems: Mapping[str, str] = getattr(waker, "problems", None) or {}
         default = getattr(waker, "mode", WAKE_POLLING if problem else "unknown")
         changed: list[tuple[str, str]] = []
+        degraded = False
         with self._lock:
             for key, directory in dirs.items():
                 mode = modes.get(directory, WAKE_POLLING) if modes is not None else default
+                degraded = degraded or mode == WAKE_POLLING
                 if self._modes.get(key) != mode:
                     self._modes[key] = mode
                     changed.append((key, mode))
@@ -444,11 +446,7 @@ class Receiver:
                     self._on_mode(key, mode)
                 except Exception:
                     logger.exception("mailbox: the wake-mode callback failed")
-        return any(mode == WAKE_POLLING for mode in self._modes_of(dirs))
-
-    def _modes_of(self, dirs: dict[str, str]) -> list[str]:
-        with self._lock:
-            return [self._modes.get(key, WAKE_POLLING) for key in dirs]
+        return degraded
 
     def _drain_all(self) -> None:
         with self._lock:

@@ -130,6 +130,13 @@ def test_children_beyond_the_inotify_budget_keep_millisecond_delivery(tmp_path: 
             assert {a["name"]: a["mailbox_wake"] for a in status["agents"]} == dict.fromkeys(
                 names, "bell"
             )
+            # a parent started now, with no instance left, is woken by its bell
+            late = Supervisor(tmp_path / "late", mailbox_root=tmp_path / "late-mailbox")
+            try:
+                assert late.mailbox.wait_drained(10)
+                assert late.session.status().mailbox_wake == "bell"
+            finally:
+                late.shutdown()
             pids = [child.pid for child in sup.launcher.children.values()]
             assert len(pids) == CHILDREN
             assert [inotify_fds(pid) for pid in pids] == [0] * CHILDREN
@@ -171,11 +178,12 @@ def test_a_polled_bridge_shows_in_status(tmp_path: Path, monkeypatch: pytest.Mon
     sup = Supervisor(tmp_path / "session", mailbox_root=tmp_path / "mailbox", tap=story)
     try:
         sup.session.spawn("fine", script=str(script), cwd=str(tmp_path))
-        monkeypatch.setenv("SHEPHERD_WAKER", "polling")  # the next bridge inherits it
-        sup.session.spawn("slow", script=str(script), cwd=str(tmp_path))
-        monkeypatch.delenv("SHEPHERD_WAKER")
         story.wait("fine: process idle")
+        # the launcher starts a bridge asynchronously, with the environment of that moment
+        monkeypatch.setenv("SHEPHERD_WAKER", "polling")
+        sup.session.spawn("slow", script=str(script), cwd=str(tmp_path))
         story.wait("slow: process idle")
+        monkeypatch.delenv("SHEPHERD_WAKER")
         modes = {a.name: a.mailbox_wake for a in sup.session.status().agents}
         assert modes == {"fine": "bell", "slow": "polling"}
         lines = shepherd_status(sup).splitlines()
@@ -183,6 +191,17 @@ def test_a_polled_bridge_shows_in_status(tmp_path: Path, monkeypatch: pytest.Mon
             line for line in lines if " slow " in line
         ]
         assert round_trip(sup, "slow") < 10  # slower, never lost
+    finally:
+        sup.shutdown()
+
+
+def test_a_polled_parent_shows_in_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHEPHERD_WAKER", "polling")
+    sup = Supervisor(tmp_path / "session", mailbox_root=tmp_path / "mailbox")
+    try:
+        assert sup.mailbox.wait_drained(10)
+        assert sup.session.status().mailbox_wake == "polling"
+        assert shepherd_status(sup).splitlines()[0] == "parent (mailbox polling)"
     finally:
         sup.shutdown()
 
@@ -202,8 +221,8 @@ def test_a_bridge_whose_bell_is_swapped_later_reports_polling(
     try:
         monkeypatch.setenv("SHEPHERD_WAKER", "bell")  # bells only: no inotify to fall back to
         sup.session.spawn("a", script=str(script), cwd=str(tmp_path))
+        story.wait("a: process idle")  # (the bridge starts asynchronously)
         monkeypatch.delenv("SHEPHERD_WAKER")
-        story.wait("a: process idle")
         (agent,) = sup.session.status().agents
         assert agent.mailbox_wake == "bell"
         bell = sup.mailbox.inbox_path(agent.agent_id) / BELL_NAME
