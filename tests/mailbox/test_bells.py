@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from actors import mailbox_bell
 from actors.mailbox import Mailbox
 from actors.mailbox_bell import (
     BELL_NAME,
@@ -395,3 +396,26 @@ def test_a_polling_receiver_builds_a_real_waker_again(tmp_path: Path) -> None:
         assert receiver.mode_of("box") == "bell"
     finally:
         receiver.close()
+
+
+def test_a_parent_without_an_inotify_instance_is_woken_by_its_bell(
+    parent: Mailbox,
+    make_mailbox: MailboxFactory,
+    session_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The session parent watches its inbox with inotify and its bell: with no instance left
+    (EMFILE), the bell alone keeps it at millisecond delivery, and that is what it reports."""
+
+    def exhausted() -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(mailbox_bell, "InotifyWatch", exhausted)
+    monkeypatch.delenv("SHEPHERD_WAKER", raising=False)
+    modes = Modes()
+    late = make_mailbox(on_wake_mode=modes)  # created: the parent's default waker
+    got = Collector()
+    late.subscribe(PARENT_INBOX, got)
+    modes.wait_for((PARENT_INBOX, "bell"))
+    parent.publish(PARENT_INBOX, message(session_id))
+    got.wait_for(1)

@@ -74,18 +74,27 @@ def inotify_exhausted() -> Iterator[int]:
     """Hold every inotify instance this user has left; yield how many that was."""
     held: list[InotifyWatch] = []
     try:
-        while True:
-            try:
-                held.append(InotifyWatch())
-            except OSError as exc:
-                assert exc.errno == errno.EMFILE, exc
+        for _ in range(10):
+            while True:
+                try:
+                    held.append(InotifyWatch())
+                except OSError as exc:
+                    assert exc.errno == errno.EMFILE, exc
+                    break
+            # EMFILE is also this process's descriptor limit: a fresh process proves it is
+            # the user's instance budget that ran out (unless another process of the user
+            # freed one meanwhile: then take that too, and look again)
+            probe = subprocess.run(
+                [sys.executable, "-c", PROBE],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=30,
+            )
+            if probe.stdout.strip() == str(errno.EMFILE):
                 break
-        # EMFILE is also this process's descriptor limit: a fresh process proves it is the
-        # user's instance budget that ran out
-        probe = subprocess.run(
-            [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=30
-        )
-        assert probe.stdout.strip() == str(errno.EMFILE), probe
+        else:
+            raise AssertionError(f"a fresh process still gets inotify instances: {probe}")
         yield len(held)
     finally:
         for watch in held:
@@ -130,11 +139,13 @@ def test_children_beyond_the_inotify_budget_keep_millisecond_delivery(tmp_path: 
             assert {a["name"]: a["mailbox_wake"] for a in status["agents"]} == dict.fromkeys(
                 names, "bell"
             )
-            # a parent started now, with no instance left, is woken by its bell
+            # a parent started now, with no instance left, is woken by its bell (or by
+            # inotify, if another process of this user freed an instance meanwhile: the
+            # budget is shared; test_bells.py checks the bell fallback deterministically)
             late = Supervisor(tmp_path / "late", mailbox_root=tmp_path / "late-mailbox")
             try:
                 assert late.mailbox.wait_drained(10)
-                assert late.session.status().mailbox_wake == "bell"
+                assert late.session.status().mailbox_wake in ("bell", "inotify")
             finally:
                 late.shutdown()
             pids = [child.pid for child in sup.launcher.children.values()]
