@@ -476,6 +476,8 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
                 case RuntimeEnvelope():
                     if env.event == "ready" and env.pid is not None:
                         self._remember_pid(entry.agent_id, env.pid)
+                    if env.mailbox_wake is not None:
+                        entry.mailbox_wake = env.mailbox_wake
                     tell_quietly(entry.ref, env)
                     self._observe(
                         WatchdogRuntime(agent_id=entry.agent_id, envelope=env, at=self.clock.now())

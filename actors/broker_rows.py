@@ -20,6 +20,7 @@ class AgentEntry:
         "closed",
         "exit_code",
         "last_active_at",
+        "mailbox_wake",
         "name",
         "process_state",
         "ref",
@@ -38,3 +39,4 @@ class AgentEntry:
         self.process_state = "starting"
         self.exit_code: int | None = None
         self.last_active_at: float | None = None
+        self.mailbox_wake: str | None = None  # how its bridge is woken, as it last said

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from actors.transport import PARENT_INBOX
 from protocol import api
 from protocol.answers import preview_result
 from protocol.limits import PREVIEW_CHARS, preview
@@ -78,8 +79,11 @@ def status_view(broker: BrokerActor, handle: str | None, cursor: int = 0) -> api
                 task=task_status,
                 last_active_at=entry.last_active_at,
                 exit_code=entry.exit_code,
+                mailbox_wake=entry.mailbox_wake,  # type: ignore[arg-type]
             )
         )
+    # The filesystem mailbox says how the parent inbox is woken; other transports have no say.
+    wake_mode = getattr(broker._transport, "wake_mode", None)
     return api.StatusResult(
         session_id=broker.session_id,
         now=now,
@@ -89,6 +93,7 @@ def status_view(broker: BrokerActor, handle: str | None, cursor: int = 0) -> api
             agents=len(everyone), processes=dict(processes), tasks=dict(states)
         ),
         journal_problems=broker.journal_problems,
+        mailbox_wake=wake_mode(PARENT_INBOX) if callable(wake_mode) else None,
     )
 
 

@@ -33,10 +33,11 @@ Theory of operation: :func:`run_bridge` parses the environment
 opens the mailbox, builds the adapter named by ``SHEPHERD_ADAPTER`` (a bad script is reported
 as a runtime ``error`` and exits 2), subscribes to the agent's inbox, starts a
 :class:`~actors.parent_watch.ParentWatch` thread (a pidfd on the parent, polled), publishes
-``ready`` with its pid, starts the adapter, and runs the loop until something calls
-:meth:`Bridge.finish`. Adapters (:class:`~actors.adapters.Adapter`) are looked up in
-:data:`~actors.adapters.ADAPTERS` by name and imported lazily; adding one (``pi-rpc``) is one
-class plus one line there.
+``ready`` with its pid and how its inbox is woken (once the mailbox receiver's first pass is
+done; a later change is a runtime ``error`` with the new ``mailbox_wake``), starts the
+adapter, and runs the loop until something calls :meth:`Bridge.finish`. Adapters
+(:class:`~actors.adapters.Adapter`) are looked up in :data:`~actors.adapters.ADAPTERS` by name
+and imported lazily; adding one (``pi-rpc``) is one class plus one line there.
 
 Layout: this module is the bridge's core loop; the environment is :mod:`actors.child_env`,
 the adapter contract and registry :mod:`actors.adapters`, the scripted adapter
@@ -59,7 +60,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast, get_args
 
 from loguru import logger
 
@@ -97,7 +98,13 @@ from actors.procs import (
 )
 from actors.scripted_adapter import ScriptedAdapter, ShellRunner
 from actors.transport import PARENT_INBOX, Subscription
-from protocol.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent
+from protocol.envelopes import (
+    AnyEnvelope,
+    ControlEnvelope,
+    MailboxWake,
+    RuntimeEnvelope,
+    RuntimeEvent,
+)
 from protocol.errors import InboxFull, ShepherdError
 from protocol.ids import PARENT_ID, IdKind
 from protocol.script import ScriptError
@@ -152,6 +159,9 @@ BACKLOG_LIMIT = 10_000
 REFUSALS_REPORTED = 100
 #: first and longest wait before trying a full parent inbox again (doubling in between)
 BACKLOG_RETRY_S = (0.01, 1.0)
+#: longest ``ready`` waits for the mailbox receiver to say how the inbox is woken
+WAKE_REPORT_WAIT_S = 5.0
+_WAKE_MODES = get_args(MailboxWake)
 
 
 @dataclass(slots=True)
@@ -191,6 +201,8 @@ class Bridge:
         self._retry_s = 0.0
         self._retry_pending = False
         self._signalled: tuple[int, str] | None = None
+        self._ready_sent = False
+        self._wake_reported: MailboxWake | None = None  # as the parent was last told
         self._cwd = os.getcwd()
         self._log = logger.bind(agent=env.name or env.agent_id)
 
@@ -292,6 +304,7 @@ class Bridge:
                 self.settings,
                 validate=envelope_validator(self.env, forwarded=FORWARDED_KINDS),
                 on_reject=self._rejected,
+                on_wake_mode=self._wake_changed,
             )
         except (ShepherdError, OSError) as exc:
             self._log.error("cannot open the session mailbox {}: {}", self.env.mailbox, exc)
@@ -333,7 +346,12 @@ class Bridge:
             ).start()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
-        self.runtime("ready", pid=os.getpid())
+        # The receiver builds its waker on its own thread; its first full pass comes after, so
+        # once that pass is done, ``ready`` can tell the parent how this inbox is woken.
+        self._mailbox_or_fail().wait_drained(WAKE_REPORT_WAIT_S)
+        self._wake_reported = self._wake_mode()
+        self.runtime("ready", pid=os.getpid(), mailbox_wake=self._wake_reported)
+        self._ready_sent = True
         self._log.info(
             "ready: pid {} adapter {} session {}",
             os.getpid(),
@@ -473,8 +491,37 @@ class Bridge:
         self._parent_pid = pid
         self._reconnect = None
         self._watch = ParentWatch(pid, lambda: self.post(self._parent_gone)).start()
-        # the new parent learns this bridge is alive, and whether a turn of it still runs
-        self.runtime("ready", pid=os.getpid(), in_turn=self._in_turn)
+        # the new parent learns this bridge is alive, whether a turn of it still runs, and how
+        # its inbox is woken
+        self._wake_reported = self._wake_mode()
+        self.runtime(
+            "ready", pid=os.getpid(), in_turn=self._in_turn, mailbox_wake=self._wake_reported
+        )
+
+    def _wake_mode(self) -> MailboxWake | None:
+        mode = self._mailbox.wake_mode(self.env.agent_id) if self._mailbox else None
+        return (
+            None if mode is None else cast(MailboxWake, mode if mode in _WAKE_MODES else "unknown")
+        )
+
+    def _wake_changed(self, inbox: str, mode: str) -> None:
+        """The mailbox receiver's thread: how this agent's inbox is woken changed."""
+        if inbox == self.env.agent_id:
+            self.post(self._report_wake)
+
+    def _report_wake(self) -> None:
+        """Tell the parent (``status`` shows it; ``read`` gets the line) when the inbox is woken
+        another way than ``ready`` said, e.g. its doorbell was swapped and it is only polled."""
+        mode = self._wake_mode()
+        if not self._ready_sent or mode is None or mode == self._wake_reported:
+            return  # not ready yet (``ready`` says it), or nothing new
+        was, self._wake_reported = self._wake_reported, mode
+        degraded = mode == "polling"
+        text = f"mailbox: this agent's inbox is now woken by {mode} (was {was or 'unknown'})"
+        if degraded:
+            text += f"; deliveries wait up to {self.settings.fallback_poll_s} s"
+        self._log.log("WARNING" if degraded else "INFO", text)
+        self.runtime("error", text=text, is_error=degraded, mailbox_wake=mode)
 
     def _parent_lost(self) -> None:
         if self._exit is None:

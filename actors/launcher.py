@@ -44,7 +44,7 @@ from actors.child_env import (
     ENV_SETTINGS,
 )
 from actors.clock import Clock
-from actors.procs import terminate_session
+from actors.procs import raise_open_files_limit, restore_open_files_limit, terminate_session
 from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable
 from protocol.settings import Settings
 
@@ -282,6 +282,8 @@ class ProcessLauncher:
         self._parent_pid = parent_pid or os.getpid()
         self._grace_s = grace_s
         self._python = python
+        # one pidfd per agent: 1,000 agents pass the usual soft limit of 1,024 descriptors
+        self._open_files_soft = raise_open_files_limit()
         self.reaper = Reaper()
         self.children: dict[str, ChildProcess] = {}
         #: held while a bridge is started and while the launcher closes: a launch that comes
@@ -335,6 +337,7 @@ class ProcessLauncher:
             )
         finally:
             os.close(log)
+        restore_open_files_limit(proc.pid, self._open_files_soft)
         child = ChildProcess(proc, self._clock, self._grace_s, log_path)
         self.children[spec.agent_id] = child
         self.reaper.watch(proc, on_exit, spec.agent_id)

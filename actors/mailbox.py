@@ -1,13 +1,15 @@
 """The session mailbox: the :class:`~actors.transport.Transport` over a Maildir-style directory.
 
 Rules (DESIGN §1.6, §5; STYLE convention 10):
-- Layout: ``<root>/inbox/<owner>/{tmp,new,cur}`` and ``<root>/quarantine/``; every directory
-  0700, every file 0600. ``owner`` is ``parent``, an agent id, or a client's message id.
+- Layout: ``<root>/inbox/<owner>/{tmp,new,cur}``, the inbox's doorbell ``<owner>/bell`` (a
+  FIFO, :mod:`actors.mailbox_bell`), and ``<root>/quarantine/``; every directory 0700, every
+  file 0600. ``owner`` is ``parent``, an agent id, or a client's message id.
 - An inbox exists only if someone created it on purpose (:meth:`Mailbox.ensure_inbox`): a
   publish to a missing inbox is ``invalid_handle``, never an implicit ``mkdir``.
 - Publish = exclusive create in ``tmp/`` (0600, ``O_NOFOLLOW``) → write → fsync if asked →
-  atomic rename into ``new/``. A file in ``new/`` is therefore always complete; a partial or
-  garbage one was planted, and is simply invalid. A failed publish leaves nothing in ``new/``.
+  atomic rename into ``new/`` → ring the inbox's bell (a hint; it never fails a publish). A
+  file in ``new/`` is therefore always complete; a partial or garbage one was planted, and is
+  simply invalid. A failed publish leaves nothing in ``new/``.
 - Names are ``<stamp:020d>.<pid>.<seq>.<message_id>.json``; the stamp strictly increases per
   process, so name order is publish order for every publisher.
 - Receive: every file in ``new/`` is, in name order, either handed to the handler once and moved
@@ -21,7 +23,8 @@ Rules (DESIGN §1.6, §5; STYLE convention 10):
 
 Theory of operation: one :class:`~actors.mailbox_watch.Receiver` thread per :class:`Mailbox`
 (one per process) serves every inbox the process subscribed to: it decides *when* an inbox is
-drained (after the watch exists, on a wake-up, on the fallback interval);
+drained (after the watch exists, on a wake-up, on the fallback interval), woken as
+:func:`~actors.mailbox_bell.default_waker` chooses (:meth:`Mailbox.wake_mode` says how);
 :class:`~actors.mailbox_drain.Drainer` decides *what* draining does (per-file pipeline,
 duplicate window, quarantine). This module owns the mailbox's life, inboxes, publishing and
 subscriptions; :mod:`actors.mailbox_files` the layout, names and safe file operations.
@@ -44,6 +47,7 @@ from pathlib import Path
 
 from loguru import logger
 
+from actors.mailbox_bell import BellRinger, default_waker, make_bell, remove_bell
 from actors.mailbox_drain import (
     DeliveryFailed,
     Drainer,
@@ -68,10 +72,10 @@ from actors.mailbox_files import (
     write_all,
     write_error,
 )
-from actors.mailbox_inotify import default_waker
 from actors.mailbox_watch import (
     DEFAULT_DEBOUNCE_MS,
     DEFAULT_STEP_MS,
+    ModeCallback,
     Receiver,
     WakerFactory,
 )
@@ -102,6 +106,8 @@ __all__ = [
 
 #: a count of an under-half-full new/ is reused for this many of our own publishes
 _RECOUNT_EVERY = 32
+#: the prefix of a client's inbox name (a message id): one answer, then removed
+_ONE_SHOT = "shepherd-message-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +144,7 @@ class Mailbox:
         step_ms: int,
         waker_factory: WakerFactory | None,
         now_ns: Callable[[], int],
+        on_wake_mode: ModeCallback | None = None,
     ) -> None:
         self._root = Path(os.path.abspath(root))
         self._inbox_root = self._root / "inbox"
@@ -160,9 +167,12 @@ class Mailbox:
         )
         self._receiver = Receiver(
             self._drain,
-            waker_factory or default_waker(debounce_ms=debounce_ms, step_ms=step_ms),
+            waker_factory
+            or default_waker(creator=creator, debounce_ms=debounce_ms, step_ms=step_ms),
             settings.fallback_poll_s,
+            on_mode=on_wake_mode,
         )
+        self._ringer = BellRinger()
         self._lock = threading.Lock()
         self._closed = False
         self._inboxes: dict[str, SubscribedInbox] = {}
@@ -184,6 +194,7 @@ class Mailbox:
         step_ms: int = DEFAULT_STEP_MS,
         waker_factory: WakerFactory | None = None,
         now_ns: Callable[[], int] = time.time_ns,
+        on_wake_mode: ModeCallback | None = None,
     ) -> Mailbox:
         """Create (or re-open after a restart) the layout under ``root``, as the session parent.
 
@@ -213,6 +224,7 @@ class Mailbox:
             step_ms=step_ms,
             waker_factory=waker_factory,
             now_ns=now_ns,
+            on_wake_mode=on_wake_mode,
         )
 
     @classmethod
@@ -228,6 +240,7 @@ class Mailbox:
         step_ms: int = DEFAULT_STEP_MS,
         waker_factory: WakerFactory | None = None,
         now_ns: Callable[[], int] = time.time_ns,
+        on_wake_mode: ModeCallback | None = None,
     ) -> Mailbox:
         """Open an existing mailbox from a child or client process (creates nothing but,
         through :meth:`ensure_inbox`, the caller's own client inbox)."""
@@ -252,6 +265,7 @@ class Mailbox:
             step_ms=step_ms,
             waker_factory=waker_factory,
             now_ns=now_ns,
+            on_wake_mode=on_wake_mode,
         )
 
     @property
@@ -280,6 +294,7 @@ class Mailbox:
             raise ForbiddenSender(f"only the session parent creates inbox {owner!r}")
         for directory in (path, path / "tmp", path / "new", path / "cur"):
             make_private_dir(directory)
+        make_bell(path)
         return path
 
     def remove_inbox(self, owner: str) -> None:
@@ -299,7 +314,14 @@ class Mailbox:
                     os.unlink(path / sub / name)
         for sub in ("tmp", "new", "cur"):
             os.rmdir(path / sub)
+        self._ringer.forget(str(path))
+        remove_bell(path)
         os.rmdir(path)
+
+    def wake_mode(self, inbox: str) -> str | None:
+        """How this process's receiver is woken for ``inbox`` (``inotify``, ``bell``,
+        ``watchfiles``, or ``polling``: only the fallback rescan); None if not subscribed yet."""
+        return self._receiver.mode_of(inbox)
 
     def stats(self) -> MailboxStats:
         return MailboxStats(
@@ -348,6 +370,8 @@ class Mailbox:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_path)
             raise write_error(inbox, exc) from exc
+        # a client's one-shot inbox gets one answer: its bell is not worth a cached descriptor
+        self._ringer.ring(box, keep=not inbox.startswith(_ONE_SHOT))
         with self._lock:
             self._published += 1
             self._depth[inbox][1] += 1
@@ -445,6 +469,7 @@ class Mailbox:
                 return
             self._closed = True
         self._receiver.close()
+        self._ringer.close()
 
     def __enter__(self) -> Mailbox:
         return self

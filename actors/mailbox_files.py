@@ -2,8 +2,9 @@
 private and safe against planted entries (DESIGN §1.6, §5; STYLE convention 10).
 
 Rules:
-- Layout: ``<root>/inbox/<owner>/{tmp,new,cur}`` and ``<root>/quarantine/``; every directory
-  0700 (:data:`DIR_MODE`), every file 0600 (:data:`FILE_MODE`). ``owner`` is ``parent``, an
+- Layout: ``<root>/inbox/<owner>/{tmp,new,cur}``, the inbox's doorbell ``<owner>/bell`` (a
+  FIFO, :mod:`actors.mailbox_bell`) and ``<root>/quarantine/``; every directory 0700
+  (:data:`DIR_MODE`), every file 0600 (:data:`FILE_MODE`). ``owner`` is ``parent``, an
   agent id, or a client's message id (:data:`INBOX_RE`).
 - Names are ``<stamp:020d>.<pid>.<seq>.<message_id>.json`` (:data:`NAME_RE`); the stamp
   strictly increases per process, even if the clock repeats or steps back, so name order is

@@ -5,7 +5,13 @@ no CPU at all while idle (issue 7; PERF.md: ~0.4 ms p50 against ~2 ms for watchf
 It watches each ``new/`` directory for files renamed in (a publish) or created there (a
 planted file, which the receiver then judges), and blocks in ``poll`` on the inotify
 descriptor and on the receiver's interrupt pipe, so it wakes only when there is something to
-do. watchfiles stays the portable waker; this one is chosen on Linux when inotify works.
+do. watchfiles stays the portable waker.
+
+An inotify *instance* is a per-user kernel budget (``fs.inotify.max_user_instances``, 128 by
+default, shared with every other program of the user), so only the session parent takes one
+(:class:`InotifyWatch`, inside :class:`~actors.mailbox_bell.BellWaker`); every other process
+is woken by its inbox's doorbell (:mod:`actors.mailbox_bell`). :class:`InotifyWaker` alone is
+what ``SHEPHERD_WAKER=inotify`` forces (the previous default of every process).
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ import struct
 import threading
 from collections.abc import Sequence
 
-from actors.mailbox_watch import Wake, Waker, WakerFactory, watchfiles_waker
+from actors.mailbox_watch import Wake, Waker, WakerFactory
 
-__all__ = ["InotifyWaker", "default_waker", "inotify_available", "inotify_waker"]
+__all__ = ["InotifyWaker", "InotifyWatch", "inotify_available", "inotify_waker"]
 
 IN_CREATE = 0x00000100
 IN_MOVED_TO = 0x00000080
@@ -51,30 +57,78 @@ def inotify_available() -> bool:
     return os.name == "posix" and _load() is not None
 
 
-class InotifyWaker:
-    """Wake on files added to the watched directories; block (no CPU) otherwise."""
+class InotifyWatch:
+    """One inotify instance watching directories for files added (renamed or created in).
 
-    def __init__(self, dirs: Sequence[str], interrupt: threading.Event) -> None:
+    The instance is the scarce thing (``max_user_instances`` per user, 128 by default, shared
+    by every process of the user); watches are cheap. Raises ``OSError`` when either cannot be
+    had (``EMFILE``: no instance left; ``ENOSPC``: no watch left)."""
+
+    def __init__(self) -> None:
         lib = _load()
         if lib is None:
             raise OSError(errno.ENOSYS, "inotify is not available")
-        self._interrupt = interrupt
         fd = lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        self._fd = fd
+            code = ctypes.get_errno()
+            raise OSError(code, f"inotify_init1 failed: {os.strerror(code)}")
+        self._lib = lib
+        self._fd: int = fd
         self._dirs: dict[int, str] = {}
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def add(self, directory: str) -> None:
+        wd = self._lib.inotify_add_watch(self._fd, os.fsencode(directory), IN_MOVED_TO | IN_CREATE)
+        if wd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"cannot watch {directory}: {os.strerror(code)}")
+        self._dirs[wd] = directory
+
+    def read(self) -> tuple[set[str], bool]:
+        """The watched directories that had files added since the last read, and whether
+        events were lost (queue overflow: then rescan everything)."""
+        dirs: set[str] = set()
+        overflow = False
+        while True:
+            try:
+                data = os.read(self._fd, _BUFFER)
+            except BlockingIOError:
+                break
+            offset = 0
+            while offset + _HEADER.size <= len(data):
+                wd, mask, _cookie, length = _HEADER.unpack_from(data, offset)
+                offset += _HEADER.size + length
+                if mask & IN_Q_OVERFLOW:
+                    overflow = True
+                elif wd in self._dirs and not mask & IN_IGNORED:
+                    dirs.add(self._dirs[wd])
+        return dirs, overflow
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+class InotifyWaker:
+    """Wake on files added to the watched directories; block (no CPU) otherwise."""
+
+    mode = "inotify"
+
+    def __init__(self, dirs: Sequence[str], interrupt: threading.Event) -> None:
+        self._interrupt = interrupt
+        self._watch = InotifyWatch()
         try:
             for directory in dirs:
-                wd = lib.inotify_add_watch(fd, os.fsencode(directory), IN_MOVED_TO | IN_CREATE)
-                if wd < 0:
-                    raise OSError(ctypes.get_errno(), f"cannot watch {directory}")
-                self._dirs[wd] = directory
+                self._watch.add(directory)
         except OSError:
-            os.close(fd)
+            self._watch.close()
             raise
+        self._fd = self._watch.fileno()
         self._poll = select.poll()
-        self._poll.register(fd, select.POLLIN)
+        self._poll.register(self._fd, select.POLLIN)
         self._interrupt_fd = getattr(interrupt, "fileno", lambda: None)()
         if self._interrupt_fd is not None:
             self._poll.register(self._interrupt_fd, select.POLLIN)
@@ -92,35 +146,17 @@ class InotifyWaker:
             if self._interrupt.is_set():
                 return Wake(interrupted=True)
             if any(fd == self._fd for fd, _ in ready):
-                return self._read()
+                dirs, overflow = self._watch.read()
+                if overflow:  # events were lost: have the receiver rescan everything
+                    return Wake(timed_out=True)
+                return Wake(dirs=frozenset(dirs))
             remaining -= step
             if remaining <= 0:
                 return Wake(timed_out=True)
 
-    def _read(self) -> Wake:
-        dirs: set[str] = set()
-        overflow = False
-        while True:
-            try:
-                data = os.read(self._fd, _BUFFER)
-            except BlockingIOError:
-                break
-            offset = 0
-            while offset + _HEADER.size <= len(data):
-                wd, mask, _cookie, length = _HEADER.unpack_from(data, offset)
-                offset += _HEADER.size + length
-                if mask & IN_Q_OVERFLOW:
-                    overflow = True
-                elif wd in self._dirs and not mask & IN_IGNORED:
-                    dirs.add(self._dirs[wd])
-        if overflow:  # events were lost: have the receiver rescan everything
-            return Wake(timed_out=True)
-        return Wake(dirs=frozenset(dirs))
-
     def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+        self._fd = -1
+        self._watch.close()
 
 
 def inotify_waker() -> WakerFactory:
@@ -128,11 +164,3 @@ def inotify_waker() -> WakerFactory:
         return InotifyWaker(dirs, interrupt)
 
     return make
-
-
-def default_waker(*, debounce_ms: int, step_ms: int) -> WakerFactory:
-    """inotify where it works (Linux), else watchfiles with the given debounce and step.
-    ``SHEPHERD_WAKER=watchfiles`` forces the portable one."""
-    if os.environ.get("SHEPHERD_WAKER", "").lower() != "watchfiles" and inotify_available():
-        return inotify_waker()
-    return watchfiles_waker(debounce_ms=debounce_ms, step_ms=step_ms)

@@ -15,7 +15,14 @@ directories, calls ``drain(key)`` for every one of them (recovery, and anything 
 before the watch existed), then loops: wait → drain the keys whose directory saw files added;
 on a timeout, an interrupt, or every ``fallback_s`` under a steady stream, drain them all, in
 case an event was missed. If the watch cannot be built or breaks, it polls on the fallback
-interval until it can be rebuilt. ``close`` sets the stop event the waker polls, and joins.
+interval, and tries to build a real one again every :data:`REBUILD_DEGRADED_S`. ``close``
+sets the stop event the waker polls, and joins.
+
+How each key is woken (a ``WAKE_*`` name: the waker's ``modes``, or ``polling`` when no waker
+could be built) is kept for :meth:`Receiver.mode_of`; each change is logged (a warning when a
+key is only polled) and told to the ``on_mode`` callback, so a degraded inbox is reported,
+not only logged. Which waker each process uses is :func:`actors.mailbox_bell.default_waker`'s
+choice.
 
 :class:`WatchfilesWaker` it drives watchfiles' ``RustNotify`` (the
 object ``watchfiles.watch`` itself wraps) directly instead of the ``watchfiles.watch``
@@ -35,7 +42,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -46,6 +53,12 @@ from watchfiles._rust_notify import RustNotify
 __all__ = [
     "DEFAULT_DEBOUNCE_MS",
     "DEFAULT_STEP_MS",
+    "REBUILD_DEGRADED_S",
+    "WAKE_BELL",
+    "WAKE_INOTIFY",
+    "WAKE_POLLING",
+    "WAKE_WATCHFILES",
+    "ModeCallback",
     "PollingWaker",
     "Receiver",
     "Wake",
@@ -60,6 +73,16 @@ __all__ = [
 DEFAULT_DEBOUNCE_MS = 10
 #: How often the watcher looks at its change set (idle wake latency is ~1.5 x step).
 DEFAULT_STEP_MS = 1
+#: How often a receiver that polls some inbox tries to build a real waker again (an inotify
+#: instance may have been freed, a refused doorbell repaired).
+REBUILD_DEGRADED_S = 10.0
+
+#: How an inbox is woken (``Mailbox.wake_mode``, and ``status``): by an inotify watch, by its
+#: doorbell (:mod:`actors.mailbox_bell`), by watchfiles, or only by the fallback rescan.
+WAKE_INOTIFY = "inotify"
+WAKE_BELL = "bell"
+WAKE_WATCHFILES = "watchfiles"
+WAKE_POLLING = "polling"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +134,11 @@ class InterruptEvent(threading.Event):
 
 
 class Waker(Protocol):
+    """Wakes the receiver. A waker may also say how it wakes each directory: ``modes`` (a
+    mapping from directory to one of the ``WAKE_*`` names) and ``problems`` (directory → why
+    it is not woken the preferred way), or one ``mode`` for all; the receiver reads them with
+    ``getattr`` so that a minimal waker needs neither."""
+
     def wait(self, timeout_ms: int) -> Wake:
         """Block until files are added to a watched directory, ``timeout_ms`` passes, or the
         interrupt event is set."""
@@ -122,10 +150,14 @@ class Waker(Protocol):
 #: Builds a waker for these directories, returning early whenever the event is set.
 #: Raises ``OSError`` if a directory cannot be watched (the receiver then polls).
 WakerFactory = Callable[[Sequence[str], threading.Event], Waker]
+#: Told (on the receiver thread) each key whose way of waking changed, with the new mode.
+ModeCallback = Callable[[str, str], None]
 
 
 class WatchfilesWaker:
     """Wake on files renamed (or created) into the watched directories, via watchfiles."""
+
+    mode = WAKE_WATCHFILES
 
     def __init__(
         self,
@@ -177,6 +209,8 @@ class PollingWaker:
     """No watch at all: every wait is a timeout, so the receiver rescans on the fallback
     interval. Used when a watch cannot be set up, and by tests of the fallback path."""
 
+    mode = WAKE_POLLING
+
     def __init__(self, dirs: Sequence[str], interrupt: threading.Event) -> None:
         del dirs
         self._interrupt = interrupt
@@ -223,8 +257,13 @@ class Receiver:
         fallback_s: float,
         *,
         thread_name: str = "shepherd-mailbox-receiver",
+        on_mode: ModeCallback | None = None,
+        rebuild_degraded_s: float = REBUILD_DEGRADED_S,
     ) -> None:
         self._drain = drain
+        self._rebuild_degraded_s = rebuild_degraded_s
+        self._on_mode = on_mode
+        self._modes: dict[str, str] = {}  # key -> how its directory is woken now
         self._waker_factory = waker_factory
         self._fallback_s = max(fallback_s, 0.01)
         self._thread_name = thread_name
@@ -262,6 +301,12 @@ class Receiver:
                 )
                 self._thread.start()
         self._interrupt.set()
+
+    def mode_of(self, key: str) -> str | None:
+        """How ``key``'s directory is woken now (a ``WAKE_*`` name); None until the receiver
+        built its first waker over it."""
+        with self._lock:
+            return self._modes.get(key)
 
     def unwatch(self, key: str) -> None:
         with self._lock:
@@ -321,15 +366,17 @@ class Receiver:
                 self._cond.notify_all()
 
     def _watch(self, generation: int, dirs: dict[str, str]) -> None:
-        """One waker over ``dirs`` until the set of keys changes or we stop."""
+        """One waker over ``dirs`` until the set of keys changes or we stop (or, when some
+        directory is only polled, until :data:`REBUILD_DEGRADED_S` passed: then try again)."""
         waker: Waker
+        problem = None
         try:
             waker = self._waker_factory(list(dirs.values()), self._interrupt)
         except (OSError, RuntimeError) as exc:  # watchfiles' internal error is a RuntimeError
-            logger.warning(
-                "mailbox: cannot watch inboxes ({}); polling every {} s", exc, self._fallback_s
-            )
+            problem = str(exc)
             waker = PollingWaker(list(dirs.values()), self._interrupt)
+        degraded = self._record_modes(waker, dirs, problem)
+        built = time.monotonic()
         keys_by_dir = {os.path.normpath(d): key for key, d in dirs.items()}
         timeout_ms = max(int(self._fallback_s * 1000), 1)
         try:
@@ -340,6 +387,7 @@ class Receiver:
                     wake = waker.wait(timeout_ms)
                 except Exception as exc:
                     logger.warning("mailbox: watcher failed ({}); rebuilding it", exc)
+                    self._drain_all()  # what the broken waker may have missed
                     self._stop.wait(self._fallback_s)
                     return
                 if wake.interrupted:
@@ -356,12 +404,49 @@ class Receiver:
                 ):
                     self._drain_all()
                     last_full = time.monotonic()
+                    if degraded and last_full - built >= self._rebuild_degraded_s:
+                        return  # try a real waker again
                 else:
                     for key in sorted(k for k in keys if k is not None):
                         if not self._drain_one(key):
                             self._interrupt.set()  # files left: come straight back
         finally:
             waker.close()
+
+    def _record_modes(self, waker: Waker, dirs: dict[str, str], problem: str | None) -> bool:
+        """Remember how each key is woken now; log and report each change. True if some
+        directory is only polled."""
+        modes: Mapping[str, str] | None = getattr(waker, "modes", None)
+        problems: Mapping[str, str] = getattr(waker, "problems", None) or {}
+        default = getattr(waker, "mode", WAKE_POLLING if problem else "unknown")
+        changed: list[tuple[str, str]] = []
+        degraded = False
+        with self._lock:
+            for key, directory in dirs.items():
+                mode = modes.get(directory, WAKE_POLLING) if modes is not None else default
+                degraded = degraded or mode == WAKE_POLLING
+                if self._modes.get(key) != mode:
+                    self._modes[key] = mode
+                    changed.append((key, mode))
+            for key in set(self._modes) - set(dirs):
+                del self._modes[key]
+        for key, mode in changed:
+            why = problem or problems.get(dirs[key])
+            if mode == WAKE_POLLING:
+                logger.warning(
+                    "mailbox: inbox {} is only polled, every {} s ({})",
+                    key,
+                    self._fallback_s,
+                    why or "no waker",
+                )
+            else:
+                logger.debug("mailbox: inbox {} is woken by {}", key, mode)
+            if self._on_mode is not None:
+                try:
+                    self._on_mode(key, mode)
+                except Exception:
+                    logger.exception("mailbox: the wake-mode callback failed")
+        return degraded
 
     def _drain_all(self) -> None:
         with self._lock:

@@ -40,6 +40,8 @@ __all__ = [
     "exit_status",
     "kill_all",
     "pump_process",
+    "raise_open_files_limit",
+    "restore_open_files_limit",
     "session_members",
     "signal_group",
     "tagged",
@@ -54,6 +56,39 @@ KILL_GRACE_S = 2.0
 #: After a process exited, how long its pipes may stay open (held by a background child)
 #: before the reader gives up on them.
 PIPE_LINGER_S = 0.5
+
+
+#: the most descriptors :func:`raise_open_files_limit` asks for
+OPEN_FILES_WANTED = 1 << 16
+
+
+def raise_open_files_limit(wanted: int = OPEN_FILES_WANTED) -> int:
+    """Raise this process's soft limit on open descriptors towards its hard limit (at most
+    ``wanted``); return the soft limit it had, for :func:`restore_open_files_limit`.
+
+    Why: the parent holds one pidfd per agent (plus a few per CLI call), and the usual soft
+    limit of 1024 would refuse the ~1,000th agent although the hard limit allows far more (the
+    Go runtime raises it the same way). Never lowers it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError) as exc:
+            logger.warning("cannot raise the open-files limit to {}: {}", target, exc)
+    return soft
+
+
+def restore_open_files_limit(pid: int, soft: int) -> None:
+    """Give a child we started the soft limit we had before raising ours: what it runs (an
+    agent, its tools) may still use ``select``, which fails past 1,024 descriptors."""
+    import resource
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        _, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def exit_status(returncode: int) -> int:
@@ -343,7 +378,10 @@ def kill_all(procs: set[Proc], timeout: float = 5.0) -> None:
     try:
         for fd in waiting:
             # A pidfd becomes readable when its process terminates: no polling loop needed.
-            select.select([fd], [], [], timeout)
+            # poll, not select: a parent of many agents holds descriptors past FD_SETSIZE.
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.poll(timeout * 1000)
     finally:
         for fd in waiting:
             os.close(fd)

@@ -22,13 +22,18 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{sec:02d}" if hours else f"{minutes:02d}:{sec:02d}"
 
 
+def _degraded(item: dict[str, Any]) -> str:
+    """A note when deliveries wait for the fallback rescan (the normal wake-up is not shown)."""
+    return " (mailbox polling)" if item.get("mailbox_wake") == "polling" else ""
+
+
 def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str:
     process = agent["process_state"]
     symbol = _SYMBOL.get(process, "?")
     task = agent.get("task")
     if task is None:
         age = _clock(now - agent["last_active_at"]) if agent.get("last_active_at") else "--:--"
-        return f"{symbol} {age} {agent['name']:<8} {process} / no task"
+        return f"{symbol} {age} {agent['name']:<8} {process} / no task{_degraded(agent)}"
     state = task["state"]
     if state == "waiting":
         age = _clock(task.get("waiting_age_s") or 0.0)
@@ -50,7 +55,10 @@ def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str
             ago = _clock(now - (task.get("last_turn_ended_at") or now))
             detail += f" (turn ended without done {ago} ago{status})"
     closed = " [closed]" if agent.get("closed") else ""
-    return f"{symbol} {age} {agent['name']:<8} {process} / {detail}  {task['task_id']}{closed}"
+    return (
+        f"{symbol} {age} {agent['name']:<8} {process} / {detail}  {task['task_id']}{closed}"
+        f"{_degraded(agent)}"
+    )
 
 
 def summary_line(data: dict[str, Any]) -> str:
@@ -67,11 +75,12 @@ def summary_line(data: dict[str, Any]) -> str:
 
 def render_status(data: dict[str, Any]) -> str:
     agents = data.get("agents", [])
+    parent = [f"parent{_degraded(data)}"] if _degraded(data) else []
     if not agents:
-        text = f"session {data['session_id']}: no agents"
+        text = "\n".join([*parent, f"session {data['session_id']}: no agents"])
     else:
         names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
-        lines = [status_line(a, names, data["now"]) for a in agents]
+        lines = [*parent, *(status_line(a, names, data["now"]) for a in agents)]
         if len(agents) > 1:
             lines.append(summary_line(data))
         text = "\n".join(lines)
@@ -88,7 +97,7 @@ def status_table(data: dict[str, Any]) -> Any:
     """A rich Table of the status snapshot (for ``shepherd top``)."""
     from rich.table import Table
 
-    title = f"session {data['session_id']} — {summary_line(data)}"
+    title = f"session {data['session_id']}{_degraded(data)} — {summary_line(data)}"
     if data.get("journal_problems"):
         title += f"  ! {data['journal_problems']} damaged journal line(s) at resume"
     table = Table(
@@ -105,7 +114,7 @@ def status_table(data: dict[str, Any]) -> Any:
     agents = data.get("agents", [])
     names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
     for agent in agents:
-        line = status_line(agent, names, data["now"])
+        line = status_line({**agent, "mailbox_wake": None}, names, data["now"])  # own column
         symbol, age = line.split(" ", 2)[:2]
         task = agent.get("task") or {}
         state = task.get("state", "no task")
@@ -115,7 +124,9 @@ def status_table(data: dict[str, Any]) -> Any:
             symbol,
             age,
             agent["name"],
-            agent["process_state"] + (" [closed]" if agent.get("closed") else ""),
+            agent["process_state"]
+            + (" [closed]" if agent.get("closed") else "")
+            + _degraded(agent),
             f"[{style.get(state, 'default')}]{state}[/]",
             detail if detail != state else "",
             task.get("task_id", ""),

@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
+from protocol.envelopes import MailboxWake
 from protocol.errors import InvalidArgument
 from protocol.limits import (
     Cursor,
@@ -237,6 +238,8 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     task: TaskStatus | None = None
     last_active_at: float | None = None
     exit_code: int | None = None
+    #: how the agent's bridge is woken for deliveries (its last report; None: not reported)
+    mailbox_wake: MailboxWake | None = None
 
 
 class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -261,6 +264,8 @@ class StatusResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     #: damaged lines found when the session was resumed: torn tails cut off and records
     #: that could not be read, in the journal and the notifications file (each was logged)
     journal_problems: int = 0
+    #: how the parent's own inbox is woken (None: not a filesystem mailbox)
+    mailbox_wake: MailboxWake | None = None
 
 
 class SettleResult(TaskResult, frozen=True, kw_only=True):

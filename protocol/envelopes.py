@@ -50,6 +50,7 @@ __all__ = [
     "ControlEnvelope",
     "Delivery",
     "Envelope",
+    "MailboxWake",
     "MessageEnvelope",
     "NoticeEnvelope",
     "ReplyEnvelope",
@@ -75,6 +76,9 @@ RuntimeEvent = Literal[
     "error",  # the bridge hit an error it could not hand to the agent
 ]
 ControlAction = Literal["cancel_task", "close", "abort"]
+#: How a process's inbox reader is woken: an inotify watch, the inbox's doorbell, watchfiles,
+#: or nothing but the fallback rescan ("polling": deliveries wait up to fallback_poll_s).
+MailboxWake = Literal["inotify", "bell", "watchfiles", "polling", "unknown"]
 
 
 class Envelope(
@@ -145,6 +149,8 @@ class RuntimeEnvelope(Envelope, frozen=True, kw_only=True, tag="runtime"):
     pid: int | None = None
     #: on ``ready`` after a parent restart: a turn of the agent is still running
     in_turn: bool = False
+    #: how the bridge's inbox is woken: sent with ``ready`` and again when it changes
+    mailbox_wake: MailboxWake | None = None
 
 
 class AckEnvelope(Envelope, frozen=True, kw_only=True, tag="ack"):

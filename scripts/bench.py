@@ -4,13 +4,13 @@
     python scripts/bench.py [--quick] [--out FILE] [--runs N] [--only NAME,...]
 
 Benchmarks (``--only`` names): ``delivery``, ``throughput``, ``notify``, ``scale``, ``idle``,
-``demo``, ``requests``. Every job runs in a fresh worker process (``bench_lib.worker``);
-publishers are other processes again (``bench_lib.publisher``). Each figure is collected over
-several runs (5; 3 with ``--quick``, which also uses smaller sizes and finishes in about a
-minute) and written to JSON (default ``bench-results.json``) as min / median / max per subject —
-Shepherd and each baseline — with the unit, the run count, the issue's target, the machine and
-the package versions. A table of medians is printed: Shepherd's, each baseline's, and how many
-times better Shepherd is.
+``demo``, ``requests``, ``children``. Every job runs in a fresh worker process
+(``bench_lib.worker``); publishers are other processes again (``bench_lib.publisher``). Each
+figure is collected over several runs (5; 3 with ``--quick``, which also uses smaller sizes and
+finishes in a few minutes) and written to JSON (default ``bench-results.json``) as min / median
+/ max per subject — Shepherd and each baseline — with the unit, the run count, the issue's
+target, the machine and the package versions. A table of medians is printed: Shepherd's, each
+baseline's, and how many times better Shepherd is.
 
 How each figure is measured is described in ``bench_lib/*`` and in the JSON (``description``,
 ``params``); ``raw`` in the JSON keeps every worker's full answer. A benchmark is never a test:
@@ -71,14 +71,16 @@ class Sizes:
     bridge_agents: int  # spawn-to-ready samples per run
     requests_n: int  # requests made in one session (the standing ones included)
     requests_window: int  # the last requests whose cost is reported
+    children: int  # real children in one session (``children``)
+    children_rounds: int  # round trips per child
 
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
-             1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000)  # fmt: skip
+             1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000, 200, 3)  # fmt: skip
 QUICK = Sizes(3, 30, 200, True, 2500, ((1, 2), (100, 30), (1000, 300)),
-              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000)  # fmt: skip
+              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 40, 2)  # fmt: skip
 SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
-              20, 50, 20, 50, 0.5, 100, 1, 150, 50)  # fmt: skip
+              20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1)  # fmt: skip
 
 
 class WorkerError(RuntimeError):
@@ -359,6 +361,35 @@ def bench_requests(sizes: Sizes, results: Results) -> None:
             results.add("requests.held", design, got["held"])
 
 
+# ---------------------------------------------------------------------- 8. many children
+
+
+def bench_children(sizes: Sizes, results: Results) -> None:
+    """Round trips to the first and the last quarter of many real children, on whatever kernel
+    limits this machine has (``bench_lib/children.py``)."""
+    keys = [k for k in FIGURES if k.startswith("children.")]
+    for key in keys:
+        results.params(key, n=sizes.children, rounds_per_child=sizes.children_rounds)
+    for _ in range(sizes.runs):
+        params = {"children": sizes.children, "rounds": sizes.children_rounds}
+        (got,) = run_jobs([("children", params)], parallel=False)
+        if isinstance(got, Exception):
+            _failed(results, "children", keys, SHEPHERD, got)
+            continue
+        if "unavailable" in got:
+            for key in keys:
+                results.missing(key, SHEPHERD, f"unavailable: {got['unavailable']}")
+            continue
+        results.keep_raw("children", got)
+        if got["failed"]:
+            results.error("children", f"{got['failed']} round trips did not complete")
+        for part, summary in (("first_quarter", got["first"]), ("last_quarter", got["last"])):
+            for q in ("p50", "p99"):
+                results.add(f"children.{part}.{q}_ms", SHEPHERD, summary[f"{q}_ms"])
+        results.add("children.inotify_instances", SHEPHERD, got["inotify_instances"])
+        results.add("children.polled_agents", SHEPHERD, got["agent_wake"].get("polling", 0))
+
+
 RUNNERS = {
     "delivery": bench_delivery,
     "throughput": bench_throughput,
@@ -367,6 +398,7 @@ RUNNERS = {
     "idle": bench_idle,
     "demo": bench_demo,
     "requests": bench_requests,
+    "children": bench_children,
 }
 
 

@@ -138,23 +138,32 @@ def git_version() -> str:
 
 
 def shepherd_waker() -> str:
-    """Which waker a default ``Mailbox`` uses here (built once on a scratch directory)."""
+    """How a default ``Mailbox`` is woken here, for the session parent and for every other
+    process (each built once on a scratch directory)."""
     import threading
 
     from actors.mailbox_watch import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
 
     try:
-        from actors.mailbox_inotify import default_waker
+        from actors.mailbox_bell import default_waker
     except ImportError:
-        return f"WatchfilesWaker (debounce {DEFAULT_DEBOUNCE_MS} ms, step {DEFAULT_STEP_MS} ms)"
+        return "unknown (no actors.mailbox_bell)"
+    shown = []
     try:
-        with temp_dir("shepherd-bench-waker-") as scratch:
-            factory = default_waker(debounce_ms=DEFAULT_DEBOUNCE_MS, step_ms=DEFAULT_STEP_MS)
-            waker = factory([str(scratch)], threading.Event())
-            waker.close()
+        for who, creator in (("parent", True), ("others", False)):
+            with temp_dir("shepherd-bench-waker-") as scratch:
+                (scratch / "new").mkdir()
+                factory = default_waker(
+                    creator=creator, debounce_ms=DEFAULT_DEBOUNCE_MS, step_ms=DEFAULT_STEP_MS
+                )
+                waker = factory([str(scratch / "new")], threading.Event())
+                modes = getattr(waker, "modes", None)
+                mode = modes[str(scratch / "new")] if modes else getattr(waker, "mode", "?")
+                waker.close()
+            shown.append(f"{who}: {type(waker).__name__} ({mode})")
     except Exception as exc:  # an unexpected API: say so rather than fail the run
         return f"unknown ({exc!r})"
-    return type(waker).__name__
+    return "; ".join(shown)
 
 
 def machine_facts(mailbox_dir: Path) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from bench_lib.common import (
     now_ns,
     temp_dir,
 )
-from bench_lib.receivers import make_receiver
+from bench_lib.receivers import mailbox_options, make_receiver
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import ForbiddenSender
 
@@ -106,7 +106,10 @@ def latency_job(params: dict[str, Any]) -> dict[str, Any]:
     with temp_dir("shepherd-bench-", memory_base_dir()) as tmp:
         session_id, agent, secret = new_ids()
         mailbox = Mailbox.create(
-            tmp / "mbox", session_id, validate=capability_check({agent: secret})
+            tmp / "mbox",
+            session_id,
+            validate=capability_check({agent: secret}),
+            **mailbox_options(variant),
         )
         mailbox.ensure_inbox(PARENT_INBOX)
         sink = LatencySink([p["count"] for p in phases])
@@ -138,7 +141,13 @@ def latency_job(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-THROUGHPUT_VARIANTS = ("shepherd", "inotify_reader", "raw_files_floor")
+THROUGHPUT_VARIANTS = (
+    "shepherd",
+    "shepherd_bell",
+    "shepherd_inotify",
+    "inotify_reader",
+    "raw_files_floor",
+)
 
 
 def throughput_job(params: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +156,10 @@ def throughput_job(params: dict[str, Any]) -> dict[str, Any]:
     release of the producers to the last envelope reaching the receiving end.
 
     Variants (one receiver alive at a time, each on its own fresh mailbox):
-    ``shepherd``: ``Mailbox.publish`` → the Mailbox receiver → a ShepherdActor (the whole stack);
+    ``shepherd``: ``Mailbox.publish`` → the Mailbox receiver → a ShepherdActor (the whole stack),
+    the receiver woken as the session parent's is (inotify and the inbox's doorbell);
+    ``shepherd_bell`` / ``shepherd_inotify``: the same, woken by the doorbell alone (as every
+    bridge is) / by inotify alone (the previous default of every process);
     ``inotify_reader``: the same producers, read by the bare inotify reader (no actor);
     ``raw_files_floor``: producers writing the same files with bare system calls, read by the
     bare inotify reader — what the machine can do with one file per envelope.
@@ -168,7 +180,10 @@ def throughput_job(params: dict[str, Any]) -> dict[str, Any]:
         mailboxes = {}
         for variant in variants:
             mailbox = Mailbox.create(
-                tmp / variant, new_ids()[0], validate=capability_check(senders)
+                tmp / variant,
+                new_ids()[0],
+                validate=capability_check(senders),
+                **mailbox_options(variant),
             )
             mailbox.ensure_inbox(PARENT_INBOX)
             mailboxes[variant] = mailbox
@@ -222,7 +237,7 @@ def _throughput_variant(
     first_phase: int,
 ) -> dict[str, Any]:
     sink = CountingSink(expected, first_phase)
-    reader = "shepherd" if variant == "shepherd" else "raw_inotify"
+    reader = variant if variant.startswith("shepherd") else "raw_inotify"
     receiver = make_receiver(reader, mailbox, [PARENT_INBOX], sink)
     done: list[dict[str, Any]] = []
     try:
@@ -251,7 +266,7 @@ def _throughput_variant(
         "figures": done,
         "duplicates": sink.duplicates,
         "left_in_new": len(os.listdir(mailbox.inbox_path(PARENT_INBOX) / "new")),
-        "quarantined": stats.quarantined if variant == "shepherd" else 0,
+        "quarantined": stats.quarantined if variant.startswith("shepherd") else 0,
     }
 
 
@@ -262,7 +277,7 @@ def idle_job(params: dict[str, Any]) -> dict[str, Any]:
     duration: float = params["duration_s"]
     with temp_dir("shepherd-bench-", memory_base_dir()) as tmp:
         session_id, _, _ = new_ids()
-        mailbox = Mailbox.create(tmp / "mbox", session_id)
+        mailbox = Mailbox.create(tmp / "mbox", session_id, **mailbox_options(variant))
         inboxes = [PARENT_INBOX] + [new_ids()[1] for _ in range(params["agents"])]
         for inbox in inboxes:
             mailbox.ensure_inbox(inbox)

@@ -1,9 +1,12 @@
-"""The four ways of noticing a new envelope, over the same mailbox layout and file format.
+"""The ways of noticing a new envelope, over the same mailbox layout and file format.
 
 - :class:`ShepherdReceiver`: Shepherd's own path — ``Mailbox.subscribe`` (its receiver thread
   and watcher, strict decode, validation, duplicate check, acknowledgement into ``cur/``), the
   handler ``tell``-ing a :class:`~actors.runtime.ShepherdActor` on a ``ThreadedRuntime``; the
-  actor calls ``on_envelope``.
+  actor calls ``on_envelope``. Three wakers (:func:`mailbox_options`): ``shepherd`` is the
+  parent's default (one inotify instance and the inbox's doorbell), ``shepherd_bell`` the
+  doorbell alone (what every bridge and CLI call uses), ``shepherd_inotify`` inotify alone (the
+  previous default of every process, one inotify instance each).
 - :class:`PollingReceiver`: a loop listing ``new/`` every 500 ms (how the seeds' watcher works).
 - :class:`WatchfilesReceiver`: watchfiles with its defaults (debounce 1600 ms, step 50 ms,
   recursive, 5 s timeout) — the very loop ``watchfiles.watch()`` runs, on ``RustNotify`` directly
@@ -33,7 +36,28 @@ from protocol.envelopes import AnyEnvelope, decode_envelope
 
 OnEnvelope = Callable[[AnyEnvelope], None]
 
-VARIANTS = ("shepherd", "poll_500ms", "watchfiles_defaults", "raw_inotify")
+VARIANTS = (
+    "shepherd",
+    "shepherd_bell",
+    "shepherd_inotify",
+    "poll_500ms",
+    "watchfiles_defaults",
+    "raw_inotify",
+)
+
+
+def mailbox_options(variant: str) -> dict[str, Any]:
+    """``Mailbox.create`` keyword arguments for a Shepherd variant's waker (none: the default,
+    which is the session parent's)."""
+    if variant == "shepherd_bell":
+        from actors.mailbox_bell import bell_waker
+
+        return {"waker_factory": bell_waker(inotify="never")}
+    if variant == "shepherd_inotify":
+        from actors.mailbox_inotify import inotify_waker
+
+        return {"waker_factory": inotify_waker()}
+    return {}
 
 
 class BenchReceiver(Protocol):
@@ -244,7 +268,7 @@ def make_receiver(
 ) -> BenchReceiver:
     boxes = [mailbox.inbox_path(inbox) for inbox in inboxes]
     match variant:
-        case "shepherd":
+        case "shepherd" | "shepherd_bell" | "shepherd_inotify":  # the waker is the mailbox's
             return ShepherdReceiver(mailbox, inboxes, on_envelope)
         case "poll_500ms":
             return PollingReceiver(boxes, on_envelope, 0.5)

@@ -123,6 +123,26 @@ FIGURES: dict[str, Figure] = {
         "lower",
         "len(broker.requests) after n requests, every one closed (memory held)",
     ),
+    **{
+        f"children.{part}.{q}_ms": Figure(
+            "ms",
+            "lower",
+            f"{q} round trip delegate -> the scripted child's done -> completion (25 ms "
+            f"coalescing included), {which} of n real children on default kernel limits",
+            300.0 if q == "p99" else None,
+        )
+        for part, which in (("first_quarter", "the first quarter"), ("last_quarter", "the last"))
+        for q in ("p50", "p99")
+    },
+    "children.inotify_instances": Figure(
+        "instances",
+        "lower",
+        "inotify instances held by the session's processes with n children (previous design: "
+        "one per process, n + 1; the user's budget is fs.inotify.max_user_instances, 128)",
+    ),
+    "children.polled_agents": Figure(
+        "agents", "lower", "agents whose inbox `status` shows as only polled (must be 0)", 0.0
+    ),
 }
 
 BENCHMARKS = {
@@ -133,6 +153,7 @@ BENCHMARKS = {
     "idle": "idle.",
     "demo": ("demo.", "bridge."),
     "requests": "requests.",
+    "children": "children.",
 }
 
 SHEPHERD = "shepherd"

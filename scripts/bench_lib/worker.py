@@ -22,6 +22,7 @@ JOBS = {
     "scale": ("sessions", "scale_job"),
     "pykka_baseline": ("sessions", "pykka_baseline_job"),
     "bridge": ("bridge", "bridge_job"),
+    "children": ("children", "children_job"),
     "requests": ("requests", "requests_job"),
 }
 

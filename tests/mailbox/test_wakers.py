@@ -1,5 +1,6 @@
-"""Both wakers behave the same behind the Waker protocol: files added wake them, an interrupt
-wakes them at once, nothing wakes them spuriously, and a mailbox works end to end on each."""
+"""The wakers behave the same behind the Waker protocol: files added wake them, an interrupt
+wakes them at once, nothing wakes them spuriously, and a mailbox works end to end on each;
+and each kind of process gets the waker it should (the doorbell itself: test_bells.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ from pathlib import Path
 import pytest
 
 from actors.mailbox import Mailbox
-from actors.mailbox_inotify import InotifyWaker, default_waker, inotify_available, inotify_waker
-from actors.mailbox_watch import InterruptEvent, WakerFactory, watchfiles_waker
+from actors.mailbox_bell import BellWaker, bell_waker, default_waker
+from actors.mailbox_inotify import InotifyWaker, inotify_available, inotify_waker
+from actors.mailbox_watch import (
+    InterruptEvent,
+    PollingWaker,
+    WakerFactory,
+    WatchfilesWaker,
+    watchfiles_waker,
+)
 from protocol.envelopes import MessageEnvelope
 from protocol.ids import IdKind, make_id
 
@@ -22,8 +30,13 @@ LINUX_ONLY = pytest.mark.skipif(not inotify_available(), reason="inotify exists 
 FACTORIES: dict[str, WakerFactory] = {
     "inotify": inotify_waker(),
     "watchfiles": watchfiles_waker(debounce_ms=10, step_ms=1),
+    "bell+inotify": bell_waker(inotify="always"),
 }
-NAMES = [pytest.param("inotify", marks=LINUX_ONLY), "watchfiles"]
+NAMES = [
+    pytest.param("inotify", marks=LINUX_ONLY),
+    "watchfiles",
+    pytest.param("bell+inotify", marks=LINUX_ONLY),
+]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -63,18 +76,38 @@ def test_an_interrupt_wakes_a_blocked_waker_at_once(name: str, tmp_path: Path) -
 
 
 @LINUX_ONLY
-def test_the_inotify_waker_is_the_default_on_linux(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+@pytest.mark.parametrize(
+    ("creator", "forced", "waker", "mode"),
+    [
+        (True, "", BellWaker, "inotify"),  # the parent: one inotify instance, and its bell
+        (False, "", BellWaker, "bell"),  # every other process: its bell, no inotify instance
+        (False, "bell", BellWaker, "bell"),
+        (True, "bell", BellWaker, "bell"),
+        (False, "inotify", InotifyWaker, "inotify"),
+        (False, "watchfiles", WatchfilesWaker, "watchfiles"),
+        (True, "polling", PollingWaker, "polling"),
+    ],
+)
+def test_the_default_waker_of_each_process(
+    creator: bool,
+    forced: str,
+    waker: type,
+    mode: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
+    monkeypatch.setenv("SHEPHERD_WAKER", forced)
+    new = tmp_path / "new"
+    new.mkdir()
     interrupt = InterruptEvent()
-    waker = default_waker(debounce_ms=10, step_ms=1)([str(tmp_path)], interrupt)
-    assert isinstance(waker, InotifyWaker)
-    waker.close()
-    monkeypatch.setenv("SHEPHERD_WAKER", "watchfiles")
-    other = default_waker(debounce_ms=10, step_ms=1)([str(tmp_path)], interrupt)
-    assert not isinstance(other, InotifyWaker)
-    other.close()
-    interrupt.close()
+    built = default_waker(creator=creator, debounce_ms=10, step_ms=1)([str(new)], interrupt)
+    try:
+        assert isinstance(built, waker)
+        modes = getattr(built, "modes", None)
+        assert (modes[str(new)] if modes is not None else built.mode) == mode  # type: ignore[attr-defined]
+    finally:
+        built.close()
+        interrupt.close()
 
 
 @pytest.mark.parametrize("name", NAMES)

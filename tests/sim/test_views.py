@@ -44,3 +44,22 @@ def test_a_closed_agents_name_is_free_only_after_its_process_exited() -> None:
         s.spawn("scout", script=IDLE)
     s.sim.run_all()
     assert s.spawn("scout", script=IDLE).name == "scout"
+
+
+def test_only_a_polled_mailbox_is_shown() -> None:
+    """How an inbox is woken shows only when deliveries wait for the fallback rescan."""
+    s, _ = new_session(3)
+    s.spawn("fine", script=IDLE)
+    s.spawn("slow", script=IDLE)
+    s.sim.run_all()
+    data = msgspec.to_builtins(s.status())
+    assert "mailbox" not in render_status(data)  # the simulation has no filesystem mailbox
+    for agent in data["agents"]:
+        agent["mailbox_wake"] = "polling" if agent["name"] == "slow" else "bell"
+    lines = render_status(data).splitlines()
+    assert [line.split()[2] for line in lines if line.endswith("(mailbox polling)")] == ["slow"]
+    data["mailbox_wake"] = "polling"
+    assert render_status(data).splitlines()[0] == "parent (mailbox polling)"
+    out = io.StringIO()
+    Console(file=out, width=200).print(status_table(data))
+    assert out.getvalue().count("(mailbox polling)") == 2  # the title (parent) and slow
