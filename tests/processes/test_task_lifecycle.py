@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 
+from actors.sinks import CollectingSink
+from actors.supervisor import Supervisor
 from tests.processes.conftest import Serve, cli
+from tests.reliability.live import Story
 
 pytestmark = pytest.mark.processes
 
@@ -245,20 +248,25 @@ def test_an_agent_that_dies_at_start_is_told_with_its_reason(
     assert row.process_state == "exited" and row.exit_code == 1
 
 
-def test_the_agent_log_is_private_and_a_close_says_why_once(
-    supervisor: Any, tmp_path: Path
-) -> None:
-    sup, _sink = supervisor
-    script = tmp_path / "idle.json"
-    script.write_text(json.dumps({"steps": [{"await": "task"}]}))
-    spawned = sup.session.spawn("quiet", script=str(script))
-    log = sup.session_dir / "agents" / spawned.agent_id / "output.log"
-    assert stat.S_IMODE(log.stat().st_mode) == 0o600
-    sup.session.close("quiet")
-    assert sup.launcher.reaper.wait_all_exited(30)
-    text = log.read_text()
-    assert "closed by the parent" in text
-    assert "closed by the parent: closed by the parent" not in text
+def test_the_agent_log_is_private_and_a_close_says_why_once(tmp_path: Path) -> None:
+    story = Story()
+    sup = Supervisor(
+        tmp_path / "session", sinks=[CollectingSink()], tap=story, mailbox_root=tmp_path / "mb"
+    )
+    try:
+        script = tmp_path / "idle.json"
+        script.write_text(json.dumps({"steps": [{"await": "task"}]}))
+        spawned = sup.session.spawn("quiet", script=str(script))
+        log = sup.session_dir / "agents" / spawned.agent_id / "output.log"
+        assert stat.S_IMODE(log.stat().st_mode) == 0o600
+        story.wait("quiet: process idle")  # its bridge runs: the close is one it can hear
+        sup.session.close("quiet")
+        story.wait("quiet: process exited")
+        text = log.read_text()
+        assert "closed by the parent" in text
+        assert "closed by the parent: closed by the parent" not in text
+    finally:
+        sup.shutdown()
 
 
 # ---------------------------------------------------------------------- item 12
