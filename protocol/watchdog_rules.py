@@ -56,7 +56,7 @@ RULES: Final[tuple[Rule, ...]] = (
         None,
         "repeat_threshold",
         "runs of one command with the same output",
-        "the seed (repeatThreshold 3); OpenHands waits for 4 identical pairs in a row",
+        "Shepherd's spec (repeat_threshold 3); OpenHands waits for 4 identical pairs",
     ),
     Rule(
         "repeated_failure",
@@ -70,21 +70,21 @@ RULES: Final[tuple[Rule, ...]] = (
         None,
         "typecheck_repeat_threshold",
         "results with the same typecheck error",
-        "the seed (typecheckRepeatThreshold 2)",
+        "Shepherd's spec (typecheck_repeat_threshold 2)",
     ),
     Rule(
         "no_progress",
         None,
         "repeat_threshold",
         "calls since the last write (with idle_no_progress_s)",
-        "the seed (repeatThreshold 3)",
+        "Shepherd's spec (repeat_threshold 3)",
     ),
     Rule(
         "read_only_loop",
         None,
         "repeat_threshold",
         "reads of the same target since the last write",
-        "the seed (repeatThreshold 3)",
+        "Shepherd's spec (repeat_threshold 3)",
     ),
     Rule(
         "alternating_cycle",

@@ -17,7 +17,7 @@ from actors.sinks import CollectingSink
 from actors.watchdog_cli import session_call
 from protocol.errors import InvalidArgument
 from protocol.notifications import WatchdogAlert
-from protocol.watchdog import REASON_CODES, WatchdogConfigError
+from protocol.watchdog import REASON_CODES, WatchdogConfig, WatchdogConfigError, rule_thresholds
 from tests.watchdog.test_cli import json_lines, run, write_jsonl
 
 
@@ -239,3 +239,16 @@ def test_a_monologue_alerts_the_parent_and_identical_mode_does_not(parent: Any) 
     quiet.session.delegate("thinker", "why does the build fail?")
     quiet.session.sim.run_all(max_time=30)
     assert quiet.alerts() == []
+
+
+# ----------------------------------------------------------------------------- the README
+
+
+def test_the_readme_table_lists_every_rule_with_its_default() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("- **Watchdog:**", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip() for line in section.splitlines() if line.strip().startswith("| `")]
+    table = {row.split("`")[1]: row.split("|")[2].split()[0] for row in rows}
+    defaults = rule_thresholds(WatchdogConfig())
+    assert list(table) == list(REASON_CODES)
+    assert {code: int(n) for code, n in table.items()} == defaults
