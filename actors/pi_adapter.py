@@ -494,7 +494,8 @@ class PiRpcAdapter:
             case "error":
                 runtime("error", text=_head(ev.text or "error", TEXT_LIMIT), is_error=True)
             case "condensation":
-                runtime("condensation", text=ev.text, is_error=ev.is_error)
+                text = _head(ev.text or "context compaction", TEXT_LIMIT)
+                runtime("condensation", text=text, is_error=ev.is_error)
 
     def _exited(self, returncode: int) -> None:
         if self._closing:
