@@ -318,6 +318,7 @@ class BrokerActor(RoutingMixin, StaleWaitMixin, TaskMixin, ShepherdActor):
                 name=args.name,
                 description=args.description,
                 at=self.clock.now(),
+                adapter=args.adapter,
             )
         )
         return api.SpawnResult(

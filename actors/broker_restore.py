@@ -80,7 +80,9 @@ def restore_session(broker: BrokerActor, restore: Restore) -> None:
         entry.last_active_at = now
         broker.agents[agent_id] = entry
         broker.names[rec.name] = agent_id
-        broker._observe(WatchdogAgent(agent_id=agent_id, name=rec.name, at=now))
+        broker._observe(
+            WatchdogAgent(agent_id=agent_id, name=rec.name, at=now, adapter=rec.adapter)
+        )
     for task_id, record in st.tasks.items():
         if record.terminal:
             continue

@@ -209,6 +209,8 @@ class WatchdogAgent(_Msg, frozen=True, kw_only=True):
     description: str | None = None
     process_state: str = "starting"
     at: float
+    #: how the agent runs (``command``, ``pi-rpc``, ...): what its output lines are
+    adapter: str | None = None
 
 
 class WatchdogRuntime(_Msg, frozen=True, kw_only=True):

@@ -493,6 +493,9 @@ class PiRpcAdapter:
                 runtime("output", text=_head(ev.text or "", TEXT_LIMIT))
             case "error":
                 runtime("error", text=_head(ev.text or "error", TEXT_LIMIT), is_error=True)
+            case "condensation":
+                text = _head(ev.text or "context compaction", TEXT_LIMIT)
+                runtime("condensation", text=text, is_error=ev.is_error)
 
     def _exited(self, returncode: int) -> None:
         if self._closing:

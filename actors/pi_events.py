@@ -18,7 +18,9 @@ import msgspec
 
 __all__ = ["RuntimeEvent", "RuntimeEventKind", "map_event"]
 
-RuntimeEventKind = Literal["turn_start", "turn_end", "tool_call", "tool_result", "output", "error"]
+RuntimeEventKind = Literal[
+    "turn_start", "turn_end", "tool_call", "tool_result", "output", "error", "condensation"
+]
 
 
 class RuntimeEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -34,6 +36,10 @@ class RuntimeEvent(msgspec.Struct, frozen=True, kw_only=True):
       ``is_error``.
     - ``output``: assistant text of one finished assistant message.
     - ``error``: the model call failed, or an extension raised (``text`` says what).
+    - ``condensation``: Pi compacted the context (``compaction_end``, manual or automatic;
+      ``text`` gives the reason, and ``is_error`` with the error when it failed). An aborted
+      compaction changed nothing and maps to nothing. The watchdog needs it: a compaction is
+      neither progress nor a failure, and compactions back to back are a loop of their own.
     """
 
     kind: RuntimeEventKind
@@ -97,6 +103,13 @@ def map_event(ev: Mapping[str, Any]) -> RuntimeEvent | None:
         if not text:
             return None
         return RuntimeEvent(kind="output", text=text, stop_reason=reason)
+    if kind == "compaction_end" and ev.get("aborted") is not True:
+        reason = _str_or_none(ev.get("reason")) or "unknown"
+        error = _str_or_none(ev.get("errorMessage"))
+        if error is None and not isinstance(ev.get("result"), Mapping):
+            error = "no result"
+        text = f"context compaction ({reason})" + (f" failed: {error}" if error else "")
+        return RuntimeEvent(kind="condensation", text=text, is_error=error is not None)
     if kind == "extension_error":
         return RuntimeEvent(
             kind="error",

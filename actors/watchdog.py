@@ -5,11 +5,15 @@ previews — never whole outputs) and an alert gate (cooldown, evidence dedup), 
 session state (paused, rescue-message override) and the target list. The broker tells it what
 happens; it never changes a task. The rules are the pure functions of ``protocol.watchdog``.
 
-On each tool result (and on an idle timer, armed only while an agent has events in its
-window, for the no-progress rule) it runs the detector; a verdict that passes the gate becomes
-one ``[Watchdog Alert]`` to the parent (``alert_mode`` ``main_only``, the default). With
-``direct_subagent``/``both`` the rescue message is also sent to the agent as a steer — the
-only automatic action, and only when configured. ``steer`` on request is dry-run by default.
+Runtime events become watchdog events through :func:`protocol.watchdog.runtime_kind`, which
+knows the agent's adapter: a ``command`` agent's printed lines and the bridge's notes are
+kept as ``output``, not as agent messages; a condensation (Pi's compaction) is its own kind.
+On each tool result, agent message and condensation (and on an idle timer, armed only while
+an agent has events in its window, for the no-progress rule) it runs the detector; a verdict
+that passes the gate becomes one ``[Watchdog Alert]`` to the parent (``alert_mode``
+``main_only``, the default). With ``direct_subagent``/``both`` the rescue message is also sent
+to the agent as a steer — the only automatic action, and only when configured. ``steer`` on
+request is dry-run by default.
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ __all__ = ["WatchdogActor"]
 
 
 class _Agent:
-    __slots__ = ("gate", "name", "seq", "task_id", "timer", "window")
+    __slots__ = ("adapter", "gate", "name", "seq", "task_id", "timer", "window")
 
     def __init__(self, agent_id: str, name: str, max_events: int) -> None:
         self.name = name
+        self.adapter: str | None = None
         self.window = wd.EventWindow(agent_id, max_events)
         self.gate = wd.AlertGate()
         self.task_id: str | None = None
@@ -89,6 +94,8 @@ class WatchdogActor(ShepherdActor):
             self._agents[msg.agent_id] = _Agent(
                 msg.agent_id, msg.name, self.config.max_events_per_agent
             )
+        if msg.adapter is not None:
+            self._agents[msg.agent_id].adapter = msg.adapter
         self._target_event(
             msg.agent_id,
             msg.at,
@@ -126,7 +133,7 @@ class WatchdogActor(ShepherdActor):
         if agent is None:
             return
         env = msg.envelope
-        match env.event:
+        match wd.runtime_kind(agent.adapter, env.event, env.text):
             case "tool_call":
                 self._event(
                     agent, ts=msg.at, kind="tool_call", tool=env.tool or "tool", command=env.command
@@ -144,9 +151,23 @@ class WatchdogActor(ShepherdActor):
                     is_error=env.is_error,
                 )
                 self._check(msg.agent_id)
-            case "output":
+            case "message":
                 self._event(agent, ts=msg.at, kind="message", output=env.text or "")
                 self._check(msg.agent_id)
+            case "condensation":
+                self._event(
+                    agent,
+                    ts=msg.at,
+                    kind="condensation",
+                    output=env.text or "",
+                    is_error=env.is_error,
+                )
+                self._check(msg.agent_id)
+            case "output":
+                # kept for inspection; no rule counts it, so nothing to check or time
+                self._event(agent, ts=msg.at, kind="output", output=env.text or "")
+                self._target_event(msg.agent_id, msg.at)
+                return
             case _:
                 self._target_event(msg.agent_id, msg.at)
                 return

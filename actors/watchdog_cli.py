@@ -3,8 +3,9 @@
 Commands (each takes ``--json`` and ``--session DIR`` like every other ``shepherd`` command)::
 
     shepherd watchdog status              enabled / paused, alert mode, alerts sent, targets
-    shepherd watchdog config              every setting in effect
+    shepherd watchdog config              every setting in effect, every rule's threshold
     shepherd watchdog set KEY VALUE...    change one setting for this session only
+                                          (a rule's threshold: ``set monologue.threshold 5``)
     shepherd watchdog pause | resume      suppress / restore alerts (detection keeps running)
     shepherd watchdog inspect AGENT       an agent's event window and the detector's verdict
     shepherd watchdog replay FILE         run the detector over a JSON-lines transcript
@@ -12,8 +13,8 @@ Commands (each takes ``--json`` and ``--session DIR`` like every other ``shepher
 ``replay`` runs locally, without a session: a verdict after each event, then the final
 verdict (with ``--json`` one JSON object per line, the last one ``{"final": true, ...}``). It
 starts from the default settings, or with ``--session`` from that live session's settings;
-``--set KEY=VALUE`` overrides fields. Errors exit with status 2 and, with ``--json``, print
-``{"error": {"code", "message"}}`` on stdout.
+``--set KEY=VALUE`` overrides fields (``--set monologue.threshold=5`` as well). Errors exit
+with status 2 and, with ``--json``, print ``{"error": {"code", "message"}}`` on stdout.
 
 The other commands run in the session: :func:`run_watchdog` takes a ``call(op, args)``
 function (:func:`client_call` for the CLI; ``lambda op, a: session.watchdog(op, **a)`` in
@@ -85,14 +86,15 @@ def add_watchdog_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="enabled/paused, alert mode, alerts sent, targets")
     _add_common(p)
-    p = sub.add_parser("config", help="every watchdog setting in effect")
+    p = sub.add_parser("config", help="every watchdog setting in effect, every rule's threshold")
     _add_common(p)
     p = sub.add_parser(
         "set",
         help="change one setting for this session only (settings files are not written)",
         description=(
             f"Keys: {', '.join(wd.CONFIG_KEYS)}, and rescue_message_override (the session's "
-            "rescue message; an empty value clears it). The words of VALUE are joined by spaces."
+            "rescue message; an empty value clears it). RULE.threshold is one rule's count "
+            "(1-1,000,000). The words of VALUE are joined by spaces."
         ),
     )
     p.add_argument("key", metavar="KEY")
@@ -110,9 +112,10 @@ def add_watchdog_parser(subparsers: Any) -> argparse.ArgumentParser:
         "replay",
         help="run the detector over a JSON-lines transcript (no session needed)",
         description=(
-            "One event per line: {kind: tool_call|tool_result|error|message, tool, command?, "
-            "args?, output?, exit_code?, source?: user|agent, ts?}. Prints the verdict after "
-            "each event, then the final verdict. FILE '-' reads standard input."
+            "One event per line: {kind: tool_call|tool_result|error|message|user_input|"
+            "condensation|output, tool, command?, args?, output?, text?, exit_code?, is_error?, "
+            "source?: user|agent, ts?}. Prints the verdict after each event, then the final "
+            "verdict. FILE '-' reads standard input."
         ),
     )
     p.add_argument("file", metavar="FILE")
@@ -122,7 +125,10 @@ def add_watchdog_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a watchdog setting (repeatable), e.g. --set repeat_threshold=5",
+        help=(
+            "override a watchdog setting (repeatable), e.g. --set repeat_threshold=5 or "
+            "--set monologue.threshold=4"
+        ),
     )
     _add_common(p, replay=True)
     return parser
@@ -209,9 +215,20 @@ def _render_status(data: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_FALLBACKS = {f"{r.code}.threshold": r.fallback for r in wd.RULES}
+
+
 def _render_config(data: Mapping[str, Any]) -> str:
+    """Every setting; a rule with no threshold of its own shows the one it uses."""
     width = max((len(k) for k in data), default=0)
-    return "\n".join(f"{key:<{width}}  {_value(value)}" for key, value in data.items())
+    lines = []
+    for key, value in data.items():
+        shown = _value(value)
+        fallback = _FALLBACKS.get(key)
+        if value is None and fallback is not None:
+            shown = f"{_value(data.get(fallback))} (from {fallback})"
+        lines.append(f"{key:<{width}}  {shown}")
+    return "\n".join(lines)
 
 
 def _render_set(key: str, data: Mapping[str, Any]) -> str:

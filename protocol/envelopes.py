@@ -74,6 +74,7 @@ RuntimeEvent = Literal[
     "output",  # text the agent produced (kept for `shepherd read`)
     "exit",  # the agent process exited (exit_code)
     "error",  # the bridge hit an error it could not hand to the agent
+    "condensation",  # the agent's context was summarised (Pi's compaction); text: what
 ]
 ControlAction = Literal["cancel_task", "close", "abort"]
 #: How a process's inbox reader is woken: an inotify watch, the inbox's doorbell, watchfiles,

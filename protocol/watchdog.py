@@ -14,7 +14,10 @@ reset_episode(gate)``. The rules live in the submodules, each opening with them:
 * :mod:`protocol.watchdog_config`    — settings, layering, ``watchdog set``, session state
 * :mod:`protocol.watchdog_normalize` — command keys, output hashing, previews, classification
 * :mod:`protocol.watchdog_events`    — events, the per-agent window, logical calls
+* :mod:`protocol.watchdog_rules`     — the rules, their threshold settings and defaults
 * :mod:`protocol.watchdog_detect`    — the detector rules and their confidence mapping
+* :mod:`protocol.watchdog_messages`  — the rules over what an agent says between tool calls
+* :mod:`protocol.watchdog_evidence`  — evidence items and the helpers the rules share
 * :mod:`protocol.watchdog_alert`     — cooldown and evidence dedup, the alert text
 * :mod:`protocol.watchdog_replay`    — the JSON-lines replay format
 * :mod:`protocol.watchdog_targets`   — the agents the watchdog knows about
@@ -48,6 +51,8 @@ from protocol.watchdog_config import (
     parse_config_value,
     pause,
     resume,
+    rule_threshold,
+    rule_thresholds,
     set_config_value,
     set_rescue_override,
 )
@@ -69,6 +74,7 @@ from protocol.watchdog_events import (
     is_instruction,
     make_event,
     pair_calls,
+    runtime_kind,
     since_last_instruction,
 )
 from protocol.watchdog_normalize import (
@@ -84,6 +90,7 @@ from protocol.watchdog_normalize import (
     strip_ansi,
 )
 from protocol.watchdog_replay import ReplayEvent, ReplayLineError, decode_replay_line, replay
+from protocol.watchdog_rules import MONOLOGUE_MATCHES, RULES, MonologueMatch, Rule
 from protocol.watchdog_targets import (
     TargetKind,
     WatchdogTarget,
@@ -98,7 +105,9 @@ __all__ = [
     "CONFIDENCE_LEVELS",
     "CONFIG_KEYS",
     "DEFAULT_RESCUE_MESSAGE",
+    "MONOLOGUE_MATCHES",
     "REASON_CODES",
+    "RULES",
     "AlertDecision",
     "AlertGate",
     "AlertMode",
@@ -108,8 +117,10 @@ __all__ = [
     "EventWindow",
     "Evidence",
     "LogicalCall",
+    "MonologueMatch",
     "ReplayEvent",
     "ReplayLineError",
+    "Rule",
     "TargetKind",
     "ToolEvent",
     "Verdict",
@@ -150,6 +161,9 @@ __all__ = [
     "replay",
     "reset_episode",
     "resume",
+    "rule_threshold",
+    "rule_thresholds",
+    "runtime_kind",
     "set_config_value",
     "set_rescue_override",
     "since_last_instruction",

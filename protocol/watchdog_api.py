@@ -295,14 +295,16 @@ _TOOL_LIST: Final[tuple[WatchdogTool, ...]] = (
         args_type=WatchdogConfigArgs,
         label="Watchdog config",
         description=(
-            "Without arguments: every watchdog setting in effect. With key and value: change one "
-            "setting for this session only (settings files are not written), e.g. key "
-            "cooldown_s, value 120; key rescue_message_override sets the session's rescue "
-            "message."
+            "Without arguments: every watchdog setting in effect, with each rule's threshold as "
+            "RULE.threshold (null: the rule uses repeat_threshold, or typecheck_repeat_threshold "
+            "for repeated_typecheck_error). With key and value: change one setting for this "
+            "session only (settings files are not written), e.g. key cooldown_s, value 120, or "
+            "key monologue.threshold, value 5; key rescue_message_override sets the session's "
+            "rescue message."
         ),
         prompt_snippet="Show the watchdog settings, or change one for this session",
         fields={
-            "key": "The setting to change (give value too)",
+            "key": "The setting to change, e.g. cooldown_s or monologue.threshold (give value too)",
             "value": "Its new value, as text (give key too)",
         },
     ),

@@ -9,7 +9,17 @@ Rules
   or a layer that is not a table gives one warning naming the source and the key, and only
   that key (or layer) is ignored. Every other key of the layer still applies.
 * ``watchdog set KEY VALUE`` parses the text into the field's type
-  (:func:`parse_config_value`) and raises :class:`WatchdogConfigError` naming the key.
+  (:func:`parse_config_value`) and raises :class:`WatchdogConfigError` naming the key (and,
+  for a value out of range, the bound).
+* Every rule has a threshold setting ``RULE.threshold`` (:mod:`protocol.watchdog_rules` says
+  which rules, their defaults and where those come from); a rule with no threshold of its own
+  (``None``) uses its fallback, ``repeat_threshold`` or ``typecheck_repeat_threshold``
+  (:func:`rule_threshold`). In a TOML file the key is written under ``[watchdog]`` as
+  ``monologue.threshold = 5`` or as a ``[watchdog.monologue]`` table: nested tables are read
+  as dotted keys. ``monologue.match`` chooses whether a monologue is any agent messages in a
+  row (``any``) or the same text repeated (``identical``).
+* Every number has an upper bound as well as a lower one (counts 1..1,000,000, seconds at
+  most seven days): a huge value would reach a timer or a loop as an overflow.
 * Session state is separate from settings: the ``paused`` flag and a session-only
   rescue-message override (seed 004 Task01 §4). Alerts are suppressed when
   ``enabled`` is false or the session is paused.
@@ -19,12 +29,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
 from protocol.errors import InvalidArgument
 from protocol.limits import MAX_DEADLINE_S, MAX_TEXT_CHARS
+from protocol.watchdog_rules import MONOLOGUE_MATCHES, RULES, MonologueMatch, rule
 
 __all__ = [
     "ALERT_MODES",
@@ -43,6 +54,8 @@ __all__ = [
     "parse_config_value",
     "pause",
     "resume",
+    "rule_threshold",
+    "rule_thresholds",
     "set_config_value",
     "set_rescue_override",
 ]
@@ -58,7 +71,8 @@ DEFAULT_RESCUE_MESSAGE: Final[str] = (
 )
 
 # Every number is bounded above too: a window of 1e300 s would reach a timer as an overflow.
-PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+MAX_COUNT: Final = 1_000_000
+PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]
 PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_DEADLINE_S)]
 NonNegativeSeconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_DEADLINE_S)]
 NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
@@ -81,12 +95,69 @@ class WatchdogConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_preview_lines: PositiveInt = 20
     max_events_per_agent: PositiveInt = 200
     alert_mode: AlertMode = "main_only"
+    # One threshold per rule (protocol.watchdog_rules gives each default its source); None:
+    # the rule has no threshold of its own and uses its fallback setting.
+    repeated_command_threshold: PositiveInt | None = msgspec.field(
+        default=rule("repeated_command").default, name="repeated_command.threshold"
+    )
+    repeated_failure_threshold: PositiveInt | None = msgspec.field(
+        default=rule("repeated_failure").default, name="repeated_failure.threshold"
+    )
+    repeated_typecheck_error_threshold: PositiveInt | None = msgspec.field(
+        default=rule("repeated_typecheck_error").default, name="repeated_typecheck_error.threshold"
+    )
+    no_progress_threshold: PositiveInt | None = msgspec.field(
+        default=rule("no_progress").default, name="no_progress.threshold"
+    )
+    read_only_loop_threshold: PositiveInt | None = msgspec.field(
+        default=rule("read_only_loop").default, name="read_only_loop.threshold"
+    )
+    alternating_cycle_threshold: PositiveInt | None = msgspec.field(
+        default=rule("alternating_cycle").default, name="alternating_cycle.threshold"
+    )
+    monologue_threshold: PositiveInt | None = msgspec.field(
+        default=rule("monologue").default, name="monologue.threshold"
+    )
+    monologue_match: MonologueMatch = msgspec.field(default="any", name="monologue.match")
+    empty_responses_threshold: PositiveInt | None = msgspec.field(
+        default=rule("empty_responses").default, name="empty_responses.threshold"
+    )
+    error_streak_threshold: PositiveInt | None = msgspec.field(
+        default=rule("error_streak").default, name="error_streak.threshold"
+    )
+    condensation_loop_threshold: PositiveInt | None = msgspec.field(
+        default=rule("condensation_loop").default, name="condensation_loop.threshold"
+    )
 
 
+# Settings are named by their keys (``monologue.threshold``); the attributes by Python names.
 _FIELD_TYPES: Final[dict[str, object]] = {
-    f.name: f.type for f in msgspec.structs.fields(WatchdogConfig)
+    f.encode_name: f.type for f in msgspec.structs.fields(WatchdogConfig)
+}
+_ATTRS: Final[dict[str, str]] = {
+    f.encode_name: f.name for f in msgspec.structs.fields(WatchdogConfig)
 }
 CONFIG_KEYS: Final[tuple[str, ...]] = tuple(_FIELD_TYPES)
+_CHOICES: Final[dict[str, tuple[str, ...]]] = {
+    "alert_mode": ALERT_MODES,
+    "monologue.match": MONOLOGUE_MATCHES,
+}
+assert all(f"{r.code}.threshold" in _ATTRS for r in RULES), "a rule without a threshold field"
+
+
+def rule_threshold(config: WatchdogConfig, code: str) -> int:
+    """The threshold a rule uses: its own setting, else its fallback setting's value."""
+    own: int | None = getattr(config, _ATTRS[f"{code}.threshold"])
+    if own is not None:
+        return own
+    fallback: int = getattr(config, rule(code).fallback)
+    return fallback
+
+
+def rule_thresholds(config: WatchdogConfig) -> dict[str, int]:
+    """Every rule's threshold in effect, by reason code."""
+    return {r.code: rule_threshold(config, r.code) for r in RULES}
+
 
 _TRUE: Final = frozenset({"true", "yes", "on", "1"})
 _FALSE: Final = frozenset({"false", "no", "off", "0"})
@@ -124,6 +195,9 @@ def _validate(key: str, value: object) -> object:
     """Check one value against its field type (strict: no str->int coercion)."""
     if key not in _FIELD_TYPES:
         raise WatchdogConfigError("unknown_key", key, _unknown_reason(key))
+    if key in _CHOICES and value not in _CHOICES[key]:
+        choices = ", ".join(_CHOICES[key])
+        raise WatchdogConfigError("invalid_value", key, f"expected one of {choices}, got {value!r}")
     try:
         checked: object = msgspec.convert(value, type=_FIELD_TYPES[key])
     except msgspec.ValidationError as exc:
@@ -133,44 +207,73 @@ def _validate(key: str, value: object) -> object:
     return checked
 
 
+def _kind(key: str) -> str:
+    """How ``watchdog set`` reads the text of a key: bool, int, float, choice or text."""
+    if key in _CHOICES:
+        return "choice"
+    default = getattr(WatchdogConfig(), _ATTRS[key])
+    if key.endswith(".threshold") or (isinstance(default, int) and not isinstance(default, bool)):
+        return "int"
+    if isinstance(default, bool):
+        return "bool"
+    if isinstance(default, float):
+        return "float"
+    return "text"
+
+
 def parse_config_value(key: str, text: str) -> object:
     """Parse the text of ``watchdog set KEY VALUE`` into the field's type, validated."""
     if key not in _FIELD_TYPES:
         raise WatchdogConfigError("unknown_key", key, _unknown_reason(key))
-    default = getattr(WatchdogConfig(), key)
     raw = text.strip()
     value: object
-    if isinstance(default, bool):
-        lowered = raw.lower()
-        if lowered in _TRUE:
-            value = True
-        elif lowered in _FALSE:
-            value = False
-        else:
-            raise WatchdogConfigError("invalid_value", key, f"expected true or false, got {text!r}")
-    elif isinstance(default, int):
-        try:
-            value = int(raw)
-        except ValueError:
-            raise WatchdogConfigError(
-                "invalid_value", key, f"expected an integer, got {text!r}"
-            ) from None
-    elif isinstance(default, float):
-        try:
-            value = float(raw)
-        except ValueError:
-            raise WatchdogConfigError(
-                "invalid_value", key, f"expected a number of seconds, got {text!r}"
-            ) from None
-    elif key == "alert_mode":
-        value = raw
-        if raw not in ALERT_MODES:
-            raise WatchdogConfigError(
-                "invalid_value", key, f"expected one of {', '.join(ALERT_MODES)}, got {text!r}"
-            )
-    else:
-        value = text  # free text (rescue_message): keep as typed
+    match _kind(key):
+        case "bool":
+            lowered = raw.lower()
+            if lowered in _TRUE:
+                value = True
+            elif lowered in _FALSE:
+                value = False
+            else:
+                raise WatchdogConfigError(
+                    "invalid_value", key, f"expected true or false, got {text!r}"
+                )
+        case "int":
+            try:
+                value = int(raw)
+            except ValueError:
+                raise WatchdogConfigError(
+                    "invalid_value", key, f"expected an integer, got {text!r}"
+                ) from None
+        case "float":
+            try:
+                value = float(raw)
+            except ValueError:
+                raise WatchdogConfigError(
+                    "invalid_value", key, f"expected a number of seconds, got {text!r}"
+                ) from None
+        case "choice":
+            value = raw
+            if raw not in _CHOICES[key]:
+                raise WatchdogConfigError(
+                    "invalid_value",
+                    key,
+                    f"expected one of {', '.join(_CHOICES[key])}, got {text!r}",
+                )
+        case _:
+            value = text  # free text (rescue_message): keep as typed
     return _validate(key, value)
+
+
+def _flatten(mapping: Mapping[Any, object], prefix: str = "") -> Iterable[tuple[str, object]]:
+    """``{"monologue": {"threshold": 5}}`` -> ``("monologue.threshold", 5)``: a TOML table
+    under ``[watchdog]`` (``[watchdog.monologue]``, or the dotted key) names a setting too."""
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and name not in _FIELD_TYPES:
+            yield from _flatten(value, f"{name}.")
+        else:
+            yield name, value
 
 
 def apply_watchdog_overrides(
@@ -179,9 +282,9 @@ def apply_watchdog_overrides(
     """Apply one layer of overrides; bad keys give warnings naming ``source`` and are skipped."""
     updates: dict[str, object] = {}
     warnings: list[str] = []
-    for key, value in mapping.items():
+    for key, value in _flatten(mapping):
         try:
-            updates[str(key)] = _validate(str(key), value)
+            updates[_ATTRS.get(key, key)] = _validate(key, value)
         except WatchdogConfigError as exc:
             warnings.append(f"{source}: watchdog.{exc.key}: {exc.reason}; ignored")
     if not updates:
@@ -214,12 +317,14 @@ def merge_watchdog_layers(
 
 def set_config_value(config: WatchdogConfig, key: str, text: str) -> WatchdogConfig:
     """``watchdog set KEY VALUE``: parse, validate, apply; raises WatchdogConfigError."""
-    return msgspec.structs.replace(config, **{key: parse_config_value(key, text)})
+    value = parse_config_value(key, text)  # first: it names an unknown key
+    return msgspec.structs.replace(config, **{_ATTRS[key]: value})
 
 
 def config_to_dict(config: WatchdogConfig) -> dict[str, object]:
-    """The settings as plain builtins, in field order (for ``watchdog config --json``)."""
-    return {key: getattr(config, key) for key in CONFIG_KEYS}
+    """The settings as plain builtins by key, in field order (for ``watchdog config --json``);
+    a rule threshold of ``None`` means the rule uses its fallback setting."""
+    return {key: getattr(config, _ATTRS[key]) for key in CONFIG_KEYS}
 
 
 def alert_destinations(mode: AlertMode) -> frozenset[Literal["parent", "agent"]]:

@@ -1,7 +1,8 @@
 """Watchdog detector: deterministic stuck-loop rules over one agent's episode.
 
-Rules (T = ``repeat_threshold``, Tt = ``typecheck_repeat_threshold``, I = ``idle_no_progress_s``)
----------------------------------------------------------------------------------------------
+Rules (T = the rule's threshold, ``RULE.threshold``; see :mod:`protocol.watchdog_rules` for
+the defaults; I = ``idle_no_progress_s``)
+-----------------------------------------------------------------------------------------
 Only the episode is considered: events since the agent last received an instruction.
 Calls are logical calls (a call and its result count once); pending calls have no output.
 Each rule has a stable reason code; ``->`` gives its confidence.
@@ -11,8 +12,13 @@ Each rule has a stable reason code; ``->`` gives its confidence.
     failing result counts across writes too (the edits are not changing the failure), a
     passing one does not (edit, tests green, edit, tests green is healthy)
     -> medium; high at >= T+2.
+``repeated_failure``
+    the same command key (the same tool and normalised arguments) failing >= T times in a
+    row, whatever the error texts (a line number or a time in the message changes from run
+    to run; the action and its failing do not); any other call between breaks the run
+    -> medium; high at >= T+2.
 ``repeated_typecheck_error``
-    the same typecheck/compile error signature in >= Tt results -> medium; high at >= Tt+2.
+    the same typecheck/compile error signature in >= T results -> medium; high at >= T+2.
 ``no_progress``
     >= T calls since the last write (or the episode start), no write for >= I seconds, and a
     call within the last I seconds (a quiet agent is idle, not looping) -> low; medium at 2*I.
@@ -21,14 +27,15 @@ Each rule has a stable reason code; ``->`` gives its confidence.
     spelled: ``cat f`` = ``head f`` = ``read f``) >= T times -> low; medium at 2T; high at 3T.
 ``alternating_cycle``
     a cycle of 2 or 3 distinct (command, output) pairs repeated >= T times in a row
-    (A,B,A,B,A,B) -> high.
-``repeated_agent_message``
-    the same non-empty agent message >= T times with no tool use between -> medium; high at T+2.
-``empty_responses``
-    >= T empty agent messages with no tool use between -> medium; high at T+2.
+    (A,B,A,B,A,B is 3 cycles; A,B,A,B,A is 2) -> high.
+``monologue``, ``empty_responses``, ``condensation_loop``
+    streaks of what the agent says between tool calls: :mod:`protocol.watchdog_messages`.
 ``error_streak``
     >= T consecutive failed results, of at least two different commands, with the same
     non-empty normalised error output -> medium; high at T+2.
+
+Neither a condensation of the agent's context nor ``output`` (a running command's lines,
+bridge notes) is a call, a write or a failure for any of these rules.
 
 Combining: the verdict's confidence is the highest rule confidence; two different rules that
 are both only ``low`` make ``medium``; three or more different rules raise the highest by one
@@ -43,20 +50,30 @@ gating can recognise the same evidence; ``seqs`` lists the events behind it, new
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Final, Literal
 
 import msgspec
 
-from protocol.watchdog_config import WatchdogConfig
+from protocol.watchdog_config import WatchdogConfig, rule_threshold
 from protocol.watchdog_events import (
     LogicalCall,
     ToolEvent,
     pair_calls,
     since_last_instruction,
 )
+from protocol.watchdog_evidence import (
+    CONFIDENCE_LEVELS,
+    MAX_EVIDENCE_COMMANDS,
+    Confidence,
+    Evidence,
+    by_count,
+    evidence_key,
+    rank,
+    short,
+)
+from protocol.watchdog_messages import message_rules
 from protocol.watchdog_normalize import CallClass, classify_call, read_target_key
+from protocol.watchdog_rules import REASON_CODES
 
 __all__ = [
     "CONFIDENCE_LEVELS",
@@ -67,34 +84,6 @@ __all__ = [
     "detect_stuck",
     "verdict_to_dict",
 ]
-
-Confidence = Literal["none", "low", "medium", "high"]
-CONFIDENCE_LEVELS: Final[tuple[Confidence, ...]] = ("none", "low", "medium", "high")
-REASON_CODES: Final[tuple[str, ...]] = (
-    "repeated_command",
-    "repeated_typecheck_error",
-    "no_progress",
-    "read_only_loop",
-    "alternating_cycle",
-    "repeated_agent_message",
-    "empty_responses",
-    "error_streak",
-)
-MAX_EVIDENCE_COMMANDS: Final = 6
-MAX_COMMAND_CHARS: Final = 300
-
-
-class Evidence(msgspec.Struct, frozen=True, kw_only=True):
-    """Why one rule fired: the commands, hashes and counts behind it."""
-
-    code: str
-    key: str  # stable: the same situation gives the same key
-    commands: list[str] = []
-    hashes: list[str] = []
-    count: int = 0
-    detail: str = ""
-    confidence: Confidence = "low"
-    seqs: list[int] = []
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,34 +101,11 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, object]:
     return result
 
 
-def _rank(level: Confidence) -> int:
-    return CONFIDENCE_LEVELS.index(level)
-
-
-def _by_count(count: int, threshold: int) -> Confidence:
-    if count >= threshold + 2:
-        return "high"
-    if count >= threshold:
-        return "medium"
-    return "none"
-
-
-def _key(code: str, *parts: str) -> str:
-    digest = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
-    return f"{code}:{digest}"
-
-
-def _short(command: str) -> str:
-    if len(command) <= MAX_COMMAND_CHARS:
-        return command
-    return command[: MAX_COMMAND_CHARS - 1] + "…"
-
-
 def _commands(calls: Iterable[LogicalCall]) -> list[str]:
     seen: dict[str, None] = {}
     for call in calls:
         if call.command:
-            seen.setdefault(_short(call.command), None)
+            seen.setdefault(short(call.command), None)
     return list(seen)[:MAX_EVIDENCE_COMMANDS]
 
 
@@ -170,7 +136,7 @@ def _repeated_command(
             for seg, call in members:
                 by_segment.setdefault(seg, []).append(call)
             run = max(by_segment.values(), key=len)
-        level = _by_count(len(run), config.repeat_threshold)
+        level = by_count(len(run), rule_threshold(config, "repeated_command"))
         if level == "none":
             continue
         spans_writes = len({seg for seg, _ in members}) > 1
@@ -178,11 +144,44 @@ def _repeated_command(
         found.append(
             Evidence(
                 code="repeated_command",
-                key=_key("repeated_command", command, output),
-                commands=[_short(command)],
+                key=evidence_key("repeated_command", command, output),
+                commands=[short(command)],
                 hashes=[output],
                 count=len(run),
                 detail=f"ran {len(run)} times with the same output ({how} between)",
+                confidence=level,
+                seqs=[c.seq for c in run],
+            )
+        )
+    return found
+
+
+def _repeated_failure(done: Sequence[LogicalCall], config: WatchdogConfig) -> list[Evidence]:
+    """The same call failing run after run. Its error texts are not compared: a line number
+    or a time in the message changes while the action and its failing do not."""
+    threshold = rule_threshold(config, "repeated_failure")
+    runs: list[list[LogicalCall]] = [[]]
+    for call in done:
+        run = runs[-1]
+        if call.is_error and call.command and run and run[-1].command == call.command:
+            run.append(call)
+        else:
+            runs.append([call] if call.is_error and call.command else [])
+    found = []
+    for run in runs:
+        level = by_count(len(run), threshold)
+        if level == "none":
+            continue
+        hashes = list(dict.fromkeys(_output(c) for c in run))
+        texts = f"{len(hashes)} different error outputs" if len(hashes) > 1 else "the same error"
+        found.append(
+            Evidence(
+                code="repeated_failure",
+                key=evidence_key("repeated_failure", run[0].command, str(run[0].seq)),
+                commands=[short(run[0].command)],
+                hashes=hashes[:MAX_EVIDENCE_COMMANDS],
+                count=len(run),
+                detail=f"failed {len(run)} times in a row ({texts})",
                 confidence=level,
                 seqs=[c.seq for c in run],
             )
@@ -197,12 +196,12 @@ def _repeated_typecheck(done: Sequence[LogicalCall], config: WatchdogConfig) -> 
             groups.setdefault(call.error_signature, []).append(call)
     found = []
     for signature, group in groups.items():
-        level = _by_count(len(group), config.typecheck_repeat_threshold)
+        level = by_count(len(group), rule_threshold(config, "repeated_typecheck_error"))
         if level != "none":
             found.append(
                 Evidence(
                     code="repeated_typecheck_error",
-                    key=_key("repeated_typecheck_error", signature),
+                    key=evidence_key("repeated_typecheck_error", signature),
                     commands=_commands(group),
                     hashes=[signature],
                     count=len(group),
@@ -241,7 +240,7 @@ def _no_progress(
         anchor, what = f"start:{episode[0].seq}", "the episode started"
     elapsed = now - anchor_ts
     idle = config.idle_no_progress_s
-    if len(since) < config.repeat_threshold or elapsed < idle:
+    if len(since) < rule_threshold(config, "no_progress") or elapsed < idle:
         return []
     last_active = max(c.end_ts if c.end_ts is not None else c.ts for c in since)
     if now - last_active > idle:
@@ -249,7 +248,7 @@ def _no_progress(
     return [
         Evidence(
             code="no_progress",
-            key=_key("no_progress", anchor),
+            key=evidence_key("no_progress", anchor),
             commands=_commands(since),
             count=len(since),
             detail=f"{len(since)} tool calls in {elapsed:.0f}s since {what}, none of them a write",
@@ -268,7 +267,7 @@ def _read_only_loop(
         if classes[index] == "read":
             call = calls[index]
             targets.setdefault(read_target_key(call.tool, call.command), []).append(call)
-    threshold = config.repeat_threshold
+    threshold = rule_threshold(config, "read_only_loop")
     revisited = {k: v for k, v in targets.items() if len(v) >= threshold}
     if not revisited:
         return []
@@ -283,7 +282,7 @@ def _read_only_loop(
     return [
         Evidence(
             code="read_only_loop",
-            key=_key("read_only_loop", anchor, *sorted(revisited)),
+            key=evidence_key("read_only_loop", anchor, *sorted(revisited)),
             commands=_commands(group[0] for group in revisited.values()),
             hashes=sorted({h for c in involved if (h := _output(c))})[:MAX_EVIDENCE_COMMANDS],
             count=rounds,
@@ -298,6 +297,7 @@ def _read_only_loop(
 
 
 def _alternating_cycle(done: Sequence[LogicalCall], config: WatchdogConfig) -> list[Evidence]:
+    threshold = rule_threshold(config, "alternating_cycle")
     items = [(c.command, _output(c)) for c in done]
     best: dict[str, Evidence] = {}
     for period in (2, 3):
@@ -313,15 +313,15 @@ def _alternating_cycle(done: Sequence[LogicalCall], config: WatchdogConfig) -> l
             start = None
             if len(set(base)) != period or any(not cmd for cmd, _ in base):
                 continue
-            if cycles < config.repeat_threshold:
+            if cycles < threshold:
                 continue
-            key = _key("alternating_cycle", *sorted(f"{c}\x1e{h}" for c, h in base))
+            key = evidence_key("alternating_cycle", *sorted(f"{c}\x1e{h}" for c, h in base))
             run = done[index - cycles * period : index]
             if key not in best or best[key].count < cycles:
                 best[key] = Evidence(
                     code="alternating_cycle",
                     key=key,
-                    commands=[_short(cmd) for cmd, _ in base],
+                    commands=[short(cmd) for cmd, _ in base],
                     hashes=[h for _, h in base],
                     count=cycles,
                     detail=f"a cycle of {period} calls repeated {cycles} times, same outputs",
@@ -331,70 +331,19 @@ def _alternating_cycle(done: Sequence[LogicalCall], config: WatchdogConfig) -> l
     return list(best.values())
 
 
-def _message_runs(episode: Sequence[ToolEvent]) -> list[list[ToolEvent]]:
-    """Runs of agent messages with no tool use between."""
-    runs: list[list[ToolEvent]] = [[]]
-    for event in episode:
-        if event.kind == "message":
-            if event.source == "agent":
-                runs[-1].append(event)
-        elif runs[-1]:
-            runs.append([])
-    return [run for run in runs if run]
-
-
-def _agent_messages(episode: Sequence[ToolEvent], config: WatchdogConfig) -> list[Evidence]:
-    found = []
-    for run in _message_runs(episode):
-        same: dict[str, list[ToolEvent]] = {}
-        for message in run:
-            if not message.blank:
-                same.setdefault(message.output_hash or "", []).append(message)
-        for digest, group in same.items():
-            level = _by_count(len(group), config.repeat_threshold)
-            if level != "none":
-                first_line = group[0].preview.split("\n", 1)[0]
-                found.append(
-                    Evidence(
-                        code="repeated_agent_message",
-                        key=_key("repeated_agent_message", digest, str(run[0].seq)),
-                        hashes=[digest],
-                        count=len(group),
-                        detail=f"the same message {len(group)} times, no tool use between: "
-                        f"{_short(first_line)}",
-                        confidence=level,
-                        seqs=[m.seq for m in group],
-                    )
-                )
-        blanks = [m for m in run if m.blank]
-        level = _by_count(len(blanks), config.repeat_threshold)
-        if level != "none":
-            found.append(
-                Evidence(
-                    code="empty_responses",
-                    key=_key("empty_responses", str(run[0].seq)),
-                    count=len(blanks),
-                    detail=f"{len(blanks)} empty responses with no tool use between",
-                    confidence=level,
-                    seqs=[m.seq for m in blanks],
-                )
-            )
-    return found
-
-
 def _error_streak(done: Sequence[LogicalCall], config: WatchdogConfig) -> list[Evidence]:
     found = []
     streak: list[LogicalCall] = []
 
     def close() -> None:
         commands = {c.command for c in streak}
-        level = _by_count(len(streak), config.repeat_threshold)
+        level = by_count(len(streak), rule_threshold(config, "error_streak"))
         if level != "none" and len(commands) >= 2:
             digest = _output(streak[0])
             found.append(
                 Evidence(
                     code="error_streak",
-                    key=_key("error_streak", digest, str(streak[0].seq)),
+                    key=evidence_key("error_streak", digest, str(streak[0].seq)),
                     commands=_commands(streak),
                     hashes=[digest],
                     count=len(streak),
@@ -419,13 +368,13 @@ def _error_streak(done: Sequence[LogicalCall], config: WatchdogConfig) -> list[E
 def _combine(found: list[Evidence]) -> tuple[Confidence, list[str]]:
     per_rule: dict[str, Confidence] = {}
     for item in found:
-        if _rank(item.confidence) > _rank(per_rule.get(item.code, "none")):
+        if rank(item.confidence) > rank(per_rule.get(item.code, "none")):
             per_rule[item.code] = item.confidence
     if not per_rule:
         return "none", []
-    overall = max(per_rule.values(), key=_rank)
+    overall = max(per_rule.values(), key=rank)
     if len(per_rule) >= 3:
-        overall = CONFIDENCE_LEVELS[min(_rank(overall) + 1, _rank("high"))]
+        overall = CONFIDENCE_LEVELS[min(rank(overall) + 1, rank("high"))]
     elif len(per_rule) == 2 and overall == "low":
         overall = "medium"
     return overall, [code for code in REASON_CODES if code in per_rule]
@@ -439,17 +388,18 @@ def detect_stuck(events: Sequence[ToolEvent], config: WatchdogConfig, now: float
     classes = [classify_call(c.tool, c.command) for c in calls]
     found = [
         *_repeated_command(calls, classes, config),
+        *_repeated_failure(done, config),
         *_repeated_typecheck(done, config),
         *_no_progress(calls, classes, episode, config, now),
         *_read_only_loop(calls, classes, config),
         *_alternating_cycle(done, config),
-        *_agent_messages(episode, config),
+        *message_rules(episode, config),
         *_error_streak(done, config),
     ]
-    found.sort(key=lambda e: (REASON_CODES.index(e.code), -_rank(e.confidence), -e.count, e.key))
+    found.sort(key=lambda e: (REASON_CODES.index(e.code), -rank(e.confidence), -e.count, e.key))
     confidence, reasons = _combine(found)
     return Verdict(
-        likely_stuck=_rank(confidence) >= _rank("medium"),
+        likely_stuck=rank(confidence) >= rank("medium"),
         confidence=confidence,
         reasons=reasons,
         evidence=found,

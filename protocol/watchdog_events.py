@@ -7,6 +7,15 @@ Rules
 * An *instruction* is a ``message`` event whose source is ``user`` (the parent's delegated
   task, a message from the parent or a peer, a user prompt). The detector only looks at
   events since the last instruction: a new instruction opens a new episode.
+* An agent *message* is text the agent itself says (a model's reply, a scripted ``say``).
+  Text that is not the agent speaking is ``output``: the lines a command agent's running
+  process prints (the ``command`` adapter runs the agent as a process per turn, and its
+  stdout is that process's output, not a message to anyone) and the bridge's own notes
+  (``[shepherd] ...``). :func:`runtime_kind` makes that call for each runtime event. Output
+  is kept for inspection and counts for no rule: it is neither a message nor a tool call.
+* A ``condensation`` is the agent's context being summarised (Pi's compaction). It is
+  neither progress nor a failure: no rule counts it as a call, a write, a message or an
+  error, and it breaks no streak (only the ``condensation_loop`` rule counts condensations).
 * :class:`EventWindow` is a bounded ring buffer per agent (``max_events_per_agent``); it keeps
   older events for inspection but remembers where the current episode starts.
 * Calls are counted as *logical* calls: a ``tool_call`` and the ``tool_result``/``error`` that
@@ -19,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -32,6 +41,7 @@ from protocol.watchdog_normalize import (
 )
 
 __all__ = [
+    "BRIDGE_NOTE_PREFIX",
     "EventKind",
     "EventSource",
     "EventWindow",
@@ -40,11 +50,38 @@ __all__ = [
     "is_instruction",
     "make_event",
     "pair_calls",
+    "runtime_kind",
     "since_last_instruction",
 ]
 
-EventKind = Literal["tool_call", "tool_result", "error", "message"]
+EventKind = Literal["tool_call", "tool_result", "error", "message", "condensation", "output"]
 EventSource = Literal["user", "agent"]
+TOOL_EVENT_KINDS: Final = frozenset({"tool_call", "tool_result", "error"})
+
+#: how the bridge marks the notes it adds to an agent's output stream
+BRIDGE_NOTE_PREFIX: Final = "[shepherd]"
+#: adapters whose output is a running process's output, never the agent speaking
+PROCESS_OUTPUT_ADAPTERS: Final = frozenset({"command"})
+
+
+def runtime_kind(adapter: str | None, event: str, text: str | None = None) -> EventKind | None:
+    """What one runtime event of an agent is to the watchdog (None: nothing it keeps).
+
+    ``output`` from a ``command`` agent is its process's output, and a bridge note is the
+    bridge speaking: neither is an agent message (three identical error lines printed by a
+    command in its first second are not a monologue). A tool result's success or failure is
+    the caller's to read (``is_error``, ``exit_code``).
+    """
+    match event:
+        case "tool_call" | "tool_result" | "condensation":
+            return event
+        case "output":
+            if adapter in PROCESS_OUTPUT_ADAPTERS:
+                return "output"
+            if (text or "").startswith(BRIDGE_NOTE_PREFIX):
+                return "output"
+            return "message"
+    return None
 
 
 class ToolEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,7 +123,7 @@ def make_event(
     """Build a :class:`ToolEvent` from raw material; the raw output is not kept.
 
     ``error`` events are failed results; a result with a non-zero ``exit_code`` fails too.
-    For messages ``output`` is the message text.
+    For messages, output and condensations ``output`` is the text (a condensation's summary).
     """
     text = output if output is not None else ""
     failed = (
@@ -94,7 +131,7 @@ def make_event(
         if is_error is not None
         else (kind == "error" or (exit_code is not None and exit_code != 0))
     )
-    key = "" if kind == "message" else render_call(tool, command, args)
+    key = render_call(tool, command, args) if kind in TOOL_EVENT_KINDS else ""
     hashed = output is not None or kind in {"message", "tool_result", "error"}
     signature = None
     if kind in {"tool_result", "error"} and text:

@@ -2,21 +2,26 @@
 
 Format (one JSON object per line; blank lines are skipped)::
 
-    {"kind": "tool_call"|"tool_result"|"error"|"message", "tool": str, "command"?: str,
-     "args"?: object, "output"?: str, "exit_code"?: int, "source"?: "user"|"agent",
-     "ts"?: float, "call_id"?: str, "text"?: str}
+    {"kind": "tool_call"|"tool_result"|"error"|"message"|"user_input"|"condensation"|"output",
+     "tool": str, "command"?: str, "args"?: object, "output"?: str, "exit_code"?: int,
+     "is_error"?: bool, "source"?: "user"|"agent", "ts"?: float, "call_id"?: str, "text"?: str}
 
-* ``tool`` is required for tool events; a ``message`` may leave it out. A message's text is
-  ``text`` or else ``output``. A ``message`` from ``source: "user"`` is a new instruction.
-* ``error`` is a failed result; a ``tool_result`` with a non-zero ``exit_code`` fails too.
+* ``tool`` is required for tool events; the other kinds may leave it out. The text of a
+  message, condensation or output line is ``text`` or else ``output``.
+* ``user_input`` is a new instruction (user input: a task, a message to the agent), the same
+  as a ``message`` with ``source: "user"``. ``condensation`` is the agent's context being
+  summarised (Pi's compaction; ``is_error`` when it failed): neither progress nor a failure.
+  ``output`` is text that is not the agent speaking (a command agent's printed lines).
+* ``error`` is a failed result; a ``tool_result`` with a non-zero ``exit_code`` or
+  ``is_error: true`` fails too.
 * ``ts`` defaults to the line index (0-based) in seconds. The detector's ``now`` is the
   latest ``ts`` seen so far.
 * Unknown fields are ignored on purpose: transcripts exported by other tools carry extra
   fields (ids, token counts) and a post-mortem should not fail on them. Known fields are
   type-checked, and a bad line raises :class:`ReplayLineError` naming the line and field.
 
-Output: one dict per event (``line``, ``kind``, ``tool``, the verdict, and ``alert``: whether
-the alert gate would have alerted the parent, with nothing paused) and, last,
+Output: one dict per event (``line``, ``kind`` as given, ``tool``, the verdict, and ``alert``:
+whether the alert gate would have alerted the parent, with nothing paused) and, last,
 ``{"final": true, "likely_stuck", "confidence", "reasons", "evidence", ...}``.
 """
 
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -44,18 +49,20 @@ __all__ = ["ReplayEvent", "ReplayLineError", "decode_replay_line", "replay"]
 
 _PATH = re.compile(r" - at `(\$[^`]*)`$")
 TOOL_KINDS: Final = frozenset({"tool_call", "tool_result", "error"})
+ReplayKind = EventKind | Literal["user_input"]
 
 
 class ReplayEvent(msgspec.Struct, frozen=True, kw_only=True):
     """One line of a replay transcript."""
 
-    kind: EventKind
+    kind: ReplayKind
     tool: str = ""
     command: str | None = None
     args: Any = None
     output: str | None = None
     text: str | None = None
     exit_code: int | None = None
+    is_error: bool | None = None
     source: EventSource = "agent"
     ts: float | None = None
     call_id: str | None = None
@@ -118,18 +125,21 @@ def replay(
         ts = entry.ts if entry.ts is not None else float(index)
         now = ts if now is None else max(now, ts)
         body = entry.text if entry.text is not None else entry.output
+        kind: EventKind = "message" if entry.kind == "user_input" else entry.kind
+        user = entry.kind == "user_input"
         event = make_event(
             agent_id=agent_id,
             seq=index + 1,
             ts=ts,
-            kind=entry.kind,
+            kind=kind,
             config=cfg,
             tool=entry.tool,
             command=entry.command,
             args=entry.args,
             output=body,
             exit_code=entry.exit_code,
-            source=entry.source,
+            is_error=entry.is_error,
+            source="user" if user else entry.source,
             call_id=entry.call_id,
         )
         window.append(event)

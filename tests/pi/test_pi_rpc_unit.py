@@ -120,6 +120,36 @@ def test_extension_errors_and_unknown_events() -> None:
     assert map_event({}) is None
 
 
+def test_a_finished_compaction_is_a_condensation_and_an_aborted_one_is_nothing() -> None:
+    done = map_event(
+        {
+            "type": "compaction_end",
+            "reason": "threshold",
+            "result": {"summary": "what happened so far", "tokensBefore": 150000},
+            "aborted": False,
+            "willRetry": False,
+        }
+    )
+    assert done == RuntimeEvent(kind="condensation", text="context compaction (threshold)")
+    failed = map_event(
+        {
+            "type": "compaction_end",
+            "reason": "overflow",
+            "result": None,
+            "aborted": False,
+            "willRetry": False,
+            "errorMessage": "quota exceeded",
+        }
+    )
+    assert failed == RuntimeEvent(
+        kind="condensation",
+        text="context compaction (overflow) failed: quota exceeded",
+        is_error=True,
+    )
+    aborted = {"type": "compaction_end", "reason": "manual", "result": None, "aborted": True}
+    assert map_event(aborted) is None
+
+
 # -- PiProcess against a fake Pi --------------------------------------------------------
 
 FAKE_PI = r"""

@@ -1,10 +1,12 @@
 """Issue 6 end to end: a real scripted child loops; the parent gets one alert per cooldown
-window, with evidence, while the task keeps running and nothing is killed or steered."""
+window, with evidence, while the task keeps running and nothing is killed or steered. And a
+real command agent's printed lines are its process's output, not messages of a stuck agent."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,5 +65,42 @@ def test_a_looping_child_gets_one_alert_per_cooldown_window(tmp_path: Path) -> N
         inspected = s.watchdog("inspect", agent="looper")
         assert inspected["verdict"]["likely_stuck"] is True
         assert all("output" not in e for e in inspected["events"])  # hashes and previews only
+    finally:
+        sup.shutdown()
+
+
+#: a command agent whose work prints the same error line three times within a second (a
+#: program retrying a connection), each line apart from the next so that each is its own
+#: output event, then exits without calling done
+RETRYING = (
+    "import sys, time\n"
+    "for attempt in range(3):\n"
+    "    print('error: connection refused', flush=True)\n"
+    "    time.sleep(0.3)\n"
+)
+
+
+def test_a_command_agents_repeated_output_lines_are_not_a_stuck_agent(tmp_path: Path) -> None:
+    sink = CollectingSink()
+    sup = Supervisor(tmp_path / "session", sinks=[sink], mailbox_root=tmp_path / "mailbox")
+    try:
+        agent = tmp_path / "retrying.py"
+        agent.write_text(RETRYING)
+        s = sup.session
+        s.spawn("fetcher", adapter="command", cmd=f"{sys.executable} {agent} {{message}}")
+        task = s.delegate("fetcher", "fetch the report")
+
+        def turn_ended(items: list) -> bool:  # type: ignore[type-arg]
+            return any(getattr(n, "code", None) == "turn_ended_without_done" for n in items)
+
+        assert sink.wait_for(turn_ended, timeout=60), sink.items
+        inspected = s.watchdog("inspect", agent="fetcher")
+        printed = [e for e in inspected["events"] if "connection refused" in e["preview"]]
+        assert len(printed) >= 2, inspected["events"]  # separate events, as they were printed
+        assert inspected["verdict"]["reasons"] == [] and not inspected["verdict"]["likely_stuck"]
+        assert not [n for n in sink.items if isinstance(n, WatchdogAlert)]
+        assert {e["kind"] for e in printed} == {"output"}  # the process's output, not messages
+        row = s.status("fetcher").agents[0]
+        assert row.task is not None and row.task.task_id == task.task_id
     finally:
         sup.shutdown()

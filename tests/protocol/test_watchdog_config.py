@@ -9,6 +9,8 @@ from protocol.errors import InvalidArgument, ShepherdError
 from protocol.watchdog import (
     CONFIG_KEYS,
     DEFAULT_RESCUE_MESSAGE,
+    REASON_CODES,
+    RULES,
     WatchdogConfig,
     WatchdogConfigError,
     WatchdogSession,
@@ -21,6 +23,8 @@ from protocol.watchdog import (
     parse_config_value,
     pause,
     resume,
+    rule_threshold,
+    rule_thresholds,
     set_config_value,
     set_rescue_override,
 )
@@ -49,7 +53,126 @@ def test_every_default() -> None:
         "max_preview_lines",
         "max_events_per_agent",
         "alert_mode",
+        "repeated_command.threshold",
+        "repeated_failure.threshold",
+        "repeated_typecheck_error.threshold",
+        "no_progress.threshold",
+        "read_only_loop.threshold",
+        "alternating_cycle.threshold",
+        "monologue.threshold",
+        "monologue.match",
+        "empty_responses.threshold",
+        "error_streak.threshold",
+        "condensation_loop.threshold",
     )
+
+
+# --- per-rule thresholds -------------------------------------------------------------------
+
+
+def test_every_rule_has_a_threshold_setting_with_its_default() -> None:
+    assert [r.code for r in RULES] == list(REASON_CODES)
+    assert all(f"{code}.threshold" in CONFIG_KEYS for code in REASON_CODES)
+    # the published detector's counts (OpenHands' StuckDetector) where a rule corresponds,
+    # the seed's shared ones (repeat_threshold 3, typecheck_repeat_threshold 2) elsewhere
+    assert rule_thresholds(WatchdogConfig()) == {
+        "repeated_command": 3,
+        "repeated_failure": 3,
+        "repeated_typecheck_error": 2,
+        "no_progress": 3,
+        "read_only_loop": 3,
+        "alternating_cycle": 3,
+        "monologue": 3,
+        "empty_responses": 3,
+        "error_streak": 3,
+        "condensation_loop": 10,
+    }
+    assert WatchdogConfig().monologue_match == "any"
+    data = config_to_dict(WatchdogConfig())
+    assert data["repeated_failure.threshold"] == 3 and data["condensation_loop.threshold"] == 10
+    assert data["repeated_command.threshold"] is None  # none of its own: repeat_threshold
+
+
+def test_repeat_threshold_is_the_fallback_of_rules_without_their_own() -> None:
+    config = set_config_value(WatchdogConfig(), "repeat_threshold", "5")
+    config = set_config_value(config, "typecheck_repeat_threshold", "4")
+    got = rule_thresholds(config)
+    assert {c: got[c] for c in ("repeated_command", "no_progress", "error_streak")} == {
+        "repeated_command": 5,
+        "no_progress": 5,
+        "error_streak": 5,
+    }
+    assert got["repeated_typecheck_error"] == 4
+    assert got["monologue"] == 3 and got["repeated_failure"] == 3  # their own defaults stay
+    config = set_config_value(config, "repeated_command.threshold", "7")
+    assert rule_threshold(config, "repeated_command") == 7  # its own wins over the fallback
+    assert rule_threshold(config, "no_progress") == 5
+
+
+def test_rule_settings_layer_from_dotted_keys_and_nested_tables() -> None:
+    config, warnings = merge_watchdog_layers(
+        [
+            ("user.toml", {"monologue.threshold": 4, "empty_responses": {"threshold": 6}}),
+            ("project.toml", {"monologue": {"match": "identical"}}),
+            ("session overrides", {"monologue.threshold": 9}),
+        ]
+    )
+    assert warnings == []
+    assert (config.monologue_threshold, config.monologue_match) == (9, "identical")
+    assert config.empty_responses_threshold == 6
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "bound"),
+    [
+        ("monologue.threshold", 0, ">= 1"),
+        ("monologue.threshold", 1_000_001, "<= 1000000"),
+        ("condensation_loop.threshold", 10**30, "<= 1000000"),
+        ("repeated_failure.threshold", -3, ">= 1"),
+        ("alternating_cycle.threshold", 2.5, "int"),
+        ("no_progress.threshold", "4", "int"),
+        ("monologue.match", "loud", "any, identical"),
+    ],
+)
+def test_a_rule_setting_out_of_range_in_a_file_is_a_warning_naming_file_and_key(
+    key: str, value: object, bound: str
+) -> None:
+    code, _, field = key.partition(".")
+    for table in ({key: value}, {code: {field: value}}):
+        config, warnings = merge_watchdog_layers(
+            [("/home/u/.config/shepherd/config.toml", {**table, "cooldown_s": 9})]
+        )
+        assert config == WatchdogConfig(cooldown_s=9.0)  # only that key is ignored
+        (warning,) = warnings
+        assert warning.startswith(f"/home/u/.config/shepherd/config.toml: watchdog.{key}: ")
+        assert bound in warning and warning.endswith("; ignored")
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "bound"),
+    [
+        ("monologue.threshold", "0", ">= 1"),
+        ("empty_responses.threshold", "1000001", "<= 1000000"),
+        ("repeated_command.threshold", "99999999999999999999", "<= 1000000"),
+        ("condensation_loop.threshold", "ten", "an integer"),
+        ("monologue.match", "similar", "any, identical"),
+    ],
+)
+def test_watchdog_set_out_of_range_names_the_key_and_the_bound(
+    key: str, text: str, bound: str
+) -> None:
+    with pytest.raises(WatchdogConfigError) as caught:
+        set_config_value(WatchdogConfig(), key, text)
+    err = caught.value
+    assert err.code == "invalid_argument" and err.key == key and err.problem == "invalid_value"
+    assert key in str(err) and bound in str(err)
+
+
+def test_an_unknown_rule_key_suggests_the_close_one() -> None:
+    with pytest.raises(WatchdogConfigError) as caught:
+        set_config_value(WatchdogConfig(), "monologue.treshold", "4")
+    assert caught.value.problem == "unknown_key"
+    assert "did you mean 'monologue.threshold'" in str(caught.value)
 
 
 def test_default_rescue_message_says_what_to_do() -> None:
@@ -179,6 +302,9 @@ def test_whole_config_decoding_refuses_unknown_fields() -> None:
         ("alert_mode", "main_only", "main_only"),
         ("alert_mode", "direct_subagent", "direct_subagent"),
         ("rescue_message", "Please  stop.", "Please  stop."),
+        ("monologue.threshold", " 4 ", 4),
+        ("repeated_command.threshold", "1000000", 1_000_000),
+        ("monologue.match", "identical", "identical"),
     ],
 )
 def test_parse_config_value(key: str, text: str, expected: object) -> None:

@@ -400,7 +400,7 @@ def test_a_broken_alternation_is_not_a_cycle() -> None:
     assert "alternating_cycle" not in script.verdict().reasons
 
 
-# --- repeated_agent_message / empty_responses ------------------------------------------------
+# --- monologue / empty_responses (more in test_watchdog_patterns.py) --------------------------
 
 
 def test_the_same_agent_message_without_tool_use_is_stuck() -> None:
@@ -408,7 +408,7 @@ def test_the_same_agent_message_without_tool_use_is_stuck() -> None:
     for _ in range(3):
         script.say("I will now look at the config loader.")
     verdict = script.verdict()
-    assert verdict.reasons == ["repeated_agent_message"]
+    assert verdict.reasons == ["monologue"]
     assert verdict.likely_stuck
     assert "config loader" in verdict.evidence[0].detail
 
@@ -418,18 +418,18 @@ def test_tool_use_between_messages_breaks_the_repetition() -> None:
     for i in range(3):
         script.say("Checking the tests again.")
         script.run(f"pytest -k case{i}", f"{i}")
-    assert "repeated_agent_message" not in script.verdict().reasons
+    assert "monologue" not in script.verdict().reasons
 
 
-def test_different_messages_are_not_repeats() -> None:
-    script = Script().say("one").say("two").say("three")
+def test_different_messages_are_not_repeats_when_the_text_must_be_identical() -> None:
+    script = Script(WatchdogConfig(monologue_match="identical")).say("one").say("two").say("3")
     assert script.verdict().reasons == []
 
 
 def test_repeated_empty_responses() -> None:
     script = Script().say("").say("  \n").say("")
     verdict = script.verdict()
-    assert verdict.reasons == ["empty_responses"]  # not also repeated_agent_message
+    assert verdict.reasons == ["empty_responses"]  # not also a monologue
     assert verdict.evidence[0].count == 3
     assert verdict.likely_stuck
 

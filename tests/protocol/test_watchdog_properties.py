@@ -19,6 +19,7 @@ from protocol.watchdog import (
     hash_output,
     make_event,
     make_preview,
+    merge_watchdog_layers,
     normalize_command,
     normalize_output,
     pair_calls,
@@ -112,6 +113,16 @@ OUTPUTS = st.sampled_from(
 )
 
 
+KINDS: list[EventKind] = [
+    "tool_call",
+    "tool_result",
+    "error",
+    "message",
+    "condensation",
+    "output",
+]
+
+
 @st.composite
 def event_lists(draw: st.DrawFn) -> list[ToolEvent]:
     """Arbitrary event shapes, built directly (fast): any kind, pairing, hash or signature."""
@@ -120,7 +131,7 @@ def event_lists(draw: st.DrawFn) -> list[ToolEvent]:
     ts = 0.0
     for seq in range(count):
         ts += draw(st.sampled_from([0.0, 1.0, 50.0, 400.0]))
-        kind: EventKind = draw(st.sampled_from(["tool_call", "tool_result", "error", "message"]))
+        kind: EventKind = draw(st.sampled_from(KINDS))
         blank = draw(st.booleans())
         events.append(
             ToolEvent(
@@ -154,7 +165,7 @@ def made_events(draw: st.DrawFn) -> list[ToolEvent]:
                 agent_id="a",
                 seq=seq,
                 ts=float(seq * draw(st.sampled_from([1, 100]))),
-                kind=draw(st.sampled_from(["tool_call", "tool_result", "error", "message"])),
+                kind=draw(st.sampled_from(KINDS)),
                 tool=draw(st.sampled_from(["bash", "read", "edit", ""])),
                 command=draw(COMMANDS),
                 output=draw(OUTPUTS),
@@ -178,11 +189,22 @@ def test_detector_never_crashes_on_made_events(events: list[ToolEvent]) -> None:
 
 
 @DETECT
-@given(event_lists(), st.integers(min_value=1, max_value=4), st.floats(0, 5000))
+@given(
+    event_lists(),
+    st.integers(min_value=1, max_value=4),
+    st.floats(0, 5000),
+    st.sampled_from(["any", "identical"]),
+    st.booleans(),
+)
 def test_detector_never_crashes_and_is_consistent(
-    events: list[ToolEvent], threshold: int, extra: float
+    events: list[ToolEvent], threshold: int, extra: float, match: str, own: bool
 ) -> None:
     config = WatchdogConfig(repeat_threshold=threshold, typecheck_repeat_threshold=threshold)
+    if own:  # every rule its own threshold, not the fallback
+        config = merge_watchdog_layers(
+            [("test", {f"{code}.threshold": threshold for code in REASON_CODES})], config
+        )[0]
+    config = merge_watchdog_layers([("test", {"monologue.match": match})], config)[0]
     now = (events[-1].ts if events else 0.0) + extra
     verdict = detect_stuck(events, config, now)
     assert verdict.confidence in CONFIDENCE_LEVELS

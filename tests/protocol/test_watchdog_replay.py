@@ -88,6 +88,45 @@ def test_a_user_message_is_a_new_instruction() -> None:
     assert results[-1]["reasons"] == []
 
 
+def test_user_input_is_a_kind_of_its_own_and_a_new_instruction() -> None:
+    lines = rg_transcript()
+    lines.append(json.dumps({"kind": "user_input", "text": "try the CLI", "ts": 40}))
+    results = replay(lines)
+    assert results[-2]["kind"] == "user_input"  # each line's kind is as given
+    assert results[-2]["likely_stuck"] is False and results[-1]["reasons"] == []
+    assert results[-1]["episode_started_at"] == 40.0
+
+
+FINAL_KEYS = {
+    "final",
+    "likely_stuck",
+    "confidence",
+    "reasons",
+    "evidence",
+    "calls",
+    "episode_started_at",
+    "events",
+    "alerts",
+}
+
+
+def test_condensation_and_output_lines_are_read_and_the_final_line_keeps_its_shape() -> None:
+    lines = rg_transcript(2)
+    lines.insert(3, json.dumps({"kind": "condensation", "text": "summary", "ts": 5}))
+    lines.insert(4, json.dumps({"kind": "output", "text": "error: retrying", "ts": 6}))
+    lines.append(
+        json.dumps({"kind": "condensation", "output": "compaction failed", "is_error": True})
+    )
+    lines.append(json.dumps({"kind": "tool_call", "tool": "bash", "command": "rg load_config src"}))
+    lines.append(json.dumps({"kind": "tool_result", "tool": "bash", "output": RG, "ts": 99}))
+    results = replay(lines)
+    assert [r["kind"] for r in results[3:5]] == ["condensation", "output"]
+    final = results[-1]
+    assert set(final) == FINAL_KEYS
+    assert final["events"] == 10 and final["calls"] == 3
+    assert final["reasons"] == ["repeated_command", "read_only_loop"]  # not progress
+
+
 def test_agent_messages_are_not_instructions() -> None:
     lines = rg_transcript()
     lines.insert(3, json.dumps({"kind": "message", "text": "searching again", "ts": 5}))
@@ -176,6 +215,8 @@ def test_messages_may_leave_out_the_tool() -> None:
         ('{"kind": "tool_call", "tool": 3}', "$.tool", "str"),
         ('{"kind": "tool_call", "tool": "bash", "ts": "noon"}', "$.ts", "float"),
         ('{"kind": "message", "source": "parent"}', "$.source", "parent"),
+        ('{"kind": "condensation", "is_error": "no"}', "$.is_error", "bool"),
+        ('{"kind": "compaction"}', "$.kind", "compaction"),
         ('{"kind": "tool_call"}', "$.tool", "required"),
         ('{"kind": "error", "tool": ""}', "$.tool", "required"),
     ],
