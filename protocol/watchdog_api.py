@@ -75,7 +75,7 @@ WatchdogOp = Literal[
 WATCHDOG_OPS: Final[tuple[str, ...]] = get_args(WatchdogOp)
 
 AgentHandle = Annotated[str, msgspec.Meta(min_length=1)]
-Limit = Annotated[int, msgspec.Meta(ge=1)]
+Limit = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]  # bounded like every count
 
 
 class _Args(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
