@@ -86,14 +86,14 @@ def live_supervisor(tmp_path: Path, isolated_state: Path) -> Iterator[Callable[.
     and no process of its session may remain."""
     started: list[Supervisor] = []
 
-    def start(settings: Settings | None = None) -> Live:
+    def start(settings: Settings | None = None, sinks: tuple[Any, ...] = ()) -> Live:
         sink = CollectingSink()
         story = Story()
         n = len(started)
         sup = Supervisor(
             tmp_path / f"session{n}",
             settings=settings,
-            sinks=[sink],
+            sinks=[*sinks, sink],
             tap=story,
             mailbox_root=tmp_path / f"mailbox{n}",
         )

@@ -16,6 +16,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -149,8 +150,8 @@ def arena(
     tmp_path: Path,
     report: Counter[str],
 ) -> Callable[..., Arena]:
-    def make(settings: Settings | None = None) -> Arena:
-        live = live_supervisor(settings)
+    def make(settings: Settings | None = None, sinks: tuple[Any, ...] = ()) -> Arena:
+        live = live_supervisor(settings, sinks)
         report["sessions"] += 1
         return Arena(live, tmp_path)
 
@@ -241,12 +242,24 @@ def test_a_flood_is_refused_at_the_limit_and_nothing_accepted_is_lost(
     arena: Callable[..., Arena], report: Counter[str]
 ) -> None:
     limit = 20
-    a = arena(Settings(max_queue_depth=limit))
+    # The parent stops draining at the flood's first message until the flood is over, so the
+    # limit is met whatever the machine's speed (a fast parent once drained faster than the
+    # flooder wrote, and the flood never met the limit).
+    release = threading.Event()
+
+    def hold_at_the_flood(note: Any) -> None:
+        if isinstance(note, AgentMessage) and "flood" in note.content:
+            release.wait(60)
+
+    a = arena(Settings(max_queue_depth=limit), sinks=(hold_at_the_flood,))
     task = a.bystander()
     a.spawn_hostile(
         ["flood"], queue_limit=limit, bursts=20, raw_per_burst=100, publish_per_burst=10
     )
-    got = a.attack(timeout=120)
+    try:
+        got = a.attack(timeout=120)
+    finally:
+        release.set()
     published = got["flood"]["published"]
     accepted = [p["message_id"] for p in published if p.get("published")]
     refused = [p for p in published if p.get("refused")]
