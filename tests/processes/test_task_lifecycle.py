@@ -257,9 +257,9 @@ def test_the_agent_log_is_private_and_a_close_says_why_once(tmp_path: Path) -> N
         script = tmp_path / "idle.json"
         script.write_text(json.dumps({"steps": [{"await": "task"}]}))
         spawned = sup.session.spawn("quiet", script=str(script))
+        story.wait("quiet: process idle")  # its bridge runs: the close is one it can hear
         log = sup.session_dir / "agents" / spawned.agent_id / "output.log"
         assert stat.S_IMODE(log.stat().st_mode) == 0o600
-        story.wait("quiet: process idle")  # its bridge runs: the close is one it can hear
         sup.session.close("quiet")
         story.wait("quiet: process exited")
         text = log.read_text()
