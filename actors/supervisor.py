@@ -349,10 +349,10 @@ class Supervisor:
             data = msgspec.to_builtins(fit_answer(self.call(env.op, env.args), budget))
             result = self._result(env, data)
         except ShepherdError as exc:
-            result = self._error_result(env, exc)
+            result = self._result(env, error=exc)
         except Exception as exc:  # a bug must still answer the caller
             logger.opt(exception=True).error("call {op} failed", op=env.op)
-            result = self._error_result(env, ShepherdError(f"internal error: {exc!r}"))
+            result = self._result(env, error=ShepherdError(f"internal error: {exc!r}"))
         if env.reply_inbox is None:
             return
         try:
@@ -366,7 +366,10 @@ class Supervisor:
             # the answer itself could not be sent (too big, the inbox gone or full): say why
             self._answer_error(env, exc)
 
-    def _result(self, env: CallEnvelope, data: Any) -> ResultEnvelope:
+    def _result(
+        self, env: CallEnvelope, data: Any = None, error: ShepherdError | None = None
+    ) -> ResultEnvelope:
+        """The answer to ``env``: its data, or the error that refused it."""
         return ResultEnvelope(
             message_id=self.runtime.ids.new(IdKind.MESSAGE),
             session_id=self.session_id,
@@ -374,30 +377,19 @@ class Supervisor:
             target_id=env.sender_id,
             created_at=self.runtime.clock.now(),
             call_id=env.message_id,
-            ok=True,
+            ok=error is None,
             data=data,
+            error=error.info() if error is not None else None,
         )
 
     def _answer_error(self, env: CallEnvelope, exc: ShepherdError) -> None:
         assert env.reply_inbox is not None
         try:
-            self.mailbox.publish(env.reply_inbox, self._error_result(env, exc))
+            self.mailbox.publish(env.reply_inbox, self._result(env, error=exc))
         except ShepherdError as again:
             logger.warning(
                 "could not answer call {id}: {err}", id=env.message_id, err=again.message
             )
-
-    def _error_result(self, env: CallEnvelope, exc: ShepherdError) -> ResultEnvelope:
-        return ResultEnvelope(
-            message_id=self.runtime.ids.new(IdKind.MESSAGE),
-            session_id=self.session_id,
-            sender_id=PARENT_ID,
-            target_id=env.sender_id,
-            created_at=self.runtime.clock.now(),
-            call_id=env.message_id,
-            ok=False,
-            error=exc.info(),
-        )
 
     def call(self, op: str, args: dict[str, Any]) -> Any:
         """Run one operation by name, as the CLI and tools name them. The arguments are

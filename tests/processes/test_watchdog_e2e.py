@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -72,22 +71,15 @@ def test_a_looping_child_gets_one_alert_per_cooldown_window(tmp_path: Path) -> N
 #: a command agent whose work prints the same error line three times within a second (a
 #: program retrying a connection), each line apart from the next so that each is its own
 #: output event, then exits without calling done
-RETRYING = (
-    "import sys, time\n"
-    "for attempt in range(3):\n"
-    "    print('error: connection refused', flush=True)\n"
-    "    time.sleep(0.3)\n"
-)
+RETRYING = "for attempt in 1 2 3; do echo 'error: connection refused'; sleep 0.3; done; : {message}"
 
 
 def test_a_command_agents_repeated_output_lines_are_not_a_stuck_agent(tmp_path: Path) -> None:
     sink = CollectingSink()
     sup = Supervisor(tmp_path / "session", sinks=[sink], mailbox_root=tmp_path / "mailbox")
     try:
-        agent = tmp_path / "retrying.py"
-        agent.write_text(RETRYING)
         s = sup.session
-        s.spawn("fetcher", adapter="command", cmd=f"{sys.executable} {agent} {{message}}")
+        s.spawn("fetcher", adapter="command", cmd=RETRYING)
         task = s.delegate("fetcher", "fetch the report")
 
         def turn_ended(items: list) -> bool:  # type: ignore[type-arg]
