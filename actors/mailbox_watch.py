@@ -48,6 +48,13 @@ from typing import Protocol
 
 from loguru import logger
 from watchfiles import Change
+
+# A private name, for the one reason the module docstring gives (the watch must exist before the
+# first drain, and watchfiles.watch() only makes it inside its first next()). Checked against
+# watchfiles 1.0.0, 1.1.x, 1.2.0 and 1.3.0 (the range pyproject.toml allows): the constructor
+# (watch_paths, debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied) and
+# watch(debounce_ms, step_ms, timeout_ms, stop_event) are the same in each, and are exactly how
+# watchfiles.watch() itself calls them.
 from watchfiles._rust_notify import RustNotify
 
 __all__ = [
