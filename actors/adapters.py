@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
 from actors.child_env import ChildEnv
-from actors.clock import SystemClock
+from actors.clock import Clock
 from actors.idsource import IdSource
 from protocol.envelopes import AckEnvelope, AnyEnvelope, ControlEnvelope, RuntimeEvent
 from protocol.errors import InvalidArgument
@@ -51,7 +51,7 @@ class AgentContext(Protocol):
     """What an adapter may use: everything runs on the core thread unless noted."""
 
     env: ChildEnv
-    clock: SystemClock
+    clock: Clock
     ids: IdSource
 
     @property

@@ -220,7 +220,7 @@ class TaskMixin(BrokerState):
             )
         ref = self._task_refs.pop(record.task_id, None)
         if ref is not None:
-            tell_quietly(ref, pykka.messages._ActorStop())
+            ref.stop(block=False)  # a stopped task actor is fine: the future says so, unread
         self._turn_stats.pop(record.task_id, None)
         self._turns_held.pop(record.task_id, None)
         if entry is not None and not entry.closed and not msg.settled_by_agent:

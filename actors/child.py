@@ -81,7 +81,7 @@ from actors.child_env import (
     child_env_from,
     envelope_validator,
 )
-from actors.clock import SystemClock
+from actors.clock import Clock, SystemClock
 from actors.idsource import IdSource
 from actors.mailbox import Mailbox
 from actors.parent_watch import ParentWatch, Reconnect, reconnect_window_s
@@ -179,12 +179,12 @@ class Bridge:
         env: ChildEnv,
         *,
         settings: Settings | None = None,
-        clock: SystemClock | None = None,
+        clock: Clock | None = None,
         ids: IdSource | None = None,
     ) -> None:
         self.env = env
         self.settings = settings or env.settings
-        self.clock = clock or SystemClock()
+        self.clock: Clock = clock or SystemClock()
         self.ids = ids or IdSource()
         self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._mailbox: Mailbox | None = None

@@ -39,7 +39,7 @@ import msgspec
 
 from actors.child import run_bridge
 from actors.child_env import ChildEnv, child_env_from, envelope_validator
-from actors.clock import SystemClock
+from actors.clock import Clock, SystemClock
 from actors.idsource import IdSource
 from actors.mailbox import Mailbox
 from actors.reply_inboxes import ReplyInbox
@@ -176,7 +176,7 @@ def send_and_wait(
 
 
 def _publish_with_backoff(
-    mailbox: Mailbox, envelope: AnyEnvelope, clock: SystemClock, deadline: float
+    mailbox: Mailbox, envelope: AnyEnvelope, clock: Clock, deadline: float
 ) -> None:
     """Publish to the parent; while its inbox is full, try again (10 ms doubling to 1 s) until
     ``deadline``, then let the last :class:`InboxFull` out."""

@@ -1,8 +1,12 @@
 """Injected time. Nothing else in ``actors/`` reads the clock or sleeps.
 
+:class:`Clock` is the whole protocol, and everything that takes a clock types it so:
+``now`` (wall time, for records), ``monotonic`` (for durations and deadlines), ``call_later``
+(a timer, cancellable) and ``close`` (cancels every timer; later ones never fire).
 :class:`SystemClock` runs every timer of a process on ONE thread (a heap and a condition),
 not one thread per timer; callbacks only ``tell`` actors, so they are short.
-:class:`VirtualClock` moves only when the simulation advances it.
+:class:`VirtualClock` moves only when the simulation advances it, and never backwards
+(:meth:`VirtualClock.jump` to an earlier time raises).
 
 Because one thread serves every timer of a process, nothing may stop it: a callback that
 raises is logged and the loop goes on; a delay that is not a number is refused at the caller
@@ -48,8 +52,15 @@ class Clock(Protocol):
     def now(self) -> float:
         """Seconds since the epoch (wall time for records; timers use their own base)."""
 
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (durations, deadlines); its zero is
+        arbitrary."""
+
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
         """Run ``callback`` once after ``delay`` seconds, unless cancelled first."""
+
+    def close(self) -> None:
+        """Cancel every pending timer; a timer set afterwards is cancelled at once."""
 
 
 class _Timer:
@@ -204,12 +215,14 @@ class SystemClock:
 
 
 class VirtualClock:
-    """Simulated time: :meth:`advance` fires due timers in deadline order."""
+    """Simulated time: :meth:`fire_next` jumps to the next timer and fires it; :meth:`jump`
+    moves forward. ``now`` and ``monotonic`` read the same virtual seconds."""
 
     def __init__(self, start: float = 1_750_000_000.0) -> None:
         self._now = start
         self._heap: list[_Timer] = []
         self._seq = itertools.count()
+        self._closed = False
 
     def now(self) -> float:
         return self._now
@@ -219,8 +232,17 @@ class VirtualClock:
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
         timer = _Timer(self._now + _delay(delay), next(self._seq), callback)
+        if self._closed:
+            timer.cancel()
+            return timer
         heapq.heappush(self._heap, timer)
         return timer
+
+    def close(self) -> None:
+        for timer in self._heap:
+            timer.cancel()
+        self._heap.clear()
+        self._closed = True
 
     def next_deadline(self) -> float | None:
         while self._heap and self._heap[0].cancelled:
@@ -238,7 +260,13 @@ class VirtualClock:
         return True
 
     def jump(self, to: float) -> None:
-        self._now = max(self._now, to)
+        """Move time forward to ``to`` without firing anything (the caller fires what is due).
+        Time can't go backwards: an earlier ``to`` is a bug at the caller, and raises."""
+        if math.isnan(to):
+            raise ValueError("a time must be a number, not NaN")
+        if to < self._now:
+            raise ValueError(f"time can't go backwards (from {self._now} to {to})")
+        self._now = to
 
     def jitter_timers(self, pick: Callable[[float], float]) -> None:
         """Fault hook: move every pending deadline by ``pick(deadline)`` (early or late)."""

@@ -1,8 +1,11 @@
 """The actor runtime: pykka actors on a shared dispatcher, with supervision at the boundary.
 
 Every Shepherd actor subclasses :class:`ShepherdActor` (a ``pykka.Actor``) and is started with
-``runtime.spawn(Cls, ...)``. The runtime supplies pykka's three hooks (inbox, future, loop)
-through a small subclass made once per runtime and class, so the *same* actor classes run on:
+``runtime.spawn(Cls, ...)``, which hands the actor its runtime before ``__init__`` runs. The
+actor then fills pykka's three hooks from that runtime: its inbox (``_create_actor_inbox``:
+the runtime's), its futures (``_create_future``: a :class:`RuntimeFuture`) and its loop
+(``_start_actor_loop``: the first message, handled when the runtime schedules it). No class is
+made per runtime, so the *same* actor classes, the very same objects, run on:
 
 - :class:`ThreadedRuntime` (production): a fixed pool of worker threads. An actor with mail is
   scheduled on the pool; a worker handles its messages one at a time (per-actor
@@ -11,10 +14,19 @@ through a small subclass made once per runtime and class, so the *same* actor cl
 - :class:`~actors.simulation.SimRuntime` (tests): one thread, a seeded choice of the next
   ready actor, virtual time.
 
+Every runtime offers :meth:`Runtime.wait_until` (block until a predicate holds: on threads a
+wait on a condition the workers signal, on the simulation a run that jumps virtual time from
+timer to timer), so code at the edge waits the same way on both.
+
 Supervision: pykka stops an actor for good when a ``tell`` handler raises, and drops its
 queued tells. Here a failing handler is logged and reported through
-:meth:`ShepherdActor.on_handler_error`; the actor keeps running (DESIGN §10). ``ask``
-callers get the exception through their future, as in pykka.
+:meth:`ShepherdActor.on_handler_error`; the actor keeps running. ``ask`` callers get the
+exception through their future, as in pykka.
+
+pykka's private names used here (checked against pykka 4.2.0, 4.3.0, 4.4.x and 4.5.0, the
+range ``pyproject.toml`` allows): ``pykka.messages._ActorStop`` only, to answer a stop request
+that reaches an actor already stopped the way pykka's own loop does (pykka offers no public
+way to recognise one).
 """
 
 from __future__ import annotations
@@ -26,18 +38,40 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import pykka
 from loguru import logger
-from pykka._envelope import Envelope
 
 from actors.clock import Clock, SystemClock
 from actors.idsource import IdSource
 
-__all__ = ["Runtime", "RuntimeInbox", "ShepherdActor", "ThreadedRuntime", "tell_quietly"]
+__all__ = [
+    "Envelope",
+    "Runtime",
+    "RuntimeFuture",
+    "RuntimeInbox",
+    "ShepherdActor",
+    "ThreadedRuntime",
+    "tell_quietly",
+]
 
 A = TypeVar("A", bound="ShepherdActor")
+T = TypeVar("T")
+
+#: ``wait_until`` without a timeout on the simulation: a virtual year, longer than any deadline
+#: a user can set (seven days), and still an end if something keeps setting timers
+FOREVER_S = 365 * 86_400.0
+
+
+class Envelope(Protocol):
+    """What an inbox holds: pykka's envelope (its class is private), read-only here."""
+
+    @property
+    def message(self) -> Any: ...
+
+    @property
+    def reply_to(self) -> pykka.Future[Any] | None: ...
 
 
 class _Start:
@@ -47,32 +81,51 @@ class _Start:
 _START = _Start()
 
 
+class RuntimeFuture(pykka.ThreadingFuture[T]):
+    """pykka's threading future, which also says when it is ``done`` (a public flag, not pykka's
+    private result slot). On the simulation it carries a ``driver``: ``get`` runs the
+    simulation until the answer is there, since nothing else would on its one thread."""
+
+    def __init__(self, driver: Callable[[RuntimeFuture[Any]], None] | None = None) -> None:
+        super().__init__()
+        self.done = False
+        self.driver = driver
+
+    def set(self, value: Any | None = None) -> None:
+        super().set(value)
+        self.done = True
+
+    def set_exception(self, exc_info: Any = None) -> None:
+        super().set_exception(exc_info)
+        self.done = True
+
+    def get(self, *, timeout: float | None = None) -> Any:
+        if self.driver is not None and not self.done:
+            self.driver(self)
+        return super().get(timeout=timeout)
+
+
 class RuntimeInbox:
     """An actor's mailbox. ``put`` schedules the actor on its runtime when it gains mail."""
 
     __slots__ = ("_actor", "_items", "_lock", "_runtime", "_scheduled")
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._items: deque[Envelope[Any]] = deque()
+    def __init__(self, runtime: Runtime, actor: ShepherdActor) -> None:
+        self._items: deque[Envelope] = deque()
         self._lock = threading.Lock()
         self._runtime = runtime
-        self._actor: ShepherdActor | None = None
+        self._actor = actor
         self._scheduled = False
 
-    def bind(self, actor: ShepherdActor) -> None:
-        self._actor = actor
-
-    def put(self, envelope: Envelope[Any], /) -> None:
-        runtime = self._runtime
-        runtime.before_put(self, envelope)
+    def put(self, envelope: Envelope, /) -> None:
         with self._lock:
             self._items.append(envelope)
-            if self._scheduled or self._actor is None:
+            if self._scheduled:
                 return
             self._scheduled = True
-        runtime.schedule(self._actor)
+        self._runtime.schedule(self._actor)
 
-    def get(self) -> Envelope[Any]:
+    def get(self) -> Envelope:
         with self._lock:
             return self._items.popleft()
 
@@ -82,7 +135,7 @@ class RuntimeInbox:
     def __len__(self) -> int:
         return len(self._items)
 
-    def take(self) -> Envelope[Any] | None:
+    def take(self) -> Envelope | None:
         """Pop the next envelope, or clear the scheduled mark if there is none."""
         with self._lock:
             if self._items:
@@ -102,24 +155,19 @@ class RuntimeInbox:
 class ShepherdActor(pykka.Actor):
     """Base of every actor. Subclasses implement ``on_receive`` (or proxy methods).
 
-    ``self.runtime`` gives the clock (``self.clock``), ids and spawning. Do not call
-    ``start()``: use ``runtime.spawn(Cls, ...)``.
+    ``self.runtime`` gives the clock (``self.clock``), ids and spawning; it is set before
+    ``__init__`` runs. Do not call ``start()``: use ``runtime.spawn(Cls, ...)``.
     """
 
     runtime: Runtime
     label: str
-    _runtime_for_class: ClassVar[Runtime | None] = None
+    runtime_inbox: RuntimeInbox
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        runtime = type(self)._runtime_for_class
-        if runtime is None:
+        if "runtime" not in self.__dict__:
             raise TypeError(f"start {type(self).__name__} with runtime.spawn(), not start()")
-        self.runtime = runtime
         super().__init__(*args, **kwargs)
-        self.label = runtime.next_label(type(self).__mro__[1].__name__)
-        inbox = self.actor_inbox
-        assert isinstance(inbox, RuntimeInbox)
-        inbox.bind(self)
+        self.label = self.runtime.next_label(type(self).__name__)
 
     @property
     def clock(self) -> Clock:
@@ -127,24 +175,25 @@ class ShepherdActor(pykka.Actor):
 
     @classmethod
     def start(cls: type[A], *args: Any, **kwargs: Any) -> pykka.ActorRef[A]:
-        # Not registered in pykka's global registry: it is a list with O(n) removal, and the
-        # runtime tracks its own actors. on_start runs as the first message.
-        obj = cls(*args, **kwargs)
-        obj._start_actor_loop()
-        obj.runtime.track(obj)
-        return obj.actor_ref
+        raise TypeError(f"start {cls.__name__} with runtime.spawn(), not start()")
 
-    # pykka's three hooks are supplied per runtime by Runtime.bind(); these defaults refuse.
-    @staticmethod
-    def _create_actor_inbox() -> Any:
-        raise TypeError("actors must be started by a runtime")
+    # --- pykka's three hooks, filled from the runtime this actor was spawned on ---------------
+
+    def _create_actor_inbox(self) -> RuntimeInbox:  # type: ignore[override]
+        # pykka declares this hook static (an actor *type* picks its inbox) but calls it on the
+        # instance, once, in Actor.__init__ (pykka 4.2.0-4.5.0). As an instance method it gets
+        # this actor's runtime, so no class has to be made per runtime to carry it.
+        self.runtime_inbox = self.runtime.new_inbox(self)
+        return self.runtime_inbox
 
     @staticmethod
     def _create_future() -> pykka.Future[Any]:
-        raise TypeError("actors must be started by a runtime")
+        # Static in pykka and called on the class (ActorRef.ask): the same future on every
+        # runtime; the simulation's inbox gives an ask's future its driver when it is put.
+        return RuntimeFuture()
 
     def _start_actor_loop(self) -> None:
-        self.actor_inbox.put(Envelope(_START))
+        self.actor_ref.tell(_START)
 
     def _stop(self) -> None:
         super()._stop()
@@ -152,7 +201,7 @@ class ShepherdActor(pykka.Actor):
 
     # --- the loop body, shared by every runtime -------------------------------------------
 
-    def _process(self, envelope: Envelope[Any]) -> None:
+    def _process(self, envelope: Envelope) -> None:
         if self.actor_stopped.is_set():
             self._refuse(envelope)
             return
@@ -181,9 +230,11 @@ class ShepherdActor(pykka.Actor):
         if self.actor_stopped.is_set():
             self._drain_after_stop()
 
-    def _refuse(self, envelope: Envelope[Any]) -> None:
+    def _refuse(self, envelope: Envelope) -> None:
         if envelope.reply_to is None:
             return
+        # A stop request that finds the actor stopped is answered as pykka's own loop does
+        # (Actor._actor_loop_teardown): ``stop()`` then says True, "was being stopped".
         if isinstance(envelope.message, pykka.messages._ActorStop):
             envelope.reply_to.set(None)
             return
@@ -196,9 +247,7 @@ class ShepherdActor(pykka.Actor):
         )
 
     def _drain_after_stop(self) -> None:
-        inbox = self.actor_inbox
-        assert isinstance(inbox, RuntimeInbox)
-        while (envelope := inbox.take()) is not None:
+        while (envelope := self.runtime_inbox.take()) is not None:
             self._refuse(envelope)
 
     def on_handler_error(self, exc: Exception, message: Any) -> None:
@@ -215,7 +264,7 @@ def tell_quietly(ref: pykka.ActorRef[Any], message: Any) -> bool:
 
 
 class Runtime:
-    """What every runtime provides: a clock, ids, spawning, scheduling, stopping."""
+    """What every runtime provides: a clock, ids, spawning, scheduling, waiting, stopping."""
 
     clock: Clock
     ids: IdSource
@@ -223,32 +272,20 @@ class Runtime:
     def __init__(self, clock: Clock, ids: IdSource) -> None:
         self.clock = clock
         self.ids = ids
-        self._bound: dict[type[ShepherdActor], type[ShepherdActor]] = {}
         self._actors: dict[int, ShepherdActor] = {}
         self._actors_lock = threading.Lock()
         self._labels: dict[str, int] = {}
 
-    # -- binding classes to this runtime
-    def bind(self, cls: type[A]) -> type[A]:
-        bound = self._bound.get(cls)
-        if bound is None:
-            runtime = self
-            bound = type(
-                cls.__name__,
-                (cls,),
-                {
-                    "__module__": cls.__module__,
-                    "__qualname__": cls.__qualname__,
-                    "_runtime_for_class": runtime,
-                    "_create_actor_inbox": staticmethod(lambda: RuntimeInbox(runtime)),
-                    "_create_future": staticmethod(runtime.new_future),
-                },
-            )
-            self._bound[cls] = bound
-        return bound  # type: ignore[return-value]
-
     def spawn(self, cls: type[A], *args: Any, **kwargs: Any) -> pykka.ActorRef[A]:
-        return self.bind(cls).start(*args, **kwargs)
+        # The runtime is the actor's before its __init__ runs (pykka's makes the inbox from
+        # it). Not registered in pykka's global registry: it is a list with O(n) removal, and
+        # the runtime tracks its own actors. on_start runs as the first message.
+        actor = cls.__new__(cls)
+        actor.runtime = self
+        actor.__init__(*args, **kwargs)  # type: ignore[misc]
+        actor._start_actor_loop()
+        self.track(actor)
+        return actor.actor_ref
 
     def next_label(self, name: str) -> str:
         with self._actors_lock:
@@ -272,15 +309,24 @@ class Runtime:
         with self._actors_lock:
             return list(self._actors.values())
 
-    # -- supplied by each runtime
-    def new_future(self) -> pykka.Future[Any]:
-        raise NotImplementedError
+    def new_inbox(self, actor: ShepherdActor) -> RuntimeInbox:
+        return RuntimeInbox(self, actor)
 
+    def new_future(self) -> RuntimeFuture[Any]:
+        """A future an actor sets later (an answer that comes later), waitable at the edge."""
+        return RuntimeFuture()
+
+    # -- supplied by each runtime
     def schedule(self, actor: ShepherdActor) -> None:
         raise NotImplementedError
 
-    def before_put(self, inbox: RuntimeInbox, envelope: Envelope[Any]) -> None:
-        """Hook for the simulation (tracing); a no-op in production."""
+    def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Block until ``predicate()`` holds (True) or ``timeout`` seconds pass (False).
+
+        The predicate may read anything actors change; it is checked again whenever an actor
+        has handled mail. On the simulation the seconds are virtual, and waiting is running.
+        """
+        raise NotImplementedError
 
     def stop_all(self, timeout: float = 5.0) -> None:
         for actor in reversed(self.actors()):
@@ -309,6 +355,9 @@ class ThreadedRuntime(Runtime):
     ) -> None:
         super().__init__(clock or SystemClock(), ids or IdSource())
         self._ready: queue.SimpleQueue[ShepherdActor | None] = queue.SimpleQueue()
+        # wait_until: workers signal this after a turn, but only while someone waits
+        self._progress = threading.Condition()
+        self._waiters = 0
         self._workers = [
             threading.Thread(target=self._work, name=f"shepherd-worker-{i}", daemon=True)
             for i in range(workers or _default_workers())
@@ -316,9 +365,6 @@ class ThreadedRuntime(Runtime):
         self._closed = False
         for thread in self._workers:
             thread.start()
-
-    def new_future(self) -> pykka.Future[Any]:
-        return pykka.ThreadingFuture()
 
     def schedule(self, actor: ShepherdActor) -> None:
         self._ready.put(actor)
@@ -328,8 +374,7 @@ class ThreadedRuntime(Runtime):
             actor = self._ready.get()
             if actor is None:
                 return
-            inbox = actor.actor_inbox
-            assert isinstance(inbox, RuntimeInbox)
+            inbox = actor.runtime_inbox
             try:
                 for _ in range(self.BATCH):
                     envelope = inbox.take()
@@ -343,6 +388,19 @@ class ThreadedRuntime(Runtime):
                 logger.opt(exception=True).critical("worker crashed; stopping runtime")
                 print("shepherd: worker crashed", file=sys.stderr)
                 raise
+            # read without the lock: a waiter counts itself, under the lock, before its first
+            # check, so a change made before this read is seen by that check
+            if self._waiters:
+                with self._progress:
+                    self._progress.notify_all()
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        with self._progress:
+            self._waiters += 1
+            try:
+                return self._progress.wait_for(predicate, timeout=timeout)
+            finally:
+                self._waiters -= 1
 
     @property
     def worker_count(self) -> int:
@@ -358,9 +416,7 @@ class ThreadedRuntime(Runtime):
         for thread in self._workers:
             if thread is not threading.current_thread():
                 thread.join(timeout=timeout)
-        close = getattr(self.clock, "close", None)
-        if callable(close):
-            close()
+        self.clock.close()
 
 
 Spawner = Callable[..., pykka.ActorRef[Any]]

@@ -275,12 +275,8 @@ class Session:
             got = sum(len(n.results) for n in items if isinstance(n, TaskCompletion))
             return got >= len(watch.pending)
 
-        if watch.pending:
-            if isinstance(self.runtime, SimRuntime):
-                limit = timeout_s if timeout_s is not None else 365 * 86_400.0
-                self.runtime.run_until(lambda: settled(sink.items), max_time=limit)
-            else:
-                sink.wait_for(settled, timeout=timeout_s)
+        if watch.pending:  # the watcher fills the sink: an actor's work, which wakes the wait
+            self.runtime.wait_until(lambda: settled(sink.items), timeout_s)
         for note in list(sink.items):
             if isinstance(note, TaskCompletion):
                 for r in note.results:

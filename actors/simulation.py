@@ -25,32 +25,36 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
-from pykka._envelope import Envelope
 
 from actors.clock import VirtualClock
 from actors.idsource import IdSource
-from actors.runtime import Runtime, RuntimeInbox, ShepherdActor
+from actors.runtime import FOREVER_S, Envelope, Runtime, RuntimeFuture, RuntimeInbox, ShepherdActor
 from actors.transport import Handler, Subscription
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import InvalidHandle
 
-__all__ = ["Faults", "SimFuture", "SimRuntime", "SimTransport", "Stalled"]
+__all__ = ["Faults", "SimInbox", "SimRuntime", "SimTransport", "Stalled"]
 
 
 class Stalled(pykka.Timeout):
     """The simulation has nothing left to run, and the awaited answer never came."""
 
 
-class SimFuture(pykka.ThreadingFuture[Any]):
-    def __init__(self, runtime: SimRuntime) -> None:
-        super().__init__()
-        self._runtime = runtime
+class SimInbox(RuntimeInbox):
+    """An inbox on the simulation: an ask's future gets the simulation as its driver, so
+    waiting for the answer runs the simulation (there is no other thread to run it)."""
 
-    def get(self, *, timeout: float | None = None) -> Any:
-        while self._result is None and self._get_hook is None:
-            if not self._runtime.step():
-                raise Stalled("simulation is idle and the answer never came")
-        return super().get(timeout=timeout)
+    __slots__ = ("_answer",)
+
+    def __init__(self, runtime: SimRuntime, actor: ShepherdActor) -> None:
+        super().__init__(runtime, actor)
+        self._answer = runtime.answer
+
+    def put(self, envelope: Envelope, /) -> None:
+        future = envelope.reply_to
+        if isinstance(future, RuntimeFuture):
+            future.driver = self._answer
+        super().put(envelope)
 
 
 @dataclass
@@ -82,14 +86,25 @@ class SimRuntime(Runtime):
         self.invariant_checks: list[Callable[[], None]] = []
 
     # --- runtime hooks
-    def new_future(self) -> pykka.Future[Any]:
-        return SimFuture(self)
+    def new_inbox(self, actor: ShepherdActor) -> RuntimeInbox:
+        return SimInbox(self, actor)
+
+    def new_future(self) -> RuntimeFuture[Any]:
+        return RuntimeFuture(self.answer)
 
     def schedule(self, actor: ShepherdActor) -> None:
         self._ready.append(actor)
 
-    def before_put(self, inbox: RuntimeInbox, envelope: Envelope[Any]) -> None:
-        return None
+    def answer(self, future: RuntimeFuture[Any]) -> None:
+        """Run (without moving time) until ``future`` is set: what ``get`` on it means here."""
+        while not future.done:
+            if not self.step():
+                raise Stalled("simulation is idle and the answer never came")
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Run, jumping virtual time from timer to timer, until ``predicate`` holds (True) or
+        ``timeout`` virtual seconds pass with it false (False; ``None``: :data:`FOREVER_S`)."""
+        return self.run_until(predicate, max_time=FOREVER_S if timeout is None else timeout)
 
     # --- driving
     def step(self) -> bool:
@@ -98,8 +113,7 @@ class SimRuntime(Runtime):
             return False
         index = self.rng.randrange(len(self._ready))
         actor = self._ready[index]
-        inbox = actor.actor_inbox
-        assert isinstance(inbox, RuntimeInbox)
+        inbox = actor.runtime_inbox
         envelope = inbox.take()
         if envelope is None:  # nothing left (should not happen): drop it from the ready list
             self._ready.pop(index)
@@ -163,7 +177,7 @@ class SimRuntime(Runtime):
     def stop_all(self, timeout: float = 5.0) -> None:
         for actor in reversed(self.actors()):
             if actor.actor_ref.is_alive():
-                actor.actor_ref.tell(pykka.messages._ActorStop())
+                actor.actor_ref.stop(block=False)
         self.run_until_idle()
 
 

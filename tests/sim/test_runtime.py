@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pykka
 import pytest
 
-from actors.clock import SystemClock, VirtualClock
+from actors.clock import Clock, SystemClock, VirtualClock
 from actors.runtime import ShepherdActor, ThreadedRuntime
 from actors.session import Session
 from actors.simagent import SimLauncher
@@ -101,6 +103,104 @@ def test_simulated_ask_runs_the_simulation_and_detects_a_stall() -> None:
 
     with pytest.raises(Stalled):
         sim.new_future().get()  # nobody will ever answer: the simulation says so
+
+
+def test_the_same_class_runs_on_every_runtime_no_class_is_made_per_runtime() -> None:
+    threaded = ThreadedRuntime(workers=2)
+    try:
+        for runtime in (threaded, SimRuntime(1)):
+            ref = runtime.spawn(Counter)
+            assert ref.actor_class is Counter
+            assert type(ref._actor_weakref()) is Counter
+            assert ref.ask("inc", timeout=10) == 1
+    finally:
+        threaded.shutdown()
+
+
+@pytest.mark.parametrize("kind", ["threaded", "simulated"])
+def test_stop_without_blocking_answers_on_every_runtime(kind: str) -> None:
+    runtime = ThreadedRuntime(workers=2) if kind == "threaded" else SimRuntime(1)
+    try:
+        ref = runtime.spawn(Counter)
+        stopping = ref.stop(block=False)
+        assert stopping.get(timeout=10) is True  # on the simulation: getting it runs it
+        assert not ref.is_alive() and runtime.actor_count == 0
+        assert ref.stop(block=False).get(timeout=10) is False  # already dead
+    finally:
+        runtime.shutdown()
+
+
+def test_wait_until_on_threads_wakes_when_actors_made_it_true(threaded: ThreadedRuntime) -> None:
+    ref = threaded.spawn(Counter)
+    actor = ref._actor_weakref()
+    assert actor is not None
+
+    def flood() -> None:
+        for _ in range(5000):
+            ref.tell("inc")
+
+    producer = threading.Thread(target=flood)
+    producer.start()
+    assert threaded.wait_until(lambda: actor.n >= 5000, timeout=30)
+    producer.join()
+    assert not threaded.wait_until(lambda: actor.n > 5000, timeout=0.05)  # nothing will
+    assert threaded.wait_until(lambda: True, timeout=0)
+
+
+class Alarm(ShepherdActor):
+    """Rings after ``delay`` (virtual) seconds: a timer, then a message to itself."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.rung_at: float | None = None
+        self._delay = delay
+
+    def on_start(self) -> None:
+        self.clock.call_later(self._delay, lambda: self.actor_ref.tell("ring"))
+
+    def on_receive(self, message: Any) -> Any:
+        self.rung_at = self.clock.monotonic()
+
+
+def test_wait_until_on_the_simulation_jumps_from_timer_to_timer() -> None:
+    sim = SimRuntime(1)
+    start = sim.clock.monotonic()
+    alarms = [sim.spawn(Alarm, delay)._actor_weakref() for delay in (100.0, 300.0)]
+    first, second = alarms
+    assert first is not None and second is not None
+    assert sim.wait_until(lambda: first.rung_at is not None, timeout=200)
+    assert first.rung_at == start + 100.0 and second.rung_at is None
+    assert sim.clock.monotonic() == start + 100.0  # no further than the timer it needed
+    assert not sim.wait_until(lambda: second.rung_at is not None, timeout=150)  # due at 300
+    assert sim.wait_until(lambda: second.rung_at is not None)  # no timeout: until it holds
+    assert second.rung_at == start + 300.0
+
+
+@pytest.mark.parametrize("make", [SystemClock, VirtualClock])
+def test_every_clock_keeps_the_whole_protocol(make: Callable[[], Clock]) -> None:
+    clock: Clock = make()
+    fired: list[str] = []
+    before = clock.monotonic()
+    assert clock.monotonic() >= before and clock.now() > 1_600_000_000
+    pending = clock.call_later(3600, lambda: fired.append("pending"))
+    clock.close()  # cancels what is pending...
+    late = clock.call_later(0, lambda: fired.append("late"))  # ...and what comes after
+    pending.cancel()
+    late.cancel()
+    if isinstance(clock, VirtualClock):
+        assert not clock.fire_next(clock.now() + 7200)
+    assert fired == []
+
+
+def test_virtual_time_cannot_go_backwards() -> None:
+    clock = VirtualClock(start=100.0)
+    clock.jump(100.0)  # standing still is fine
+    clock.jump(150.0)
+    with pytest.raises(ValueError, match="time can't go backwards"):
+        clock.jump(149.0)
+    with pytest.raises(ValueError, match="NaN"):
+        clock.jump(math.nan)
+    assert clock.now() == clock.monotonic() == 150.0
 
 
 def test_system_clock_fires_in_deadline_order_and_cancel_works() -> None:
