@@ -161,7 +161,6 @@ class ShepherdActor(pykka.Actor):
 
     runtime: Runtime
     label: str
-    runtime_inbox: RuntimeInbox
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if "runtime" not in self.__dict__:
@@ -183,8 +182,7 @@ class ShepherdActor(pykka.Actor):
         # pykka declares this hook static (an actor *type* picks its inbox) but calls it on the
         # instance, once, in Actor.__init__ (pykka 4.2.0-4.5.0). As an instance method it gets
         # this actor's runtime, so no class has to be made per runtime to carry it.
-        self.runtime_inbox = self.runtime.new_inbox(self)
-        return self.runtime_inbox
+        return self.runtime.new_inbox(self)
 
     @staticmethod
     def _create_future() -> pykka.Future[Any]:
@@ -247,7 +245,8 @@ class ShepherdActor(pykka.Actor):
         )
 
     def _drain_after_stop(self) -> None:
-        while (envelope := self.runtime_inbox.take()) is not None:
+        inbox: RuntimeInbox = self.actor_inbox  # type: ignore[assignment]  # its runtime's
+        while (envelope := inbox.take()) is not None:
             self._refuse(envelope)
 
     def on_handler_error(self, exc: Exception, message: Any) -> None:
@@ -374,7 +373,7 @@ class ThreadedRuntime(Runtime):
             actor = self._ready.get()
             if actor is None:
                 return
-            inbox = actor.runtime_inbox
+            inbox: RuntimeInbox = actor.actor_inbox  # type: ignore[assignment]  # its runtime's
             try:
                 for _ in range(self.BATCH):
                     envelope = inbox.take()

@@ -113,7 +113,7 @@ class SimRuntime(Runtime):
             return False
         index = self.rng.randrange(len(self._ready))
         actor = self._ready[index]
-        inbox = actor.runtime_inbox
+        inbox: RuntimeInbox = actor.actor_inbox  # type: ignore[assignment]  # made by new_inbox
         envelope = inbox.take()
         if envelope is None:  # nothing left (should not happen): drop it from the ready list
             self._ready.pop(index)
