@@ -109,12 +109,25 @@ class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
             found.append((name, spec))
         return found
 
+    def parsed(
+        self, values: Mapping[str, Any], resolve: Callable[[str], str | None]
+    ) -> api.Arguments[R]:
+        """The arguments a command line gave (``values`` by field name, ``None``: not given),
+        paths made absolute by ``resolve`` (``None``: not given), checked."""
+        return self.build(self._given(values, resolve))
+
     def given(
         self, values: Mapping[str, Any], resolve: Callable[[str], str | None]
     ) -> dict[str, Any]:
-        """The arguments a command line gave (``values`` by field name, ``None``: not given),
-        paths made absolute by ``resolve`` (``None``: not given), checked, as they will be
-        sent: what the command line left out is left out."""
+        """:meth:`parsed`, as the arguments will be sent: what the command line left out is
+        left out."""
+        given = self._given(values, resolve)
+        checked: dict[str, Any] = msgspec.to_builtins(self.build(given))
+        return {k: v for k, v in checked.items() if k in given}
+
+    def _given(
+        self, values: Mapping[str, Any], resolve: Callable[[str], str | None]
+    ) -> dict[str, Any]:
         given: dict[str, Any] = {}
         for name, param in self.params.items():
             value = values.get(name) if param.cli is not None else None
@@ -122,8 +135,7 @@ class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
                 value = resolve(value)
             if value is not None:
                 given[name] = value
-        checked: dict[str, Any] = msgspec.to_builtins(self.build(given))
-        return {k: v for k, v in checked.items() if k in given}
+        return given
 
 
 def field_kind(tp: Any) -> Any:
