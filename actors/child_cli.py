@@ -1,5 +1,5 @@
 """``shepherd-child``: the child side's command line. It has exactly three commands and never a
-parent one (DESIGN §6):
+parent one:
 
     shepherd-child run
         the bridge itself (started by the parent's launcher; see ``actors.child``)
@@ -8,7 +8,9 @@ parent one (DESIGN §6):
     shepherd-child done --status completed|blocked|failed [--summary TEXT]
                         [--cancel-requests] [--json]
 
-``message`` and ``done`` are what an agent runs from its shell. They read the same
+``message`` and ``done`` are what an agent runs from its shell, generated from the child's
+entries of the operation table (:mod:`protocol.ops.child`): their arguments are checked as the
+same Structs as the child's tools ``shepherd_message`` / ``shepherd_done``. They read the same
 ``SHEPHERD_*`` environment as the bridge, publish one envelope to the parent as this agent
 (capability included) and wait for the parent's honest receipt in a one-shot inbox named by
 the envelope's own message id (``reply_inbox``), created and locked before publishing and
@@ -44,6 +46,7 @@ from actors.idsource import IdSource
 from actors.mailbox import Mailbox
 from actors.reply_inboxes import ReplyInbox
 from actors.transport import PARENT_INBOX
+from protocol import ops
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -62,6 +65,7 @@ from protocol.errors import (
     error_from_info,
 )
 from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
+from protocol.ops.child import ChildDoneArgs, ChildMessageArgs
 
 __all__ = ["main", "send_and_wait"]
 
@@ -80,27 +84,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
+    """``run``, then one command per child operation of the table (:data:`protocol.ops.CHILD`):
+    the same Structs as the child's tools ``shepherd_message`` / ``shepherd_done``."""
     parser = _Parser(
         prog="shepherd-child",
         description="Child-side commands of a Shepherd agent (run, message, done).",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,message,done}")
+    names = ",".join(["run", *(op.name for op in ops.CHILD)])
+    sub = parser.add_subparsers(dest="command", required=True, metavar=f"{{{names}}}")
     sub.add_parser("run", help="run the child bridge (started by the parent supervisor)")
-    msg = sub.add_parser("message", help="send a message to a peer, the parent, or a reply")
-    msg.add_argument("target", help='agent name or id, or "shepherd" for the parent')
-    msg.add_argument("text", help="the message text")
-    msg.add_argument("--expects-reply", action="store_true", help="open a request")
-    msg.add_argument("--reply-to", metavar="ID", help="the message id this answers")
-    msg.add_argument("--thread", metavar="ID", help="conversation thread id")
-    msg.add_argument("--steer", action="store_true", help="interrupt the recipient")
-    msg.add_argument("--json", action="store_true", help="print one JSON object")
-    done = sub.add_parser("done", help="finish this agent's delegated task")
-    done.add_argument("--status", required=True, choices=("completed", "blocked", "failed"))
-    done.add_argument("--summary", metavar="TEXT", help="what was done, or why not")
-    done.add_argument(
-        "--cancel-requests", action="store_true", help="cancel this task's open requests"
-    )
-    done.add_argument("--json", action="store_true", help="print one JSON object")
+    for op in ops.CHILD:
+        p = sub.add_parser(op.name, help=op.help)
+        for name, spec in op.arguments():
+            p.add_argument(name, **spec)
+        p.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -201,12 +198,12 @@ def _publish_with_backoff(
 # ---------------------------------------------------------------------- commands
 
 
-def _message_builder(args: argparse.Namespace) -> Callable[[dict[str, Any]], AnyEnvelope]:
-    target = args.target.strip() if isinstance(args.target, str) else ""
-    text = args.text if isinstance(args.text, str) else ""
+def _message_builder(args: ChildMessageArgs) -> Callable[[dict[str, Any]], AnyEnvelope]:
+    target = args.target.strip()
+    text = args.message
     if not text.strip():
         raise InvalidArgument("message TEXT is empty")
-    if args.thread is not None and not args.thread.strip():
+    if args.thread_id is not None and not args.thread_id.strip():
         raise InvalidArgument("--thread is empty")
     delivery: Delivery = "steer" if args.steer else "follow_up"
     is_id = target == PARENT_ID or kind_of(target) is IdKind.AGENT
@@ -228,7 +225,7 @@ def _message_builder(args: argparse.Namespace) -> Callable[[dict[str, Any]], Any
             target_id=target,
             content=text,
             reply_to=reply_to,
-            thread_id=args.thread,
+            thread_id=args.thread_id,
             delivery=delivery,
         )
     if not (is_id or is_valid_name(target)):
@@ -239,13 +236,13 @@ def _message_builder(args: argparse.Namespace) -> Callable[[dict[str, Any]], Any
         **base,
         target_id=target,
         content=text,
-        thread_id=args.thread,
+        thread_id=args.thread_id,
         expects_reply=args.expects_reply,
         delivery=delivery,
     )
 
 
-def _done_builder(args: argparse.Namespace) -> Callable[[dict[str, Any]], AnyEnvelope]:
+def _done_builder(args: ChildDoneArgs) -> Callable[[dict[str, Any]], AnyEnvelope]:
     return lambda base: TaskDoneEnvelope(
         **base,
         target_id=PARENT_ID,
@@ -266,18 +263,6 @@ def _receipt(ack: AckEnvelope, message_id: str) -> dict[str, Any]:
     return receipt
 
 
-def _human(command: str, receipt: dict[str, Any]) -> str:
-    parts = [f"accepted {command} {receipt['message_id']}"]
-    if "request_id" in receipt:
-        parts.append(f"request {receipt['request_id']} (the answer arrives later as a message)")
-    if "task_id" in receipt:
-        parts.append(f"task {receipt['task_id']}")
-    if "result" in receipt:
-        result = receipt["result"]
-        parts.append(f"{result.get('status')} (rc {result.get('return_code')})")
-    return "; ".join(parts)
-
-
 def _fail(error: ShepherdError, *, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"error": {"code": error.code, "message": error.message}}))
@@ -287,14 +272,22 @@ def _fail(error: ShepherdError, *, as_json: bool) -> int:
 
 
 def _send_command(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    build = _message_builder(args) if args.command == "message" else _done_builder(args)
+    op = next(op for op in ops.CHILD if op.name == args.command)
+    checked = op.parsed(vars(args), lambda path: path)
+    match checked:
+        case ChildMessageArgs():
+            build = _message_builder(checked)
+        case ChildDoneArgs():
+            build = _done_builder(checked)
+        case _:  # pragma: no cover - every child operation is one of the above
+            raise AssertionError(args.command)
     env = child_env_from(environ, bridge=False)
     ack = send_and_wait(env, build, timeout_s=_timeout(environ))
     if not ack.accepted:
         info = ack.error or ErrorInfo(code="refused", message="refused by the shepherd")
         return _fail(error_from_info(info), as_json=args.json)
     receipt = _receipt(ack, ack.ack_for)
-    print(json.dumps(receipt) if args.json else _human(args.command, receipt))
+    print(json.dumps(receipt) if args.json else op.view(receipt))
     return 0
 
 

@@ -12,9 +12,13 @@ without ``--json``: stdout keeps exactly the documented JSON object (a field add
 answer would change the shape every ``--json`` consumer parses), and a person still sees which
 session answered.
 
-An operation's arguments are checked here, against the operation's Args Struct
-(``protocol.api.OPERATIONS``: types and bounds), before anything is sent: a value JSON cannot
-carry faithfully (NaN, an infinity) is refused, never sent as ``null``. Answers that are paged
+The session's operations (``spawn``, ``delegate``, ``message`` ...) are generated from the
+operation table (:mod:`protocol.ops`): each one's positional arguments, options, help, the
+flags-to-arguments mapping, its paging and its human view; only the commands that are not
+operations of the session (``serve``, ``demo``, ``top``, ``notifications``, ``tools``,
+``tool``, ``mcp``, ``watchdog``) are written here. An operation's arguments are checked against
+its Args Struct (types and bounds) before anything is sent: a value JSON cannot carry
+faithfully (NaN, an infinity) is refused, never sent as ``null``. Answers that are paged
 (``status``, ``read``) are fetched page by page until complete.
 """
 
@@ -32,17 +36,20 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from protocol import ops
 from protocol.errors import InvalidArgument, ShepherdError
+from protocol.ops import WAIT_TIMED_OUT
 
 __all__ = ["WAIT_TIMED_OUT", "main"]
-
-#: ``shepherd wait``'s exit status when its timeout passed with ids still pending
-WAIT_TIMED_OUT = 124
 #: ``top --interval`` bounds, in seconds
 TOP_INTERVAL_S = (0.1, 3600.0)
 #: pages one paged command fetches at most (a session cannot outgrow it: 1000 agents per page
 #: is far more than a frame holds, and read lines are bounded by the agent's buffer)
 MAX_PAGES = 10_000
+#: how long the CLI waits for an answer; an operation that blocks (``wait``) waits for its
+#: ``timeout_s`` and this much more, or, without one, a year
+ANSWER_TIMEOUT_S = 30.0
+BLOCKING_TIMEOUT_S = 365 * 86_400.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,7 +65,44 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--session", metavar="DIR", help="the session directory")
 
 
-def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per command
+def _add_top(sub: Any) -> None:
+    p = sub.add_parser("top", help="a live view of the session (refreshes from status snapshots)")
+    p.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between snapshots (0.1 to 3600)"
+    )
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    _add_common(p)
+
+
+def _add_notifications(sub: Any) -> None:
+    p = sub.add_parser("notifications", help="the parent's notifications as JSON lines")
+    p.add_argument("--follow", action="store_true", help="keep printing new ones")
+    p.add_argument(
+        "--format",
+        choices=["json", "text", "rendered"],
+        default="json",
+        help=(
+            "json: the lines as stored (default); text: each rendered as a parent model reads "
+            "it (call:/return:/details: for completions), a blank line after each; rendered: "
+            'the JSON lines, each with a "rendered" field holding that text'
+        ),
+    )
+    _add_common(p)
+
+
+#: the commands that are not operations, listed after the operation they follow in ``--help``
+_AFTER = {"status": _add_top, "fail": _add_notifications}
+
+
+def _add_operation(sub: Any, op: ops.Op[Any]) -> None:
+    extra = {"description": op.description} if op.description else {}
+    p = sub.add_parser(op.name, help=op.help, **extra)
+    for name, spec in op.arguments():
+        p.add_argument(name, **spec)
+    _add_common(p)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="shepherd", description="Supervise a team of agents.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -83,105 +127,11 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one block per comma
         help="pi: two real Pi agents driven by scripted model servers",
     )
 
-    p = sub.add_parser("spawn", help="start an agent")
-    p.add_argument("name")
-    p.add_argument("--adapter", default="scripted", choices=["scripted", "command", "pi-rpc"])
-    p.add_argument("--script", metavar="FILE", help="script file (scripted adapter)")
-    p.add_argument("--cmd", metavar="TEMPLATE", help="command template with {message}")
-    p.add_argument("--resume-cmd", metavar="TEMPLATE", help="template for later turns")
-    p.add_argument("--cwd", metavar="DIR", help="the agent's working directory")
-    p.add_argument("--description", help="what this agent is for")
-    p.add_argument("--pi", metavar="PATH", help="the Pi binary (pi-rpc adapter)")
-    p.add_argument(
-        "--models-json", metavar="FILE", help="a Pi models.json with the provider (pi-rpc)"
-    )
-    p.add_argument("--provider", metavar="NAME", help="the Pi provider name (pi-rpc)")
-    p.add_argument("--model", metavar="ID", help="the Pi model id (pi-rpc)")
-    _add_common(p)
-
-    p = sub.add_parser("delegate", help="give an agent a tracked task")
-    p.add_argument("agent")
-    p.add_argument("text")
-    p.add_argument(
-        "--timeout", type=float, metavar="MINUTES", help="task deadline (at most 10080: 7 days)"
-    )
-    _add_common(p)
-
-    p = sub.add_parser("message", help="send a message (follow-up, or --steer)")
-    p.add_argument("target")
-    p.add_argument("text")
-    p.add_argument("--task", metavar="ID")
-    p.add_argument("--thread", metavar="ID")
-    p.add_argument("--reply-to", metavar="ID")
-    p.add_argument("--expects-reply", action="store_true")
-    p.add_argument("--steer", action="store_true")
-    _add_common(p)
-
-    p = sub.add_parser("watch", help="register a watcher for task ids")
-    p.add_argument("ids", nargs="+", metavar="ID")
-    _add_common(p)
-
-    p = sub.add_parser("status", help="agents, their process state and their task")
-    p.add_argument("agent", nargs="?")
-    _add_common(p)
-
-    p = sub.add_parser("top", help="a live view of the session (refreshes from status snapshots)")
-    p.add_argument(
-        "--interval", type=float, default=1.0, help="seconds between snapshots (0.1 to 3600)"
-    )
-    p.add_argument("--once", action="store_true", help="print one frame and exit")
-    _add_common(p)
-
-    p = sub.add_parser("close", help="close an agent (cancels its task)")
-    p.add_argument("agent")
-    _add_common(p)
-
-    p = sub.add_parser("read", help="an agent's recent output")
-    p.add_argument("agent")
-    p.add_argument("--lines", type=int, default=50, help="how many of the newest lines")
-    _add_common(p)
-
-    p = sub.add_parser("cancel", help="cancel a task (130)")
-    p.add_argument("task_id")
-    p.add_argument("--reason")
-    _add_common(p)
-
-    p = sub.add_parser("fail", help="fail a task (1)")
-    p.add_argument("task_id")
-    p.add_argument("--error", required=True)
-    _add_common(p)
-
-    p = sub.add_parser("notifications", help="the parent's notifications as JSON lines")
-    p.add_argument("--follow", action="store_true", help="keep printing new ones")
-    p.add_argument(
-        "--format",
-        choices=["json", "text", "rendered"],
-        default="json",
-        help=(
-            "json: the lines as stored (default); text: each rendered as a parent model reads "
-            "it (call:/return:/details: for completions), a blank line after each; rendered: "
-            'the JSON lines, each with a "rendered" field holding that text'
-        ),
-    )
-    _add_common(p)
-
-    p = sub.add_parser("shutdown", help="stop the session (closes every agent)")
-    _add_common(p)
-
-    p = sub.add_parser("prompt", help="compatibility: submit a prompt (mapped onto a task)")
-    p.add_argument("agent")
-    p.add_argument("text")
-    p.add_argument("--timeout", type=float, metavar="MINUTES")
-    _add_common(p)
-
-    p = sub.add_parser(
-        "wait",
-        help="block until tasks (or prompt ids) settle",
-        description=f"Exits {WAIT_TIMED_OUT} when the timeout passes with ids still pending.",
-    )
-    p.add_argument("ids", nargs="+", metavar="ID")
-    p.add_argument("--timeout", type=float, metavar="SECONDS", help="at most 604800 (7 days)")
-    _add_common(p)
+    for op in ops.PARENT:
+        if op.help:  # an operation without a command has no help
+            _add_operation(sub, op)
+        if op.name in _AFTER:
+            _AFTER[op.name](sub)
 
     p = sub.add_parser("tools", help="the model-facing tool schemas")
     p.add_argument("--child", action="store_true", help="the child tools instead")
@@ -253,107 +203,6 @@ def _session(args: argparse.Namespace) -> Any:
 
 def _abs(path: str | None) -> str | None:
     return str(Path(path).expanduser().absolute()) if path else None
-
-
-def _call_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    match args.command:
-        case "spawn":
-            return "spawn", {
-                "name": args.name,
-                "adapter": args.adapter,
-                "script": _abs(args.script),
-                "cmd": args.cmd,
-                "resume_cmd": args.resume_cmd,
-                "cwd": _abs(args.cwd),
-                "description": args.description,
-                "pi": _abs(args.pi),
-                "models_json": _abs(args.models_json),
-                "provider": args.provider,
-                "model": args.model,
-            }
-        case "delegate":
-            return "delegate", {
-                "target": args.agent,
-                "task": args.text,
-                "timeout_minutes": args.timeout,
-            }
-        case "message":
-            return "message", {
-                "target": args.target,
-                "message": args.text,
-                "task_id": args.task,
-                "thread_id": args.thread,
-                "reply_to": args.reply_to,
-                "expects_reply": args.expects_reply,
-                "steer": args.steer,
-            }
-        case "watch":
-            return "watch", {"ids": list(args.ids)}
-        case "status":
-            return "status", {"agent": args.agent}
-        case "close":
-            return "close", {"agent": args.agent}
-        case "read":
-            return "read", {"agent": args.agent, "lines": args.lines}
-        case "cancel":
-            return "cancel", {"task_id": args.task_id, "reason": args.reason}
-        case "fail":
-            return "fail", {"task_id": args.task_id, "error": args.error}
-        case "shutdown":
-            return "shutdown", {}
-        case "prompt":
-            return "prompt", {
-                "target": args.agent,
-                "prompt": args.text,
-                "timeout_minutes": args.timeout,
-            }
-        case "wait":
-            return "wait", {"ids": list(args.ids), "timeout_s": args.timeout}
-    raise AssertionError(args.command)  # pragma: no cover
-
-
-def _human(command: str, data: Any) -> str:
-    from actors.views import render_status
-
-    match command:
-        case "spawn":
-            return f"{data['name']} {data['agent_id']} ({data['adapter']}, {data['process_state']})"
-        case "delegate":
-            return f"{data['task_id']} delegated to {data.get('agent_name') or data['agent_id']}"
-        case "message":
-            extra = f" (request {data['request_id']})" if data.get("request_id") else ""
-            return f"{data['message_id']} accepted{extra}"
-        case "watch":
-            lines = [f"watcher {data['watcher_id']}: {len(data['pending'])} pending"]
-            for r in data["completed"]:
-                body = r.get("text") or r.get("error") or ""
-                lines.append(f"  {r['task_id']} {r['status']} (rc {r['return_code']}) {body}")
-            return "\n".join(lines)
-        case "status":
-            return render_status(data)
-        case "read":
-            return "\n".join(data["lines"])
-        case "close":
-            cancelled = data.get("cancelled_task_id")
-            return f"closed {data['agent_id']}" + (f"; cancelled {cancelled}" if cancelled else "")
-        case "cancel" | "fail":
-            line = f"{data['task_id']} {data['status']} (rc {data['return_code']})"
-            if data.get("already_settled"):
-                line += f": it had already settled; the {command} changed nothing"
-            return line
-        case "prompt":
-            return f"{data['prompt_id']} (task {data['task_id']}) delegated to {data['agent_id']}"
-        case "shutdown":
-            return "shutting down: every agent is closed, the records are kept"
-        case "wait":
-            lines = [
-                f"{r['task_id']} {r['status']} (rc {r['return_code']}) "
-                f"{r.get('text') or r.get('error') or ''}"
-                for r in data["completed"]
-            ]
-            lines += [f"{t} still pending" for t in data["pending"]]
-            return "\n".join(lines)
-    return msgspec.json.encode(data).decode()
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -540,39 +389,14 @@ def _tool(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checked(op: str, call_args: dict[str, Any]) -> dict[str, Any]:
-    """The arguments checked against the operation's Args Struct, as they will be sent."""
-    from protocol import api
-
-    spec = api.OPERATIONS.get(op)
-    if spec is None:
-        return call_args
-    given = {k: v for k, v in call_args.items() if v is not None}
-    checked: dict[str, Any] = msgspec.to_builtins(api.build_args(spec, **given))
-    return {k: v for k, v in checked.items() if k in given}
-
-
-def _paged(client: Any, op: str, call_args: dict[str, Any], timeout: float) -> Any:
-    """Fetch every page of a paged answer (``status``, ``read``) and join them."""
-    data = client.call(op, call_args, timeout=timeout)
-    pages = 1
-    if op == "status":
-        agents = list(data["agents"])
-        while data.get("next_cursor") is not None and pages < MAX_PAGES:
-            data = client.call(op, {**call_args, "cursor": data["next_cursor"]}, timeout=timeout)
-            agents.extend(data["agents"])
-            pages += 1
-        return {**data, "agents": agents, "cursor": call_args.get("cursor", 0), "next_cursor": None}
-    if op == "read":
-        wanted = call_args.get("lines", 50)
-        lines = list(data["lines"])
-        while len(lines) < wanted and data.get("next_cursor") is not None and pages < MAX_PAGES:
-            older = {**call_args, "lines": wanted - len(lines), "before": data["next_cursor"]}
-            data = client.call(op, older, timeout=timeout)
-            lines[:0] = data["lines"]
-            pages += 1
-        return {**data, "lines": lines}  # ``first``/``next_cursor`` of the oldest page
-    return data
+def _fetch(client: Any, op: ops.Op[Any], call_args: dict[str, Any], timeout: float) -> Any:
+    """The answer; a paged one (``status``, ``read``) page by page, joined."""
+    pages = [client.call(op.name, call_args, timeout=timeout)]
+    if op.pager is None:
+        return pages[0]
+    while len(pages) < MAX_PAGES and (more := op.pager.following(call_args, pages)) is not None:
+        pages.append(client.call(op.name, more, timeout=timeout))
+    return op.pager.joined(call_args, pages)
 
 
 def _check_interval(value: float) -> float:
@@ -616,18 +440,15 @@ def main(argv: list[str] | None = None) -> int:
             return serve_stdio(args.session, args.client)
         from actors.client import Client
 
-        op, call_args = _call_args(args)
-        call_args = _checked(op, call_args)
-        timeout = 30.0
-        if args.command == "wait" and args.timeout is not None:
-            timeout = args.timeout + 30.0
-        elif args.command == "wait":
-            timeout = 365 * 86_400.0
-        data = _paged(Client(_session(args)), op, call_args, timeout)
-        _emit(args, data, _human(args.command, data))
-        if args.command == "wait" and data.get("timed_out"):
-            return WAIT_TIMED_OUT
-        return 0
+        op = ops.parent_op(args.command)
+        call_args = op.given(vars(args), _abs)
+        timeout = ANSWER_TIMEOUT_S
+        if op.blocks:
+            limit = call_args.get("timeout_s")
+            timeout = BLOCKING_TIMEOUT_S if limit is None else limit + ANSWER_TIMEOUT_S
+        data = _fetch(Client(_session(args)), op, call_args, timeout)
+        _emit(args, data, op.view(data))
+        return op.exit_status(data) if op.exit_status is not None else 0
     except ShepherdError as exc:
         return _fail(args, exc.code, exc.message)
     except KeyboardInterrupt:

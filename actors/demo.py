@@ -18,9 +18,9 @@ from typing import Any, TextIO
 
 from actors.session import Session
 from actors.sinks import CollectingSink
-from actors.views import render_status
 from protocol.notifications import AnyNotification, TaskCompletion
 from protocol.render import render_notification
+from protocol.views import render_status
 
 __all__ = [
     "PLANNER_SCRIPT",

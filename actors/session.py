@@ -1,8 +1,9 @@
 """The session root and the in-process Python API.
 
 A :class:`Session` owns one broker and everything under it. Its methods are the *edge*:
-they may block (``ask(...).get(timeout)``), actors never do. The same methods back the CLI
-and the tool schemas (``protocol.api`` Structs in, Structs out), with the same typed errors.
+they may block (``ask(...).get(timeout)``), actors never do. One method per operation of the
+table (:mod:`protocol.ops`), generated from it: ``protocol.api`` Structs in, Structs out, with
+the same checks and typed errors as the CLI and the tools (which reach :meth:`Session.run`).
 
 ``Session.simulated(seed)`` builds a session on the deterministic simulation runtime with
 simulated scripted agents — the form the lifecycle tests and the demo's story use.
@@ -10,8 +11,8 @@ simulated scripted agents — the form the lifecycle tests and the demo's story 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 import pykka
@@ -40,6 +41,7 @@ from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
 from protocol.journal import Restore
 from protocol.notifications import TaskCompletion
+from protocol.ops import Method, parent
 from protocol.script import Script, parse_script
 from protocol.settings import Settings, check_settings
 from protocol.tasks import TaskEvent, TaskResult
@@ -47,6 +49,7 @@ from protocol.tasks import TaskEvent, TaskResult
 __all__ = ["Session"]
 
 ASK_TIMEOUT_S = 30.0
+R = TypeVar("R")
 
 
 def _settled(result: TaskResult, *, already: bool) -> api.SettleResult:
@@ -170,22 +173,45 @@ class Session:
     def _ask(self, args: Any) -> Any:
         return self.broker.ask(ParentCall(args=args), timeout=ASK_TIMEOUT_S)
 
-    def run(self, args: Any) -> Any:
-        """Run one operation given as its checked Args Struct (``protocol.api.OPERATIONS``):
-        what the CLI and the tools reach through :meth:`Supervisor.call`."""
+    def run(self, args: api.Arguments[R]) -> R:
+        """Run one operation given as its checked Args Struct (:mod:`protocol.ops`): what the
+        methods below, the CLI and the tools (through :meth:`Supervisor.call`) reach. Most are
+        the broker's; ``wait``, ``read``, ``cancel`` and ``fail`` end at the edge, which may
+        block (actors never do)."""
+        answer: Any
         match args:
-            case api.ReadArgs():
-                return self.read(args.agent, args.lines, before=args.before)
             case api.WaitArgs():
-                return self.wait(args.ids, args.timeout_s)
+                answer = self._wait(args)
+            case api.ReadArgs():
+                answer = self._read(args)
             case api.CancelArgs():
-                return self.cancel(args.task_id, args.reason)
+                answer = self._settle(args, TaskEvent.CANCEL, args.reason)
             case api.FailArgs():
-                return self.fail(args.task_id, args.error)
-            case api.ResultArgs():
-                return self.result(args.task_id)
+                answer = self._settle(args, TaskEvent.FAIL, args.error)
             case _:
-                return self._ask(args)
+                answer = self._ask(args)
+        return answer  # type: ignore[no-any-return]
+
+    # One method per operation, generated from the table: the Args fields positionally in
+    # field order or by name, checked, then run (``session.delegate("scout", "look")``).
+    delegate = Method(parent.DELEGATE)
+    message = Method(parent.MESSAGE)
+    watch = Method(parent.WATCH)
+    #: compatibility: the old prompt call, mapped onto a tracked task (its id is an alias of
+    #: the task id: ``watch`` and ``wait`` resolve it to that task, and only that)
+    prompt = Method(parent.PROMPT)
+    #: every id settled, or ``timeout_s`` passed (on the simulation runtime, in virtual time)
+    wait = Method(parent.WAIT)
+    #: every agent from ``cursor`` on (in-process there is no frame to page for; the CLI's and
+    #: the tools' answers are paged by :func:`protocol.answers.fit_answer`)
+    status = Method(parent.STATUS)
+    #: cancel (130) or fail (1) a task; ``already_settled``: it had ended (nothing changed)
+    cancel = Method(parent.CANCEL)
+    fail = Method(parent.FAIL)
+    result = Method(parent.RESULT)
+    close = Method(parent.CLOSE)
+    #: up to ``lines`` of the agent's newest output lines (older than line ``before``)
+    read = Method(parent.READ)
 
     def spawn(
         self,
@@ -195,7 +221,8 @@ class Session:
         script: Script | dict[str, Any] | str | None = None,
         **options: Any,
     ) -> api.SpawnResult:
-        """Start an agent. ``script`` is a script (simulation) or a script file path."""
+        """Start an agent. ``script`` is a script (simulation) or a script file path: the one
+        operation whose method is written out, since a simulated agent takes a script object."""
         if script is not None:
             if isinstance(self.launcher, SimLauncher):
                 if isinstance(script, str):
@@ -207,65 +234,9 @@ class Session:
                 options["script"] = script
         if isinstance(self.launcher, SimLauncher):
             adapter = "simulated"
-        return self._ask(api.build_args(api.SpawnArgs, name=name, adapter=adapter, **options))  # type: ignore[no-any-return]
+        return self.run(api.build_args(api.SpawnArgs, name=name, adapter=adapter, **options))
 
-    def delegate(
-        self, agent: str, task: str, *, timeout_minutes: float | None = None
-    ) -> api.DelegateResult:
-        return self._ask(  # type: ignore[no-any-return]
-            api.build_args(
-                api.DelegateArgs, target=agent, task=task, timeout_minutes=timeout_minutes
-            )
-        )
-
-    def message(
-        self,
-        target: str,
-        text: str,
-        *,
-        task_id: str | None = None,
-        thread_id: str | None = None,
-        reply_to: str | None = None,
-        expects_reply: bool = False,
-        steer: bool = False,
-        reply_timeout_s: float | None = None,
-    ) -> api.MessageResult:
-        return self._ask(  # type: ignore[no-any-return]
-            api.build_args(
-                api.MessageArgs,
-                target=target,
-                message=text,
-                task_id=task_id,
-                thread_id=thread_id,
-                reply_to=reply_to,
-                expects_reply=expects_reply,
-                steer=steer,
-                reply_timeout_s=reply_timeout_s,
-            )
-        )
-
-    def watch(self, ids: str | Iterable[str]) -> api.WatchResult:
-        normalised = (ids,) if isinstance(ids, str) else tuple(ids)
-        return self._ask(api.build_args(api.WatchArgs, ids=normalised))  # type: ignore[no-any-return]
-
-    def prompt(
-        self, agent: str, text: str, *, timeout_minutes: float | None = None
-    ) -> api.PromptResult:
-        """Compatibility: the old prompt call, mapped onto a tracked task. The prompt id is an
-        alias of the task id: ``watch`` and ``wait`` resolve it to that task, and only that."""
-        return self._ask(  # type: ignore[no-any-return]
-            api.build_args(
-                api.PromptArgs, target=agent, prompt=text, timeout_minutes=timeout_minutes
-            )
-        )
-
-    def wait(self, ids: str | Iterable[str], timeout_s: float | None = None) -> api.WaitResult:
-        """Block until every id has settled (or ``timeout_s`` passes); return the results.
-
-        On the simulation runtime the waiting happens in virtual time.
-        """
-        normalised = (ids,) if isinstance(ids, str) else tuple(ids)
-        args = api.build_args(api.WaitArgs, ids=normalised, timeout_s=timeout_s)
+    def _wait(self, args: api.WaitArgs) -> api.WaitResult:
         sink = CollectingSink()
         watch = self.broker.ask(WatchWith(ids=args.ids, sink=sink), timeout=ASK_TIMEOUT_S)
         assert isinstance(watch, api.WatchResult)
@@ -276,7 +247,7 @@ class Session:
             return got >= len(watch.pending)
 
         if watch.pending:  # the watcher fills the sink: an actor's work, which wakes the wait
-            self.runtime.wait_until(lambda: settled(sink.items), timeout_s)
+            self.runtime.wait_until(lambda: settled(sink.items), args.timeout_s)
         for note in list(sink.items):
             if isinstance(note, TaskCompletion):
                 for r in note.results:
@@ -288,21 +259,6 @@ class Session:
             pending=pending,
             timed_out=bool(pending),
         )
-
-    def status(self, agent: str | None = None, *, cursor: int = 0) -> api.StatusResult:
-        """Every agent from ``cursor`` on (in-process there is no frame to page for; the
-        CLI's and the tools' answers are paged by :func:`protocol.answers.fit_answer`)."""
-        return self._ask(api.build_args(api.StatusArgs, agent=agent, cursor=cursor))  # type: ignore[no-any-return]
-
-    def cancel(self, task_id: str, reason: str | None = None) -> api.SettleResult:
-        """Cancel a task (130); ``already_settled`` says it had ended before (nothing changed)."""
-        return self._settle(
-            api.CancelArgs(task_id=task_id, reason=reason), TaskEvent.CANCEL, reason
-        )
-
-    def fail(self, task_id: str, error: str) -> api.SettleResult:
-        """Fail a task (1); ``already_settled`` says it had ended before (nothing changed)."""
-        return self._settle(api.FailArgs(task_id=task_id, error=error), TaskEvent.FAIL, error)
 
     def _settle(self, args: Any, event: TaskEvent, why: str | None) -> api.SettleResult:
         answer = self._ask(args)
@@ -318,17 +274,9 @@ class Session:
         assert isinstance(result, api.SettleResult)
         return result
 
-    def result(self, task_id: str) -> TaskResult | None:
-        return self._ask(api.ResultArgs(task_id=task_id))  # type: ignore[no-any-return]
-
-    def close(self, agent: str) -> api.CloseResult:
-        return self._ask(api.CloseArgs(agent=agent))  # type: ignore[no-any-return]
-
-    def read(self, agent: str, lines: int = 50, *, before: int | None = None) -> api.ReadResult:
-        """Up to ``lines`` of the agent's newest output lines (older than line ``before``)."""
-        args = api.build_args(api.ReadArgs, agent=agent, lines=lines, before=before)
+    def _read(self, args: api.ReadArgs) -> api.ReadResult:
         ref = self._ask(args)
-        agent_id = self.status(agent).agents[0].agent_id
+        agent_id = self.status(args.agent).agents[0].agent_id
         try:
             page = ref.ask(ReadOutput(lines=args.lines, before=args.before), timeout=ASK_TIMEOUT_S)
         except pykka.ActorDeadError:

@@ -46,7 +46,7 @@ from actors.sinks import Sink
 from actors.transport import PARENT_INBOX
 from actors.watchdog_cli import is_watchdog_call
 from actors.watchdog_cli import session_call as watchdog_session_call
-from protocol import api
+from protocol import ops
 from protocol.answers import fit_answer
 from protocol.envelopes import AnyEnvelope, CallEnvelope, NoticeEnvelope, ResultEnvelope
 from protocol.errors import (
@@ -393,8 +393,8 @@ class Supervisor:
 
     def call(self, op: str, args: dict[str, Any]) -> Any:
         """Run one operation by name, as the CLI and tools name them. The arguments are
-        checked against the operation's Args Struct (:data:`protocol.api.OPERATIONS`: types
-        and bounds) before anything is done."""
+        checked against the operation's Args Struct (:mod:`protocol.ops`: types and bounds)
+        before anything is done."""
         match op:
             case "ping":
                 return {"session_id": self.session_id, "pid": os.getpid()}
@@ -403,11 +403,11 @@ class Supervisor:
                 return {"shutting_down": True}
             case _ if is_watchdog_call(op):
                 return watchdog_session_call(self.session, op, args)
-        spec = api.OPERATIONS.get(op)
-        if spec is None:
-            raise InvalidArgument(f"unknown operation {op!r}")
+        entry = ops.parent_op(op)
+        if entry.host:  # pragma: no cover - every host operation is answered above
+            raise InvalidArgument(f"{op} is answered by the supervisor")
         # a spawn's name, then its adapter's options, are checked by the broker
-        return self.session.run(api.build_args(spec, **args))
+        return self.session.run(entry.build(args))
 
     # ------------------------------------------------------------------ lifecycle
 

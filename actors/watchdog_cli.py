@@ -476,9 +476,9 @@ def run_loop_demo(out: TextIO | None = None, seed: int = 1) -> int:
     watchdog alerts the parent once per cooldown window and the task keeps running. Returns 0
     when exactly one alert per cooldown window arrived and the task is still running."""
     from actors.session import Session
-    from actors.views import render_status
     from protocol.notifications import AnyNotification, WatchdogAlert
     from protocol.render import render_notification
+    from protocol.views import render_status
 
     out = out or sys.stdout
     holder: list[Session] = []

@@ -15,11 +15,16 @@ answer             how it is bounded
 =================  ===============================================================================
 
 An answer still over the budget after that is refused with ``limit_exceeded``, at once, by the
-caller of :func:`fit_answer`: never sent, never a silent time-out. Sans-IO and pure.
+caller of :func:`fit_answer`: never sent, never a silent time-out.
+
+A caller that wants the whole answer (the CLI) follows the pages with the operation's
+:class:`Pager` (named in :mod:`protocol.ops`): ``following`` gives the arguments of the next
+call, or ``None``; ``joined`` makes one answer of the pages. Sans-IO and pure.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -29,7 +34,7 @@ from protocol.errors import LimitExceeded
 from protocol.limits import PREVIEW_CHARS, preview
 from protocol.tasks import TaskResult
 
-__all__ = ["encoded_size", "fit_answer", "preview_result"]
+__all__ = ["READ_PAGES", "STATUS_PAGES", "Pager", "encoded_size", "fit_answer", "preview_result"]
 
 _ENCODER = msgspec.json.Encoder()
 #: a single output line longer than this is cut in a ``read`` answer
@@ -150,3 +155,48 @@ def fit_answer(answer: Any, budget: int) -> Any:
             "(max_envelope_bytes less the envelope's header)"
         )
     return answer
+
+
+# ----------------------------------------------------------------------------- following pages
+
+#: an answer's JSON-able form, and the arguments of a call, as the CLI holds them
+Data = dict[str, Any]
+
+
+class Pager(msgspec.Struct, frozen=True):
+    """How a caller follows a paged answer: ``following(args, pages)`` is the next call's
+    arguments (``None``: complete), ``joined(args, pages)`` the one answer they make."""
+
+    following: Callable[[Data, list[Data]], Data | None]
+    joined: Callable[[Data, list[Data]], Data]
+
+
+def _next_agents(args: Data, pages: list[Data]) -> Data | None:
+    cursor = pages[-1].get("next_cursor")
+    return None if cursor is None else {**args, "cursor": cursor}
+
+
+def _all_agents(args: Data, pages: list[Data]) -> Data:
+    agents = [row for page in pages for row in page["agents"]]
+    return {**pages[-1], "agents": agents, "cursor": args.get("cursor", 0), "next_cursor": None}
+
+
+def _older_lines(args: Data, pages: list[Data]) -> Data | None:
+    wanted = args.get("lines", 50)
+    have = sum(len(page["lines"]) for page in pages)
+    before = pages[-1].get("next_cursor")
+    if have >= wanted or before is None:
+        return None
+    return {**args, "lines": wanted - have, "before": before}
+
+
+def _all_lines(args: Data, pages: list[Data]) -> Data:
+    # each page is older than the one before it; ``first``/``next_cursor`` are the oldest's
+    lines = [line for page in reversed(pages) for line in page["lines"]]
+    return {**pages[-1], "lines": lines}
+
+
+#: ``status``: agents in spawn order, page after page from ``cursor`` on
+STATUS_PAGES = Pager(_next_agents, _all_agents)
+#: ``read``: the newest lines first, then older pages until ``lines`` are there
+READ_PAGES = Pager(_older_lines, _all_lines)

@@ -1,16 +1,16 @@
-"""The parent's operations: one arguments Struct and one result Struct per operation.
+"""The operations' Structs: one arguments Struct and one result Struct per operation.
 
-The Python API (``actors.session.Session``), the CLI (``shepherd ...``), the ``call``
-envelopes a CLI client sends, and the model-facing tool schemas are all built from these
-Structs, so the surfaces cannot drift apart. :data:`OPERATIONS` names each operation's Args
-Struct; every field's bounds are the annotated types of :mod:`protocol.limits`, enforced by
-:func:`build_args` (``msgspec.convert``), which every surface goes through before anything is
-sent or done.
+Each arguments Struct is an :class:`Arguments` of its result type (``DelegateArgs`` is an
+``Arguments[DelegateResult]``), so ``Session.run(args)`` is typed by the Struct alone. Every field's
+bounds are the annotated types of :mod:`protocol.limits`, enforced by :func:`build_args`
+(``msgspec.convert``), which every surface goes through before anything is sent or done. What
+the surfaces *say* about each operation (its command line, help, tool text, human rendering) is
+the operation table, :mod:`protocol.ops`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -31,8 +31,8 @@ from protocol.requests import RequestRecord
 from protocol.tasks import TaskResult, TaskState
 
 __all__ = [
-    "OPERATIONS",
     "AgentStatus",
+    "Arguments",
     "CancelArgs",
     "CloseArgs",
     "CloseResult",
@@ -59,110 +59,11 @@ __all__ = [
     "WatchArgs",
     "WatchResult",
     "build_args",
+    "convert_args",
 ]
 
 ProcessState = Literal["starting", "working", "idle", "exited"]
 Adapter = Literal["scripted", "command", "pi-rpc", "simulated"]
-
-
-A = TypeVar("A", bound="_Args")
-
-
-def build_args(cls: type[A], **fields: Any) -> A:
-    """Build and *validate* operation arguments (direct Struct construction does not check
-    types or bounds); a bad field is ``invalid_argument`` naming the field and the bound."""
-    try:
-        return msgspec.convert(fields, cls)
-    except msgspec.ValidationError as exc:
-        raise InvalidArgument(f"{cls.__name__.removesuffix('Args').lower()}: {exc}") from None
-    except (OverflowError, RecursionError) as exc:  # an integer beyond 64 bits, a deep nest
-        raise InvalidArgument(f"{cls.__name__.removesuffix('Args').lower()}: {exc}") from None
-
-
-class _Args(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    pass
-
-
-class SpawnArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: Handle
-    adapter: Adapter = "scripted"
-    script: OptionText | None = None  # path of a script file (scripted adapter)
-    cmd: OptionText | None = None  # command template (command adapter), with {message}
-    resume_cmd: OptionText | None = None  # template for later turns (command adapter)
-    cwd: OptionText | None = None
-    description: OptionalText | None = None
-    pi: OptionText | None = None  # the Pi binary (pi-rpc adapter; default: the project's install)
-    models_json: OptionText | None = None  # a Pi models.json to use (pi-rpc adapter)
-    provider: OptionText | None = None  # the Pi provider name (pi-rpc adapter)
-    model: OptionText | None = None  # the Pi model id (pi-rpc adapter)
-
-
-class DelegateArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    target: Handle  # agent id or name
-    task: Text
-    #: None: the session's default (no deadline unless the settings give one)
-    timeout_minutes: DeadlineMinutes | None = None
-
-
-class MessageArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    target: Handle  # agent id, agent name, or "shepherd"
-    message: Text
-    task_id: Handle | None = None
-    thread_id: Handle | None = None
-    reply_to: Handle | None = None
-    expects_reply: bool = False
-    steer: bool = False
-    reply_timeout_s: DeadlineSeconds | None = None
-
-
-class PromptArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Compatibility: the old prompt submission, mapped onto a tracked task."""
-
-    target: Handle
-    prompt: Text
-    timeout_minutes: DeadlineMinutes | None = None
-
-
-class WaitArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    ids: IdList
-    #: None: wait until every id has settled
-    timeout_s: DeadlineSeconds | None = None
-
-
-class WatchArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    ids: IdList
-
-
-class StatusArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    agent: Handle | None = None
-    #: the first agent of the page (agents in spawn order); an answer that did not hold every
-    #: agent gives the cursor of the next page
-    cursor: Cursor = 0
-
-
-class CloseArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    agent: Handle
-
-
-class ReadArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    agent: Handle
-    lines: LineCount = 50
-    #: only lines older than this line number (the ``next_cursor`` of the previous page)
-    before: Cursor | None = None
-
-
-class CancelArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    task_id: Handle
-    reason: Text | None = None
-
-
-class ResultArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    task_id: Handle
-
-
-class FailArgs(_Args, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    task_id: Handle
-    error: Text
 
 
 class SpawnResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -292,18 +193,116 @@ class ReadResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     next_cursor: int | None = None
 
 
-#: every parent operation by the name the CLI, the ``call`` envelopes and the tools use
-OPERATIONS: dict[str, type[_Args]] = {
-    "spawn": SpawnArgs,
-    "delegate": DelegateArgs,
-    "message": MessageArgs,
-    "prompt": PromptArgs,
-    "wait": WaitArgs,
-    "watch": WatchArgs,
-    "status": StatusArgs,
-    "close": CloseArgs,
-    "read": ReadArgs,
-    "cancel": CancelArgs,
-    "result": ResultArgs,
-    "fail": FailArgs,
-}
+# ----------------------------------------------------------------------------- arguments
+
+R = TypeVar("R")
+A = TypeVar("A", bound="Arguments[Any]")
+
+
+def build_args(cls: type[A], **fields: Any) -> A:
+    """Build and *validate* operation arguments (direct Struct construction does not check
+    types or bounds); a bad field is ``invalid_argument`` naming the field and the bound."""
+    return convert_args(cls, fields, cls.__name__.removesuffix("Args").lower())
+
+
+def convert_args(cls: type[A], fields: Any, what: str) -> A:
+    """``fields`` (a mapping) as ``cls``, checked; a bad field is ``invalid_argument`` saying
+    ``what`` was called."""
+    try:
+        args: A = msgspec.convert(fields, cls)
+    except msgspec.ValidationError as exc:
+        raise InvalidArgument(f"{what}: {exc}") from None
+    except (OverflowError, RecursionError) as exc:  # an integer beyond 64 bits, a deep nest
+        raise InvalidArgument(f"{what}: {exc}") from None
+    return args
+
+
+class Arguments(msgspec.Struct, Generic[R], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An operation's arguments; ``R`` is the type of its answer (what ``Session.run`` returns
+    for it), so the Struct alone says what the operation takes and gives."""
+
+
+class SpawnArgs(Arguments[SpawnResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: Handle
+    adapter: Adapter = "scripted"
+    script: OptionText | None = None  # path of a script file (scripted adapter)
+    cmd: OptionText | None = None  # command template (command adapter), with {message}
+    resume_cmd: OptionText | None = None  # template for later turns (command adapter)
+    cwd: OptionText | None = None
+    description: OptionalText | None = None
+    pi: OptionText | None = None  # the Pi binary (pi-rpc adapter; default: the project's install)
+    models_json: OptionText | None = None  # a Pi models.json to use (pi-rpc adapter)
+    provider: OptionText | None = None  # the Pi provider name (pi-rpc adapter)
+    model: OptionText | None = None  # the Pi model id (pi-rpc adapter)
+
+
+class DelegateArgs(
+    Arguments[DelegateResult], frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    target: Handle  # agent id or name
+    task: Text
+    #: None: the session's default (no deadline unless the settings give one)
+    timeout_minutes: DeadlineMinutes | None = None
+
+
+class MessageArgs(Arguments[MessageResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    target: Handle  # agent id, agent name, or "shepherd"
+    message: Text
+    task_id: Handle | None = None
+    thread_id: Handle | None = None
+    reply_to: Handle | None = None
+    expects_reply: bool = False
+    steer: bool = False
+    reply_timeout_s: DeadlineSeconds | None = None
+
+
+class PromptArgs(Arguments[PromptResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Compatibility: the old prompt submission, mapped onto a tracked task."""
+
+    target: Handle
+    prompt: Text
+    timeout_minutes: DeadlineMinutes | None = None
+
+
+class WaitArgs(Arguments[WaitResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    ids: IdList
+    #: None: wait until every id has settled
+    timeout_s: DeadlineSeconds | None = None
+
+
+class WatchArgs(Arguments[WatchResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    ids: IdList
+
+
+class StatusArgs(Arguments[StatusResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    agent: Handle | None = None
+    #: the first agent of the page (agents in spawn order); an answer that did not hold every
+    #: agent gives the cursor of the next page
+    cursor: Cursor = 0
+
+
+class CloseArgs(Arguments[CloseResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    agent: Handle
+
+
+class ReadArgs(Arguments[ReadResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    agent: Handle
+    lines: LineCount = 50
+    #: only lines older than this line number (the ``next_cursor`` of the previous page)
+    before: Cursor | None = None
+
+
+class CancelArgs(Arguments[SettleResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    task_id: Handle
+    reason: Text | None = None
+
+
+class ResultArgs(
+    Arguments[TaskResult | None], frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    task_id: Handle
+
+
+class FailArgs(Arguments[SettleResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    task_id: Handle
+    error: Text

@@ -1,11 +1,12 @@
-"""Model-facing tool schemas, generated from the same msgspec Structs as the API and the CLI.
+"""Model-facing tool schemas, generated from the operation table (:mod:`protocol.ops`).
 
-Rules (DESIGN §6, seed 002 §5):
+Rules:
 
-- One definition per tool, written in one place: name, label, description, prompt snippet,
-  the operation it maps to, its ``*Args`` Struct and one :class:`Param` per Struct field.
-  A field without a :class:`Param` (or a :class:`Param` without a field) fails at import, so
-  appending a field to an ``*Args`` Struct cannot silently leave the tools behind.
+- One tool per table entry with a ``tool`` text: ``shepherd_<op>``, labelled ``Shepherd <op>``,
+  with the entry's Args Struct and one :class:`Param` per Struct field (the entry's). A field
+  without a :class:`Param` (or a :class:`Param` without a field) fails at import, so appending
+  a field to an ``*Args`` Struct cannot silently leave the tools behind. ``tools.DELEGATE`` is
+  the parent's ``shepherd_delegate``, ``tools.CHILD_DONE`` the child's ``shepherd_done``.
 - ``parameters`` is *generated*: the Args Struct's fields, annotated with the descriptions and
   constraints of their :class:`Param`, go through ``msgspec.json.schema``; the result is
   flattened to one object root (``type: object``, ``properties``, an explicit ``required``
@@ -27,15 +28,12 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol import api, watchdog_api
+from protocol import ops, watchdog_api
 from protocol.errors import InvalidArgument
-from protocol.limits import Handle, OptionalText, Text
-from protocol.tasks import DoneStatus
+from protocol.ops import Op, Param, Role
 
 __all__ = [
     "NOTIFICATIONS_PER_CALL",
-    "ChildDoneArgs",
-    "ChildMessageArgs",
     "NotificationsArgs",
     "Param",
     "Role",
@@ -49,30 +47,7 @@ __all__ = [
     "tool_by_name",
 ]
 
-Role = Literal["parent", "child"]
-
-
-# ----------------------------------------------------------------------------- child operations
-
-
-class ChildMessageArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``shepherd-child message``: a child's asynchronous message (or reply)."""
-
-    target: Handle
-    message: Text
-    expects_reply: bool = False
-    reply_to: Handle | None = None
-    thread_id: Handle | None = None
-    steer: bool = False
-
-
-class ChildDoneArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``shepherd-child done``: the explicit terminal signal for the child's task."""
-
-    status: DoneStatus
-    summary: OptionalText | None = None
-    cancel_requests: bool = False
-
+# ----------------------------------------------------------------------------- surface-only
 
 #: at most this many notifications in one ``shepherd_notifications`` answer
 NOTIFICATIONS_PER_CALL = 100
@@ -85,20 +60,6 @@ class NotificationsArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
 
 # ----------------------------------------------------------------------------- definitions
-
-
-class Param(msgspec.Struct, frozen=True, kw_only=True):
-    """What the model is told about one Args field, plus optional model-facing constraints
-    (msgspec ``Meta`` names: ``min_length`` is minLength for text, minItems for arrays;
-    ``choices`` narrows a Literal, e.g. to hide an adapter only an in-process session has)."""
-
-    description: str
-    min_length: int | None = None
-    gt: float | None = None
-    ge: float | None = None
-    le: float | None = None
-    #: offer the model only these values of a Literal field (each must be one of the field's)
-    choices: tuple[str, ...] | None = None
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -245,239 +206,30 @@ def _tool(
     )
 
 
-def _shepherd_tool(
-    op: str,
-    args: type[msgspec.Struct],
-    *,
-    role: Role,
-    description: str,
-    prompt_snippet: str,
-    params: Mapping[str, Param | str],
-    path_fields: tuple[str, ...] = (),
-) -> ToolSpec:
-    """The tool of one Shepherd operation: named ``shepherd_<op>``, labelled ``Shepherd <op>``."""
+def _of(op: Op[Any]) -> ToolSpec:
+    """The tool of one table entry."""
+    assert op.tool is not None
     return _tool(
-        name=f"shepherd_{op}",
-        label=f"Shepherd {op}",
-        role=role,
-        op=op,
-        args=args,
-        description=description,
-        prompt_snippet=prompt_snippet,
-        params=params,
-        path_fields=path_fields,
+        name=f"shepherd_{op.name}",
+        label=f"Shepherd {op.name}",
+        role=op.role,
+        op=op.name,
+        args=op.args,
+        description=op.tool.description,
+        prompt_snippet=op.tool.prompt_snippet,
+        params=op.params,
+        path_fields=tuple(f for f, p in op.params.items() if p.path == "caller"),
     )
 
 
-_AGENT = "Agent name or agent id"
-#: the fields a parent's and a child's ``shepherd_message`` share, meaning the same on both sides
-_MESSAGE: dict[str, Param | str] = {
-    "message": "The message text",
-    "thread_id": "Conversation thread id",
-    "reply_to": "Message id of the question this answers",
-    "expects_reply": "True when you need an answer (default false)",
-}
-
-# ----------------------------------------------------------------------------- parent tools
-
-SPAWN = _shepherd_tool(
-    "spawn",
-    api.SpawnArgs,
-    role="parent",
-    description=(
-        "Start a new agent process in this Shepherd session and return its agent id. The agent "
-        "starts idle; give it work with shepherd_delegate. Adapters: 'scripted' follows a script "
-        "file (deterministic; demos and tests), 'command' runs any CLI agent once per turn from a "
-        "command template, 'pi-rpc' runs the Pi coding agent."
-    ),
-    prompt_snippet="Start a named agent process (scripted, command or pi-rpc) and get its id",
-    params={
-        "name": (
-            "Unique agent name: lowercase letter first, then letters, digits, '-' or '_' "
-            "(at most 32); usable wherever an agent id is"
-        ),
-        "adapter": Param(
-            description="How the agent runs (default scripted)",
-            choices=("scripted", "command", "pi-rpc"),
-        ),
-        "script": "Script file path (required for the scripted adapter)",
-        "cmd": "Command template for the command adapter; {message} is the message",
-        "resume_cmd": "Command template for later turns (command adapter)",
-        "cwd": "Working directory of the agent process",
-        "description": "What this agent is for (shown in status)",
-        "pi": "Path of the Pi binary (pi-rpc adapter; default: installed Pi)",
-        "models_json": "A Pi models.json declaring the provider and model (pi-rpc adapter)",
-        "provider": "Pi provider name (pi-rpc adapter)",
-        "model": "Pi model id (pi-rpc adapter)",
-    },
-    path_fields=("script", "cwd"),
-)
-
-DELEGATE = _shepherd_tool(
-    "delegate",
-    api.DelegateArgs,
-    role="parent",
-    description=(
-        "Give an agent a task and return its task id at once (it does not wait for the work). "
-        "An agent has at most one active task. The task ends only when the agent calls "
-        "shepherd_done (or the task is cancelled, fails or times out); an idle agent is not a "
-        "finished task. Use shepherd_watch to be told when it ends."
-    ),
-    prompt_snippet="Delegate a task to an agent; returns a task id immediately",
-    params={
-        "target": _AGENT,
-        "task": "The task, in full: what to do and when it is done",
-        "timeout_minutes": (
-            "Deadline in minutes (at most 10080, 7 days); the task times out after it. "
-            "Leave it out for no deadline"
-        ),
-    },
-)
-
-MESSAGE = _shepherd_tool(
-    "message",
-    api.MessageArgs,
-    role="parent",
-    description=(
-        "Send an asynchronous message to an agent; returns once accepted, never waits for an "
-        "answer. Set expects_reply to open a request (its answer arrives later as a "
-        "notification). Answer an agent's question by setting reply_to to its message id. "
-        "Messages queue until the agent is idle unless steer interrupts it."
-    ),
-    prompt_snippet="Send an asynchronous message to an agent (answers arrive as notifications)",
-    params={
-        **_MESSAGE,
-        "target": _AGENT,
-        "task_id": "Task this message is about",
-        "steer": "Interrupt the agent's current turn instead of queueing (default false)",
-        "reply_timeout_s": (
-            "Seconds the request stays open before it times out (at most 604800, 7 days)"
-        ),
-    },
-)
-
-WATCH = _shepherd_tool(
-    "watch",
-    api.WatchArgs,
-    role="parent",
-    description=(
-        "Subscribe to the completion of one or more tasks. Returns at once with the results "
-        "already known and the ids still pending; each pending completion arrives later as a "
-        "notification (read them with shepherd_notifications). Never blocks."
-    ),
-    prompt_snippet="Be notified when tasks finish (returns immediately; results arrive later)",
-    params={"ids": "Task ids to watch (at least one, at most 1000)"},
-)
-
-STATUS = _shepherd_tool(
-    "status",
-    api.StatusArgs,
-    role="parent",
-    description=(
-        "Show the session's agents: process state, active task and its state (running, waiting "
-        "for a reply, stale), pending requests and the last result."
-    ),
-    prompt_snippet="Show agents, their tasks and pending requests",
-    params={
-        "agent": "Only this agent (name or id); default all",
-        "cursor": (
-            "Start at this agent (default 0); an answer that could not hold every agent "
-            "gives next_cursor"
-        ),
-    },
-)
-
-CLOSE = _shepherd_tool(
-    "close",
-    api.CloseArgs,
-    role="parent",
-    description=(
-        "Stop an agent process. Its active task, if any, is cancelled; the agent's records stay "
-        "readable in status."
-    ),
-    prompt_snippet="Stop an agent (cancels its active task)",
-    params={"agent": _AGENT},
-)
-
-READ = _shepherd_tool(
-    "read",
-    api.ReadArgs,
-    role="parent",
-    description="Read the last lines of an agent's output (what it printed and its tool calls).",
-    prompt_snippet="Read the last lines of an agent's output",
-    params={
-        "agent": _AGENT,
-        "lines": "How many lines (default 50)",
-        "before": "Only lines older than this line number (next_cursor of the previous answer)",
-    },
-)
-
-CANCEL = _shepherd_tool(
-    "cancel",
-    api.CancelArgs,
-    role="parent",
-    description=(
-        "Cancel a task: it settles as cancelled (return code 130) and the agent stops working "
-        "on it. Cancelling a finished task changes nothing: its existing result is returned "
-        "with already_settled true."
-    ),
-    prompt_snippet="Cancel a delegated task",
-    params={
-        "task_id": "The task id",
-        "reason": "Why (kept in the task's result)",
-    },
-)
-
-# ----------------------------------------------------------------------------- child tools
-
-CHILD_MESSAGE = _shepherd_tool(
-    "message",
-    ChildMessageArgs,
-    role="child",
-    description=(
-        'Send an asynchronous message to another agent, the parent ("shepherd"), or as a '
-        "reply. It returns as soon as the message is accepted; it does not wait for an answer. "
-        "Set expects_reply when you need an answer: the answer arrives later as a new message. "
-        "Answer a question by setting reply_to to its message id."
-    ),
-    prompt_snippet=(
-        "Send an asynchronous message to a peer agent or the parent (replies arrive later)"
-    ),
-    params={
-        **_MESSAGE,
-        "target": 'Agent name or id, or "shepherd" for the parent',
-        "steer": "Interrupt the recipient instead of queueing (default false)",
-    },
-)
-
-CHILD_DONE = _shepherd_tool(
-    "done",
-    ChildDoneArgs,
-    role="child",
-    description=(
-        "Finish your delegated task: the only way a task ends. Call it once, when the whole task "
-        "is completed, or when you are blocked or have failed. Ending your turn does not finish "
-        "the task."
-    ),
-    prompt_snippet=(
-        "Mark your delegated task completed, blocked or failed (the only way a task ends)"
-    ),
-    params={
-        "status": "completed, blocked or failed",
-        "summary": "What was done, or why not",
-        "cancel_requests": (
-            "Cancel your questions still waiting for a reply (otherwise 'completed' is "
-            "refused while any is open)"
-        ),
-    },
-)
-
 # ----------------------------------------------------------------------------- surface-only tools
 
-NOTIFICATIONS = _shepherd_tool(
-    "notifications",
-    NotificationsArgs,
+NOTIFICATIONS = _tool(
+    name="shepherd_notifications",
+    label="Shepherd notifications",
     role="parent",
+    op="notifications",
+    args=NotificationsArgs,
     description=(
         "Return the Shepherd notifications you have not seen yet: task completions for your "
         "watches, agents' messages to you (answer with shepherd_message reply_to), and notices "
@@ -512,18 +264,20 @@ WATCHDOG: tuple[ToolSpec, ...] = tuple(
     for t in watchdog_api.WATCHDOG_TOOLS.values()
 )
 
-_PARENT: tuple[ToolSpec, ...] = (
-    SPAWN,
-    DELEGATE,
-    MESSAGE,
-    WATCH,
-    STATUS,
-    CLOSE,
-    READ,
-    CANCEL,
-    *WATCHDOG,
-)
-_CHILD: tuple[ToolSpec, ...] = (CHILD_MESSAGE, CHILD_DONE)
+_PARENT: tuple[ToolSpec, ...] = (*(_of(op) for op in ops.PARENT if op.tool), *WATCHDOG)
+_CHILD: tuple[ToolSpec, ...] = tuple(_of(op) for op in ops.CHILD if op.tool)
+_BY_CONSTANT: dict[str, ToolSpec] = {
+    **{s.op.upper(): s for s in _PARENT if s.name.startswith("shepherd_")},
+    **{f"CHILD_{s.op.upper()}": s for s in _CHILD},
+}
+
+
+def __getattr__(name: str) -> ToolSpec:
+    """``tools.DELEGATE``, ``tools.CHILD_DONE``: a generated tool by its operation's name."""
+    try:
+        return _BY_CONSTANT[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
 def parent_tools() -> tuple[ToolSpec, ...]:

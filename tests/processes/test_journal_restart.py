@@ -20,10 +20,10 @@ import pytest
 
 from actors.sinks import CollectingSink
 from actors.supervisor import Supervisor
-from actors.views import render_status
 from protocol.notifications import StaleWait
 from protocol.settings import Settings
 from protocol.tasks import TaskState
+from protocol.views import render_status
 from tests.reliability.live import Story, session_pids, wait_gone, write_script
 
 pytestmark = pytest.mark.processes

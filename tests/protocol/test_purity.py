@@ -26,6 +26,8 @@ import protocol
 PROTOCOL_DIR = Path(protocol.__file__).resolve().parent
 REPO = PROTOCOL_DIR.parent
 SOURCES = sorted(PROTOCOL_DIR.glob("*.py"))
+#: every module, those of sub-packages (``protocol/ops/``) included
+ALL_SOURCES = sorted(PROTOCOL_DIR.rglob("*.py"))
 
 # ----------------------------------------------------------------------------- 1. runtime imports
 
@@ -74,9 +76,9 @@ _WITH_PROTOCOL = (
     _PREAMBLE
     + """
 import protocol
-names = sorted(m.name for m in pkgutil.iter_modules(protocol.__path__))
-for name in names:
-    importlib.import_module("protocol." + name)
+for m in pkgutil.walk_packages(protocol.__path__, "protocol."):
+    importlib.import_module(m.name)
+names = sorted(m.name for m in pkgutil.iter_modules(protocol.__path__) if not m.ispkg)
 print(json.dumps({"imported": names, "modules": sorted(sys.modules)}))
 """
 )
@@ -216,7 +218,9 @@ def test_every_protocol_module_is_scanned() -> None:
     assert any(name.startswith("watchdog") for name in names)
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+@pytest.mark.parametrize(
+    "path", ALL_SOURCES, ids=[str(p.relative_to(PROTOCOL_DIR)) for p in ALL_SOURCES]
+)
 def test_module_is_sans_io(path: Path) -> None:
     found = violations(path.read_text(encoding="utf-8"), f"protocol/{path.name}")
     assert found == [], "protocol/ must stay sans-IO:\n" + "\n".join(found)

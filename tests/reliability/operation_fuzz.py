@@ -24,7 +24,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
-from protocol import api, tools
+from protocol import ops, tools
 
 __all__ = [
     "CHILD_SCHEMAS",
@@ -101,7 +101,7 @@ def _schemas() -> dict[str, tuple[str, dict[str, Any]]]:
     """name -> (operation, schema): every MCP tool, and the operations without a tool."""
     found = {spec.name: (spec.op, spec.parameters) for spec in tools.mcp_tools()}
     with_tool = {op for op, _ in found.values()}
-    for op, args_type in api.OPERATIONS.items():
+    for op, args_type in ops.OPERATIONS.items():
         if op not in with_tool:
             found[f"op:{op}"] = (op, tools.parameters_of(args_type))
     return found

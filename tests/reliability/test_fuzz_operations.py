@@ -43,7 +43,7 @@ from actors.sinks import CollectingSink
 from actors.supervisor import Supervisor
 from actors.watchdog_cli import is_watchdog_call
 from actors.watchdog_cli import session_call as watchdog_call
-from protocol import api
+from protocol import api, ops
 from protocol.errors import ShepherdError
 from protocol.notifications import TaskCompletion
 from protocol.script import parse_script
@@ -162,7 +162,7 @@ class SimCanary:
 def _run_in_session(session: Session, op: str, args: dict[str, Any]) -> Any:
     if is_watchdog_call(op):
         return watchdog_call(session, op, args)
-    return session.run(api.build_args(api.OPERATIONS[op], **args))
+    return session.run(api.build_args(ops.OPERATIONS[op], **args))
 
 
 def test_every_operation_on_the_python_api_in_the_simulation(report: Counter[str]) -> None:
@@ -369,7 +369,7 @@ def _python_api(lw: LiveWorld, op: str, args: dict[str, Any]) -> str:
         answer = (
             watchdog_call(lw.sup.session, op, args)
             if is_watchdog_call(op)
-            else lw.sup.session.run(api.build_args(api.OPERATIONS[op], **args))
+            else lw.sup.session.run(api.build_args(ops.OPERATIONS[op], **args))
         )
     except Exception as exc:
         return _code_of(exc)

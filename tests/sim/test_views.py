@@ -8,8 +8,9 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from actors.views import render_status, status_table
+from actors.views import status_table
 from protocol.errors import AgentBusy
+from protocol.views import render_status
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import IDLE, new_session
 

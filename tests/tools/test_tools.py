@@ -11,6 +11,7 @@ import pytest
 
 from protocol import api, limits, tools, watchdog_api
 from protocol.errors import InvalidArgument
+from protocol.ops.child import ChildDoneArgs, ChildMessageArgs
 from protocol.tools import ToolSpec
 
 from .conftest import Running
@@ -108,7 +109,7 @@ def test_a_child_gets_only_the_child_tools() -> None:
     specs = tools.child_tools()
     assert [s.name for s in specs] == ["shepherd_message", "shepherd_done"]
     assert {s.role for s in specs} == {"child"}
-    assert [s.args_type for s in specs] == [tools.ChildMessageArgs, tools.ChildDoneArgs]
+    assert [s.args_type for s in specs] == [ChildMessageArgs, ChildDoneArgs]
     assert all(spec not in tools.parent_tools() for spec in specs)
     for name in PARENT_NAMES:
         if name != "shepherd_message":
@@ -233,12 +234,12 @@ EXAMPLES: list[tuple[ToolSpec, dict[str, Any], msgspec.Struct]] = [
     (
         tools.CHILD_MESSAGE,
         {"target": "shepherd", "message": "q?", "expects_reply": True},
-        tools.ChildMessageArgs(target="shepherd", message="q?", expects_reply=True),
+        ChildMessageArgs(target="shepherd", message="q?", expects_reply=True),
     ),
     (
         tools.CHILD_DONE,
         {"status": "blocked", "summary": "no access"},
-        tools.ChildDoneArgs(status="blocked", summary="no access"),
+        ChildDoneArgs(status="blocked", summary="no access"),
     ),
     (tools.NOTIFICATIONS, {"wait_seconds": 1}, tools.NotificationsArgs(wait_seconds=1.0)),
 ]

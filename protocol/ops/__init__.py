@@ -1,0 +1,73 @@
+"""The operation table: every operation of a session, written once.
+
+One :class:`Op` per operation: its name, its arguments Struct (``protocol.api``: the types and
+bounds; the Struct is an ``Args`` of its result type), one :class:`Param` per argument field
+(what a model is told about it, and how the command line spells it), the command line's help,
+the model-facing tool's text, and the human view of its answer (``protocol.views``). Every
+surface is generated from it:
+
+==========================  =================================================================
+surface                     what it takes from the table
+==========================  =================================================================
+``shepherd COMMAND``        sub-command, positional arguments, options, help, types, choices;
+                            flags to arguments; paging (``pager``); the view; the exit status
+``Supervisor.call``         the name to the Args Struct (:data:`OPERATIONS`), checked
+``Session.delegate`` ...    a method per operation (:class:`Method`), typed by the Struct
+tools, MCP                  ``shepherd_<name>`` for each entry with a ``tool`` (``protocol.tools``)
+``shepherd-child``          the child's ``message`` and ``done`` (:data:`CHILD`), the same
+                            Structs as its tools ``shepherd_message`` / ``shepherd_done``
+==========================  =================================================================
+
+The entries are written in :mod:`protocol.ops.parent` and :mod:`protocol.ops.child`; the shape
+of one is :mod:`protocol.ops.spec`. Adding an operation is one entry (with its Structs in
+``protocol.api`` and its handler in the session). Rules, checked at import:
+
+- every field of the Args Struct has exactly one :class:`Param` (appending a field to a Struct
+  cannot leave a surface behind);
+- the command line lists positional arguments and options in field order, so the Python
+  methods take their positional arguments in the same order.
+
+Sans-IO: data and pure functions; the surfaces do the parsing, printing and calling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol import api
+from protocol.errors import InvalidArgument
+from protocol.ops import child, parent
+from protocol.ops.parent import WAIT_TIMED_OUT
+from protocol.ops.spec import Method, Op, Param, Role, Tool, field_kind
+
+__all__ = [
+    "CHILD",
+    "OPERATIONS",
+    "PARENT",
+    "WAIT_TIMED_OUT",
+    "Method",
+    "Op",
+    "Param",
+    "Role",
+    "Tool",
+    "field_kind",
+    "parent_op",
+]
+
+#: the parent's operations: every entry of :mod:`protocol.ops.parent`, in the order written
+#: there (the order the command line and the tools list them)
+PARENT: tuple[Op[Any], ...] = tuple(v for v in vars(parent).values() if isinstance(v, Op))
+#: the child's operations (``shepherd-child message|done`` and the child's tools)
+CHILD: tuple[Op[Any], ...] = tuple(v for v in vars(child).values() if isinstance(v, Op))
+
+_BY_NAME: dict[str, Op[Any]] = {op.name: op for op in PARENT}
+#: the session's operations (what ``Session.run`` takes) by name
+OPERATIONS: dict[str, type[api.Arguments[Any]]] = {op.name: op.args for op in PARENT if not op.host}
+
+
+def parent_op(name: str) -> Op[Any]:
+    """The parent operation called ``name``; ``invalid_argument`` for an unknown one."""
+    op = _BY_NAME.get(name)
+    if op is None:
+        raise InvalidArgument(f"unknown operation {name!r}")
+    return op

@@ -1,0 +1,111 @@
+"""The child's operations: ``shepherd-child message|done`` and the child's tools
+``shepherd_message`` / ``shepherd_done``, through the same Structs (see :mod:`protocol.ops`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol import api, views
+from protocol.limits import Handle, OptionalText, Text
+from protocol.ops.parent import MESSAGE_PARAMS
+from protocol.ops.spec import Param, Tool, entry, respell
+from protocol.tasks import DoneStatus
+
+__all__ = ["DONE", "MESSAGE", "ChildDoneArgs", "ChildMessageArgs"]
+
+#: what the child's commands answer: the parent's receipt (``message_id``, ``accepted``, and
+#: ``request_id``, ``task_id``, ``result`` when they apply)
+Receipt = dict[str, Any]
+
+
+class ChildMessageArgs(
+    api.Arguments[Receipt], frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    """``shepherd-child message``: a child's asynchronous message (or reply)."""
+
+    target: Handle
+    message: Text
+    expects_reply: bool = False
+    reply_to: Handle | None = None
+    thread_id: Handle | None = None
+    steer: bool = False
+
+
+class ChildDoneArgs(api.Arguments[Receipt], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``shepherd-child done``: the explicit terminal signal for the child's task."""
+
+    status: DoneStatus
+    summary: OptionalText | None = None
+    cancel_requests: bool = False
+
+
+MESSAGE = entry(
+    "message",
+    ChildMessageArgs,
+    role="child",
+    help="send a message to a peer, the parent, or a reply",
+    view=views.receipt("message"),
+    params={
+        **MESSAGE_PARAMS,
+        "message": respell(MESSAGE_PARAMS["message"], help="the message text"),
+        "thread_id": respell(MESSAGE_PARAMS["thread_id"], help="conversation thread id"),
+        "reply_to": respell(MESSAGE_PARAMS["reply_to"], help="the message id this answers"),
+        "expects_reply": respell(MESSAGE_PARAMS["expects_reply"], help="open a request"),
+        "target": Param(
+            description='Agent name or id, or "shepherd" for the parent',
+            cli="target",
+            help='agent name or id, or "shepherd" for the parent',
+        ),
+        "steer": Param(
+            description="Interrupt the recipient instead of queueing (default false)",
+            cli="--steer",
+            help="interrupt the recipient",
+        ),
+    },
+    tool=Tool(
+        description=(
+            'Send an asynchronous message to another agent, the parent ("shepherd"), or as a '
+            "reply. It returns as soon as the message is accepted; it does not wait for an "
+            "answer. Set expects_reply when you need an answer: the answer arrives later as a "
+            "new message. Answer a question by setting reply_to to its message id."
+        ),
+        prompt_snippet=(
+            "Send an asynchronous message to a peer agent or the parent (replies arrive later)"
+        ),
+    ),
+)
+
+DONE = entry(
+    "done",
+    ChildDoneArgs,
+    role="child",
+    help="finish this agent's delegated task",
+    view=views.receipt("done"),
+    params={
+        "status": Param(description="completed, blocked or failed", cli="--status"),
+        "summary": Param(
+            description="What was done, or why not",
+            cli="--summary",
+            metavar="TEXT",
+            help="what was done, or why not",
+        ),
+        "cancel_requests": Param(
+            description=(
+                "Cancel your questions still waiting for a reply (otherwise 'completed' is "
+                "refused while any is open)"
+            ),
+            cli="--cancel-requests",
+            help="cancel this task's open requests",
+        ),
+    },
+    tool=Tool(
+        description=(
+            "Finish your delegated task: the only way a task ends. Call it once, when the whole "
+            "task is completed, or when you are blocked or have failed. Ending your turn does "
+            "not finish the task."
+        ),
+        prompt_snippet=(
+            "Mark your delegated task completed, blocked or failed (the only way a task ends)"
+        ),
+    ),
+)

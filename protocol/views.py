@@ -1,0 +1,191 @@
+"""Human views of answers: what ``shepherd COMMAND`` prints without ``--json``.
+
+Each works on an answer's JSON-able form (the CLI gets data over the mailbox), so the CLI and a
+live view (``shepherd top``) share them; each operation names its view in :mod:`protocol.ops`.
+
+Process state and task state are shown side by side and never merged: an idle agent whose
+task waits on a peer reads ``○ 02:14 scout   idle / waiting for planner``, never as done.
+
+Sans-IO: pure functions of data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "closed",
+    "degraded",
+    "delegated",
+    "messaged",
+    "prompted",
+    "read_lines",
+    "receipt",
+    "render_status",
+    "settled",
+    "shut_down",
+    "spawned",
+    "status_line",
+    "summary_line",
+    "waited",
+    "watched",
+]
+
+_SYMBOL = {"working": "●", "idle": "○", "starting": "◌", "exited": "✕"}
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    minutes, sec = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{sec:02d}" if hours else f"{minutes:02d}:{sec:02d}"
+
+
+def degraded(item: dict[str, Any]) -> str:
+    """A note when deliveries wait for the fallback rescan (the normal wake-up is not shown)."""
+    return " (mailbox polling)" if item.get("mailbox_wake") == "polling" else ""
+
+
+def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str:
+    process = agent["process_state"]
+    symbol = _SYMBOL.get(process, "?")
+    task = agent.get("task")
+    if task is None:
+        age = _clock(now - agent["last_active_at"]) if agent.get("last_active_at") else "--:--"
+        return f"{symbol} {age} {agent['name']:<8} {process} / no task{degraded(agent)}"
+    state = task["state"]
+    if state == "waiting":
+        age = _clock(task.get("waiting_age_s") or 0.0)
+        targets = [
+            names.get(r["target_id"], r["target_id"]) for r in task.get("pending_requests", ())
+        ]
+        detail = f"waiting for {', '.join(targets) or '?'}"
+        if task.get("stale"):
+            detail += " (stale)"
+    else:
+        age = _clock(now - task["created_at"])
+        detail = state
+        result = task.get("result")
+        if result is not None:
+            detail += f" (rc {result['return_code']})"
+        elif task.get("turns_without_done"):
+            code = task.get("last_turn_exit_code")
+            status = f", status {code}" if code is not None else ""
+            ago = _clock(now - (task.get("last_turn_ended_at") or now))
+            detail += f" (turn ended without done {ago} ago{status})"
+    closed = " [closed]" if agent.get("closed") else ""
+    return (
+        f"{symbol} {age} {agent['name']:<8} {process} / {detail}  {task['task_id']}{closed}"
+        f"{degraded(agent)}"
+    )
+
+
+def summary_line(data: dict[str, Any]) -> str:
+    """The session's counts: ``12 agents: 3 working, 9 idle; tasks: 2 running, 1 waiting``."""
+    summary = data.get("summary") or {}
+    total = summary.get("agents", len(data.get("agents", [])))
+    processes = ", ".join(
+        f"{n} {state}" for state, n in sorted(summary.get("processes", {}).items())
+    )
+    tasks = ", ".join(f"{n} {state}" for state, n in sorted(summary.get("tasks", {}).items()))
+    line = f"{total} agent{'s' if total != 1 else ''}" + (f": {processes}" if processes else "")
+    return line + (f"; tasks: {tasks}" if tasks else "")
+
+
+def render_status(data: dict[str, Any]) -> str:
+    agents = data.get("agents", [])
+    parent = [f"parent{degraded(data)}"] if degraded(data) else []
+    if not agents:
+        text = "\n".join([*parent, f"session {data['session_id']}: no agents"])
+    else:
+        names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
+        lines = [*parent, *(status_line(a, names, data["now"]) for a in agents)]
+        if len(agents) > 1:
+            lines.append(summary_line(data))
+        text = "\n".join(lines)
+    damaged = data.get("journal_problems") or 0
+    if damaged:
+        text += (
+            f"\n! {damaged} damaged line(s) in the journal or notifications file when the "
+            "session resumed (torn tails kept in *.torn-N files; the log names each line)"
+        )
+    return text
+
+
+# ----------------------------------------------------------------------------- one per operation
+
+
+def spawned(data: dict[str, Any]) -> str:
+    return f"{data['name']} {data['agent_id']} ({data['adapter']}, {data['process_state']})"
+
+
+def delegated(data: dict[str, Any]) -> str:
+    return f"{data['task_id']} delegated to {data.get('agent_name') or data['agent_id']}"
+
+
+def messaged(data: dict[str, Any]) -> str:
+    extra = f" (request {data['request_id']})" if data.get("request_id") else ""
+    return f"{data['message_id']} accepted{extra}"
+
+
+def _result_line(r: dict[str, Any]) -> str:
+    body = r.get("text") or r.get("error") or ""
+    return f"{r['task_id']} {r['status']} (rc {r['return_code']}) {body}"
+
+
+def watched(data: dict[str, Any]) -> str:
+    lines = [f"watcher {data['watcher_id']}: {len(data['pending'])} pending"]
+    lines += [f"  {_result_line(r)}" for r in data["completed"]]
+    return "\n".join(lines)
+
+
+def read_lines(data: dict[str, Any]) -> str:
+    return "\n".join(data["lines"])
+
+
+def closed(data: dict[str, Any]) -> str:
+    cancelled = data.get("cancelled_task_id")
+    return f"closed {data['agent_id']}" + (f"; cancelled {cancelled}" if cancelled else "")
+
+
+def settled(command: str) -> Any:
+    """The view of ``cancel`` or ``fail`` (named in the line when the call changed nothing)."""
+
+    def view(data: dict[str, Any]) -> str:
+        line = f"{data['task_id']} {data['status']} (rc {data['return_code']})"
+        if data.get("already_settled"):
+            line += f": it had already settled; the {command} changed nothing"
+        return line
+
+    return view
+
+
+def prompted(data: dict[str, Any]) -> str:
+    return f"{data['prompt_id']} (task {data['task_id']}) delegated to {data['agent_id']}"
+
+
+def shut_down(data: dict[str, Any]) -> str:
+    return "shutting down: every agent is closed, the records are kept"
+
+
+def waited(data: dict[str, Any]) -> str:
+    lines = [_result_line(r) for r in data["completed"]]
+    lines += [f"{t} still pending" for t in data["pending"]]
+    return "\n".join(lines)
+
+
+def receipt(command: str) -> Any:
+    """The view of a child's receipt for ``message`` or ``done``."""
+
+    def view(data: dict[str, Any]) -> str:
+        parts = [f"accepted {command} {data['message_id']}"]
+        if "request_id" in data:
+            parts.append(f"request {data['request_id']} (the answer arrives later as a message)")
+        if "task_id" in data:
+            parts.append(f"task {data['task_id']}")
+        if "result" in data:
+            result = data["result"]
+            parts.append(f"{result.get('status')} (rc {result.get('return_code')})")
+        return "; ".join(parts)
+
+    return view
