@@ -13,21 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import msgspec
 import pykka
 
 from actors.agent import Launcher
 from actors.broker import BrokerActor
 from actors.crashpoints import crashpoint
 from actors.journal import Journal, MemoryJournal
-from actors.messages import (
-    Inbound,
-    ParentCall,
-    ReadOutput,
-    Settle,
-    WatchdogCall,
-    WatchWith,
-)
+from actors.messages import Inbound, ParentCall, WatchdogCall, WatchWith
 from actors.notes import MemoryTaskNotes, TaskNotes
 from actors.runtime import Runtime, tell_quietly
 from actors.simagent import FakeCommands, SimLauncher
@@ -38,21 +30,15 @@ from protocol import api
 from protocol.envelopes import AnyEnvelope, CallEnvelope, TaskDoneEnvelope
 from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
-from protocol.journal import Restore
 from protocol.notifications import TaskCompletion
 from protocol.script import Script, parse_script
+from protocol.session.restore import Restore
 from protocol.settings import Settings, check_settings
-from protocol.tasks import TaskEvent, TaskResult
+from protocol.tasks import TaskResult
 
 __all__ = ["Session"]
 
 ASK_TIMEOUT_S = 30.0
-
-
-def _settled(result: TaskResult, *, already: bool) -> api.SettleResult:
-    if isinstance(result, api.SettleResult):
-        return result
-    return api.SettleResult(**msgspec.structs.asdict(result), already_settled=already)
 
 
 class Session:
@@ -66,7 +52,6 @@ class Session:
         sink: Sink | None = None,
         journal: Journal | None = None,
         session_id: str | None = None,
-        check_capability: bool = True,
         tap: Callable[[str], None] | None = None,
         on_call: Callable[[CallEnvelope], None] | None = None,
         notes: TaskNotes | None = None,
@@ -81,6 +66,9 @@ class Session:
         self.session_id = session_id or runtime.ids.new(IdKind.SESSION)
         self.sink = GuardedSink(sink)
         self.journal = journal if journal is not None else MemoryJournal()
+        self.notes = notes if notes is not None else MemoryTaskNotes()
+        #: the watchdog actor, started by the broker (it tells the watchdog what happens)
+        self.watchdog_ref: pykka.ActorRef[Any] | None = None
         self.broker = runtime.spawn(
             BrokerActor,
             self.session_id,
@@ -89,9 +77,8 @@ class Session:
             launcher,
             self.sink,
             self.journal,
-            check_capability,
             tap,
-            notes if notes is not None else MemoryTaskNotes(),
+            self.notes,
             self._watchdog_factory if watchdog else None,
             restore,
         )
@@ -105,14 +92,16 @@ class Session:
     def _watchdog_factory(self, broker: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
         from actors.watchdog import WatchdogActor
 
-        return self.runtime.spawn(WatchdogActor, self.settings.watchdog, self.sink, broker)
+        self.watchdog_ref = self.runtime.spawn(
+            WatchdogActor, self.settings.watchdog, self.sink, broker
+        )
+        return self.watchdog_ref
 
     def watchdog(self, op: str, **args: Any) -> Any:
         """Run a watchdog operation (status, config, set, pause, resume, inspect, ...)."""
-        ref: Any = self.broker.ask("watchdog", timeout=ASK_TIMEOUT_S)
-        if ref is None:
+        if self.watchdog_ref is None:
             raise InvalidArgument("this session runs without a watchdog")
-        return ref.ask(WatchdogCall(op=op, args=args), timeout=ASK_TIMEOUT_S)
+        return self.watchdog_ref.ask(WatchdogCall(op=op, args=args), timeout=ASK_TIMEOUT_S)
 
     def _parent_inbox(self, env: AnyEnvelope) -> None:
         """Runs on the transport's thread: hand over and return (never block the receiver)."""
@@ -124,9 +113,8 @@ class Session:
             done = isinstance(env, TaskDoneEnvelope)
             if done:
                 crashpoint("done.before_handle")
-            answer = self.broker.ask(Inbound(envelope=env), timeout=ASK_TIMEOUT_S)
-            if isinstance(answer, pykka.Future):  # a done: durable only once journaled
-                answer.get(timeout=ASK_TIMEOUT_S)
+            # handled (a done decided and journaled) when the ask returns
+            self.broker.ask(Inbound(envelope=env), timeout=ASK_TIMEOUT_S)
             if done:
                 crashpoint("done.after_handle")
         else:
@@ -147,7 +135,7 @@ class Session:
         tap: Callable[[str], None] | None = None,
     ) -> Session:
         runtime = SimRuntime(seed, faults=faults, trace=trace)
-        transport = SimTransport(runtime)
+        transport = SimTransport(runtime, settings)
         launcher = (
             SimLauncher(runtime, transport, commands=commands)
             if commands
@@ -168,7 +156,11 @@ class Session:
     # ------------------------------------------------------------------ operations
 
     def _ask(self, args: Any) -> Any:
-        return self.broker.ask(ParentCall(args=args), timeout=ASK_TIMEOUT_S)
+        """The broker's answer: a value, or a future of it (its one way of saying "later")."""
+        answer = self.broker.ask(ParentCall(args=args), timeout=ASK_TIMEOUT_S)
+        if isinstance(answer, pykka.Future):
+            return answer.get(timeout=ASK_TIMEOUT_S)
+        return answer
 
     def run(self, args: Any) -> Any:
         """Run one operation given as its checked Args Struct (``protocol.api.OPERATIONS``):
@@ -178,12 +170,6 @@ class Session:
                 return self.read(args.agent, args.lines, before=args.before)
             case api.WaitArgs():
                 return self.wait(args.ids, args.timeout_s)
-            case api.CancelArgs():
-                return self.cancel(args.task_id, args.reason)
-            case api.FailArgs():
-                return self.fail(args.task_id, args.error)
-            case api.ResultArgs():
-                return self.result(args.task_id)
             case _:
                 return self._ask(args)
 
@@ -300,27 +286,11 @@ class Session:
 
     def cancel(self, task_id: str, reason: str | None = None) -> api.SettleResult:
         """Cancel a task (130); ``already_settled`` says it had ended before (nothing changed)."""
-        return self._settle(
-            api.CancelArgs(task_id=task_id, reason=reason), TaskEvent.CANCEL, reason
-        )
+        return self._ask(api.CancelArgs(task_id=task_id, reason=reason))  # type: ignore[no-any-return]
 
     def fail(self, task_id: str, error: str) -> api.SettleResult:
         """Fail a task (1); ``already_settled`` says it had ended before (nothing changed)."""
-        return self._settle(api.FailArgs(task_id=task_id, error=error), TaskEvent.FAIL, error)
-
-    def _settle(self, args: Any, event: TaskEvent, why: str | None) -> api.SettleResult:
-        answer = self._ask(args)
-        if isinstance(answer, TaskResult):
-            return _settled(answer, already=True)
-        default = "cancelled by the parent" if event is TaskEvent.CANCEL else "failed by the parent"
-        try:
-            result = answer.ask(
-                Settle(event=event, error=why or default, report=True), timeout=ASK_TIMEOUT_S
-            )
-        except pykka.ActorDeadError:  # it settled and stopped meanwhile: the broker has it
-            result = _settled(self._ask(api.ResultArgs(task_id=args.task_id)), already=True)
-        assert isinstance(result, api.SettleResult)
-        return result
+        return self._ask(api.FailArgs(task_id=task_id, error=error))  # type: ignore[no-any-return]
 
     def result(self, task_id: str) -> TaskResult | None:
         return self._ask(api.ResultArgs(task_id=task_id))  # type: ignore[no-any-return]
@@ -331,18 +301,10 @@ class Session:
     def read(self, agent: str, lines: int = 50, *, before: int | None = None) -> api.ReadResult:
         """Up to ``lines`` of the agent's newest output lines (older than line ``before``)."""
         args = api.build_args(api.ReadArgs, agent=agent, lines=lines, before=before)
-        ref = self._ask(args)
-        agent_id = self.status(agent).agents[0].agent_id
         try:
-            page = ref.ask(ReadOutput(lines=args.lines, before=args.before), timeout=ASK_TIMEOUT_S)
-        except pykka.ActorDeadError:
-            return api.ReadResult(agent_id=agent_id, lines=())
-        return api.ReadResult(
-            agent_id=agent_id,
-            lines=page.lines,
-            first=page.first,
-            next_cursor=page.first if page.first > page.oldest else None,
-        )
+            return self._ask(args)  # type: ignore[no-any-return]
+        except pykka.ActorDeadError:  # its actor stopped meanwhile: no output is kept
+            return api.ReadResult(agent_id=self.status(agent).agents[0].agent_id, lines=())
 
     def shutdown(self) -> None:
         if self._closed:
