@@ -1,11 +1,11 @@
 """AgentActor: the parent's side of one agent — its process, its inbox, its output.
 
-It owns the agent's *process state* (starting / working / idle / exited), which is a
-separate thing from its task's state and never feeds into it (DESIGN §2). It publishes what
+It starts (or, after a parent restart, adopts) the agent's process through the injected
+:class:`Launcher` (an in-process simulated agent, a ``shepherd-child`` process), publishes what
 the broker routes to the agent into the agent's inbox, stamped with the agent's session and
-capability, keeps the agent's recent output for ``read``, and reports the process's exit.
-How the agent is run (an in-process simulated agent, a ``shepherd-child`` process) is the
-injected :class:`Launcher`'s business.
+capability, keeps the agent's recent output for ``read``, and reports the process's exit. The
+agent's *process state* (starting / working / idle / exited) is the session's
+(:mod:`protocol.session.agents`); this actor only knows whether its process is gone.
 
 Rules:
 - An exit the parent did not ask for (no ``close`` first) is reported with its reason: the
@@ -17,9 +17,6 @@ Rules:
 - The actor outlives its process: once the process has exited it stays as the read model of
   the agent's last output (``read`` after an exit shows why), and refuses every delivery
   with ``DeliveryFailed`` (nobody would ever read the agent's inbox again).
-- Per turn it reports :class:`~actors.messages.TurnEnded` to the broker, with the turn's
-  status and the tail of what the turn printed: the broker decides whether the parent must
-  hear of it (a turn that ended while its task runs and nobody was asked anything).
 """
 
 from __future__ import annotations
@@ -36,16 +33,15 @@ from loguru import logger
 
 from actors.messages import (
     AgentExited,
-    AgentStateChanged,
     CloseAgent,
     Deliver,
     DeliveryFailed,
     ProcessExited,
     ReadOutput,
-    TurnEnded,
 )
 from actors.runtime import ShepherdActor
 from actors.transport import Transport
+from protocol import api
 from protocol.envelopes import ControlEnvelope, RuntimeEnvelope
 from protocol.errors import InvalidHandle, ShepherdError
 from protocol.ids import PARENT_ID, IdKind
@@ -69,9 +65,6 @@ GONE_AT_RESTART = "its bridge was not running when the parent restarted"
 LOG_TAIL_LINES = 20
 #: A reason (for a notification) is cut to this many characters.
 REASON_CHARS = 500
-#: Lines, and characters per line, of a turn's output quoted when it ends without done.
-TURN_TAIL_LINES = 5
-TURN_TAIL_LINE_CHARS = 200
 
 
 def _cut(text: str, limit: int) -> str:
@@ -152,7 +145,8 @@ class AgentActor(ShepherdActor):
         self._adopt = adopt
         self._adopt_pid = adopt_pid
         self._already_exited = already_exited
-        self.process_state = "starting"
+        #: the process is gone (reported once; deliveries are refused from then on)
+        self.exited = False
         self.exit_code: int | None = None
         self.output = OutputBuffer(output_lines)
         self.events: deque[RuntimeEnvelope] = deque(maxlen=200)
@@ -165,14 +159,11 @@ class AgentActor(ShepherdActor):
         self._last_error: str | None = None
         self._exit_text: str | None = None
         self._launch_error: str | None = None
-        #: the current turn: when it started and the tail of what it printed
-        self._turn_started_at: float | None = None
-        self._turn_output: deque[str] = deque(maxlen=TURN_TAIL_LINES)
         self._log = logger.bind(agent=spec.name, agent_id=spec.agent_id)
 
     def on_start(self) -> None:
         if self._already_exited:
-            self.process_state = "exited"
+            self.exited = True
             self.stop()
             return
         try:
@@ -231,17 +222,24 @@ class AgentActor(ShepherdActor):
             case CloseAgent(reason=reason):
                 self._close(reason)
             case ReadOutput(lines=n, before=before):
-                return self.output.page(n, before)
+                page = self.output.page(n, before)
+                return api.ReadResult(
+                    agent_id=self.spec.agent_id,
+                    lines=page.lines,
+                    first=page.first,
+                    next_cursor=page.first if page.first > page.oldest else None,
+                )
             case _:
                 return super().on_receive(message)
         return None
 
     def _process_exited(self, code: int | None, known: str | None = None) -> None:
-        if self.process_state == "exited":
+        if self.exited:
             return
         before_ready = not self._ready
         reason = None if self._closing else known or self._exit_reason(code, before_ready)
-        self._set_state("exited", exit_code=code)
+        self.exited = True
+        self.exit_code = code
         self._broker.tell(
             AgentExited(
                 agent_id=self.spec.agent_id,
@@ -286,7 +284,7 @@ class AgentActor(ShepherdActor):
         return _cut(reason, REASON_CHARS) if reason else None
 
     def _deliver(self, env: Any) -> None:
-        if self.process_state == "exited":
+        if self.exited:
             # nobody will read this agent's inbox again: say so instead of publishing
             self._broker.tell(
                 DeliveryFailed(
@@ -305,77 +303,28 @@ class AgentActor(ShepherdActor):
             self._broker.tell(DeliveryFailed(envelope=env, error=exc.info()))
 
     def _runtime_event(self, env: RuntimeEnvelope) -> None:
+        """What the agent's runtime events say about its output (its process state and its
+        turns are the session's: the broker saw the same event first)."""
         match env.event:
             case "ready":
                 self._ready = True
-                if self.process_state == "starting":  # in_turn: re-adopted mid-turn
-                    self._set_state("working" if env.in_turn else "idle")
-            case "turn_start":
-                # when the agent's side started it (not when the event got here): a task
-                # delegated meanwhile was not this turn's
-                self._turn_started_at = env.created_at
-                self._turn_output.clear()
-                self._set_state("working")
-            case "turn_end":
-                self._set_state("idle")  # a turn ending settles nothing (DESIGN §1.1)
-                self._turn_ended(env)
             case "output" | "error":
                 if env.event == "error" and env.text:
                     self._last_error = env.text
                 if env.text:
-                    lines = env.text.splitlines() or [""]
-                    self.output.extend(lines)
-                    self._turn_output.extend(
-                        _cut(line, TURN_TAIL_LINE_CHARS) for line in lines[-TURN_TAIL_LINES:]
-                    )
+                    self.output.extend(env.text.splitlines() or [""])
             case "tool_call" | "tool_result":
                 self.events.append(env)
                 line = env.command if env.event == "tool_call" else env.output
                 prefix = "$ " if env.event == "tool_call" else ""
                 if line:
-                    shown = [f"{prefix}{x}" for x in line.splitlines()[-20:]]
-                    self.output.extend(shown)
-                    self._turn_output.extend(
-                        _cut(x, TURN_TAIL_LINE_CHARS) for x in shown[-TURN_TAIL_LINES:]
-                    )
+                    self.output.extend(f"{prefix}{x}" for x in line.splitlines()[-20:])
             case "exit":
                 # the launcher observes the real exit; this is only the child's last word
                 self._exit_text = env.text
 
-    def _turn_ended(self, env: RuntimeEnvelope) -> None:
-        """Hand the turn's end to the broker: it knows whether the task is still open."""
-        if self.process_state == "exited":
-            return
-        self._broker.tell(
-            TurnEnded(
-                agent_id=self.spec.agent_id,
-                started_at=self._turn_started_at,
-                ended_at=self.clock.now(),
-                exit_code=env.exit_code,
-                is_error=env.is_error,
-                tail=tuple(self._turn_output),
-            )
-        )
-        self._turn_started_at = None
-        self._turn_output.clear()
-
-    def _set_state(self, state: str, *, exit_code: int | None = None) -> None:
-        if self.process_state == "exited":
-            return
-        self.process_state = state
-        if exit_code is not None:
-            self.exit_code = exit_code
-        self._broker.tell(
-            AgentStateChanged(
-                agent_id=self.spec.agent_id,
-                process_state=state,
-                at=self.clock.now(),
-                exit_code=exit_code,
-            )
-        )
-
     def _close(self, reason: str | None) -> None:
-        if self._closing or self.process_state == "exited":
+        if self._closing or self.exited:
             return
         self._closing = True
         control = ControlEnvelope(

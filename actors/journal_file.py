@@ -14,37 +14,10 @@ from pathlib import Path
 import msgspec
 
 from actors.jsonlines import JsonLinesFile, LineProblem
-from protocol.journal import AgentExitRecord, AgentRecord, PromptRecord, WatcherRecord
-from protocol.requests import RequestRecord
+from protocol.journal import Record, decode_line, encode_line
 from protocol.tasks import TaskRecord
 
-__all__ = ["FileJournal", "JournalEntry"]
-
-
-class JournalEntry(msgspec.Struct, frozen=True, kw_only=True):
-    type: str
-    record: msgspec.Raw
-
-
-_TYPES: dict[type[msgspec.Struct], str] = {
-    TaskRecord: "task",
-    RequestRecord: "request",
-    AgentRecord: "agent",
-    AgentExitRecord: "agent_exit",
-    PromptRecord: "prompt",
-    WatcherRecord: "watcher",
-}
-_DECODE: dict[str, type[msgspec.Struct]] = {v: k for k, v in _TYPES.items()}
-_ENCODER = msgspec.json.Encoder()
-_ENTRY = msgspec.json.Decoder(JournalEntry)
-
-
-def _decode(line: bytes) -> msgspec.Struct:
-    entry = _ENTRY.decode(line)
-    kind = _DECODE.get(entry.type)
-    if kind is None:
-        raise ValueError(f"unknown record type {entry.type!r}")
-    return msgspec.json.decode(entry.record, type=kind)
+__all__ = ["FileJournal"]
 
 
 class FileJournal:
@@ -58,16 +31,13 @@ class FileJournal:
         return self._file.problems
 
     def append(self, record: msgspec.Struct) -> None:
-        kind = _TYPES.get(type(record))
-        if kind is None:
-            raise TypeError(f"cannot journal {type(record).__name__}")
-        line = b'{"type":"' + kind.encode() + b'","record":' + _ENCODER.encode(record) + b"}\n"
+        line = encode_line(record)
         settles = isinstance(record, TaskRecord) and record.terminal
         self._file.append(line, torn_point="settle.torn_journal" if settles else None)
 
-    def read(self) -> list[msgspec.Struct]:
+    def read(self) -> list[Record]:
         """Every record that can be read, in order (each one that cannot is reported)."""
-        return self._file.read(_decode)
+        return self._file.read(decode_line)
 
     def close(self) -> None:
         self._file.close()

@@ -1,6 +1,8 @@
 """Messages between actors inside one parent process (never on the wire).
 
-Frozen Structs: cheap to build and safe to share between threads.
+Frozen Structs: cheap to build and safe to share between threads. What the broker tells the
+watchdog, and the timer events it hands itself, are effects of the session's rules
+(:mod:`protocol.session.effects`).
 """
 
 from __future__ import annotations
@@ -9,45 +11,29 @@ from typing import Any
 
 import msgspec
 
-from protocol.envelopes import (
-    AnyEnvelope,
-    MessageEnvelope,
-    ReplyEnvelope,
-    RuntimeEnvelope,
-    TaskDoneEnvelope,
+from protocol.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope
+from protocol.session.effects import (
+    WatchdogAgent,
+    WatchdogInstruction,
+    WatchdogRuntime,
+    WatchdogTask,
 )
-from protocol.tasks import TaskEvent, TaskRecord, TaskResult
 
 __all__ = [
     "AgentExited",
-    "AgentStateChanged",
     "CloseAgent",
-    "CloseRequest",
     "Deliver",
     "DeliveryFailed",
-    "Done",
-    "DoneOutcome",
-    "Flush",
     "Inbound",
-    "OpenRequest",
     "ParentCall",
     "ProcessExited",
     "ReadOutput",
-    "RequestTimeout",
-    "Settle",
-    "StaleDue",
-    "Start",
-    "TaskChanged",
-    "TaskDeadline",
-    "TurnEnded",
-    "WatchDeliver",
     "WatchWith",
     "WatchdogAgent",
     "WatchdogCall",
     "WatchdogInstruction",
     "WatchdogRuntime",
     "WatchdogTask",
-    "WatcherFinished",
 ]
 
 
@@ -68,27 +54,6 @@ class ParentCall(_Msg, frozen=True, kw_only=True):
     args: Any
 
 
-class TaskChanged(_Msg, frozen=True, kw_only=True):
-    record: TaskRecord
-    #: requests the task dropped when it settled (the broker cancels them)
-    dropped_requests: tuple[str, ...] = ()
-    #: the agent's own ``done`` settled it (anything else: the agent must stop its work)
-    settled_by_agent: bool = False
-
-
-class DoneOutcome(_Msg, frozen=True, kw_only=True):
-    envelope: TaskDoneEnvelope
-    error: Any = None  # ErrorInfo | None
-    result: TaskResult | None = None
-
-
-class AgentStateChanged(_Msg, frozen=True, kw_only=True):
-    agent_id: str
-    process_state: str
-    at: float
-    exit_code: int | None = None
-
-
 class AgentExited(_Msg, frozen=True, kw_only=True):
     agent_id: str
     exit_code: int | None  # None: the status cannot be known (an adopted or vanished bridge)
@@ -100,30 +65,9 @@ class AgentExited(_Msg, frozen=True, kw_only=True):
     before_ready: bool = False
 
 
-class TurnEnded(_Msg, frozen=True, kw_only=True):
-    """One of an agent's turns ended (the broker decides whether the parent must know)."""
-
-    agent_id: str
-    started_at: float | None
-    ended_at: float
-    exit_code: int | None = None
-    is_error: bool = False
-    #: the last lines the turn printed, each cut short
-    tail: tuple[str, ...] = ()
-
-
 class DeliveryFailed(_Msg, frozen=True, kw_only=True):
     envelope: AnyEnvelope
     error: Any  # ErrorInfo
-
-
-class RequestTimeout(_Msg, frozen=True, kw_only=True):
-    request_id: str
-
-
-class StaleDue(_Msg, frozen=True, kw_only=True):
-    task_id: str
-    waiting_since: float
 
 
 class WatchWith(_Msg, frozen=True, kw_only=True):
@@ -131,48 +75,6 @@ class WatchWith(_Msg, frozen=True, kw_only=True):
 
     ids: tuple[str, ...]
     sink: Any
-
-
-class WatcherFinished(_Msg, frozen=True, kw_only=True):
-    watcher_id: str
-
-
-# --- task inputs
-class Start(_Msg, frozen=True, kw_only=True):
-    pass
-
-
-class OpenRequest(_Msg, frozen=True, kw_only=True):
-    request_id: str
-
-
-class CloseRequest(_Msg, frozen=True, kw_only=True):
-    request_id: str
-
-
-class Done(_Msg, frozen=True, kw_only=True):
-    envelope: TaskDoneEnvelope
-
-
-class Settle(_Msg, frozen=True, kw_only=True):
-    event: TaskEvent
-    text: str | None = None
-    error: str | None = None
-    #: answer with an ``api.SettleResult`` (was it this event that settled the task?)
-    report: bool = False
-
-
-class TaskDeadline(_Msg, frozen=True, kw_only=True):
-    pass
-
-
-# --- watcher inputs
-class WatchDeliver(_Msg, frozen=True, kw_only=True):
-    result: TaskResult
-
-
-class Flush(_Msg, frozen=True, kw_only=True):
-    pass
 
 
 # --- agent inputs
@@ -194,48 +96,10 @@ class CloseAgent(_Msg, frozen=True, kw_only=True):
 
 class ReadOutput(_Msg, frozen=True, kw_only=True):
     """Ask an agent actor for up to ``lines`` of its output older than line ``before``; the
-    answer is an :class:`~actors.agent.OutputPage`."""
+    answer is an :class:`~protocol.api.ReadResult`."""
 
     lines: int
     before: int | None = None
-
-
-# --- watchdog inputs (from the broker)
-class WatchdogAgent(_Msg, frozen=True, kw_only=True):
-    """An agent joined the session (or its process state changed)."""
-
-    agent_id: str
-    name: str
-    description: str | None = None
-    process_state: str = "starting"
-    at: float
-    #: how the agent runs (``command``, ``pi-rpc``, ...): what its output lines are
-    adapter: str | None = None
-
-
-class WatchdogRuntime(_Msg, frozen=True, kw_only=True):
-    """A runtime event of an agent (tool call/result, output, turn start/end)."""
-
-    agent_id: str
-    envelope: RuntimeEnvelope
-    at: float
-
-
-class WatchdogInstruction(_Msg, frozen=True, kw_only=True):
-    """The agent received a new instruction (a task or a message): a new evidence window."""
-
-    agent_id: str
-    kind: str  # "task" | "message" | "reply"
-    text: str
-    task_id: str | None
-    at: float
-
-
-class WatchdogTask(_Msg, frozen=True, kw_only=True):
-    """The agent's active task changed (None when it settled)."""
-
-    agent_id: str
-    task_id: str | None
 
 
 class WatchdogCall(_Msg, frozen=True, kw_only=True):

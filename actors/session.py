@@ -14,21 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import msgspec
 import pykka
 
 from actors.agent import Launcher
 from actors.broker import BrokerActor
 from actors.crashpoints import crashpoint
 from actors.journal import Journal, MemoryJournal
-from actors.messages import (
-    Inbound,
-    ParentCall,
-    ReadOutput,
-    Settle,
-    WatchdogCall,
-    WatchWith,
-)
+from actors.messages import Inbound, ParentCall, WatchdogCall, WatchWith
 from actors.notes import MemoryTaskNotes, TaskNotes
 from actors.runtime import Runtime, tell_quietly
 from actors.simagent import FakeCommands, SimLauncher
@@ -39,23 +31,16 @@ from protocol import api
 from protocol.envelopes import AnyEnvelope, CallEnvelope, TaskDoneEnvelope
 from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
-from protocol.journal import Restore
 from protocol.notifications import TaskCompletion
 from protocol.ops import Method, parent
 from protocol.script import Script, parse_script
+from protocol.session.restore import Restore
 from protocol.settings import Settings, check_settings
-from protocol.tasks import TaskEvent, TaskResult
 
 __all__ = ["Session"]
 
 ASK_TIMEOUT_S = 30.0
 R = TypeVar("R")
-
-
-def _settled(result: TaskResult, *, already: bool) -> api.SettleResult:
-    if isinstance(result, api.SettleResult):
-        return result
-    return api.SettleResult(**msgspec.structs.asdict(result), already_settled=already)
 
 
 class Session:
@@ -69,7 +54,6 @@ class Session:
         sink: Sink | None = None,
         journal: Journal | None = None,
         session_id: str | None = None,
-        check_capability: bool = True,
         tap: Callable[[str], None] | None = None,
         on_call: Callable[[CallEnvelope], None] | None = None,
         notes: TaskNotes | None = None,
@@ -84,6 +68,9 @@ class Session:
         self.session_id = session_id or runtime.ids.new(IdKind.SESSION)
         self.sink = GuardedSink(sink)
         self.journal = journal if journal is not None else MemoryJournal()
+        self.notes = notes if notes is not None else MemoryTaskNotes()
+        #: the watchdog actor, started by the broker (it tells the watchdog what happens)
+        self.watchdog_ref: pykka.ActorRef[Any] | None = None
         self.broker = runtime.spawn(
             BrokerActor,
             self.session_id,
@@ -92,9 +79,8 @@ class Session:
             launcher,
             self.sink,
             self.journal,
-            check_capability,
             tap,
-            notes if notes is not None else MemoryTaskNotes(),
+            self.notes,
             self._watchdog_factory if watchdog else None,
             restore,
         )
@@ -108,14 +94,16 @@ class Session:
     def _watchdog_factory(self, broker: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
         from actors.watchdog import WatchdogActor
 
-        return self.runtime.spawn(WatchdogActor, self.settings.watchdog, self.sink, broker)
+        self.watchdog_ref = self.runtime.spawn(
+            WatchdogActor, self.settings.watchdog, self.sink, broker
+        )
+        return self.watchdog_ref
 
     def watchdog(self, op: str, **args: Any) -> Any:
         """Run a watchdog operation (status, config, set, pause, resume, inspect, ...)."""
-        ref: Any = self.broker.ask("watchdog", timeout=ASK_TIMEOUT_S)
-        if ref is None:
+        if self.watchdog_ref is None:
             raise InvalidArgument("this session runs without a watchdog")
-        return ref.ask(WatchdogCall(op=op, args=args), timeout=ASK_TIMEOUT_S)
+        return self.watchdog_ref.ask(WatchdogCall(op=op, args=args), timeout=ASK_TIMEOUT_S)
 
     def _parent_inbox(self, env: AnyEnvelope) -> None:
         """Runs on the transport's thread: hand over and return (never block the receiver)."""
@@ -127,9 +115,8 @@ class Session:
             done = isinstance(env, TaskDoneEnvelope)
             if done:
                 crashpoint("done.before_handle")
-            answer = self.broker.ask(Inbound(envelope=env), timeout=ASK_TIMEOUT_S)
-            if isinstance(answer, pykka.Future):  # a done: durable only once journaled
-                answer.get(timeout=ASK_TIMEOUT_S)
+            # handled (a done decided and journaled) when the ask returns
+            self.broker.ask(Inbound(envelope=env), timeout=ASK_TIMEOUT_S)
             if done:
                 crashpoint("done.after_handle")
         else:
@@ -150,7 +137,7 @@ class Session:
         tap: Callable[[str], None] | None = None,
     ) -> Session:
         runtime = SimRuntime(seed, faults=faults, trace=trace)
-        transport = SimTransport(runtime)
+        transport = SimTransport(runtime, settings)
         launcher = (
             SimLauncher(runtime, transport, commands=commands)
             if commands
@@ -171,23 +158,23 @@ class Session:
     # ------------------------------------------------------------------ operations
 
     def _ask(self, args: Any) -> Any:
-        return self.broker.ask(ParentCall(args=args), timeout=ASK_TIMEOUT_S)
+        """The broker's answer: a value, or a future of it (its one way of saying "later")."""
+        answer = self.broker.ask(ParentCall(args=args), timeout=ASK_TIMEOUT_S)
+        if isinstance(answer, pykka.Future):
+            return answer.get(timeout=ASK_TIMEOUT_S)
+        return answer
 
     def run(self, args: api.Arguments[R]) -> R:
         """Run one operation given as its checked Args Struct (:mod:`protocol.ops`): what the
         methods below, the CLI and the tools (through :meth:`Supervisor.call`) reach. Most are
-        the broker's; ``wait``, ``read``, ``cancel`` and ``fail`` end at the edge, which may
-        block (actors never do)."""
+        the broker's; ``wait`` and ``read`` end at the edge, which may block (actors never
+        do)."""
         answer: Any
         match args:
             case api.WaitArgs():
                 answer = self._wait(args)
             case api.ReadArgs():
                 answer = self._read(args)
-            case api.CancelArgs():
-                answer = self._settle(args, TaskEvent.CANCEL, args.reason)
-            case api.FailArgs():
-                answer = self._settle(args, TaskEvent.FAIL, args.error)
             case _:
                 answer = self._ask(args)
         return answer  # type: ignore[no-any-return]
@@ -260,33 +247,11 @@ class Session:
             timed_out=bool(pending),
         )
 
-    def _settle(self, args: Any, event: TaskEvent, why: str | None) -> api.SettleResult:
-        answer = self._ask(args)
-        if isinstance(answer, TaskResult):
-            return _settled(answer, already=True)
-        default = "cancelled by the parent" if event is TaskEvent.CANCEL else "failed by the parent"
-        try:
-            result = answer.ask(
-                Settle(event=event, error=why or default, report=True), timeout=ASK_TIMEOUT_S
-            )
-        except pykka.ActorDeadError:  # it settled and stopped meanwhile: the broker has it
-            result = _settled(self._ask(api.ResultArgs(task_id=args.task_id)), already=True)
-        assert isinstance(result, api.SettleResult)
-        return result
-
     def _read(self, args: api.ReadArgs) -> api.ReadResult:
-        ref = self._ask(args)
-        agent_id = self.status(args.agent).agents[0].agent_id
         try:
-            page = ref.ask(ReadOutput(lines=args.lines, before=args.before), timeout=ASK_TIMEOUT_S)
-        except pykka.ActorDeadError:
-            return api.ReadResult(agent_id=agent_id, lines=())
-        return api.ReadResult(
-            agent_id=agent_id,
-            lines=page.lines,
-            first=page.first,
-            next_cursor=page.first if page.first > page.oldest else None,
-        )
+            return self._ask(args)  # type: ignore[no-any-return]
+        except pykka.ActorDeadError:  # its actor stopped meanwhile: no output is kept
+            return api.ReadResult(agent_id=self.status(args.agent).agents[0].agent_id, lines=())
 
     def shutdown(self) -> None:
         if self._closed:

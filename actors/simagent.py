@@ -18,7 +18,7 @@ import pykka
 from actors.agent import AgentHandle, AgentSpec
 from actors.runtime import Runtime, ShepherdActor, tell_quietly
 from actors.scripted import AgentIdentity, ScriptedDriver
-from actors.transport import PARENT_INBOX, Transport
+from actors.transport import PARENT_INBOX, GatedTransport
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import InvalidArgument
 from protocol.script import Script, ScriptMachine
@@ -52,7 +52,7 @@ class SimAgentActor(ShepherdActor):
         self,
         spec: AgentSpec,
         script: Script,
-        transport: Transport,
+        transport: GatedTransport,
         on_exit: Callable[[int], None],
         commands: FakeCommands,
         command_time_s: float,
@@ -128,7 +128,7 @@ class SimLauncher:
     def __init__(
         self,
         runtime: Runtime,
-        transport: Transport,
+        transport: GatedTransport,
         *,
         commands: FakeCommands = _echo,
         command_time_s: float = 0.05,
@@ -142,6 +142,8 @@ class SimLauncher:
         self.exits: dict[str, int] = {}
 
     def launch(self, spec: AgentSpec, on_exit: Callable[[int], None]) -> AgentHandle:
+        # what a real launcher's registration does: the agent may publish to the parent
+        self._transport.admit(spec.agent_id, spec.session_id, spec.capability)
         script = self.scripts.get(spec.name, Script(steps=()))
         fired = False
 

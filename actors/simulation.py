@@ -29,9 +29,10 @@ import pykka
 from actors.clock import VirtualClock
 from actors.idsource import IdSource
 from actors.runtime import FOREVER_S, Envelope, Runtime, RuntimeFuture, RuntimeInbox, ShepherdActor
-from actors.transport import Handler, Subscription
+from actors.transport import Handler, SenderGate, Subscription
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import InvalidHandle
+from protocol.settings import Settings
 
 __all__ = ["Faults", "SimInbox", "SimRuntime", "SimTransport", "Stalled"]
 
@@ -196,13 +197,19 @@ class SimTransport:
     An accepted envelope is handed to the inbox's handler immediately, or (with the delay
     fault) after a random virtual delay, which reorders it behind later ones; the duplicate
     fault hands it over twice; the drop fault loses it (and counts it) — used to show that a
-    lost ``done`` never turns into a completion.
+    lost ``done`` never turns into a completion. Like the mailbox's receiver, it authenticates
+    and de-duplicates what it hands over (:class:`~actors.transport.SenderGate`): a duplicate
+    copy reaches the receiving side (``delivered`` counts it) and stops there.
     """
 
-    def __init__(self, runtime: SimRuntime) -> None:
+    def __init__(self, runtime: SimRuntime, settings: Settings | None = None) -> None:
         self._runtime = runtime
         self._handlers: dict[str, Handler] = {}
         self.delivered = 0
+        self.gate = SenderGate((settings or Settings()).dedup_window)
+
+    def admit(self, sender_id: str, session_id: str, capability: str) -> None:
+        self.gate.admit(sender_id, session_id, capability)
 
     def publish(self, inbox: str, envelope: AnyEnvelope) -> None:
         handler = self._handlers.get(inbox)
@@ -223,14 +230,16 @@ class SimTransport:
                 faults.count("delay")
                 delay = rng.uniform(0.0, faults.max_delay_s)
                 self._runtime.clock.call_later(
-                    delay, functools.partial(self._hand, handler, envelope)
+                    delay, functools.partial(self._hand, inbox, handler, envelope)
                 )
             else:
-                self._hand(handler, envelope)
+                self._hand(inbox, handler, envelope)
 
-    def _hand(self, handler: Handler, envelope: AnyEnvelope) -> None:
+    def _hand(self, inbox: str, handler: Handler, envelope: AnyEnvelope) -> None:
         self.delivered += 1
-        handler(envelope)
+        checked = self.gate.check(inbox, envelope)
+        if checked is not None:
+            handler(checked)
 
     def subscribe(self, inbox: str, handler: Handler) -> Subscription:
         self._handlers[inbox] = handler

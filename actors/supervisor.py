@@ -56,9 +56,10 @@ from protocol.errors import (
     ShepherdError,
 )
 from protocol.ids import PARENT_ID, IdKind
-from protocol.journal import Restore, fold
 from protocol.limits import answer_budget
 from protocol.notifications import AnyNotification
+from protocol.session.restore import Restore, fold
+from protocol.session.state import SessionState
 from protocol.settings import Settings, check_settings
 
 __all__ = ["MAX_WAITING_CALLS", "SessionInfo", "Supervisor", "live_dir", "state_dir"]
@@ -106,10 +107,12 @@ def _is_supervisor(pid: int) -> bool:
     return b"shepherd" in cmdline or b"actors" in cmdline or b"pytest" in cmdline
 
 
-def _read_restore(journal: FileJournal, notifications: NotificationFile) -> Restore:
+def _read_restore(
+    journal: FileJournal, notifications: NotificationFile, session_id: str, settings: Settings
+) -> Restore:
     """What the session's files say, for a restarted parent (damaged lines are counted; each
     was logged with its file and line number)."""
-    state = fold(journal.read())
+    state = fold(journal.read(), SessionState(session_id, settings))
     delivered, stale_noticed = notifications.read_deliveries()
     return Restore(
         state=state,
@@ -199,7 +202,11 @@ class Supervisor:
         # Opened (a torn tail cut off) before they are read or appended to.
         self.journal = FileJournal(self.session_dir / "journal.jsonl", fsync=True)
         self.notifications = NotificationFile(self.session_dir / "notifications.jsonl")
-        restore = _read_restore(self.journal, self.notifications) if self.resumed else None
+        restore = (
+            _read_restore(self.journal, self.notifications, self.session_id, self.settings)
+            if self.resumed
+            else None
+        )
         # The mailbox validator must know every agent's capability before the parent inbox is
         # drained: after a restart, envelopes the bridges sent meanwhile wait in new/, and an
         # unknown sender would be quarantined (a lost `done`).
@@ -237,7 +244,6 @@ class Supervisor:
             sink=_FanOut(self.notifications, sinks),
             journal=self.journal,
             session_id=self.session_id,
-            check_capability=False,  # the mailbox validator checks it, then strips it
             tap=tap,
             on_call=self._on_call,
             notes=FileTaskNotes(self.session_dir / "artifacts"),

@@ -8,18 +8,40 @@ or a client inbox for CLI answers.
 A handler is called once per accepted envelope, in the order the transport received them
 from one sender. ``publish`` either accepts the envelope (it will be delivered or quarantined
 with a reason, never silently lost) or raises a :class:`~protocol.errors.ShepherdError`.
+
+**Authentication and de-duplication are the transport's, and only the transport's.** What it
+hands to the parent's inbox handler comes from a sender that proved its id (its capability
+matched, for this session) and was not handed over before (a window of message ids per
+inbox); the capability itself never leaves the transport. Everything above it trusts the
+sender id. The filesystem mailbox does this in its drainer (with the supervisor's validator);
+the in-process transports here (and the simulation's) through :class:`SenderGate`. Whoever
+starts an agent admits its id and capability (:meth:`SenderGate.admit`) before it can publish.
 """
 
 from __future__ import annotations
 
+import hmac
 import threading
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
-from protocol.envelopes import AnyEnvelope
-from protocol.errors import InvalidHandle
+import msgspec
+from loguru import logger
 
-__all__ = ["PARENT_INBOX", "Handler", "InMemoryTransport", "Subscription", "Transport"]
+from protocol.envelopes import AnyEnvelope
+from protocol.errors import ForbiddenSender, InvalidHandle
+from protocol.settings import Settings
+
+__all__ = [
+    "PARENT_INBOX",
+    "GatedTransport",
+    "Handler",
+    "InMemoryTransport",
+    "SenderGate",
+    "Subscription",
+    "Transport",
+]
 
 PARENT_INBOX = "parent"
 
@@ -41,6 +63,77 @@ class Transport(Protocol):
         """Stop delivering; later publishes raise."""
 
 
+class GatedTransport(Transport, Protocol):
+    """A transport that authenticates with a :class:`SenderGate` (told who may publish)."""
+
+    def admit(self, sender_id: str, session_id: str, capability: str) -> None: ...
+
+
+class SenderGate:
+    """What an in-process transport checks before it hands an envelope over (module rules).
+
+    An envelope for the parent's inbox must come from an admitted sender, for the session it
+    was admitted in, with its capability (compared in constant time); a forgery is logged and
+    counted (``refused``), and nobody is told (a forger must not disturb the agent whose id it
+    claims). An envelope handed over before, to the same inbox, is counted (``duplicates``)
+    and not handed over again. Thread-safe.
+    """
+
+    def __init__(self, dedup_window: int = Settings().dedup_window) -> None:
+        self._window = max(dedup_window, 1)
+        self._senders: dict[str, tuple[str, str]] = {}  # sender id -> (session id, capability)
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.duplicates: Counter[str] = Counter()  # per inbox
+        self.refused = 0
+
+    def admit(self, sender_id: str, session_id: str, capability: str) -> None:
+        with self._lock:
+            self._senders[sender_id] = (session_id, capability)
+
+    def __len__(self) -> int:
+        """Message ids the window holds (at most ``dedup_window``)."""
+        return len(self._seen)
+
+    def seen(self, inbox: str) -> set[str]:
+        """The message ids handed over to ``inbox`` that the window still holds."""
+        with self._lock:
+            return {message_id for box, message_id in self._seen if box == inbox}
+
+    def check(self, inbox: str, env: AnyEnvelope) -> AnyEnvelope | None:
+        """The envelope to hand over (its capability stripped), or None."""
+        if inbox == PARENT_INBOX:
+            try:
+                self._authenticate(env)
+            except ForbiddenSender as exc:
+                with self._lock:
+                    self.refused += 1
+                logger.warning("refused envelope {}: {}", env.message_id, exc.message)
+                return None
+        key = (inbox, env.message_id)
+        with self._lock:
+            if key in self._seen:
+                self.duplicates[inbox] += 1
+                return None
+            self._seen[key] = None
+            if len(self._seen) > self._window:
+                self._seen.popitem(last=False)
+        if not env.capability:
+            return env
+        return msgspec.structs.replace(env, capability="")
+
+    def _authenticate(self, env: AnyEnvelope) -> None:
+        with self._lock:
+            admitted = self._senders.get(env.sender_id)
+        if admitted is None:
+            raise ForbiddenSender(f"unknown sender {env.sender_id!r}")
+        session_id, capability = admitted
+        if env.session_id != session_id:
+            raise ForbiddenSender(f"envelope belongs to session {env.session_id}, not this one")
+        if not hmac.compare_digest(env.capability.encode(), capability.encode()):
+            raise ForbiddenSender(f"capability does not match sender {env.sender_id}")
+
+
 class _Sub:
     def __init__(self, owner: InMemoryTransport, inbox: str) -> None:
         self._owner = owner
@@ -55,13 +148,18 @@ class InMemoryTransport:
 
     Handlers only ``tell`` actors, so running them inline is cheap and keeps order.
     Publishing to an inbox nobody subscribed to is refused with ``invalid_handle`` rather
-    than creating it (an unknown recipient must never swallow messages).
+    than creating it (an unknown recipient must never swallow messages). Its
+    :class:`SenderGate` authenticates and de-duplicates (the module rules).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Settings | None = None) -> None:
         self._handlers: dict[str, Handler] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self.gate = SenderGate((settings or Settings()).dedup_window)
+
+    def admit(self, sender_id: str, session_id: str, capability: str) -> None:
+        self.gate.admit(sender_id, session_id, capability)
 
     def publish(self, inbox: str, envelope: AnyEnvelope) -> None:
         with self._lock:
@@ -70,7 +168,9 @@ class InMemoryTransport:
             handler = self._handlers.get(inbox)
         if handler is None:
             raise InvalidHandle(f"no inbox {inbox!r} in this session")
-        handler(envelope)
+        checked = self.gate.check(inbox, envelope)
+        if checked is not None:
+            handler(checked)
 
     def subscribe(self, inbox: str, handler: Handler) -> Subscription:
         with self._lock:

@@ -237,9 +237,9 @@ def requests_job(params: dict[str, Any]) -> dict[str, Any]:
         broker: BrokerActor = actor
         if design == PREVIOUS_DESIGN:
             table = PreviousDesignTable()
-            for record in broker.requests.values():
+            for record in broker.state.requests.values():
                 table.put(record)
-            broker.requests = table  # before any request; the broker is idle here
+            broker.state.requests = table  # before any request; the broker is idle here
         handled = _time_questions(broker)
         caps = [launcher.driver(a.name).identity.capability for a in agents]
         ids, session_id = runtime.ids, session.session_id
@@ -297,16 +297,18 @@ def requests_job(params: dict[str, Any]) -> dict[str, Any]:
             round_trips.append(transport.reply_at - sent)
             asked.append(question.message_id)
         load_s = time.perf_counter() - started
-        pending_edges = len(list(broker.requests.wait_edges()))  # with the chain still waiting
+        pending_edges = len(
+            list(broker.state.requests.wait_edges())
+        )  # with the chain still waiting
 
         for reply in standing:
             transport.expect(reply.reply_to)
             publish(PARENT_INBOX, reply)
             wait(transport.reply_arrived, "a standing reply")
         session.status()  # every question and reply handled
-        held = len(broker.requests)
-        pending_left = len(broker.requests.pending())
-        table_type = type(broker.requests).__name__
+        held = len(broker.state.requests)
+        pending_left = len(broker.state.requests.pending())
+        table_type = type(broker.state.requests).__name__
 
         opens = [handled[q] for q in asked]
         last, first = slice(loop_n - window, loop_n), slice(0, window)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol.journal import Restore, fold
 from protocol.requests import RequestRecord, RequestState
+from protocol.session.restore import Restore, fold
 from protocol.tasks import TaskRecord, TaskState
 
 TASK = TaskRecord(

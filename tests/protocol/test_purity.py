@@ -25,9 +25,16 @@ import protocol
 
 PROTOCOL_DIR = Path(protocol.__file__).resolve().parent
 REPO = PROTOCOL_DIR.parent
-SOURCES = sorted(PROTOCOL_DIR.glob("*.py"))
-#: every module, those of sub-packages (``protocol/ops/``) included
-ALL_SOURCES = sorted(PROTOCOL_DIR.rglob("*.py"))
+SOURCES = sorted(PROTOCOL_DIR.rglob("*.py"))
+
+
+def _module(path: Path) -> str:
+    """``session.agents`` for ``protocol/session/agents.py``, ``session`` for its package."""
+    parts = path.relative_to(PROTOCOL_DIR).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p) for p in SOURCES} - {""}
 
 # ----------------------------------------------------------------------------- 1. runtime imports
 
@@ -76,9 +83,9 @@ _WITH_PROTOCOL = (
     _PREAMBLE
     + """
 import protocol
-for m in pkgutil.walk_packages(protocol.__path__, "protocol."):
-    importlib.import_module(m.name)
-names = sorted(m.name for m in pkgutil.iter_modules(protocol.__path__) if not m.ispkg)
+names = sorted(m.name[9:] for m in pkgutil.walk_packages(protocol.__path__, "protocol."))
+for name in names:
+    importlib.import_module("protocol." + name)
 print(json.dumps({"imported": names, "modules": sorted(sys.modules)}))
 """
 )
@@ -107,9 +114,9 @@ def test_importing_protocol_loads_no_runtime_module() -> None:
     result = _run(_WITH_PROTOCOL)
     assert isinstance(result, dict)
     # every module file was imported (discovery did not silently find nothing)
-    assert set(result["imported"]) == {p.stem for p in SOURCES if p.stem != "__init__"}
+    assert set(result["imported"]) == MODULES
     added = set(result["modules"]) - baseline
-    assert {f"protocol.{p.stem}" for p in SOURCES if p.stem != "__init__"} <= added
+    assert {f"protocol.{name}" for name in MODULES} <= added
     offenders = sorted(name for name in added if _banned(name))
     assert offenders == [], f"importing protocol/ loaded runtime modules: {offenders}"
 
@@ -218,9 +225,9 @@ def test_every_protocol_module_is_scanned() -> None:
     assert any(name.startswith("watchdog") for name in names)
 
 
-@pytest.mark.parametrize(
-    "path", ALL_SOURCES, ids=[str(p.relative_to(PROTOCOL_DIR)) for p in ALL_SOURCES]
-)
+@pytest.mark.parametrize("path", SOURCES, ids=[str(p.relative_to(PROTOCOL_DIR)) for p in SOURCES])
 def test_module_is_sans_io(path: Path) -> None:
-    found = violations(path.read_text(encoding="utf-8"), f"protocol/{path.name}")
+    found = violations(
+        path.read_text(encoding="utf-8"), f"protocol/{path.relative_to(PROTOCOL_DIR)}"
+    )
     assert found == [], "protocol/ must stay sans-IO:\n" + "\n".join(found)

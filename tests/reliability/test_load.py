@@ -45,6 +45,7 @@ from protocol.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope, Task
 from protocol.ids import PARENT_ID, IdKind
 from protocol.notifications import TaskCompletion
 from protocol.script import parse_script
+from protocol.session.state import SessionState
 from protocol.settings import Settings
 from protocol.watchdog_config import WatchdogConfig
 
@@ -218,8 +219,6 @@ class Rig:
         self.news = News()
         self.traffic = Traffic()
         self.runtime = ObservedRuntime(self.news)
-        self.transport = InMemoryTransport()
-        self.launcher = RecordingLauncher(self.news, self.runtime, self.transport)
         self.sink = CollectingSink()
         self.settings = Settings(
             dedup_window=2_000,
@@ -229,6 +228,8 @@ class Rig:
             stale_wait_threshold_s=0.5,  # dead stale-wait timers drain quickly after a round
             watchdog=WatchdogConfig(max_events_per_agent=50),
         )
+        self.transport = InMemoryTransport(self.settings)
+        self.launcher = RecordingLauncher(self.news, self.runtime, self.transport)
         self.session = Session(
             self.runtime,
             self.transport,
@@ -263,10 +264,14 @@ class Rig:
         return all(self.launcher.agents[n]._actor_weakref() is not None for n in self.names)
 
     @property
-    def broker(self) -> BrokerActor:
+    def broker_actor(self) -> BrokerActor:
         actor = self.session.broker._actor_weakref()
         assert isinstance(actor, BrokerActor)
         return actor
+
+    @property
+    def broker(self) -> SessionState:
+        return self.broker_actor.state
 
     def base(self, name: str) -> dict[str, Any]:
         spec = self.launcher.specs[name]
@@ -449,16 +454,18 @@ class Rig:
 
     def census(self) -> dict[str, int]:
         b = self.broker
+        timers = Counter(kind for kind, _ in self.broker_actor._timers)
         return {
             "requests": len(b.requests),
             "tasks": len(b.tasks),
             "results": len(b.results),
-            "dedup_ids": len(b._seen),
-            "subscriptions": sum(len(v) for v in b._subscriptions.values()),
-            "watcher_actors": len(b._watchers),
-            "task_actors": len(b._task_refs),
-            "request_timers": len(b._request_timers),
-            "stale_timers": len(b._stale_timers),
+            "dedup_ids": len(self.transport.gate),  # the transport de-duplicates, not the broker
+            "subscriptions": sum(len(v) for v in b.subscribers.values()),
+            # watchers and open tasks are the broker's state now, not actors of their own
+            "watcher_actors": len(b.watchers),
+            "task_actors": sum(1 for r in b.tasks.values() if not r.terminal),
+            "request_timers": timers["reply"],
+            "stale_timers": timers["stale"],
             "actors": self.runtime.actor_count,
         }
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.broker import BrokerActor
 from actors.session import Session
 from actors.sinks import CollectingSink
 from protocol.notifications import TaskCompletion
+from protocol.session.state import SessionState
 from protocol.settings import Settings
 from protocol.tasks import TaskResult
 
@@ -53,11 +53,13 @@ def done_script(
     }
 
 
-def broker(session: Session) -> BrokerActor:
-    """The broker itself (simulation only: one thread, so reading its state is safe)."""
+def broker(session: Session) -> SessionState:
+    """The broker's state, the one owner of the session's facts (simulation only: one thread,
+    so reading it is safe)."""
     actor = session.broker._actor_weakref()
-    assert isinstance(actor, BrokerActor)
-    return actor
+    assert actor is not None
+    state: SessionState = actor.state  # type: ignore[attr-defined]
+    return state
 
 
 def completions(sink: CollectingSink) -> list[TaskCompletion]:

@@ -115,7 +115,7 @@ def test_two_agents_asking_each_other_is_a_cycle() -> None:
 
 def test_one_note_per_task_open_while_waiting_finalised_once() -> None:
     s, _, task, scout, planner = _waiting_pair(7)
-    notes = broker(s)._notes
+    notes = s.notes
     q = scout.ask("planner", "which module?")
     s.message("scout", "just a message")
     planner.say("scout", "another message")

@@ -188,7 +188,7 @@ def test_done_then_turn_end_is_never_told_whatever_the_interleaving(seed: int) -
     s.sim.run_all()
     assert s.result(task.task_id).status == "completed"  # type: ignore[union-attr]
     assert _notices(sink, "turn_ended_without_done") == []
-    assert broker(s)._dones_in_flight == {} and broker(s)._turns_held == {}
+    assert broker(s).turn_stats == {} and broker(s).turns == {}
     s.shutdown()
 
 

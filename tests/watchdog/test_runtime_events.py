@@ -30,7 +30,7 @@ class Agent:
         self.session = session
         self.agent_id = f"agent-{name}"
         self.name = name
-        self.watchdog: Any = session.broker.ask("watchdog")
+        self.watchdog: Any = session.watchdog_ref
         self.watchdog.tell(
             WatchdogAgent(agent_id=self.agent_id, name=name, adapter=adapter, at=self.now())
         )

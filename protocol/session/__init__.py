@@ -1,0 +1,30 @@
+"""The session's rules, sans-IO: everything that affects the session's state lives here.
+
+Each rule is a function of the session's state (:mod:`~protocol.session.state`) and an event
+(an operation of the parent, an envelope from an agent, what an agent's actor reports, a
+timer), with the time and an id source (:class:`~protocol.session.state.Ctx`). It checks,
+then changes the state, and returns the **effects** the caller must run, in order
+(:mod:`~protocol.session.effects`). It never does I/O, never reads a clock, never imports the
+actors. The broker actor (``actors/broker.py``) matches a message, calls the rule and runs the
+effects; the tests call the rules directly.
+
+==============  ============================================================================
+module          rules
+==============  ============================================================================
+``agents``      names; the process-state table; exits and closes; a turn's output tail
+``tasks``       one active task per agent; only the owner's ``done``; first terminal event
+                wins; settlement; deadlines; a turn that ends without ``done``
+``routing``     who may message whom; only the target replies; late and second replies
+``requests``    opening and closing requests; wait-for cycles; reply deadlines
+``stale``       one stale-wait notification per waiting episode
+``watchers``    exactly once per watcher; coalescing
+``inbound``     envelopes from agents (receipts); failures after acceptance
+``outbox``      what the parent sends agents (receipts, notices); envelopes fit
+``status``      the status answer, a pure view
+``restore``     a restart: a fold of the journal, then the same effects
+``calls``       each operation and timer mapped to its rule
+==============  ============================================================================
+
+The machines themselves stay where they are: tasks in :mod:`protocol.tasks`, requests in
+:mod:`protocol.requests`; the process machine is a table in ``agents``.
+"""

@@ -1,0 +1,68 @@
+"""The parent's operations and the timers, each mapped to its rule.
+
+An operation is its ``protocol.api`` Args Struct; the rules answer with an ``Answer`` effect
+(the operation's Result Struct) or, for ``read``, an ``AnswerFromOutput`` (the agent's actor
+holds its output). ``status`` is a pure view (:mod:`protocol.session.status`), answered by the
+caller, which knows how its transport wakes the parent's inbox.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol import api
+from protocol.errors import InvalidArgument
+from protocol.session import agents, requests, routing, stale, tasks, watchers
+from protocol.session.effects import (
+    Answer,
+    AnswerFromOutput,
+    Effect,
+    Flush,
+    RequestTimeout,
+    StaleDue,
+    TaskDeadline,
+    TimerEvent,
+)
+from protocol.session.state import Ctx, SessionState
+from protocol.tasks import TaskEvent
+
+__all__ = ["call", "fire"]
+
+
+def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
+    match args:
+        case api.SpawnArgs():
+            return agents.spawn(s, args, cx)
+        case api.DelegateArgs():
+            return tasks.delegate(s, args, cx)
+        case api.MessageArgs():
+            return routing.parent_message(s, args, cx)
+        case api.WatchArgs():
+            return watchers.watch(s, args.ids, cx)
+        case api.PromptArgs():
+            return tasks.prompt(s, args, cx)
+        case api.CloseArgs():
+            return agents.close(s, args.agent, cx)
+        case api.CancelArgs():
+            return tasks.parent_settles(s, args.task_id, TaskEvent.CANCEL, args.reason, cx)
+        case api.FailArgs():
+            return tasks.parent_settles(s, args.task_id, TaskEvent.FAIL, args.error, cx)
+        case api.ReadArgs():
+            row = s.agent(args.agent)
+            return [AnswerFromOutput(agent_id=row.agent_id, lines=args.lines, before=args.before)]
+        case api.ResultArgs():
+            return [Answer(value=s.result_of(args.task_id))]
+        case _:
+            raise InvalidArgument(f"unknown operation {type(args).__name__}")
+
+
+def fire(s: SessionState, event: TimerEvent, cx: Ctx) -> list[Effect]:
+    match event:
+        case TaskDeadline():
+            return tasks.deadline(s, event, cx)
+        case RequestTimeout():
+            return requests.timeout(s, event, cx)
+        case StaleDue():
+            return stale.due(s, event, cx)
+        case Flush():
+            return watchers.flush(s, event, cx)

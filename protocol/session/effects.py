@@ -1,0 +1,241 @@
+"""What the session's rules ask the world to do: frozen Structs, run in order by the broker.
+
+A rule never does I/O. It returns a list of effects, and the caller (the broker actor, or a
+test) runs them in the order given. The order is part of the rule: a ``Journal`` comes before
+any effect that tells someone about what it records (a result is durable before anyone hears
+of it), and an ``Answer`` is the value the caller of an operation gets.
+
+==================  ==========================================================================
+effect              what running it means
+==================  ==========================================================================
+``Journal``         append the record to the journal (durable before the next effect runs)
+``Notify``          hand a notification to the parent's sink (or to one ``wait`` caller's)
+``Deliver``         publish an envelope into an agent's inbox (stamped with its capability)
+``Publish``         publish a receipt into a one-shot inbox (already stamped)
+``Forward``         show a runtime event to the agent's actor (its output, for ``read``)
+``SpawnAgent``      start the agent's process (or adopt its running bridge after a restart)
+``StopAgent``       close the agent's process
+``StartTimer``      after ``delay`` seconds, hand ``event`` back to the rules (one per key)
+``CancelTimer``     forget the timer with that key (its event may still arrive: rules ignore
+                    an event that no longer applies)
+``OpenNote`` ...    the task's artifact note: opened, appended to, finalised
+``Story``           one human line about the lifecycle (``shepherd demo``, ``serve --verbose``)
+``Log``             a log line
+``Answer``          the answer to the operation being handled
+``AnswerFromOutput`` the answer is a page of the agent's output (its actor holds it): the
+                    broker answers with a future of it
+``Watchdog*``       tell the watchdog what happened (it observes; it never decides here)
+==================  ==========================================================================
+
+Timer events (``TaskDeadline``, ``RequestTimeout``, ``StaleDue``, ``Flush``) are data too: a
+``StartTimer`` carries the event the rules get back, and ``key`` names the timer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from protocol.envelopes import AnyEnvelope, RuntimeEnvelope
+from protocol.notifications import AnyNotification
+from protocol.tasks import TaskRecord
+
+__all__ = [
+    "Answer",
+    "AnswerFromOutput",
+    "AppendNote",
+    "CancelTimer",
+    "Deliver",
+    "Effect",
+    "FinaliseNote",
+    "Flush",
+    "Forward",
+    "Journal",
+    "Log",
+    "Notify",
+    "OpenNote",
+    "Publish",
+    "RequestTimeout",
+    "SpawnAgent",
+    "StaleDue",
+    "StartTimer",
+    "StopAgent",
+    "Story",
+    "TaskDeadline",
+    "TimerEvent",
+    "TimerKey",
+    "WatchdogAgent",
+    "WatchdogInstruction",
+    "WatchdogRuntime",
+    "WatchdogTask",
+]
+
+#: what names a timer: its kind and the id it is about
+TimerKey = tuple[str, str]
+
+
+class Effect(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+class Journal(Effect, frozen=True, kw_only=True):
+    record: msgspec.Struct
+
+
+class Notify(Effect, frozen=True, kw_only=True):
+    note: AnyNotification
+    #: the watcher whose ``wait`` caller gets it instead of the parent's sink
+    caller: str | None = None
+
+
+class Deliver(Effect, frozen=True, kw_only=True):
+    agent_id: str
+    envelope: AnyEnvelope
+
+
+class Publish(Effect, frozen=True, kw_only=True):
+    inbox: str
+    envelope: AnyEnvelope
+
+
+class Forward(Effect, frozen=True, kw_only=True):
+    agent_id: str
+    envelope: RuntimeEnvelope
+
+
+class SpawnAgent(Effect, frozen=True, kw_only=True):
+    agent_id: str
+    name: str
+    adapter: str
+    capability: str
+    options: dict[str, Any] = {}
+    #: after a restart: take over the bridge that outlived the old parent (never a second one)
+    adopt: bool = False
+    pid: int | None = None
+    #: after a restart: the process is known to be gone (its actor only keeps its output)
+    exited: bool = False
+
+
+class StopAgent(Effect, frozen=True, kw_only=True):
+    agent_id: str
+
+
+class OpenNote(Effect, frozen=True, kw_only=True):
+    record: TaskRecord
+
+
+class AppendNote(Effect, frozen=True, kw_only=True):
+    task_id: str
+    line: str
+
+
+class FinaliseNote(Effect, frozen=True, kw_only=True):
+    record: TaskRecord
+
+
+class Story(Effect, frozen=True, kw_only=True):
+    text: str
+
+
+class Log(Effect, frozen=True, kw_only=True):
+    text: str
+    level: Literal["info", "warning"] = "info"
+
+
+class Answer(Effect, frozen=True, kw_only=True):
+    value: Any
+
+
+class AnswerFromOutput(Effect, frozen=True, kw_only=True):
+    agent_id: str
+    lines: int
+    before: int | None = None
+
+
+# --- timers: the event each one hands back
+
+
+class TaskDeadline(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+
+    @property
+    def key(self) -> TimerKey:
+        return ("deadline", self.task_id)
+
+
+class RequestTimeout(msgspec.Struct, frozen=True, kw_only=True):
+    request_id: str
+
+    @property
+    def key(self) -> TimerKey:
+        return ("reply", self.request_id)
+
+
+class StaleDue(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    waiting_since: float
+
+    @property
+    def key(self) -> TimerKey:
+        return ("stale", self.task_id)
+
+
+class Flush(msgspec.Struct, frozen=True, kw_only=True):
+    watcher_id: str
+
+    @property
+    def key(self) -> TimerKey:
+        return ("flush", self.watcher_id)
+
+
+TimerEvent = TaskDeadline | RequestTimeout | StaleDue | Flush
+
+
+class StartTimer(Effect, frozen=True, kw_only=True):
+    delay: float
+    event: TimerEvent
+
+
+class CancelTimer(Effect, frozen=True, kw_only=True):
+    key: TimerKey
+
+
+# --- what the watchdog is told (it observes the session; it never decides anything here)
+
+
+class WatchdogAgent(Effect, frozen=True, kw_only=True):
+    """An agent joined the session (or its process state changed)."""
+
+    agent_id: str
+    name: str
+    description: str | None = None
+    process_state: str = "starting"
+    at: float
+    #: how the agent runs (``command``, ``pi-rpc``, ...): what its output lines are
+    adapter: str | None = None
+
+
+class WatchdogRuntime(Effect, frozen=True, kw_only=True):
+    """A runtime event of an agent (tool call/result, output, turn start/end)."""
+
+    agent_id: str
+    envelope: RuntimeEnvelope
+    at: float
+
+
+class WatchdogInstruction(Effect, frozen=True, kw_only=True):
+    """The agent received a new instruction (a task or a message): a new evidence window."""
+
+    agent_id: str
+    kind: str  # "task" | "message" | "reply"
+    text: str
+    task_id: str | None
+    at: float
+
+
+class WatchdogTask(Effect, frozen=True, kw_only=True):
+    """The agent's active task changed (None when it settled)."""
+
+    agent_id: str
+    task_id: str | None

@@ -1,0 +1,87 @@
+"""What reaches the parent from its agents: envelopes, and what their actors report.
+
+Rules:
+
+1. The transport has authenticated every envelope that gets here (its sender proved its id
+   with its capability, for this session) and dropped duplicates: the rules trust the sender
+   id. A sender the session does not know is logged and ignored.
+2. Every ``message``, ``reply`` and ``done`` gets one receipt (accepted, or refused with a
+   typed error); a runtime event gets none. An agent cannot send the parent's kinds (``task``,
+   ``ack``, ``control``, ``notice``): refused.
+3. **A failure after acceptance is told.** An envelope the parent accepted but could not hand
+   to an agent's inbox (the agent exited, its inbox is full) fails the task it carried (and
+   the parent hears of it even if nobody watches the task); a message's sender is told it was
+   not delivered, and the request it opened is cancelled.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from protocol.envelopes import (
+    AnyEnvelope,
+    MessageEnvelope,
+    ReplyEnvelope,
+    RuntimeEnvelope,
+    TaskDoneEnvelope,
+    TaskEnvelope,
+)
+from protocol.errors import ErrorInfo, InvalidArgument, ShepherdError
+from protocol.ids import PARENT_ID
+from protocol.notifications import Notice
+from protocol.requests import RequestState
+from protocol.session import agents, outbox, requests, routing, tasks
+from protocol.session.effects import Effect, Log, Notify
+from protocol.session.state import Ctx, SessionState
+from protocol.tasks import TaskEvent
+
+__all__ = ["delivery_failed", "envelope"]
+
+
+def envelope(s: SessionState, env: AnyEnvelope, cx: Ctx) -> list[Effect]:
+    row = s.agents.get(env.sender_id)
+    if row is None:
+        return [Log(level="warning", text=f"envelope {env.message_id} from unknown sender")]
+    row = s.agents[row.agent_id] = msgspec.structs.replace(row, last_active_at=cx.now)
+    try:
+        match env:
+            case RuntimeEnvelope():
+                return agents.runtime_event(s, row, env, cx)
+            case MessageEnvelope() | ReplyEnvelope():
+                receipt, effects = routing.route(s, row.agent_id, env, cx)
+                return effects + outbox.ack(s, cx, env, request_id=receipt.request_id)
+            case TaskDoneEnvelope():
+                return tasks.done(s, row, env, cx)
+            case _:
+                raise InvalidArgument(f"an agent cannot send {type(env).__name__}")
+    except ShepherdError as exc:  # refused before anything changed
+        return outbox.ack(s, cx, env, error=exc.info())
+
+
+def delivery_failed(s: SessionState, env: AnyEnvelope, error: ErrorInfo, cx: Ctx) -> list[Effect]:
+    """Rule 3."""
+    effects: list[Effect] = []
+    if isinstance(env, TaskEnvelope):
+        why = f"task could not be delivered: {error.message}"
+        record = s.tasks.get(env.task_id)
+        if record is not None and not record.terminal:
+            effects += tasks.settle(s, env.task_id, TaskEvent.FAIL, cx, error=why)
+        text = f"task {env.task_id} to {s.name_of(env.target_id)} failed: {why}"
+        note = Notice(created_at=cx.now, code="not_delivered", text=text, refs=(env.task_id,))
+        effects.append(Notify(note=note))
+    elif isinstance(env, MessageEnvelope | ReplyEnvelope):
+        if env.sender_id == PARENT_ID:
+            text = (
+                f"message {env.message_id} to {s.name_of(env.target_id)} could not be "
+                f"delivered: {error.message}"
+            )
+            note = Notice(
+                created_at=cx.now, code="not_delivered", text=text, refs=(env.message_id,)
+            )
+            effects.append(Notify(note=note))
+        else:
+            text = f"message {env.message_id} could not be delivered: {error.message}"
+            effects += outbox.notice(s, cx, env.sender_id, "not_delivered", text, env.message_id)
+        if isinstance(env, MessageEnvelope) and env.expects_reply:
+            effects += requests.close(s, env.message_id, RequestState.CANCELLED, cx)
+    return effects

@@ -1,0 +1,178 @@
+"""Requests: a question sent with ``expects_reply``, from the moment it opens until it closes.
+
+Rules:
+
+1. A request opens when a message with ``expects_reply`` is routed (by
+   :mod:`protocol.session.routing`): it is journaled, it gets its reply deadline
+   (``reply_timeout_s``, else ``default_reply_timeout_s``; none: no deadline) and, if its sender
+   is working on a task, that task is ``waiting`` until no request of it is pending
+   (:mod:`protocol.tasks` rule 3). The request table and the task's ``pending_requests``
+   change together, here and nowhere else.
+2. **Wait-for cycles.** Every pending request is an edge *sender waits on target*. A request
+   whose edge closes a cycle (A waits on B waits on A, or longer) is a deadlock no timeout
+   will explain: the parent is told at once, naming the whole cycle, and so is the asker.
+   The request still opens (reported, not refused).
+3. A request closes exactly once (:mod:`protocol.requests`): replied, cancelled (its task
+   settled, its sender or target left) or timed out (its deadline passed). Closing it is
+   journaled and, if it ends its task's wait, the task runs again.
+4. A request that closed without an answer is told to its sender when the sender did not
+   cause it (a time-out, the target leaving).
+"""
+
+from __future__ import annotations
+
+from protocol.ids import PARENT_ID
+from protocol.notifications import Notice, WaitCycle
+from protocol.requests import RequestRecord, RequestState, resolve
+from protocol.session import outbox, stale
+from protocol.session.effects import (
+    AppendNote,
+    CancelTimer,
+    Effect,
+    Journal,
+    Notify,
+    RequestTimeout,
+    StartTimer,
+    Story,
+)
+from protocol.session.state import Ctx, SessionState
+from protocol.tasks import TaskRecord, TaskState, close_request, open_request
+from protocol.waits import find_cycle
+
+__all__ = ["attach", "close", "open_", "replay", "task_moved", "timeout"]
+
+
+def task_moved(
+    s: SessionState,
+    before: TaskRecord | None,
+    after: TaskRecord,
+    cx: Ctx,
+    opened: str | None = None,
+) -> list[Effect]:
+    """Keep a task's new record, tell its story if its state changed, keep its episode."""
+    s.tasks[after.task_id] = after
+    effects: list[Effect] = []
+    if before is None or before.state is not after.state:
+        extra = ""
+        if after.state is TaskState.WAITING and after.pending_requests:
+            request = s.requests.get(after.pending_requests[-1])
+            if request is not None:
+                extra = f" for {s.name_of(request.target_id)}: {request.question!r}"
+        elif after.result is not None:
+            body = after.result.text or after.result.error
+            extra = f" (rc {after.result.return_code})" + (f": {body}" if body else "")
+        who = s.name_of(after.agent_id)
+        effects.append(Story(text=f"{who}: task {after.task_id} {after.state.value}{extra}"))
+    return effects + stale.sync(s, after, cx, opened)
+
+
+def open_(s: SessionState, record: RequestRecord, cx: Ctx) -> list[Effect]:
+    """Open ``record`` (rule 1): the caller checked who may ask whom."""
+    cycle = find_cycle(s.requests.wait_edges(), (record.sender_id, record.target_id))
+    s.requests.put(record)
+    request_id = record.request_id
+    effects: list[Effect] = [Journal(record=record)]
+    if record.task_id is not None:
+        line = f"asked {s.name_of(record.target_id)} ({request_id}): {record.question}"
+        effects.append(AppendNote(task_id=record.task_id, line=line))
+    if cycle is not None:
+        effects += _report_cycle(s, request_id, cycle, cx)
+    asker, asked = s.name_of(record.sender_id), s.name_of(record.target_id)
+    effects.append(Story(text=f"{asker} asks {asked} (request {request_id})"))
+    if record.deadline_at is not None:
+        delay = record.deadline_at - cx.now
+        effects.append(StartTimer(delay=delay, event=RequestTimeout(request_id=request_id)))
+    return effects + attach(s, record, cx)
+
+
+def attach(s: SessionState, record: RequestRecord, cx: Ctx) -> list[Effect]:
+    """The request's task (if open) waits for it."""
+    task = s.tasks.get(record.task_id) if record.task_id is not None else None
+    if task is None or task.terminal:
+        return []
+    after = open_request(task, record.request_id, cx.now)
+    if after is task:
+        return []
+    return task_moved(s, task, after, cx, opened=record.request_id)
+
+
+def _report_cycle(s: SessionState, request_id: str, cycle: list[str], cx: Ctx) -> list[Effect]:
+    names = tuple(s.name_of(a) for a in cycle)
+    shown = " -> ".join(names)
+    effects: list[Effect] = [
+        Story(text=f"wait cycle: {shown}"),
+        Notify(
+            note=WaitCycle(
+                created_at=cx.now, request_id=request_id, cycle=names, agent_ids=tuple(cycle)
+            )
+        ),
+    ]
+    if cycle[0] != PARENT_ID:
+        text = (
+            f"Your request {request_id} closes a wait cycle {shown}: nobody in it can answer "
+            "while waiting. Answer the pending question you hold, or report blocked."
+        )
+        effects += outbox.notice(s, cx, cycle[0], "wait_cycle", text, request_id)
+    return effects
+
+
+def close(
+    s: SessionState,
+    request_id: str,
+    state: RequestState,
+    cx: Ctx,
+    *,
+    notify_sender: bool = False,
+    reply_id: str | None = None,
+    why: str | None = None,
+) -> list[Effect]:
+    """Close a request (rule 3); closing one already closed changes nothing."""
+    record = s.requests.get(request_id)
+    if record is None:
+        return []
+    closed, changed = resolve(record, state, cx.now, reply_id=reply_id)
+    if not changed:
+        return []
+    s.requests.put(closed)
+    effects: list[Effect] = [
+        Journal(record=closed),
+        Story(text=f"request {request_id} {state.value}"),
+    ]
+    if record.deadline_at is not None:
+        effects.append(CancelTimer(key=("reply", request_id)))
+    task = s.tasks.get(closed.task_id) if closed.task_id is not None else None
+    if task is not None and not task.terminal:
+        after = close_request(task, request_id)
+        if after is not task:
+            effects += task_moved(s, task, after, cx)
+    if notify_sender and state is not RequestState.REPLIED:
+        text = (
+            f"Your request {request_id} to {s.name_of(closed.target_id)} was "
+            f"{state.value.replace('_', ' ')}" + (f": {why}" if why else ".")
+        )
+        code = f"request_{state.value}"
+        if closed.sender_id == PARENT_ID:
+            note = Notice(created_at=cx.now, code=code, text=text, refs=(request_id,))
+            effects.append(Notify(note=note))
+        else:
+            effects += outbox.notice(s, cx, closed.sender_id, code, text, request_id)
+    return effects
+
+
+def timeout(s: SessionState, event: RequestTimeout, cx: Ctx) -> list[Effect]:
+    """The reply deadline passed: the request times out (its sender is told)."""
+    return close(s, event.request_id, RequestState.TIMED_OUT, cx, notify_sender=True)
+
+
+def replay(s: SessionState, record: RequestRecord, cx: Ctx) -> None:
+    """A request record read back from the journal: the same moves as when it was written
+    (its task waits, or runs again), without telling anyone again."""
+    s.requests.put(record)
+    if record.pending:
+        attach(s, record, cx)
+        return
+    task = s.tasks.get(record.task_id) if record.task_id is not None else None
+    if task is not None and not task.terminal:
+        after = close_request(task, record.request_id)
+        if after is not task:
+            task_moved(s, task, after, cx)

@@ -1,0 +1,176 @@
+"""Restoring a session after a parent restart: a fold of the journal, then the same effects.
+
+Rules:
+
+1. **The journal is the truth.** :func:`fold` replays its records, in order, through the same
+   moves the rules made when they wrote them (``protocol.tasks`` and ``protocol.requests``
+   machines, the process table): a task comes back ``running`` or, with open requests,
+   ``waiting`` since the start of its current episode; a settled task stays settled with its
+   result. Intermediate moves are not journaled: they are derived.
+2. **Nothing is started twice.** :func:`resume` asks for the agents' processes with the same
+   ``SpawnAgent`` effect a spawn uses, marked to *adopt* the running bridge (or, for an agent
+   whose exit was journaled, to keep only its output): a restarted parent never starts a second
+   process. Open tasks get their deadlines again and their task envelope with its old id (an
+   agent's inbox drops one it already had); pending requests keep their reply deadlines.
+3. **Nothing is told twice.** A watcher delivers only what it had not delivered: neither a
+   result its ``watch`` answer carried (``inline``, journaled) nor one a notification carried
+   (the notifications file *is* the record of delivery). A waiting episode already reported
+   stale is not reported again.
+4. A task whose agent is gone (closed, exited, unknown) fails: "the agent was gone when the
+   parent restarted".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NoReturn
+
+import msgspec
+
+from protocol.ids import IdKind
+from protocol.journal import AgentExitRecord, AgentRecord, PromptRecord, WatcherRecord
+from protocol.requests import RequestRecord
+from protocol.session import agents, requests, tasks, watchers
+from protocol.session.effects import (
+    Deliver,
+    Effect,
+    RequestTimeout,
+    StaleDue,
+    StartTimer,
+    Story,
+    TaskDeadline,
+    WatchdogAgent,
+)
+from protocol.session.state import Ctx, SessionState
+from protocol.settings import Settings
+from protocol.tasks import TaskEvent, TaskRecord
+
+__all__ = ["Restore", "fold", "resume"]
+
+
+class _NoIds:
+    """Replaying makes no ids: everything it needs was journaled."""
+
+    def new(self, kind: IdKind) -> NoReturn:
+        raise AssertionError(f"a replay made a new {kind.value} id")
+
+    def secret(self) -> NoReturn:
+        raise AssertionError("a replay made a new capability")
+
+
+_NO_IDS = _NoIds()
+
+
+def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) -> SessionState:
+    """Replay journal records, in order, into the session state they describe (rule 1)."""
+    s = into if into is not None else SessionState("", Settings())
+    for record in records:
+        match record:
+            case AgentRecord():
+                agents.join(s, record, Ctx(record.created_at, _NO_IDS))
+            case AgentExitRecord():
+                agents.replay_exit(s, record, Ctx(record.at, _NO_IDS))
+            case TaskRecord():
+                tasks.replay(s, record, Ctx(record.created_at, _NO_IDS))
+            case RequestRecord():
+                at = record.resolved_at if record.resolved_at is not None else record.created_at
+                requests.replay(s, record, Ctx(at, _NO_IDS))
+            case PromptRecord():
+                s.prompts[record.prompt_id] = record.task_id
+            case WatcherRecord():
+                pending = tuple(t for t in record.ids if t not in record.inline)
+                if pending:
+                    watchers.register(s, record.watcher_id, record.ids, pending)
+    return s
+
+
+class Restore(msgspec.Struct, kw_only=True):
+    """What a restarted parent starts from: the folded journal, per watcher the task ids whose
+    completion it already delivered and per task the requests named by the stale-wait notices
+    it already gave (both read from the notifications file), and how many damaged lines the
+    two files had (torn tails cut off, unreadable records skipped; each was logged)."""
+
+    state: SessionState
+    delivered: dict[str, set[str]] = {}
+    stale_noticed: dict[str, set[str]] = {}
+    problems: int = 0
+
+    def stale_notice_given(self, task_id: str) -> bool:
+        """Was the task's current waiting episode already reported stale?"""
+        opened = self.state.episodes.get(task_id, ())
+        return not self.stale_noticed.get(task_id, set()).isdisjoint(opened)
+
+
+def resume(restore: Restore, cx: Ctx) -> list[Effect]:
+    """The effects that bring the folded state back to life (rules 2-4)."""
+    s = restore.state
+    s.journal_problems = restore.problems
+    effects: list[Effect] = []
+    for request in s.requests.pending():
+        if request.deadline_at is not None:
+            event = RequestTimeout(request_id=request.request_id)
+            effects.append(StartTimer(delay=max(0.0, request.deadline_at - cx.now), event=event))
+    for agent_id in list(s.agents):
+        row = s.agents[agent_id] = msgspec.structs.replace(
+            s.agents[agent_id], last_active_at=cx.now
+        )
+        effects += [
+            agents.respawn(row),
+            WatchdogAgent(agent_id=agent_id, name=row.name, at=cx.now, adapter=row.adapter),
+        ]
+    for task_id, record in list(s.tasks.items()):
+        if record.terminal:
+            continue
+        owner = s.agents.get(record.agent_id)
+        if owner is None or owner.closed:
+            why = "the agent was gone when the parent restarted"
+            effects += tasks.settle(s, task_id, TaskEvent.FAIL, cx, error=why)
+            continue
+        if record.deadline_at is not None:
+            delay = max(0.0, record.deadline_at - cx.now)
+            effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=task_id)))
+        episode = s.stale.get(task_id)
+        if episode is not None:
+            if restore.stale_notice_given(task_id):
+                s.stale[task_id] = episode = msgspec.structs.replace(episode, notified=True)
+            delay = max(0.0, episode.since + s.settings.stale_wait_threshold_s - cx.now)
+            due = StaleDue(task_id=task_id, waiting_since=episode.since)
+            effects.append(StartTimer(delay=delay, event=due))
+        envelope = tasks.task_envelope(s, record, cx)
+        effects.append(Deliver(agent_id=record.agent_id, envelope=envelope))
+    effects += _watchers(restore, cx)
+    open_tasks = sum(1 for r in s.tasks.values() if not r.terminal)
+    effects.append(
+        Story(
+            text=f"session restored: {len(s.agents)} agents, {len(s.results)} settled, "
+            f"{open_tasks} open tasks, {len(s.watchers)} watchers"
+        )
+    )
+    return effects
+
+
+def _watchers(restore: Restore, cx: Ctx) -> list[Effect]:
+    """Each watcher keeps only what it had not delivered; a result that settled and was never
+    delivered goes out now, once (rule 3)."""
+    s = restore.state
+    for watcher in list(s.watchers.values()):
+        delivered = restore.delivered.get(watcher.watcher_id, set())
+        if watcher.pending.isdisjoint(delivered):
+            continue
+        for task_id in watcher.pending & delivered:
+            subscribed = s.subscribers.get(task_id, [])
+            if watcher.watcher_id in subscribed:
+                subscribed.remove(watcher.watcher_id)
+            if not subscribed:
+                s.subscribers.pop(task_id, None)
+        pending = watcher.pending - delivered
+        if pending:
+            s.watchers[watcher.watcher_id] = msgspec.structs.replace(watcher, pending=pending)
+        else:
+            del s.watchers[watcher.watcher_id]
+    effects: list[Effect] = []
+    for task_id in list(s.subscribers):
+        result = s.result_of(task_id)
+        if result is not None:  # settled, never delivered: deliver it now, once
+            effects += watchers.hand_over(s, result, cx)
+    return effects

@@ -1,0 +1,207 @@
+"""The session's state: one place for every fact the session's rules read or change.
+
+Rules:
+
+1. **One owner per fact.** An agent's process state, its active task and whether it is closed
+   live in its :class:`AgentRow`; a task's record (state, pending requests, result) in
+   ``tasks``; a request in ``requests``; a watcher's pending, delivered and buffered tasks in
+   its :class:`WatcherState`; a waiting episode in ``episodes``. A task's result is its
+   record's ``result`` (``results`` is a view of it, never a second table).
+2. **Changed by the rules only.** The rule modules of this package are the only writers. A
+   rule checks everything first and raises a typed error (nothing changed) or changes the
+   state and returns its effects.
+3. **Indexes are derived, and changed with what they index.** ``names`` indexes agents,
+   ``subscribers`` indexes the watchers' pending tasks, a task's ``pending_requests`` lists
+   its pending requests in the request table: each is changed in the same function as the
+   fact it indexes (``tests/protocol/session`` checks they agree after every step).
+
+Theory of operation: the state is a plain container that the rules change in place, like
+h11's connection state; the records in it are frozen Structs, replaced as they move through
+their machines (``protocol.tasks``, ``protocol.requests``, the process table in
+``protocol.session.agents``). A persistent (copied-on-change) state would make every event cost
+the size of the session (a session holds thousands of tasks and requests); the discipline
+"check, then change" gives the same guarantee the tables give (an illegal move changes
+nothing). Time and ids come in through :class:`Ctx`: a rule never reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+
+from protocol.api import ProcessState
+from protocol.envelopes import MailboxWake
+from protocol.errors import InvalidHandle
+from protocol.ids import PARENT_ID, IdKind, an_id_of, kind_of
+from protocol.request_table import RequestTable
+from protocol.settings import Settings
+from protocol.tasks import TaskRecord, TaskResult
+
+__all__ = [
+    "AgentRow",
+    "Ctx",
+    "Episode",
+    "Ids",
+    "SessionState",
+    "Turn",
+    "TurnStats",
+    "WatcherState",
+]
+
+
+class Ids(Protocol):
+    def new(self, kind: IdKind) -> str: ...
+
+    def secret(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    """What a rule may know of the world: the time of the event and where ids come from."""
+
+    now: float
+    ids: Ids
+
+
+class AgentRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One agent of the session (replaced as it changes)."""
+
+    agent_id: str
+    name: str
+    adapter: str
+    capability: str
+    created_at: float
+    options: dict[str, Any] = {}
+    pid: int | None = None
+    process_state: ProcessState = "starting"
+    closed: bool = False
+    exit_code: int | None = None
+    active_task: str | None = None
+    last_active_at: float | None = None
+    #: how its bridge is woken, as it last said
+    mailbox_wake: MailboxWake | None = None
+
+
+class Turn(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent's current turn: when its side started it, and the last lines it printed."""
+
+    started_at: float | None = None
+    tail: tuple[str, ...] = ()
+
+
+class TurnStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Per open task: its turns that ended without done, the last one's end and status."""
+
+    count: int = 0
+    ended_at: float | None = None
+    exit_code: int | None = None
+
+
+class Episode(msgspec.Struct, frozen=True, kw_only=True):
+    """A task's waiting episode: from the request that made it wait until none is pending."""
+
+    since: float
+    #: the requests opened in this episode, in order (a restart matches its stale notices)
+    requests: tuple[str, ...] = ()
+    #: the parent was told it is stale (once per episode)
+    notified: bool = False
+
+
+class WatcherState(msgspec.Struct, frozen=True, kw_only=True):
+    """One watcher: which of its tasks are still to deliver, and what waits to go out."""
+
+    watcher_id: str
+    ids: tuple[str, ...]
+    pending: frozenset[str]
+    #: results waiting for the coalescing window to close, in arrival order
+    buffer: tuple[TaskResult, ...] = ()
+    #: False for a ``wait`` call's watcher: it lives only as long as its caller
+    journaled: bool = True
+
+
+class _Results(Mapping[str, TaskResult]):
+    """The settled tasks' results: a view of the task records, not a table of its own."""
+
+    __slots__ = ("_tasks",)
+
+    def __init__(self, tasks: dict[str, TaskRecord]) -> None:
+        self._tasks = tasks
+
+    def __getitem__(self, task_id: str) -> TaskResult:
+        result = self._tasks[task_id].result
+        if result is None:
+            raise KeyError(task_id)
+        return result
+
+    def __contains__(self, task_id: object) -> bool:
+        record = self._tasks.get(task_id) if isinstance(task_id, str) else None
+        return record is not None and record.result is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (t for t, r in self._tasks.items() if r.result is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for r in self._tasks.values() if r.result is not None)
+
+
+class SessionState:
+    """Everything the session's rules know. See the module rules for who may change what."""
+
+    def __init__(self, session_id: str, settings: Settings) -> None:
+        self.session_id = session_id
+        self.settings = settings
+        self.agents: dict[str, AgentRow] = {}
+        self.names: dict[str, str] = {}  # name -> agent id (the newest agent of that name)
+        self.tasks: dict[str, TaskRecord] = {}
+        self.requests = RequestTable(settings.closed_requests_kept)
+        self.prompts: dict[str, str] = {}  # prompt id -> task id (compatibility aliases)
+        self.watchers: dict[str, WatcherState] = {}
+        self.subscribers: dict[str, list[str]] = {}  # task id -> watchers it is pending for
+        self.stale: dict[str, Episode] = {}  # waiting task id -> its episode
+        self.turns: dict[str, Turn] = {}  # agent id -> its current turn
+        self.turn_stats: dict[str, TurnStats] = {}  # open task id -> turns without done
+        #: damaged lines of the journal and notifications file found at restart
+        self.journal_problems = 0
+        self.results: Mapping[str, TaskResult] = _Results(self.tasks)
+
+    @property
+    def episodes(self) -> dict[str, tuple[str, ...]]:
+        """Per waiting task, the requests opened in its current episode."""
+        return {task_id: e.requests for task_id, e in self.stale.items()}
+
+    # ------------------------------------------------------------------ lookups
+
+    def agent(self, handle: str, *, live: bool = False) -> AgentRow:
+        """The agent named by id or name, or ``invalid_handle`` (``live``: not closed)."""
+        agent_id = handle if handle in self.agents else self.names.get(handle)
+        if agent_id is None:
+            kind = kind_of(handle)
+            if kind is not None and kind is not IdKind.AGENT:
+                raise InvalidHandle(f"{handle} is {an_id_of(kind)}, not an agent")
+            raise InvalidHandle(f"no agent {handle!r} in this session")
+        row = self.agents[agent_id]
+        if live and row.closed:
+            raise InvalidHandle(f"agent {row.name} ({agent_id}) is closed")
+        return row
+
+    def name_of(self, agent_id: str) -> str:
+        row = self.agents.get(agent_id)
+        return row.name if row else agent_id
+
+    def result_of(self, task_id: str) -> TaskResult | None:
+        record = self.tasks.get(task_id)
+        return record.result if record is not None else None
+
+    def waits(self, agent_id: str) -> bool:
+        """Does the agent wait for a reply to any of its questions?"""
+        return any(waiter == agent_id for waiter, _ in self.requests.wait_edges())
+
+    def put_agent(self, row: AgentRow) -> None:
+        self.agents[row.agent_id] = row
+
+
+def is_parent(agent_id: str) -> bool:
+    return agent_id == PARENT_ID
