@@ -38,9 +38,12 @@ from actors.journal import Journal
 from actors.notes import TaskNotes
 from actors.runtime import ShepherdActor, tell_quietly
 from actors.sinks import GuardedSink
+from actors.task import TaskActor
 from actors.transport import PARENT_INBOX, Transport
+from actors.watcher import WatcherActor
 from protocol import api
 from protocol.errors import ShepherdError
+from protocol.notifications import TaskCompletion
 from protocol.session import agents, calls, inbound, status, watchers
 from protocol.session import effects as fx
 from protocol.session.restore import Restore, resume
@@ -82,7 +85,8 @@ class BrokerActor(ShepherdActor):
         self._watchdog = watchdog_factory(self.actor_ref) if watchdog_factory else None
         self._agents: dict[str, pykka.ActorRef[Any]] = {}  # agent id -> its actor
         self._timers: dict[fx.TimerKey, tuple[fx.TimerEvent, TimerHandle]] = {}
-        self._callers: dict[str, GuardedSink] = {}  # watcher id -> its ``wait`` caller's sink
+        self._tasks: dict[str, pykka.ActorRef[Any]] = {}  # open task id -> its actor
+        self._watchers: dict[str, pykka.ActorRef[Any]] = {}  # watcher id -> its actor
         self._log = logger.bind(session=session_id)
 
     def on_start(self) -> None:
@@ -115,14 +119,10 @@ class BrokerActor(ShepherdActor):
                 if entry is not None and entry[0] is message:
                     del self._timers[message.key]
                 self._run(calls.fire(state, message, self._ctx()))
-                if isinstance(message, fx.Flush) and message.watcher_id not in state.watchers:
-                    self._callers.pop(message.watcher_id, None)
                 return None
             case messages.WatchWith(ids=ids, sink=sink):
-                answer = self._run(watchers.watch(state, ids, self._ctx(), journaled=False))
-                if answer.pending:
-                    self._callers[answer.watcher_id] = GuardedSink(sink)
-                return answer
+                effects = watchers.watch(state, ids, self._ctx(), journaled=False)
+                return self._run(effects, caller=GuardedSink(sink))
             case _:
                 return super().on_receive(message)
 
@@ -145,7 +145,10 @@ class BrokerActor(ShepherdActor):
 
     # ------------------------------------------------------------------ run the effects
 
-    def _run(self, effects: list[fx.Effect]) -> Any:
+    def _run(self, effects: list[fx.Effect], caller: GuardedSink | None = None) -> Any:
+        """Run ``effects`` in order; the answer is the ``Answer`` among them. ``caller``: where
+        a watcher spawned here hands its notifications (a ``wait``'s caller; else the
+        parent's sink)."""
         answer: Any = None
         for effect in effects:
             match effect:
@@ -156,11 +159,10 @@ class BrokerActor(ShepherdActor):
                     self._journal.append(record)
                     if settles:
                         crashpoint("settle.after_journal")
-                case fx.Notify(note=note, caller=None):
+                case fx.Notify(note=TaskCompletion() as note):
+                    self._hand(note)
+                case fx.Notify(note=note):
                     self._sink(note)
-                case fx.Notify(note=note, caller=str(watcher_id)):
-                    if watcher_id in self._callers:
-                        self._callers[watcher_id](note)
                 case fx.Deliver(agent_id=agent_id, envelope=env):
                     self._tell(agent_id, messages.Deliver(envelope=env))
                 case fx.Forward(agent_id=agent_id, envelope=env):
@@ -174,14 +176,18 @@ class BrokerActor(ShepherdActor):
                     self._spawn(effect)
                 case fx.StopAgent(agent_id=agent_id):
                     self._tell(agent_id, messages.CloseAgent())
+                case fx.StartTimer(delay=delay, event=fx.TaskDeadline(task_id=task_id) as event):
+                    self._tell_task(task_id, messages.ArmDeadline(delay=delay, event=event))
+                case fx.CancelTimer(key=("deadline", task_id)):
+                    self._tell_task(task_id, messages.DisarmDeadline())
                 case fx.StartTimer(delay=delay, event=event):
                     self._cancel(event.key)
                     fire = functools.partial(tell_quietly, self.actor_ref, event)
                     self._timers[event.key] = (event, self.clock.call_later(delay, fire))
                 case fx.CancelTimer(key=key):
                     self._cancel(key)
-                case fx.OpenNote() | fx.AppendNote() | fx.FinaliseNote():
-                    self._note(effect)
+                case fx.OpenNote() | fx.AppendNote() | fx.FinaliseNote() | fx.SpawnWatcher():
+                    self._task_or_watcher(effect, caller)
                 case fx.Story(text=text):
                     self._story(text)
                 case fx.Log(text=text, level=level):
@@ -226,19 +232,40 @@ class BrokerActor(ShepherdActor):
         if entry is not None:
             entry[1].cancel()
 
-    def _note(self, effect: fx.OpenNote | fx.AppendNote | fx.FinaliseNote) -> None:
-        if self._notes is None:
-            return
-        try:
-            match effect:
-                case fx.OpenNote(record=record):
-                    self._notes.open(record)
-                case fx.AppendNote(task_id=task_id, line=line):
-                    self._notes.append(task_id, line)
-                case fx.FinaliseNote(record=record):
-                    self._notes.finalise(record)
-        except OSError:
-            self._log.opt(exception=True).error("task note: {} failed", type(effect).__name__)
+    def _task_or_watcher(self, effect: fx.Effect, caller: GuardedSink | None) -> None:
+        """The actors of open tasks and of watchers: spawned, told, forgotten at their end."""
+        match effect:
+            case fx.OpenNote(record=record, restored=restored):
+                task = self.runtime.spawn(
+                    TaskActor, record, self._notes, self.actor_ref, restored=restored
+                )
+                self._tasks[record.task_id] = task
+            case fx.AppendNote(task_id=task_id, line=line):
+                self._tell_task(task_id, messages.NoteLine(line=line))
+            case fx.FinaliseNote(record=record):
+                if (settled := self._tasks.pop(record.task_id, None)) is not None:
+                    tell_quietly(settled, messages.SettleNote(record=record))
+            case fx.SpawnWatcher(watcher_id=watcher_id):
+                sink = caller if caller is not None else self._sink
+                self._watchers[watcher_id] = self.runtime.spawn(WatcherActor, watcher_id, sink)
+
+    def _tell_task(self, task_id: str, message: Any) -> None:
+        """Tell an open task's actor (its deadline timer, its note); a task's actor is gone
+        only once it settled, and then the message no longer applies."""
+        if (task := self._tasks.get(task_id)) is not None:
+            tell_quietly(task, message)
+
+    def _hand(self, note: TaskCompletion) -> None:
+        """A watcher's notification goes through its actor (which stops when nothing is
+        pending); the rules made it exactly once, in order."""
+        watcher_id = note.watcher_id
+        ref = self._watchers.pop(watcher_id, None) if not note.pending else None
+        ref = ref or self._watchers.get(watcher_id)
+        if ref is not None:
+            tell_quietly(ref, messages.Hand(note=note))
+        else:  # never expected: the parent hears of it rather than nobody
+            self._log.error("no actor for watcher {}: handed to the parent", watcher_id)
+            self._sink(note)
 
     def _output(self, agent_id: str, lines: int, before: int | None) -> Any:
         ref = self._agents.get(agent_id)

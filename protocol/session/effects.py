@@ -9,7 +9,9 @@ of it), and an ``Answer`` is the value the caller of an operation gets.
 effect              what running it means
 ==================  ==========================================================================
 ``Journal``         append the record to the journal (durable before the next effect runs)
-``Notify``          hand a notification to the parent's sink (or to one ``wait`` caller's)
+``Notify``          hand a notification to the parent's sink; a watcher's (``TaskCompletion``)
+                    goes through that watcher's actor to its caller (``watch``: the parent's
+                    sink; ``wait``: the waiting caller's)
 ``Deliver``         publish an envelope into an agent's inbox (stamped with its capability)
 ``Publish``         publish a receipt into a one-shot inbox (already stamped)
 ``Forward``         show a runtime event to the agent's actor (its output, for ``read``)
@@ -18,7 +20,9 @@ effect              what running it means
 ``StartTimer``      after ``delay`` seconds, hand ``event`` back to the rules (one per key)
 ``CancelTimer``     forget the timer with that key (its event may still arrive: rules ignore
                     an event that no longer applies)
-``OpenNote`` ...    the task's artifact note: opened, appended to, finalised
+``OpenNote`` ...    the task's actor and its working note: spawned with the note opened (or
+                    taken over after a restart), a line appended, finalised (the actor stops)
+``SpawnWatcher``    the watcher's actor, which hands its notifications to its caller
 ``Story``           one human line about the lifecycle (``shepherd demo``, ``serve --verbose``)
 ``Log``             a log line
 ``Answer``          the answer to the operation being handled
@@ -58,6 +62,7 @@ __all__ = [
     "Publish",
     "RequestTimeout",
     "SpawnAgent",
+    "SpawnWatcher",
     "StaleDue",
     "StartTimer",
     "StopAgent",
@@ -85,8 +90,6 @@ class Journal(Effect, frozen=True, kw_only=True):
 
 class Notify(Effect, frozen=True, kw_only=True):
     note: AnyNotification
-    #: the watcher whose ``wait`` caller gets it instead of the parent's sink
-    caller: str | None = None
 
 
 class Deliver(Effect, frozen=True, kw_only=True):
@@ -123,6 +126,8 @@ class StopAgent(Effect, frozen=True, kw_only=True):
 
 class OpenNote(Effect, frozen=True, kw_only=True):
     record: TaskRecord
+    #: after a restart: the note exists; the task's new actor takes it over
+    restored: bool = False
 
 
 class AppendNote(Effect, frozen=True, kw_only=True):
@@ -132,6 +137,10 @@ class AppendNote(Effect, frozen=True, kw_only=True):
 
 class FinaliseNote(Effect, frozen=True, kw_only=True):
     record: TaskRecord
+
+
+class SpawnWatcher(Effect, frozen=True, kw_only=True):
+    watcher_id: str
 
 
 class Story(Effect, frozen=True, kw_only=True):

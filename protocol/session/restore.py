@@ -34,7 +34,9 @@ from protocol.session import agents, requests, tasks, watchers
 from protocol.session.effects import (
     Deliver,
     Effect,
+    OpenNote,
     RequestTimeout,
+    SpawnWatcher,
     StaleDue,
     StartTimer,
     Story,
@@ -121,6 +123,7 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
     for task_id, record in list(s.tasks.items()):
         if record.terminal:
             continue
+        effects.append(OpenNote(record=record, restored=True))  # its actor, its note kept
         owner = s.agents.get(record.agent_id)
         if owner is None or owner.closed:
             why = "the agent was gone when the parent restarted"
@@ -168,7 +171,7 @@ def _watchers(restore: Restore, cx: Ctx) -> list[Effect]:
             s.watchers[watcher.watcher_id] = msgspec.structs.replace(watcher, pending=pending)
         else:
             del s.watchers[watcher.watcher_id]
-    effects: list[Effect] = []
+    effects: list[Effect] = [SpawnWatcher(watcher_id=w) for w in s.watchers]
     for task_id in list(s.subscribers):
         result = s.result_of(task_id)
         if result is not None:  # settled, never delivered: deliver it now, once

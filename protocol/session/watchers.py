@@ -27,7 +27,15 @@ from protocol import api
 from protocol.ids import IdKind
 from protocol.journal import WatcherRecord
 from protocol.notifications import TaskCompletion
-from protocol.session.effects import Answer, Effect, Flush, Journal, Notify, StartTimer
+from protocol.session.effects import (
+    Answer,
+    Effect,
+    Flush,
+    Journal,
+    Notify,
+    SpawnWatcher,
+    StartTimer,
+)
 from protocol.session.state import Ctx, SessionState, WatcherState
 from protocol.tasks import TaskResult
 from protocol.watching import resolve_watch_ids
@@ -53,6 +61,7 @@ def watch(
             )
             effects.append(Journal(record=record))
         register(s, watcher_id, ids, pending, journaled=journaled)
+        effects.append(SpawnWatcher(watcher_id=watcher_id))
     result = api.WatchResult(watcher_id=watcher_id, ids=ids, pending=pending, completed=completed)
     return [*effects, Answer(value=result)]
 
@@ -116,4 +125,4 @@ def flush(s: SessionState, event: Flush, cx: Ctx) -> list[Effect]:
         results=results,
         pending=tuple(t for t in watcher.ids if t in pending),
     )
-    return [Notify(note=note, caller=None if watcher.journaled else watcher.watcher_id)]
+    return [Notify(note=note)]  # to the watcher's actor (its note names it), which stops if done

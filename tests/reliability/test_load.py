@@ -461,9 +461,9 @@ class Rig:
             "results": len(b.results),
             "dedup_ids": len(self.transport.gate),  # the transport de-duplicates, not the broker
             "subscriptions": sum(len(v) for v in b.subscribers.values()),
-            # watchers and open tasks are the broker's state now, not actors of their own
-            "watcher_actors": len(b.watchers),
-            "task_actors": sum(1 for r in b.tasks.values() if not r.terminal),
+            "watchers": len(b.watchers),
+            "watcher_actors": len(self.broker_actor._watchers),
+            "task_actors": len(self.broker_actor._tasks),  # one per open task
             "request_timers": timers["reply"],
             "stale_timers": timers["stale"],
             "actors": self.runtime.actor_count,

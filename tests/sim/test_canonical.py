@@ -34,6 +34,8 @@ def canonical(seed: int) -> None:
     # 6. no completion while waiting
     assert completions(sink) == []
     # 7. the planner is busy (sleeping inside its turn); the question waits in its queue
+    # (its process may still be starting: spawning answers before the process runs)
+    assert s.sim.run_until(lambda: "planner" in s.sim_launcher.agents, max_time=1.0)
     planner_driver = s.sim_launcher.driver("planner")
     assert s.sim.run_until(
         lambda: (
