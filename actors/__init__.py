@@ -1,4 +1,4 @@
-"""Everything with a thread, a file, a clock or a process (DESIGN §3).
+"""Everything with a thread, a file, a clock or a process.
 
 Logging goes through loguru and is off for library users until an entry point (the CLI, a
 test) enables it with ``logger.enable("actors")``. Levels: DEBUG one event per delivery

@@ -1,12 +1,12 @@
 """The child bridge: one ``shepherd-child run`` process per agent, between the session mailbox
-and the agent (DESIGN §6 "Child bridge", §10 orphans).
+and the agent.
 
 Rules:
 - Identity comes only from the ``SHEPHERD_*`` environment the parent set
   (:data:`~actors.child_env.ENV_VARS`); every envelope the bridge publishes carries this
   child's capability and goes to the ``parent`` inbox. The bridge never publishes
   ``task_done`` by itself: a turn ending is a ``turn_end`` runtime event and nothing more
-  (DESIGN §1.1). Only the agent's explicit ``done`` (a script step, or ``shepherd-child done``
+  (idle is not done). Only the agent's explicit ``done`` (a script step, or ``shepherd-child done``
   from the agent's shell) settles a task.
 - Its own inbox accepts only what the parent wrote for it
   (:func:`~actors.child_env.envelope_validator` states the checks); anything else is
@@ -22,7 +22,7 @@ Rules:
   SIGINT / SIGHUP (128 + signal), when the parent is gone (code 0: nobody is left to read a
   status, and it is an orderly stop, not a crash), when a scripted ``exit`` step says so
   (that code), or on a fatal start-up error (code 2: bad environment, options or script).
-- Nothing it started outlives it (DESIGN §10): at exit the adapter stops the agent, then,
+- Nothing it started outlives it (no orphans): at exit the adapter stops the agent, then,
   if the bridge leads its own session (the parent starts it with ``start_new_session``), every
   remaining process of that session — its own process group and the command adapter's
   per-turn groups alike — gets SIGTERM, then SIGKILL after a grace period

@@ -1,6 +1,6 @@
 """What a child knows about itself: the ``SHEPHERD_*`` environment the parent's launcher
 set (:data:`ENV_VARS`), parsed into a :class:`ChildEnv`, and the validator that guards an
-inbox of this child (DESIGN §6 "Child bridge").
+inbox of this child.
 
 Rules:
 - Identity comes only from this environment: a missing or malformed variable is named in

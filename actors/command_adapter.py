@@ -1,4 +1,4 @@
-"""The ``command`` adapter: any CLI agent, one process per turn (DESIGN §6).
+"""The ``command`` adapter: any CLI agent, one process per turn.
 
 Options (``SHEPHERD_AGENT_OPTIONS``)::
 

@@ -1,4 +1,4 @@
-"""Settings files: read the two TOML layers and fold them onto the defaults (DESIGN §8).
+"""Settings files: read the two TOML layers and fold them onto the defaults.
 
 Order, later wins::
 

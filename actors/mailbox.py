@@ -1,6 +1,6 @@
 """The session mailbox: the :class:`~actors.transport.Transport` over a Maildir-style directory.
 
-Rules (DESIGN §1.6, §5; STYLE convention 10):
+Rules (nothing a publish accepted is lost; a wake-up is only a hint):
 - Layout: ``<root>/inbox/<owner>/{tmp,new,cur}``, the inbox's doorbell ``<owner>/bell`` (a
   FIFO, :mod:`actors.mailbox_bell`), and ``<root>/quarantine/``; every directory 0700, every
   file 0600. ``owner`` is ``parent``, an agent id, or a client's message id.

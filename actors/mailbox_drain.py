@@ -1,6 +1,6 @@
-"""What draining one inbox of the session mailbox does, on the mailbox's receiver thread
-(DESIGN §1.6, §5; STYLE convention 10). *When* an inbox is drained is the
-:class:`~actors.mailbox_watch.Receiver`'s business; *what* draining does is this module's.
+"""What draining one inbox of the session mailbox does, on the mailbox's receiver thread.
+*When* an inbox is drained is the :class:`~actors.mailbox_watch.Receiver`'s business; *what*
+draining does is this module's.
 
 Rules:
 - Every file in ``new/`` is, in name order, either handed to the handler once and moved to

@@ -2,7 +2,7 @@
 
 A note is opened when the task is delegated, gains a line when the task starts waiting on a
 question, stays open while the task waits, and is finalised exactly once with the result when
-the task settles (seed 002 phase 10). :class:`FileTaskNotes` writes
+the task settles. :class:`FileTaskNotes` writes
 ``<session>/artifacts/<task_id>.md``; :class:`MemoryTaskNotes` keeps them in memory.
 """
 

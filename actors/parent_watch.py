@@ -1,4 +1,4 @@
-"""The bridge's watch on its parent (DESIGN §10 orphans): notice the parent's death, then
+"""The bridge's watch on its parent (so that no agent outlives it): notice the parent's death, then
 wait a while for a restarted parent to take the session over.
 
 Rules:

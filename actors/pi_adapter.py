@@ -1,5 +1,5 @@
 """The ``pi-rpc`` adapter: the real Pi coding agent as a child, driven over its RPC mode
-(DESIGN §6; measured facts in ``shared/PI_RPC.md``).
+(behaviour measured on Pi 0.73.1, npm ``@mariozechner/pi-coding-agent``).
 
 Options (``SHEPHERD_AGENT_OPTIONS``: ``pi``, ``models_json``, ``provider``, ``model``, ``cwd``,
 ``startup_timeout_s``) are described and checked in :mod:`actors.pi_options`.

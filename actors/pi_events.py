@@ -1,10 +1,10 @@
 """Pi's RPC events as agent-neutral runtime events: :class:`RuntimeEvent` and the pure
-mapping :func:`map_event` (measured event shapes in ``shared/PI_RPC.md``; Pi 0.73.1).
+mapping :func:`map_event` (event shapes as measured on Pi 0.73.1's RPC stdout).
 
 Rules:
 - Pure: no IO, no state; an event that means nothing to the runtime maps to ``None``.
 - ``agent_start`` / ``agent_end`` bound one *run* (one or more model turns). The runtime view
-  calls that a turn; its end is never a task ending (DESIGN §1.1, §10). Pi's own
+  calls that a turn; its end is never a task ending (idle is not done). Pi's own
   ``turn_start`` / ``turn_end`` (one model call each) are deliberately not mapped.
 """
 

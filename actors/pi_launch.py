@@ -2,7 +2,7 @@
 environment that keep it from discovering anything of the user's or the project's, its agent
 dir's ``models.json``, and the per-instance tag every process it starts inherits.
 
-Rules (measured facts in ``shared/PI_RPC.md``; Pi 0.73.1):
+Rules (measured with Pi 0.73.1, npm ``@mariozechner/pi-coding-agent``):
 - Only what Shepherd passes explicitly is loaded (:data:`PI_ARGS`; extensions with ``-e``).
 - Pi gets an isolated ``PI_CODING_AGENT_DIR`` holding only ``models.json``, and
   ``PI_OFFLINE=1``: it never touches the user's ``~/.pi`` and never goes to the network by

@@ -1,6 +1,6 @@
 """A low-level client for the Pi coding agent's RPC mode.
 
-Rules (measured facts in ``shared/PI_RPC.md``; Pi 0.73.1):
+Rules (measured with Pi 0.73.1, npm ``@mariozechner/pi-coding-agent``):
 - Pi runs in its own process group and session (``start_new_session``; a subclass may keep
   it in the caller's session, see ``PiProcess.own_session``) with an isolated,
   fresh ``PI_CODING_AGENT_DIR`` holding ``models.json``, and ``PI_OFFLINE=1``: it never

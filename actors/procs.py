@@ -1,7 +1,7 @@
 """Process plumbing shared by the bridge and its adapters: exit statuses, finding and
 stopping the processes of a session or of a process tree, and pumping a child's pipes.
 
-Rules (DESIGN §10: nothing an agent started outlives it):
+Rules (no orphans: nothing an agent started outlives it):
 - Linux ``/proc`` is the source of truth for membership (session, group, parent, start
   time); elsewhere the scans find nothing and callers rely on process groups alone.
 - A process is signalled through a pidfd opened *before* the signal: once open, the pid

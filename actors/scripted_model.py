@@ -8,7 +8,7 @@ Rules:
 - A step is a :class:`Text`, a :class:`ToolCall`, a :class:`ToolCalls` (several calls in one
   answer), a :class:`Gate` (wait for a ``threading.Event``, then answer with its inner step)
   or a :class:`Fail` (an HTTP error).
-- Streaming follows what the real Pi agent accepts (see ``shared/PI_RPC.md``): one
+- Streaming follows what the real Pi agent accepts (measured with Pi 0.73.1): one
   ``chat.completion.chunk`` with the assistant role, then either text deltas and
   ``finish_reason: "stop"`` or ``delta.tool_calls[{index,id,type,function{name,arguments}}]``
   and ``finish_reason: "tool_calls"``; then a usage-only chunk; then ``data: [DONE]``.

@@ -1,4 +1,4 @@
-"""Where parent notifications go. Observers never break the observed (DESIGN §1.8).
+"""Where parent notifications go. Observers never break the observed.
 
 A sink is any callable taking a notification. :class:`GuardedSink` wraps one so that a sink
 that raises is logged and counted, never propagated into settlement or delivery.
@@ -63,7 +63,7 @@ class CollectingSink:
 
 
 class StreamSink:
-    """Human text (the seeds' ``call:/return:/details:`` layout) or one JSON object per line."""
+    """Human text (:func:`~protocol.render.render_notification`) or one JSON object per line."""
 
     def __init__(self, stream: TextIO | None = None, *, json: bool = False) -> None:
         self._stream = stream or sys.stdout

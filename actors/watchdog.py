@@ -1,4 +1,4 @@
-"""WatchdogActor: watches every agent's tool events for stuck loops (seed 004, DESIGN §7).
+"""WatchdogActor: watches every agent's tool events for stuck loops.
 
 It owns, per agent, a bounded event window (normalised commands, output hashes, short
 previews — never whole outputs) and an alert gate (cooldown, evidence dedup), plus the

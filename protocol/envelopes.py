@@ -1,7 +1,6 @@
 """Everything that crosses a process boundary, as msgspec Structs.
 
-One envelope is one immutable JSON object tagged by ``kind`` (seed 002 §3.3 plus the control
-kinds a real transport needs):
+One envelope is one immutable JSON object tagged by ``kind``:
 
 =============  =====================  ==========================================================
 kind           direction              meaning

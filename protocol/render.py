@@ -1,8 +1,9 @@
 """Text rendering: what a person or a model reads.
 
-Parent notifications follow the seeds' ``call: / return: / details:`` layout; what a child
-agent is told (its task context, an incoming message) follows seed 002 §4 phase 3 wording, so
-the model learns that a turn ending is not the task ending.
+A task completion is told to the parent as the watch call it answers (``call:``), one line per
+result (``return:``) and what is still pending (``details:``): the shape of a tool call and its
+result. What a child agent is told (its task context, an incoming message) says in so many
+words that a turn ending is not the task ending, so the model does not stop early.
 
 An agent is told the commands it really has (:class:`ChildCommands`): an agent with the child
 tools (pi-rpc) is told ``shepherd_message`` / ``shepherd_done``; a command agent, which only

@@ -38,7 +38,7 @@ REQUEST_TRANSITIONS: Final[dict[RequestState, frozenset[RequestState]]] = {
 
 
 class RequestRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One open or closed question (seed 002 §3.4). ``request_id`` is the message id."""
+    """One open or closed question. ``request_id`` is the message id."""
 
     request_id: str
     sender_id: str

@@ -1,6 +1,6 @@
 """Settings: one Struct with defaults, and pure layering of overrides onto it.
 
-Layers (DESIGN §8): defaults, then the user file, then the project file, then session
+Layers: defaults, then the user file, then the project file, then session
 overrides. Reading the files is the caller's job (``actors/config.py``); this module only
 takes already-parsed mappings. An unknown key or a value of the wrong type never stops
 anything: it becomes a warning naming the source and the key, and that key is ignored.

@@ -1,6 +1,6 @@
 """The task state machine.
 
-Rules (DESIGN §1):
+Rules:
 
 1. **Idle is not done.** Only a ``done`` from the owning agent (completed / blocked / failed)
    or a parent-side lifecycle event (fail / cancel / time_out) moves a task to a terminal
@@ -117,7 +117,7 @@ TRANSITIONS: Final[dict[tuple[TaskState, TaskEvent], TaskState]] = _build_table(
 
 
 class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What a watcher receives once a task is terminal (seed 002 §3.2)."""
+    """What a watcher receives once a task is terminal."""
 
     task_id: str
     agent_id: str

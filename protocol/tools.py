@@ -147,7 +147,7 @@ def _inline(node: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()) -> Any:
 
 def _optional(prop: dict[str, Any]) -> dict[str, Any]:
     """``{"anyOf": [X, {"type": "null"}], "default": null}`` → ``X``: an optional field is
-    shown as simply not required (what the seeds' ``Type.Optional`` schemas say)."""
+    shown as simply not required (as a TypeBox ``Type.Optional`` field is in Pi's tools)."""
     arms = prop.get("anyOf")
     if prop.get("default", 0) is not None or not isinstance(arms, list):
         return prop

@@ -1,6 +1,6 @@
 """Watchdog, the pure part: settings, event normalisation, stuck detection, alert gating.
 
-Sans-IO (DESIGN §3, §7): no threads, files, clocks or logging; ``now`` and ``ts`` are passed
+Sans-IO: no threads, files, clocks or logging; ``now`` and ``ts`` are passed
 in as floats. The actor that owns an agent's watchdog state does::
 
     window.append(make_event(...))            # per tool call / result / message

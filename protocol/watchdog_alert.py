@@ -1,7 +1,7 @@
 """Watchdog alert gating and the ``[Watchdog Alert]`` text.
 
-Gate policy (per agent; seed 004 Task04 "per-target cooldown and same-evidence-key dedup")
--------------------------------------------------------------------------------------------
+Gate policy (per agent)
+-----------------------
 A verdict alerts only when all of these hold, checked in this order (the first that fails is
 the decision's ``reason``):
 

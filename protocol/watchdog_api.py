@@ -1,4 +1,4 @@
-"""The watchdog's operations and model-facing tools: one Args Struct each (seed 004 Task05).
+"""The watchdog's operations and model-facing tools: one Args Struct each.
 
 Two surfaces reach the session's watchdog (``Session.watchdog(op, **args)``):
 

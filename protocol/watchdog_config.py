@@ -21,7 +21,7 @@ Rules
 * Every number has an upper bound as well as a lower one (counts 1..1,000,000, seconds at
   most seven days): a huge value would reach a timer or a loop as an overflow.
 * Session state is separate from settings: the ``paused`` flag and a session-only
-  rescue-message override (seed 004 Task01 §4). Alerts are suppressed when
+  rescue-message override. Alerts are suppressed when
   ``enabled`` is false or the session is paused.
 """
 
@@ -79,7 +79,7 @@ NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHAR
 
 
 class WatchdogConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Every watchdog setting with its default (seed 004 Task01 §4, DESIGN §7).
+    """Every watchdog setting with its default.
 
     ``forbid_unknown_fields`` is on because a whole config is only ever built from this
     module's own validated overrides; lenient loading of user files goes through

@@ -41,7 +41,7 @@ Combining: the verdict's confidence is the highest rule confidence; two differen
 are both only ``low`` make ``medium``; three or more different rules raise the highest by one
 step (capped at ``high``). ``likely_stuck`` is true at ``medium`` or ``high``: a lone ``low``
 is reported (reasons, evidence) but is not an alert — prefer alert-then-escalate over
-tripping early (DESIGN §10).
+tripping early (a detector that trips early is one users learn to ignore).
 
 Every evidence item has a stable ``key`` (rule code + a hash of what it is about: command and
 output hash, error signature, target set, the write or run it is anchored to) so that alert

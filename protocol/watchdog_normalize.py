@@ -2,13 +2,13 @@
 
 Rules
 -----
-* A command key is the command with ANSI escapes removed, trimmed, whitespace collapsed
-  (seed 004 Task03). A structured tool call (no shell command) is rendered as
-  ``TOOL path-like-args key=json ...`` with keys sorted, so equal calls give equal keys.
+* A command key is the command with ANSI escapes removed, trimmed, whitespace collapsed. A
+  structured tool call (no shell command) is rendered as ``TOOL path-like-args key=json ...``
+  with keys sorted, so equal calls give equal keys.
 * An output hash is sha256 over the *normalised* output: ANSI stripped, carriage-return
   overwrites resolved, trailing blanks dropped, and volatile noise replaced by placeholders
   (pids, temp paths, ISO timestamps and clock times, epoch seconds, durations, hex ids of 7+
-  characters, UUIDs) so that a changing pid or timestamp does not hide a loop (DESIGN §10).
+  characters, UUIDs) so that a changing pid or timestamp does not hide a loop.
   Long outputs are cut to a head and a tail before hashing (the tail is where test summaries
   and compiler totals live). :func:`normalize_output` is idempotent.
 * A preview is at most ``max_lines`` lines of the ANSI-stripped output (head and tail with an

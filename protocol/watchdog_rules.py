@@ -8,11 +8,11 @@ Rules
 * A rule that corresponds to a published stuck detector takes that detector's count as its
   default (OpenHands' ``StuckDetector``: 3 identical errors from the same action, 3 agent
   messages in a row, 3 repetitions of an A/B alternation, 3 empty responses, 10 context
-  condensations). A rule that corresponds to none, or whose count the seed fixes, has no
+  condensations). A rule that corresponds to none, or whose count Shepherd fixes, has no
   default of its own: it uses its *fallback* setting (``repeat_threshold``, 3, or
   ``typecheck_repeat_threshold``, 2), so the old shared setting still tunes them.
-* ``repeated_command`` keeps the seed's 3 although OpenHands waits for 4 identical
-  action/observation pairs: the seed's acceptance case is the same ``rg`` run three times
+* ``repeated_command`` keeps Shepherd's 3 although OpenHands waits for 4 identical
+  action/observation pairs: the acceptance case is the same ``rg`` run three times
   with the same output being stuck (at least ``medium``); ``repeated_command.threshold = 4``
   gives OpenHands' count.
 

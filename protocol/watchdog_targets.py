@@ -1,4 +1,4 @@
-"""Watchdog targets: every agent of the session as the watchdog sees it (seed 004 Task02).
+"""Watchdog targets: every agent of the session as the watchdog sees it.
 
 Rules
 -----

@@ -1,9 +1,9 @@
 """Which tasks a ``watch`` / ``wait`` call names: validation and normalisation of its ids.
 
-Rules (seed 000 "Dispatch and compatibility", seed 002 phase 10): at least one id; each must
-be a task id of this session or a compatibility prompt id (which means its task, and only
-that); agent ids and anything else are refused naming the id; an id (or a prompt and its task)
-named twice is ``duplicate_ids``; task ids and prompt ids cannot be mixed in one call.
+Rules: at least one id; each must be a task id of this session or a compatibility prompt id
+(which means its task, and only that); agent ids and anything else are refused naming the id;
+an id (or a prompt and its task) named twice is ``duplicate_ids``; task ids and prompt ids
+cannot be mixed in one call.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
   parent's default (one inotify instance and the inbox's doorbell), ``shepherd_bell`` the
   doorbell alone (what every bridge and CLI call uses), ``shepherd_inotify`` inotify alone (the
   previous default of every process, one inotify instance each).
-- :class:`PollingReceiver`: a loop listing ``new/`` every 500 ms (how the seeds' watcher works).
+- :class:`PollingReceiver`: a loop listing ``new/`` every 500 ms (the simplest watcher).
 - :class:`WatchfilesReceiver`: watchfiles with its defaults (debounce 1600 ms, step 50 ms,
   recursive, 5 s timeout) — the very loop ``watchfiles.watch()`` runs, on ``RustNotify`` directly
   so the watch provably exists before the publisher starts; every changed ``new/`` is rescanned.

@@ -79,7 +79,7 @@ def test_a_task_reaches_pi_as_its_task_context_and_tool_events_reach_the_parent(
     assert (done.status, done.summary) == ("completed", "echoed")
     end_at, _ = parent.wait_event("turn_end", after=done_at)
 
-    # the model was told the task in the seed's wording, exactly
+    # the model was told the task in the task context's wording, exactly
     first = model.requests[0]
     assert user_texts(first) == [render_task_context(task)]
     assert (

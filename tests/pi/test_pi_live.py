@@ -1,4 +1,4 @@
-"""The seeds' live matrix (seed 002 §7.7) with REAL Pi children under a real supervisor.
+"""The live scenarios with REAL Pi children under a real supervisor.
 
 Each Pi agent runs in its own ``shepherd-child`` bridge (``--adapter pi-rpc``) against its own
 scripted model server. The test waits on conditions only: the supervisor's lifecycle story
@@ -243,7 +243,7 @@ def test_scout_asks_planner_turn_ends_waiting_reply_is_a_new_turn_done_once(team
     task = s.delegate("scout", "Map the code base for the refactor")
     s.watch(task.task_id)
 
-    # the scout asked (its model was told the task in the seed's wording) and its turn ended
+    # the scout asked (its model was told the task in the task context's wording) and its turn ended
     working = team.story.wait("scout: process working")
     team.story.wait(f"scout: task {task.task_id} waiting for planner")
     team.story.wait("scout: process idle", after=working)

@@ -1,4 +1,4 @@
-"""The real Pi coding agent in RPC mode, driven by the scripted model (seed 002 §7.7 basics)."""
+"""The real Pi coding agent in RPC mode, driven by the scripted model: the basics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""protocol/ is sans-IO (STYLE convention 1, DESIGN §3): no threads, files, clocks, processes,
+"""protocol/ is sans-IO: no threads, files, clocks, processes,
 randomness or logging. Two independent checks keep it that way:
 
 1. a fresh interpreter imports every protocol module and must not load any runtime module

@@ -49,7 +49,8 @@ TERMINAL_EVENTS = {
 }
 NON_TERMINAL_EVENTS = [E.START, E.OPEN_REQUEST, E.RESOLVE_REQUEST, E.RESUME]
 
-#: The machine as DESIGN §2 states it, written out independently of protocol/tasks.py.
+#: The machine (created → running ⇄ waiting → one terminal state), written out independently of
+#: protocol/tasks.py.
 EXPECTED_TABLE: dict[tuple[TaskState, TaskEvent], TaskState] = {
     (S.CREATED, E.START): S.RUNNING,
     (S.RUNNING, E.OPEN_REQUEST): S.WAITING,

@@ -1,4 +1,4 @@
-"""Watchdog settings and session state (seed 004 Task01: config.test.ts, state.test.ts)."""
+"""Watchdog settings and session state."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from protocol.watchdog import (
     set_rescue_override,
 )
 
-# --- defaults (Task01: "DEFAULT_CONFIG fields and defaults") -------------------------------
+# --- defaults ------------------------------------------------------------------------------
 
 
 def test_every_default() -> None:
@@ -74,7 +74,7 @@ def test_every_rule_has_a_threshold_setting_with_its_default() -> None:
     assert [r.code for r in RULES] == list(REASON_CODES)
     assert all(f"{code}.threshold" in CONFIG_KEYS for code in REASON_CODES)
     # the published detector's counts (OpenHands' StuckDetector) where a rule corresponds,
-    # the seed's shared ones (repeat_threshold 3, typecheck_repeat_threshold 2) elsewhere
+    # Shepherd's shared ones (repeat_threshold 3, typecheck_repeat_threshold 2) elsewhere
     assert rule_thresholds(WatchdogConfig()) == {
         "repeated_command": 3,
         "repeated_failure": 3,
@@ -183,7 +183,7 @@ def test_default_rescue_message_says_what_to_do() -> None:
     assert "done" in text and "blocked" in text
 
 
-# --- layering (Task01: no file, global only, global + project, broken, unknown key) --------
+# --- layering (no file, global only, global + project, broken, unknown key) ----------------
 
 
 def test_no_layers_gives_defaults() -> None:
@@ -358,7 +358,7 @@ def test_alert_destinations() -> None:
     assert alert_destinations("both") == {"parent", "agent"}
 
 
-# --- session state (Task01 state.test.ts) ---------------------------------------------------
+# --- session state -------------------------------------------------------------------------
 
 
 def test_session_starts_unpaused_without_override() -> None:

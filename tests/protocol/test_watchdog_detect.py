@@ -1,4 +1,4 @@
-"""Watchdog detector rules (seed 004 Task04: every rule positive and negative)."""
+"""Watchdog detector rules: every rule positive and negative."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def evidence(verdict: Verdict, code: str) -> list[msgspec.Struct]:
 RG_OUTPUT = "src/app.py:12:    def load_config(path):\nsrc/cli.py:40:    load_config(args.path)\n"
 
 
-# --- the seed's acceptance scenario ---------------------------------------------------------
+# --- the acceptance scenario: the same rg run three times ----------------------------------
 
 
 def test_rg_repeated_three_times_with_the_same_output_is_stuck() -> None:

@@ -1,4 +1,4 @@
-"""Watchdog events: event building, the ring buffer, episodes, logical calls (seed Task03)."""
+"""Watchdog events: event building, the ring buffer, episodes, logical calls."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Watchdog text rules (seed 004 Task03: normalizeCommand / hashOutput unit tests)."""
+"""Watchdog text rules (command keys, output hashes, previews, call classes)."""
 
 from __future__ import annotations
 

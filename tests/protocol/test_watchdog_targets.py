@@ -1,4 +1,4 @@
-"""Watchdog targets (seed 004 Task02: classifyKind, toWatchdogTarget, applyEvent, sync)."""
+"""Watchdog targets: classifying an agent, building a target, applying events, reconciling."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A simulated session under faults, with DESIGN §1 checked after EVERY scheduler step.
+"""A simulated session under faults, with its invariants checked after EVERY scheduler step.
 
 :class:`Harness` wraps ``Session.simulated(seed)``:
 

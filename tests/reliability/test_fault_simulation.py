@@ -1,11 +1,12 @@
 """The lifecycle scenarios under ≥ 1,000 seeds each, with faults, invariants after every step.
 
 Every scenario runs on the deterministic simulation (one seed → one run) through
-:class:`~tests.reliability.simharness.Harness`, which checks DESIGN §1 after every scheduler
-step and the delivery accounting at the end (see its docstring for the list). Faults, chosen
-per seed by :func:`plan`: envelopes duplicated, delayed (which reorders them), and — in the
-scenarios that tolerate loss — dropped; timers moved early, late, or onto a grid so unrelated
-timers fall due at the same instant; agents crashed after their k-th delivery, for every k.
+:class:`~tests.reliability.simharness.Harness`, which checks the session's invariants after
+every scheduler step and the delivery accounting at the end (see its docstring for the list).
+Faults, chosen per seed by :func:`plan`: envelopes duplicated, delayed (which reorders them),
+and — in the scenarios that tolerate loss — dropped; timers moved early, late, or onto a grid
+so unrelated timers fall due at the same instant; agents crashed after their k-th delivery,
+for every k.
 
 CI runs ``CI_SEEDS`` (1,000) seeds per scenario. A soak run takes more::
 
@@ -103,7 +104,7 @@ def dones_of(h: Harness, name: str) -> list[TaskDoneEnvelope]:
 def scout_and_planner(
     seed: int, plan_text: str = "plan", map_text: str = "map", **harness: object
 ) -> tuple[Harness, str, str]:
-    """The seed-002 pair under this seed's faults: the planner on its task, then the scout
+    """The scout/planner pair under this seed's faults: the planner on its task, then the scout
     on its own (it will ask the planner). Returns (harness, planner's task, scout's task)."""
     h = Harness(seed, **harness, **plan(seed))  # type: ignore[arg-type]
     h.spawn("scout", SCOUT)
@@ -113,7 +114,7 @@ def scout_and_planner(
 
 
 def canonical(seed: int) -> Harness:
-    """Seed 002 §7.4: scout asks a busy planner, waits, gets the answer, completes."""
+    """The canonical scenario: scout asks a busy planner, waits, gets the answer, completes."""
     h, planning, task = scout_and_planner(seed, "plan the refactor", "map the code base")
     h.watch([task])
     h.run(lambda: h.task(task).state is TaskState.WAITING)

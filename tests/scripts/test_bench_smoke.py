@@ -1,7 +1,8 @@
 """``scripts/bench.py`` still runs end to end: a tiny ``--smoke`` run in a subprocess.
 
 It proves the benchmark script, its worker and publisher processes and its JSON output work;
-it never looks at a timing (a benchmark is never a timed test, DESIGN §9).
+it never looks at a timing (a benchmark is never a timed test: timings on a
+shared machine are noise).
 """
 
 from __future__ import annotations

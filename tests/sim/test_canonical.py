@@ -1,4 +1,4 @@
-"""Seed 002 §7.4: the canonical waiting scenario, step by step, under many seeds."""
+"""The canonical waiting scenario, step by step, under many seeds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 002 §7.4 variations: messages, replies, timeouts, closures, duplicates."""
+"""Variations on the canonical scenario: messages, replies, timeouts, closures, duplicates."""
 
 from __future__ import annotations
 

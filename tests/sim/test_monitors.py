@@ -1,4 +1,4 @@
-"""Seed 002 phase 8 and §7.5 stale list; wait-for cycles; task notes; prompt/wait compatibility."""
+"""Stale waits; wait-for cycles; task notes; prompt/wait compatibility."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 002 §7.1: ids, the one-task slot, waiting, settlement, requests, timeout, close."""
+"""Ids, the one-task slot, waiting, settlement, requests, timeout, close."""
 
 from __future__ import annotations
 

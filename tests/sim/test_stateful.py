@@ -1,4 +1,4 @@
-"""Hypothesis stateful test: random lifecycles against the invariants of DESIGN §1.
+"""Hypothesis stateful test: random lifecycles against the session's invariants.
 
 Rules drive three puppet agents and the parent: delegate, ask, reply, plain message, done
 (every status), cancel, fail, advance time past deadlines, re-publish an envelope already

@@ -1,4 +1,4 @@
-"""Status views: process state and task state side by side, never merged (seed 002 phase 9)."""
+"""Status views: process state and task state side by side, never merged."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 002 §7.5 and seed 000: task watchers and parent notifications."""
+"""Task watchers and parent notifications."""
 
 from __future__ import annotations
 

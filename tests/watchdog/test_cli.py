@@ -1,4 +1,4 @@
-"""``shepherd watchdog ...``: replay on transcript files, the Task01 acceptance list against an
+"""``shepherd watchdog ...``: replay on transcript files, the watchdog commands against an
 in-process simulated session, the session routing, and the loop demo."""
 
 from __future__ import annotations
