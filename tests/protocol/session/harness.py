@@ -147,7 +147,16 @@ def _mentions(effect: Effect) -> set[str]:
         case _:
             return set()
     found: set[str] = set()
-    for field in ("task_id", "request_id", "message_id", "watcher_id", "prompt_id", "reply_to"):
+    fields = (
+        "task_id",
+        "request_id",
+        "message_id",
+        "watcher_id",
+        "prompt_id",
+        "reply_to",
+        "ref_id",
+    )
+    for field in fields:
         value = getattr(inner, field, None)
         if isinstance(value, str):
             found.add(value)

@@ -15,6 +15,7 @@ from protocol.session.effects import (
     CancelTimer,
     Deliver,
     Journal,
+    Notify,
     RequestTimeout,
     StartTimer,
 )
@@ -209,15 +210,31 @@ def test_a_target_that_leaves_cancels_the_question_and_the_asker_is_told_why() -
     assert s.state.tasks[task_id].state is TaskState.RUNNING
 
 
-def test_a_question_not_delivered_is_cancelled_and_its_sender_told() -> None:
+def test_a_question_not_delivered_is_cancelled_durably_before_its_sender_is_told() -> None:
     s, a, b, _ = three()
     effects = s.message(a, "b", "?", expects_reply=True)
     (env,) = delivered(effects, MessageEnvelope, b)
     error = ErrorInfo(code="limit_exceeded", message="inbox full")
-    failed = s.run(inbound.delivery_failed(s.state, env, error, s.ctx()))
+    failed = inbound.delivery_failed(s.state, env, error, s.ctx())
     assert s.state.requests[env.message_id].state is RequestState.CANCELLED
+    kinds = [type(e) for e in failed]
     (told,) = delivered(failed, NoticeEnvelope, a)
     assert told.code == "not_delivered" and told.ref_id == env.message_id
+    # the cancellation is durable before the sender hears of it (a Journal comes first)
+    assert Journal in kinds and kinds.index(Journal) < kinds.index(Deliver)
+
+
+def test_the_parents_question_not_delivered_is_cancelled_durably_before_it_is_told() -> None:
+    s, _, b, _ = three()
+    effects = s.parent_says("b", "which file?", expects_reply=True)
+    (env,) = delivered(effects, MessageEnvelope, b)
+    error = ErrorInfo(code="limit_exceeded", message="inbox full")
+    failed = inbound.delivery_failed(s.state, env, error, s.ctx())
+    assert s.state.requests[env.message_id].state is RequestState.CANCELLED
+    (note,) = notes(failed, Notice)
+    assert note.code == "not_delivered" and note.refs == (env.message_id,)
+    kinds = [type(e) for e in failed]
+    assert Journal in kinds and kinds.index(Journal) < kinds.index(Notify)
 
 
 def test_only_the_newest_closed_requests_are_kept_and_pending_ones_always() -> None:
