@@ -235,7 +235,7 @@ def test_the_same_reply_seen_again_gets_the_same_receipt_and_is_not_forwarded_tw
     assert snapshot(s.state, activity=False) == before
 
 
-def test_a_late_reply_to_the_parent_says_how_the_request_had_closed() -> None:
+def test_a_late_reply_to_the_parents_question_reaches_the_parent_and_changes_nothing() -> None:
     s, _, b = two_agents()
     effects = s.parent_says("b", "which file?", expects_reply=True, reply_timeout_s=1.0)
     request_id = answer(effects).request_id
@@ -244,6 +244,17 @@ def test_a_late_reply_to_the_parent_says_how_the_request_had_closed() -> None:
     (note,) = notes(effects, AgentMessage)
     assert note.reply_to == request_id
     assert s.state.requests[request_id].state is RequestState.TIMED_OUT
+
+
+def test_the_parents_late_reply_is_answered_with_how_the_request_had_closed() -> None:
+    s, a, _ = two_agents()
+    request_id = s.ask(a, PARENT_ID, reply_timeout_s=1.0)
+    s.fire(RequestTimeout(request_id=request_id))
+    effects = s.parent_says("a", "sorry, yes", reply_to=request_id)
+    (env,) = delivered(effects, ReplyEnvelope, a)
+    assert env.late
+    result = answer(effects)
+    assert result.accepted and result.request_state == "timed_out"
 
 
 # ------------------------------------------------------------------ a closed sender
