@@ -1,0 +1,400 @@
+"""A session without a runtime: the rules of ``protocol.session``, called directly.
+
+:class:`Session` holds a :class:`SessionState`, a deterministic id source and a fixed clock
+(``now`` moves only when a test moves it). Every step goes through :meth:`Session.run`, which
+checks the effect list is well formed (:func:`check_effects`) and the state's invariants
+(:func:`check_invariants`) after it, and keeps what a runtime would keep: the journal, what the
+parent heard, the armed timers. :meth:`Session.refuses` checks a refusal is typed and changes
+nothing (a snapshot of the state before and after).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgspec
+import pytest
+
+from protocol import api
+from protocol.envelopes import (
+    AckEnvelope,
+    AnyEnvelope,
+    MessageEnvelope,
+    ReplyEnvelope,
+    RuntimeEnvelope,
+    TaskDoneEnvelope,
+)
+from protocol.errors import ShepherdError
+from protocol.ids import PARENT_ID, IdKind, make_id
+from protocol.journal import AgentExitRecord, AgentRecord, PromptRecord, WatcherRecord
+from protocol.notifications import AnyNotification
+from protocol.requests import RequestRecord
+from protocol.session import agents, calls, inbound
+from protocol.session.effects import (
+    Answer,
+    AnswerFromOutput,
+    AppendNote,
+    CancelTimer,
+    Deliver,
+    Effect,
+    FinaliseNote,
+    Journal,
+    Notify,
+    OpenNote,
+    Publish,
+    StartTimer,
+    TimerEvent,
+    TimerKey,
+)
+from protocol.session.state import Ctx, SessionState
+from protocol.settings import Settings
+from protocol.tasks import TaskRecord, TaskState
+
+SESSION = "shepherd-session-00000000"
+T0 = 1000.0
+
+E = TypeVar("E", bound=Effect)
+V = TypeVar("V")
+
+
+class FixedIds:
+    """Ids in the order they are asked for: ``shepherd-<kind>-00000001``, ``...02``, ..."""
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    def new(self, kind: IdKind) -> str:
+        self.made += 1
+        return make_id(kind, f"{self.made:08x}")
+
+    def secret(self) -> str:
+        self.made += 1
+        return f"secret-{self.made:08x}"
+
+
+# ------------------------------------------------------------------ reading effects
+
+
+def of(effects: list[Effect], cls: type[E]) -> list[E]:
+    return [e for e in effects if isinstance(e, cls)]
+
+
+def answer(effects: list[Effect]) -> Any:
+    (found,) = of(effects, Answer)
+    return found.value
+
+
+def delivered(effects: list[Effect], cls: type[V], agent_id: str | None = None) -> list[V]:
+    """The envelopes of class ``cls`` handed to agents' inboxes (to ``agent_id`` if given)."""
+    return [
+        e.envelope
+        for e in of(effects, Deliver)
+        if isinstance(e.envelope, cls) and agent_id in (None, e.agent_id)
+    ]
+
+
+def receipt(effects: list[Effect]) -> AckEnvelope:
+    """The one receipt an agent's envelope got."""
+    acks = [
+        e.envelope
+        for e in effects
+        if isinstance(e, Deliver | Publish) and isinstance(e.envelope, AckEnvelope)
+    ]
+    assert len(acks) == 1, effects
+    return acks[0]
+
+
+def notes(effects: list[Effect], cls: type[V] = AnyNotification) -> list[V]:  # type: ignore[assignment]
+    return [e.note for e in of(effects, Notify) if isinstance(e.note, cls)]
+
+
+def journaled(effects: list[Effect], cls: type[V] = msgspec.Struct) -> list[V]:  # type: ignore[assignment]
+    return [e.record for e in of(effects, Journal) if isinstance(e.record, cls)]
+
+
+# ------------------------------------------------------------------ well-formed effects
+
+_TELLS = (Notify, Deliver, Publish, Answer, FinaliseNote, AppendNote, OpenNote)
+
+
+def _key(record: msgspec.Struct) -> str:
+    """What a journal record makes durable, by id."""
+    match record:
+        case TaskRecord() | PromptRecord():
+            return record.prompt_id if isinstance(record, PromptRecord) else record.task_id
+        case RequestRecord():
+            return record.request_id
+        case AgentRecord() | AgentExitRecord():
+            return record.agent_id
+        case WatcherRecord():
+            return record.watcher_id
+    raise AssertionError(f"a rule journaled a record the fold does not know: {record!r}")
+
+
+def _mentions(effect: Effect) -> set[str]:
+    """The ids an effect that tells someone something is about."""
+    inner: Any
+    match effect:
+        case Notify(note=inner) | Answer(value=inner):
+            pass
+        case Deliver(envelope=inner) | Publish(envelope=inner):
+            pass
+        case FinaliseNote(record=inner) | OpenNote(record=inner):
+            pass
+        case AppendNote(task_id=task_id):
+            return {task_id}
+        case _:
+            return set()
+    found: set[str] = set()
+    fields = (
+        "task_id",
+        "request_id",
+        "message_id",
+        "watcher_id",
+        "prompt_id",
+        "reply_to",
+        "ref_id",
+    )
+    for field in fields:
+        value = getattr(inner, field, None)
+        if isinstance(value, str):
+            found.add(value)
+    found.update(getattr(inner, "refs", ()))
+    for result in getattr(inner, "results", ()) or ():
+        found.add(result.task_id)
+    result = getattr(inner, "result", None)
+    if result is not None and hasattr(result, "task_id"):
+        found.add(result.task_id)
+    return found
+
+
+def check_effects(effects: list[Effect]) -> None:
+    """An effect list as the broker runs it: Effects only; at most one answer, and last; a
+    record is journaled before anything that tells of it; a task settles at most once."""
+    assert all(isinstance(e, Effect) for e in effects), effects
+    answers = [i for i, e in enumerate(effects) if isinstance(e, Answer | AnswerFromOutput)]
+    assert len(answers) <= 1 and (not answers or answers[0] == len(effects) - 1), effects
+    first_journal: dict[str, int] = {}
+    for i, e in enumerate(effects):
+        if isinstance(e, Journal):
+            first_journal.setdefault(_key(e.record), i)
+    for i, e in enumerate(effects):
+        if isinstance(e, _TELLS):
+            for ref in _mentions(e):
+                assert first_journal.get(ref, -1) < i, f"{e!r} told before {ref} was journaled"
+    settled = [r.task_id for r in journaled(effects, TaskRecord) if r.terminal]
+    assert len(settled) == len(set(settled)), effects
+    for e in effects:
+        if isinstance(e, StartTimer):
+            assert 0.0 <= e.delay < float("inf"), e
+
+
+# ------------------------------------------------------------------ the state's invariants
+
+
+def check_invariants(s: SessionState) -> None:
+    """What ``protocol.session.state`` promises after every step."""
+    # names index agents: each name names the newest agent of that name; a live agent owns it
+    for name, agent_id in s.names.items():
+        assert s.agents[agent_id].name == name
+    for row in s.agents.values():
+        assert row.name in s.names
+        if not row.closed:
+            assert s.names[row.name] == row.agent_id
+    # one active task per agent, and every open task is exactly one agent's active task
+    active = [row.active_task for row in s.agents.values() if row.active_task is not None]
+    assert len(active) == len(set(active))
+    assert set(active) == {t for t, r in s.tasks.items() if not r.terminal}
+    for row in s.agents.values():
+        if row.active_task is not None:
+            assert s.tasks[row.active_task].agent_id == row.agent_id
+            assert not row.closed
+    # a task's pending_requests index the pending requests of the request table
+    pending = s.requests.pending()
+    for task_id, record in s.tasks.items():
+        mine = sorted(r.request_id for r in pending if r.task_id == task_id)
+        assert len(set(record.pending_requests)) == len(record.pending_requests)
+        if record.terminal:
+            assert record.pending_requests == () and record.waiting_since is None
+            assert record.result is not None and task_id in s.results
+            continue
+        assert sorted(record.pending_requests) == mine, (task_id, record.pending_requests, mine)
+        waiting = record.state is TaskState.WAITING
+        assert waiting == bool(record.pending_requests) == (record.waiting_since is not None)
+        assert record.result is None and task_id not in s.results
+        # a waiting task has its episode, since the time it began to wait
+        episode = s.stale.get(task_id)
+        assert (episode is not None) == waiting
+        if episode is not None:
+            assert episode.since == record.waiting_since
+    assert set(s.stale) <= set(s.tasks)
+    assert set(s.requests.wait_edges()) == {(r.sender_id, r.target_id) for r in pending}
+    # subscribers index the watchers' pending tasks that are not settled yet
+    for task_id, watcher_ids in s.subscribers.items():
+        assert watcher_ids and len(watcher_ids) == len(set(watcher_ids))
+        assert task_id not in s.results, f"{task_id} settled but still has subscribers"
+        for watcher_id in watcher_ids:
+            assert task_id in s.watchers[watcher_id].pending
+    for watcher in s.watchers.values():
+        assert watcher.pending, "a watcher with nothing pending is kept"
+        assert watcher.pending <= set(watcher.ids)
+        buffered = [r.task_id for r in watcher.buffer]
+        assert len(buffered) == len(set(buffered)) and set(buffered) <= watcher.pending
+        for task_id in watcher.pending - set(buffered):
+            assert watcher.watcher_id in s.subscribers.get(task_id, [])
+    assert set(s.turn_stats) <= {t for t, r in s.tasks.items() if not r.terminal}
+
+
+def snapshot(s: SessionState, *, activity: bool = True) -> dict[str, Any]:
+    """Everything the rules may change, by value (``activity``: with ``last_active_at``)."""
+    rows = (
+        s.agents
+        if activity
+        else {a: msgspec.structs.replace(r, last_active_at=None) for a, r in s.agents.items()}
+    )
+    return {
+        "agents": dict(rows),
+        "names": dict(s.names),
+        "tasks": dict(s.tasks),
+        "requests": dict(s.requests.items()),
+        "pending": [r.request_id for r in s.requests.pending()],
+        "edges": sorted(s.requests.wait_edges()),
+        "prompts": dict(s.prompts),
+        "watchers": dict(s.watchers),
+        "subscribers": {t: list(w) for t, w in s.subscribers.items()},
+        "stale": dict(s.stale),
+        "turns": dict(s.turns),
+        "turn_stats": dict(s.turn_stats),
+    }
+
+
+# ------------------------------------------------------------------ the session
+
+
+class Session:
+    """One session's state driven through its rules, as the broker would (without actors)."""
+
+    def __init__(self, settings: Settings | None = None, *, now: float = T0) -> None:
+        self.state = SessionState(SESSION, settings or Settings())
+        self.ids = FixedIds()
+        self.now = now
+        self.journal: list[msgspec.Struct] = []
+        self.heard: list[Notify] = []
+        self.timers: dict[TimerKey, TimerEvent] = {}
+        self.settled: set[str] = set()
+
+    def ctx(self) -> Ctx:
+        return Ctx(self.now, self.ids)
+
+    def run(self, effects: list[Effect]) -> list[Effect]:
+        check_effects(effects)
+        for e in effects:
+            match e:
+                case Journal(record=record):
+                    self.journal.append(record)
+                    if isinstance(record, TaskRecord) and record.terminal:
+                        assert record.task_id not in self.settled, "a task settled twice"
+                        self.settled.add(record.task_id)
+                case Notify():
+                    self.heard.append(e)
+                case StartTimer(event=event):
+                    self.timers[event.key] = event
+                case CancelTimer(key=key):
+                    self.timers.pop(key, None)
+                case Deliver(agent_id=agent_id, envelope=env):
+                    # a closed or unknown agent is sent nothing
+                    assert agent_id in self.state.agents, e
+                    assert env.target_id == agent_id, e
+                    assert not self.state.agents[agent_id].closed, e
+        check_invariants(self.state)
+        return effects
+
+    def refuses(self, error: type[ShepherdError], rule: Callable[[], object]) -> ShepherdError:
+        """``rule()`` raises ``error`` and changes nothing."""
+        before = snapshot(self.state)
+        with pytest.raises(error) as info:
+            rule()
+        assert snapshot(self.state) == before
+        check_invariants(self.state)
+        return info.value
+
+    # --- the parent's operations
+
+    def call(self, args: Any) -> list[Effect]:
+        return self.run(calls.call(self.state, args, self.ctx()))
+
+    def call_refused(self, args: Any, error: type[ShepherdError]) -> ShepherdError:
+        return self.refuses(error, lambda: calls.call(self.state, args, self.ctx()))
+
+    def spawn(self, name: str) -> str:
+        result = answer(self.call(api.SpawnArgs(name=name)))
+        return str(result.agent_id)
+
+    def delegate(self, target: str, task: str = "do the thing", **kw: Any) -> str:
+        result = answer(self.call(api.DelegateArgs(target=target, task=task, **kw)))
+        return str(result.task_id)
+
+    def parent_says(self, target: str, text: str = "hello", **kw: Any) -> list[Effect]:
+        return self.call(api.MessageArgs(target=target, message=text, **kw))
+
+    # --- what agents send
+
+    def envelope(self, cls: type[V], sender: str, target: str = PARENT_ID, **fields: Any) -> V:
+        message_id = fields.pop("message_id", None) or self.ids.new(IdKind.MESSAGE)
+        return cls(
+            message_id=message_id,
+            session_id=SESSION,
+            sender_id=sender,
+            target_id=target,
+            created_at=fields.pop("created_at", self.now),
+            **fields,
+        )
+
+    def send(self, env: AnyEnvelope) -> list[Effect]:
+        return self.run(inbound.envelope(self.state, env, self.ctx()))
+
+    def send_refused(self, env: AnyEnvelope, code: str) -> AckEnvelope:
+        """An agent's envelope refused with a receipt naming ``code``; nothing else changed
+        (but when the agent was last heard from)."""
+        before = snapshot(self.state, activity=False)
+        effects = self.send(env)
+        assert snapshot(self.state, activity=False) == before
+        ack = receipt(effects)
+        assert not ack.accepted and ack.error is not None and ack.error.code == code, ack
+        assert all(isinstance(e, Deliver | Publish) for e in effects), effects
+        return ack
+
+    def message(self, sender: str, target: str, text: str = "hi", **kw: Any) -> list[Effect]:
+        return self.send(self.envelope(MessageEnvelope, sender, target, content=text, **kw))
+
+    def ask(self, sender: str, target: str, question: str = "which file?", **kw: Any) -> str:
+        """An agent asks (expects a reply); the request's id."""
+        effects = self.message(sender, target, question, expects_reply=True, **kw)
+        ack = receipt(effects)
+        assert ack.accepted and ack.request_id is not None, ack
+        return ack.request_id
+
+    def reply(self, sender: str, request_id: str, text: str = "yes", **kw: Any) -> list[Effect]:
+        target = kw.pop("target", None) or self.state.requests[request_id].sender_id
+        env = self.envelope(ReplyEnvelope, sender, target, content=text, reply_to=request_id, **kw)
+        return self.send(env)
+
+    def done(self, agent_id: str, status: str = "completed", **kw: Any) -> list[Effect]:
+        return self.send(self.envelope(TaskDoneEnvelope, agent_id, status=status, **kw))
+
+    def runtime(self, agent_id: str, event: str, **kw: Any) -> list[Effect]:
+        return self.send(self.envelope(RuntimeEnvelope, agent_id, event=event, **kw))
+
+    def exit(self, agent_id: str, exit_code: int | None = 0, **kw: Any) -> list[Effect]:
+        return self.run(agents.exited(self.state, agent_id, exit_code, self.ctx(), **kw))
+
+    # --- time
+
+    def fire(self, event: TimerEvent) -> list[Effect]:
+        return self.run(calls.fire(self.state, event, self.ctx()))
+
+    def fire_timer(self, key: TimerKey) -> list[Effect]:
+        """Let the armed timer ``key`` go off at its time."""
+        event = self.timers.pop(key)
+        return self.fire(event)

@@ -1,0 +1,153 @@
+"""protocol.session.stale: one stale-wait notification per waiting episode, reset by a reply."""
+
+from __future__ import annotations
+
+from protocol import api
+from protocol.ids import PARENT_ID
+from protocol.notifications import StaleWait
+from protocol.session.effects import CancelTimer, StaleDue, StartTimer
+from protocol.session.status import view
+from protocol.settings import Settings
+from protocol.tasks import TaskState
+
+from .harness import T0, Session, notes, of, snapshot
+
+THRESHOLD = 60.0
+
+
+def waiting() -> tuple[Session, str, str, str, str]:
+    """a's task waits on a question to b, asked at T0."""
+    s = Session(Settings(stale_wait_threshold_s=THRESHOLD))
+    a, b = s.spawn("a"), s.spawn("b")
+    task_id = s.delegate("a", "port the parser")
+    request_id = s.ask(a, "b", "which grammar?")
+    return s, a, b, task_id, request_id
+
+
+def test_a_task_that_begins_to_wait_arms_one_timer_for_its_episode() -> None:
+    s = Session(Settings(stale_wait_threshold_s=THRESHOLD))
+    a, _ = s.spawn("a"), s.spawn("b")
+    task_id = s.delegate("a")
+    effects = s.message(a, "b", "?", expects_reply=True)
+    (timer,) = [t for t in of(effects, StartTimer) if isinstance(t.event, StaleDue)]
+    assert timer == StartTimer(delay=THRESHOLD, event=StaleDue(task_id=task_id, waiting_since=T0))
+    episode = s.state.stale[task_id]
+    assert episode.since == T0 and not episode.notified
+    s.now += 10
+    more = s.message(a, "b", "and?", expects_reply=True)  # the same episode
+    assert [t for t in of(more, StartTimer) if isinstance(t.event, StaleDue)] == []
+    assert len(s.state.stale[task_id].requests) == 2
+
+
+def test_a_running_task_has_no_timer_and_no_episode() -> None:
+    s = Session(Settings(stale_wait_threshold_s=THRESHOLD))
+    s.spawn("a")
+    task_id = s.delegate("a")
+    assert s.state.stale == {} and ("stale", task_id) not in s.timers
+
+
+def test_the_parent_is_told_once_when_the_episode_is_still_on_at_its_time() -> None:
+    s, a, b, task_id, request_id = waiting()
+    s.runtime(b, "ready")
+    s.now = T0 + THRESHOLD
+    effects = s.fire_timer(("stale", task_id))
+    (note,) = notes(effects, StaleWait)
+    assert note == StaleWait(
+        created_at=T0 + THRESHOLD,
+        task_id=task_id,
+        agent_id=a,
+        agent_name="a",
+        description="port the parser",
+        waiting_since=T0,
+        age_s=THRESHOLD,
+        request_id=request_id,
+        question="which grammar?",
+        recipient_id=b,
+        recipient_name="b",
+        recipient_status="idle",
+    )
+    assert s.state.stale[task_id].notified
+    assert s.state.tasks[task_id].state is TaskState.WAITING  # this monitor changes no task
+    before = snapshot(s.state)
+    s.now += THRESHOLD
+    assert s.fire(StaleDue(task_id=task_id, waiting_since=T0)) == []
+    assert snapshot(s.state) == before
+
+
+def test_a_reply_that_ends_the_episode_forgets_it_and_the_next_is_told_again() -> None:
+    s, a, b, task_id, request_id = waiting()
+    s.now = T0 + THRESHOLD
+    s.fire_timer(("stale", task_id))
+    s.now += 1
+    effects = s.reply(b, request_id)
+    assert CancelTimer(key=("stale", task_id)) in effects
+    assert task_id not in s.state.stale
+    s.now += 1
+    second = s.ask(a, "b", "and the lexer?")
+    assert s.state.stale[task_id].since == s.now and not s.state.stale[task_id].notified
+    s.now += THRESHOLD
+    (note,) = notes(s.fire_timer(("stale", task_id)), StaleWait)
+    assert note.request_id == second and note.waiting_since == T0 + THRESHOLD + 2
+
+
+def test_a_reply_that_leaves_a_question_pending_keeps_the_episode_and_its_notice() -> None:
+    s, a, b, task_id, first = waiting()
+    s.now += 5
+    second = s.ask(a, "b", "and the lexer?")
+    s.now = T0 + THRESHOLD
+    s.fire_timer(("stale", task_id))
+    effects = s.reply(b, first)
+    assert CancelTimer(key=("stale", task_id)) not in effects
+    episode = s.state.stale[task_id]
+    assert episode.since == T0 and episode.notified
+    assert s.fire(StaleDue(task_id=task_id, waiting_since=T0)) == []  # never twice
+    assert s.state.tasks[task_id].pending_requests == (second,)
+
+
+def test_the_notice_names_the_oldest_pending_question() -> None:
+    s, a, b, task_id, first = waiting()
+    s.now += 5
+    second = s.ask(a, "b", "and the lexer?")
+    s.reply(b, first)
+    s.now = T0 + THRESHOLD
+    (note,) = notes(s.fire_timer(("stale", task_id)), StaleWait)
+    assert note.request_id == second and note.question == "and the lexer?"
+    assert note.waiting_since == T0 and note.age_s == THRESHOLD
+
+
+def test_a_timer_of_an_episode_that_ended_changes_nothing() -> None:
+    s, a, b, task_id, request_id = waiting()
+    s.reply(b, request_id)
+    s.now += 1
+    s.ask(a, "b")  # a new episode, since T0 + 1
+    before = snapshot(s.state)
+    assert s.fire(StaleDue(task_id=task_id, waiting_since=T0)) == []
+    assert snapshot(s.state) == before
+
+
+def test_settling_a_waiting_task_forgets_its_episode() -> None:
+    s, _, _, task_id, _ = waiting()
+    effects = s.call(api.CancelArgs(task_id=task_id))
+    assert CancelTimer(key=("stale", task_id)) in effects
+    assert s.state.stale == {} and ("stale", task_id) not in s.timers
+    assert s.fire(StaleDue(task_id=task_id, waiting_since=T0)) == []
+
+
+def test_the_recipient_status_says_when_the_parent_is_asked() -> None:
+    s = Session(Settings(stale_wait_threshold_s=THRESHOLD))
+    a = s.spawn("a")
+    task_id = s.delegate("a")
+    s.ask(a, PARENT_ID, "may I push?")
+    s.now = T0 + THRESHOLD
+    (note,) = notes(s.fire_timer(("stale", task_id)), StaleWait)
+    assert note.recipient_status == "the parent" and note.recipient_name == PARENT_ID
+
+
+def test_the_status_view_marks_a_told_episode_stale() -> None:
+    s, _, _, task_id, _ = waiting()
+    task = view(s.state, "a", T0 + 1).agents[0].task
+    assert task is not None and task.task_id == task_id and not task.stale
+    s.now = T0 + THRESHOLD
+    s.fire_timer(("stale", task_id))
+    task = view(s.state, "a", T0 + THRESHOLD).agents[0].task
+    assert task is not None and task.stale and task.waiting_age_s == THRESHOLD
