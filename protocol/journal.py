@@ -5,6 +5,7 @@ The journal is append-only; the latest record of a thing wins. Records:
 - ``agent``   an agent joined (with what the parent needs to recognise its bridge again; written
   again when its bridge says its pid)
 - ``agent_exit`` an agent's process is gone (or it was closed)
+- ``agent_close`` the parent closed the agent (written before the task it held settles)
 - ``task``    a task record (written at delegation and at settlement)
 - ``request`` a request record (written when opened and when closed)
 - ``prompt``  a compatibility prompt id and the task it names
@@ -29,6 +30,7 @@ from protocol.requests import RequestRecord
 from protocol.tasks import TaskRecord
 
 __all__ = [
+    "AgentCloseRecord",
     "AgentExitRecord",
     "AgentRecord",
     "Entry",
@@ -57,6 +59,14 @@ class AgentExitRecord(msgspec.Struct, frozen=True, kw_only=True):
     closed: bool = False
 
 
+class AgentCloseRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The parent closed the agent: from now on it takes no task and opens no request, even
+    if the parent restarts before its process has exited."""
+
+    agent_id: str
+    at: float
+
+
 class PromptRecord(msgspec.Struct, frozen=True, kw_only=True):
     prompt_id: str
     task_id: str
@@ -71,7 +81,15 @@ class WatcherRecord(msgspec.Struct, frozen=True, kw_only=True):
     inline: tuple[str, ...] = ()
 
 
-Record = AgentRecord | AgentExitRecord | TaskRecord | RequestRecord | PromptRecord | WatcherRecord
+Record = (
+    AgentRecord
+    | AgentExitRecord
+    | AgentCloseRecord
+    | TaskRecord
+    | RequestRecord
+    | PromptRecord
+    | WatcherRecord
+)
 
 
 class _Entry(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -84,6 +102,10 @@ class AgentEntry(_Entry, frozen=True, kw_only=True, tag="agent"):
 
 class AgentExitEntry(_Entry, frozen=True, kw_only=True, tag="agent_exit"):
     record: AgentExitRecord
+
+
+class AgentCloseEntry(_Entry, frozen=True, kw_only=True, tag="agent_close"):
+    record: AgentCloseRecord
 
 
 class TaskEntry(_Entry, frozen=True, kw_only=True, tag="task"):
@@ -103,11 +125,20 @@ class WatcherEntry(_Entry, frozen=True, kw_only=True, tag="watcher"):
 
 
 #: One journal line.
-Entry = AgentEntry | AgentExitEntry | TaskEntry | RequestEntry | PromptEntry | WatcherEntry
+Entry = (
+    AgentEntry
+    | AgentExitEntry
+    | AgentCloseEntry
+    | TaskEntry
+    | RequestEntry
+    | PromptEntry
+    | WatcherEntry
+)
 
 _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
     AgentRecord: AgentEntry,
     AgentExitRecord: AgentExitEntry,
+    AgentCloseRecord: AgentCloseEntry,
     TaskRecord: TaskEntry,
     RequestRecord: RequestEntry,
     PromptRecord: PromptEntry,

@@ -32,7 +32,7 @@ from protocol.api import ProcessState
 from protocol.envelopes import RuntimeEnvelope
 from protocol.errors import AgentBusy, InvalidArgument
 from protocol.ids import IdKind, is_valid_name
-from protocol.journal import AgentExitRecord, AgentRecord
+from protocol.journal import AgentCloseRecord, AgentExitRecord, AgentRecord
 from protocol.notifications import Notice
 from protocol.requests import RequestState
 from protocol.session import requests, tasks
@@ -328,7 +328,9 @@ def close(s: SessionState, handle: str, cx: Ctx) -> list[Effect]:
     if row.closed:
         return [Answer(value=api.CloseResult(agent_id=row.agent_id, closed=True))]
     task_id = row.active_task
-    effects = _release(s, row.agent_id, TaskEvent.CANCEL, "agent closed by the parent", cx)
+    # journaled first: a parent restarting before the process exits keeps it closed
+    effects: list[Effect] = [Journal(record=AgentCloseRecord(agent_id=row.agent_id, at=cx.now))]
+    effects += _release(s, row.agent_id, TaskEvent.CANCEL, "agent closed by the parent", cx)
     result = api.CloseResult(agent_id=row.agent_id, closed=True, cancelled_task_id=task_id)
     return [*effects, StopAgent(agent_id=row.agent_id), Answer(value=result)]
 
@@ -350,6 +352,13 @@ def _release(s: SessionState, agent_id: str, event: TaskEvent, why: str, cx: Ctx
                 why=f"{row.name} is no longer running ({why})",
             )
     return effects
+
+
+def replay_close(s: SessionState, record: AgentCloseRecord) -> None:
+    """A close read back from the journal: the agent stays closed (its process may still be
+    running: the restarted parent adopts it and closes it again)."""
+    if record.agent_id in s.agents:
+        s.agents[record.agent_id] = msgspec.structs.replace(s.agents[record.agent_id], closed=True)
 
 
 def replay_exit(s: SessionState, record: AgentExitRecord, cx: Ctx) -> None:

@@ -10,8 +10,8 @@ Rules:
    ``ack``, ``control``, ``notice``): refused.
 3. **A failure after acceptance is told.** An envelope the parent accepted but could not hand
    to an agent's inbox (the agent exited, its inbox is full) fails the task it carried (and
-   the parent hears of it even if nobody watches the task); a message's sender is told it was
-   not delivered, and the request it opened is cancelled.
+   the parent hears of it even if nobody watches the task); the request a message opened is
+   cancelled (journaled), then its sender is told it was not delivered.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ def delivery_failed(s: SessionState, env: AnyEnvelope, error: ErrorInfo, cx: Ctx
         note = Notice(created_at=cx.now, code="not_delivered", text=text, refs=(env.task_id,))
         effects.append(Notify(note=note))
     elif isinstance(env, MessageEnvelope | ReplyEnvelope):
+        # the request closes (journaled) before its sender hears of it: told is durable
+        if isinstance(env, MessageEnvelope) and env.expects_reply:
+            effects += requests.close(s, env.message_id, RequestState.CANCELLED, cx)
         if env.sender_id == PARENT_ID:
             text = (
                 f"message {env.message_id} to {s.name_of(env.target_id)} could not be "
@@ -82,6 +85,4 @@ def delivery_failed(s: SessionState, env: AnyEnvelope, error: ErrorInfo, cx: Ctx
         else:
             text = f"message {env.message_id} could not be delivered: {error.message}"
             effects += outbox.notice(s, cx, env.sender_id, "not_delivered", text, env.message_id)
-        if isinstance(env, MessageEnvelope) and env.expects_reply:
-            effects += requests.close(s, env.message_id, RequestState.CANCELLED, cx)
     return effects

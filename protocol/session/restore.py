@@ -7,11 +7,13 @@ Rules:
    machines, the process table): a task comes back ``running`` or, with open requests,
    ``waiting`` since the start of its current episode; a settled task stays settled with its
    result. Intermediate moves are not journaled: they are derived.
-2. **Nothing is started twice.** :func:`resume` asks for the agents' processes with the same
-   ``SpawnAgent`` effect a spawn uses, marked to *adopt* the running bridge (or, for an agent
-   whose exit was journaled, to keep only its output): a restarted parent never starts a second
-   process. Open tasks get their deadlines again and their task envelope with its old id (an
-   agent's inbox drops one it already had); pending requests keep their reply deadlines.
+2. **Nothing is started twice, nothing closed comes back.** :func:`resume` asks for the
+   agents' processes with the same ``SpawnAgent`` effect a spawn uses, marked to *adopt* the
+   running bridge (or, for an agent whose exit was journaled, to keep only its output): a
+   restarted parent never starts a second process. An agent the parent had closed stays
+   closed (its ``agent_close`` record); if its process had not exited yet, it is adopted and
+   closed again. Open tasks get their deadlines again and their task envelope with its old id
+   (an agent's inbox drops one it already had); pending requests keep their reply deadlines.
 3. **Nothing is told twice.** A watcher delivers only what it had not delivered: neither a
    result its ``watch`` answer carried (``inline``, journaled) nor one a notification carried
    (the notifications file *is* the record of delivery). A waiting episode already reported
@@ -28,7 +30,13 @@ from typing import NoReturn
 import msgspec
 
 from protocol.ids import IdKind
-from protocol.journal import AgentExitRecord, AgentRecord, PromptRecord, WatcherRecord
+from protocol.journal import (
+    AgentCloseRecord,
+    AgentExitRecord,
+    AgentRecord,
+    PromptRecord,
+    WatcherRecord,
+)
 from protocol.requests import RequestRecord
 from protocol.session import agents, requests, tasks, watchers
 from protocol.session.effects import (
@@ -39,6 +47,7 @@ from protocol.session.effects import (
     SpawnWatcher,
     StaleDue,
     StartTimer,
+    StopAgent,
     Story,
     TaskDeadline,
     WatchdogAgent,
@@ -72,6 +81,8 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
                 agents.join(s, record, Ctx(record.created_at, _NO_IDS))
             case AgentExitRecord():
                 agents.replay_exit(s, record, Ctx(record.at, _NO_IDS))
+            case AgentCloseRecord():
+                agents.replay_close(s, record)
             case TaskRecord():
                 tasks.replay(s, record, Ctx(record.created_at, _NO_IDS))
             case RequestRecord():
@@ -120,6 +131,8 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
             agents.respawn(row),
             WatchdogAgent(agent_id=agent_id, name=row.name, at=cx.now, adapter=row.adapter),
         ]
+        if row.closed and row.process_state != "exited":  # closed, not yet gone: close it again
+            effects.append(StopAgent(agent_id=agent_id))
     for task_id, record in list(s.tasks.items()):
         if record.terminal:
             continue

@@ -27,8 +27,14 @@ from protocol.envelopes import (
 )
 from protocol.errors import ShepherdError
 from protocol.ids import PARENT_ID, IdKind, make_id
-from protocol.journal import AgentExitRecord, AgentRecord, PromptRecord, WatcherRecord
-from protocol.notifications import AnyNotification
+from protocol.journal import (
+    AgentCloseRecord,
+    AgentExitRecord,
+    AgentRecord,
+    PromptRecord,
+    WatcherRecord,
+)
+from protocol.notifications import AnyNotification, TaskCompletion
 from protocol.requests import RequestRecord
 from protocol.session import agents, calls, inbound
 from protocol.session.effects import (
@@ -125,7 +131,7 @@ def _key(record: msgspec.Struct) -> str:
             return record.prompt_id if isinstance(record, PromptRecord) else record.task_id
         case RequestRecord():
             return record.request_id
-        case AgentRecord() | AgentExitRecord():
+        case AgentRecord() | AgentExitRecord() | AgentCloseRecord():
             return record.agent_id
         case WatcherRecord():
             return record.watcher_id
@@ -180,6 +186,8 @@ def check_effects(effects: list[Effect]) -> None:
         if isinstance(e, Journal):
             first_journal.setdefault(_key(e.record), i)
     for i, e in enumerate(effects):
+        if isinstance(e, OpenNote) and e.restored:
+            continue  # a restart: the task's actor takes over a note written long before
         if isinstance(e, _TELLS):
             for ref in _mentions(e):
                 assert first_journal.get(ref, -1) < i, f"{e!r} told before {ref} was journaled"
@@ -286,6 +294,16 @@ class Session:
 
     def ctx(self) -> Ctx:
         return Ctx(self.now, self.ids)
+
+    def to_parent(self, told: Notify) -> bool:
+        """Did ``told`` reach the parent's sink? A ``wait`` caller's watcher is not journaled:
+        its notes go to that caller (through the watcher's actor) and go with the old parent."""
+        note = told.note
+        if not isinstance(note, TaskCompletion):
+            return True
+        return any(
+            isinstance(r, WatcherRecord) and r.watcher_id == note.watcher_id for r in self.journal
+        )
 
     def run(self, effects: list[Effect]) -> list[Effect]:
         check_effects(effects)

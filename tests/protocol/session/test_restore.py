@@ -40,7 +40,7 @@ def restart(s: Session, *, after: float = 50.0) -> tuple[Session, list[Effect]]:
     noticed: dict[str, set[str]] = {}
     for told in s.heard:
         note = told.note
-        if told.caller is None and isinstance(note, TaskCompletion):
+        if s.to_parent(told) and isinstance(note, TaskCompletion):
             delivered_to.setdefault(note.watcher_id, set()).update(r.task_id for r in note.results)
         if isinstance(note, StaleWait):
             noticed.setdefault(note.task_id, set()).add(note.request_id)

@@ -179,7 +179,7 @@ def test_a_wait_callers_watcher_is_not_journaled_and_its_notes_go_to_the_caller(
     assert journaled(effects) == [] and not s.state.watchers[w].journaled
     s.done(agents[0])
     (notify,) = of(s.fire_timer(("flush", w)), Notify)
-    assert notify.caller == w
+    assert notify.note.watcher_id == w and not s.to_parent(notify)
 
 
 def test_a_zero_window_still_coalesces_through_one_flush() -> None:
