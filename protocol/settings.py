@@ -1,7 +1,7 @@
 """Settings: one Struct with defaults, and pure layering of overrides onto it.
 
 Layers: defaults, then the user file, then the project file, then session
-overrides. Reading the files is the caller's job (``actors/config.py``); this module only
+overrides. Reading the files is the caller's job (``actors/surfaces/config.py``); this module only
 takes already-parsed mappings. An unknown key or a value of the wrong type never stops
 anything: it becomes a warning naming the source and the key, and that key is ignored.
 
@@ -12,7 +12,7 @@ with): a file value out of range is a warning and ignored, and :func:`check_sett
 
 A nested table is layered field by field: a user file setting ``[watchdog] cooldown_s`` and a
 project file setting ``[watchdog] repeat_threshold`` both apply. The ``[watchdog]`` table goes
-through the watchdog's own validating :func:`~protocol.watchdog_config.apply_watchdog_overrides`
+through the watchdog's own validating :func:`~protocol.watchdog.config.apply_watchdog_overrides`
 (finite numbers, ranges, "did you mean" hints; warnings read
 ``<source>: watchdog.<key>: <reason>; ignored``).
 """
@@ -26,7 +26,7 @@ import msgspec
 
 from protocol.errors import InvalidArgument
 from protocol.limits import DeadlineSeconds
-from protocol.watchdog_config import WatchdogConfig, apply_watchdog_overrides
+from protocol.watchdog.config import WatchdogConfig, apply_watchdog_overrides
 
 __all__ = ["Settings", "apply_overrides", "check_settings", "parse_value"]
 

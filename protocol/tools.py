@@ -16,8 +16,8 @@ Rules:
   as "at least one id" is also enforced), then converted to the operation's Args Struct.
 - A child sees only :func:`child_tools`; the parent's tools never reach a child.
 
-Sans-IO: no files, threads or clocks here. The MCP server (``actors/mcp_server.py``), the CLI
-(``shepherd tools --json``) and the Pi extensions consume these definitions.
+Sans-IO: no files, threads or clocks here. The MCP server (``actors/surfaces/mcp_server.py``), the
+CLI (``shepherd tools --json``) and the Pi extensions consume these definitions.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol import ops, watchdog_api
+from protocol import ops
 from protocol.errors import InvalidArgument
 from protocol.ops import Op, Param, Role
+from protocol.watchdog import api as watchdog_api
 
 __all__ = [
     "NOTIFICATIONS_PER_CALL",
@@ -248,7 +249,7 @@ NOTIFICATIONS = _tool(
     },
 )
 
-# The watchdog tools are written once, in protocol/watchdog_api.py; their op is the tool name,
+# The watchdog tools are written once, in protocol/watchdog/api.py; their op is the tool name,
 # which the supervisor routes to the watchdog.
 WATCHDOG: tuple[ToolSpec, ...] = tuple(
     _tool(

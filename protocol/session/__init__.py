@@ -5,8 +5,8 @@ Each rule is a function of the session's state (:mod:`~protocol.session.state`) 
 timer), with the time and an id source (:class:`~protocol.session.state.Ctx`). It checks,
 then changes the state, and returns the **effects** the caller must run, in order
 (:mod:`~protocol.session.effects`). It never does I/O, never reads a clock, never imports the
-actors. The broker actor (``actors/broker.py``) matches a message, calls the rule and runs the
-effects; the tests call the rules directly.
+actors. The broker actor (``actors/session/broker.py``) matches a message, calls the rule and runs
+the effects; the tests call the rules directly.
 
 ==============  ============================================================================
 module          rules

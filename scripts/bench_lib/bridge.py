@@ -1,6 +1,6 @@
 """Real processes: the child bridge's spawn-to-ready time and ``shepherd demo`` wall time.
 
-Both need the child bridge (``shepherd-child run``, module ``actors.child_cli``). When it is not
+Both need the child bridge (``shepherd-child run``, module ``actors.child.cli``). When it is not
 installed the figures say ``unavailable: <reason>`` instead of failing the whole run.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from bench_lib.common import memory_base_dir, temp_dir
 
-BRIDGE_MODULE = "actors.child_cli"
+BRIDGE_MODULE = "actors.child.cli"
 QUIET_SCRIPT = {"steps": [{"await": "task"}, {"await": "any"}]}
 
 
@@ -69,7 +69,7 @@ def bridge_job(params: dict[str, Any]) -> dict[str, Any]:
         return {"unavailable": missing}
     with temp_dir("shepherd-bench-", memory_base_dir()) as tmp:
         os.environ["XDG_STATE_HOME"] = str(tmp / "state")  # the live-session pointer goes here
-        from actors.supervisor import Supervisor
+        from actors.session.supervisor import Supervisor
 
         script = tmp / "quiet.json"
         script.write_text(json.dumps(QUIET_SCRIPT))
@@ -101,7 +101,7 @@ def shepherd_command() -> list[str]:
     if installed.exists():
         return [str(installed)]
     found = shutil.which("shepherd")
-    return [found] if found else [sys.executable, "-m", "actors.cli"]
+    return [found] if found else [sys.executable, "-m", "actors.surfaces.cli"]
 
 
 def demo_wall_time(simulated: bool, timeout_s: float = 120.0) -> float | str:

@@ -71,7 +71,7 @@ def children_job(params: dict[str, Any]) -> dict[str, Any]:
     rounds: int = params["rounds"]
     with temp_dir("shepherd-bench-", memory_base_dir()) as tmp:
         os.environ["XDG_STATE_HOME"] = str(tmp / "state")  # the live-session pointer goes here
-        from actors.supervisor import Supervisor
+        from actors.session.supervisor import Supervisor
 
         script = tmp / "loop.json"
         script.write_text(json.dumps(LOOP))

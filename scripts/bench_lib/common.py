@@ -64,7 +64,7 @@ def latency_summary(samples_ns: Sequence[int]) -> dict[str, float]:
 def memory_base_dir() -> Path:
     """Where benchmark mailboxes go: the filesystem Shepherd itself would use for its inboxes
     (``$XDG_RUNTIME_DIR``, else ``/dev/shm``, else the temp dir), never a fixed path."""
-    from actors.mailbox import default_runtime_dir
+    from actors.mailbox.mailbox import default_runtime_dir
 
     return default_runtime_dir().parent
 
@@ -142,12 +142,12 @@ def shepherd_waker() -> str:
     process (each built once on a scratch directory)."""
     import threading
 
-    from actors.mailbox_watch import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
+    from actors.mailbox.watch import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
 
     try:
-        from actors.mailbox_bell import default_waker
+        from actors.mailbox.bell import default_waker
     except ImportError:
-        return "unknown (no actors.mailbox_bell)"
+        return "unknown (no actors.mailbox.bell)"
     shown = []
     try:
         for who, creator in (("parent", True), ("others", False)):
@@ -167,7 +167,7 @@ def shepherd_waker() -> str:
 
 
 def machine_facts(mailbox_dir: Path) -> dict[str, Any]:
-    from actors.mailbox_watch import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
+    from actors.mailbox.watch import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
 
     return {
         "cpu_count": os.cpu_count(),
@@ -280,7 +280,7 @@ class Publisher:
 
 def new_ids() -> tuple[str, str, str]:
     """A session id, an agent id and a capability for a bench mailbox."""
-    from actors.idsource import IdSource
+    from actors.runtime.ids import IdSource
     from protocol.ids import IdKind
 
     ids = IdSource()

@@ -36,8 +36,8 @@ from bench_lib.common import GO_LINE, READY_LINE, emit_result, latency_summary, 
 
 def main(argv: list[str]) -> int:
     params = json.loads(argv[0])
-    from actors.idsource import IdSource
-    from actors.mailbox import Mailbox
+    from actors.mailbox.mailbox import Mailbox
+    from actors.runtime.ids import IdSource
     from protocol.envelopes import MessageEnvelope, encode_envelope
     from protocol.errors import LimitExceeded
     from protocol.ids import PARENT_ID, IdKind

@@ -2,8 +2,8 @@
 
 - :class:`ShepherdReceiver`: Shepherd's own path — ``Mailbox.subscribe`` (its receiver thread
   and watcher, strict decode, validation, duplicate check, acknowledgement into ``cur/``), the
-  handler ``tell``-ing a :class:`~actors.runtime.ShepherdActor` on a ``ThreadedRuntime``; the
-  actor calls ``on_envelope``. Three wakers (:func:`mailbox_options`): ``shepherd`` is the
+  handler ``tell``-ing a :class:`~actors.runtime.runtime.ShepherdActor` on a ``ThreadedRuntime``;
+  the actor calls ``on_envelope``. Three wakers (:func:`mailbox_options`): ``shepherd`` is the
   parent's default (one inotify instance and the inbox's doorbell), ``shepherd_bell`` the
   doorbell alone (what every bridge and CLI call uses), ``shepherd_inotify`` inotify alone (the
   previous default of every process, one inotify instance each).
@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from actors.mailbox import Mailbox
-from actors.runtime import ShepherdActor, ThreadedRuntime
+from actors.mailbox.mailbox import Mailbox
+from actors.runtime.runtime import ShepherdActor, ThreadedRuntime
 from protocol.envelopes import AnyEnvelope, decode_envelope
 
 OnEnvelope = Callable[[AnyEnvelope], None]
@@ -50,11 +50,11 @@ def mailbox_options(variant: str) -> dict[str, Any]:
     """``Mailbox.create`` keyword arguments for a Shepherd variant's waker (none: the default,
     which is the session parent's)."""
     if variant == "shepherd_bell":
-        from actors.mailbox_bell import bell_waker
+        from actors.mailbox.bell import bell_waker
 
         return {"waker_factory": bell_waker(inotify="never")}
     if variant == "shepherd_inotify":
-        from actors.mailbox_inotify import inotify_waker
+        from actors.mailbox.inotify import inotify_waker
 
         return {"waker_factory": inotify_waker()}
     return {}
@@ -250,7 +250,7 @@ class ShepherdReceiver:
         tell = self._actor.tell
         for inbox in self._inboxes:
             self._subscriptions.append(self._mailbox.subscribe(inbox, tell))
-        # Answered by a full pass made after the watch exists (actors/mailbox_watch.py); a
+        # Answered by a full pass made after the watch exists (actors/mailbox/watch.py); a
         # second request covers a rebuild caused by the last subscriptions.
         for _ in range(2):
             if not self._mailbox.wait_drained(30):

@@ -46,12 +46,12 @@ import time
 from collections.abc import Iterator, KeysView
 from typing import Any
 
-from actors.broker import BrokerActor
-from actors.messages import Inbound
-from actors.runtime import ThreadedRuntime
-from actors.session import Session
-from actors.simagent import SimLauncher
-from actors.transport import PARENT_INBOX
+from actors.runtime.runtime import ThreadedRuntime
+from actors.runtime.transport import PARENT_INBOX
+from actors.session.broker import BrokerActor
+from actors.session.messages import Inbound
+from actors.session.session import Session
+from actors.testing.simagent import SimLauncher
 from bench_lib.report import PREVIOUS_DESIGN, SHEPHERD
 from bench_lib.sessions import QUIET_SCRIPT, ReadyCountingTransport
 from protocol.envelopes import AckEnvelope, AnyEnvelope, MessageEnvelope, ReplyEnvelope

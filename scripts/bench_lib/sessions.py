@@ -20,10 +20,10 @@ from typing import Any
 
 import pykka
 
-from actors.runtime import ThreadedRuntime
-from actors.session import Session
-from actors.simagent import SimLauncher
-from actors.transport import PARENT_INBOX, InMemoryTransport
+from actors.runtime.runtime import ThreadedRuntime
+from actors.runtime.transport import PARENT_INBOX, InMemoryTransport
+from actors.session.session import Session
+from actors.testing.simagent import SimLauncher
 from bench_lib.common import latency_summary, now_ns, os_threads, rss_bytes
 from protocol.envelopes import AnyEnvelope, RuntimeEnvelope, TaskDoneEnvelope
 from protocol.ids import PARENT_ID, IdKind

@@ -20,9 +20,9 @@ from typing import IO, Any
 import msgspec
 import pytest
 
-from actors.mailbox import Mailbox
-from actors.procs import session_members
-from actors.transport import PARENT_INBOX
+from actors.mailbox.mailbox import Mailbox
+from actors.runtime.procs import session_members
+from actors.runtime.transport import PARENT_INBOX
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -267,7 +267,7 @@ class FakeParent:
         log_path = self.tmp_path / f"bridge-{len(self.bridges)}.log"
         log = log_path.open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "actors.child_cli", "run"],
+            [sys.executable, "-m", "actors.child.cli", "run"],
             cwd=self.tmp_path,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -283,7 +283,7 @@ class FakeParent:
         self, *args: str, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "actors.child_cli", *args],
+            [sys.executable, "-m", "actors.child.cli", *args],
             cwd=self.tmp_path,
             env=self.environ() if env is None else env,
             capture_output=True,

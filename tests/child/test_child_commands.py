@@ -11,7 +11,7 @@ import threading
 import msgspec
 import pytest
 
-from actors.transport import PARENT_INBOX
+from actors.runtime.transport import PARENT_INBOX
 from protocol.envelopes import MessageEnvelope, ReplyEnvelope, RuntimeEnvelope, TaskDoneEnvelope
 from protocol.errors import ErrorInfo
 from protocol.ids import IdKind
@@ -180,7 +180,7 @@ def test_a_full_parent_inbox_is_waited_out_not_refused(parent: FakeParent) -> No
         )
     settings = msgspec.json.encode(Settings(max_queue_depth=limit)).decode()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "actors.child_cli", "message", "shepherd", "after", "--json"],
+        [sys.executable, "-m", "actors.child.cli", "message", "shepherd", "after", "--json"],
         cwd=parent.tmp_path,
         env=parent.environ(SHEPHERD_SETTINGS=settings),
         stdout=subprocess.PIPE,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.procs import session_members
+from actors.runtime.procs import session_members
 from protocol.envelopes import (
     AckEnvelope,
     ControlEnvelope,

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from actors.reply_inboxes import ONE_SHOT_PREFIX
+from actors.mailbox.reply_inboxes import ONE_SHOT_PREFIX
 from protocol.envelopes import MessageEnvelope
 from protocol.errors import ErrorInfo
 from protocol.ids import IdKind
@@ -67,7 +67,7 @@ def test_a_waiting_child_command_holds_its_inbox_lock(parent: FakeParent) -> Non
 
     parent.answer = answer  # type: ignore[assignment]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "actors.child_cli", "message", "planner", "hi", "--json"],
+        [sys.executable, "-m", "actors.child.cli", "message", "planner", "hi", "--json"],
         cwd=parent.tmp_path,
         env=parent.environ(),
         stdout=subprocess.PIPE,

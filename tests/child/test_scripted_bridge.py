@@ -12,9 +12,9 @@ import threading
 import msgspec
 import pytest
 
-from actors.child import REFUSALS_REPORTED
-from actors.mailbox import Mailbox
-from actors.procs import session_members
+from actors.child.bridge import REFUSALS_REPORTED
+from actors.mailbox.mailbox import Mailbox
+from actors.runtime.procs import session_members
 from protocol.envelopes import (
     ControlEnvelope,
     MessageEnvelope,

@@ -1,4 +1,4 @@
-"""actors.config: the two settings files (user, project), session overrides, and warnings.
+"""actors.surfaces.config: the two settings files (user, project), session overrides, and warnings.
 
 Every test runs with HOME, XDG_CONFIG_HOME and the working directory inside tmp_path: the real
 home directory is never read or written.
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.config import (
+from actors.surfaces.config import (
     PROJECT_CONFIG,
     SESSION_SOURCE,
     config_paths,
@@ -20,7 +20,7 @@ from actors.config import (
     read_config_file,
     user_config_path,
 )
-from actors.session import Session
+from actors.testing import SimSession
 from protocol.errors import InvalidArgument
 from protocol.settings import Settings
 from protocol.watchdog import DEFAULT_RESCUE_MESSAGE, WatchdogConfig
@@ -338,7 +338,7 @@ def test_loaded_settings_reach_the_sessions_watchdog(env: Env) -> None:
     env.write_user("[watchdog]\ncooldown_s = 90\n")
     env.write_project("[watchdog]\nrepeat_threshold = 5\n")
     settings, _ = load_settings()
-    session = Session.simulated(1, settings=settings)
+    session = SimSession.simulated(1, settings=settings)
     try:
         config = session.watchdog("config")
     finally:

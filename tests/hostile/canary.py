@@ -11,8 +11,8 @@ import itertools
 import json
 from pathlib import Path
 
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
 from protocol.notifications import TaskCompletion
 
 #: finishes its task on a message from the test, so the completion comes after the watch

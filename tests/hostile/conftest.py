@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
 from protocol.settings import Settings
 from tests.processes.conftest import isolated_state
 from tests.reliability.live import Story

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.cli import WAIT_TIMED_OUT
+from actors.surfaces.cli import WAIT_TIMED_OUT
 from tests.processes.conftest import cli
 from tests.reliability.live import wait_for_files
 
@@ -28,7 +28,7 @@ IDLE = {"steps": [{"await": "task"}, {"await": "any"}]}
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "actors.cli", *args],
+        [sys.executable, "-m", "actors.surfaces.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -136,7 +136,7 @@ def test_waiting_calls_never_starve_the_other_calls(live: Live) -> None:
     task = live.sup.call("delegate", {"target": "idle", "task": "long"})
     handled = live.sup.mailbox_root / "inbox" / "parent" / "cur"  # a call handed over
     before = len(os.listdir(handled))
-    argv = [sys.executable, "-m", "actors.cli", "wait", task.task_id, "--json"]
+    argv = [sys.executable, "-m", "actors.surfaces.cli", "wait", task.task_id, "--json"]
     waits = [
         subprocess.Popen(
             [*argv, "--session", str(live.session)],

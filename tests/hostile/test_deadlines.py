@@ -17,8 +17,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from actors.clock import MAX_DELAY_S, SystemClock
-from actors.config import load_settings
+from actors.runtime.clock import MAX_DELAY_S, SystemClock
+from actors.surfaces.config import load_settings
 from protocol.errors import InvalidArgument
 from protocol.limits import MAX_DEADLINE_MINUTES, MAX_DEADLINE_S
 from protocol.settings import Settings, check_settings

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.idsource import IdSource
-from actors.mailbox import Mailbox
-from actors.reply_inboxes import ReplyInbox
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.mailbox.mailbox import Mailbox
+from actors.mailbox.reply_inboxes import ReplyInbox
+from actors.runtime.ids import IdSource
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
 from protocol.envelopes import ResultEnvelope
 from protocol.ids import IdKind
 from tests.processes.conftest import Serve, cli
@@ -97,7 +97,7 @@ def test_shutdown_waits_for_a_live_callers_unread_answer(
 ) -> None:
     """The race made deterministic: an answer sits unread in the inbox of a caller that still
     runs (it holds its inbox's lock); the shutdown keeps the mailbox until it is read."""
-    import actors.supervisor as supervisor_module
+    import actors.session.supervisor as supervisor_module
 
     sup = Supervisor(tmp_path / "session", sinks=[CollectingSink()], mailbox_root=tmp_path / "mb")
     caller = Mailbox.open(sup.mailbox_root, sup.session_id)

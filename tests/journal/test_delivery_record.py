@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.notification_file import NotificationFile
-from actors.sinks import CollectingSink
-from actors.supervisor import _FanOut
+from actors.records.notifications import NotificationFile
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import _FanOut
 from protocol.notifications import Notice
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from actors import jsonlines
-from actors.journal_file import FileJournal
-from actors.notification_file import NotificationFile
+from actors.records import jsonlines
+from actors.records.journal_file import FileJournal
+from actors.records.notifications import NotificationFile
 from protocol.journal import AgentRecord, WatcherRecord
 from protocol.notifications import TaskCompletion
 from protocol.tasks import TaskRecord, TaskResult, TaskState

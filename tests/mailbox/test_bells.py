@@ -1,4 +1,4 @@
-"""The doorbell (actors/mailbox_bell.py): a publish rings the inbox's FIFO and wakes a reader
+"""The doorbell (actors/mailbox/bell.py): a publish rings the inbox's FIFO and wakes a reader
 that holds no inotify instance; a thing planted at the bell's path is refused, never written
 through, and the reader falls back (and says so); the bell goes with its inbox; and no ring is
 lost between a rescan and the next wait.
@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from actors import mailbox_bell
-from actors.mailbox import Mailbox
-from actors.mailbox_bell import (
+from actors.mailbox import bell as mailbox_bell
+from actors.mailbox.bell import (
     BELL_NAME,
     BellRinger,
     BellWaker,
@@ -27,9 +26,10 @@ from actors.mailbox_bell import (
     bell_waker,
     make_bell,
 )
-from actors.mailbox_files import envelope_file_name
-from actors.mailbox_watch import InterruptEvent, Receiver, Waker
-from actors.transport import PARENT_INBOX
+from actors.mailbox.files import envelope_file_name
+from actors.mailbox.mailbox import Mailbox
+from actors.mailbox.watch import InterruptEvent, Receiver, Waker
+from actors.runtime.transport import PARENT_INBOX
 from protocol.ids import IdKind
 from protocol.settings import Settings
 from tests.mailbox.conftest import (

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox import Mailbox, default_runtime_dir
-from actors.transport import PARENT_INBOX
+from actors.mailbox.mailbox import Mailbox, default_runtime_dir
+from actors.runtime.transport import PARENT_INBOX
 from protocol.errors import (
     ForbiddenSender,
     InvalidArgument,

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.client import Client
-from actors.mailbox_bell import BELL_NAME
-from actors.mailbox_inotify import InotifyWatch, inotify_available
-from actors.supervisor import Supervisor
-from actors.transport import PARENT_INBOX
+from actors.mailbox.bell import BELL_NAME
+from actors.mailbox.inotify import InotifyWatch, inotify_available
+from actors.runtime.transport import PARENT_INBOX
+from actors.session.supervisor import Supervisor
+from actors.surfaces.client import Client
 from protocol.settings import Settings
 from tests.reliability.live import Changes, Story
 
@@ -171,7 +171,7 @@ def test_children_beyond_the_inotify_budget_keep_millisecond_delivery(tmp_path: 
 def shepherd_status(sup: Supervisor) -> str:
     env = {k: v for k, v in os.environ.items() if k != "SHEPHERD_WAKER"}
     out = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "status", "--session", str(sup.session_dir)],
+        [sys.executable, "-m", "actors.surfaces.cli", "status", "--session", str(sup.session_dir)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -258,7 +258,7 @@ import json, os, resource, sys, threading
 from pathlib import Path
 _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # as a login shell's 1024, smaller
-from actors.supervisor import Supervisor
+from actors.session.supervisor import Supervisor
 ready = threading.Event()
 tmp = Path(sys.argv[1])
 sup = Supervisor(tmp / "session", mailbox_root=tmp / "mailbox",
@@ -295,7 +295,7 @@ def test_the_parent_raises_its_descriptor_limit_and_its_children_keep_theirs(
 
 SELECT_PROBE = """
 import os, resource, subprocess
-from actors.procs import descendants, kill_all
+from actors.runtime.procs import descendants, kill_all
 _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
 spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # next fds are past 1024

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox import Mailbox
-from actors.transport import PARENT_INBOX
+from actors.mailbox.mailbox import Mailbox
+from actors.runtime.transport import PARENT_INBOX
 from protocol.errors import InvalidEnvelope, InvalidHandle, LimitExceeded, SessionUnavailable
 from protocol.ids import IdKind
 from protocol.settings import Settings

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox import Mailbox
-from actors.mailbox_bell import BellWaker, bell_waker, default_waker
-from actors.mailbox_inotify import InotifyWaker, inotify_available, inotify_waker
-from actors.mailbox_watch import (
+from actors.mailbox.bell import BellWaker, bell_waker, default_waker
+from actors.mailbox.inotify import InotifyWaker, inotify_available, inotify_waker
+from actors.mailbox.mailbox import Mailbox
+from actors.mailbox.watch import (
     InterruptEvent,
     PollingWaker,
     WakerFactory,

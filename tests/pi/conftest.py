@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from actors.pi_events import RuntimeEvent, map_event
-from actors.pi_rpc import PiProcess
-from actors.scripted_model import ScriptedModel, models_json
+from actors.child.pi.events import RuntimeEvent, map_event
+from actors.child.pi.rpc import PiProcess
+from actors.child.scripted_model import ScriptedModel, models_json
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_PI = REPO / "scripts" / "install_pi.sh"

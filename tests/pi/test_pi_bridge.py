@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.pi_adapter import FLUSH_NOTE
-from actors.procs import session_members
-from actors.scripted_model import ScriptedModel, Text, ToolCall, models_json
+from actors.child.pi.adapter import FLUSH_NOTE
+from actors.child.scripted_model import ScriptedModel, Text, ToolCall, models_json
+from actors.runtime.procs import session_members
 from protocol.envelopes import (
     ControlEnvelope,
     RuntimeEnvelope,

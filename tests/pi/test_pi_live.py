@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from actors.agent import AgentActor
-from actors.procs import session_members
-from actors.scripted_model import Gate, ScriptedModel, Step, Text, ToolCall, models_json
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.child.scripted_model import Gate, ScriptedModel, Step, Text, ToolCall, models_json
+from actors.runtime.procs import session_members
+from actors.session.agent import AgentActor
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
 from protocol.envelopes import RuntimeEnvelope, TaskEnvelope
 from protocol.notifications import TaskCompletion
 from protocol.render import render_task_context
@@ -456,7 +456,7 @@ def test_the_pi_demo_tells_the_canonical_story_with_one_completion(
 ) -> None:
     import io
 
-    from actors.demo import run_pi_demo
+    from actors.surfaces.demo import run_pi_demo
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))

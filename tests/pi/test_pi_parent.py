@@ -22,8 +22,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.scripted_model import Gate, ScriptedModel, Text, ToolCall
-from actors.supervisor import Supervisor
+from actors.child.scripted_model import Gate, ScriptedModel, Text, ToolCall
+from actors.session.supervisor import Supervisor
 from protocol.notifications import (
     AgentMessage,
     AnyNotification,

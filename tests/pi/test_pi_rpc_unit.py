@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from actors.pi_errors import PiCommandError, PiError, PiExitedError, PiTimeoutError
-from actors.pi_events import RuntimeEvent, map_event
-from actors.pi_rpc import PiProcess
+from actors.child.pi.errors import PiCommandError, PiError, PiExitedError, PiTimeoutError
+from actors.child.pi.events import RuntimeEvent, map_event
+from actors.child.pi.rpc import PiProcess
 
 from .conftest import EventLog
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from actors.pi_errors import PiCommandError, PiExitedError
-from actors.pi_launch import SHEPHERD_CHILD_EXTENSION
-from actors.scripted_model import ScriptedModel, Text, ToolCall
+from actors.child.pi.errors import PiCommandError, PiExitedError
+from actors.child.pi.launch import SHEPHERD_CHILD_EXTENSION
+from actors.child.scripted_model import ScriptedModel, Text, ToolCall
 from tests.reliability.live import process_running, wait_terminated
 
 from .conftest import StartPi, tool_output_contains

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from actors.scripted_model import (
+from actors.child.scripted_model import (
     Fail,
     Gate,
     ScriptedModel,

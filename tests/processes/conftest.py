@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
 from tests.reliability.live import PLANNER, session_pids, write_script
 
 SCOUT = {
@@ -78,7 +78,7 @@ class Serve:
                 *DIE_WITH_PYTEST,
                 sys.executable,
                 "-m",
-                "actors.cli",
+                "actors.surfaces.cli",
                 "serve",
                 "--session-dir",
                 str(session_dir),
@@ -154,7 +154,7 @@ def serve(tmp_path: Path) -> Iterator[Any]:
 
 def cli(*args: str, session: Path | None = None, check: bool = True) -> tuple[int, Any]:
     """Run `shepherd ARGS --json`; return (exit status, parsed JSON)."""
-    argv = [sys.executable, "-m", "actors.cli", *args, "--json"]
+    argv = [sys.executable, "-m", "actors.surfaces.cli", *args, "--json"]
     if session is not None:
         argv += ["--session", str(session)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)

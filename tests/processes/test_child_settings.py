@@ -10,9 +10,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from actors.child_env import ENV_SETTINGS, child_env_from
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.child.env import ENV_SETTINGS, child_env_from
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
 from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
 from protocol.settings import Settings

@@ -107,7 +107,7 @@ def test_waiting_is_visible_in_status_and_a_cli_reply_resumes_it(
     (request,) = row["task"]["pending_requests"]
     assert request["question"] == "which module first?"
     human = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "status", "--session", str(session)],
+        [sys.executable, "-m", "actors.surfaces.cli", "status", "--session", str(session)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -230,7 +230,7 @@ def test_close_kills_the_agents_whole_tree_and_top_shows_a_frame(  # type: ignor
             break
     assert len(_agent_pids(agent["agent_id"])) >= 3
     frame = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "top", "--once", "--session", str(session)],
+        [sys.executable, "-m", "actors.surfaces.cli", "top", "--once", "--session", str(session)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -257,7 +257,7 @@ def test_following_notifications_ends_with_the_session(serve, scripts, tmp_path:
         [
             sys.executable,
             "-m",
-            "actors.cli",
+            "actors.surfaces.cli",
             "notifications",
             "--follow",
             "--session",

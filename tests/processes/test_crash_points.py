@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.crashpoints import POINTS
+from actors.runtime.crashpoints import POINTS
 from tests.processes.conftest import Serve, bridge_pids, cli
 from tests.reliability.live import PLANNER, SCOUT, write_script
 
@@ -137,7 +137,7 @@ def test_kill_at_each_crash_point_then_resume(point: str, tmp_path: Path) -> Non
 
 def test_every_crash_point_is_named_in_the_code() -> None:
     root = Path(__file__).resolve().parents[2] / "actors"
-    text = "".join(p.read_text() for p in root.glob("*.py") if p.name != "crashpoints.py")
+    text = "".join(p.read_text() for p in root.rglob("*.py") if p.name != "crashpoints.py")
     for point in POINTS:
         assert f'crashpoint("{point}")' in text or f'torn_point="{point}"' in text, point
     assert sys.executable and subprocess  # the module is used for processes above

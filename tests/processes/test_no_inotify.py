@@ -53,7 +53,7 @@ def test_following_needs_no_inotify_instance(serve: Any, tmp_path: Path) -> None
         [
             sys.executable,
             "-m",
-            "actors.cli",
+            "actors.surfaces.cli",
             "notifications",
             "--follow",
             "--session",

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from actors.client import Client
-from actors.clock import VirtualClock
-from actors.idsource import IdSource
-from actors.mailbox import Mailbox
-from actors.reply_inboxes import MIN_AGE_S, SWEEP_EVERY_S, ReplyInbox, ReplyInboxSweeper
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.mailbox.mailbox import Mailbox
+from actors.mailbox.reply_inboxes import MIN_AGE_S, SWEEP_EVERY_S, ReplyInbox, ReplyInboxSweeper
+from actors.runtime.clock import VirtualClock
+from actors.runtime.ids import IdSource
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
+from actors.surfaces.client import Client
 from protocol.envelopes import ResultEnvelope
 from protocol.ids import PARENT_ID, IdKind
 from tests.processes.conftest import cli, write_script
@@ -89,7 +89,7 @@ def test_a_killed_callers_inbox_is_swept_at_restart_and_a_waiting_ones_kept(
             [
                 sys.executable,
                 "-m",
-                "actors.cli",
+                "actors.surfaces.cli",
                 "wait",
                 task["task_id"],
                 "--session",

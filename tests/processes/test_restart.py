@@ -104,7 +104,7 @@ def test_a_live_session_cannot_be_claimed_by_a_second_parent(serve, tmp_path: Pa
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "serve", "--session-dir", str(session)],
+        [sys.executable, "-m", "actors.surfaces.cli", "serve", "--session-dir", str(session)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from actors.supervisor import Supervisor
+from actors.session.supervisor import Supervisor
 from tests.tools.mcp_stdio import McpProcess
 
 pytestmark = pytest.mark.processes
@@ -48,7 +48,7 @@ def sessions(tmp_path: Path) -> Iterator[list[Supervisor]]:
 def shepherd(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any, str]:
     """``shepherd ARGS`` → (exit status, stdout as JSON when it is, stderr)."""
     done = subprocess.run(
-        [sys.executable, "-m", "actors.cli", *args],
+        [sys.executable, "-m", "actors.surfaces.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
 from tests.processes.conftest import Serve, cli
 from tests.reliability.live import Story
 
@@ -171,7 +171,7 @@ def test_a_turn_ending_without_done_is_told_with_its_status_and_output(
     assert row["task"]["state"] == "running"  # not completing is right
     assert row["task"]["turns_without_done"] == 1 and row["task"]["last_turn_exit_code"] == 3
     text = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "status", "--session", str(session)],
+        [sys.executable, "-m", "actors.surfaces.cli", "status", "--session", str(session)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -281,7 +281,7 @@ def test_the_cli_says_when_a_task_had_already_settled(serve, tmp_path: Path) -> 
     for op, extra in (("fail", ["--error", "too late"]), ("cancel", [])):
         _, data = cli(op, task["task_id"], *extra, session=session)
         assert (data["status"], data["already_settled"]) == ("completed", True)
-        argv = [sys.executable, "-m", "actors.cli", op, task["task_id"], *extra]
+        argv = [sys.executable, "-m", "actors.surfaces.cli", op, task["task_id"], *extra]
         text = subprocess.run(
             [*argv, "--session", str(session)],
             capture_output=True,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
 from protocol.notifications import WatchdogAlert
 from protocol.settings import Settings
 from protocol.tasks import TaskState

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
 from protocol.settings import Settings
 from tests.conftest import SeedRunner
 from tests.reliability.live import Live, Story, session_pids

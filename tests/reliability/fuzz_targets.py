@@ -4,13 +4,14 @@ Each target is a Hypothesis strategy of raw inputs plus a ``check`` that states 
 
 - ``envelope``: :func:`protocol.envelopes.decode_envelope` returns an envelope whose ids are all
   well-formed (so never path-like) and which round-trips, or raises ``invalid_envelope``.
-- ``settings``: :func:`actors.config.load_settings` over a random project file never raises;
+- ``settings``: :func:`actors.surfaces.config.load_settings` over a random project file never
+raises;
   a file that is not UTF-8 TOML is named in a warning; and the settings it returns are usable
   (finite, in range: a poll interval of ``nan`` would stop the mailbox receiver).
 - ``script``: :func:`protocol.script.load_script_text` returns a ``Script`` or raises
   ``ScriptError``, for JSON and TOML text alike.
-- ``replay``: :func:`protocol.watchdog_replay.decode_replay_line` returns a ``ReplayEvent`` or
-  raises ``ReplayLineError``; :func:`~protocol.watchdog_replay.replay` over a few lines returns
+- ``replay``: :func:`protocol.watchdog.replay.decode_replay_line` returns a ``ReplayEvent`` or
+  raises ``ReplayLineError``; :func:`~protocol.watchdog.replay.replay` over a few lines returns
   verdicts ending in a final one, or raises ``ReplayLineError``.
 
 Inputs mix structure-aware generation (documents shaped like the real thing with one field
@@ -34,14 +35,14 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from actors.config import load_settings
+from actors.surfaces.config import load_settings
 from protocol.envelopes import ENCODER, AnyEnvelope, decode_envelope
 from protocol.errors import InvalidEnvelope
 from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of, make_id
 from protocol.script import Script, ScriptError, load_script_text
 from protocol.settings import Settings
-from protocol.watchdog_config import CONFIG_KEYS
-from protocol.watchdog_replay import ReplayEvent, ReplayLineError, decode_replay_line, replay
+from protocol.watchdog.config import CONFIG_KEYS
+from protocol.watchdog.replay import ReplayEvent, ReplayLineError, decode_replay_line, replay
 
 __all__ = [
     "TARGETS",

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from actors.child import child_env_from
-from actors.child_cli import send_and_wait
-from actors.mailbox import Mailbox
-from actors.mailbox_files import write_all
-from actors.transport import PARENT_INBOX
+from actors.child.bridge import child_env_from
+from actors.child.cli import send_and_wait
+from actors.mailbox.files import write_all
+from actors.mailbox.mailbox import Mailbox
+from actors.runtime.transport import PARENT_INBOX
 from protocol.envelopes import (
     MessageEnvelope,
     TaskDoneEnvelope,

@@ -1,6 +1,6 @@
 """A simulated session under faults, with its invariants checked after EVERY scheduler step.
 
-:class:`Harness` wraps ``Session.simulated(seed)``:
+:class:`Harness` wraps ``SimSession.simulated(seed)``:
 
 - it hooks the simulated transport's ``publish`` to keep a ledger of every envelope offered to
   an inbox: accepted or refused, and what the seeded fault did to it (dropped, duplicated,
@@ -38,12 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actors.messages import ParentCall
-from actors.scripted import ScriptedDriver
-from actors.session import Session
-from actors.simulation import Faults
-from actors.sinks import CollectingSink
-from actors.transport import PARENT_INBOX
+from actors.child.scripted import ScriptedDriver
+from actors.runtime.transport import PARENT_INBOX
+from actors.session.messages import ParentCall
+from actors.session.sinks import CollectingSink
+from actors.testing import SimSession
+from actors.testing.simulation import Faults
 from protocol import api
 from protocol.envelopes import (
     AckEnvelope,
@@ -99,7 +99,7 @@ class Harness:
         self.seed = seed
         self.faults = faults or Faults()
         self.sink = CollectingSink()
-        self.s = Session.simulated(
+        self.s = SimSession.simulated(
             seed, faults=self.faults, settings=settings or Settings(), sink=self.sink
         )
         self.sim = self.s.sim

@@ -21,7 +21,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 
-from actors.simulation import Faults
+from actors.testing.simulation import Faults
 from protocol.answers import preview_result
 from protocol.envelopes import (
     AckEnvelope,

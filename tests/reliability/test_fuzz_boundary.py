@@ -3,7 +3,7 @@ whatever lands in a running supervisor's parent inbox.
 
 The pure targets (``tests/reliability/fuzz_targets.py``) run as Hypothesis properties; the
 deep-nesting inputs, which found bugs, have explicit tests of their own below. Against a live
-:class:`~actors.supervisor.Supervisor`: random files planted into ``inbox/parent/new/`` and
+:class:`~actors.session.supervisor.Supervisor`: random files planted into ``inbox/parent/new/`` and
 envelopes with random fields published as a real agent — each one ends as a quarantine entry
 with a reason file, or as a receipt (accepted or refused), or as a typed refusal to the
 publisher; the supervisor keeps working, and a valid call and a delegated task afterwards are
@@ -32,11 +32,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from actors.config import load_settings
-from actors.mailbox import Mailbox
-from actors.mailbox_files import write_all
-from actors.reply_inboxes import ReplyInbox
-from actors.transport import PARENT_INBOX
+from actors.mailbox.files import write_all
+from actors.mailbox.mailbox import Mailbox
+from actors.mailbox.reply_inboxes import ReplyInbox
+from actors.runtime.transport import PARENT_INBOX
+from actors.surfaces.config import load_settings
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -50,7 +50,7 @@ from protocol.ids import PARENT_ID, IdKind, make_id
 from protocol.notifications import TaskCompletion
 from protocol.script import ScriptError, load_script_text
 from protocol.settings import Settings
-from protocol.watchdog_replay import ReplayLineError, decode_replay_line
+from protocol.watchdog.replay import ReplayLineError, decode_replay_line
 from tests.reliability.fuzz_targets import (
     OPTIONAL_FIELDS,
     TARGETS,

@@ -34,15 +34,16 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from actors import child_cli
-from actors import cli as shepherd_cli
-from actors.agent import AgentSpec
-from actors.mcp_server import ShepherdMcp
-from actors.session import Session
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
-from actors.watchdog_cli import is_watchdog_call
-from actors.watchdog_cli import session_call as watchdog_call
+from actors.child import cli as child_cli
+from actors.session.agent import AgentSpec
+from actors.session.session import Session
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
+from actors.session.watchdog import is_watchdog_call
+from actors.session.watchdog import session_call as watchdog_call
+from actors.surfaces import cli as shepherd_cli
+from actors.surfaces.mcp_server import ShepherdMcp
+from actors.testing import SimSession
 from protocol import api, ops
 from protocol.errors import ShepherdError
 from protocol.notifications import TaskCompletion
@@ -167,7 +168,7 @@ def _run_in_session(session: Session, op: str, args: dict[str, Any]) -> Any:
 
 def test_every_operation_on_the_python_api_in_the_simulation(report: Counter[str]) -> None:
     sink = CollectingSink()
-    session = Session.simulated(7, sink=sink, trace=False)
+    session = SimSession.simulated(7, sink=sink, trace=False)
     world = World()
     for n in range(2):
         name = f"worker{n}"

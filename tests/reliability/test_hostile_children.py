@@ -25,9 +25,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
-from actors.transport import PARENT_INBOX
+from actors.runtime.transport import PARENT_INBOX
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
 from protocol.notifications import AgentMessage
 from protocol.settings import Settings
 from protocol.tasks import TaskResult, TaskState

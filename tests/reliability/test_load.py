@@ -1,8 +1,9 @@
 """Load: 50 agents x 200 messages each, a quarter of them requests that get replies, while tasks
 settle and watchers register — then the supervisor's memory must come back to its baseline.
 
-Runtime: the production :class:`~actors.runtime.ThreadedRuntime` (a worker pool, real threads)
-with the :class:`~actors.transport.InMemoryTransport` and simulated scripted agents. Why not
+Runtime: the production :class:`~actors.runtime.runtime.ThreadedRuntime` (a worker pool, real
+threads)
+with the :class:`~actors.runtime.transport.InMemoryTransport` and simulated scripted agents. Why not
 the simulation: the claims under test — exactly once, per-sender order, nothing left behind —
 are about concurrency, and only real threads publishing at once (100 of them here) and a
 worker pool interleaving actors exercise them; the mailbox is left out so that what is measured
@@ -32,22 +33,22 @@ from typing import Any
 
 import pytest
 
-from actors.agent import AgentSpec
-from actors.broker import BrokerActor
-from actors.clock import SystemClock
-from actors.runtime import ShepherdActor, ThreadedRuntime
-from actors.scripted import ScriptedDriver
-from actors.session import Session
-from actors.simagent import SimLauncher
-from actors.sinks import CollectingSink
-from actors.transport import PARENT_INBOX, InMemoryTransport
+from actors.child.scripted import ScriptedDriver
+from actors.runtime.clock import SystemClock
+from actors.runtime.runtime import ShepherdActor, ThreadedRuntime
+from actors.runtime.transport import PARENT_INBOX, InMemoryTransport
+from actors.session.agent import AgentSpec
+from actors.session.broker import BrokerActor
+from actors.session.session import Session
+from actors.session.sinks import CollectingSink
+from actors.testing.simagent import SimLauncher
 from protocol.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope, TaskDoneEnvelope
 from protocol.ids import PARENT_ID, IdKind
 from protocol.notifications import TaskCompletion
 from protocol.script import parse_script
 from protocol.session.state import SessionState
 from protocol.settings import Settings
-from protocol.watchdog_config import WatchdogConfig
+from protocol.watchdog.config import WatchdogConfig
 
 AGENTS = 50
 MESSAGES = 200
@@ -61,7 +62,7 @@ CONSTANT_BYTES = 96 * 1024
 DEADLINE_S = 120.0
 
 IDLE = {"steps": [{"await": "task"}, {"await": "any"}]}
-AGENT_SIDE = ("*/actors/scripted.py", "*/protocol/script.py", "*/actors/simagent.py")
+AGENT_SIDE = ("*/actors/child/scripted.py", "*/protocol/script.py", "*/actors/testing/simagent.py")
 
 
 class NullJournal:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.session import Session
-from actors.transport import PARENT_INBOX
+from actors.runtime.transport import PARENT_INBOX
+from actors.session.session import Session
 from protocol.envelopes import (
     AnyEnvelope,
     MessageEnvelope,

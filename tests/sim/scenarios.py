@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.session import Session
-from actors.sinks import CollectingSink
+from actors.session.session import Session
+from actors.session.sinks import CollectingSink
+from actors.testing import SimSession
 from protocol.notifications import TaskCompletion
 from protocol.session.state import SessionState
 from protocol.settings import Settings
@@ -73,4 +74,4 @@ def delivered_results(sink: CollectingSink) -> list[TaskResult]:
 def new_session(seed: int, **kwargs: Any) -> tuple[Session, CollectingSink]:
     sink = CollectingSink()
     kwargs.setdefault("settings", Settings())
-    return Session.simulated(seed, sink=sink, **kwargs), sink
+    return SimSession.simulated(seed, sink=sink, **kwargs), sink

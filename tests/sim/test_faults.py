@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from actors.simulation import Faults
-from actors.transport import PARENT_INBOX
+from actors.runtime.transport import PARENT_INBOX
+from actors.testing.simulation import Faults
 from protocol.tasks import TaskState
 from tests.conftest import SeedRunner
 from tests.sim.scenarios import PLANNER, SCOUT, broker, delivered_results, new_session

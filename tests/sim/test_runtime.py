@@ -10,13 +10,13 @@ from typing import Any
 import pykka
 import pytest
 
-from actors.clock import Clock, SystemClock, VirtualClock
-from actors.runtime import ShepherdActor, ThreadedRuntime
-from actors.session import Session
-from actors.simagent import SimLauncher
-from actors.simulation import SimRuntime, Stalled
-from actors.sinks import CollectingSink
-from actors.transport import InMemoryTransport
+from actors.runtime.clock import Clock, SystemClock, VirtualClock
+from actors.runtime.runtime import ShepherdActor, ThreadedRuntime
+from actors.runtime.transport import InMemoryTransport
+from actors.session.session import Session
+from actors.session.sinks import CollectingSink
+from actors.testing.simagent import SimLauncher
+from actors.testing.simulation import SimRuntime, Stalled
 from protocol.notifications import TaskCompletion
 from tests.sim.scenarios import PLANNER, SCOUT
 

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from actors.session import Session
-from actors.transport import PARENT_INBOX
+from actors.runtime.transport import PARENT_INBOX
+from actors.session.session import Session
 from protocol.errors import ShepherdError
 from protocol.notifications import TaskCompletion
 from protocol.tasks import TERMINAL_STATES, TaskResult, TaskState

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from actors.views import status_table
+from actors.surfaces.views import status_table
 from protocol.errors import AgentBusy
 from protocol.views import render_status
 from tests.sim.puppet import Puppet

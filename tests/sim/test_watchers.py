@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.sinks import CollectingSink
+from actors.session.sinks import CollectingSink
+from actors.testing import SimSession
 from protocol.errors import DuplicateIds, InvalidArgument, InvalidHandle
 from protocol.notifications import TaskCompletion
 from protocol.render import render_notification
@@ -177,9 +178,9 @@ def test_a_sink_that_raises_never_affects_settlement() -> None:
         calls.append(note)
         raise RuntimeError("renderer exploded")
 
-    from actors.session import Session
+    from actors.testing import SimSession
 
-    s = Session.simulated(11, sink=broken)
+    s = SimSession.simulated(11, sink=broken)
     (a, b), (t1, t2) = _agents(s, 2)
     told = len(calls)  # each idle script's turn ended without done: told, and failed too
     s.watch(t1)
@@ -218,9 +219,8 @@ def test_an_agent_that_ends_its_script_without_done_never_completes() -> None:
 
 def test_no_notification_after_shutdown() -> None:
     sink = CollectingSink()
-    from actors.session import Session
 
-    s = Session.simulated(14, sink=sink)
+    s = SimSession.simulated(14, sink=sink)
     s.spawn("w", script=done_script(sleep=10))
     t = s.delegate("w", "x").task_id
     s.watch(t)

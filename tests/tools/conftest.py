@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.sinks import CollectingSink
-from actors.supervisor import Supervisor
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
 
 
 class Running:

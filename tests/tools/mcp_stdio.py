@@ -19,13 +19,13 @@ TIMEOUT_S = 30.0
 
 
 class McpProcess:
-    """``python -m actors.mcp_server ARGS`` with its stdio as the transport."""
+    """``python -m actors.surfaces.mcp_server ARGS`` with its stdio as the transport."""
 
     def __init__(self, cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.stderr_path = cwd / f"mcp-{id(self):x}.stderr"
         self._stderr = self.stderr_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "actors.mcp_server", *args],
+            [sys.executable, "-m", "actors.surfaces.mcp_server", *args],
             cwd=cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -20,8 +20,8 @@ import anyio
 import pytest
 from mcp import types
 
-from actors import mcp_server
-from actors.mcp_cursor import MAX_BYTES, MAX_LINE_BYTES, MAX_NOTES
+from actors.records.mcp_cursor import MAX_BYTES, MAX_LINE_BYTES, MAX_NOTES
+from actors.surfaces import mcp_server
 from protocol.errors import InvalidArgument
 from protocol.notifications import Notice
 
@@ -207,7 +207,7 @@ def test_a_bad_client_name_is_refused_naming_the_option(tmp_path: Path) -> None:
             mcp_server.ShepherdMcp(None, bad)
     # and at the command line: a typed error, before anything is served
     done = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "mcp", "--client=../escape"],
+        [sys.executable, "-m", "actors.surfaces.cli", "mcp", "--client=../escape"],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

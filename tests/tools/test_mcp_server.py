@@ -1,4 +1,5 @@
-"""The MCP server, driven by the MCP SDK's own client over stdio: ``python -m actors.mcp_server``
+"""The MCP server, driven by the MCP SDK's own client over stdio: ``python -m
+actors.surfaces.mcp_server``
 runs as a subprocess against a real session (a ``Supervisor`` in this process) whose agents are
 real ``shepherd-child`` processes. No mocks; waits are on conditions, never on sleeps."""
 
@@ -65,10 +66,10 @@ VALID_CALLS: dict[str, dict[str, Any]] = {
 
 @asynccontextmanager
 async def mcp_session(cwd: Path, session_dir: Path | str) -> AsyncIterator[ClientSession]:
-    """``python -m actors.mcp_server --session DIR`` under the SDK's stdio client."""
+    """``python -m actors.surfaces.mcp_server --session DIR`` under the SDK's stdio client."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "actors.mcp_server", "--session", str(session_dir)],
+        args=["-m", "actors.surfaces.mcp_server", "--session", str(session_dir)],
         env={
             "XDG_STATE_HOME": os.environ["XDG_STATE_HOME"],
             "SHEPHERD_LOG_LEVEL": "WARNING",

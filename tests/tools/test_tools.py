@@ -9,10 +9,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol import api, limits, tools, watchdog_api
+from protocol import api, limits, tools
 from protocol.errors import InvalidArgument
 from protocol.ops.child import ChildDoneArgs, ChildMessageArgs
 from protocol.tools import ToolSpec
+from protocol.watchdog import api as watchdog_api
 
 from .conftest import Running
 

@@ -1,4 +1,4 @@
-"""protocol.watchdog_api: the watchdog tools' and operations' Args Structs and their routing."""
+"""protocol.watchdog.api: the watchdog tools' and operations' Args Structs and their routing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from protocol.errors import InvalidArgument
-from protocol.watchdog_api import (
+from protocol.watchdog.api import (
     OP_ARGS,
     TOOL_OPS,
     WATCHDOG_OPS,

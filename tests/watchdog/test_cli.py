@@ -15,18 +15,18 @@ from typing import Any
 
 import pytest
 
-from actors.config import load_settings
-from actors.session import Session
-from actors.sinks import CollectingSink
-from actors.watchdog_cli import (
+from actors.session.session import Session
+from actors.session.sinks import CollectingSink
+from actors.session.watchdog import is_watchdog_call, session_call
+from actors.surfaces.config import load_settings
+from actors.surfaces.watchdog_cli import (
     add_watchdog_parser,
-    is_watchdog_call,
     main,
     parse_set_options,
     run_loop_demo,
     run_watchdog,
-    session_call,
 )
+from actors.testing import SimSession
 from protocol.errors import InvalidArgument
 from protocol.notifications import WatchdogAlert
 from protocol.watchdog import DEFAULT_RESCUE_MESSAGE, WatchdogConfig, WatchdogConfigError
@@ -276,7 +276,7 @@ def test_replay_with_session_starts_from_the_sessions_settings(rg3: Path) -> Non
 def test_replay_through_main_and_a_real_subprocess(rg3: Path, tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     done = subprocess.run(
-        [sys.executable, "-m", "actors.watchdog_cli", "replay", str(rg3), "--json"],
+        [sys.executable, "-m", "actors.surfaces.watchdog_cli", "replay", str(rg3), "--json"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -290,7 +290,7 @@ def test_replay_through_main_and_a_real_subprocess(rg3: Path, tmp_path: Path) ->
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"kind": "tool_call", "tool": "bash"}\nnot json\n')
     done = subprocess.run(
-        [sys.executable, "-m", "actors.watchdog_cli", "replay", str(bad), "--json"],
+        [sys.executable, "-m", "actors.surfaces.watchdog_cli", "replay", str(bad), "--json"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -355,7 +355,7 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
     def make(settings: Any = None) -> Harness:
         sink = CollectingSink()
-        session = Session.simulated(7, sink=sink, settings=settings)
+        session = SimSession.simulated(7, sink=sink, settings=settings)
         made.append(session)
         return Harness(session, sink)
 

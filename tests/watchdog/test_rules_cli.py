@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from actors.config import load_settings
-from actors.session import Session
-from actors.sinks import CollectingSink
-from actors.watchdog_cli import session_call
+from actors.session.sinks import CollectingSink
+from actors.session.watchdog import session_call
+from actors.surfaces.config import load_settings
+from actors.testing import SimSession
 from protocol.errors import InvalidArgument
 from protocol.notifications import WatchdogAlert
 from protocol.watchdog import REASON_CODES, WatchdogConfig, WatchdogConfigError, rule_thresholds
@@ -26,7 +26,7 @@ class Parent:
 
     def __init__(self, settings: Any = None) -> None:
         self.sink = CollectingSink()
-        self.session = Session.simulated(5, sink=self.sink, settings=settings)
+        self.session = SimSession.simulated(5, sink=self.sink, settings=settings)
 
     def call(self, op: str, args: dict[str, Any]) -> Any:
         return self.session.watchdog(op, **args)

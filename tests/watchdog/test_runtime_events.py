@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from actors.messages import WatchdogAgent, WatchdogInstruction, WatchdogRuntime
-from actors.session import Session
-from actors.sinks import CollectingSink
+from actors.session.messages import WatchdogAgent, WatchdogInstruction, WatchdogRuntime
+from actors.session.session import Session
+from actors.session.sinks import CollectingSink
+from actors.testing import SimSession
 from protocol.envelopes import RuntimeEnvelope
 from protocol.notifications import WatchdogAlert
 
@@ -66,7 +67,7 @@ class Agent:
 @pytest.fixture
 def session() -> Iterator[tuple[Session, CollectingSink]]:
     sink = CollectingSink()
-    made = Session.simulated(11, sink=sink)
+    made = SimSession.simulated(11, sink=sink)
     try:
         yield made, sink
     finally:

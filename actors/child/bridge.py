@@ -1,0 +1,561 @@
+"""The child bridge: one ``shepherd-child run`` process per agent, between the session mailbox
+and the agent.
+
+Rules:
+- Identity comes only from the ``SHEPHERD_*`` environment the parent set
+  (:data:`~actors.child.env.ENV_VARS`); every envelope the bridge publishes carries this
+  child's capability and goes to the ``parent`` inbox. The bridge never publishes
+  ``task_done`` by itself: a turn ending is a ``turn_end`` runtime event and nothing more
+  (idle is not done). Only the agent's explicit ``done`` (a script step, or ``shepherd-child done``
+  from the agent's shell) settles a task.
+- Its own inbox accepts only what the parent wrote for it
+  (:func:`~actors.child.env.envelope_validator` states the checks); anything else is
+  quarantined by the mailbox with the reason, and reported to the parent.
+- What it publishes reaches the parent in order and is never dropped for back-pressure: when
+  the parent inbox is full (:class:`~protocol.errors.InboxFull`) the envelope and everything
+  after it wait in a backlog (at most :data:`BACKLOG_LIMIT`), retried with backoff.
+- One thread owns all state (the *core*): mailbox deliveries, command completions, timers,
+  signals and the parent's death are all posted as callables onto one queue that the main
+  loop runs in order. Adapters and :class:`~actors.child.scripted.ScriptedDriver` are therefore
+  single-threaded by construction.
+- The bridge exits on ``control close`` (code 0, ``exit`` as its last word), on SIGTERM /
+  SIGINT / SIGHUP (128 + signal), when the parent is gone (code 0: nobody is left to read a
+  status, and it is an orderly stop, not a crash), when a scripted ``exit`` step says so
+  (that code), or on a fatal start-up error (code 2: bad environment, options or script).
+- Nothing it started outlives it (no orphans): at exit the adapter stops the agent, then,
+  if the bridge leads its own session (the parent starts it with ``start_new_session``), every
+  remaining process of that session — its own process group and the command adapter's
+  per-turn groups alike — gets SIGTERM, then SIGKILL after a grace period
+  (:func:`~actors.runtime.procs.terminate_session`).
+
+Theory of operation: :func:`run_bridge` parses the environment
+(:func:`~actors.child.env.child_env_from`), builds a :class:`Bridge`, and :meth:`Bridge.run`
+opens the mailbox, builds the adapter named by ``SHEPHERD_ADAPTER`` (a bad script is reported
+as a runtime ``error`` and exits 2), subscribes to the agent's inbox, starts a
+:class:`~actors.child.parent_watch.ParentWatch` thread (a pidfd on the parent, polled), publishes
+``ready`` with its pid and how its inbox is woken (once the mailbox receiver's first pass is
+done; a later change is a runtime ``error`` with the new ``mailbox_wake``), starts the
+adapter, and runs the loop until something calls :meth:`Bridge.finish`. Adapters
+(:class:`~actors.child.adapters.Adapter`) are looked up in :data:`~actors.child.adapters.ADAPTERS`
+by name and imported lazily; adding one (``pi-rpc``) is one class plus one line there.
+
+Layout: this module is the bridge's core loop; the environment is :mod:`actors.child.env`,
+the adapter contract and registry :mod:`actors.child.adapters`, the scripted adapter
+:mod:`actors.child.scripted_adapter`, the parent watch :mod:`actors.child.parent_watch`, and process
+plumbing :mod:`actors.runtime.procs`. Their public names are re-exported here (:data:`__all__`).
+
+Log levels (loguru, to stderr, which the parent sends to the agent's log file): INFO
+lifecycle (ready, turns, exit), WARNING refused input and failed publishes, ERROR a core
+callback that raised (caught; the loop goes on).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sys
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, cast, get_args
+
+from loguru import logger
+
+from actors.child.adapters import ADAPTERS, Adapter, AgentContext, adapter_class
+from actors.child.env import (
+    ENV_ADAPTER,
+    ENV_AGENT_ID,
+    ENV_AGENT_NAME,
+    ENV_AGENT_OPTIONS,
+    ENV_CAPABILITY,
+    ENV_MAILBOX,
+    ENV_PARENT_PID,
+    ENV_SESSION,
+    ENV_SESSION_ID,
+    ENV_VARS,
+    FORWARDED_KINDS,
+    ChildEnv,
+    child_env_from,
+    envelope_validator,
+)
+from actors.child.parent_watch import ParentWatch, Reconnect, reconnect_window_s
+from actors.child.scripted_adapter import ScriptedAdapter, ShellRunner
+from actors.mailbox.mailbox import Mailbox
+from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.ids import IdSource
+from actors.runtime.procs import (
+    KILL_GRACE_S,
+    OUTPUT_TAIL_BYTES,
+    PIPE_LINGER_S,
+    OutputTail,
+    exit_status,
+    pump_process,
+    session_members,
+    signal_group,
+    terminate_session,
+)
+from actors.runtime.transport import PARENT_INBOX, Subscription
+from protocol.envelopes import (
+    AnyEnvelope,
+    ControlEnvelope,
+    MailboxWake,
+    RuntimeEnvelope,
+    RuntimeEvent,
+)
+from protocol.errors import InboxFull, ShepherdError
+from protocol.ids import PARENT_ID, IdKind
+from protocol.script import ScriptError
+from protocol.settings import Settings
+
+# The bridge's own names, and every public name of the modules split off from this one
+# (actors.child.adapters, child_env, parent_watch, procs, scripted_adapter), still importable here.
+__all__ = [
+    "ADAPTERS",
+    "BACKLOG_LIMIT",
+    "BACKLOG_RETRY_S",
+    "ENV_ADAPTER",
+    "ENV_AGENT_ID",
+    "ENV_AGENT_NAME",
+    "ENV_AGENT_OPTIONS",
+    "ENV_CAPABILITY",
+    "ENV_MAILBOX",
+    "ENV_PARENT_PID",
+    "ENV_SESSION",
+    "ENV_SESSION_ID",
+    "ENV_VARS",
+    "KILL_GRACE_S",
+    "OUTPUT_TAIL_BYTES",
+    "PIPE_LINGER_S",
+    "REFUSALS_REPORTED",
+    "Adapter",
+    "AgentContext",
+    "Bridge",
+    "ChildEnv",
+    "OutputTail",
+    "ParentWatch",
+    "Reconnect",
+    "ScriptedAdapter",
+    "ShellRunner",
+    "adapter_class",
+    "child_env_from",
+    "envelope_validator",
+    "exit_status",
+    "pump_process",
+    "reconnect_window_s",
+    "run_bridge",
+    "session_members",
+    "signal_group",
+    "terminate_session",
+]
+
+# ---------------------------------------------------------------------- the bridge
+
+#: envelopes that may wait for room in a full parent inbox before new ones are dropped
+BACKLOG_LIMIT = 10_000
+#: quarantined envelopes of this child's inbox reported to the parent (the rest are only logged)
+REFUSALS_REPORTED = 100
+#: first and longest wait before trying a full parent inbox again (doubling in between)
+BACKLOG_RETRY_S = (0.01, 1.0)
+#: longest ``ready`` waits for the mailbox receiver to say how the inbox is woken
+WAKE_REPORT_WAIT_S = 5.0
+_WAKE_MODES = get_args(MailboxWake)
+
+
+@dataclass(slots=True)
+class _Exit:
+    code: int
+    reason: str
+
+
+class Bridge:
+    """One agent's bridge process (see the module docstring). Implements
+    :class:`AgentContext` for its adapter."""
+
+    def __init__(
+        self,
+        env: ChildEnv,
+        *,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+    ) -> None:
+        self.env = env
+        self.settings = settings or env.settings
+        self.clock: Clock = clock or SystemClock()
+        self.ids = ids or IdSource()
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._mailbox: Mailbox | None = None
+        self._subscription: Subscription | None = None
+        self._adapter: Adapter | None = None
+        self._watch: ParentWatch | None = None
+        self._reconnect: Reconnect | None = None
+        self._parent_pid: int | None = None
+        self._exit: _Exit | None = None
+        self._exit_published = False
+        self._in_turn = False  # between a turn_start and its turn_end
+        self._backlog: deque[AnyEnvelope] = deque()  # waiting for room in the parent inbox
+        self._refusals = 0  # envelopes this child's inbox quarantined
+        self._retry_s = 0.0
+        self._retry_pending = False
+        self._signalled: tuple[int, str] | None = None
+        self._ready_sent = False
+        self._wake_reported: MailboxWake | None = None  # as the parent was last told
+        self._cwd = os.getcwd()
+        self._log = logger.bind(agent=env.name or env.agent_id)
+
+    # ------------------------------------------------------------------ AgentContext
+
+    @property
+    def cwd(self) -> str:
+        return self._cwd
+
+    def post(self, fn: Callable[[], None]) -> None:
+        self._queue.put(fn)  # SimpleQueue.put is reentrant: safe from a signal handler
+
+    def publish(self, envelope: AnyEnvelope) -> None:
+        """Publish to the parent, in order. When the parent inbox is full (back-pressure) the
+        envelope waits in :attr:`_backlog`, with everything after it, and is retried with
+        backoff on the bridge's loop: a ``done`` or a message is never dropped for that."""
+        if isinstance(envelope, RuntimeEnvelope):
+            if envelope.event == "exit":
+                self._exit_published = True
+            elif envelope.event in ("turn_start", "turn_end"):
+                self._in_turn = envelope.event == "turn_start"  # re-announced on reconnect
+        if self._mailbox is None:
+            return
+        if self._backlog:
+            if len(self._backlog) >= BACKLOG_LIMIT:
+                self._log.error(
+                    "dropping {}: {} envelopes already wait for room in the parent inbox",
+                    envelope.__struct_config__.tag,
+                    len(self._backlog),
+                )
+                return
+            self._backlog.append(envelope)
+            return
+        self._backlog.append(envelope)
+        self._flush_backlog()
+
+    def _flush_backlog(self) -> None:
+        """Publish what waits, oldest first, until done or the parent inbox is full again."""
+        self._retry_pending = False
+        while self._backlog and self._mailbox is not None:
+            envelope = self._backlog[0]
+            try:
+                self._mailbox.publish(PARENT_INBOX, envelope)
+            except InboxFull:
+                self._retry_s = min(max(self._retry_s * 2, BACKLOG_RETRY_S[0]), BACKLOG_RETRY_S[1])
+                if not self._retry_pending:
+                    self._retry_pending = True
+                    self.clock.call_later(self._retry_s, lambda: self.post(self._flush_backlog))
+                return
+            except ShepherdError as exc:
+                self._log.warning(
+                    "cannot publish {} to the parent: {} ({})",
+                    envelope.__struct_config__.tag,
+                    exc.message,
+                    exc.code,
+                )
+            self._backlog.popleft()
+            self._retry_s = 0.0
+
+    def runtime(self, event: RuntimeEvent, **fields: Any) -> None:
+        self.publish(
+            RuntimeEnvelope(
+                message_id=self.ids.new(IdKind.MESSAGE),
+                session_id=self.env.session_id,
+                sender_id=self.env.agent_id,
+                target_id=PARENT_ID,
+                created_at=self.clock.now(),
+                capability=self.env.capability,
+                event=event,
+                **fields,
+            )
+        )
+
+    def finish(self, code: int, reason: str = "the agent exited") -> None:
+        if self._exit is None:
+            self._exit = _Exit(code, reason)
+
+    def child_environ(self) -> dict[str, str]:
+        environ = dict(os.environ)
+        # `shepherd-child message|done` must resolve from the agent's shell even when the
+        # installation's bin directory is not on PATH: append it (never shadow the user's).
+        bin_dir = os.path.dirname(sys.executable)
+        path = environ.get("PATH", "")
+        if bin_dir not in path.split(os.pathsep):
+            environ["PATH"] = f"{path}{os.pathsep}{bin_dir}" if path else bin_dir
+        child_bin = os.path.join(bin_dir, "shepherd-child")
+        if "SHEPHERD_CHILD_BIN" not in environ and os.access(child_bin, os.X_OK):
+            environ["SHEPHERD_CHILD_BIN"] = child_bin
+        return environ
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> int:
+        """Run until close, parent death, a signal or the agent's exit; return the exit code."""
+        try:
+            self._mailbox = Mailbox.open(
+                self.env.mailbox,
+                self.env.session_id,
+                self.settings,
+                validate=envelope_validator(self.env, forwarded=FORWARDED_KINDS),
+                on_reject=self._rejected,
+                on_wake_mode=self._wake_changed,
+            )
+        except (ShepherdError, OSError) as exc:
+            self._log.error("cannot open the session mailbox {}: {}", self.env.mailbox, exc)
+            return 2
+        try:
+            code = self._start()
+            if code is None:
+                self._loop()
+                assert self._exit is not None
+                code = self._exit.code
+            return code
+        finally:
+            self._shutdown()
+
+    def _start(self) -> int | None:
+        """Everything before the loop; an exit code means a fatal start-up error."""
+        try:
+            self._adapter = adapter_class(self.env.adapter)(self, self.env.options)
+        except ShepherdError as exc:
+            self._fatal(
+                f"{exc.code}: {exc.message}" if not isinstance(exc, ScriptError) else exc.message
+            )
+            return 2
+        except Exception as exc:
+            self._log.opt(exception=True).error("adapter {} failed to start", self.env.adapter)
+            self._fatal(f"adapter {self.env.adapter!r} failed to start: {exc!r}")
+            return 2
+        try:
+            self._subscription = self._mailbox_or_fail().subscribe(
+                self.env.agent_id, self._on_envelope
+            )
+        except ShepherdError as exc:
+            self._fatal(f"cannot read this agent's inbox: {exc.message}")
+            return 2
+        if self.env.parent_pid is not None:
+            self._parent_pid = self.env.parent_pid
+            self._watch = ParentWatch(
+                self.env.parent_pid, lambda: self.post(self._parent_gone)
+            ).start()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        # The receiver builds its waker on its own thread; its first full pass comes after, so
+        # once that pass is done, ``ready`` can tell the parent how this inbox is woken.
+        self._mailbox_or_fail().wait_drained(WAKE_REPORT_WAIT_S)
+        self._wake_reported = self._wake_mode()
+        self.runtime("ready", pid=os.getpid(), mailbox_wake=self._wake_reported)
+        self._ready_sent = True
+        self._log.info(
+            "ready: pid {} adapter {} session {}",
+            os.getpid(),
+            self.env.adapter,
+            self.env.session_id,
+        )
+        self._call(self._adapter.start)
+        return None
+
+    def _mailbox_or_fail(self) -> Mailbox:
+        assert self._mailbox is not None
+        return self._mailbox
+
+    def _fatal(self, text: str) -> None:
+        self._log.error("fatal: {}", text)
+        self.runtime("error", text=text, is_error=True)
+
+    def _loop(self) -> None:
+        while self._exit is None:
+            fn = self._queue.get()
+            if self._signalled is not None:
+                # a signal outranks work queued before it: a group-wide SIGTERM also killed
+                # the script's running command, whose completion must not advance the script
+                self.finish(*self._signalled)
+                return
+            self._call(fn)
+
+    def _call(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            self._log.opt(exception=True).error("core callback failed")
+            self.runtime("error", text=f"bridge error: {exc!r}", is_error=True)
+
+    def _shutdown(self) -> None:
+        reason = self._exit.reason if self._exit else "start-up failed"
+        if self._subscription is not None:
+            self._subscription.cancel()  # later envelopes stay in new/, not half-delivered
+        if self._watch is not None:
+            self._watch.close()
+        if self._reconnect is not None:
+            self._reconnect.close()
+        if self._adapter is not None:
+            try:
+                self._adapter.close()
+            except Exception:
+                self._log.opt(exception=True).error("stopping the agent failed")
+        if os.getsid(0) == os.getpid():  # we lead our session: nothing of it may outlive us
+            left = terminate_session(
+                os.getpid(), grace_s=KILL_GRACE_S, monotonic=self.clock.monotonic
+            )
+            if left:
+                self._log.info("stopped {} leftover process(es): {}", len(left), left)
+        if self._exit is not None and not self._exit_published:
+            self.runtime("exit", exit_code=self._exit.code, text=reason)
+        self._log.info("exit {} ({})", self._exit.code if self._exit else 2, reason)
+        self._flush_backlog()  # a last try: the loop that retried it is gone
+        if self._backlog:
+            self._log.error(
+                "{} envelope(s) never found room in the parent inbox", len(self._backlog)
+            )
+        if self._mailbox is not None:
+            self._mailbox.close()
+        self.clock.close()
+
+    # ------------------------------------------------------------------ inputs
+
+    def _on_envelope(self, envelope: AnyEnvelope) -> None:
+        self.post(lambda: self._inbound(envelope))  # mailbox receiver thread: hand over only
+
+    def _inbound(self, envelope: AnyEnvelope) -> None:
+        if self._exit is not None:
+            return
+        self._log.debug(
+            "delivered {} {} from {}",
+            envelope.__struct_config__.tag,
+            envelope.message_id,
+            envelope.sender_id,
+        )
+        if isinstance(envelope, ControlEnvelope) and envelope.action == "close":
+            self.finish(
+                0, f"closed by the parent{': ' + envelope.reason if envelope.reason else ''}"
+            )
+            return
+        assert self._adapter is not None
+        self._adapter.deliver(envelope)
+
+    def _rejected(
+        self, inbox: str, envelope: AnyEnvelope | None, error: ShepherdError, authenticated: bool
+    ) -> None:
+        """An envelope in this child's inbox went to quarantine: log it and tell the parent
+        (a runtime ``error`` event, shown by ``shepherd read``), so that a refusal on this side,
+        such as a task the child could not accept, is never silent."""
+        who = envelope.sender_id if envelope is not None else "unknown sender"
+        if envelope is not None and not authenticated:
+            who = f"{who} (claimed)"
+        self._log.warning("refused an envelope from {} in {}: {}", who, inbox, error.message)
+        self._refusals += 1
+        if self._refusals > REFUSALS_REPORTED:
+            return  # a flood of planted files must not become a flood towards the parent
+        what = f"envelope {envelope.message_id}" if envelope is not None else "a file"
+        text = f"refused {what} from {who} (quarantined): {error.code}: {error.message}"
+        if self._refusals == REFUSALS_REPORTED:
+            text += " (the last one reported: further refusals are only in the bridge's log)"
+        self.post(lambda: self.runtime("error", text=text))
+
+    def _parent_gone(self) -> None:
+        """The parent died. A restarted parent resumes the session and rewrites
+        ``session.json`` with its pid: wait up to the reconnect window for that, keep the agent
+        running meanwhile (what it publishes waits in the parent inbox), then either reattach
+        or stop."""
+        gone = self._parent_pid
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        window = reconnect_window_s()
+        if self.env.session_dir is None or window <= 0:
+            self._log.warning("the parent (pid {}) is gone; stopping", gone)
+            self.finish(0, f"the parent (pid {gone}) is gone")
+            return
+        self._log.warning(
+            "the parent (pid {}) is gone; waiting up to {}s for it to come back", gone, window
+        )
+        self._reconnect = Reconnect(
+            Path(self.env.session_dir) / "session.json",
+            gone,
+            window,
+            on_back=lambda pid: self.post(lambda: self._parent_back(pid)),
+            on_timeout=lambda: self.post(self._parent_lost),
+            monotonic=self.clock.monotonic,
+        ).start()
+
+    def _parent_back(self, pid: int) -> None:
+        if self._exit is not None:
+            return
+        self._log.info("a restarted parent (pid {}) resumed the session; reconnecting", pid)
+        self._parent_pid = pid
+        self._reconnect = None
+        self._watch = ParentWatch(pid, lambda: self.post(self._parent_gone)).start()
+        # the new parent learns this bridge is alive, whether a turn of it still runs, and how
+        # its inbox is woken
+        self._wake_reported = self._wake_mode()
+        self.runtime(
+            "ready", pid=os.getpid(), in_turn=self._in_turn, mailbox_wake=self._wake_reported
+        )
+
+    def _wake_mode(self) -> MailboxWake | None:
+        mode = self._mailbox.wake_mode(self.env.agent_id) if self._mailbox else None
+        return (
+            None if mode is None else cast(MailboxWake, mode if mode in _WAKE_MODES else "unknown")
+        )
+
+    def _wake_changed(self, inbox: str, mode: str) -> None:
+        """The mailbox receiver's thread: how this agent's inbox is woken changed."""
+        if inbox == self.env.agent_id:
+            self.post(self._report_wake)
+
+    def _report_wake(self) -> None:
+        """Tell the parent (``status`` shows it; ``read`` gets the line) when the inbox is woken
+        another way than ``ready`` said, e.g. its doorbell was swapped and it is only polled."""
+        mode = self._wake_mode()
+        if not self._ready_sent or mode is None or mode == self._wake_reported:
+            return  # not ready yet (``ready`` says it), or nothing new
+        was, self._wake_reported = self._wake_reported, mode
+        degraded = mode == "polling"
+        text = f"mailbox: this agent's inbox is now woken by {mode} (was {was or 'unknown'})"
+        if degraded:
+            text += f"; deliveries wait up to {self.settings.fallback_poll_s} s"
+        self._log.log("WARNING" if degraded else "INFO", text)
+        self.runtime("error", text=text, is_error=degraded, mailbox_wake=mode)
+
+    def _parent_lost(self) -> None:
+        if self._exit is None:
+            self.finish(0, f"the parent (pid {self._parent_pid}) is gone and did not come back")
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        # Runs on the main (core) thread between two bytecodes: only set a flag and wake the
+        # loop, which stops before running anything else.
+        if self._signalled is None:
+            self._signalled = (128 + signum, f"stopped by {signal.Signals(signum).name}")
+        self.post(lambda: None)
+
+
+# ---------------------------------------------------------------------- entry point
+
+
+def configure_logging(level: str | None = None) -> None:
+    """loguru to stderr (the parent points it at the agent's log file)."""
+    logger.remove()
+    logger.add(
+        sys.stderr,
+        level=(level or os.environ.get("SHEPHERD_LOG_LEVEL") or "INFO").upper(),
+        format="{time:YYYY-MM-DD HH:mm:ss.SSS} {level: <7} {extra[agent]} | {message}",
+    )
+    logger.configure(extra={"agent": "-"})
+    logger.enable("actors")
+
+
+def run_bridge(environ: Mapping[str, str] | None = None) -> int:
+    """``shepherd-child run``: parse the environment, run the bridge, return its exit code."""
+    configure_logging()
+    try:
+        env = child_env_from(os.environ if environ is None else environ, bridge=True)
+    except ShepherdError as exc:
+        print(f"shepherd-child run: {exc.message}", file=sys.stderr)
+        return 2
+    return Bridge(env).run()

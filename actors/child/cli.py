@@ -1,0 +1,319 @@
+"""``shepherd-child``: the child side's command line. It has exactly three commands and never a
+parent one:
+
+    shepherd-child run
+        the bridge itself (started by the parent's launcher; see ``actors.child.bridge``)
+    shepherd-child message TARGET TEXT [--expects-reply] [--reply-to ID] [--thread ID]
+                                       [--steer] [--json]
+    shepherd-child done --status completed|blocked|failed [--summary TEXT]
+                        [--cancel-requests] [--json]
+
+``message`` and ``done`` are what an agent runs from its shell, generated from the child's
+entries of the operation table (:mod:`protocol.ops.child`): their arguments are checked as the
+same Structs as the child's tools ``shepherd_message`` / ``shepherd_done``. They read the same
+``SHEPHERD_*`` environment as the bridge, publish one envelope to the parent as this agent
+(capability included) and wait for the parent's honest receipt in a one-shot inbox named by
+the envelope's own message id (``reply_inbox``), created and locked before publishing and
+removed after (:mod:`actors.mailbox.reply_inboxes`).
+Options take ``--opt value`` or ``--opt=value``; ``--`` ends the options, so a TARGET or TEXT
+starting with ``-`` is never read as one.
+
+Output: the receipt, as text, or with ``--json`` one object
+``{"message_id", "accepted", "request_id"?, "task_id"?, "result"?}``; exit 0.
+A full parent inbox is back-pressure, not a refusal: the publish is retried with backoff
+(saying so once on stderr) within the same timeout.
+A refusal, a timeout (30 s, ``SHEPHERD_CHILD_TIMEOUT_S`` overrides: code
+``session_unavailable``) or a missing variable exits 2 with ``{"error": {"code", "message"}}``
+on stdout under ``--json``, else one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+import msgspec
+
+from actors.child.bridge import run_bridge
+from actors.child.env import ChildEnv, child_env_from, envelope_validator
+from actors.mailbox.mailbox import Mailbox
+from actors.mailbox.reply_inboxes import ReplyInbox
+from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.ids import IdSource
+from actors.runtime.transport import PARENT_INBOX
+from protocol import ops
+from protocol.envelopes import (
+    AckEnvelope,
+    AnyEnvelope,
+    Delivery,
+    MessageEnvelope,
+    ReplyEnvelope,
+    TaskDoneEnvelope,
+)
+from protocol.errors import (
+    ErrorInfo,
+    InboxFull,
+    InvalidArgument,
+    InvalidHandle,
+    SessionUnavailable,
+    ShepherdError,
+    error_from_info,
+)
+from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
+from protocol.ops.child import ChildDoneArgs, ChildMessageArgs
+
+__all__ = ["main", "send_and_wait"]
+
+DEFAULT_TIMEOUT_S = 30.0
+#: first and longest pause before publishing into a full parent inbox again
+BACKOFF_S = (0.01, 1.0)
+ENV_TIMEOUT = "SHEPHERD_CHILD_TIMEOUT_S"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ``invalid_argument`` instead of printing usage and exiting, so a
+    ``--json`` caller gets its error as JSON like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidArgument(f"{message} (see '{self.prog} --help')")
+
+
+def _parser() -> _Parser:
+    """``run``, then one command per child operation of the table (:data:`protocol.ops.CHILD`):
+    the same Structs as the child's tools ``shepherd_message`` / ``shepherd_done``."""
+    parser = _Parser(
+        prog="shepherd-child",
+        description="Child-side commands of a Shepherd agent (run, message, done).",
+    )
+    names = ",".join(["run", *(op.name for op in ops.CHILD)])
+    sub = parser.add_subparsers(dest="command", required=True, metavar=f"{{{names}}}")
+    sub.add_parser("run", help="run the child bridge (started by the parent supervisor)")
+    for op in ops.CHILD:
+        p = sub.add_parser(op.name, help=op.help)
+        for name, spec in op.arguments():
+            p.add_argument(name, **spec)
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+# ---------------------------------------------------------------------- one-shot publish
+
+
+def _timeout(environ: Mapping[str, str]) -> float:
+    raw = environ.get(ENV_TIMEOUT, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidArgument(f"{ENV_TIMEOUT}={raw!r:.40} is not a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise InvalidArgument(f"{ENV_TIMEOUT} must be in (0, 3600] seconds, got {value}")
+    return value
+
+
+def send_and_wait(
+    env: ChildEnv,
+    build: Callable[[dict[str, Any]], AnyEnvelope],
+    *,
+    timeout_s: float,
+) -> AckEnvelope:
+    """Publish ``build(base_fields)`` to the parent as this agent and wait for its ``ack`` in a
+    one-shot inbox named by the envelope's message id. Raises ShepherdError."""
+    ids = IdSource()
+    message_id = ids.new(IdKind.MESSAGE)
+    base = {
+        "message_id": message_id,
+        "session_id": env.session_id,
+        "sender_id": env.agent_id,
+        "created_at": SystemClock().now(),
+        "capability": env.capability,
+        "reply_inbox": message_id,
+    }
+    envelope = build(base)
+    validate_ack = envelope_validator(env, kinds=(AckEnvelope,))
+    mailbox = Mailbox.open(env.mailbox, env.session_id, env.settings, validate=validate_ack)
+    got: list[AckEnvelope] = []
+    arrived = threading.Event()
+
+    def on_ack(received: AnyEnvelope) -> None:
+        if isinstance(received, AckEnvelope) and received.ack_for == message_id:
+            got.append(received)
+            arrived.set()
+
+    try:
+        inbox = ReplyInbox(mailbox, message_id)
+    except BaseException:
+        mailbox.close()
+        raise
+    try:
+        subscription = mailbox.subscribe(message_id, on_ack)
+        clock = SystemClock()
+        deadline = clock.monotonic() + timeout_s
+        try:
+            _publish_with_backoff(mailbox, envelope, clock, deadline)
+            if not arrived.wait(max(0.0, deadline - clock.monotonic())):
+                raise SessionUnavailable(
+                    f"no receipt from the shepherd within {timeout_s:g} s "
+                    f"(message {message_id}); is the session still running?"
+                )
+        finally:
+            subscription.cancel()
+    finally:
+        # the receiver stops first, then the inbox goes (see actors.mailbox.reply_inboxes); a late
+        # receipt keeps it until the parent's sweep
+        mailbox.close()
+        inbox.remove()
+    return got[0]
+
+
+def _publish_with_backoff(
+    mailbox: Mailbox, envelope: AnyEnvelope, clock: Clock, deadline: float
+) -> None:
+    """Publish to the parent; while its inbox is full, try again (10 ms doubling to 1 s) until
+    ``deadline``, then let the last :class:`InboxFull` out."""
+    delay = BACKOFF_S[0]
+    pause = threading.Event()  # never set: a bounded pause between attempts
+    told = False
+    while True:
+        try:
+            mailbox.publish(PARENT_INBOX, envelope)
+            return
+        except InboxFull:
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                raise
+            if not told:
+                told = True
+                print("shepherd-child: the parent inbox is full; retrying", file=sys.stderr)
+            pause.wait(min(delay, left))
+            delay = min(delay * 2, BACKOFF_S[1])
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def _message_builder(args: ChildMessageArgs) -> Callable[[dict[str, Any]], AnyEnvelope]:
+    target = args.target.strip()
+    text = args.message
+    if not text.strip():
+        raise InvalidArgument("message TEXT is empty")
+    if args.thread_id is not None and not args.thread_id.strip():
+        raise InvalidArgument("--thread is empty")
+    delivery: Delivery = "steer" if args.steer else "follow_up"
+    is_id = target == PARENT_ID or kind_of(target) is IdKind.AGENT
+    if args.reply_to is not None:
+        if args.expects_reply:
+            raise InvalidArgument(
+                "a reply cannot also expect a reply (--reply-to with --expects-reply)"
+            )
+        reply_to = args.reply_to.strip()
+        if kind_of(reply_to) is not IdKind.MESSAGE:
+            raise InvalidHandle(f"--reply-to {reply_to!r:.80} is not a message id")
+        if not (is_id or is_valid_name(target)):
+            raise InvalidArgument(
+                f"a reply goes back to the request's sender: TARGET must be its name, its "
+                f"agent id or {PARENT_ID!r}, not {target!r:.80}"
+            )
+        return lambda base: ReplyEnvelope(
+            **base,
+            target_id=target,
+            content=text,
+            reply_to=reply_to,
+            thread_id=args.thread_id,
+            delivery=delivery,
+        )
+    if not (is_id or is_valid_name(target)):
+        raise InvalidArgument(
+            f"TARGET {target!r:.80} is not an agent name, an agent id or {PARENT_ID!r}"
+        )
+    return lambda base: MessageEnvelope(
+        **base,
+        target_id=target,
+        content=text,
+        thread_id=args.thread_id,
+        expects_reply=args.expects_reply,
+        delivery=delivery,
+    )
+
+
+def _done_builder(args: ChildDoneArgs) -> Callable[[dict[str, Any]], AnyEnvelope]:
+    return lambda base: TaskDoneEnvelope(
+        **base,
+        target_id=PARENT_ID,
+        status=args.status,
+        summary=args.summary,
+        cancel_requests=args.cancel_requests,
+    )
+
+
+def _receipt(ack: AckEnvelope, message_id: str) -> dict[str, Any]:
+    receipt: dict[str, Any] = {"message_id": message_id, "accepted": ack.accepted}
+    if ack.request_id is not None:
+        receipt["request_id"] = ack.request_id
+    if ack.task_id is not None:
+        receipt["task_id"] = ack.task_id
+    if ack.result is not None:
+        receipt["result"] = msgspec.to_builtins(ack.result)
+    return receipt
+
+
+def _fail(error: ShepherdError, *, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"error": {"code": error.code, "message": error.message}}))
+    else:
+        print(f"shepherd-child: {error.message} ({error.code})", file=sys.stderr)
+    return 2
+
+
+def _send_command(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    op = next(op for op in ops.CHILD if op.name == args.command)
+    checked = op.parsed(vars(args), lambda path: path)
+    match checked:
+        case ChildMessageArgs():
+            build = _message_builder(checked)
+        case ChildDoneArgs():
+            build = _done_builder(checked)
+        case _:  # pragma: no cover - every child operation is one of the above
+            raise AssertionError(args.command)
+    env = child_env_from(environ, bridge=False)
+    ack = send_and_wait(env, build, timeout_s=_timeout(environ))
+    if not ack.accepted:
+        info = ack.error or ErrorInfo(code="refused", message="refused by the shepherd")
+        return _fail(error_from_info(info), as_json=args.json)
+    receipt = _receipt(ack, ack.ack_for)
+    print(json.dumps(receipt) if args.json else op.view(receipt))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    environ = os.environ if environ is None else environ
+    # `--json` anywhere before `--` asks for JSON errors, even when parsing itself fails
+    head = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    as_json = "--json" in head
+    try:
+        args = _parser().parse_args(arguments)
+    except InvalidArgument as exc:
+        return _fail(exc, as_json=as_json)
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    if args.command == "run":
+        return run_bridge(environ)
+    try:
+        return _send_command(args, environ)
+    except ShepherdError as exc:
+        return _fail(exc, as_json=args.json)
+    except OSError as exc:
+        return _fail(
+            SessionUnavailable(f"cannot reach the session mailbox: {exc}"), as_json=args.json
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,519 @@
+"""The ``pi-rpc`` adapter: the real Pi coding agent as a child, driven over its RPC mode
+(behaviour measured on Pi 0.73.1, npm ``@mariozechner/pi-coding-agent``).
+
+Options (``SHEPHERD_AGENT_OPTIONS``: ``pi``, ``models_json``, ``provider``, ``model``, ``cwd``,
+``startup_timeout_s``) are described and checked in :mod:`actors.child.pi.options`.
+
+Rules:
+- Pi runs through :class:`~actors.child.pi.rpc.PiProcess` with the child tools extension
+  (``-e actors/pi/shepherd_child.ts``: ``shepherd_message`` / ``shepherd_done``, never a
+  parent tool), the bridge's child environment (``SHEPHERD_*`` so the tools publish as this
+  agent; ``SHEPHERD_CHILD_BIN`` = this installation's ``shepherd-child``, or a wrapper around
+  ``python -m actors.child.cli``), an agent dir of its own (``<session>/agents/<agent>/pi``,
+  holding ``models.json`` and Pi's ``stderr.log``; a temporary one without a session dir),
+  and its own process group *inside the bridge's session*, so the parent's sweep of that
+  session reaches Pi even if the bridge dies without closing it.
+- Delivery. A task is told with :func:`~protocol.render.render_task_context`, a message,
+  reply or notice with :func:`~protocol.render.render_delivery`. Every delivery is one
+  ``prompt`` command carrying ``streamingBehavior`` (``followUp``, or ``steer`` when the
+  envelope says ``delivery: "steer"``). Pi applies it atomically: idle, the text starts a
+  run (a plain prompt); running, it is queued exactly as the ``follow_up`` / ``steer``
+  commands queue it (same queue, same landing: a steer right after the running tool's
+  result, a follow-up after the final answer). This is "prompt when idle, follow_up / steer
+  while running" without a race: our idle/busy view (from ``agent_start`` / ``agent_end``)
+  can lag Pi's by an event, and a ``follow_up``/``steer`` sent to an idle Pi starts nothing
+  while a plain ``prompt`` to a busy Pi is refused. Commands go out one at a time from the
+  core thread; the next is written only after Pi answered the previous one, when a run that
+  prompt started already counts as streaming inside Pi.
+- A stranded queue is flushed. Pi reads its queues for the last time just before
+  ``agent_end`` (and not at all after an abort or a failed model call), so a message queued
+  in that instant would wait for the next prompt. When Pi reports a non-empty queue while no
+  run is open, the adapter confirms with ``get_state`` (idle and ``pendingMessageCount`` > 0;
+  re-checked every 50 ms while Pi is still finishing its run) and starts a run with a short
+  note, which delivers the queued messages.
+- Events (:func:`~actors.child.pi.events.map_event`) become runtime events: ``turn_start``
+  (``agent_start``), ``turn_end`` (``agent_end``: a turn ending, NEVER a task settlement),
+  ``tool_call`` (tool, command), ``tool_result`` (tool, its command, the output's last
+  :data:`~actors.runtime.procs.OUTPUT_TAIL_BYTES`, is_error), ``output`` (assistant text) and
+  ``error``. Only ``shepherd_done`` settles a task, through the parent.
+- ``control`` ``abort``: ``abort`` the running turn (queued messages stay queued and start
+  the next run). ``control`` ``cancel_task`` (the parent ended the task): the deliveries for
+  that task still waiting for Pi to start are dropped, and, if Pi was given that task, its
+  running turn is aborted and the agent is told, with its next input, that the task ended
+  (never with a run of its own). What Pi itself already queued cannot be taken back (its
+  RPC has no command for it). Close (the bridge's exit): ``abort``, then
+  :meth:`PiProcess.close <actors.child.pi.rpc.PiProcess.close>` (end of input, SIGTERM / SIGKILL of
+  Pi's group, then every process carrying Pi's instance tag: its detached bash tools).
+- Pi exiting on its own (crash, kill, end of its input) is an error output with the tail of
+  its stderr, and the bridge exits with Pi's status (1 if Pi said 0): the parent fails the
+  task (rc 1) unless ``shepherd_done`` settled it before.
+
+Theory of operation: everything runs on the bridge's core thread (:class:`AgentContext`)
+except Pi's reader thread, whose event and exit callbacks only post to the core, and one
+short-lived thread that waits for Pi's first answer (``wait_ready``) and posts the result, so
+the core stays free while Pi boots; deliveries arriving meanwhile wait in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal, NamedTuple
+
+from loguru import logger
+
+from actors.child.adapters import AgentContext, control_reason, show_refusal
+from actors.child.pi.errors import PiError, PiExitedError
+from actors.child.pi.events import RuntimeEvent, map_event
+from actors.child.pi.launch import SHEPHERD_CHILD_EXTENSION
+from actors.child.pi.options import DEFAULT_STARTUP_TIMEOUT_S, PiOptions
+from actors.child.pi.rpc import PiProcess
+from actors.runtime.clock import TimerHandle
+from actors.runtime.procs import OUTPUT_TAIL_BYTES, exit_status
+from protocol.envelopes import (
+    AckEnvelope,
+    AnyEnvelope,
+    ControlEnvelope,
+    MessageEnvelope,
+    NoticeEnvelope,
+    ReplyEnvelope,
+    TaskEnvelope,
+)
+from protocol.render import render_delivery, render_task_context, render_task_ended
+
+__all__ = [
+    "DEFAULT_STARTUP_TIMEOUT_S",  # moved to actors.child.pi.options; still importable here
+    "PiRpcAdapter",
+]
+
+Behavior = Literal["steer", "followUp"]
+
+#: How long one RPC command (prompt, get_state) may take to be answered.
+COMMAND_TIMEOUT_S = 10.0
+#: How long an abort may take (Pi answers it after the aborted tool has stopped).
+ABORT_TIMEOUT_S = 10.0
+#: How long Pi gets to exit after its input is closed, before SIGTERM.
+CLOSE_TIMEOUT_S = 3.0
+#: Assistant text and tool commands beyond this are cut (an envelope is at most 64 KiB).
+TEXT_LIMIT = 16 * 1024
+COMMAND_LIMIT = 8 * 1024
+#: Re-checking a queue that looks stranded while Pi is still finishing its run.
+STRANDED_RETRY_S = 0.05
+STRANDED_MAX_TRIES = 200
+#: The text that starts a run to deliver messages Pi queued as a run was ending.
+FLUSH_NOTE = "[Shepherd] Messages arrived as your previous turn was ending; they follow."
+
+
+def _tail(text: str, limit: int) -> str:
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return "[… earlier output cut …]\n" + data[-limit:].decode(errors="ignore")
+
+
+def _head(text: str, limit: int) -> str:
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode(errors="ignore") + "\n[… cut by shepherd …]"
+
+
+class _Delivery(NamedTuple):
+    text: str
+    behavior: Behavior
+    what: str
+    #: the task it is about (a task envelope, or a message or reply about it)
+    task_id: str | None = None
+    #: it is that task's envelope: sending it gives Pi the task
+    gives_task: bool = False
+
+
+class _BridgedPi(PiProcess):
+    """Pi in its own process group but inside the bridge's session (``PiProcess`` makes it
+    lead a session of its own): the parent sweeps the bridge's session when the bridge exits,
+    and that sweep must reach Pi even if the bridge died without closing it."""
+
+    own_session = False
+
+
+class PiRpcAdapter:
+    name: ClassVar[str] = "pi-rpc"
+
+    @staticmethod
+    def check_options(options: Mapping[str, Any], cwd: str) -> PiOptions:
+        """The options, checked (the parent runs this before starting the bridge)."""
+        return PiOptions(cwd, options)
+
+    def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None:
+        self._ctx = ctx
+        self._opts = self.check_options(options, ctx.cwd)
+        self._log = logger.bind(agent=ctx.env.name or ctx.env.agent_id)
+        self._pi: PiProcess | None = None
+        self._agent_dir: Path | None = None
+        self._own_agent_dir = False
+        self._ready = False
+        self._closing = False
+        self._started_at = 0.0
+        self._ready_thread: threading.Thread | None = None
+        #: deliveries that arrived while Pi was starting
+        self._backlog: list[_Delivery] = []
+        #: the task whose envelope Pi was given (until the parent ends it)
+        self._task_id: str | None = None
+        #: told with the next prompt: the tasks the parent ended
+        self._ended: list[str] = []
+        #: runs open on Pi's event stream (agent_start minus agent_end)
+        self._runs_open = 0
+        #: messages in Pi's queue, as its last queue_update said
+        self._queued = 0
+        self._stranded_timer: TimerHandle | None = None
+        self._stranded_tries = 0
+        #: tool_call_id -> command, so a result carries its command (the watchdog keys on it)
+        self._commands: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ adapter
+
+    def start(self) -> None:
+        ctx = self._ctx
+        try:
+            self._agent_dir = self._make_agent_dir()
+            env = self._environment(self._agent_dir)
+            self._started_at = ctx.clock.monotonic()
+            self._pi = _BridgedPi(
+                self._opts.pi,
+                models=self._opts.models_json,
+                provider=self._opts.provider,
+                model=self._opts.model,
+                extensions=[SHEPHERD_CHILD_EXTENSION],
+                cwd=self._opts.cwd,
+                env=env,
+                agent_dir=self._agent_dir,
+                on_event=self._on_pi_event,
+                on_exit=self._on_pi_exit,
+                stderr_path=self._agent_dir / "stderr.log",
+            )
+        except (OSError, PiError) as exc:
+            self._log.error("pi could not start: {}", exc)
+            ctx.runtime("error", text=f"the Pi agent could not start: {exc}", is_error=True)
+            ctx.finish(127)
+            return
+        self._log.info(
+            "pi started: pid {} ({}/{}) in {}",
+            self._pi.pid,
+            self._opts.provider,
+            self._opts.model,
+            self._opts.cwd,
+        )
+        self._ready_thread = threading.Thread(
+            target=self._wait_ready, args=(self._pi,), name="shepherd-pi-ready", daemon=True
+        )
+        self._ready_thread.start()
+
+    def deliver(self, envelope: AnyEnvelope) -> None:
+        if self._closing:
+            return
+        match envelope:
+            case TaskEnvelope():
+                self._send(
+                    render_task_context(envelope),
+                    "followUp",
+                    f"task {envelope.task_id}",
+                    envelope.task_id,
+                    gives_task=True,
+                )
+            case MessageEnvelope() | ReplyEnvelope():
+                kind = "reply" if isinstance(envelope, ReplyEnvelope) else "message"
+                behavior: Behavior = "steer" if envelope.delivery == "steer" else "followUp"
+                who = envelope.sender_name or envelope.sender_id
+                what = f"{kind} {envelope.message_id} from {who}"
+                self._send(render_delivery(envelope), behavior, what, envelope.task_id)
+            case NoticeEnvelope():
+                self._send(render_delivery(envelope), "followUp", f"notice {envelope.code}")
+            case AckEnvelope():
+                show_refusal(self._ctx, envelope)
+            case ControlEnvelope(action="cancel_task", task_id=task_id) if task_id is not None:
+                self._cancel_task(task_id, envelope)
+            case ControlEnvelope(action="cancel_task" | "abort"):
+                self._abort(control_reason(envelope))
+            case _:
+                self._log.debug("ignored {}", envelope.__struct_config__.tag)
+
+    def close(self) -> None:
+        """Abort the running turn, then stop Pi and everything it started (called once)."""
+        self._closing = True
+        if self._stranded_timer is not None:
+            self._stranded_timer.cancel()
+            self._stranded_timer = None
+        pi = self._pi
+        if pi is not None:
+            if self._ready and pi.running:
+                try:
+                    pi.abort(timeout=ABORT_TIMEOUT_S)
+                except PiError as exc:
+                    self._log.info("abort at close: {}", exc)
+            code = pi.close(timeout=CLOSE_TIMEOUT_S)
+            self._log.info("pi stopped (status {})", code)
+            if self._ready_thread is not None:
+                self._ready_thread.join(timeout=CLOSE_TIMEOUT_S)
+        if self._own_agent_dir and self._agent_dir is not None:
+            shutil.rmtree(self._agent_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ start-up
+
+    def _make_agent_dir(self) -> Path:
+        env = self._ctx.env
+        if env.session_dir:
+            path = Path(env.session_dir) / "agents" / env.agent_id / "pi"
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return path
+        self._own_agent_dir = True
+        return Path(tempfile.mkdtemp(prefix="shepherd-pi-"))
+
+    def _environment(self, agent_dir: Path) -> dict[str, str]:
+        env = self._ctx.child_environ()
+        if not env.get("SHEPHERD_CHILD_BIN"):
+            # no `shepherd-child` console script next to this Python: a wrapper that runs it
+            root = str(Path(__file__).resolve().parents[3])  # the directory holding actors/
+            wrapper = agent_dir / "shepherd-child"
+            wrapper.write_text(
+                "#!/bin/sh\n"
+                f"PYTHONPATH={shlex.quote(root)}${{PYTHONPATH:+:$PYTHONPATH}} exec "
+                f'{shlex.quote(sys.executable)} -m actors.child.cli "$@"\n'
+            )
+            wrapper.chmod(0o700)
+            env["SHEPHERD_CHILD_BIN"] = str(wrapper)
+        return env
+
+    def _wait_ready(self, pi: PiProcess) -> None:
+        """Ready thread: one get_state round trip, then hand over to the core."""
+        try:
+            state = pi.wait_ready(timeout=self._opts.startup_timeout_s)
+        except PiExitedError:
+            return  # the exit callback reports it
+        except PiError as exc:
+            error = str(exc)
+            self._ctx.post(lambda: self._start_failed(error))
+            return
+        self._ctx.post(lambda: self._on_ready(state))
+
+    def _on_ready(self, state: Mapping[str, Any]) -> None:
+        if self._closing or self._pi is None:
+            return
+        self._ready = True
+        took = self._ctx.clock.monotonic() - self._started_at
+        model = state.get("model")
+        name = model.get("id") if isinstance(model, Mapping) else None
+        self._log.info("pi ready: pid {} in {:.3f} s (model {})", self._pi.pid, took, name)
+        self._ctx.runtime(
+            "output",
+            text=f"[shepherd] pi ready: pid {self._pi.pid} in {took:.2f} s, model "
+            f"{self._opts.provider}/{name or self._opts.model}",
+        )
+        backlog, self._backlog = self._backlog, []
+        for item in backlog:
+            self._send(*item)
+
+    def _start_failed(self, error: str) -> None:
+        if self._closing:
+            return
+        self._log.error("pi did not become ready: {}", error)
+        self._ctx.runtime(
+            "error", text=f"the Pi agent did not start: {error}{self._stderr()}", is_error=True
+        )
+        self._ctx.finish(1)
+
+    # ------------------------------------------------------------------ delivery
+
+    def _send(
+        self,
+        text: str,
+        behavior: Behavior,
+        what: str,
+        task_id: str | None = None,
+        gives_task: bool = False,
+    ) -> None:
+        if self._closing:
+            return
+        pi = self._pi
+        if pi is None or not self._ready:
+            self._backlog.append(_Delivery(text, behavior, what, task_id, gives_task))
+            return
+        if gives_task:
+            self._task_id = task_id
+        if self._ended:
+            text = "\n\n".join([*self._ended, text])
+            self._ended.clear()
+        idle = self._runs_open == 0
+        try:
+            pi.prompt(text, streaming_behavior=behavior, timeout=COMMAND_TIMEOUT_S)
+        except PiExitedError:
+            self._log.warning("pi is gone; {} was not delivered", what)
+            return  # the exit callback ends the bridge
+        except PiError as exc:
+            self._log.error("pi refused {}: {}", what, exc)
+            self._ctx.runtime("error", text=f"pi refused {what}: {exc}", is_error=True)
+            return
+        if idle:  # as far as the events seen so far say: Pi applies behavior if it is not
+            self._log.info("delivered {} with prompt (pi looked idle; {} if not)", what, behavior)
+            return
+        verb = "steer" if behavior == "steer" else "follow-up"
+        self._log.info("queued {} as a {} (pi is running)", what, verb)
+        lands = (
+            "after the running tool's result" if behavior == "steer" else "after its final answer"
+        )
+        self._ctx.runtime("output", text=f"[shepherd] {what} queued as a {verb}: lands {lands}")
+
+    def _cancel_task(self, task_id: str, envelope: ControlEnvelope) -> None:
+        """The parent ended ``task_id``: stop its work (see the module rules)."""
+        why = control_reason(envelope)
+        before = len(self._backlog)
+        self._backlog = [item for item in self._backlog if item.task_id != task_id]
+        dropped = before - len(self._backlog)
+        if dropped:
+            self._ctx.runtime(
+                "output", text=f"[shepherd] {why}; {dropped} waiting deliveries for it dropped"
+            )
+        if self._task_id != task_id:
+            return
+        self._task_id = None
+        self._ended.append(render_task_ended(task_id, envelope.reason))
+        self._abort(why)
+
+    def _abort(self, why: str) -> None:
+        pi = self._pi
+        if pi is None or not self._ready or not pi.running:
+            return
+        self._ctx.runtime("output", text=f"[shepherd] {why}: aborting the running turn")
+        try:
+            pi.abort(timeout=ABORT_TIMEOUT_S)
+        except PiExitedError:
+            return
+        except PiError as exc:
+            self._log.error("abort failed: {}", exc)
+            self._ctx.runtime("error", text=f"abort failed: {exc}", is_error=True)
+
+    def _check_stranded(self) -> None:
+        """Pi holds queued messages but no run is open: confirm, then start a run."""
+        self._stranded_timer = None
+        pi = self._pi
+        if (
+            self._closing
+            or pi is None
+            or not self._ready
+            or self._runs_open > 0
+            or self._queued == 0
+        ):
+            self._stranded_tries = 0
+            return
+        try:
+            state = pi.get_state(timeout=COMMAND_TIMEOUT_S)
+        except PiError as exc:
+            self._log.warning("cannot check pi's queue: {}", exc)
+            return
+        if state.get("isStreaming"):
+            self._stranded_tries += 1
+            if self._stranded_tries > STRANDED_MAX_TRIES:
+                self._log.warning("pi's queue still not delivered; giving up checking it")
+                self._stranded_tries = 0
+                return
+            post = self._ctx.post
+            self._stranded_timer = self._ctx.clock.call_later(
+                STRANDED_RETRY_S, lambda: post(self._check_stranded)
+            )
+            return
+        self._stranded_tries = 0
+        pending = state.get("pendingMessageCount")
+        if not isinstance(pending, int) or pending <= 0:
+            self._queued = 0
+            return
+        self._log.warning("{} message(s) stranded in pi's queue; starting a run", pending)
+        self._send(FLUSH_NOTE, "followUp", f"{pending} stranded message(s)")
+
+    # ------------------------------------------------------------------ Pi's events
+
+    def _on_pi_event(self, event: dict[str, Any]) -> None:
+        """Pi's reader thread: hand over only."""
+        self._ctx.post(lambda: self._event(event))
+
+    def _on_pi_exit(self, returncode: int) -> None:
+        """Pi's reader thread: hand over only."""
+        self._ctx.post(lambda: self._exited(returncode))
+
+    def _event(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "agent_start":
+            self._runs_open += 1
+        elif kind == "agent_end":
+            self._runs_open = max(0, self._runs_open - 1)
+            self._commands.clear()
+        elif kind == "queue_update":
+            steering, follow_up = event.get("steering"), event.get("followUp")
+            self._queued = (len(steering) if isinstance(steering, list) else 0) + (
+                len(follow_up) if isinstance(follow_up, list) else 0
+            )
+        mapped = map_event(event)
+        if mapped is not None and not self._closing:
+            self._publish(mapped)
+        if (
+            kind in ("agent_end", "queue_update")
+            and self._runs_open == 0
+            and self._queued > 0
+            and self._stranded_timer is None
+        ):
+            self._check_stranded()
+
+    def _publish(self, ev: RuntimeEvent) -> None:
+        runtime = self._ctx.runtime
+        match ev.kind:
+            case "turn_start":
+                runtime("turn_start")
+            case "turn_end":
+                self._log.info("turn ended ({})", ev.stop_reason)
+                runtime("turn_end", is_error=ev.is_error, text=ev.text)
+            case "tool_call":
+                command = _head(ev.command or "", COMMAND_LIMIT)
+                if ev.tool_call_id is not None:
+                    self._commands[ev.tool_call_id] = command
+                runtime("tool_call", tool=ev.tool, command=command)
+            case "tool_result":
+                called = self._commands.pop(ev.tool_call_id or "", None)
+                runtime(
+                    "tool_result",
+                    tool=ev.tool,
+                    command=called,
+                    output=_tail(ev.output or "", OUTPUT_TAIL_BYTES),
+                    is_error=ev.is_error,
+                )
+            case "output":
+                runtime("output", text=_head(ev.text or "", TEXT_LIMIT))
+            case "error":
+                runtime("error", text=_head(ev.text or "error", TEXT_LIMIT), is_error=True)
+            case "condensation":
+                text = _head(ev.text or "context compaction", TEXT_LIMIT)
+                runtime("condensation", text=text, is_error=ev.is_error)
+
+    def _exited(self, returncode: int) -> None:
+        if self._closing:
+            return
+        status = exit_status(returncode)
+        self._log.error("pi exited on its own with status {}", status)
+        self._ctx.runtime(
+            "output",
+            text=f"[shepherd] the Pi agent exited with status {status}{self._stderr()}",
+            is_error=True,
+        )
+        self._ctx.finish(status or 1)
+
+    def _stderr(self) -> str:
+        if self._pi is None:
+            return ""
+        with contextlib.suppress(OSError):
+            tail = self._pi.stderr_text()[-1500:].strip()
+            if tail:
+                return f"; its stderr ends:\n{tail}"
+        return ""

@@ -1,0 +1,64 @@
+"""``notifications.jsonl``: every parent notification, one JSON object per line.
+
+It is what ``shepherd notifications`` and the MCP server follow, and it is the record of
+delivery: a completion whose line is in this file was delivered to its watcher, nothing else
+was; a stale-wait notice in it was given for its waiting episode. A restarted parent reads it
+back (:meth:`NotificationFile.read_deliveries`) so that it hands nothing over twice. The file
+is a :class:`~actors.records.jsonlines.JsonLinesFile` (torn tail cut off on open, unreadable lines
+reported by number), so a crash mid-write cannot hide a later delivery.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from actors.records.jsonlines import JsonLinesFile, LineProblem
+from actors.runtime.crashpoints import crashpoint
+from protocol.notifications import AnyNotification, StaleWait, TaskCompletion
+
+__all__ = ["NotificationFile"]
+
+_DECODER = msgspec.json.Decoder(AnyNotification)
+
+
+class NotificationFile:
+    """Appends every notification to the file (a sink: the first of the supervisor's, so a
+    notification is on record before any other sink shows it)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # Not fsynced: the file survives a kill of the process (the page cache keeps it);
+        # the journal, which is fsynced, holds the results themselves.
+        self._file = JsonLinesFile(path, fsync=False)
+
+    @property
+    def problems(self) -> list[LineProblem]:
+        return self._file.problems
+
+    def __call__(self, note: AnyNotification) -> None:
+        line = msgspec.json.encode(note) + b"\n"
+        crashpoint("notify.before_write")
+        try:
+            self._file.append(line, torn_point="notify.torn_write")
+        except ValueError:
+            if not self._file.closed:
+                raise
+            return  # the session is shutting down: nobody follows the file any more
+        crashpoint("notify.after_write")
+
+    def read_deliveries(self) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+        """What the file records as handed over: per watcher the task ids whose completion
+        it delivered, and per task the request ids its stale-wait notices named."""
+        delivered: dict[str, set[str]] = {}
+        stale: dict[str, set[str]] = {}
+        for note in self._file.read(_DECODER.decode):
+            if isinstance(note, TaskCompletion):
+                delivered.setdefault(note.watcher_id, set()).update(r.task_id for r in note.results)
+            elif isinstance(note, StaleWait):
+                stale.setdefault(note.task_id, set()).add(note.request_id)
+        return delivered, stale
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,421 @@
+"""The actor runtime: pykka actors on a shared dispatcher, with supervision at the boundary.
+
+Every Shepherd actor subclasses :class:`ShepherdActor` (a ``pykka.Actor``) and is started with
+``runtime.spawn(Cls, ...)``, which hands the actor its runtime before ``__init__`` runs. The
+actor then fills pykka's three hooks from that runtime: its inbox (``_create_actor_inbox``:
+the runtime's), its futures (``_create_future``: a :class:`RuntimeFuture`) and its loop
+(``_start_actor_loop``: the first message, handled when the runtime schedules it). No class is
+made per runtime, so the *same* actor classes, the very same objects, run on:
+
+- :class:`ThreadedRuntime` (production): a fixed pool of worker threads. An actor with mail is
+  scheduled on the pool; a worker handles its messages one at a time (per-actor
+  serialisation is kept: an actor is never on two workers at once). Thousands of actors
+  cost a few threads, not one each.
+- :class:`~actors.testing.simulation.SimRuntime` (tests): one thread, a seeded choice of the next
+  ready actor, virtual time.
+
+Every runtime offers :meth:`Runtime.wait_until` (block until a predicate holds: on threads a
+wait on a condition the workers signal, on the simulation a run that jumps virtual time from
+timer to timer), so code at the edge waits the same way on both.
+
+Supervision: pykka stops an actor for good when a ``tell`` handler raises, and drops its
+queued tells. Here a failing handler is logged and reported through
+:meth:`ShepherdActor.on_handler_error`; the actor keeps running. ``ask`` callers get the
+exception through their future, as in pykka.
+
+pykka's private names used here (checked against pykka 4.2.0, 4.3.0, 4.4.x and 4.5.0, the
+range ``pyproject.toml`` allows): ``pykka.messages._ActorStop`` only, to answer a stop request
+that reaches an actor already stopped the way pykka's own loop does (pykka offers no public
+way to recognise one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol, TypeVar
+
+import pykka
+from loguru import logger
+
+from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.ids import IdSource
+
+__all__ = [
+    "Envelope",
+    "Runtime",
+    "RuntimeFuture",
+    "RuntimeInbox",
+    "ShepherdActor",
+    "ThreadedRuntime",
+    "tell_quietly",
+]
+
+A = TypeVar("A", bound="ShepherdActor")
+T = TypeVar("T")
+
+#: ``wait_until`` without a timeout on the simulation: a virtual year, longer than any deadline
+#: a user can set (seven days), and still an end if something keeps setting timers
+FOREVER_S = 365 * 86_400.0
+
+
+class Envelope(Protocol):
+    """What an inbox holds: pykka's envelope (its class is private), read-only here."""
+
+    @property
+    def message(self) -> Any: ...
+
+    @property
+    def reply_to(self) -> pykka.Future[Any] | None: ...
+
+
+class _Start:
+    """First message of every actor: runs ``on_start`` in the actor's own context."""
+
+
+_START = _Start()
+
+
+class RuntimeFuture(pykka.ThreadingFuture[T]):
+    """pykka's threading future, which also says when it is ``done`` (a public flag, not pykka's
+    private result slot). On the simulation it carries a ``driver``: ``get`` runs the
+    simulation until the answer is there, since nothing else would on its one thread."""
+
+    def __init__(self, driver: Callable[[RuntimeFuture[Any]], None] | None = None) -> None:
+        super().__init__()
+        self.done = False
+        self.driver = driver
+
+    def set(self, value: Any | None = None) -> None:
+        super().set(value)
+        self.done = True
+
+    def set_exception(self, exc_info: Any = None) -> None:
+        super().set_exception(exc_info)
+        self.done = True
+
+    def get(self, *, timeout: float | None = None) -> Any:
+        if self.driver is not None and not self.done:
+            self.driver(self)
+        return super().get(timeout=timeout)
+
+
+class RuntimeInbox:
+    """An actor's mailbox. ``put`` schedules the actor on its runtime when it gains mail."""
+
+    __slots__ = ("_actor", "_items", "_lock", "_runtime", "_scheduled")
+
+    def __init__(self, runtime: Runtime, actor: ShepherdActor) -> None:
+        self._items: deque[Envelope] = deque()
+        self._lock = threading.Lock()
+        self._runtime = runtime
+        self._actor = actor
+        self._scheduled = False
+
+    def put(self, envelope: Envelope, /) -> None:
+        with self._lock:
+            self._items.append(envelope)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._runtime.schedule(self._actor)
+
+    def get(self) -> Envelope:
+        with self._lock:
+            return self._items.popleft()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def take(self) -> Envelope | None:
+        """Pop the next envelope, or clear the scheduled mark if there is none."""
+        with self._lock:
+            if self._items:
+                return self._items.popleft()
+            self._scheduled = False
+            return None
+
+    def release(self) -> bool:
+        """After a batch: True if the actor must be scheduled again (it still has mail)."""
+        with self._lock:
+            if self._items:
+                return True
+            self._scheduled = False
+            return False
+
+
+class ShepherdActor(pykka.Actor):
+    """Base of every actor. Subclasses implement ``on_receive`` (or proxy methods).
+
+    ``self.runtime`` gives the clock (``self.clock``), ids and spawning; it is set before
+    ``__init__`` runs. Do not call ``start()``: use ``runtime.spawn(Cls, ...)``.
+    """
+
+    runtime: Runtime
+    label: str
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if "runtime" not in self.__dict__:
+            raise TypeError(f"start {type(self).__name__} with runtime.spawn(), not start()")
+        super().__init__(*args, **kwargs)
+        self.label = self.runtime.next_label(type(self).__name__)
+
+    @property
+    def clock(self) -> Clock:
+        return self.runtime.clock
+
+    @classmethod
+    def start(cls: type[A], *args: Any, **kwargs: Any) -> pykka.ActorRef[A]:
+        raise TypeError(f"start {cls.__name__} with runtime.spawn(), not start()")
+
+    # --- pykka's three hooks, filled from the runtime this actor was spawned on ---------------
+
+    def _create_actor_inbox(self) -> RuntimeInbox:  # type: ignore[override]
+        # pykka declares this hook static (an actor *type* picks its inbox) but calls it on the
+        # instance, once, in Actor.__init__ (pykka 4.2.0-4.5.0). As an instance method it gets
+        # this actor's runtime, so no class has to be made per runtime to carry it.
+        return self.runtime.new_inbox(self)
+
+    @staticmethod
+    def _create_future() -> pykka.Future[Any]:
+        # Static in pykka and called on the class (ActorRef.ask): the same future on every
+        # runtime; the simulation's inbox gives an ask's future its driver when it is put.
+        return RuntimeFuture()
+
+    def _start_actor_loop(self) -> None:
+        self.actor_ref.tell(_START)
+
+    def _stop(self) -> None:
+        super()._stop()
+        self.runtime.untrack(self)
+
+    # --- the loop body, shared by every runtime -------------------------------------------
+
+    def _process(self, envelope: Envelope) -> None:
+        if self.actor_stopped.is_set():
+            self._refuse(envelope)
+            return
+        message = envelope.message
+        try:
+            if message is _START:
+                self.on_start()
+                return
+            response = self._handle_receive(message)
+            if envelope.reply_to is not None:
+                envelope.reply_to.set(response)
+        except Exception as exc:
+            if envelope.reply_to is not None:
+                envelope.reply_to.set_exception()
+                return
+            logger.opt(exception=True).bind(actor=self.label).error(
+                "handler failed for {message}", message=type(message).__name__
+            )
+            try:
+                self.on_handler_error(exc, message)
+            except Exception:
+                logger.opt(exception=True).bind(actor=self.label).error("on_handler_error failed")
+        except BaseException:
+            self._stop()
+            raise
+        if self.actor_stopped.is_set():
+            self._drain_after_stop()
+
+    def _refuse(self, envelope: Envelope) -> None:
+        if envelope.reply_to is None:
+            return
+        # A stop request that finds the actor stopped is answered as pykka's own loop does
+        # (Actor._actor_loop_teardown): ``stop()`` then says True, "was being stopped".
+        if isinstance(envelope.message, pykka.messages._ActorStop):
+            envelope.reply_to.set(None)
+            return
+        envelope.reply_to.set_exception(
+            exc_info=(
+                pykka.ActorDeadError,
+                pykka.ActorDeadError(f"{self.label} stopped before handling the message"),
+                None,
+            )
+        )
+
+    def _drain_after_stop(self) -> None:
+        inbox: RuntimeInbox = self.actor_inbox  # type: ignore[assignment]  # its runtime's
+        while (envelope := inbox.take()) is not None:
+            self._refuse(envelope)
+
+    def on_handler_error(self, exc: Exception, message: Any) -> None:
+        """Hook: a ``tell`` handler raised. The actor keeps running. Override to report."""
+
+
+def tell_quietly(ref: pykka.ActorRef[Any], message: Any) -> bool:
+    """``tell`` that treats a stopped recipient as a normal outcome (returns False)."""
+    try:
+        ref.tell(message)
+    except pykka.ActorDeadError:
+        return False
+    return True
+
+
+class Runtime:
+    """What every runtime provides: a clock, ids, spawning, scheduling, waiting, stopping."""
+
+    clock: Clock
+    ids: IdSource
+
+    def __init__(self, clock: Clock, ids: IdSource) -> None:
+        self.clock = clock
+        self.ids = ids
+        self._actors: dict[int, ShepherdActor] = {}
+        self._actors_lock = threading.Lock()
+        self._labels: dict[str, int] = {}
+
+    def spawn(self, cls: type[A], *args: Any, **kwargs: Any) -> pykka.ActorRef[A]:
+        # The runtime is the actor's before its __init__ runs (pykka's makes the inbox from
+        # it). Not registered in pykka's global registry: it is a list with O(n) removal, and
+        # the runtime tracks its own actors. on_start runs as the first message.
+        actor = cls.__new__(cls)
+        actor.runtime = self
+        actor.__init__(*args, **kwargs)  # type: ignore[misc]
+        actor._start_actor_loop()
+        self.track(actor)
+        return actor.actor_ref
+
+    def next_label(self, name: str) -> str:
+        with self._actors_lock:
+            n = self._labels.get(name, 0) + 1
+            self._labels[name] = n
+        return f"{name}-{n}"
+
+    def track(self, actor: ShepherdActor) -> None:
+        with self._actors_lock:
+            self._actors[id(actor)] = actor
+
+    def untrack(self, actor: ShepherdActor) -> None:
+        with self._actors_lock:
+            self._actors.pop(id(actor), None)
+
+    @property
+    def actor_count(self) -> int:
+        return len(self._actors)
+
+    def actors(self) -> list[ShepherdActor]:
+        with self._actors_lock:
+            return list(self._actors.values())
+
+    def new_inbox(self, actor: ShepherdActor) -> RuntimeInbox:
+        return RuntimeInbox(self, actor)
+
+    def new_future(self) -> RuntimeFuture[Any]:
+        """A future an actor sets later (an answer that comes later), waitable at the edge."""
+        return RuntimeFuture()
+
+    # -- supplied by each runtime
+    def schedule(self, actor: ShepherdActor) -> None:
+        raise NotImplementedError
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Block until ``predicate()`` holds (True) or ``timeout`` seconds pass (False).
+
+        The predicate may read anything actors change; it is checked again whenever an actor
+        has handled mail. On the simulation the seconds are virtual, and waiting is running.
+        """
+        raise NotImplementedError
+
+    def stop_all(self, timeout: float = 5.0) -> None:
+        for actor in reversed(self.actors()):
+            with contextlib.suppress(pykka.ActorDeadError):
+                actor.actor_ref.stop(block=True, timeout=timeout)
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        self.stop_all(timeout)
+
+
+def _default_workers() -> int:
+    return max(2, 2 * (os.cpu_count() or 1))
+
+
+class ThreadedRuntime(Runtime):
+    """Production: a fixed pool of worker threads shared by every actor."""
+
+    BATCH: ClassVar[int] = 64  # messages handled per turn before an actor yields its worker
+
+    def __init__(
+        self,
+        *,
+        workers: int | None = None,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+    ) -> None:
+        super().__init__(clock or SystemClock(), ids or IdSource())
+        self._ready: queue.SimpleQueue[ShepherdActor | None] = queue.SimpleQueue()
+        # wait_until: workers signal this after a turn, but only while someone waits
+        self._progress = threading.Condition()
+        self._waiters = 0
+        self._workers = [
+            threading.Thread(target=self._work, name=f"shepherd-worker-{i}", daemon=True)
+            for i in range(workers or _default_workers())
+        ]
+        self._closed = False
+        for thread in self._workers:
+            thread.start()
+
+    def schedule(self, actor: ShepherdActor) -> None:
+        self._ready.put(actor)
+
+    def _work(self) -> None:
+        while True:
+            actor = self._ready.get()
+            if actor is None:
+                return
+            inbox: RuntimeInbox = actor.actor_inbox  # type: ignore[assignment]  # its runtime's
+            try:
+                for _ in range(self.BATCH):
+                    envelope = inbox.take()
+                    if envelope is None:
+                        break
+                    actor._process(envelope)
+                else:
+                    if inbox.release():
+                        self._ready.put(actor)
+            except BaseException:  # pragma: no cover - a worker must not die silently
+                logger.opt(exception=True).critical("worker crashed; stopping runtime")
+                print("shepherd: worker crashed", file=sys.stderr)
+                raise
+            # read without the lock: a waiter counts itself, under the lock, before its first
+            # check, so a change made before this read is seen by that check
+            if self._waiters:
+                with self._progress:
+                    self._progress.notify_all()
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        with self._progress:
+            self._waiters += 1
+            try:
+                return self._progress.wait_for(predicate, timeout=timeout)
+            finally:
+                self._waiters -= 1
+
+    @property
+    def worker_count(self) -> int:
+        return len(self._workers)
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.stop_all(timeout)
+        for _ in self._workers:
+            self._ready.put(None)
+        for thread in self._workers:
+            if thread is not threading.current_thread():
+                thread.join(timeout=timeout)
+        self.clock.close()
+
+
+Spawner = Callable[..., pykka.ActorRef[Any]]

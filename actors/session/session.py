@@ -1,0 +1,221 @@
+"""The session root and the in-process Python API.
+
+A :class:`Session` owns one broker and everything under it. Its methods are the *edge*:
+they may block (``ask(...).get(timeout)``), actors never do. One method per operation of the
+table (:mod:`protocol.ops`), generated from it: ``protocol.api`` Structs in, Structs out, with
+the same checks and typed errors as the CLI and the tools (which reach :meth:`Session.run`).
+
+The runtime, the transport and the launcher are given to it: the supervisor gives real
+ones (threads, the mailbox, processes); :class:`actors.testing.SimSession` gives the seeded
+simulation's (the form the lifecycle tests and the demo's story use). This module knows
+nothing of the simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pykka
+
+from actors.records.journal import Journal, MemoryJournal
+from actors.records.notes import MemoryTaskNotes, TaskNotes
+from actors.runtime.crashpoints import crashpoint
+from actors.runtime.runtime import Runtime, tell_quietly
+from actors.runtime.transport import PARENT_INBOX, Transport
+from actors.session.agent import Launcher
+from actors.session.broker import BrokerActor
+from actors.session.messages import Inbound, ParentCall, WatchdogCall, WatchWith
+from actors.session.sinks import CollectingSink, GuardedSink, Sink
+from protocol import api
+from protocol.envelopes import AnyEnvelope, CallEnvelope, TaskDoneEnvelope
+from protocol.errors import InvalidArgument
+from protocol.ids import IdKind
+from protocol.notifications import TaskCompletion
+from protocol.ops import Method, parent
+from protocol.script import Script
+from protocol.session.restore import Restore
+from protocol.settings import Settings, check_settings
+
+__all__ = ["Session"]
+
+ASK_TIMEOUT_S = 30.0
+R = TypeVar("R")
+
+
+class Session:
+    def __init__(
+        self,
+        runtime: Runtime,
+        transport: Transport,
+        launcher: Launcher,
+        *,
+        settings: Settings | None = None,
+        sink: Sink | None = None,
+        journal: Journal | None = None,
+        session_id: str | None = None,
+        tap: Callable[[str], None] | None = None,
+        on_call: Callable[[CallEnvelope], None] | None = None,
+        notes: TaskNotes | None = None,
+        watchdog: bool = True,
+        restore: Restore | None = None,
+        sync_inbound: bool = False,
+    ) -> None:
+        self.runtime = runtime
+        self.transport = transport
+        self.launcher = launcher
+        self.settings = check_settings(settings or Settings())
+        self.session_id = session_id or runtime.ids.new(IdKind.SESSION)
+        self.sink = GuardedSink(sink)
+        self.journal = journal if journal is not None else MemoryJournal()
+        self.notes = notes if notes is not None else MemoryTaskNotes()
+        #: the watchdog actor, started by the broker (it tells the watchdog what happens)
+        self.watchdog_ref: pykka.ActorRef[Any] | None = None
+        self.broker = runtime.spawn(
+            BrokerActor,
+            self.session_id,
+            self.settings,
+            transport,
+            launcher,
+            self.sink,
+            self.journal,
+            tap,
+            self.notes,
+            self._watchdog_factory if watchdog else None,
+            restore,
+        )
+        #: with a durable transport, the receiver hands an envelope over only once the broker
+        #: has handled it, so acknowledging the file can never lose it (crash in between)
+        self._sync_inbound = sync_inbound
+        self._on_call = on_call
+        self._subscription = transport.subscribe(PARENT_INBOX, self._parent_inbox)
+        self._closed = False
+
+    def _watchdog_factory(self, broker: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+        from actors.session.watchdog import WatchdogActor
+
+        self.watchdog_ref = self.runtime.spawn(
+            WatchdogActor, self.settings.watchdog, self.sink, broker
+        )
+        return self.watchdog_ref
+
+    def watchdog(self, op: str, **args: Any) -> Any:
+        """Run a watchdog operation (status, config, set, pause, resume, inspect, ...)."""
+        if self.watchdog_ref is None:
+            raise InvalidArgument("this session runs without a watchdog")
+        return self.watchdog_ref.ask(WatchdogCall(op=op, args=args), timeout=ASK_TIMEOUT_S)
+
+    def _parent_inbox(self, env: AnyEnvelope) -> None:
+        """Runs on the transport's thread: hand over and return (never block the receiver)."""
+        if isinstance(env, CallEnvelope):
+            if self._on_call is not None:
+                self._on_call(env)
+            return
+        if self._sync_inbound:
+            done = isinstance(env, TaskDoneEnvelope)
+            if done:
+                crashpoint("done.before_handle")
+            # handled (a done decided and journaled) when the ask returns
+            self.broker.ask(Inbound(envelope=env), timeout=ASK_TIMEOUT_S)
+            if done:
+                crashpoint("done.after_handle")
+        else:
+            tell_quietly(self.broker, Inbound(envelope=env))
+
+    # ------------------------------------------------------------------ construction
+
+    # ------------------------------------------------------------------ operations
+
+    def _ask(self, args: Any) -> Any:
+        """The broker's answer: a value, or a future of it (its one way of saying "later")."""
+        answer = self.broker.ask(ParentCall(args=args), timeout=ASK_TIMEOUT_S)
+        if isinstance(answer, pykka.Future):
+            return answer.get(timeout=ASK_TIMEOUT_S)
+        return answer
+
+    def run(self, args: api.Arguments[R]) -> R:
+        """Run one operation given as its checked Args Struct (:mod:`protocol.ops`): what the
+        methods below, the CLI and the tools (through :meth:`Supervisor.call`) reach. Most are
+        the broker's; ``wait`` and ``read`` end at the edge, which may block (actors never
+        do)."""
+        answer: Any
+        match args:
+            case api.WaitArgs():
+                answer = self._wait(args)
+            case api.ReadArgs():
+                answer = self._read(args)
+            case _:
+                answer = self._ask(args)
+        return answer  # type: ignore[no-any-return]
+
+    # One method per operation, generated from the table: the Args fields positionally in
+    # field order or by name, checked, then run (``session.delegate("scout", "look")``).
+    delegate = Method(parent.DELEGATE)
+    message = Method(parent.MESSAGE)
+    watch = Method(parent.WATCH)
+    #: compatibility: the old prompt call, mapped onto a tracked task (its id is an alias of
+    #: the task id: ``watch`` and ``wait`` resolve it to that task, and only that)
+    prompt = Method(parent.PROMPT)
+    #: every id settled, or ``timeout_s`` passed (on the simulation runtime, in virtual time)
+    wait = Method(parent.WAIT)
+    #: every agent from ``cursor`` on (in-process there is no frame to page for; the CLI's and
+    #: the tools' answers are paged by :func:`protocol.answers.fit_answer`)
+    status = Method(parent.STATUS)
+    #: cancel (130) or fail (1) a task; ``already_settled``: it had ended (nothing changed)
+    cancel = Method(parent.CANCEL)
+    fail = Method(parent.FAIL)
+    result = Method(parent.RESULT)
+    close = Method(parent.CLOSE)
+    #: up to ``lines`` of the agent's newest output lines (older than line ``before``)
+    read = Method(parent.READ)
+
+    def spawn(
+        self,
+        name: str,
+        *,
+        adapter: str = "scripted",
+        script: Script | dict[str, Any] | str | None = None,
+        **options: Any,
+    ) -> api.SpawnResult:
+        """Start an agent: the one operation whose method is written out, since what a
+        ``script`` is depends on the launcher (``Launcher.spawn_options``)."""
+        adapter, options = self.launcher.spawn_options(name, adapter, script, options)
+        return self.run(api.build_args(api.SpawnArgs, name=name, adapter=adapter, **options))
+
+    def _wait(self, args: api.WaitArgs) -> api.WaitResult:
+        sink = CollectingSink()
+        watch = self.broker.ask(WatchWith(ids=args.ids, sink=sink), timeout=ASK_TIMEOUT_S)
+        assert isinstance(watch, api.WatchResult)
+        results = {r.task_id: r for r in watch.completed}
+
+        def settled(items: list[Any]) -> bool:
+            got = sum(len(n.results) for n in items if isinstance(n, TaskCompletion))
+            return got >= len(watch.pending)
+
+        if watch.pending:  # the watcher fills the sink: an actor's work, which wakes the wait
+            self.runtime.wait_until(lambda: settled(sink.items), args.timeout_s)
+        for note in list(sink.items):
+            if isinstance(note, TaskCompletion):
+                for r in note.results:
+                    results[r.task_id] = r
+        pending = tuple(t for t in watch.ids if t not in results)
+        return api.WaitResult(
+            ids=watch.ids,
+            completed=tuple(results[t] for t in watch.ids if t in results),
+            pending=pending,
+            timed_out=bool(pending),
+        )
+
+    def _read(self, args: api.ReadArgs) -> api.ReadResult:
+        try:
+            return self._ask(args)  # type: ignore[no-any-return]
+        except pykka.ActorDeadError:  # its actor stopped meanwhile: no output is kept
+            return api.ReadResult(agent_id=self.status(args.agent).agents[0].agent_id, lines=())
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._subscription.cancel()
+        self.runtime.shutdown()
+        self.transport.close()

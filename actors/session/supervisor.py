@@ -1,0 +1,461 @@
+"""The parent supervisor: one session of real agent processes over the filesystem mailbox.
+
+``shepherd serve`` runs one in the foreground; Python programs embed it (``Supervisor(...)``).
+It owns the session directory::
+
+    <session_dir>/session.json         id, parent pid, created, where the mailbox lives
+    <session_dir>/journal.jsonl        durable task / request / agent records
+    <session_dir>/notifications.jsonl  every parent notification, one JSON object per line
+    <session_dir>/agents/<agent_id>/   the bridge's output log
+    <mailbox_root>/inbox/...           the mailbox (on a memory filesystem when available)
+
+and a pointer in ``<state>/shepherd/live/`` so the CLI can find the newest live session.
+
+CLI clients send ``call`` envelopes into the parent inbox (authenticated by the session's client
+token, kept in the 0600 ``session.json``); each call runs on a small thread pool, never on the
+mailbox receiver, and its ``result`` goes back to the client's one-shot inbox (a leftover of a
+killed client is swept: :mod:`actors.mailbox.reply_inboxes`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from loguru import logger
+
+from actors.mailbox.mailbox import Mailbox, default_runtime_dir
+from actors.mailbox.reply_inboxes import ReplyInboxSweeper, unread_answers
+from actors.records.journal_file import FileJournal
+from actors.records.notes import FileTaskNotes
+from actors.records.notifications import NotificationFile
+from actors.runtime import procs
+from actors.runtime.runtime import ThreadedRuntime
+from actors.runtime.transport import PARENT_INBOX
+from actors.session.agent import AgentSpec
+from actors.session.launcher import ProcessLauncher
+from actors.session.session import Session
+from actors.session.sinks import Sink
+from actors.session.watchdog import is_watchdog_call
+from actors.session.watchdog import session_call as watchdog_session_call
+from protocol import ops
+from protocol.answers import fit_answer
+from protocol.envelopes import AnyEnvelope, CallEnvelope, NoticeEnvelope, ResultEnvelope
+from protocol.errors import (
+    ForbiddenSender,
+    InvalidArgument,
+    LimitExceeded,
+    ShepherdError,
+)
+from protocol.ids import PARENT_ID, IdKind
+from protocol.limits import answer_budget
+from protocol.notifications import AnyNotification
+from protocol.session.restore import Restore, fold
+from protocol.session.state import SessionState
+from protocol.settings import Settings, check_settings
+
+__all__ = ["MAX_WAITING_CALLS", "SessionInfo", "Supervisor", "live_dir", "state_dir"]
+
+#: ``wait`` calls that may block at once (each on a thread of its own, off the call pool)
+MAX_WAITING_CALLS = 64
+
+
+class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    session_id: str
+    session_dir: str
+    mailbox: str
+    journal: str
+    notifications: str
+    parent_pid: int
+    #: the supervisor's start time (:func:`actors.runtime.procs.start_time`): with its pid,
+    #: what tells the live supervisor from a process that reused its pid
+    parent_start: str | None = None
+    created_at: float
+    client_token: str
+    version: int = 1
+
+
+def state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(base) / "shepherd"
+
+
+def live_dir() -> Path:
+    return state_dir() / "live"
+
+
+def _load_info(session_dir: Path) -> SessionInfo:
+    try:
+        return msgspec.json.decode((session_dir / "session.json").read_bytes(), type=SessionInfo)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InvalidArgument(f"{session_dir}/session.json cannot be read: {exc}") from None
+
+
+def _is_live_supervisor(info: SessionInfo) -> bool:
+    """Is the supervisor that wrote ``info`` still running? Its pid alone may have been reused
+    by any process since: the start time it recorded must match too."""
+    started = procs.start_time(info.parent_pid)
+    if info.parent_start is None:  # written without it: a live pid is taken as live (safe)
+        return started is not None
+    return started == info.parent_start
+
+
+def _read_restore(
+    journal: FileJournal, notifications: NotificationFile, session_id: str, settings: Settings
+) -> Restore:
+    """What the session's files say, for a restarted parent (damaged lines are counted; each
+    was logged with its file and line number)."""
+    state = fold(journal.read(), SessionState(session_id, settings))
+    delivered, stale_noticed = notifications.read_deliveries()
+    return Restore(
+        state=state,
+        delivered=delivered,
+        stale_noticed=stale_noticed,
+        problems=len(journal.problems) + len(notifications.problems),
+    )
+
+
+class _FanOut:
+    """The notifications file first (the record of delivery), then every other sink. A
+    notification that could not be recorded is shown nowhere: a restart hands over what
+    is not on record, so showing it too would deliver it twice."""
+
+    def __init__(self, record: Sink, sinks: Iterable[Sink]) -> None:
+        self._record = record
+        self._sinks = list(sinks)
+
+    def __call__(self, note: AnyNotification) -> None:
+        self._record(note)
+        errors: list[Exception] = []
+        for sink in self._sinks:
+            try:
+                sink(note)
+            except Exception as exc:  # one broken sink must not starve the others
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if st.st_uid != os.getuid():
+        raise InvalidArgument(f"{path} belongs to another user")
+    os.chmod(path, 0o700)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        session_dir: Path | str | None = None,
+        *,
+        settings: Settings | None = None,
+        sinks: Iterable[Sink] = (),
+        tap: Callable[[str], None] | None = None,
+        mailbox_root: Path | str | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self.settings = check_settings(settings or Settings())
+        self.runtime = ThreadedRuntime(workers=workers)
+        wanted = Path(session_dir).absolute() if session_dir else None
+        if wanted is not None and (wanted / "session.json").exists():
+            # an existing session directory: resume it (its journal is the truth)
+            old = _load_info(wanted)
+            if old.parent_pid != os.getpid() and _is_live_supervisor(old):
+                raise InvalidArgument(
+                    f"{wanted} is a live session (supervisor pid {old.parent_pid}); "
+                    "stop it first or use another --session-dir"
+                )
+            self.session_id = old.session_id
+            self.session_dir = wanted
+            self.mailbox_root = Path(old.mailbox)
+            self.client_token = old.client_token
+            self.resumed = True
+        else:
+            self.session_id = self.runtime.ids.new(IdKind.SESSION)
+            self.session_dir = wanted or (state_dir() / "sessions" / self.session_id).absolute()
+            self.mailbox_root = Path(
+                mailbox_root or default_runtime_dir() / self.session_id
+            ).absolute()
+            self.client_token = self.runtime.ids.secret()
+            self.resumed = False
+        _private_dir(self.session_dir)
+        _private_dir(self.session_dir / "agents")
+        # Opened (a torn tail cut off) before they are read or appended to.
+        self.journal = FileJournal(self.session_dir / "journal.jsonl", fsync=True)
+        self.notifications = NotificationFile(self.session_dir / "notifications.jsonl")
+        restore = (
+            _read_restore(self.journal, self.notifications, self.session_id, self.settings)
+            if self.resumed
+            else None
+        )
+        # The mailbox validator must know every agent's capability before the parent inbox is
+        # drained: after a restart, envelopes the bridges sent meanwhile wait in new/, and an
+        # unknown sender would be quarantined (a lost `done`).
+        self._capabilities: dict[str, str] = (
+            {a.agent_id: a.capability for a in restore.state.agents.values()} if restore else {}
+        )
+        self.mailbox = Mailbox.create(
+            self.mailbox_root,
+            self.session_id,
+            self.settings,
+            validate=self._validate,
+            on_reject=self._on_reject,
+        )
+        self.mailbox.ensure_inbox(PARENT_INBOX)
+        self.launcher = ProcessLauncher(
+            session_dir=self.session_dir,
+            session_id=self.session_id,
+            mailbox_root=self.mailbox_root,
+            ensure_inbox=self.mailbox.ensure_inbox,
+            register=self._register,
+            clock=self.runtime.clock,
+            settings=self.settings,
+        )
+        self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shepherd-call")
+        self._waiting = threading.BoundedSemaphore(MAX_WAITING_CALLS)
+        # reply inboxes of calls whose caller was killed: now (a restart) and periodically
+        self.reply_inboxes = ReplyInboxSweeper(self.mailbox, self.runtime.clock, self._calls.submit)
+        self.reply_inboxes.sweep()
+        self.reply_inboxes.start()
+        self.session = Session(
+            self.runtime,
+            self.mailbox,
+            self.launcher,
+            settings=self.settings,
+            sink=_FanOut(self.notifications, sinks),
+            journal=self.journal,
+            session_id=self.session_id,
+            tap=tap,
+            on_call=self._on_call,
+            notes=FileTaskNotes(self.session_dir / "artifacts"),
+            restore=restore,
+            sync_inbound=True,
+        )
+        self.info = SessionInfo(
+            session_id=self.session_id,
+            session_dir=str(self.session_dir),
+            mailbox=str(self.mailbox_root),
+            journal=str(self.session_dir / "journal.jsonl"),
+            notifications=str(self.session_dir / "notifications.jsonl"),
+            parent_pid=os.getpid(),
+            parent_start=procs.start_time(os.getpid()),
+            created_at=self.runtime.clock.now(),
+            client_token=self.client_token,
+        )
+        _write_private(self.session_dir / "session.json", msgspec.json.encode(self.info))
+        _private_dir(live_dir())
+        self._live_pointer = live_dir() / f"{self.session_id}.json"
+        _write_private(
+            self._live_pointer,
+            json.dumps({"session_dir": str(self.session_dir), "pid": os.getpid()}).encode(),
+        )
+        self._closed = False
+        self._stopped = threading.Event()
+        logger.bind(session=self.session_id).info("session at {dir}", dir=self.session_dir)
+
+    # ------------------------------------------------------------------ mailbox checks
+
+    def _register(self, spec: AgentSpec) -> None:
+        self._capabilities[spec.agent_id] = spec.capability
+
+    def _validate(self, inbox: str, env: AnyEnvelope) -> None:
+        if inbox != PARENT_INBOX:
+            raise ForbiddenSender(f"the parent does not read inbox {inbox!r}")
+        if isinstance(env, CallEnvelope):
+            if not hmac.compare_digest(env.capability.encode(), self.client_token.encode()):
+                raise ForbiddenSender("call without this session's client token")
+            return
+        expected = self._capabilities.get(env.sender_id)
+        if expected is None:
+            raise ForbiddenSender(f"unknown sender {env.sender_id!r}")
+        if not hmac.compare_digest(env.capability.encode(), expected.encode()):
+            raise ForbiddenSender(f"capability does not match sender {env.sender_id}")
+
+    def _on_reject(
+        self, inbox: str, env: AnyEnvelope | None, error: ShepherdError, authenticated: bool
+    ) -> None:
+        """An authenticated sender gets a non-delivery notice; nothing is dropped silently. A
+        sender that did not prove its id gets none: the id may be a forger's claim, and telling
+        the victim would end a wait it never started (the quarantine reason names the forgery)."""
+        if not authenticated or env is None or env.sender_id not in self._capabilities:
+            return
+        notice = NoticeEnvelope(
+            message_id=self.runtime.ids.new(IdKind.MESSAGE),
+            session_id=self.session_id,
+            sender_id=PARENT_ID,
+            target_id=env.sender_id,
+            created_at=self.runtime.clock.now(),
+            capability=self._capabilities[env.sender_id],
+            code="not_delivered",
+            text=f"envelope {env.message_id} was refused: {error.code}: {error.message}",
+            ref_id=env.message_id,
+        )
+        with contextlib.suppress(ShepherdError):
+            self.mailbox.publish(env.sender_id, notice)
+
+    # ------------------------------------------------------------------ CLI calls
+
+    def _on_call(self, env: CallEnvelope) -> None:
+        if env.op != "wait":
+            self._calls.submit(self._answer, env)
+            return
+        # A wait blocks until its tasks settle: on the pool, four of them would starve every
+        # other call (and the sweep). Each gets a thread of its own, up to a bound.
+        if not self._waiting.acquire(blocking=False):
+            if env.reply_inbox is not None:
+                self._answer_error(
+                    env,
+                    LimitExceeded(
+                        f"{MAX_WAITING_CALLS} wait calls are already waiting; use watch (it "
+                        "returns at once and notifies), or wait with a timeout"
+                    ),
+                )
+            return
+        threading.Thread(
+            target=self._answer_then_release, args=(env,), name="shepherd-wait", daemon=True
+        ).start()
+
+    def _answer_then_release(self, env: CallEnvelope) -> None:
+        try:
+            self._answer(env)
+        finally:
+            self._waiting.release()
+
+    def _answer(self, env: CallEnvelope) -> None:
+        """Run a CLI call and send its answer, bounded to one envelope (an answer that cannot
+        be cut to fit is ``limit_exceeded``, sent at once: the caller never waits in vain)."""
+        budget = answer_budget(self.settings.max_envelope_bytes)
+        if env.op == "shutdown":  # answer first: the shutdown removes the caller's inbox
+            if env.reply_inbox is not None:
+                with contextlib.suppress(ShepherdError):
+                    self.mailbox.publish(
+                        env.reply_inbox, self._result(env, {"shutting_down": True})
+                    )
+            threading.Thread(target=self.shutdown, name="shepherd-shutdown").start()
+            return
+        try:
+            data = msgspec.to_builtins(fit_answer(self.call(env.op, env.args), budget))
+            result = self._result(env, data)
+        except ShepherdError as exc:
+            result = self._result(env, error=exc)
+        except Exception as exc:  # a bug must still answer the caller
+            logger.opt(exception=True).error("call {op} failed", op=env.op)
+            result = self._result(env, error=ShepherdError(f"internal error: {exc!r}"))
+        if env.reply_inbox is None:
+            return
+        try:
+            self.mailbox.publish(env.reply_inbox, result)
+        except ShepherdError as exc:
+            if not result.ok:
+                logger.warning(
+                    "could not answer call {id}: {err}", id=env.message_id, err=exc.message
+                )
+                return
+            # the answer itself could not be sent (too big, the inbox gone or full): say why
+            self._answer_error(env, exc)
+
+    def _result(
+        self, env: CallEnvelope, data: Any = None, error: ShepherdError | None = None
+    ) -> ResultEnvelope:
+        """The answer to ``env``: its data, or the error that refused it."""
+        return ResultEnvelope(
+            message_id=self.runtime.ids.new(IdKind.MESSAGE),
+            session_id=self.session_id,
+            sender_id=PARENT_ID,
+            target_id=env.sender_id,
+            created_at=self.runtime.clock.now(),
+            call_id=env.message_id,
+            ok=error is None,
+            data=data,
+            error=error.info() if error is not None else None,
+        )
+
+    def _answer_error(self, env: CallEnvelope, exc: ShepherdError) -> None:
+        assert env.reply_inbox is not None
+        try:
+            self.mailbox.publish(env.reply_inbox, self._result(env, error=exc))
+        except ShepherdError as again:
+            logger.warning(
+                "could not answer call {id}: {err}", id=env.message_id, err=again.message
+            )
+
+    def call(self, op: str, args: dict[str, Any]) -> Any:
+        """Run one operation by name, as the CLI and tools name them. The arguments are
+        checked against the operation's Args Struct (:mod:`protocol.ops`: types and bounds)
+        before anything is done."""
+        match op:
+            case "ping":
+                return {"session_id": self.session_id, "pid": os.getpid()}
+            case "shutdown":
+                threading.Thread(target=self.shutdown, name="shepherd-shutdown").start()
+                return {"shutting_down": True}
+            case _ if is_watchdog_call(op):
+                return watchdog_session_call(self.session, op, args)
+        entry = ops.parent_op(op)
+        if entry.host:  # pragma: no cover - every host operation is answered above
+            raise InvalidArgument(f"{op} is answered by the supervisor")
+        # a spawn's name, then its adapter's options, are checked by the broker
+        return self.session.run(entry.build(args))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the session is shut down (``serve`` waits here)."""
+        return self._stopped.wait(timeout)
+
+    def shutdown(self, *, keep: bool = True, grace_s: float = 10.0) -> None:
+        """Close every agent, confirm their exits, stop actors and timers, keep the records.
+
+        The mailbox (on the memory filesystem) is removed once every child is gone; the
+        session directory with its journal stays for inspection unless ``keep=False``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for row in self.session.status().agents:
+            if not row.closed:
+                with contextlib.suppress(ShepherdError):
+                    self.session.close(row.agent_id)
+        if not self.launcher.reaper.wait_all_exited(grace_s):
+            logger.warning("agents still running after {s}s; killing them", s=grace_s)
+        self.launcher.close()
+        self.reply_inboxes.stop()
+        self._calls.shutdown(wait=True, cancel_futures=True)
+        self.session.shutdown()
+        self.journal.close()
+        self.notifications.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._live_pointer.unlink()
+        # answers still unread by their live callers (the `shutdown` call's own, say) are
+        # given a moment to be read before the mailbox goes
+        for _ in range(250):  # at most 5 s
+            if not unread_answers(self.mailbox_root / "inbox"):
+                break
+            self._stopped.wait(0.02)
+        shutil.rmtree(self.mailbox_root, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(self.session_dir, ignore_errors=True)
+        self._stopped.set()

@@ -1,0 +1,355 @@
+"""WatchdogActor: watches every agent's tool events for stuck loops.
+
+It owns, per agent, a bounded event window (normalised commands, output hashes, short
+previews — never whole outputs) and an alert gate (cooldown, evidence dedup), plus the
+session state (paused, rescue-message override) and the target list. The broker tells it what
+happens; it never changes a task. The rules are the pure functions of ``protocol.watchdog``.
+
+Runtime events become watchdog events through :func:`protocol.watchdog.runtime_kind`, which
+knows the agent's adapter: a ``command`` agent's printed lines and the bridge's notes are
+kept as ``output``, not as agent messages; a condensation (Pi's compaction) is its own kind.
+On each tool result, agent message and condensation (and on an idle timer, armed only while
+an agent has events in its window, for the no-progress rule) it runs the detector; a verdict
+that passes the gate becomes one ``[Watchdog Alert]`` to the parent (``alert_mode``
+``main_only``, the default). With ``direct_subagent``/``both`` the rescue message is also sent
+to the agent as a steer — the only automatic action, and only when configured. ``steer`` on
+request is dry-run by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+import pykka
+
+from actors.runtime.clock import TimerHandle
+from actors.runtime.runtime import ShepherdActor, tell_quietly
+from actors.session.messages import (
+    ParentCall,
+    WatchdogAgent,
+    WatchdogCall,
+    WatchdogInstruction,
+    WatchdogRuntime,
+    WatchdogTask,
+)
+from actors.session.sinks import GuardedSink
+from protocol import api
+from protocol import watchdog as wd
+from protocol.errors import InvalidArgument, InvalidHandle
+from protocol.notifications import WatchdogAlert
+from protocol.watchdog.api import check_call, is_watchdog_tool, tool_call
+
+__all__ = ["WatchdogActor", "is_watchdog_call", "session_call"]
+
+
+class _Agent:
+    __slots__ = ("adapter", "gate", "name", "seq", "task_id", "timer", "window")
+
+    def __init__(self, agent_id: str, name: str, max_events: int) -> None:
+        self.name = name
+        self.adapter: str | None = None
+        self.window = wd.EventWindow(agent_id, max_events)
+        self.gate = wd.AlertGate()
+        self.task_id: str | None = None
+        self.timer: TimerHandle | None = None
+        self.seq = 0
+
+
+class WatchdogActor(ShepherdActor):
+    def __init__(
+        self, config: wd.WatchdogConfig, sink: GuardedSink, broker: pykka.ActorRef[Any]
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.state = wd.WatchdogSession()
+        self.targets: dict[str, wd.WatchdogTarget] = {}
+        self._agents: dict[str, _Agent] = {}
+        self._sink = sink
+        self._broker = broker
+        self.alerts = 0
+
+    # ------------------------------------------------------------------ events
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case WatchdogAgent():
+                self._agent(message)
+            case WatchdogTask(agent_id=agent_id, task_id=task_id):
+                if agent_id in self._agents:
+                    self._agents[agent_id].task_id = task_id
+            case WatchdogInstruction():
+                self._instruction(message)
+            case WatchdogRuntime():
+                self._runtime(message)
+            case ("idle_check", agent_id):
+                self._check(str(agent_id))
+            case WatchdogCall(op=op, args=args):
+                return self._call(op, dict(args))
+            case _:
+                return super().on_receive(message)
+        return None
+
+    def _agent(self, msg: WatchdogAgent) -> None:
+        if msg.agent_id not in self._agents:
+            self._agents[msg.agent_id] = _Agent(
+                msg.agent_id, msg.name, self.config.max_events_per_agent
+            )
+        if msg.adapter is not None:
+            self._agents[msg.agent_id].adapter = msg.adapter
+        self._target_event(
+            msg.agent_id,
+            msg.at,
+            status=msg.process_state,
+            name=msg.name,
+            description=msg.description,
+        )
+
+    def _target_event(self, agent_id: str, at: float, **changes: Any) -> None:
+        """Update one target in place (the pure rule copies its mapping: O(agents) per event,
+        which made a 10,000-agent session start quadratically)."""
+        one = {agent_id: self.targets[agent_id]} if agent_id in self.targets else {}
+        self.targets[agent_id] = wd.apply_target_event(one, agent_id, at, **changes)[agent_id]
+
+    def _event(self, agent: _Agent, **fields: Any) -> None:
+        agent.seq += 1
+        agent.window.append(
+            wd.make_event(
+                agent_id=agent.window.agent_id, seq=agent.seq, config=self.config, **fields
+            )
+        )
+
+    def _instruction(self, msg: WatchdogInstruction) -> None:
+        agent = self._agents.get(msg.agent_id)
+        if agent is None:
+            return
+        if msg.kind == "task":
+            agent.task_id = msg.task_id
+        # a new instruction opens a new evidence window
+        self._event(agent, ts=msg.at, kind="message", output=msg.text, source="user")
+        agent.gate = wd.reset_episode(agent.gate)
+
+    def _runtime(self, msg: WatchdogRuntime) -> None:
+        agent = self._agents.get(msg.agent_id)
+        if agent is None:
+            return
+        env = msg.envelope
+        match wd.runtime_kind(agent.adapter, env.event, env.text):
+            case "tool_call":
+                self._event(
+                    agent, ts=msg.at, kind="tool_call", tool=env.tool or "tool", command=env.command
+                )
+                self._target_event(msg.agent_id, msg.at, tool_calls=1)
+            case "tool_result":
+                self._event(
+                    agent,
+                    ts=msg.at,
+                    kind="error" if env.is_error else "tool_result",
+                    tool=env.tool or "tool",
+                    command=env.command,
+                    output=env.output or "",
+                    exit_code=env.exit_code,
+                    is_error=env.is_error,
+                )
+                self._check(msg.agent_id)
+            case "message":
+                self._event(agent, ts=msg.at, kind="message", output=env.text or "")
+                self._check(msg.agent_id)
+            case "condensation":
+                self._event(
+                    agent,
+                    ts=msg.at,
+                    kind="condensation",
+                    output=env.text or "",
+                    is_error=env.is_error,
+                )
+                self._check(msg.agent_id)
+            case "output":
+                # kept for inspection; no rule counts it, so nothing to check or time
+                self._event(agent, ts=msg.at, kind="output", output=env.text or "")
+                self._target_event(msg.agent_id, msg.at)
+                return
+            case _:
+                self._target_event(msg.agent_id, msg.at)
+                return
+        self._arm_idle_timer(msg.agent_id, agent)
+
+    def _arm_idle_timer(self, agent_id: str, agent: _Agent) -> None:
+        if agent.timer is not None:
+            agent.timer.cancel()
+        ref = self.actor_ref
+        agent.timer = self.clock.call_later(
+            self.config.idle_no_progress_s, lambda: tell_quietly(ref, ("idle_check", agent_id))
+        )
+
+    # ------------------------------------------------------------------ detection
+
+    def _verdict(self, agent: _Agent) -> wd.Verdict:
+        return wd.detect_stuck(agent.window.episode(), self.config, self.clock.now())
+
+    def _check(self, agent_id: str) -> None:
+        agent = self._agents.get(agent_id)
+        if agent is None:
+            return
+        verdict = self._verdict(agent)
+        decision, agent.gate = wd.gate_verdict(
+            agent.gate, verdict, self.config, self.clock.now(), paused=self.state.paused
+        )
+        if decision.alert:
+            self._alert(agent_id, agent, verdict)
+
+    def _alert(
+        self,
+        agent_id: str,
+        agent: _Agent,
+        verdict: wd.Verdict,
+        destinations: frozenset[str] | None = None,
+    ) -> WatchdogAlert:
+        rescue = wd.effective_rescue_message(self.config, self.state)
+        text = wd.render_alert(agent.name, agent_id, agent.task_id, verdict, rescue)
+        alert = WatchdogAlert(
+            created_at=self.clock.now(),
+            agent_id=agent_id,
+            agent_name=agent.name,
+            task_id=agent.task_id,
+            confidence=verdict.confidence,
+            reasons=tuple(verdict.reasons),
+            evidence=tuple(msgspec.to_builtins(e) for e in verdict.evidence),
+            rescue_message=rescue,
+            text=text,
+        )
+        self.alerts += 1
+        if destinations is None:
+            destinations = wd.alert_destinations(self.config.alert_mode)
+        if "parent" in destinations:
+            self._sink(alert)
+        if "agent" in destinations:
+            self._steer(agent_id, rescue)
+        return alert
+
+    def _steer(self, agent_id: str, text: str) -> None:
+        tell_quietly(
+            self._broker,
+            ParentCall(args=api.MessageArgs(target=agent_id, message=text, steer=True)),
+        )
+
+    # ------------------------------------------------------------------ operations
+
+    def _known(self, handle: Any) -> tuple[str, _Agent]:
+        if not isinstance(handle, str):
+            raise InvalidArgument("an agent id or name is required")
+        if handle in self._agents:
+            return handle, self._agents[handle]
+        for agent_id, agent in reversed(self._agents.items()):  # the newest agent of a name
+            if agent.name == handle:
+                return agent_id, agent
+        raise InvalidHandle(f"the watchdog knows no agent {handle!r}")
+
+    @staticmethod
+    def _limit(args: dict[str, Any], default: int) -> int:
+        limit = args.get("limit", default)
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise InvalidArgument(f"limit must be an integer, got {limit!r}")
+        return limit
+
+    def _call(self, op: str, args: dict[str, Any]) -> Any:
+        match op:
+            case "status":
+                return {
+                    "enabled": self.config.enabled,
+                    "paused": self.state.paused,
+                    "alert_mode": self.config.alert_mode,
+                    "alerts": self.alerts,
+                    "rescue_message": wd.effective_rescue_message(self.config, self.state),
+                    "targets": [msgspec.to_builtins(t) for t in self.targets.values()],
+                }
+            case "config":
+                return wd.config_to_dict(self.config)
+            case "set":
+                key, value = args.get("key"), args.get("value")
+                if not isinstance(key, str) or not isinstance(value, str):
+                    raise InvalidArgument("watchdog set needs a KEY and a VALUE (both text)")
+                if key == "rescue_message_override":
+                    self.state = wd.set_rescue_override(self.state, value or None)
+                else:
+                    self.config = wd.set_config_value(self.config, key, value)
+                    if key == "max_events_per_agent":
+                        for agent_id, agent in self._agents.items():
+                            kept = agent.window.events()[-self.config.max_events_per_agent :]
+                            agent.window = wd.EventWindow(
+                                agent_id, self.config.max_events_per_agent
+                            )
+                            agent.window.extend(kept)
+                return wd.config_to_dict(self.config)
+            case "pause":
+                self.state = wd.pause(self.state)
+                return {"paused": True}
+            case "resume":
+                self.state = wd.resume(self.state)
+                return {"paused": False}
+            case "list_targets":
+                return [msgspec.to_builtins(t) for t in self.targets.values()]
+            case "read_events" | "inspect":
+                agent_id, agent = self._known(args.get("agent"))
+                limit = self._limit(args, self.config.max_events_per_agent)
+                events = agent.window.events()[-limit:] if limit > 0 else []
+                result: dict[str, Any] = {
+                    "agent_id": agent_id,
+                    "name": agent.name,
+                    "task_id": agent.task_id,
+                    "events": [msgspec.to_builtins(e) for e in events],
+                    "dropped": agent.window.dropped,
+                }
+                if op == "inspect":
+                    result["verdict"] = wd.verdict_to_dict(self._verdict(agent))
+                return result
+            case "detect":
+                agent_id, agent = self._known(args.get("agent"))
+                return {"agent_id": agent_id, **wd.verdict_to_dict(self._verdict(agent))}
+            case "alert_main":
+                agent_id, agent = self._known(args.get("agent"))
+                verdict = self._verdict(agent)
+                # asked for explicitly: to the parent only, and it counts for the gate
+                alert = self._alert(agent_id, agent, verdict, frozenset({"parent"}))
+                agent.gate = wd.record_alert(agent.gate, verdict, self.clock.now())
+                return {"alerted": True, "text": alert.text}
+            case "steer":
+                agent_id, agent = self._known(args.get("agent"))
+                text = str(
+                    args.get("message") or wd.effective_rescue_message(self.config, self.state)
+                )
+                dry_run = args.get("dry_run", True) is not False  # only an explicit False sends
+                if not dry_run:
+                    self._steer(agent_id, text)
+                return {
+                    "agent_id": agent_id,
+                    "message": text,
+                    "dry_run": dry_run,
+                    "sent": not dry_run,
+                }
+            case _:
+                raise InvalidArgument(f"unknown watchdog operation {op!r}")
+
+
+# ------------------------------------------------------------------ the watchdog operations
+
+
+def is_watchdog_call(op: str) -> bool:
+    """``watchdog`` (the CLI's envelope) or a model-facing ``watchdog_*`` tool name."""
+    return op == "watchdog" or is_watchdog_tool(op)
+
+
+def session_call(session: Any, op: str, args: Mapping[str, Any]) -> Any:
+    """``Supervisor.call``'s watchdog branch: validate, then ``session.watchdog(op, **args)``.
+
+    ``op`` is ``watchdog`` with ``{"op": ..., "args": {...}}`` (the CLI), or a tool name
+    (``watchdog_read_events`` ...) with that tool's arguments.
+    """
+    if op == "watchdog":
+        wop, wargs = check_call(args)
+    elif is_watchdog_tool(op):
+        wop, wargs = tool_call(op, args)
+    else:
+        raise InvalidArgument(f"not a watchdog operation: {op!r}")
+    return session.watchdog(wop, **wargs)

@@ -1,0 +1,208 @@
+"""The CLI's side of a session: find it, send a ``call``, wait for the ``result``.
+
+Finding the session (:func:`find_session`; the CLI, ``shepherd mcp``, ``notifications``,
+``top`` and ``watchdog`` all go through it): ``--session DIR``, else ``$SHEPHERD_SESSION`` (an
+empty value counts as unset), else the one live session of this user — a pointer in
+``<state>/shepherd/live/`` whose supervisor runs and whose mailbox exists. The one live session
+is used and named through ``announce``; with several live ones nothing is guessed (the newest
+may be another project's): ``invalid_argument`` lists them and says how to choose. An empty
+``--session``, or one that is not a directory, is ``invalid_argument`` naming the option.
+
+A call's answer comes back in a one-shot reply inbox, removed when the call ends
+(:mod:`actors.mailbox.reply_inboxes`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from actors.mailbox.files import describe
+from actors.mailbox.mailbox import Mailbox
+from actors.mailbox.reply_inboxes import ReplyInbox
+from actors.runtime.clock import SystemClock
+from actors.runtime.ids import IdSource
+from actors.runtime.transport import PARENT_INBOX
+from actors.session.supervisor import SessionInfo, live_dir
+from protocol.envelopes import AnyEnvelope, CallEnvelope, ResultEnvelope
+from protocol.errors import InvalidArgument, SessionUnavailable, ShepherdError, error_from_info
+from protocol.ids import PARENT_ID, IdKind
+
+__all__ = ["ENV_SESSION", "Client", "find_session", "live_sessions", "pid_alive", "session_alive"]
+
+CALL_TIMEOUT_S = 30.0
+ENV_SESSION = "SHEPHERD_SESSION"
+#: live sessions named in the refusal to guess; the rest are counted
+MAX_LISTED = 10
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def session_alive(info: SessionInfo) -> bool:
+    """The supervisor runs and has not shut down (shutdown removes the mailbox; checked too
+    because a session embedded in a still-running program keeps its pid)."""
+    return pid_alive(info.parent_pid) and os.path.isdir(info.mailbox)
+
+
+def _load_info(session_dir: Path, source: str) -> SessionInfo:
+    path = session_dir / "session.json"
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=SessionInfo)
+    except FileNotFoundError:
+        raise SessionUnavailable(f"no session at {session_dir} (no session.json)") from None
+    except OSError as exc:
+        raise InvalidArgument(f"{source} {session_dir}: cannot read session.json: {exc}") from None
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SessionUnavailable(f"{path} is not a session file: {exc}") from None
+
+
+def _session_dir(raw: str, source: str) -> Path:
+    if not raw.strip():
+        raise InvalidArgument(
+            f"{source} is empty: give the session directory that `shepherd serve` printed"
+        )
+    path = Path(raw).expanduser().absolute()
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise SessionUnavailable(f"no session at {path} (no such directory)") from None
+    except OSError as exc:
+        raise InvalidArgument(f"{source} {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise InvalidArgument(
+            f"{source} {path} is a {describe(st.st_mode)}, not a session directory "
+            "(the directory `shepherd serve` printed)"
+        )
+    return path
+
+
+def live_sessions() -> list[SessionInfo]:
+    """This user's live sessions, newest first."""
+    found: dict[str, SessionInfo] = {}
+    if live_dir().is_dir():
+        for pointer in live_dir().glob("*.json"):
+            try:
+                data = json.loads(pointer.read_text())
+                info = _load_info(Path(data["session_dir"]), "live pointer")
+            except (OSError, ValueError, KeyError, TypeError, ShepherdError):
+                continue
+            if session_alive(info):
+                found[info.session_id] = info
+    return sorted(found.values(), key=lambda i: i.created_at, reverse=True)
+
+
+def _listed(info: SessionInfo) -> str:
+    created = datetime.fromtimestamp(info.created_at).isoformat(sep=" ", timespec="seconds")
+    return f"  {info.session_dir}  (created {created}, pid {info.parent_pid})"
+
+
+def find_session(
+    explicit: str | None = None, *, announce: Callable[[str], None] | None = None
+) -> SessionInfo:
+    """The session named by ``explicit`` (``--session``), else ``$SHEPHERD_SESSION``, else the
+    one live session (then ``announce`` is told which; see the module docstring)."""
+    env = os.environ.get(ENV_SESSION, "")
+    if explicit is not None or env.strip():
+        source = "--session" if explicit is not None else ENV_SESSION
+        raw = explicit if explicit is not None else env
+        info = _load_info(_session_dir(raw, source), source)
+        if not pid_alive(info.parent_pid):
+            raise SessionUnavailable(
+                f"the supervisor of {info.session_dir} (pid {info.parent_pid}) is gone"
+            )
+        return info
+    live = live_sessions()
+    if not live:
+        raise SessionUnavailable(
+            "no live Shepherd session: start one with `shepherd serve`, or pass --session DIR"
+        )
+    if len(live) > 1:
+        lines = [_listed(info) for info in live[:MAX_LISTED]]
+        if len(live) > MAX_LISTED:
+            lines.append(f"  ... and {len(live) - MAX_LISTED} more")
+        raise InvalidArgument(
+            f"{len(live)} live Shepherd sessions, so none is picked for you: pass --session DIR "
+            f"or set {ENV_SESSION}=DIR to one of them (newest first):\n" + "\n".join(lines)
+        )
+    (info,) = live
+    if announce is not None:
+        announce(
+            f"using session {info.session_dir} ({info.session_id}), the only live one; "
+            f"--session DIR or {ENV_SESSION}=DIR chooses"
+        )
+    return info
+
+
+class Client:
+    def __init__(self, info: SessionInfo) -> None:
+        self.info = info
+        self._ids = IdSource()
+
+    def call(
+        self, op: str, args: dict[str, Any] | None = None, *, timeout: float = CALL_TIMEOUT_S
+    ) -> Any:
+        """Run ``op`` in the session and return its data; a refusal raises the typed error."""
+        mailbox = Mailbox.open(self.info.mailbox, self.info.session_id)
+        call_id = self._ids.new(IdKind.MESSAGE)
+        got: list[ResultEnvelope] = []
+        arrived = threading.Event()
+
+        def on_result(env: AnyEnvelope) -> None:
+            if isinstance(env, ResultEnvelope) and env.call_id == call_id:
+                got.append(env)
+                arrived.set()
+
+        try:
+            inbox = ReplyInbox(mailbox, call_id)
+        except BaseException:
+            mailbox.close()
+            raise
+        try:
+            sub = mailbox.subscribe(call_id, on_result)
+            try:
+                mailbox.publish(
+                    PARENT_INBOX,
+                    CallEnvelope(
+                        message_id=call_id,
+                        session_id=self.info.session_id,
+                        sender_id=call_id,
+                        target_id=PARENT_ID,
+                        created_at=SystemClock().now(),
+                        capability=self.info.client_token,
+                        reply_inbox=call_id,
+                        op=op,
+                        args={k: v for k, v in (args or {}).items() if v is not None},
+                    ),
+                )
+                if not arrived.wait(timeout):
+                    raise SessionUnavailable(
+                        f"no answer from the session within {timeout:g}s (is it still running?)"
+                    )
+            finally:
+                sub.cancel()
+            result = got[0]
+        finally:
+            # the receiver stops first: the answer it handed over is then out of new/, and the
+            # inbox can go (see actors.mailbox.reply_inboxes)
+            mailbox.close()
+            inbox.remove()
+        if not result.ok:
+            assert result.error is not None
+            raise error_from_info(result.error)
+        return result.data

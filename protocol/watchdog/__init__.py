@@ -1,0 +1,172 @@
+"""Watchdog, the pure part: settings, event normalisation, stuck detection, alert gating.
+
+Sans-IO: no threads, files, clocks or logging; ``now`` and ``ts`` are passed
+in as floats. The actor that owns an agent's watchdog state does::
+
+    window.append(make_event(...))            # per tool call / result / message
+    verdict = detect_stuck(window.episode(), config, now)
+    decision, gate = gate_verdict(gate, verdict, config, now, paused=session.paused)
+    if decision.alert: notify(render_alert(name, agent_id, task_id, verdict, rescue))
+
+and on a new instruction (a delegated task, a message to the agent) ``gate =
+reset_episode(gate)``. The rules live in the submodules, each opening with them:
+
+* :mod:`protocol.watchdog.config`    — settings, layering, ``watchdog set``, session state
+* :mod:`protocol.watchdog.normalize` — command keys, output hashing, previews, classification
+* :mod:`protocol.watchdog.events`    — events, the per-agent window, logical calls
+* :mod:`protocol.watchdog.rules`     — the rules, their threshold settings and defaults
+* :mod:`protocol.watchdog.detect`    — the detector rules and their confidence mapping
+* :mod:`protocol.watchdog.messages`  — the rules over what an agent says between tool calls
+* :mod:`protocol.watchdog.evidence`  — evidence items and the helpers the rules share
+* :mod:`protocol.watchdog.alert`     — cooldown and evidence dedup, the alert text
+* :mod:`protocol.watchdog.replay`    — the JSON-lines replay format
+* :mod:`protocol.watchdog.targets`   — the agents the watchdog knows about
+"""
+
+from __future__ import annotations
+
+from protocol.watchdog.alert import (
+    AlertDecision,
+    AlertGate,
+    decide_alert,
+    gate_verdict,
+    record_alert,
+    render_alert,
+    reset_episode,
+)
+from protocol.watchdog.config import (
+    ALERT_MODES,
+    CONFIG_KEYS,
+    DEFAULT_RESCUE_MESSAGE,
+    AlertMode,
+    WatchdogConfig,
+    WatchdogConfigError,
+    WatchdogSession,
+    alert_destinations,
+    alerts_active,
+    apply_watchdog_overrides,
+    config_to_dict,
+    effective_rescue_message,
+    merge_watchdog_layers,
+    parse_config_value,
+    pause,
+    resume,
+    rule_threshold,
+    rule_thresholds,
+    set_config_value,
+    set_rescue_override,
+)
+from protocol.watchdog.detect import (
+    CONFIDENCE_LEVELS,
+    REASON_CODES,
+    Confidence,
+    Evidence,
+    Verdict,
+    detect_stuck,
+    verdict_to_dict,
+)
+from protocol.watchdog.events import (
+    EventKind,
+    EventSource,
+    EventWindow,
+    LogicalCall,
+    ToolEvent,
+    is_instruction,
+    make_event,
+    pair_calls,
+    runtime_kind,
+    since_last_instruction,
+)
+from protocol.watchdog.normalize import (
+    classify_call,
+    error_signature,
+    hash_output,
+    is_check_command,
+    make_preview,
+    normalize_command,
+    normalize_output,
+    read_target_key,
+    render_call,
+    strip_ansi,
+)
+from protocol.watchdog.replay import ReplayEvent, ReplayLineError, decode_replay_line, replay
+from protocol.watchdog.rules import MONOLOGUE_MATCHES, RULES, MonologueMatch, Rule
+from protocol.watchdog.targets import (
+    TargetKind,
+    WatchdogTarget,
+    apply_target_event,
+    classify_kind,
+    make_target,
+    reconcile_targets,
+)
+
+__all__ = [
+    "ALERT_MODES",
+    "CONFIDENCE_LEVELS",
+    "CONFIG_KEYS",
+    "DEFAULT_RESCUE_MESSAGE",
+    "MONOLOGUE_MATCHES",
+    "REASON_CODES",
+    "RULES",
+    "AlertDecision",
+    "AlertGate",
+    "AlertMode",
+    "Confidence",
+    "EventKind",
+    "EventSource",
+    "EventWindow",
+    "Evidence",
+    "LogicalCall",
+    "MonologueMatch",
+    "ReplayEvent",
+    "ReplayLineError",
+    "Rule",
+    "TargetKind",
+    "ToolEvent",
+    "Verdict",
+    "WatchdogConfig",
+    "WatchdogConfigError",
+    "WatchdogSession",
+    "WatchdogTarget",
+    "alert_destinations",
+    "alerts_active",
+    "apply_target_event",
+    "apply_watchdog_overrides",
+    "classify_call",
+    "classify_kind",
+    "config_to_dict",
+    "decide_alert",
+    "decode_replay_line",
+    "detect_stuck",
+    "effective_rescue_message",
+    "error_signature",
+    "gate_verdict",
+    "hash_output",
+    "is_check_command",
+    "is_instruction",
+    "make_event",
+    "make_preview",
+    "make_target",
+    "merge_watchdog_layers",
+    "normalize_command",
+    "normalize_output",
+    "pair_calls",
+    "parse_config_value",
+    "pause",
+    "read_target_key",
+    "reconcile_targets",
+    "record_alert",
+    "render_alert",
+    "render_call",
+    "replay",
+    "reset_episode",
+    "resume",
+    "rule_threshold",
+    "rule_thresholds",
+    "runtime_kind",
+    "set_config_value",
+    "set_rescue_override",
+    "since_last_instruction",
+    "strip_ansi",
+    "verdict_to_dict",
+]
