@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 import msgspec
 from loguru import logger
 
-from actors.session.supervisor import SessionInfo
+from actors.records.session_info import SessionInfo
 from protocol.errors import InvalidArgument
 from protocol.tools import NOTIFICATIONS_PER_CALL
 

@@ -38,6 +38,7 @@ from actors.mailbox.reply_inboxes import ReplyInboxSweeper, unread_answers
 from actors.records.journal_file import FileJournal
 from actors.records.notes import FileTaskNotes
 from actors.records.notifications import NotificationFile
+from actors.records.session_info import SessionInfo, is_live, live_dir, load_info, state_dir
 from actors.runtime import procs
 from actors.runtime.runtime import ThreadedRuntime
 from actors.runtime.transport import PARENT_INBOX
@@ -63,52 +64,10 @@ from protocol.session.restore import Restore, fold
 from protocol.session.state import SessionState
 from protocol.settings import Settings, check_settings
 
-__all__ = ["MAX_WAITING_CALLS", "SessionInfo", "Supervisor", "live_dir", "state_dir"]
+__all__ = ["MAX_WAITING_CALLS", "Supervisor"]
 
 #: ``wait`` calls that may block at once (each on a thread of its own, off the call pool)
 MAX_WAITING_CALLS = 64
-
-
-class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
-    session_id: str
-    session_dir: str
-    mailbox: str
-    journal: str
-    notifications: str
-    parent_pid: int
-    #: the supervisor's start time (:func:`actors.runtime.procs.start_time`): with its pid,
-    #: what tells the live supervisor from a process that reused its pid
-    parent_start: str | None = None
-    created_at: float
-    client_token: str
-    version: int = 1
-
-
-def state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(base) / "shepherd"
-
-
-def live_dir() -> Path:
-    return state_dir() / "live"
-
-
-def _load_info(session_dir: Path) -> SessionInfo:
-    try:
-        return msgspec.json.decode((session_dir / "session.json").read_bytes(), type=SessionInfo)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise InvalidArgument(f"{session_dir}/session.json cannot be read: {exc}") from None
-
-
-def _is_live_supervisor(info: SessionInfo) -> bool:
-    """Is the supervisor that wrote ``info`` still running? Its pid alone may have been reused
-    by any process since: the start time it recorded must match too."""
-    started = procs.start_time(info.parent_pid)
-    if info.parent_start is None:  # written without it: a live pid is taken as live (safe)
-        return started is not None
-    return started == info.parent_start
 
 
 def _read_restore(
@@ -182,8 +141,8 @@ class Supervisor:
         wanted = Path(session_dir).absolute() if session_dir else None
         if wanted is not None and (wanted / "session.json").exists():
             # an existing session directory: resume it (its journal is the truth)
-            old = _load_info(wanted)
-            if old.parent_pid != os.getpid() and _is_live_supervisor(old):
+            old = load_info(wanted)
+            if old.parent_pid != os.getpid() and is_live(old):
                 raise InvalidArgument(
                     f"{wanted} is a live session (supervisor pid {old.parent_pid}); "
                     "stop it first or use another --session-dir"

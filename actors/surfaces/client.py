@@ -28,10 +28,10 @@ import msgspec
 from actors.mailbox.files import describe
 from actors.mailbox.mailbox import Mailbox
 from actors.mailbox.reply_inboxes import ReplyInbox
+from actors.records.session_info import SessionInfo, live_dir
 from actors.runtime.clock import SystemClock
 from actors.runtime.ids import IdSource
 from actors.runtime.transport import PARENT_INBOX
-from actors.session.supervisor import SessionInfo, live_dir
 from protocol.envelopes import AnyEnvelope, CallEnvelope, ResultEnvelope
 from protocol.errors import InvalidArgument, SessionUnavailable, ShepherdError, error_from_info
 from protocol.ids import PARENT_ID, IdKind

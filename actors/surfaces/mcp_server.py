@@ -68,7 +68,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from actors.records.mcp_cursor import DEFAULT_CLIENT, Batch, CursorStore, check_client_name
-from actors.session.supervisor import SessionInfo
+from actors.records.session_info import SessionInfo
 from actors.surfaces.client import Client, find_session, session_alive
 from protocol.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.tools import (
