@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -77,9 +78,23 @@ def test_a_big_task_and_a_big_summary_get_their_receipt(live: Live) -> None:
     assert answer["result"].get("description") is None  # a receipt never echoes the task
 
 
+@pytest.fixture
+def small_inbox(tmp_path: Path) -> Iterator[Live]:
+    """A session whose inboxes hold 20 envelopes: filling one takes 20 publishes, not the
+    default 1,000 (each one synced to disk, so their time is the disk's, not the test's)."""
+    from protocol.settings import Settings
+
+    running = Live(tmp_path, Settings(max_queue_depth=20))
+    try:
+        yield running
+    finally:
+        running.close()
+
+
 def test_a_delivery_that_fails_after_acceptance_fails_the_task_and_tells_the_parent(
-    live: Live,
+    small_inbox: Live,
 ) -> None:
+    live = small_inbox
     agent_id = _spawn(live, "stuck", IDLE)
     live.story.wait("stuck: process idle")
     (pid,) = _bridge_pids(live, agent_id)
