@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
 def _demo(args: argparse.Namespace) -> int:
     out: Any = _JsonLines(sys.stdout) if args.json else sys.stdout
     if args.loop:
-        from actors.surfaces.watchdog_cli import run_loop_demo
+        from actors.surfaces.loop_demo import run_loop_demo
 
         return run_loop_demo(out, seed=args.seed)
     if args.agents == "pi":
