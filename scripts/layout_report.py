@@ -34,7 +34,7 @@ TEST_KIT = "actors.testing"
 #: surfaces that are simulations by design (the only modules allowed to import the kit)
 SIMULATED = {
     "actors.surfaces.demo": "shepherd demo: the canonical scenario on the seeded simulation",
-    "actors.surfaces.watchdog_cli": "shepherd demo --loop: an agent stuck in a loop, simulated",
+    "actors.surfaces.loop_demo": "shepherd demo --loop: an agent stuck in a loop, simulated",
 }
 
 

@@ -19,11 +19,11 @@ from actors.session.session import Session
 from actors.session.sinks import CollectingSink
 from actors.session.watchdog import is_watchdog_call, session_call
 from actors.surfaces.config import load_settings
+from actors.surfaces.loop_demo import run_loop_demo
 from actors.surfaces.watchdog_cli import (
     add_watchdog_parser,
     main,
     parse_set_options,
-    run_loop_demo,
     run_watchdog,
 )
 from actors.testing import SimSession

@@ -1,0 +1,147 @@
+"""The ``shepherd`` argument parser: every command, its arguments and its help.
+
+Rules: the session's operations are generated from the operation table (:mod:`protocol.ops`):
+their positional arguments, options and help are never written here; only the commands that
+are not operations (``serve``, ``demo``, ``top``, ``notifications``, ``tools``, ``tool``,
+``mcp``; ``watchdog`` from :mod:`actors.surfaces.watchdog_cli`) are. Every command takes
+``--json`` and, when it talks to a session, ``--session DIR``. Parsing never prints or exits: a
+usage error raises ``invalid_argument``, so :func:`actors.surfaces.cli.main` reports it like
+every other error (as JSON under ``--json``). Nothing here touches a session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn
+
+from protocol import ops
+from protocol.errors import InvalidArgument
+
+__all__ = ["build_parser", "wants_json"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ``invalid_argument`` instead of printing usage and exiting, so a
+    usage error is reported like every other error (as JSON under ``--json``)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidArgument(f"{message} (see '{self.prog} --help')")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--session", metavar="DIR", help="the session directory")
+
+
+def _add_top(sub: Any) -> None:
+    p = sub.add_parser("top", help="a live view of the session (refreshes from status snapshots)")
+    p.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between snapshots (0.1 to 3600)"
+    )
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    _add_common(p)
+
+
+def _add_notifications(sub: Any) -> None:
+    p = sub.add_parser("notifications", help="the parent's notifications as JSON lines")
+    p.add_argument("--follow", action="store_true", help="keep printing new ones")
+    p.add_argument(
+        "--format",
+        choices=["json", "text", "rendered"],
+        default="json",
+        help=(
+            "json: the lines as stored (default); text: each rendered as a parent model reads "
+            "it (call:/return:/details: for completions), a blank line after each; rendered: "
+            'the JSON lines, each with a "rendered" field holding that text'
+        ),
+    )
+    _add_common(p)
+
+
+#: the commands that are not operations, listed after the operation they follow in ``--help``
+_AFTER = {"status": _add_top, "fail": _add_notifications}
+
+
+def _add_operation(sub: Any, op: ops.Op[Any]) -> None:
+    extra = {"description": op.description} if op.description else {}
+    p = sub.add_parser(op.name, help=op.help, **extra)
+    for name, spec in op.arguments():
+        p.add_argument(name, **spec)
+    _add_common(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole ``shepherd`` parser (raises ``invalid_argument`` on a usage error)."""
+    parser = _Parser(prog="shepherd", description="Supervise a team of agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run a session in the foreground")
+    p.add_argument("--session-dir", metavar="DIR", help="where the session's records live")
+    p.add_argument("--json", action="store_true", help="notifications as JSON lines")
+    p.add_argument("--verbose", action="store_true", help="also print lifecycle changes")
+
+    p = sub.add_parser("demo", help="the canonical scout/planner scenario, told as it happens")
+    p.add_argument("--json", action="store_true", help="the story as JSON lines")
+    p.add_argument("--simulated", action="store_true", help="run it in the simulation instead")
+    p.add_argument("--seed", type=int, default=1, help="simulation seed (with --simulated)")
+    p.add_argument(
+        "--loop",
+        action="store_true",
+        help="a scripted agent stuck in a loop, caught by the watchdog (simulated)",
+    )
+    p.add_argument(
+        "--agents",
+        choices=["scripted", "pi"],
+        default="scripted",
+        help="pi: two real Pi agents driven by scripted model servers",
+    )
+
+    for op in ops.PARENT:
+        if op.help:  # an operation without a command has no help
+            _add_operation(sub, op)
+        if op.name in _AFTER:
+            _AFTER[op.name](sub)
+
+    p = sub.add_parser("tools", help="the model-facing tool schemas")
+    p.add_argument("--child", action="store_true", help="the child tools instead")
+    p.add_argument("--json", action="store_true", help="print the schemas as JSON")
+
+    p = sub.add_parser(
+        "tool",
+        help="run one parent tool call by name (what the Pi parent extension runs)",
+        description=(
+            "The arguments are validated against the tool's schema (`shepherd tools --json`), "
+            "path fields are made absolute against this directory, and the tool's operation "
+            "runs in the session: the same path as the MCP server's tool calls."
+        ),
+    )
+    p.add_argument("name", help="the tool's name, e.g. shepherd_delegate")
+    p.add_argument(
+        "--args",
+        metavar="JSON",
+        default="{}",
+        help="the arguments as one JSON object ('-' reads it from standard input)",
+    )
+    _add_common(p)
+
+    p = sub.add_parser("mcp", help="an MCP server (stdio) for a running session")
+    p.add_argument("--session", metavar="DIR", help="the session directory")
+    p.add_argument("--json", action="store_true", help="accepted; MCP always speaks JSON")
+    p.add_argument(
+        "--client",
+        metavar="NAME",
+        help="whose notifications cursor to continue (default: one per session)",
+    )
+
+    from actors.surfaces.watchdog_cli import add_watchdog_parser
+
+    add_watchdog_parser(sub)
+    return parser
+
+
+def wants_json(argv: list[str] | None) -> bool:
+    """Whether ``--json`` was asked for (before any ``--``): a usage error is reported in the
+    format asked for even though the parser could not finish."""
+    words = sys.argv[1:] if argv is None else argv
+    return "--json" in words[: words.index("--")] if "--" in words else "--json" in words
