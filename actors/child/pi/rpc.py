@@ -24,11 +24,10 @@ Rules (measured with Pi 0.73.1, npm ``@mariozechner/pi-coding-agent``):
 
 Theory of operation: one reader thread owns stdout (decode, dispatch, then on EOF reap the
 process, fail every waiting caller with :class:`~actors.child.pi.errors.PiExitedError` and
-call ``on_exit``); one
-thread drains stderr into a bounded buffer (or Pi writes it straight to a file). Writers to
-stdin share one lock. Callbacks run on the reader thread: keep them short and never send a
-command from one (it raises :class:`~actors.child.pi.errors.PiError`: its answer would
-have to be read by that thread).
+call ``on_exit``); one thread drains stderr into a bounded buffer (or Pi writes it straight
+to a file). Writers to stdin share one lock. Callbacks run on the reader thread: keep them
+short and never send a command from one (it raises :class:`~actors.child.pi.errors.PiError`:
+its answer would have to be read by that thread).
 """
 
 from __future__ import annotations
