@@ -10,10 +10,10 @@ Rules:
   from the agent's shell) settles a task.
 - Its own inbox accepts only what the parent wrote for it
   (:func:`~actors.child.env.envelope_validator` states the checks); anything else is
-  quarantined by the mailbox with the reason, and reported to the parent.
-- What it publishes reaches the parent in order and is never dropped for back-pressure: when
-  the parent inbox is full (:class:`~protocol.errors.InboxFull`) the envelope and everything
-  after it wait in a backlog (at most :data:`BACKLOG_LIMIT`), retried with backoff.
+  quarantined by the mailbox with the reason, and reported to the parent
+  (:mod:`actors.child.inbox_reports`).
+- What it publishes reaches the parent in order and is never dropped for back-pressure
+  (:mod:`actors.child.outbox`).
 - One thread owns all state (the *core*): mailbox deliveries, command completions, timers,
   signals and the parent's death are all posted as callables onto one queue that the main
   loop runs in order. Adapters and :class:`~actors.child.scripted.ScriptedDriver` are therefore
@@ -39,10 +39,12 @@ adapter, and runs the loop until something calls :meth:`Bridge.finish`. Adapters
 (:class:`~actors.child.adapters.Adapter`) are looked up in :data:`~actors.child.adapters.ADAPTERS`
 by name and imported lazily; adding one (``pi-rpc``) is one class plus one line there.
 
-Layout: this module is the bridge's core loop; the environment is :mod:`actors.child.env`,
-the adapter contract and registry :mod:`actors.child.adapters`, the scripted adapter
-:mod:`actors.child.scripted_adapter`, the parent watch :mod:`actors.child.parent_watch`, and process
-plumbing :mod:`actors.runtime.procs`. Their public names are re-exported here (:data:`__all__`).
+Layout: this module is the bridge's core loop and lifecycle; the environment is
+:mod:`actors.child.env`, the adapter contract and registry :mod:`actors.child.adapters`, the way
+to the parent inbox :mod:`actors.child.outbox`, the reports about this child's inbox
+:mod:`actors.child.inbox_reports`, the parent watch :mod:`actors.child.parent_watch`, the
+adapters :mod:`actors.child.scripted_adapter`, :mod:`actors.child.command` and
+:mod:`actors.child.pi.adapter`, and process plumbing :mod:`actors.runtime.procs`.
 
 Log levels (loguru, to stderr, which the parent sends to the agent's log file): INFO
 lifecycle (ready, turns, exit), WARNING refused input and failed publishes, ERROR a core
@@ -55,113 +57,31 @@ import os
 import queue
 import signal
 import sys
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, cast, get_args
+from typing import Any
 
 from loguru import logger
 
-from actors.child.adapters import ADAPTERS, Adapter, AgentContext, adapter_class
-from actors.child.env import (
-    ENV_ADAPTER,
-    ENV_AGENT_ID,
-    ENV_AGENT_NAME,
-    ENV_AGENT_OPTIONS,
-    ENV_CAPABILITY,
-    ENV_MAILBOX,
-    ENV_PARENT_PID,
-    ENV_SESSION,
-    ENV_SESSION_ID,
-    ENV_VARS,
-    FORWARDED_KINDS,
-    ChildEnv,
-    child_env_from,
-    envelope_validator,
-)
+from actors.child.adapters import Adapter, adapter_class
+from actors.child.env import FORWARDED_KINDS, ChildEnv, child_env_from, envelope_validator
+from actors.child.inbox_reports import InboxReports
+from actors.child.outbox import ParentOutbox
 from actors.child.parent_watch import ParentWatch, Reconnect, reconnect_window_s
-from actors.child.scripted_adapter import ScriptedAdapter, ShellRunner
 from actors.mailbox.mailbox import Mailbox
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.ids import IdSource
-from actors.runtime.procs import (
-    KILL_GRACE_S,
-    OUTPUT_TAIL_BYTES,
-    PIPE_LINGER_S,
-    OutputTail,
-    exit_status,
-    pump_process,
-    session_members,
-    signal_group,
-    terminate_session,
-)
-from actors.runtime.transport import PARENT_INBOX, Subscription
-from protocol.envelopes import (
-    AnyEnvelope,
-    ControlEnvelope,
-    MailboxWake,
-    RuntimeEnvelope,
-    RuntimeEvent,
-)
-from protocol.errors import InboxFull, ShepherdError
+from actors.runtime.procs import KILL_GRACE_S, terminate_session
+from actors.runtime.transport import Subscription
+from protocol.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent
+from protocol.errors import ShepherdError
 from protocol.ids import PARENT_ID, IdKind
 from protocol.script import ScriptError
 from protocol.settings import Settings
 
-# The bridge's own names, and every public name of the modules split off from this one
-# (actors.child.adapters, child_env, parent_watch, procs, scripted_adapter), still importable here.
-__all__ = [
-    "ADAPTERS",
-    "BACKLOG_LIMIT",
-    "BACKLOG_RETRY_S",
-    "ENV_ADAPTER",
-    "ENV_AGENT_ID",
-    "ENV_AGENT_NAME",
-    "ENV_AGENT_OPTIONS",
-    "ENV_CAPABILITY",
-    "ENV_MAILBOX",
-    "ENV_PARENT_PID",
-    "ENV_SESSION",
-    "ENV_SESSION_ID",
-    "ENV_VARS",
-    "KILL_GRACE_S",
-    "OUTPUT_TAIL_BYTES",
-    "PIPE_LINGER_S",
-    "REFUSALS_REPORTED",
-    "Adapter",
-    "AgentContext",
-    "Bridge",
-    "ChildEnv",
-    "OutputTail",
-    "ParentWatch",
-    "Reconnect",
-    "ScriptedAdapter",
-    "ShellRunner",
-    "adapter_class",
-    "child_env_from",
-    "envelope_validator",
-    "exit_status",
-    "pump_process",
-    "reconnect_window_s",
-    "run_bridge",
-    "session_members",
-    "signal_group",
-    "terminate_session",
-]
-
-# ---------------------------------------------------------------------- the bridge
-
-#: envelopes that may wait for room in a full parent inbox before new ones are dropped
-BACKLOG_LIMIT = 10_000
-#: quarantined envelopes of this child's inbox reported to the parent (the rest are only logged)
-REFUSALS_REPORTED = 100
-#: first and longest wait before trying a full parent inbox again (doubling in between)
-BACKLOG_RETRY_S = (0.01, 1.0)
-#: longest ``ready`` waits for the mailbox receiver to say how the inbox is woken
-WAKE_REPORT_WAIT_S = 5.0
-_WAKE_MODES = get_args(MailboxWake)
+__all__ = ["Bridge", "configure_logging", "run_bridge"]
 
 
 @dataclass(slots=True)
@@ -172,7 +92,7 @@ class _Exit:
 
 class Bridge:
     """One agent's bridge process (see the module docstring). Implements
-    :class:`AgentContext` for its adapter."""
+    :class:`~actors.child.adapters.AgentContext` for its adapter."""
 
     def __init__(
         self,
@@ -188,6 +108,7 @@ class Bridge:
         self.ids = ids or IdSource()
         self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._mailbox: Mailbox | None = None
+        self._outbox: ParentOutbox | None = None  # once the mailbox is open
         self._subscription: Subscription | None = None
         self._adapter: Adapter | None = None
         self._watch: ParentWatch | None = None
@@ -196,15 +117,10 @@ class Bridge:
         self._exit: _Exit | None = None
         self._exit_published = False
         self._in_turn = False  # between a turn_start and its turn_end
-        self._backlog: deque[AnyEnvelope] = deque()  # waiting for room in the parent inbox
-        self._refusals = 0  # envelopes this child's inbox quarantined
-        self._retry_s = 0.0
-        self._retry_pending = False
         self._signalled: tuple[int, str] | None = None
-        self._ready_sent = False
-        self._wake_reported: MailboxWake | None = None  # as the parent was last told
         self._cwd = os.getcwd()
         self._log = logger.bind(agent=env.name or env.agent_id)
+        self._inbox = InboxReports(self, self.settings.fallback_poll_s, self._log)
 
     # ------------------------------------------------------------------ AgentContext
 
@@ -216,51 +132,15 @@ class Bridge:
         self._queue.put(fn)  # SimpleQueue.put is reentrant: safe from a signal handler
 
     def publish(self, envelope: AnyEnvelope) -> None:
-        """Publish to the parent, in order. When the parent inbox is full (back-pressure) the
-        envelope waits in :attr:`_backlog`, with everything after it, and is retried with
-        backoff on the bridge's loop: a ``done`` or a message is never dropped for that."""
+        """Publish to the parent, in order, through :class:`ParentOutbox` (a full parent inbox
+        makes it wait, never drops it)."""
         if isinstance(envelope, RuntimeEnvelope):
             if envelope.event == "exit":
                 self._exit_published = True
             elif envelope.event in ("turn_start", "turn_end"):
                 self._in_turn = envelope.event == "turn_start"  # re-announced on reconnect
-        if self._mailbox is None:
-            return
-        if self._backlog:
-            if len(self._backlog) >= BACKLOG_LIMIT:
-                self._log.error(
-                    "dropping {}: {} envelopes already wait for room in the parent inbox",
-                    envelope.__struct_config__.tag,
-                    len(self._backlog),
-                )
-                return
-            self._backlog.append(envelope)
-            return
-        self._backlog.append(envelope)
-        self._flush_backlog()
-
-    def _flush_backlog(self) -> None:
-        """Publish what waits, oldest first, until done or the parent inbox is full again."""
-        self._retry_pending = False
-        while self._backlog and self._mailbox is not None:
-            envelope = self._backlog[0]
-            try:
-                self._mailbox.publish(PARENT_INBOX, envelope)
-            except InboxFull:
-                self._retry_s = min(max(self._retry_s * 2, BACKLOG_RETRY_S[0]), BACKLOG_RETRY_S[1])
-                if not self._retry_pending:
-                    self._retry_pending = True
-                    self.clock.call_later(self._retry_s, lambda: self.post(self._flush_backlog))
-                return
-            except ShepherdError as exc:
-                self._log.warning(
-                    "cannot publish {} to the parent: {} ({})",
-                    envelope.__struct_config__.tag,
-                    exc.message,
-                    exc.code,
-                )
-            self._backlog.popleft()
-            self._retry_s = 0.0
+        if self._outbox is not None:
+            self._outbox.publish(envelope)
 
     def runtime(self, event: RuntimeEvent, **fields: Any) -> None:
         self.publish(
@@ -303,12 +183,14 @@ class Bridge:
                 self.env.session_id,
                 self.settings,
                 validate=envelope_validator(self.env, forwarded=FORWARDED_KINDS),
-                on_reject=self._rejected,
-                on_wake_mode=self._wake_changed,
+                on_reject=self._inbox.rejected,
+                on_wake_mode=self._inbox.wake_changed,
             )
         except (ShepherdError, OSError) as exc:
             self._log.error("cannot open the session mailbox {}: {}", self.env.mailbox, exc)
             return 2
+        self._inbox.attach(self._mailbox)
+        self._outbox = ParentOutbox(self._mailbox, self.clock, self.post, self._log)
         try:
             code = self._start()
             if code is None:
@@ -346,12 +228,7 @@ class Bridge:
             ).start()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
-        # The receiver builds its waker on its own thread; its first full pass comes after, so
-        # once that pass is done, ``ready`` can tell the parent how this inbox is woken.
-        self._mailbox_or_fail().wait_drained(WAKE_REPORT_WAIT_S)
-        self._wake_reported = self._wake_mode()
-        self.runtime("ready", pid=os.getpid(), mailbox_wake=self._wake_reported)
-        self._ready_sent = True
+        self.runtime("ready", pid=os.getpid(), mailbox_wake=self._inbox.first_ready_wake())
         self._log.info(
             "ready: pid {} adapter {} session {}",
             os.getpid(),
@@ -408,11 +285,8 @@ class Bridge:
         if self._exit is not None and not self._exit_published:
             self.runtime("exit", exit_code=self._exit.code, text=reason)
         self._log.info("exit {} ({})", self._exit.code if self._exit else 2, reason)
-        self._flush_backlog()  # a last try: the loop that retried it is gone
-        if self._backlog:
-            self._log.error(
-                "{} envelope(s) never found room in the parent inbox", len(self._backlog)
-            )
+        if self._outbox is not None:
+            self._outbox.close()  # a last try at what waits: the loop that retried it is gone
         if self._mailbox is not None:
             self._mailbox.close()
         self.clock.close()
@@ -438,25 +312,6 @@ class Bridge:
             return
         assert self._adapter is not None
         self._adapter.deliver(envelope)
-
-    def _rejected(
-        self, inbox: str, envelope: AnyEnvelope | None, error: ShepherdError, authenticated: bool
-    ) -> None:
-        """An envelope in this child's inbox went to quarantine: log it and tell the parent
-        (a runtime ``error`` event, shown by ``shepherd read``), so that a refusal on this side,
-        such as a task the child could not accept, is never silent."""
-        who = envelope.sender_id if envelope is not None else "unknown sender"
-        if envelope is not None and not authenticated:
-            who = f"{who} (claimed)"
-        self._log.warning("refused an envelope from {} in {}: {}", who, inbox, error.message)
-        self._refusals += 1
-        if self._refusals > REFUSALS_REPORTED:
-            return  # a flood of planted files must not become a flood towards the parent
-        what = f"envelope {envelope.message_id}" if envelope is not None else "a file"
-        text = f"refused {what} from {who} (quarantined): {error.code}: {error.message}"
-        if self._refusals == REFUSALS_REPORTED:
-            text += " (the last one reported: further refusals are only in the bridge's log)"
-        self.post(lambda: self.runtime("error", text=text))
 
     def _parent_gone(self) -> None:
         """The parent died. A restarted parent resumes the session and rewrites
@@ -493,35 +348,8 @@ class Bridge:
         self._watch = ParentWatch(pid, lambda: self.post(self._parent_gone)).start()
         # the new parent learns this bridge is alive, whether a turn of it still runs, and how
         # its inbox is woken
-        self._wake_reported = self._wake_mode()
-        self.runtime(
-            "ready", pid=os.getpid(), in_turn=self._in_turn, mailbox_wake=self._wake_reported
-        )
-
-    def _wake_mode(self) -> MailboxWake | None:
-        mode = self._mailbox.wake_mode(self.env.agent_id) if self._mailbox else None
-        return (
-            None if mode is None else cast(MailboxWake, mode if mode in _WAKE_MODES else "unknown")
-        )
-
-    def _wake_changed(self, inbox: str, mode: str) -> None:
-        """The mailbox receiver's thread: how this agent's inbox is woken changed."""
-        if inbox == self.env.agent_id:
-            self.post(self._report_wake)
-
-    def _report_wake(self) -> None:
-        """Tell the parent (``status`` shows it; ``read`` gets the line) when the inbox is woken
-        another way than ``ready`` said, e.g. its doorbell was swapped and it is only polled."""
-        mode = self._wake_mode()
-        if not self._ready_sent or mode is None or mode == self._wake_reported:
-            return  # not ready yet (``ready`` says it), or nothing new
-        was, self._wake_reported = self._wake_reported, mode
-        degraded = mode == "polling"
-        text = f"mailbox: this agent's inbox is now woken by {mode} (was {was or 'unknown'})"
-        if degraded:
-            text += f"; deliveries wait up to {self.settings.fallback_poll_s} s"
-        self._log.log("WARNING" if degraded else "INFO", text)
-        self.runtime("error", text=text, is_error=degraded, mailbox_wake=mode)
+        wake = self._inbox.ready_wake()
+        self.runtime("ready", pid=os.getpid(), in_turn=self._in_turn, mailbox_wake=wake)
 
     def _parent_lost(self) -> None:
         if self._exit is None:

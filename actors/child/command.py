@@ -1,11 +1,7 @@
 """The ``command`` adapter: any CLI agent, one process per turn.
 
-Options (``SHEPHERD_AGENT_OPTIONS``)::
-
-    {"cmd": "mytool -p {message}",            # the first turn
-     "resume_cmd": "mytool --continue -p {message}",   # later turns (default: cmd)
-     "cwd": "/path",                            # default: the bridge's cwd
-     "kill_grace_s": 2.0}                       # SIGTERM -> SIGKILL when interrupting
+Options (``SHEPHERD_AGENT_OPTIONS``: ``cmd``, ``resume_cmd``, ``cwd``, ``kill_grace_s``) are
+described and checked in :mod:`actors.child.command_options`.
 
 Rules:
 - A turn is one run of ``bash -c TEMPLATE`` with ``{message}`` replaced by the shell-quoted
@@ -48,7 +44,6 @@ reused under a ``killpg``.
 from __future__ import annotations
 
 import codecs
-import os
 import shlex
 import signal
 import subprocess
@@ -60,8 +55,9 @@ from typing import IO, Any, ClassVar, NamedTuple
 from loguru import logger
 
 from actors.child.adapters import AgentContext, control_reason, show_refusal
+from actors.child.command_options import CommandOptions, check_command_options
 from actors.runtime.clock import TimerHandle
-from actors.runtime.procs import KILL_GRACE_S, OutputTail, exit_status, pump_process, signal_group
+from actors.runtime.procs import OutputTail, exit_status, pump_process, signal_group
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -71,7 +67,6 @@ from protocol.envelopes import (
     ReplyEnvelope,
     TaskEnvelope,
 )
-from protocol.errors import InvalidArgument
 from protocol.render import (
     CHILD_SHELL,
     render_delivery,
@@ -79,7 +74,7 @@ from protocol.render import (
     render_task_ended,
 )
 
-__all__ = ["CommandAdapter", "CommandOptions"]
+__all__ = ["CommandAdapter"]
 
 #: Output is published at least this often while a turn prints...
 FLUSH_S = 0.05
@@ -89,17 +84,6 @@ FLUSH_CHARS = 8000
 MAX_COMMAND_BYTES = 120 * 1024
 #: The tail of a failed turn's stderr quoted in its error output.
 STDERR_TAIL_BYTES = 2048
-
-
-#: A command template longer than this is refused (it must leave room for the message).
-MAX_TEMPLATE_BYTES = 8 * 1024
-
-
-class CommandOptions(NamedTuple):
-    cmd: str
-    resume_cmd: str | None
-    cwd: str
-    kill_grace_s: float
 
 
 class _Queued(NamedTuple):
@@ -151,32 +135,7 @@ class CommandAdapter:
     @staticmethod
     def check_options(options: Mapping[str, Any], cwd: str) -> CommandOptions:
         """The options, checked (the parent runs this before starting the bridge)."""
-        cmd = options.get("cmd")
-        if not isinstance(cmd, str) or "{message}" not in cmd:
-            raise InvalidArgument(
-                'a command agent needs "cmd": a shell command line containing {message} '
-                "(where the agent's input goes)"
-                + (f"; got {cmd!r:.200}" if isinstance(cmd, str) else "")
-            )
-        resume = options.get("resume_cmd")
-        if resume is not None and (not isinstance(resume, str) or "{message}" not in resume):
-            raise InvalidArgument(
-                '"resume_cmd" must be a shell command line containing {message}'
-                + (f"; got {resume!r:.200}" if isinstance(resume, str) else "")
-            )
-        for name, template in (("cmd", cmd), ("resume_cmd", resume)):
-            if template is not None and len(template.encode()) > MAX_TEMPLATE_BYTES:
-                raise InvalidArgument(f'"{name}" is longer than {MAX_TEMPLATE_BYTES} bytes')
-        workdir = options.get("cwd")
-        if workdir is not None and not isinstance(workdir, str):
-            raise InvalidArgument('"cwd" must be a directory path')
-        full = os.path.join(cwd, workdir) if workdir else cwd
-        if not os.path.isdir(full):
-            raise InvalidArgument(f'"cwd": {full} is not an existing directory')
-        grace = options.get("kill_grace_s", KILL_GRACE_S)
-        if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= 600:
-            raise InvalidArgument('"kill_grace_s" must be 0..600 seconds')
-        return CommandOptions(cmd=cmd, resume_cmd=resume, cwd=full, kill_grace_s=float(grace))
+        return check_command_options(options, cwd)
 
     def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None:
         opts = self.check_options(options, ctx.cwd)

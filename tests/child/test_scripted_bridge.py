@@ -12,7 +12,7 @@ import threading
 import msgspec
 import pytest
 
-from actors.child.bridge import REFUSALS_REPORTED
+from actors.child.inbox_reports import REFUSALS_REPORTED
 from actors.mailbox.mailbox import Mailbox
 from actors.runtime.procs import session_members
 from protocol.envelopes import (

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from actors.child.bridge import child_env_from
 from actors.child.cli import send_and_wait
+from actors.child.env import child_env_from
 from actors.mailbox.files import write_all
 from actors.mailbox.mailbox import Mailbox
 from actors.runtime.transport import PARENT_INBOX

@@ -5,14 +5,9 @@ Options (``SHEPHERD_AGENT_OPTIONS``: ``pi``, ``models_json``, ``provider``, ``mo
 ``startup_timeout_s``) are described and checked in :mod:`actors.child.pi.options`.
 
 Rules:
-- Pi runs through :class:`~actors.child.pi.rpc.PiProcess` with the child tools extension
-  (``-e actors/pi/shepherd_child.ts``: ``shepherd_message`` / ``shepherd_done``, never a
-  parent tool), the bridge's child environment (``SHEPHERD_*`` so the tools publish as this
-  agent; ``SHEPHERD_CHILD_BIN`` = this installation's ``shepherd-child``, or a wrapper around
-  ``python -m actors.child.cli``), an agent dir of its own (``<session>/agents/<agent>/pi``,
-  holding ``models.json`` and Pi's ``stderr.log``; a temporary one without a session dir),
-  and its own process group *inside the bridge's session*, so the parent's sweep of that
-  session reaches Pi even if the bridge dies without closing it.
+- Pi runs as :mod:`actors.child.pi.bridged` says: the child tools extension, the bridge's
+  child environment, an agent dir of its own, its own process group inside the bridge's
+  session.
 - Delivery. A task is told with :func:`~protocol.render.render_task_context`, a message,
   reply or notice with :func:`~protocol.render.render_delivery`. Every delivery is one
   ``prompt`` command carrying ``streamingBehavior`` (``followUp``, or ``steer`` when the
@@ -31,11 +26,9 @@ Rules:
   run is open, the adapter confirms with ``get_state`` (idle and ``pendingMessageCount`` > 0;
   re-checked every 50 ms while Pi is still finishing its run) and starts a run with a short
   note, which delivers the queued messages.
-- Events (:func:`~actors.child.pi.events.map_event`) become runtime events: ``turn_start``
-  (``agent_start``), ``turn_end`` (``agent_end``: a turn ending, NEVER a task settlement),
-  ``tool_call`` (tool, command), ``tool_result`` (tool, its command, the output's last
-  :data:`~actors.runtime.procs.OUTPUT_TAIL_BYTES`, is_error), ``output`` (assistant text) and
-  ``error``. Only ``shepherd_done`` settles a task, through the parent.
+- Pi's events become runtime events as :mod:`actors.child.pi.turns` says (a turn ending is
+  NEVER a task settlement: only ``shepherd_done`` settles a task, through the parent); the
+  same module keeps the idle/busy and queue view used here.
 - ``control`` ``abort``: ``abort`` the running turn (queued messages stay queued and start
   the next run). ``control`` ``cancel_task`` (the parent ended the task): the deliveries for
   that task still waiting for Pi to start are dropped, and, if Pi was given that task, its
@@ -56,11 +49,7 @@ the core stays free while Pi boots; deliveries arriving meanwhile wait in order.
 
 from __future__ import annotations
 
-import contextlib
-import shlex
 import shutil
-import sys
-import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -69,13 +58,13 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from loguru import logger
 
 from actors.child.adapters import AgentContext, control_reason, show_refusal
+from actors.child.pi.bridged import agent_dir_for, start_bridged_pi, stderr_note, with_child_bin
 from actors.child.pi.errors import PiError, PiExitedError
-from actors.child.pi.events import RuntimeEvent, map_event
-from actors.child.pi.launch import SHEPHERD_CHILD_EXTENSION
-from actors.child.pi.options import DEFAULT_STARTUP_TIMEOUT_S, PiOptions
+from actors.child.pi.options import PiOptions
 from actors.child.pi.rpc import PiProcess
+from actors.child.pi.turns import PiTurns
 from actors.runtime.clock import TimerHandle
-from actors.runtime.procs import OUTPUT_TAIL_BYTES, exit_status
+from actors.runtime.procs import exit_status
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -87,10 +76,7 @@ from protocol.envelopes import (
 )
 from protocol.render import render_delivery, render_task_context, render_task_ended
 
-__all__ = [
-    "DEFAULT_STARTUP_TIMEOUT_S",  # moved to actors.child.pi.options; still importable here
-    "PiRpcAdapter",
-]
+__all__ = ["FLUSH_NOTE", "PiRpcAdapter"]
 
 Behavior = Literal["steer", "followUp"]
 
@@ -100,28 +86,11 @@ COMMAND_TIMEOUT_S = 10.0
 ABORT_TIMEOUT_S = 10.0
 #: How long Pi gets to exit after its input is closed, before SIGTERM.
 CLOSE_TIMEOUT_S = 3.0
-#: Assistant text and tool commands beyond this are cut (an envelope is at most 64 KiB).
-TEXT_LIMIT = 16 * 1024
-COMMAND_LIMIT = 8 * 1024
 #: Re-checking a queue that looks stranded while Pi is still finishing its run.
 STRANDED_RETRY_S = 0.05
 STRANDED_MAX_TRIES = 200
 #: The text that starts a run to deliver messages Pi queued as a run was ending.
 FLUSH_NOTE = "[Shepherd] Messages arrived as your previous turn was ending; they follow."
-
-
-def _tail(text: str, limit: int) -> str:
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    return "[… earlier output cut …]\n" + data[-limit:].decode(errors="ignore")
-
-
-def _head(text: str, limit: int) -> str:
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    return data[:limit].decode(errors="ignore") + "\n[… cut by shepherd …]"
 
 
 class _Delivery(NamedTuple):
@@ -132,14 +101,6 @@ class _Delivery(NamedTuple):
     task_id: str | None = None
     #: it is that task's envelope: sending it gives Pi the task
     gives_task: bool = False
-
-
-class _BridgedPi(PiProcess):
-    """Pi in its own process group but inside the bridge's session (``PiProcess`` makes it
-    lead a session of its own): the parent sweeps the bridge's session when the bridge exits,
-    and that sweep must reach Pi even if the bridge died without closing it."""
-
-    own_session = False
 
 
 class PiRpcAdapter:
@@ -167,35 +128,25 @@ class PiRpcAdapter:
         self._task_id: str | None = None
         #: told with the next prompt: the tasks the parent ended
         self._ended: list[str] = []
-        #: runs open on Pi's event stream (agent_start minus agent_end)
-        self._runs_open = 0
-        #: messages in Pi's queue, as its last queue_update said
-        self._queued = 0
+        #: Pi's runs and queue, as its events say; publishes what they mean
+        self._turns = PiTurns(ctx, self._log)
         self._stranded_timer: TimerHandle | None = None
         self._stranded_tries = 0
-        #: tool_call_id -> command, so a result carries its command (the watchdog keys on it)
-        self._commands: dict[str, str] = {}
 
     # ------------------------------------------------------------------ adapter
 
     def start(self) -> None:
         ctx = self._ctx
         try:
-            self._agent_dir = self._make_agent_dir()
-            env = self._environment(self._agent_dir)
+            self._agent_dir, self._own_agent_dir = agent_dir_for(ctx.env)
+            env = with_child_bin(ctx.child_environ(), self._agent_dir)
             self._started_at = ctx.clock.monotonic()
-            self._pi = _BridgedPi(
-                self._opts.pi,
-                models=self._opts.models_json,
-                provider=self._opts.provider,
-                model=self._opts.model,
-                extensions=[SHEPHERD_CHILD_EXTENSION],
-                cwd=self._opts.cwd,
-                env=env,
-                agent_dir=self._agent_dir,
+            self._pi = start_bridged_pi(
+                self._opts,
+                self._agent_dir,
+                env,
                 on_event=self._on_pi_event,
                 on_exit=self._on_pi_exit,
-                stderr_path=self._agent_dir / "stderr.log",
             )
         except (OSError, PiError) as exc:
             self._log.error("pi could not start: {}", exc)
@@ -265,30 +216,6 @@ class PiRpcAdapter:
 
     # ------------------------------------------------------------------ start-up
 
-    def _make_agent_dir(self) -> Path:
-        env = self._ctx.env
-        if env.session_dir:
-            path = Path(env.session_dir) / "agents" / env.agent_id / "pi"
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
-            return path
-        self._own_agent_dir = True
-        return Path(tempfile.mkdtemp(prefix="shepherd-pi-"))
-
-    def _environment(self, agent_dir: Path) -> dict[str, str]:
-        env = self._ctx.child_environ()
-        if not env.get("SHEPHERD_CHILD_BIN"):
-            # no `shepherd-child` console script next to this Python: a wrapper that runs it
-            root = str(Path(__file__).resolve().parents[3])  # the directory holding actors/
-            wrapper = agent_dir / "shepherd-child"
-            wrapper.write_text(
-                "#!/bin/sh\n"
-                f"PYTHONPATH={shlex.quote(root)}${{PYTHONPATH:+:$PYTHONPATH}} exec "
-                f'{shlex.quote(sys.executable)} -m actors.child.cli "$@"\n'
-            )
-            wrapper.chmod(0o700)
-            env["SHEPHERD_CHILD_BIN"] = str(wrapper)
-        return env
-
     def _wait_ready(self, pi: PiProcess) -> None:
         """Ready thread: one get_state round trip, then hand over to the core."""
         try:
@@ -322,9 +249,8 @@ class PiRpcAdapter:
         if self._closing:
             return
         self._log.error("pi did not become ready: {}", error)
-        self._ctx.runtime(
-            "error", text=f"the Pi agent did not start: {error}{self._stderr()}", is_error=True
-        )
+        text = f"the Pi agent did not start: {error}{stderr_note(self._pi)}"
+        self._ctx.runtime("error", text=text, is_error=True)
         self._ctx.finish(1)
 
     # ------------------------------------------------------------------ delivery
@@ -348,7 +274,7 @@ class PiRpcAdapter:
         if self._ended:
             text = "\n\n".join([*self._ended, text])
             self._ended.clear()
-        idle = self._runs_open == 0
+        idle = self._turns.idle
         try:
             pi.prompt(text, streaming_behavior=behavior, timeout=COMMAND_TIMEOUT_S)
         except PiExitedError:
@@ -401,13 +327,7 @@ class PiRpcAdapter:
         """Pi holds queued messages but no run is open: confirm, then start a run."""
         self._stranded_timer = None
         pi = self._pi
-        if (
-            self._closing
-            or pi is None
-            or not self._ready
-            or self._runs_open > 0
-            or self._queued == 0
-        ):
+        if self._closing or pi is None or not self._ready or not self._turns.stranded:
             self._stranded_tries = 0
             return
         try:
@@ -429,7 +349,7 @@ class PiRpcAdapter:
         self._stranded_tries = 0
         pending = state.get("pendingMessageCount")
         if not isinstance(pending, int) or pending <= 0:
-            self._queued = 0
+            self._turns.queued = 0
             return
         self._log.warning("{} message(s) stranded in pi's queue; starting a run", pending)
         self._send(FLUSH_NOTE, "followUp", f"{pending} stranded message(s)")
@@ -445,57 +365,13 @@ class PiRpcAdapter:
         self._ctx.post(lambda: self._exited(returncode))
 
     def _event(self, event: Mapping[str, Any]) -> None:
-        kind = event.get("type")
-        if kind == "agent_start":
-            self._runs_open += 1
-        elif kind == "agent_end":
-            self._runs_open = max(0, self._runs_open - 1)
-            self._commands.clear()
-        elif kind == "queue_update":
-            steering, follow_up = event.get("steering"), event.get("followUp")
-            self._queued = (len(steering) if isinstance(steering, list) else 0) + (
-                len(follow_up) if isinstance(follow_up, list) else 0
-            )
-        mapped = map_event(event)
-        if mapped is not None and not self._closing:
-            self._publish(mapped)
+        self._turns.observe(event, publish=not self._closing)
         if (
-            kind in ("agent_end", "queue_update")
-            and self._runs_open == 0
-            and self._queued > 0
+            event.get("type") in ("agent_end", "queue_update")
+            and self._turns.stranded
             and self._stranded_timer is None
         ):
             self._check_stranded()
-
-    def _publish(self, ev: RuntimeEvent) -> None:
-        runtime = self._ctx.runtime
-        match ev.kind:
-            case "turn_start":
-                runtime("turn_start")
-            case "turn_end":
-                self._log.info("turn ended ({})", ev.stop_reason)
-                runtime("turn_end", is_error=ev.is_error, text=ev.text)
-            case "tool_call":
-                command = _head(ev.command or "", COMMAND_LIMIT)
-                if ev.tool_call_id is not None:
-                    self._commands[ev.tool_call_id] = command
-                runtime("tool_call", tool=ev.tool, command=command)
-            case "tool_result":
-                called = self._commands.pop(ev.tool_call_id or "", None)
-                runtime(
-                    "tool_result",
-                    tool=ev.tool,
-                    command=called,
-                    output=_tail(ev.output or "", OUTPUT_TAIL_BYTES),
-                    is_error=ev.is_error,
-                )
-            case "output":
-                runtime("output", text=_head(ev.text or "", TEXT_LIMIT))
-            case "error":
-                runtime("error", text=_head(ev.text or "error", TEXT_LIMIT), is_error=True)
-            case "condensation":
-                text = _head(ev.text or "context compaction", TEXT_LIMIT)
-                runtime("condensation", text=text, is_error=ev.is_error)
 
     def _exited(self, returncode: int) -> None:
         if self._closing:
@@ -504,16 +380,7 @@ class PiRpcAdapter:
         self._log.error("pi exited on its own with status {}", status)
         self._ctx.runtime(
             "output",
-            text=f"[shepherd] the Pi agent exited with status {status}{self._stderr()}",
+            text=f"[shepherd] the Pi agent exited with status {status}{stderr_note(self._pi)}",
             is_error=True,
         )
         self._ctx.finish(status or 1)
-
-    def _stderr(self) -> str:
-        if self._pi is None:
-            return ""
-        with contextlib.suppress(OSError):
-            tail = self._pi.stderr_text()[-1500:].strip()
-            if tail:
-                return f"; its stderr ends:\n{tail}"
-        return ""

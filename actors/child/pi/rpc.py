@@ -6,11 +6,9 @@ Rules (measured with Pi 0.73.1, npm ``@mariozechner/pi-coding-agent``):
   fresh ``PI_CODING_AGENT_DIR`` holding ``models.json``, and ``PI_OFFLINE=1``: it never
   touches the user's ``~/.pi`` and never goes to the network by itself
   (:mod:`actors.child.pi.launch`).
-- stdin takes one JSON command per line; stdout carries JSON lines split on ``\\n`` only
-  (never on U+2028/U+2029, which are legal inside JSON strings).
-- Every command sent through :meth:`PiProcess.command` gets an ``id``; the response with that
-  id resolves the caller. Pi answers a few errors (unknown command, parse error) without an id;
-  such a response resolves the oldest caller waiting on the same command name.
+- One JSON object per line each way (:mod:`actors.child.pi.wire` states the framing).
+- Every command sent through :meth:`PiProcess.command` gets an ``id``, and its response
+  resolves the caller (:mod:`actors.child.pi.calls` states the matching, ids or none).
 - Events (lines that are not responses) go to ``on_event`` on the reader thread, in stdout
   order. A response is resolved only after every event printed before it has been handed to
   ``on_event``: e.g. when :meth:`PiProcess.abort` returns, the ``agent_end`` it caused has
@@ -25,19 +23,16 @@ Rules (measured with Pi 0.73.1, npm ``@mariozechner/pi-coding-agent``):
   outlives them (best effort for a tool that scrubs its environment and daemonises).
 
 Theory of operation: one reader thread owns stdout (decode, dispatch, then on EOF reap the
-process, fail every waiting caller with :class:`PiExitedError` and call ``on_exit``); one
-thread drains stderr into a bounded buffer (or Pi writes it straight to a file). Writers to
-stdin share one lock. Callbacks run on the reader thread: keep them short and never send a
-command from one (it raises :class:`PiError`: its answer would have to be read by that thread).
-
-:data:`__all__` also re-exports the names that moved to :mod:`actors.child.pi.errors`,
-:mod:`actors.child.pi.events` and :mod:`actors.child.pi.launch` when this module was split.
+process, fail every waiting caller with :class:`~actors.child.pi.errors.PiExitedError` and
+call ``on_exit``); one thread drains stderr into a bounded buffer (or Pi writes it straight
+to a file). Writers to stdin share one lock. Callbacks run on the reader thread: keep them
+short and never send a command from one (it raises :class:`~actors.child.pi.errors.PiError`:
+its answer would have to be read by that thread).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import shutil
 import signal
@@ -49,53 +44,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, ClassVar, Literal, Self
 
-import msgspec
 from loguru import logger
 
+from actors.child.pi.calls import PendingCalls
 from actors.child.pi.errors import PiCommandError, PiError, PiExitedError, PiTimeoutError
-from actors.child.pi.events import RuntimeEvent, RuntimeEventKind, map_event
-from actors.child.pi.launch import (
-    PI_ARGS,
-    SHEPHERD_CHILD_EXTENSION,
-    TAG_VAR,
-    find_pi,
-    new_tag,
-    pi_argv,
-    pi_environ,
-    write_models,
-)
+from actors.child.pi.launch import TAG_VAR, new_tag, pi_argv, pi_environ, write_models
+from actors.child.pi.wire import BadLine, decode_line, encode_line, is_response, read_lines
 from actors.runtime.procs import Proc, descendants, kill_all, tagged
 
-__all__ = [
-    "PI_ARGS",
-    "SHEPHERD_CHILD_EXTENSION",
-    "PiCommandError",
-    "PiError",
-    "PiExitedError",
-    "PiProcess",
-    "PiTimeoutError",
-    "RuntimeEvent",
-    "RuntimeEventKind",
-    "find_pi",
-    "map_event",
-]
+__all__ = ["PiProcess"]
 
 _STDERR_LIMIT = 64 * 1024
 _TERM_GRACE = 2.0
-
-
-_decode = msgspec.json.Decoder()
-_encode = msgspec.json.Encoder()
-
-
-class _Waiter:
-    __slots__ = ("command", "done", "error", "response")
-
-    def __init__(self, command: str) -> None:
-        self.command = command
-        self.done = threading.Event()
-        self.response: dict[str, Any] | None = None
-        self.error: PiError | None = None
 
 
 class PiProcess:
@@ -130,13 +90,10 @@ class PiProcess:
     ) -> None:
         self._on_event = on_event
         self._on_exit = on_exit
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()  # guards _pending and _exited
         self._stderr_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._close_lock = threading.Lock()
-        self._pending: dict[str, _Waiter] = {}
-        self._exited = threading.Event()
+        self._exited = threading.Event()  # set by self._calls, see PendingCalls
         self._closed = False
         self._stderr_buf = bytearray()
         self._stderr_limit = stderr_limit
@@ -161,6 +118,7 @@ class PiProcess:
             raise
 
         self.pgid = self._proc.pid  # a group leader, so its pid is its group id
+        self._calls = PendingCalls(self._proc.pid, self._exited)
         self._log = logger.bind(pi_pid=self._proc.pid)
         self._log.debug("pi started: {}", " ".join(self.argv))
         self._reader = threading.Thread(
@@ -235,7 +193,7 @@ class PiProcess:
 
     def send(self, obj: Mapping[str, Any]) -> None:
         """Write one JSON line to Pi's stdin without waiting for anything."""
-        line = _encode.encode(obj) + b"\n"
+        line = encode_line(obj)
         stdin = self._proc.stdin
         with self._write_lock:
             if stdin is None or stdin.closed or self._exited.is_set():
@@ -256,20 +214,15 @@ class PiProcess:
             raise PiError("command() called from an on_event/on_exit callback would deadlock")
         cmd = dict(obj)
         if "id" not in cmd:
-            cmd["id"] = f"shepherd-{next(self._ids)}"
+            cmd["id"] = self._calls.new_id()
         cmd_id = str(cmd["id"])
-        waiter = _Waiter(str(cmd.get("type", "")))
-        with self._lock:
-            if self._exited.is_set():
-                raise PiExitedError(f"pi (pid {self.pid}) has exited")
-            self._pending[cmd_id] = waiter
+        waiter = self._calls.expect(cmd_id, str(cmd.get("type", "")))
         try:
             self.send(cmd)
             if not waiter.done.wait(timeout):
                 raise PiTimeoutError(f"pi did not answer {waiter.command!r} within {timeout}s")
         finally:
-            with self._lock:
-                self._pending.pop(cmd_id, None)
+            self._calls.forget(cmd_id)
         if waiter.error is not None:
             raise waiter.error
         assert waiter.response is not None
@@ -402,24 +355,13 @@ class PiProcess:
         stdout = self._proc.stdout
         assert stdout is not None
         try:
-            # A binary stream's readline splits on b"\n" only, as Pi's framing requires.
-            for raw in iter(stdout.readline, b""):
-                line = raw.rstrip(b"\n").removesuffix(b"\r")
-                if line:
-                    self._dispatch(line)
+            for line in read_lines(stdout):
+                self._dispatch(line)
         except (OSError, ValueError):
             pass  # stdout closed under us by close(): the process is going away
         finally:
             returncode = self._proc.wait()
-            with self._lock:
-                self._exited.set()
-                pending = list(self._pending.values())
-            for waiter in pending:
-                waiter.error = PiExitedError(
-                    f"pi (pid {self.pid}) exited with {returncode} before answering "
-                    f"{waiter.command!r}"
-                )
-                waiter.done.set()
+            self._calls.fail_all(returncode)
             self._log.debug("pi exited, rc={}", returncode)
             if self._on_exit is not None:
                 try:
@@ -429,37 +371,19 @@ class PiProcess:
 
     def _dispatch(self, line: bytes) -> None:
         try:
-            msg = _decode.decode(line)
-        except msgspec.DecodeError:
-            self._log.warning("pi wrote a line that is not JSON: {!r}", line[:200])
+            msg = decode_line(line)
+        except BadLine as exc:
+            self._log.warning("pi wrote {}: {!r}", exc, line[:200])
             return
-        if not isinstance(msg, dict):
-            self._log.warning("pi wrote JSON that is not an object: {!r}", line[:200])
-            return
-        if msg.get("type") == "response":
-            self._resolve(msg)
+        if is_response(msg):
+            if not self._calls.resolve(msg):
+                self._log.debug("pi response nobody waits for: {}", msg)
             return
         if self._on_event is not None:
             try:
                 self._on_event(msg)
             except Exception:
                 self._log.exception("on_event callback failed for {}", msg.get("type"))
-
-    def _resolve(self, msg: dict[str, Any]) -> None:
-        with self._lock:
-            waiter = None
-            if "id" in msg:
-                waiter = self._pending.get(str(msg["id"]))
-            else:
-                # Parse errors and unknown commands come back without an id.
-                waiter = next(
-                    (w for w in self._pending.values() if w.command == msg.get("command")), None
-                )
-        if waiter is None:
-            self._log.debug("pi response nobody waits for: {}", msg)
-            return
-        waiter.response = msg
-        waiter.done.set()
 
     def _read_stderr(self) -> None:
         stderr = self._proc.stderr
