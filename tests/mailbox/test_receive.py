@@ -342,7 +342,7 @@ def test_each_delivery_stage_logs_one_debug_record_naming_inbox_and_message(
     sink = logger.add(
         lambda m: records.append((m.record["name"], m.record["message"], dict(m.record["extra"]))),
         level="DEBUG",
-        filter=lambda record: str(record["name"]).startswith("actors.mailbox.mailbox"),
+        filter=lambda record: str(record["name"]).startswith("actors.mailbox."),
     )
     try:
         envelope = message(session_id, content="once")
