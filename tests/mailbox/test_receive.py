@@ -9,7 +9,7 @@ import pytest
 from loguru import logger
 
 from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.watch import polling_waker
+from actors.mailbox.wakers import polling_waker
 from actors.runtime.transport import PARENT_INBOX, Transport
 from protocol.envelopes import AnyEnvelope, MessageEnvelope
 from protocol.ids import IdKind
