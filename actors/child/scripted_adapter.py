@@ -1,5 +1,5 @@
-"""The ``scripted`` adapter: a :class:`~protocol.script.ScriptMachine` run as an agent inside
-the real bridge, and the shell runner behind its ``run`` steps.
+"""The ``scripted`` adapter: a :class:`~protocol.script_machine.ScriptMachine` run as an agent
+inside the real bridge, and the shell runner behind its ``run`` steps.
 
 Rules:
 - The script's effects go through the shared :class:`~actors.child.scripted.ScriptedDriver`, the
@@ -35,13 +35,8 @@ from actors.runtime.procs import (
     signal_group,
 )
 from protocol.envelopes import AnyEnvelope, RuntimeEnvelope
-from protocol.script import (
-    MAX_SCRIPT_BYTES,
-    Script,
-    ScriptError,
-    ScriptMachine,
-    load_script_text,
-)
+from protocol.script import MAX_SCRIPT_BYTES, Script, ScriptError, load_script_text
+from protocol.script_machine import ScriptMachine
 
 __all__ = ["ScriptedAdapter", "ShellRunner", "load_script_file"]
 
@@ -161,7 +156,7 @@ class ShellRunner:
 
 
 class ScriptedAdapter:
-    """The built-in scripted agent: a :class:`~protocol.script.ScriptMachine` driven by the
+    """The built-in scripted agent: a :class:`~protocol.script_machine.ScriptMachine` driven by the
     shared :class:`~actors.child.scripted.ScriptedDriver`. Options: ``{"script": PATH}`` (JSON, or
     TOML when the name ends in ``.toml``; relative to the agent's cwd). ``control`` cancel /
     abort are only recorded (the driver outputs them); steer is the machine's own queue jump."""

@@ -59,7 +59,7 @@ from loguru import logger
 
 from actors.mailbox.files import FILE_MODE, describe
 from actors.mailbox.inotify import InotifyWatch, inotify_available
-from actors.mailbox.watch import (
+from actors.mailbox.wakers import (
     WAKE_BELL,
     WAKE_INOTIFY,
     WAKE_POLLING,

@@ -26,7 +26,7 @@ import struct
 import threading
 from collections.abc import Sequence
 
-from actors.mailbox.watch import Wake, Waker, WakerFactory
+from actors.mailbox.wakers import Wake, Waker, WakerFactory
 
 __all__ = ["InotifyWaker", "InotifyWatch", "inotify_available", "inotify_waker"]
 

@@ -27,8 +27,9 @@ Theory of operation: one :class:`~actors.mailbox.watch.Receiver` thread per :cla
 drained (after the watch exists, on a wake-up, on the fallback interval), woken as
 :func:`~actors.mailbox.bell.default_waker` chooses (:meth:`Mailbox.wake_mode` says how);
 :class:`~actors.mailbox.drain.Drainer` decides *what* draining does (per-file pipeline,
-duplicate window, quarantine). This module owns the mailbox's life, inboxes, publishing and
-subscriptions; :mod:`actors.mailbox.files` the layout, names and safe file operations.
+duplicate window, quarantine). This module owns the mailbox's life, inboxes and publishing;
+:mod:`actors.mailbox.subscriptions` the subscribed inboxes (receiver and drainer);
+:mod:`actors.mailbox.files` the layout, names and safe file operations.
 
 Log levels: ``debug`` one event per delivery stage (published, received, delivered,
 acknowledged, duplicate); ``warning`` each quarantine and each degraded watch; ``error`` a file
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -49,14 +49,7 @@ from pathlib import Path
 from loguru import logger
 
 from actors.mailbox.bell import BellRinger, default_waker, make_bell, remove_bell
-from actors.mailbox.drain import (
-    DeliveryFailed,
-    Drainer,
-    QuarantineReason,
-    RejectCallback,
-    SubscribedInbox,
-    Validator,
-)
+from actors.mailbox.drain import DeliveryFailed, QuarantineReason, RejectCallback, Validator
 from actors.mailbox.files import (
     FILE_MODE,
     WRITE_FLAGS,
@@ -65,7 +58,6 @@ from actors.mailbox.files import (
     check_private,
     count_entries,
     default_runtime_dir,
-    describe,
     envelope_file_name,
     fsync_dir,
     inbox_name,
@@ -73,13 +65,8 @@ from actors.mailbox.files import (
     write_all,
     write_error,
 )
-from actors.mailbox.watch import (
-    DEFAULT_DEBOUNCE_MS,
-    DEFAULT_STEP_MS,
-    ModeCallback,
-    Receiver,
-    WakerFactory,
-)
+from actors.mailbox.subscriptions import Subscriptions
+from actors.mailbox.wakers import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS, ModeCallback, WakerFactory
 from actors.runtime.transport import Handler, Subscription
 from protocol.envelopes import AnyEnvelope, encode_envelope, validate_addresses
 from protocol.errors import (
@@ -119,16 +106,6 @@ class MailboxStats:
     quarantined: int
 
 
-class _MailboxSubscription:
-    def __init__(self, mailbox: Mailbox, inbox: str, token: object) -> None:
-        self._mailbox = mailbox
-        self._inbox = inbox
-        self._token = token
-
-    def cancel(self) -> None:
-        self._mailbox._unsubscribe(self._inbox, self._token)
-
-
 class Mailbox:
     """A session's filesystem mailbox. Build with :meth:`create` (parent) or :meth:`open`."""
 
@@ -157,26 +134,21 @@ class Mailbox:
         self._settings = settings
         self._creator = creator
         self._now_ns = now_ns
-        self._drainer = Drainer(
-            session_id=session_id,
-            settings=settings,
-            quarantine_dir=self._quarantine,
+        self._subscriptions = Subscriptions(
+            self._inbox_root,
+            self._quarantine,
+            session_id,
+            settings,
             validate=validate,
             on_reject=on_reject,
-            now_ns=now_ns,
-            stopping=lambda: self._receiver.stopping,
-        )
-        self._receiver = Receiver(
-            self._drain,
-            waker_factory
+            waker_factory=waker_factory
             or default_waker(creator=creator, debounce_ms=debounce_ms, step_ms=step_ms),
-            settings.fallback_poll_s,
-            on_mode=on_wake_mode,
+            now_ns=now_ns,
+            on_wake_mode=on_wake_mode,
         )
         self._ringer = BellRinger()
         self._lock = threading.Lock()
         self._closed = False
-        self._inboxes: dict[str, SubscribedInbox] = {}
         self._depth: dict[str, list[int]] = {}  # inbox -> [files counted in new/, published since]
         self._published = 0
 
@@ -302,9 +274,8 @@ class Mailbox:
         """Remove an inbox nobody reads any more (a finished client's). Refused while it is
         subscribed here or still holds unread envelopes: nothing accepted is ever deleted."""
         path = self.inbox_path(owner)
-        with self._lock:
-            if owner in self._inboxes:
-                raise InvalidArgument(f"inbox {owner!r} is still subscribed")
+        if self._subscriptions.holds(owner):
+            raise InvalidArgument(f"inbox {owner!r} is still subscribed")
         if not os.path.isdir(path / "new"):
             raise InvalidHandle(f"no inbox {owner!r} in this session")
         if os.listdir(path / "new"):
@@ -322,14 +293,14 @@ class Mailbox:
     def wake_mode(self, inbox: str) -> str | None:
         """How this process's receiver is woken for ``inbox`` (``inotify``, ``bell``,
         ``watchfiles``, or ``polling``: only the fallback rescan); None if not subscribed yet."""
-        return self._receiver.mode_of(inbox)
+        return self._subscriptions.wake_mode(inbox)
 
     def stats(self) -> MailboxStats:
         return MailboxStats(
             published=self._published,
-            delivered=self._drainer.delivered,
-            duplicates=self._drainer.duplicates,
-            quarantined=self._drainer.quarantined,
+            delivered=self._subscriptions.drainer.delivered,
+            duplicates=self._subscriptions.drainer.duplicates,
+            quarantined=self._subscriptions.drainer.quarantined,
         )
 
     # ------------------------------------------------------------------ publish
@@ -416,44 +387,7 @@ class Mailbox:
     def subscribe(self, inbox: str, handler: Handler) -> Subscription:
         """Deliver ``inbox``'s envelopes to ``handler`` on this mailbox's receiver thread,
         starting with whatever is already in ``new/``. Subscribing again replaces the handler."""
-        inbox_name(inbox)
-        box_dir = os.path.join(self._inbox_root, inbox)
-        for directory in (box_dir, os.path.join(box_dir, "new"), os.path.join(box_dir, "cur")):
-            try:
-                st = os.lstat(directory)
-            except FileNotFoundError:
-                raise InvalidHandle(f"no inbox {inbox!r} in this session") from None
-            if not stat.S_ISDIR(st.st_mode):  # a symlink planted for an inbox is not followed
-                kind = describe(st.st_mode)
-                raise InvalidHandle(f"inbox {inbox!r} is a {kind}; refusing to read it")
-        token = object()
-        with self._lock:
-            if self._closed:
-                raise InvalidHandle("mailbox is closed")
-            box = self._inboxes.get(inbox)
-            if box is None:
-                box = SubscribedInbox(
-                    name=inbox,
-                    new_dir=os.path.join(box_dir, "new"),
-                    cur_dir=os.path.join(box_dir, "cur"),
-                    handler=handler,
-                    token=token,
-                )
-                self._inboxes[inbox] = box
-            else:
-                box.handler = handler
-                box.token = token
-            self._receiver.watch(inbox, box.new_dir)
-        return _MailboxSubscription(self, inbox, token)
-
-    def _unsubscribe(self, inbox: str, token: object) -> None:
-        with self._lock:
-            box = self._inboxes.get(inbox)
-            if box is None or box.token is not token:
-                return
-            del self._inboxes[inbox]
-            box.active = False  # files left in new/ stay there for the next subscriber
-            self._receiver.unwatch(inbox)
+        return self._subscriptions.subscribe(inbox, handler)
 
     def wait_drained(self, timeout_s: float) -> bool:
         """Block until every file that was in a subscribed ``new/`` when called has been
@@ -461,7 +395,7 @@ class Mailbox:
         Raises ``RuntimeError`` from a handler (it would wait for itself)."""
         if self._closed:
             return False
-        return self._receiver.wait_drained(timeout_s)
+        return self._subscriptions.wait_drained(timeout_s)
 
     def close(self) -> None:
         """Stop the receiver (promptly: within one watcher step) and refuse later publishes."""
@@ -469,7 +403,7 @@ class Mailbox:
             if self._closed:
                 return
             self._closed = True
-        self._receiver.close()
+        self._subscriptions.close()
         self._ringer.close()
 
     def __enter__(self) -> Mailbox:
@@ -480,14 +414,3 @@ class Mailbox:
 
     def __repr__(self) -> str:
         return f"Mailbox({str(self._root)!r}, {self._session_id!r})"
-
-    # ------------------------------------------------------------------ receiving (receiver thread)
-
-    def _drain(self, inbox: str) -> bool:
-        """The receiver's ``drain(inbox)``: :meth:`Drainer.drain
-        <actors.mailbox.drain.Drainer.drain>` if ``inbox`` is still subscribed."""
-        with self._lock:
-            box = self._inboxes.get(inbox)
-        if box is None or not box.active:
-            return True
-        return self._drainer.drain(box)

@@ -21,7 +21,8 @@ from actors.runtime.transport import PARENT_INBOX, GatedTransport
 from actors.session.agent import AgentHandle, AgentSpec
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import InvalidArgument
-from protocol.script import Script, ScriptMachine, parse_script
+from protocol.script import Script, parse_script
+from protocol.script_machine import ScriptMachine
 
 __all__ = ["FakeCommands", "SimAgentActor", "SimLauncher"]
 

@@ -12,7 +12,8 @@ and on a new instruction (a delegated task, a message to the agent) ``gate =
 reset_episode(gate)``. The rules live in the submodules, each opening with them:
 
 * :mod:`protocol.watchdog.config`    — settings, layering, ``watchdog set``, session state
-* :mod:`protocol.watchdog.normalize` — command keys, output hashing, previews, classification
+* :mod:`protocol.watchdog.normalize` — command keys, output hashing, previews
+* :mod:`protocol.watchdog.classify`  — what a call does (write, read), typecheck errors
 * :mod:`protocol.watchdog.events`    — events, the per-agent window, logical calls
 * :mod:`protocol.watchdog.rules`     — the rules, their threshold settings and defaults
 * :mod:`protocol.watchdog.detect`    — the detector rules and their confidence mapping
@@ -33,6 +34,12 @@ from protocol.watchdog.alert import (
     record_alert,
     render_alert,
     reset_episode,
+)
+from protocol.watchdog.classify import (
+    classify_call,
+    error_signature,
+    is_check_command,
+    read_target_key,
 )
 from protocol.watchdog.config import (
     ALERT_MODES,
@@ -78,14 +85,10 @@ from protocol.watchdog.events import (
     since_last_instruction,
 )
 from protocol.watchdog.normalize import (
-    classify_call,
-    error_signature,
     hash_output,
-    is_check_command,
     make_preview,
     normalize_command,
     normalize_output,
-    read_target_key,
     render_call,
     strip_ansi,
 )

@@ -54,6 +54,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from protocol.watchdog.classify import CallClass, classify_call, read_target_key
 from protocol.watchdog.config import WatchdogConfig, rule_threshold
 from protocol.watchdog.events import (
     LogicalCall,
@@ -72,7 +73,6 @@ from protocol.watchdog.evidence import (
     short,
 )
 from protocol.watchdog.messages import message_rules
-from protocol.watchdog.normalize import CallClass, classify_call, read_target_key
 from protocol.watchdog.rules import REASON_CODES
 
 __all__ = [

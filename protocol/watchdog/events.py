@@ -32,13 +32,9 @@ from typing import Final, Literal
 
 import msgspec
 
+from protocol.watchdog.classify import error_signature
 from protocol.watchdog.config import WatchdogConfig
-from protocol.watchdog.normalize import (
-    error_signature,
-    hash_output,
-    make_preview,
-    render_call,
-)
+from protocol.watchdog.normalize import hash_output, make_preview, render_call
 
 __all__ = [
     "BRIDGE_NOTE_PREFIX",

@@ -142,7 +142,7 @@ def shepherd_waker() -> str:
     process (each built once on a scratch directory)."""
     import threading
 
-    from actors.mailbox.watch import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
+    from actors.mailbox.wakers import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
 
     try:
         from actors.mailbox.bell import default_waker
@@ -167,7 +167,7 @@ def shepherd_waker() -> str:
 
 
 def machine_facts(mailbox_dir: Path) -> dict[str, Any]:
-    from actors.mailbox.watch import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
+    from actors.mailbox.wakers import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
 
     return {
         "cpu_count": os.cpu_count(),

@@ -28,7 +28,8 @@ from actors.mailbox.bell import (
 )
 from actors.mailbox.files import envelope_file_name
 from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.watch import InterruptEvent, Receiver, Waker
+from actors.mailbox.wakers import InterruptEvent, Waker
+from actors.mailbox.watch import Receiver
 from actors.runtime.transport import PARENT_INBOX
 from protocol.ids import IdKind
 from protocol.settings import Settings

@@ -9,7 +9,7 @@ import pytest
 from loguru import logger
 
 from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.watch import polling_waker
+from actors.mailbox.wakers import polling_waker
 from actors.runtime.transport import PARENT_INBOX, Transport
 from protocol.envelopes import AnyEnvelope, MessageEnvelope
 from protocol.ids import IdKind
@@ -342,7 +342,7 @@ def test_each_delivery_stage_logs_one_debug_record_naming_inbox_and_message(
     sink = logger.add(
         lambda m: records.append((m.record["name"], m.record["message"], dict(m.record["extra"]))),
         level="DEBUG",
-        filter=lambda record: str(record["name"]).startswith("actors.mailbox.mailbox"),
+        filter=lambda record: str(record["name"]).startswith("actors.mailbox."),
     )
     try:
         envelope = message(session_id, content="once")

@@ -13,7 +13,7 @@ import pytest
 from actors.mailbox.bell import BellWaker, bell_waker, default_waker
 from actors.mailbox.inotify import InotifyWaker, inotify_available, inotify_waker
 from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.watch import (
+from actors.mailbox.wakers import (
     InterruptEvent,
     PollingWaker,
     WakerFactory,

@@ -9,14 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import InvalidArgument
-from protocol.script import (
+from protocol.script import Script, ScriptError, load_script_text, parse_script
+from protocol.script_machine import (
     Delivered,
     Effect,
     Exit,
     Output,
     RunCommand,
-    Script,
-    ScriptError,
     ScriptMachine,
     SendDone,
     SendMessage,
@@ -24,8 +23,6 @@ from protocol.script import (
     Sleep,
     TurnEnd,
     TurnStart,
-    load_script_text,
-    parse_script,
 )
 
 TASK = "shepherd-task-0000aaaa"

@@ -286,7 +286,7 @@ def test_replay_handles_any_well_formed_transcript(lines: list[dict[str, object]
 def test_word_splitting_matches_posix_shlex(text: str) -> None:
     import shlex
 
-    from protocol.watchdog.normalize import _split_words
+    from protocol.watchdog.classify import _split_words
 
     try:
         expected = shlex.split(text)
@@ -299,6 +299,7 @@ def test_word_splitting_matches_posix_shlex(text: str) -> None:
 @FAST
 @given(st.text(max_size=20))
 def test_quoted_words_split_back_to_themselves(word: str) -> None:
-    from protocol.watchdog.normalize import _quote, _split_words
+    from protocol.watchdog.classify import _split_words
+    from protocol.watchdog.normalize import _quote
 
     assert _split_words(_quote(word)) == [word]

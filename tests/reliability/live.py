@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from actors.mailbox.inotify import InotifyWaker
-from actors.mailbox.watch import InterruptEvent
+from actors.mailbox.wakers import InterruptEvent
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
 

@@ -62,7 +62,12 @@ CONSTANT_BYTES = 96 * 1024
 DEADLINE_S = 120.0
 
 IDLE = {"steps": [{"await": "task"}, {"await": "any"}]}
-AGENT_SIDE = ("*/actors/child/scripted.py", "*/protocol/script.py", "*/actors/testing/simagent.py")
+AGENT_SIDE = (
+    "*/actors/child/scripted.py",
+    "*/protocol/script.py",
+    "*/protocol/script_machine.py",
+    "*/actors/testing/simagent.py",
+)
 
 
 class NullJournal:
