@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from actors.runtime.procs import pid_alive
+
 __all__ = ["ParentWatch", "Reconnect", "reconnect_window_s"]
 
 
@@ -51,12 +53,7 @@ class ParentWatch:
         return self
 
     def _alive(self) -> bool:
-        try:
-            os.kill(self._pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+        return pid_alive(self._pid)
         return True
 
     def _run(self) -> None:

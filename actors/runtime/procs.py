@@ -39,6 +39,7 @@ __all__ = [
     "descendants",
     "exit_status",
     "kill_all",
+    "pid_alive",
     "pump_process",
     "raise_open_files_limit",
     "restore_open_files_limit",
@@ -302,6 +303,17 @@ def _proc_stat(pid: int) -> tuple[int, str, str] | None:
     # The command name is in parentheses and may hold spaces: split after the last ')'.
     fields = raw[raw.rfind(")") + 2 :].split()
     return int(fields[1]), fields[0], fields[19]
+
+
+def pid_alive(pid: int) -> bool:
+    """Does a process with this pid exist (a zombie included; someone else's too)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def start_time(pid: int) -> str | None:

@@ -43,7 +43,12 @@ from actors.child.env import (
     ENV_SETTINGS,
 )
 from actors.runtime.clock import Clock
-from actors.runtime.procs import raise_open_files_limit, restore_open_files_limit, terminate_session
+from actors.runtime.procs import (
+    pid_alive,
+    raise_open_files_limit,
+    restore_open_files_limit,
+    terminate_session,
+)
 from actors.session.agent import AgentHandle, AgentSpec
 from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable
 from protocol.settings import Settings
@@ -158,16 +163,6 @@ def _kill_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 #: How much of the end of an agent's log ``log_tail`` reads.
 LOG_TAIL_BYTES = 8 * 1024
 
@@ -229,7 +224,7 @@ class ChildProcess:
 
     def running(self) -> bool:
         if isinstance(self.proc, int):
-            return _alive(self.proc)
+            return pid_alive(self.proc)
         return self.proc.poll() is None
 
     def stop(self) -> None:

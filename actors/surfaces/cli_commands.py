@@ -175,7 +175,7 @@ def run_notifications(args: argparse.Namespace) -> int:
     inotify instance is needed, so it works when the user's instances are used up (an
     inotify watch failed with "Too many open files" then), and a stat 40 times a second costs
     less than the watchfiles loop it replaces (awake every 5 ms)."""
-    from actors.surfaces.client import pid_alive
+    from actors.records.session_info import is_live
 
     info = session_of(args)
     path = Path(info.notifications)
@@ -206,7 +206,7 @@ def run_notifications(args: argparse.Namespace) -> int:
                 if grown:
                     drain()
                     size = f.tell()
-            if not pid_alive(info.parent_pid):
+            if not is_live(info):
                 drain()  # what the session wrote before it went
                 return 0
 

@@ -28,7 +28,7 @@ import msgspec
 from actors.mailbox.files import describe
 from actors.mailbox.mailbox import Mailbox
 from actors.mailbox.reply_inboxes import ReplyInbox
-from actors.records.session_info import SessionInfo, live_dir
+from actors.records.session_info import SessionInfo, is_live, live_dir
 from actors.runtime.clock import SystemClock
 from actors.runtime.ids import IdSource
 from actors.runtime.transport import PARENT_INBOX
@@ -36,7 +36,7 @@ from protocol.envelopes import AnyEnvelope, CallEnvelope, ResultEnvelope
 from protocol.errors import InvalidArgument, SessionUnavailable, ShepherdError, error_from_info
 from protocol.ids import PARENT_ID, IdKind
 
-__all__ = ["ENV_SESSION", "Client", "find_session", "live_sessions", "pid_alive", "session_alive"]
+__all__ = ["ENV_SESSION", "Client", "find_session", "live_sessions", "session_alive"]
 
 CALL_TIMEOUT_S = 30.0
 ENV_SESSION = "SHEPHERD_SESSION"
@@ -44,20 +44,10 @@ ENV_SESSION = "SHEPHERD_SESSION"
 MAX_LISTED = 10
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def session_alive(info: SessionInfo) -> bool:
     """The supervisor runs and has not shut down (shutdown removes the mailbox; checked too
     because a session embedded in a still-running program keeps its pid)."""
-    return pid_alive(info.parent_pid) and os.path.isdir(info.mailbox)
+    return is_live(info) and os.path.isdir(info.mailbox)
 
 
 def _load_info(session_dir: Path, source: str) -> SessionInfo:
@@ -122,7 +112,7 @@ def find_session(
         source = "--session" if explicit is not None else ENV_SESSION
         raw = explicit if explicit is not None else env
         info = _load_info(_session_dir(raw, source), source)
-        if not pid_alive(info.parent_pid):
+        if not is_live(info):
             raise SessionUnavailable(
                 f"the supervisor of {info.session_dir} (pid {info.parent_pid}) is gone"
             )

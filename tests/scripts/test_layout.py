@@ -1,5 +1,6 @@
 """The house keeps its rooms: no import cycle, the simulation kit stays out of production, no
-module over 450 lines, and each process imports only its own rooms (read from the source by ``scripts/layout_report.py``).
+module over 450 lines, and each process imports only its own rooms (read from the source by
+``scripts/layout_report.py``).
 
 The report's own reading is checked on a small tree made here, so a report that saw nothing
 could not pass for a clean house.
