@@ -4,7 +4,7 @@
     python scripts/bench.py [--quick] [--out FILE] [--runs N] [--only NAME,...]
 
 Benchmarks (``--only`` names): ``delivery``, ``throughput``, ``notify``, ``scale``, ``idle``,
-``demo``, ``requests``, ``children``. Every job runs in a fresh worker process
+``demo``, ``requests``, ``children``, ``cli``. Every job runs in a fresh worker process
 (``bench_lib.worker``); publishers are other processes again (``bench_lib.publisher``). Each
 figure is collected over several runs (5; 3 with ``--quick``, which also uses smaller sizes and
 finishes in a few minutes) and written to JSON (default ``bench-results.json``) as min / median
@@ -73,14 +73,16 @@ class Sizes:
     requests_window: int  # the last requests whose cost is reported
     children: int  # real children in one session (``children``)
     children_rounds: int  # round trips per child
+    cli_calls: int  # command-line calls per subject in one run (``cli``)
+    cli_agents: int  # agents of the session for ``status`` with agents
 
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
-             1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000, 200, 3)  # fmt: skip
+             1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000, 200, 3, 20, 150)  # fmt: skip
 QUICK = Sizes(3, 30, 200, True, 2500, ((1, 2), (100, 30), (1000, 300)),
-              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 40, 2)  # fmt: skip
+              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 40, 2, 10, 150)  # fmt: skip
 SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
-              20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1)  # fmt: skip
+              20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1, 2, 3)  # fmt: skip
 
 
 class WorkerError(RuntimeError):
@@ -390,6 +392,39 @@ def bench_children(sizes: Sizes, results: Results) -> None:
         results.add("children.polled_agents", SHEPHERD, got["agent_wake"].get("polling", 0))
 
 
+# ---------------------------------------------------------------------- 9. command line
+
+
+def bench_cli(sizes: Sizes, results: Results) -> None:
+    """``shepherd-child message`` and ``shepherd status`` end to end, each a fresh process,
+    beside ``python -c pass`` in the same run (``bench_lib/cli.py``)."""
+    keys = [k for k in FIGURES if k.startswith("cli.")]
+    for key in keys:
+        results.params(key, calls_per_run=sizes.cli_calls, baseline="python -c pass")
+    for key in ("cli.status_agents.p50_ms", "cli.status_agents.p99_ms"):
+        results.params(key, n=sizes.cli_agents)
+    figures = {
+        "child_message": "message",
+        "status_empty": "status_empty",
+        "status_agents": "status_agents",
+    }
+    for _ in range(sizes.runs):
+        params = {"calls": sizes.cli_calls, "agents": sizes.cli_agents}
+        (got,) = run_jobs([("cli", params)], parallel=False)
+        if isinstance(got, Exception):
+            _failed(results, "cli", keys, SHEPHERD, got)
+            continue
+        if "unavailable" in got:
+            for key in keys:
+                results.missing(key, SHEPHERD, f"unavailable: {got['unavailable']}")
+            continue
+        results.keep_raw("cli", got)
+        for figure, sample in figures.items():
+            for q in ("p50", "p99"):
+                results.add(f"cli.{figure}.{q}_ms", SHEPHERD, got[sample][f"{q}_ms"])
+                results.add(f"cli.{figure}.{q}_ms", "python_c_pass", got["python"][f"{q}_ms"])
+
+
 RUNNERS = {
     "delivery": bench_delivery,
     "throughput": bench_throughput,
@@ -399,6 +434,7 @@ RUNNERS = {
     "demo": bench_demo,
     "requests": bench_requests,
     "children": bench_children,
+    "cli": bench_cli,
 }
 
 

@@ -63,8 +63,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from loguru import logger
-
 from actors.child.adapters import Adapter, adapter_class
 from actors.child.env import FORWARDED_KINDS, ChildEnv, child_env_from, envelope_validator
 from actors.child.inbox_reports import InboxReports
@@ -73,6 +71,7 @@ from actors.child.parent_watch import ParentWatch, Reconnect, reconnect_window_s
 from actors.mailbox.mailbox import Mailbox
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.ids import IdSource
+from actors.runtime.log import logger
 from actors.runtime.procs import KILL_GRACE_S, terminate_session
 from actors.runtime.transport import Subscription
 from protocol.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent

@@ -39,7 +39,6 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from actors.child.bridge import run_bridge
 from actors.child.env import ChildEnv, child_env_from, envelope_validator
 from actors.mailbox.mailbox import Mailbox
 from actors.mailbox.reply_inboxes import ReplyInbox
@@ -304,6 +303,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
     if args.command == "run":
+        # the bridge (and its adapters) only here: `message` and `done` start without them
+        from actors.child.bridge import run_bridge
+
         return run_bridge(environ)
     try:
         return _send_command(args, environ)

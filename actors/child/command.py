@@ -52,11 +52,10 @@ from collections import deque
 from collections.abc import Mapping
 from typing import IO, Any, ClassVar, NamedTuple
 
-from loguru import logger
-
 from actors.child.adapters import AgentContext, control_reason, show_refusal
 from actors.child.command_options import CommandOptions, check_command_options
 from actors.runtime.clock import TimerHandle
+from actors.runtime.log import logger
 from actors.runtime.procs import OutputTail, exit_status, pump_process, signal_group
 from protocol.envelopes import (
     AckEnvelope,

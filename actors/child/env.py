@@ -17,11 +17,10 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from actors.child.scripted import AgentIdentity
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -34,6 +33,9 @@ from protocol.envelopes import (
 from protocol.errors import ForbiddenSender, InvalidArgument, InvalidEnvelope, SessionUnavailable
 from protocol.ids import PARENT_ID, IdKind, kind_of
 from protocol.settings import Settings
+
+if TYPE_CHECKING:
+    from actors.child.scripted import AgentIdentity
 
 __all__ = [
     "ENV_VARS",
@@ -97,6 +99,10 @@ class ChildEnv(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def identity(self) -> AgentIdentity:
+        # imported here: `shepherd-child message|done` read this environment without needing
+        # the scripted agent's machinery
+        from actors.child.scripted import AgentIdentity
+
         return AgentIdentity(
             agent_id=self.agent_id,
             session_id=self.session_id,

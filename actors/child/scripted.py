@@ -21,10 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from loguru import logger
 
 from actors.runtime.clock import Clock
 from actors.runtime.ids import IdSource
+from actors.runtime.log import logger
 from protocol import script_machine as sc
 from protocol.envelopes import (
     AckEnvelope,

@@ -55,8 +55,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from loguru import logger
-
 from actors.mailbox.files import FILE_MODE, describe
 from actors.mailbox.inotify import InotifyWatch, inotify_available
 from actors.mailbox.wakers import (
@@ -69,6 +67,7 @@ from actors.mailbox.wakers import (
     polling_waker,
     watchfiles_waker,
 )
+from actors.runtime.log import logger
 
 __all__ = [
     "BELL_NAME",

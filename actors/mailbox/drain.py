@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Literal
 
 import msgspec
-from loguru import logger
 
 from actors.mailbox.files import (
     FILE_MODE,
@@ -48,6 +47,7 @@ from actors.mailbox.files import (
     sweep_abandoned,
     write_all,
 )
+from actors.runtime.log import logger
 from actors.runtime.transport import Handler
 from protocol.envelopes import AnyEnvelope, decode_envelope
 from protocol.errors import InvalidEnvelope, ShepherdError

@@ -46,8 +46,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from loguru import logger
-
 from actors.mailbox.bell import BellRinger, default_waker, make_bell, remove_bell
 from actors.mailbox.drain import DeliveryFailed, QuarantineReason, RejectCallback, Validator
 from actors.mailbox.files import (
@@ -67,6 +65,7 @@ from actors.mailbox.files import (
 )
 from actors.mailbox.subscriptions import Subscriptions
 from actors.mailbox.wakers import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS, ModeCallback, WakerFactory
+from actors.runtime.log import logger
 from actors.runtime.transport import Handler, Subscription
 from protocol.envelopes import AnyEnvelope, encode_envelope, validate_addresses
 from protocol.errors import (

@@ -30,10 +30,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from loguru import logger
-
 from actors.mailbox.mailbox import Mailbox
 from actors.runtime.clock import Clock, TimerHandle
+from actors.runtime.log import logger
 from protocol.errors import SessionUnavailable, ShepherdError
 
 __all__ = [

@@ -37,17 +37,10 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from watchfiles import Change
-
-# A private name, for the one reason the module docstring gives (the watch must exist before the
-# first drain, and watchfiles.watch() only makes it inside its first next()). Checked against
-# watchfiles 1.0.0, 1.1.x, 1.2.0 and 1.3.0 (the range pyproject.toml allows): the constructor
-# (watch_paths, debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied) and
-# watch(debounce_ms, step_ms, timeout_ms, stop_event) are the same in each, and are exactly how
-# watchfiles.watch() itself calls them.
-from watchfiles._rust_notify import RustNotify
+if TYPE_CHECKING:
+    from watchfiles._rust_notify import RustNotify
 
 __all__ = [
     "DEFAULT_DEBOUNCE_MS",
@@ -165,6 +158,19 @@ class WatchfilesWaker:
         if debounce_ms < 1 or step_ms < 1:
             # step 0 busy-polls (measured: a whole core); debounce 0 would return on the first event
             raise ValueError("debounce_ms and step_ms must be at least 1 ms")
+        # imported here, not with the module: only a process that watches with watchfiles pays
+        # for it (a short-lived command wakes its one inbox with a doorbell).
+        # RustNotify is a private name, for the one reason the module docstring gives (the watch
+        # must exist before the first drain, and watchfiles.watch() only makes it inside its
+        # first next()). Checked against watchfiles 1.0.0, 1.1.x, 1.2.0 and 1.3.0 (the range
+        # pyproject.toml allows): the constructor (watch_paths, debug, force_polling,
+        # poll_delay_ms, recursive, ignore_permission_denied) and watch(debounce_ms, step_ms,
+        # timeout_ms, stop_event) are the same in each, and are exactly how watchfiles.watch()
+        # itself calls them.
+        from watchfiles import Change
+        from watchfiles._rust_notify import RustNotify
+
+        self._added = Change.added
         self._interrupt = interrupt
         self._debounce_ms = debounce_ms
         self._step_ms = step_ms
@@ -191,7 +197,7 @@ class WatchfilesWaker:
         assert not isinstance(raw, str)
         # Our own acknowledgements (rename out of new/) show up as deletions: filtered out.
         return Wake(
-            dirs=frozenset(os.path.dirname(path) for change, path in raw if change == Change.added)
+            dirs=frozenset(os.path.dirname(path) for change, path in raw if change == self._added)
         )
 
     def close(self) -> None:

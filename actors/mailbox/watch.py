@@ -33,8 +33,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from loguru import logger
-
 from actors.mailbox.wakers import (
     WAKE_POLLING,
     InterruptEvent,
@@ -43,6 +41,7 @@ from actors.mailbox.wakers import (
     Waker,
     WakerFactory,
 )
+from actors.runtime.log import logger
 
 __all__ = ["REBUILD_DEGRADED_S", "Receiver"]
 

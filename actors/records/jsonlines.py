@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import msgspec
-from loguru import logger
 
 from actors.runtime.crashpoints import torn_write
+from actors.runtime.log import logger
 
 __all__ = ["JsonLinesFile", "LineProblem", "read_lines"]
 

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
-from loguru import logger
 
 from actors.records.session_info import SessionInfo
+from actors.runtime.log import logger
 from protocol.errors import InvalidArgument
 from protocol.tools import NOTIFICATIONS_PER_CALL
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from loguru import logger
+from actors.runtime.log import logger
 
 __all__ = ["MAX_DELAY_S", "Clock", "SystemClock", "TimerHandle", "VirtualClock"]
 

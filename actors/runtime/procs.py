@@ -26,9 +26,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
-from loguru import logger
-
 from actors.runtime.clock import SystemClock
+from actors.runtime.log import logger
 
 __all__ = [
     "KILL_GRACE_S",

@@ -41,10 +41,10 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import pykka
-from loguru import logger
 
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.ids import IdSource
+from actors.runtime.log import logger
 
 __all__ = [
     "Envelope",

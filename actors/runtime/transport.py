@@ -27,8 +27,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 import msgspec
-from loguru import logger
 
+from actors.runtime.log import logger
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import ForbiddenSender, InvalidHandle
 from protocol.settings import Settings

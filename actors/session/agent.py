@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 import msgspec
 import pykka
-from loguru import logger
 
+from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor
 from actors.runtime.transport import Transport
 from actors.session.messages import (

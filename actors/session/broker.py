@@ -27,13 +27,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pykka
-from loguru import logger
 
 from actors.child.adapters import check_spawn_options
 from actors.records.journal import Journal
 from actors.records.notes import TaskNotes
 from actors.runtime.clock import TimerHandle
 from actors.runtime.crashpoints import crashpoint
+from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor, tell_quietly
 from actors.runtime.transport import PARENT_INBOX, Transport
 from actors.session import messages

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from loguru import logger
 
 from actors.child.env import (
     ENV_ADAPTER,
@@ -43,6 +42,7 @@ from actors.child.env import (
     ENV_SETTINGS,
 )
 from actors.runtime.clock import Clock
+from actors.runtime.log import logger
 from actors.runtime.procs import (
     pid_alive,
     raise_open_files_limit,

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import TextIO
 
 import msgspec
-from loguru import logger
 
+from actors.runtime.log import logger
 from protocol.notifications import AnyNotification
 from protocol.render import render_notification
 

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from loguru import logger
 
 from actors.mailbox.mailbox import Mailbox, default_runtime_dir
 from actors.mailbox.reply_inboxes import ReplyInboxSweeper, unread_answers
@@ -40,6 +39,7 @@ from actors.records.notes import FileTaskNotes
 from actors.records.notifications import NotificationFile
 from actors.records.session_info import SessionInfo, is_live, live_dir, load_info, state_dir
 from actors.runtime import procs
+from actors.runtime.log import logger
 from actors.runtime.runtime import ThreadedRuntime
 from actors.runtime.transport import PARENT_INBOX
 from actors.session.agent import AgentSpec

@@ -26,10 +26,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pykka
-from loguru import logger
 
 from actors.records.notes import TaskNotes
 from actors.runtime.clock import TimerHandle
+from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor, tell_quietly
 from actors.session.messages import ArmDeadline, DeadlineDue, DisarmDeadline, NoteLine, SettleNote
 from protocol.tasks import TaskRecord

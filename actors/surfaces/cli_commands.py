@@ -52,8 +52,7 @@ def absolute(path: str | None) -> str | None:
 def run_serve(args: argparse.Namespace) -> int:
     """``shepherd serve``: a session in the foreground until SIGTERM/SIGINT or a remote
     shutdown."""
-    from loguru import logger
-
+    from actors.runtime.log import logger
     from actors.session.sinks import StreamSink
     from actors.session.supervisor import Supervisor
 

@@ -62,13 +62,13 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import msgspec
-from loguru import logger
 from mcp import types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from actors.records.mcp_cursor import DEFAULT_CLIENT, Batch, CursorStore, check_client_name
 from actors.records.session_info import SessionInfo
+from actors.runtime.log import logger
 from actors.surfaces.client import Client, find_session, session_alive
 from protocol.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.tools import (

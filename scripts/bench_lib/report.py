@@ -143,6 +143,24 @@ FIGURES: dict[str, Figure] = {
     "children.polled_agents": Figure(
         "agents", "lower", "agents whose inbox `status` shows as only polled (must be 0)", 0.0
     ),
+    **{
+        f"cli.{call}.{q}_ms": Figure(
+            "ms",
+            "lower",
+            f"{q} of {what}, a fresh process each, start to exit",
+            target if q == "p50" else None,
+        )
+        for call, what, target in (
+            (
+                "child_message",
+                "`shepherd-child message shepherd TEXT --json` run as an agent (receipt included)",
+                120.0,
+            ),
+            ("status_empty", "`shepherd status --json` of a session with no agents", 150.0),
+            ("status_agents", "`shepherd status --json` of a session with n agents", 300.0),
+        )
+        for q in ("p50", "p99")
+    },
 }
 
 BENCHMARKS = {
@@ -154,6 +172,7 @@ BENCHMARKS = {
     "demo": ("demo.", "bridge."),
     "requests": "requests.",
     "children": "children.",
+    "cli": "cli.",
 }
 
 SHEPHERD = "shepherd"

@@ -23,6 +23,7 @@ JOBS = {
     "pykka_baseline": ("sessions", "pykka_baseline_job"),
     "bridge": ("bridge", "bridge_job"),
     "children": ("children", "children_job"),
+    "cli": ("cli", "cli_job"),
     "requests": ("requests", "requests_job"),
 }
 

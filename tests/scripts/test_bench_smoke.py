@@ -62,6 +62,11 @@ FIGURES = {
     },
     "children.inotify_instances": set(),
     "children.polled_agents": set(),
+    **{
+        f"cli.{call}.{q}_ms": {"python_c_pass"}
+        for call in ("child_message", "status_empty", "status_agents")
+        for q in ("p50", "p99")
+    },
 }
 
 

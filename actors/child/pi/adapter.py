@@ -55,8 +55,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal, NamedTuple
 
-from loguru import logger
-
 from actors.child.adapters import AgentContext, control_reason, show_refusal
 from actors.child.pi.bridged import agent_dir_for, start_bridged_pi, stderr_note, with_child_bin
 from actors.child.pi.errors import PiError, PiExitedError
@@ -64,6 +62,7 @@ from actors.child.pi.options import PiOptions
 from actors.child.pi.rpc import PiProcess
 from actors.child.pi.turns import PiTurns
 from actors.runtime.clock import TimerHandle
+from actors.runtime.log import logger
 from actors.runtime.procs import exit_status
 from protocol.envelopes import (
     AckEnvelope,

@@ -44,12 +44,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, ClassVar, Literal, Self
 
-from loguru import logger
-
 from actors.child.pi.calls import PendingCalls
 from actors.child.pi.errors import PiCommandError, PiError, PiExitedError, PiTimeoutError
 from actors.child.pi.launch import TAG_VAR, new_tag, pi_argv, pi_environ, write_models
 from actors.child.pi.wire import BadLine, decode_line, encode_line, is_response, read_lines
+from actors.runtime.log import logger
 from actors.runtime.procs import Proc, descendants, kill_all, tagged
 
 __all__ = ["PiProcess"]

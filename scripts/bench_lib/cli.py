@@ -1,0 +1,137 @@
+"""Command-line round trips, each a fresh process as a user or an agent's shell starts it:
+``shepherd-child message shepherd TEXT --json`` run as an agent of a live session (what a
+command agent pays per call: start-up, imports, publish, the parent's receipt) and ``shepherd
+status --json`` (start-up, imports, the call, every page of the answer), with no agents and
+with ``agents`` of them. Baseline in the same run: ``python -c pass`` (the interpreter's
+start-up, which no command can beat).
+
+One ``Supervisor`` runs in this worker (its threads idle while a command runs; the commands
+are other processes). The calls of one run are interleaved (baseline, message, status, ...)
+so that a change of the machine's load spreads over every subject alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_lib.bridge import QUIET_SCRIPT, bridge_missing
+from bench_lib.common import latency_summary, memory_base_dir, temp_dir
+
+
+class _Ready:
+    """The broker's story tap: counts agents whose process state left ``starting``."""
+
+    def __init__(self) -> None:
+        self.ready: set[str] = set()
+        self._cond = threading.Condition()
+
+    def __call__(self, line: str) -> None:
+        name, _, rest = line.partition(": ")
+        if rest.startswith("process ") and rest != "process starting":
+            with self._cond:
+                self.ready.add(name)
+                self._cond.notify_all()
+
+    def wait(self, count: int, timeout_s: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.ready) >= count, timeout_s)
+
+
+def _command(script: str, module: str) -> list[str]:
+    """The installed console script next to this interpreter, else ``python -m``."""
+    installed = Path(sys.executable).parent / script
+    if installed.exists():
+        return [str(installed)]
+    found = shutil.which(script)
+    return [found] if found else [sys.executable, "-m", module]
+
+
+def _shepherd_env(pid: int) -> dict[str, str]:
+    """The ``SHEPHERD_*`` variables of a running bridge: what its agent's shell inherits."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
+    return {k.decode(): v.decode() for k, _, v in pairs if k.startswith(b"SHEPHERD_")}
+
+
+def _timed(argv: list[str], env: dict[str, str], cwd: Path) -> int:
+    start = time.perf_counter_ns()
+    done = subprocess.run(
+        argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+    took = time.perf_counter_ns() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[-4:])} exited {done.returncode}: {done.stdout}")
+    return took
+
+
+def _round(
+    calls: int, subjects: dict[str, tuple[list[str], dict[str, str]]], cwd: Path
+) -> dict[str, list[int]]:
+    samples: dict[str, list[int]] = {name: [] for name in subjects}
+    for _ in range(calls):
+        for name, (argv, env) in subjects.items():
+            samples[name].append(_timed(argv, env, cwd))
+    return samples
+
+
+def _merge(into: dict[str, list[int]], more: dict[str, list[int]]) -> None:
+    for name, values in more.items():
+        into.setdefault(name, []).extend(values)
+
+
+def cli_job(params: dict[str, Any]) -> dict[str, Any]:
+    missing = bridge_missing()
+    if missing is not None:
+        return {"unavailable": missing}
+    calls: int = params["calls"]
+    agents: int = params["agents"]
+    with temp_dir("shepherd-bench-", memory_base_dir()) as tmp:
+        base_env = dict(os.environ)
+        base_env.pop("SHEPHERD_SESSION", None)
+        base_env["XDG_STATE_HOME"] = str(tmp / "state")  # the live-session pointer goes here
+        os.environ["XDG_STATE_HOME"] = base_env["XDG_STATE_HOME"]
+        from actors.session.supervisor import Supervisor
+
+        script = tmp / "quiet.json"
+        script.write_text(json.dumps(QUIET_SCRIPT))
+        ready = _Ready()
+        supervisor = Supervisor(tmp / "session", tap=ready, mailbox_root=tmp / "mbox")
+        try:
+            session = supervisor.session
+            python = ([sys.executable, "-c", "pass"], base_env)
+            shepherd = _command("shepherd", "actors.surfaces.cli")
+            status = ([*shepherd, "status", "--json", "--session", str(tmp / "session")], base_env)
+            samples = _round(calls, {"python": python, "status_empty": status}, tmp)
+            first = session.spawn("a0000", script=str(script), cwd=str(tmp))
+            if not ready.wait(1, 60):
+                return {"unavailable": "the agent never got ready within 60 s"}
+            bridge = supervisor.launcher.children[first.agent_id].pid
+            child = _command("shepherd-child", "actors.child.cli")
+            message = (
+                [*child, "message", "--json", "--", "shepherd", "bench"],
+                {**base_env, **_shepherd_env(bridge)},
+            )
+            _merge(samples, _round(calls, {"python": python, "message": message}, tmp))
+            started = time.perf_counter()
+            for i in range(1, agents):
+                session.spawn(f"a{i:04d}", script=str(script), cwd=str(tmp))
+            if not ready.wait(agents, 60 + 2 * agents):
+                return {"unavailable": f"only {len(ready.ready)} of {agents} agents got ready"}
+            spawn_s = time.perf_counter() - started
+            _merge(samples, _round(calls, {"python": python, "status_agents": status}, tmp))
+        finally:
+            supervisor.shutdown(keep=False)
+    return {
+        "calls": calls,
+        "agents": agents,
+        "spawn_s": spawn_s,
+        **{name: latency_summary(values) for name, values in samples.items()},
+    }
