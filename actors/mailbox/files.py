@@ -25,7 +25,6 @@ import errno
 import os
 import re
 import stat
-import tempfile
 import threading
 from pathlib import Path
 
@@ -94,6 +93,8 @@ def default_runtime_dir() -> Path:
                 return Path(xdg) / "shepherd"
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
         return Path("/dev/shm") / f"shepherd-{uid}"
+    import tempfile  # the last resort only: a short-lived command does not load it
+
     return Path(tempfile.gettempdir()) / f"shepherd-{uid}"
 
 

@@ -17,7 +17,6 @@ what ``SHEPHERD_WAKER=inotify`` forces (the previous default of every process).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import functools
 import os
@@ -42,12 +41,19 @@ _BUFFER = 64 * 1024
 
 @functools.cache
 def _load() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    lib = ctypes.CDLL(name, use_errno=True)
+    # The C library this process already runs on, first: ``find_library`` runs ``ldconfig``
+    # in a subprocess, which a short-lived command (each CLI call opens a mailbox) would pay
+    # on every call; it is only the fallback where the process's own symbols lack inotify.
+    lib = ctypes.CDLL(None, use_errno=True)
     if not hasattr(lib, "inotify_init1"):
-        return None
+        from ctypes.util import find_library
+
+        name = find_library("c")
+        if name is None:
+            return None
+        lib = ctypes.CDLL(name, use_errno=True)
+        if not hasattr(lib, "inotify_init1"):
+            return None
     lib.inotify_init1.argtypes = [ctypes.c_int]
     lib.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
     return lib

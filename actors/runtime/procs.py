@@ -18,16 +18,17 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import selectors
 import signal
-import subprocess
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from actors.runtime.clock import SystemClock
 from actors.runtime.log import logger
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = [
     "KILL_GRACE_S",
@@ -226,6 +227,8 @@ def pump_process(
     pidfd: int | None = None
     with contextlib.suppress(OSError, AttributeError):
         pidfd = os.pidfd_open(proc.pid)
+    import selectors  # here: a CLI call that only probes a pid does not load it
+
     with selectors.DefaultSelector() as sel:
         for stream in streams:
             sel.register(stream, selectors.EVENT_READ, stream)

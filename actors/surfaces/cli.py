@@ -73,7 +73,7 @@ def _fetch(client: Any, op: ops.Op[Any], call_args: dict[str, Any], timeout: flo
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
     except InvalidArgument as exc:  # a usage error: reported like any other error
         return fail(argparse.Namespace(json=wants_json(argv)), exc.code, exc.message)
     try:

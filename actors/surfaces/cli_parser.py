@@ -12,7 +12,9 @@ every other error (as JSON under ``--json``). Nothing here touches a session.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from protocol import ops
@@ -60,7 +62,7 @@ def _add_notifications(sub: Any) -> None:
 
 
 #: the commands that are not operations, listed after the operation they follow in ``--help``
-_AFTER = {"status": _add_top, "fail": _add_notifications}
+_AFTER = {"status": ("top", _add_top), "fail": ("notifications", _add_notifications)}
 
 
 def _add_operation(sub: Any, op: ops.Op[Any]) -> None:
@@ -71,16 +73,14 @@ def _add_operation(sub: Any, op: ops.Op[Any]) -> None:
     _add_common(p)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole ``shepherd`` parser (raises ``invalid_argument`` on a usage error)."""
-    parser = _Parser(prog="shepherd", description="Supervise a team of agents.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_serve(sub: Any) -> None:
     p = sub.add_parser("serve", help="run a session in the foreground")
     p.add_argument("--session-dir", metavar="DIR", help="where the session's records live")
     p.add_argument("--json", action="store_true", help="notifications as JSON lines")
     p.add_argument("--verbose", action="store_true", help="also print lifecycle changes")
 
+
+def _add_demo(sub: Any) -> None:
     p = sub.add_parser("demo", help="the canonical scout/planner scenario, told as it happens")
     p.add_argument("--json", action="store_true", help="the story as JSON lines")
     p.add_argument("--simulated", action="store_true", help="run it in the simulation instead")
@@ -97,16 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="pi: two real Pi agents driven by scripted model servers",
     )
 
-    for op in ops.PARENT:
-        if op.help:  # an operation without a command has no help
-            _add_operation(sub, op)
-        if op.name in _AFTER:
-            _AFTER[op.name](sub)
 
+def _add_tools(sub: Any) -> None:
     p = sub.add_parser("tools", help="the model-facing tool schemas")
     p.add_argument("--child", action="store_true", help="the child tools instead")
     p.add_argument("--json", action="store_true", help="print the schemas as JSON")
 
+
+def _add_tool(sub: Any) -> None:
     p = sub.add_parser(
         "tool",
         help="run one parent tool call by name (what the Pi parent extension runs)",
@@ -125,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(p)
 
+
+def _add_mcp(sub: Any) -> None:
     p = sub.add_parser("mcp", help="an MCP server (stdio) for a running session")
     p.add_argument("--session", metavar="DIR", help="the session directory")
     p.add_argument("--json", action="store_true", help="accepted; MCP always speaks JSON")
@@ -134,9 +134,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="whose notifications cursor to continue (default: one per session)",
     )
 
+
+def _add_watchdog(sub: Any) -> None:
     from actors.surfaces.watchdog_cli import add_watchdog_parser
 
     add_watchdog_parser(sub)
+
+
+def _commands() -> list[tuple[str, Callable[[Any], None]]]:
+    """Every command and what adds it, in the order ``--help`` lists them."""
+    out: list[tuple[str, Callable[[Any], None]]] = [("serve", _add_serve), ("demo", _add_demo)]
+    for op in ops.PARENT:
+        if op.help:  # an operation without a command has no help
+            out.append((op.name, functools.partial(_add_operation, op=op)))
+        if op.name in _AFTER:
+            out.append(_AFTER[op.name])
+    out += [("tools", _add_tools), ("tool", _add_tool), ("mcp", _add_mcp)]
+    return [*out, ("watchdog", _add_watchdog)]
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``shepherd`` parser (raises ``invalid_argument`` on a usage error). When ``argv``
+    starts with a command's name, only that command is added: a call pays for building its own
+    command, not the thirty others (what it parses and prints is the same, since nothing
+    reaches the top level but the command's name); otherwise every command is."""
+    parser = _Parser(prog="shepherd", description="Supervise a team of agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    commands = _commands()
+    words = sys.argv[1:] if argv is None else argv
+    chosen = [c for c in commands if words and c[0] == words[0]]
+    for _, add in chosen or commands:
+        add(sub)
     return parser
 
 
