@@ -24,6 +24,7 @@ JOBS = {
     "bridge": ("bridge", "bridge_job"),
     "children": ("children", "children_job"),
     "requests": ("requests", "requests_job"),
+    "runtime": ("savina", "runtime_job"),
 }
 
 
