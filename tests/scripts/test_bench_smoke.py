@@ -62,6 +62,10 @@ FIGURES = {
     },
     "children.inotify_instances": set(),
     "children.polled_agents": set(),
+    **{
+        f"runtime.{workload}.msgs_per_s": {"pykka_threading_actor", "thespian_simple"}
+        for workload in ("ping_pong", "thread_ring", "fork_join", "counting")
+    },
 }
 
 
