@@ -13,6 +13,13 @@ Rules of the runner:
   saying "the answer comes later".
 - A timer hands its event back to this actor; the rules ignore an event that no longer
   applies (a timer cancelled too late, or fired early by the simulation).
+- A coalescing window closes on time even behind a backlog: before each message, the windows
+  whose time has come are flushed (their timer's event, when it arrives, is dropped). A
+  timer's event waits in this actor's mailbox behind everything that arrived before it, and
+  when thousands of ``done`` arrive at once every window would otherwise close only after the
+  last of them was handled: each notification paid for the whole burst. Only ``Flush`` is
+  brought forward: a deadline's event keeps its place (what reached the broker before it is
+  handled first, as part of the task).
 - The transport authenticated and de-duplicated every envelope that reaches this actor: it
   trusts them (:mod:`actors.runtime.transport`).
 - After a parent restart (``restore``), the first thing it does is run the effects of
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -85,6 +93,9 @@ class BrokerActor(ShepherdActor):
         self._watchdog = watchdog_factory(self.actor_ref) if watchdog_factory else None
         self._agents: dict[str, pykka.ActorRef[Any]] = {}  # agent id -> its actor
         self._timers: dict[fx.TimerKey, tuple[fx.TimerEvent, TimerHandle]] = {}
+        #: open coalescing windows, (monotonic time it closes, its event), in that order (one
+        #: window length per session: the order they open is the order they close)
+        self._windows: deque[tuple[float, fx.Flush]] = deque()
         self._tasks: dict[str, pykka.ActorRef[Any]] = {}  # open task id -> its actor
         self._watchers: dict[str, pykka.ActorRef[Any]] = {}  # watcher id -> its actor
         self._log = logger.bind(session=session_id)
@@ -100,6 +111,8 @@ class BrokerActor(ShepherdActor):
     # ------------------------------------------------------------------ match, call the rule
 
     def on_receive(self, message: Any) -> Any:
+        if self._windows and self._windows[0][0] <= self.clock.monotonic():
+            self._close_windows()
         state = self.state
         match message:
             case messages.ParentCall(args=args):
@@ -114,7 +127,14 @@ class BrokerActor(ShepherdActor):
                 return self._run(effects)
             case messages.DeliveryFailed(envelope=env, error=error):
                 return self._run(inbound.delivery_failed(state, env, error, self._ctx()))
-            case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue() | fx.Flush():
+            case fx.Flush():
+                entry = self._timers.get(message.key)
+                if entry is None or entry[0] is not message:
+                    return None  # its window was closed on time already (see the rules above)
+                del self._timers[message.key]
+                self._run(calls.fire(state, message, self._ctx()))
+                return None
+            case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue():
                 entry = self._timers.get(message.key)
                 if entry is not None and entry[0] is message:
                     del self._timers[message.key]
@@ -181,9 +201,7 @@ class BrokerActor(ShepherdActor):
                 case fx.CancelTimer(key=("deadline", task_id)):
                     self._tell_task(task_id, messages.DisarmDeadline())
                 case fx.StartTimer(delay=delay, event=event):
-                    self._cancel(event.key)
-                    fire = functools.partial(tell_quietly, self.actor_ref, event)
-                    self._timers[event.key] = (event, self.clock.call_later(delay, fire))
+                    self._start_timer(delay, event)
                 case fx.CancelTimer(key=key):
                     self._cancel(key)
                 case fx.OpenNote() | fx.AppendNote() | fx.FinaliseNote() | fx.SpawnWatcher():
@@ -226,6 +244,24 @@ class BrokerActor(ShepherdActor):
             effect.pid,
             effect.exited,
         )
+
+    def _start_timer(self, delay: float, event: fx.TimerEvent) -> None:
+        self._cancel(event.key)
+        fire = functools.partial(tell_quietly, self.actor_ref, event)
+        self._timers[event.key] = (event, self.clock.call_later(delay, fire))
+        if isinstance(event, fx.Flush):
+            self._windows.append((self.clock.monotonic() + delay, event))
+
+    def _close_windows(self) -> None:
+        """Flush each coalescing window whose time has come, as its timer would have."""
+        now = self.clock.monotonic()
+        while self._windows and self._windows[0][0] <= now:
+            _, event = self._windows.popleft()
+            entry = self._timers.get(event.key)
+            if entry is None or entry[0] is not event:
+                continue  # flushed by its timer already, or replaced
+            self._cancel(event.key)
+            self._run(calls.fire(self.state, event, self._ctx()))
 
     def _cancel(self, key: fx.TimerKey) -> None:
         entry = self._timers.pop(key, None)
