@@ -116,3 +116,22 @@ def test_a_due_window_is_flushed_before_the_next_message_without_its_timer() -> 
         assert note.pending == ()
     finally:
         session.shutdown()
+
+
+def test_open_windows_close_in_time_order_and_a_replaced_or_cancelled_one_never() -> None:
+    from actors.session.windows import Windows
+    from protocol.session.effects import Flush
+
+    windows = Windows()
+    a, b, c = (Flush(watcher_id=w) for w in ("a", "b", "c"))
+    windows.open(b, 2.0)
+    windows.open(a, 1.0)
+    windows.open(c, 3.0)
+    windows.cancel("c")
+    b_again = Flush(watcher_id="b")
+    windows.open(b_again, 2.5)  # replaces b's open window
+    assert windows.next_at() == 1.0 and len(windows) == 2
+    assert not windows.due(0.5) and windows.pop_due(0.5) == []
+    closed = windows.pop_due(10.0)
+    assert [id(e) for e in closed] == [id(a), id(b_again)]  # the live events, once each
+    assert windows.next_at() is None and len(windows) == 0
