@@ -377,3 +377,27 @@ def _script(doc: dict[str, Any], *, sleep: float) -> Any:
 
     steps = [({"sleep": sleep} if "sleep" in step else step) for step in doc["steps"]]
     return parse_script({"steps": steps})
+
+
+def test_ids_drawn_in_bulk_are_unique_and_a_forked_child_never_reuses_its_parents() -> None:
+    import os
+
+    from actors.runtime.ids import IdSource
+    from protocol.ids import IdKind
+
+    ids = IdSource()
+    made = {ids.new(IdKind.MESSAGE) for _ in range(3000)}  # several bulk draws
+    assert len(made) == 3000
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, to the parent
+        try:
+            os.write(write, ids.new(IdKind.MESSAGE).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    child_id = os.read(read, 100).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert child_id.startswith("shepherd-message-")
+    assert child_id != ids.new(IdKind.MESSAGE)  # the parent's next token is not the child's
