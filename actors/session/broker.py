@@ -48,7 +48,7 @@ from actors.session.agent import AgentActor, AgentSpec, Launcher
 from actors.session.sinks import GuardedSink
 from actors.session.task import TaskActor
 from actors.session.watcher import WatcherActor
-from actors.session.windows import Windows
+from actors.session.windows import Windows, WindowsDue
 from protocol import api
 from protocol.errors import ShepherdError
 from protocol.notifications import TaskCompletion
@@ -60,19 +60,6 @@ from protocol.settings import Settings
 from protocol.tasks import TaskRecord
 
 __all__ = ["BrokerActor"]
-
-_TIMERS = (fx.TaskDeadline, fx.RequestTimeout, fx.StaleDue, fx.Flush)
-
-
-class _WindowsDue:
-    """The windows' one timer fired: the windows closing by ``at`` are due."""
-
-    __slots__ = ("at", "handle")
-
-    def __init__(self, at: float) -> None:
-        self.at = at
-        self.handle: TimerHandle | None = None
-
 
 _WATCHDOG = (fx.WatchdogAgent, fx.WatchdogRuntime, fx.WatchdogInstruction, fx.WatchdogTask)
 
@@ -106,8 +93,7 @@ class BrokerActor(ShepherdActor):
         self._agents: dict[str, pykka.ActorRef[Any]] = {}  # agent id -> its actor
         self._timers: dict[fx.TimerKey, tuple[fx.TimerEvent, TimerHandle]] = {}
         #: open coalescing windows (closing on the monotonic clock), and their one timer
-        self._windows = Windows()
-        self._windows_timer: _WindowsDue | None = None  # the one timer, when set
+        self._windows = Windows(self.clock, functools.partial(tell_quietly, self.actor_ref))
         self._tasks: dict[str, pykka.ActorRef[Any]] = {}  # open task id -> its actor
         self._watchers: dict[str, pykka.ActorRef[Any]] = {}  # watcher id -> its actor
         self._log = logger.bind(session=session_id)
@@ -139,13 +125,9 @@ class BrokerActor(ShepherdActor):
                 return self._run(effects)
             case messages.DeliveryFailed(envelope=env, error=error):
                 return self._run(inbound.delivery_failed(state, env, error, self._ctx()))
-            case _WindowsDue(at=at):
-                if message is self._windows_timer:  # not one replaced by an earlier one
-                    self._windows_timer = None
-                    # what it was set for is due, as a window's own timer was, even if the
-                    # simulation fired it early
-                    self._close_windows(max(at, self.clock.monotonic()))
-                    self._arm_windows()
+            case WindowsDue():
+                for event in self._windows.fired(message):
+                    self._run(calls.fire(state, event, self._ctx()))
                 return None
             case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue():
                 entry = self._timers.get(message.key)
@@ -261,24 +243,10 @@ class BrokerActor(ShepherdActor):
     def _start_timer(self, delay: float, event: fx.TimerEvent) -> None:
         self._cancel(event.key)
         if isinstance(event, fx.Flush):
-            self._windows.open(event, self.clock.monotonic() + delay)
-            self._arm_windows()
+            self._windows.start(event, delay)
             return
         fire = functools.partial(tell_quietly, self.actor_ref, event)
         self._timers[event.key] = (event, self.clock.call_later(delay, fire))
-
-    def _arm_windows(self) -> None:
-        """Keep the windows' one timer set for the earliest open window (once it fires, it
-        is set again for the next)."""
-        at = self._windows.next_at()
-        armed = self._windows_timer
-        if at is None or (armed is not None and armed.at <= at):
-            return
-        if armed is not None and armed.handle is not None:
-            armed.handle.cancel()  # set for a later window than this one
-        due = self._windows_timer = _WindowsDue(at)
-        fire = functools.partial(tell_quietly, self.actor_ref, due)
-        due.handle = self.clock.call_later(at - self.clock.monotonic(), fire)
 
     def _close_windows(self, now: float) -> None:
         """Flush each coalescing window closed by ``now``, as its own timer would have."""
