@@ -4,7 +4,7 @@
     python scripts/bench.py [--quick] [--out FILE] [--runs N] [--only NAME,...]
 
 Benchmarks (``--only`` names): ``delivery``, ``throughput``, ``notify``, ``scale``, ``idle``,
-``demo``, ``requests``, ``children``, ``cli``. Every job runs in a fresh worker process
+``demo``, ``requests``, ``children``, ``runtime``, ``cli``. Every job runs in a fresh worker process
 (``bench_lib.worker``); publishers are other processes again (``bench_lib.publisher``). Each
 figure is collected over several runs (5; 3 with ``--quick``, which also uses smaller sizes and
 finishes in a few minutes) and written to JSON (default ``bench-results.json``) as min / median
@@ -29,6 +29,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,9 @@ from bench_lib.report import (
     Results,
     table,
 )
+from bench_lib.savina import SUBJECTS as RUNTIME_SUBJECTS
+from bench_lib.savina import THESPIAN
+from bench_lib.savina import WORKLOADS as RUNTIME_WORKLOADS
 
 
 @dataclass(frozen=True)
@@ -73,16 +77,18 @@ class Sizes:
     requests_window: int  # the last requests whose cost is reported
     children: int  # real children in one session (``children``)
     children_rounds: int  # round trips per child
+    runtime_n: int  # messages (round trips, token passes) per Savina-style workload
     cli_calls: int  # command-line calls per subject in one run (``cli``)
     cli_agents: int  # agents of the session for ``status`` with agents
 
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
-             1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000, 200, 3, 20, 150)  # fmt: skip
+             1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000, 200, 3, 100000,
+             20, 150)  # fmt: skip
 QUICK = Sizes(3, 30, 200, True, 2500, ((1, 2), (100, 30), (1000, 300)),
-              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 40, 2, 10, 150)  # fmt: skip
+              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 40, 2, 20000, 10, 150)  # fmt: skip
 SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
-              20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1, 2, 3)  # fmt: skip
+              20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1, 500, 2, 3)  # fmt: skip
 
 
 class WorkerError(RuntimeError):
@@ -392,7 +398,50 @@ def bench_children(sizes: Sizes, results: Results) -> None:
         results.add("children.polled_agents", SHEPHERD, got["agent_wake"].get("polling", 0))
 
 
-# ---------------------------------------------------------------------- 9. command line
+# ---------------------------------------------------------------------- 9. actor runtime
+
+
+def bench_runtime(sizes: Sizes, results: Results) -> None:
+    """Savina-style workloads on Shepherd's runtime, pykka and Thespian (``bench_lib/savina``).
+    One process per (subject, workload, run); the subjects' order turns from run to run."""
+    subjects = list(RUNTIME_SUBJECTS)
+    try:
+        thespian = metadata.version("thespian")
+    except metadata.PackageNotFoundError:
+        thespian = None
+        subjects.remove(THESPIAN)
+        print(
+            "[bench] runtime: thespian is not installed, so its baseline is left out; "
+            "install it with: pip install -e '.[bench]'",
+            file=sys.stderr,
+        )
+    params = {"n": sizes.runtime_n, "ring": 100, "workers": 8}
+    for workload in RUNTIME_WORKLOADS:
+        key = f"runtime.{workload}.msgs_per_s"
+        results.params(key, **params, thespian=thespian or "not installed")
+        if thespian is None:
+            results.missing(key, THESPIAN, "thespian not installed: pip install -e '.[bench]'")
+    for run in range(sizes.runs):
+        turn = run % len(subjects)
+        order = subjects[turn:] + subjects[:turn]
+        jobs = [
+            ("runtime", {**params, "subject": subject, "workload": workload})
+            for workload in RUNTIME_WORKLOADS
+            for subject in order
+        ]
+        for (_, job), got in zip(jobs, run_jobs(jobs, parallel=False), strict=True):
+            subject, key = job["subject"], f"runtime.{job['workload']}.msgs_per_s"
+            if isinstance(got, Exception):
+                _failed(results, "runtime", [key], subject, got)
+                continue
+            results.keep_raw("runtime", got)
+            if not got["ok"]:
+                results.error("runtime", f"{job['workload']} {subject}: wrong answer: {got}")
+                continue
+            results.add(key, subject, got["msgs_per_s"])
+
+
+# ---------------------------------------------------------------------- 10. command line
 
 
 def bench_cli(sizes: Sizes, results: Results) -> None:
@@ -434,6 +483,7 @@ RUNNERS = {
     "demo": bench_demo,
     "requests": bench_requests,
     "children": bench_children,
+    "runtime": bench_runtime,
     "cli": bench_cli,
 }
 

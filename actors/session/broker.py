@@ -13,6 +13,13 @@ Rules of the runner:
   saying "the answer comes later".
 - A timer hands its event back to this actor; the rules ignore an event that no longer
   applies (a timer cancelled too late, or fired early by the simulation).
+- A coalescing window (a ``Flush`` timer) closes on time even behind a backlog: before each
+  message, the windows whose time has come are flushed (:mod:`actors.session.windows`, one
+  timer for them all). A timer's event waits in this actor's mailbox behind everything that
+  arrived before it, and when thousands of ``done`` arrive at once every window would
+  otherwise close only after the last of them was handled: each notification paid for the
+  whole burst. Only ``Flush`` is brought forward: a deadline's event keeps its place (what
+  reached the broker before it is handled first, as part of the task).
 - The transport authenticated and de-duplicated every envelope that reaches this actor: it
   trusts them (:mod:`actors.runtime.transport`).
 - After a parent restart (``restore``), the first thing it does is run the effects of
@@ -41,6 +48,7 @@ from actors.session.agent import AgentActor, AgentSpec, Launcher
 from actors.session.sinks import GuardedSink
 from actors.session.task import TaskActor
 from actors.session.watcher import WatcherActor
+from actors.session.windows import Windows, WindowsDue
 from protocol import api
 from protocol.errors import ShepherdError
 from protocol.notifications import TaskCompletion
@@ -53,7 +61,6 @@ from protocol.tasks import TaskRecord
 
 __all__ = ["BrokerActor"]
 
-_TIMERS = (fx.TaskDeadline, fx.RequestTimeout, fx.StaleDue, fx.Flush)
 _WATCHDOG = (fx.WatchdogAgent, fx.WatchdogRuntime, fx.WatchdogInstruction, fx.WatchdogTask)
 
 
@@ -85,6 +92,8 @@ class BrokerActor(ShepherdActor):
         self._watchdog = watchdog_factory(self.actor_ref) if watchdog_factory else None
         self._agents: dict[str, pykka.ActorRef[Any]] = {}  # agent id -> its actor
         self._timers: dict[fx.TimerKey, tuple[fx.TimerEvent, TimerHandle]] = {}
+        #: open coalescing windows (closing on the monotonic clock), and their one timer
+        self._windows = Windows(self.clock, functools.partial(tell_quietly, self.actor_ref))
         self._tasks: dict[str, pykka.ActorRef[Any]] = {}  # open task id -> its actor
         self._watchers: dict[str, pykka.ActorRef[Any]] = {}  # watcher id -> its actor
         self._log = logger.bind(session=session_id)
@@ -100,6 +109,8 @@ class BrokerActor(ShepherdActor):
     # ------------------------------------------------------------------ match, call the rule
 
     def on_receive(self, message: Any) -> Any:
+        if self._windows and self._windows.due(now := self.clock.monotonic()):
+            self._close_windows(now)
         state = self.state
         match message:
             case messages.ParentCall(args=args):
@@ -114,7 +125,11 @@ class BrokerActor(ShepherdActor):
                 return self._run(effects)
             case messages.DeliveryFailed(envelope=env, error=error):
                 return self._run(inbound.delivery_failed(state, env, error, self._ctx()))
-            case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue() | fx.Flush():
+            case WindowsDue():
+                for event in self._windows.fired(message):
+                    self._run(calls.fire(state, event, self._ctx()))
+                return None
+            case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue():
                 entry = self._timers.get(message.key)
                 if entry is not None and entry[0] is message:
                     del self._timers[message.key]
@@ -181,9 +196,7 @@ class BrokerActor(ShepherdActor):
                 case fx.CancelTimer(key=("deadline", task_id)):
                     self._tell_task(task_id, messages.DisarmDeadline())
                 case fx.StartTimer(delay=delay, event=event):
-                    self._cancel(event.key)
-                    fire = functools.partial(tell_quietly, self.actor_ref, event)
-                    self._timers[event.key] = (event, self.clock.call_later(delay, fire))
+                    self._start_timer(delay, event)
                 case fx.CancelTimer(key=key):
                     self._cancel(key)
                 case fx.OpenNote() | fx.AppendNote() | fx.FinaliseNote() | fx.SpawnWatcher():
@@ -227,7 +240,23 @@ class BrokerActor(ShepherdActor):
             effect.exited,
         )
 
+    def _start_timer(self, delay: float, event: fx.TimerEvent) -> None:
+        self._cancel(event.key)
+        if isinstance(event, fx.Flush):
+            self._windows.start(event, delay)
+            return
+        fire = functools.partial(tell_quietly, self.actor_ref, event)
+        self._timers[event.key] = (event, self.clock.call_later(delay, fire))
+
+    def _close_windows(self, now: float) -> None:
+        """Flush each coalescing window closed by ``now``, as its own timer would have."""
+        for event in self._windows.pop_due(now):
+            self._run(calls.fire(self.state, event, self._ctx()))
+
     def _cancel(self, key: fx.TimerKey) -> None:
+        if key[0] == "flush":
+            self._windows.cancel(key[1])
+            return
         entry = self._timers.pop(key, None)
         if entry is not None:
             entry[1].cancel()

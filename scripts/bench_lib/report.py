@@ -161,6 +161,20 @@ FIGURES: dict[str, Figure] = {
         )
         for q in ("p50", "p99")
     },
+    **{
+        f"runtime.{workload}.msgs_per_s": Figure(
+            "msgs/s",
+            "higher",
+            f"Savina-style {what}, messages handled per second on the actor runtime (goal: "
+            "at least 2x pykka's ThreadingActor and ahead of Thespian's simpleSystemBase)",
+        )
+        for workload, what in (
+            ("ping_pong", "ping-pong: two actors, n round trips"),
+            ("thread_ring", "thread ring: a token passed n times round a ring of 100 actors"),
+            ("fork_join", "fork-join: one actor fans n messages out to 8 workers, joins answers"),
+            ("counting", "counting: one producer tells a counter n times, then asks the count"),
+        )
+    },
 }
 
 BENCHMARKS = {
@@ -172,6 +186,7 @@ BENCHMARKS = {
     "demo": ("demo.", "bridge."),
     "requests": "requests.",
     "children": "children.",
+    "runtime": "runtime.",
     "cli": "cli.",
 }
 

@@ -25,6 +25,7 @@ JOBS = {
     "children": ("children", "children_job"),
     "cli": ("cli", "cli_job"),
     "requests": ("requests", "requests_job"),
+    "runtime": ("savina", "runtime_job"),
 }
 
 

@@ -67,6 +67,10 @@ FIGURES = {
         for call in ("child_message", "status_empty", "status_agents")
         for q in ("p50", "p99")
     },
+    **{
+        f"runtime.{workload}.msgs_per_s": {"pykka_threading_actor", "thespian_simple"}
+        for workload in ("ping_pong", "thread_ring", "fork_join", "counting")
+    },
 }
 
 

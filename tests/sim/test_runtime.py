@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +13,7 @@ import pykka
 import pytest
 
 from actors.runtime.clock import Clock, SystemClock, VirtualClock
-from actors.runtime.runtime import ShepherdActor, ThreadedRuntime
+from actors.runtime.runtime import RuntimeInbox, ShepherdActor, ThreadedRuntime
 from actors.runtime.transport import InMemoryTransport
 from actors.session.session import Session
 from actors.session.sinks import CollectingSink
@@ -63,6 +65,111 @@ def test_each_actor_handles_one_message_at_a_time_on_the_pool(threaded: Threaded
         assert ref.ask("inc", timeout=30) == 8001
         actor = ref._actor_weakref()
         assert actor is not None and actor.max_concurrent == 1
+
+
+class Bouncer(ShepherdActor):
+    """Sends each message back to the actor it names until ``left`` runs out: its inbox
+    empties and refills all the time, racing every send with the mark being cleared."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.left = 0
+        self.concurrent = 0
+        self.max_concurrent = 0
+
+    def on_receive(self, message: Any) -> None:
+        self.concurrent += 1
+        self.max_concurrent = max(self.max_concurrent, self.concurrent)
+        peer, left = message
+        if left:
+            peer.tell((self.actor_ref, left - 1))
+        else:
+            self.left += 1  # this pair's game is over
+        self.concurrent -= 1
+
+
+def test_mail_racing_an_emptying_inbox_is_never_stranded(threaded: ThreadedRuntime) -> None:
+    # many pairs bouncing one message at a time, with outside threads telling them too: a
+    # message put while its actor's worker finds the inbox empty must still be handled
+    # message put while its actor's worker finds the inbox empty must still be handled. The
+    # threads switch far more often than usual, so the narrow windows do get hit.
+    pairs = [(threaded.spawn(Bouncer), threaded.spawn(Bouncer)) for _ in range(16)]
+    games_each = 5
+
+    def serve() -> None:
+        for _ in range(games_each):
+            for a, b in pairs:
+                a.tell((b, 301))
+
+    actors = [ref._actor_weakref() for pair in pairs for ref in pair]
+
+    def over() -> bool:
+        return sum(a.left for a in actors if a is not None) == len(pairs) * games_each * 2
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        outside = [threading.Thread(target=serve) for _ in range(2)]
+        for thread in outside:
+            thread.start()
+        for thread in outside:
+            thread.join()
+        assert threaded.wait_until(over, timeout=60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert all(a is not None and a.max_concurrent == 1 for a in actors)
+
+
+class _LateMail(deque[Any]):
+    """A mailbox that, the first time its owner finds it empty, is overtaken by a ``put``
+    before the owner acts on it: the moment a sender sees the actor still scheduled and
+    leaves the waking to its worker."""
+
+    def __init__(self, inbox: RuntimeInbox) -> None:
+        super().__init__()
+        self.inbox: RuntimeInbox | None = inbox
+
+    def _overtaken(self) -> None:
+        if self.inbox is not None:
+            inbox, self.inbox = self.inbox, None
+            inbox.put("late")  # type: ignore[arg-type]  # any object stands for an envelope
+
+    def popleft(self) -> Any:
+        if not len(self):
+            self._overtaken()
+            raise IndexError("pop from an empty deque")
+        return super().popleft()
+
+    def __bool__(self) -> bool:
+        if not len(self):
+            self._overtaken()
+            return False
+        return True
+
+
+@pytest.mark.parametrize("step", ["take", "release"])
+def test_mail_put_while_the_worker_finds_the_inbox_empty_is_not_stranded(step: str) -> None:
+    scheduled: list[Any] = []
+
+    class Scheduler:
+        def schedule(self, actor: Any) -> None:
+            scheduled.append(actor)
+
+    inbox = RuntimeInbox(Scheduler(), "actor")  # type: ignore[arg-type]
+    inbox.put("first")  # type: ignore[arg-type]
+    assert scheduled == ["actor"]  # the worker given it owns the actor now
+    assert inbox.take() == "first"
+    inbox._items = _LateMail(inbox)  # type: ignore[assignment]
+    if step == "take":  # the worker looks for more mail
+        assert inbox.take() == "late"
+    else:  # the worker ends its batch
+        assert inbox.release() is True
+        assert inbox.take() == "late"
+    # the worker handles the late mail; nobody else was told to run the actor meanwhile
+    assert scheduled == ["actor"]
+    assert inbox.take() is None  # and then it lets go: the next put schedules it again
+    inbox.put("next")  # type: ignore[arg-type]
+    assert scheduled == ["actor", "actor"]
 
 
 def test_a_failing_tell_handler_does_not_stop_the_actor(threaded: ThreadedRuntime) -> None:
@@ -270,3 +377,27 @@ def _script(doc: dict[str, Any], *, sleep: float) -> Any:
 
     steps = [({"sleep": sleep} if "sleep" in step else step) for step in doc["steps"]]
     return parse_script({"steps": steps})
+
+
+def test_ids_drawn_in_bulk_are_unique_and_a_forked_child_never_reuses_its_parents() -> None:
+    import os
+
+    from actors.runtime.ids import IdSource
+    from protocol.ids import IdKind
+
+    ids = IdSource()
+    made = {ids.new(IdKind.MESSAGE) for _ in range(3000)}  # several bulk draws
+    assert len(made) == 3000
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, to the parent
+        try:
+            os.write(write, ids.new(IdKind.MESSAGE).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    child_id = os.read(read, 100).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert child_id.startswith("shepherd-message-")
+    assert child_id != ids.new(IdKind.MESSAGE)  # the parent's next token is not the child's
