@@ -16,12 +16,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 import time
 from typing import Any
 
 from bench_lib.bridge import bridge_missing
-from bench_lib.common import latency_summary, memory_base_dir, temp_dir
+from bench_lib.common import ReadyTap, latency_summary, memory_base_dir, temp_dir
 
 LOOP = {
     "steps": [
@@ -33,25 +32,6 @@ LOOP = {
         }
     ]
 }
-
-
-class _Ready:
-    """The broker's story tap: counts agents whose process state left ``starting``."""
-
-    def __init__(self) -> None:
-        self.ready: set[str] = set()
-        self._cond = threading.Condition()
-
-    def __call__(self, line: str) -> None:
-        name, _, rest = line.partition(": ")
-        if rest.startswith("process ") and rest != "process starting":
-            with self._cond:
-                self.ready.add(name)
-                self._cond.notify_all()
-
-    def wait(self, count: int, timeout_s: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: len(self.ready) >= count, timeout_s)
 
 
 def inotify_instances(pid: int) -> int:
@@ -75,7 +55,7 @@ def children_job(params: dict[str, Any]) -> dict[str, Any]:
 
         script = tmp / "loop.json"
         script.write_text(json.dumps(LOOP))
-        ready = _Ready()
+        ready = ReadyTap()
         supervisor = Supervisor(tmp / "session", tap=ready, mailbox_root=tmp / "mbox")
         try:
             session = supervisor.session

@@ -17,32 +17,12 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from bench_lib.bridge import QUIET_SCRIPT, bridge_missing
-from bench_lib.common import latency_summary, memory_base_dir, temp_dir
-
-
-class _Ready:
-    """The broker's story tap: counts agents whose process state left ``starting``."""
-
-    def __init__(self) -> None:
-        self.ready: set[str] = set()
-        self._cond = threading.Condition()
-
-    def __call__(self, line: str) -> None:
-        name, _, rest = line.partition(": ")
-        if rest.startswith("process ") and rest != "process starting":
-            with self._cond:
-                self.ready.add(name)
-                self._cond.notify_all()
-
-    def wait(self, count: int, timeout_s: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: len(self.ready) >= count, timeout_s)
+from bench_lib.common import ReadyTap, latency_summary, memory_base_dir, temp_dir
 
 
 def _command(script: str, module: str) -> list[str]:
@@ -102,7 +82,7 @@ def cli_job(params: dict[str, Any]) -> dict[str, Any]:
 
         script = tmp / "quiet.json"
         script.write_text(json.dumps(QUIET_SCRIPT))
-        ready = _Ready()
+        ready = ReadyTap()
         supervisor = Supervisor(tmp / "session", tap=ready, mailbox_root=tmp / "mbox")
         try:
             session = supervisor.session

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from importlib import metadata
@@ -285,3 +286,22 @@ def new_ids() -> tuple[str, str, str]:
 
     ids = IdSource()
     return ids.new(IdKind.SESSION), ids.new(IdKind.AGENT), ids.secret()
+
+
+class ReadyTap:
+    """The broker's story tap: counts agents whose process state left ``starting``."""
+
+    def __init__(self) -> None:
+        self.ready: set[str] = set()
+        self._cond = threading.Condition()
+
+    def __call__(self, line: str) -> None:
+        name, _, rest = line.partition(": ")
+        if rest.startswith("process ") and rest != "process starting":
+            with self._cond:
+                self.ready.add(name)
+                self._cond.notify_all()
+
+    def wait(self, count: int, timeout_s: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.ready) >= count, timeout_s)
