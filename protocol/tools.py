@@ -322,7 +322,15 @@ def args_from_tool_call(spec: ToolSpec, arguments: dict[str, Any] | None) -> msg
 
     A bad call raises :class:`InvalidArgument` naming the tool and the field (msgspec's
     message carries the path, e.g. ``Expected `array` of length >= 1 - at `$.ids```).
+    No published schema allows ``null``: an explicit ``null`` is refused, never read as "left
+    out" (JSON clients turn NaN and infinities into ``null``, so a NaN deadline would
+    otherwise become no deadline at all).
     """
+    nulls = sorted(k for k, v in (arguments or {}).items() if v is None)
+    if nulls:
+        raise InvalidArgument(
+            f"{spec.name}: {', '.join(nulls)}: null is not a value (leave the field out instead)"
+        )
     try:
         checked = msgspec.convert(arguments if arguments is not None else {}, spec.model_type)
         return msgspec.convert(

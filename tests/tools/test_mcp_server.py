@@ -176,6 +176,35 @@ def test_tools_are_listed_with_the_exact_schemas_and_errors_are_tool_errors(
         raise
 
 
+def test_a_nan_or_infinite_deadline_over_mcp_is_refused_never_read_as_no_deadline(
+    running: Running,
+) -> None:
+    """The MCP client sends NaN and infinities as JSON ``null``; no tool schema allows
+    ``null``, so the call is refused naming the field, and no task starts."""
+    (running.root / "idle.json").write_text(json.dumps({"steps": [{"await": "any"}]}))
+
+    async def scenario() -> None:
+        with anyio.fail_after(DEADLINE_S):
+            async with mcp_session(running.root, running.supervisor.session_dir) as session:
+                await call(session, "shepherd_spawn", {"name": "idle", "script": "idle.json"})
+                for bad in (float("nan"), float("inf"), float("-inf"), None):
+                    err = await call_error(
+                        session,
+                        "shepherd_delegate",
+                        {"target": "idle", "task": "x", "timeout_minutes": bad},
+                    )
+                    assert err["code"] == "invalid_argument", err
+                    assert "timeout_minutes" in err["message"], err
+                status = await call(session, "shepherd_status", {})
+                assert [a["task"] for a in status["agents"]] == [None]
+
+    try:
+        anyio.run(scenario)
+    except BaseException:
+        print(_server_log(running.root), file=sys.stderr)
+        raise
+
+
 def test_without_a_session_every_tool_says_session_unavailable(
     tmp_path: Path, state_home: Path
 ) -> None:
