@@ -63,6 +63,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from actors import tracing
 from actors.child.adapters import Adapter, adapter_class
 from actors.child.env import FORWARDED_KINDS, ChildEnv, child_env_from, envelope_validator
 from actors.child.inbox_reports import InboxReports
@@ -120,6 +121,8 @@ class Bridge:
         self._cwd = os.getcwd()
         self._log = logger.bind(agent=env.name or env.agent_id)
         self._inbox = InboxReports(self, self.settings.fallback_poll_s, self._log)
+        #: the agent's spans (actors.tracing.child.ChildSpans), when tracing is on
+        self._spans: Any = None
 
     # ------------------------------------------------------------------ AgentContext
 
@@ -133,6 +136,8 @@ class Bridge:
     def publish(self, envelope: AnyEnvelope) -> None:
         """Publish to the parent, in order, through :class:`ParentOutbox` (a full parent inbox
         makes it wait, never drops it)."""
+        if self._spans is not None:
+            envelope = self._traced(self._spans.published, envelope) or envelope
         if isinstance(envelope, RuntimeEnvelope):
             if envelope.event == "exit":
                 self._exit_published = True
@@ -172,6 +177,19 @@ class Bridge:
             environ["SHEPHERD_CHILD_BIN"] = child_bin
         return environ
 
+    def trace_environ(self) -> dict[str, str]:
+        if self._spans is None:
+            return {}
+        return self._traced(self._spans.environ) or {}
+
+    def _traced(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A tracing hook: what it returns, or None if it raised (never the agent's loss)."""
+        try:
+            return fn(*args)
+        except Exception:
+            self._log.opt(exception=True).warning("tracing failed")
+            return None
+
     # ------------------------------------------------------------------ run
 
     def run(self) -> int:
@@ -189,6 +207,12 @@ class Bridge:
             self._log.error("cannot open the session mailbox {}: {}", self.env.mailbox, exc)
             return 2
         self._inbox.attach(self._mailbox)
+        self._spans = tracing.child_spans(
+            os.environ,
+            session_id=self.env.session_id,
+            agent_id=self.env.agent_id,
+            agent_name=self.env.name,
+        )
         self._outbox = ParentOutbox(self._mailbox, self.clock, self.post, self._log)
         try:
             code = self._start()
@@ -284,6 +308,8 @@ class Bridge:
         if self._exit is not None and not self._exit_published:
             self.runtime("exit", exit_code=self._exit.code, text=reason)
         self._log.info("exit {} ({})", self._exit.code if self._exit else 2, reason)
+        if self._spans is not None:
+            self._traced(self._spans.close)
         if self._outbox is not None:
             self._outbox.close()  # a last try at what waits: the loop that retried it is gone
         if self._mailbox is not None:
@@ -310,6 +336,8 @@ class Bridge:
             )
             return
         assert self._adapter is not None
+        if self._spans is not None:
+            self._traced(self._spans.delivered, envelope)
         self._adapter.deliver(envelope)
 
     def _parent_gone(self) -> None:
