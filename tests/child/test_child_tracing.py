@@ -29,10 +29,10 @@ MALFORMED = [
     TASK_TP + "-x",
     "x" * 100_000,
 ]
-#: the child CLI with the OpenTelemetry package made unimportable
+#: the child CLI with the OpenTelemetry SDK made unimportable (the API comes with mcp)
 WITHOUT_OTEL = (
     "import sys\n"
-    "sys.modules['opentelemetry'] = None\n"
+    "sys.modules['opentelemetry.sdk'] = None\n"
     "from actors.child.cli import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )
