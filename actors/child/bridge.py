@@ -80,6 +80,7 @@ from protocol.errors import ShepherdError
 from protocol.ids import PARENT_ID, IdKind
 from protocol.script import ScriptError
 from protocol.settings import Settings
+from protocol.tracecontext import ENV_TRACEPARENT
 
 __all__ = ["Bridge", "configure_logging", "run_bridge"]
 
@@ -175,6 +176,8 @@ class Bridge:
         child_bin = os.path.join(bin_dir, "shepherd-child")
         if "SHEPHERD_CHILD_BIN" not in environ and os.access(child_bin, os.X_OK):
             environ["SHEPHERD_CHILD_BIN"] = child_bin
+        if self._spans is not None:  # the session's context is the bridge's, not the agent's:
+            environ.pop(ENV_TRACEPARENT, None)  # a command turn gets its task's (trace_environ)
         return environ
 
     def trace_environ(self) -> dict[str, str]:

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from protocol.errors import InvalidArgument
+from protocol.tracecontext import ENV_TRACEPARENT
 
 __all__ = [
     "ENV_OTEL",
@@ -132,8 +133,10 @@ def command_span(
     agent_name: str | None,
 ) -> Any:
     """A ``shepherd-child`` call's :class:`~actors.tracing.child.CommandSpan` when tracing is
-    on, else None (nothing imported); a failure to trace is said on stderr, never fatal."""
-    if not wanted(environ):
+    on and the call runs in a command agent's turn (its ``TRACEPARENT`` names the task), else
+    None (nothing imported): Pi's and a script's tool calls are traced by the bridge, from the
+    agent's tool events. A failure to trace is said on stderr, never fatal."""
+    if not wanted(environ) or not environ.get(ENV_TRACEPARENT, "").strip():
         return None
     try:
         require(environ)
