@@ -18,7 +18,7 @@ from actors.tracing.parent import ParentSpans
 from actors.tracing.sdk import make_tracing
 from protocol.envelopes import MessageEnvelope, TaskEnvelope
 from protocol.session import effects as fx
-from protocol.tasks import TaskRecord
+from protocol.tasks import TaskEvent, TaskRecord, settle
 from protocol.tracecontext import format_traceparent
 from tests.sim.scenarios import new_session
 
@@ -27,6 +27,15 @@ WORKER = {
         {"await": "task"},
         {"sleep": 100},
         {"done": {"status": "completed", "summary": "did {last}"}},
+        {"await": "any"},
+    ]
+}
+
+BLOCKED = {
+    "steps": [
+        {"await": "task"},
+        {"sleep": 100},
+        {"done": {"status": "blocked", "summary": "need a key"}},
         {"await": "any"},
     ]
 }
@@ -61,6 +70,7 @@ def _session(spans: ParentSpans) -> SimSession:
         ("cancel", "cancelled", 130, "not needed"),
         ("time_out", "timed_out", 124, "deadline"),
         ("done", "completed", 0, None),
+        ("blocked", "blocked", 2, "blocked"),
     ],
 )
 def test_a_task_is_one_span_from_delegate_to_settlement(
@@ -68,7 +78,7 @@ def test_a_task_is_one_span_from_delegate_to_settlement(
 ) -> None:
     spans = _spans(exporter)
     s = _session(spans)
-    s.spawn("worker", script=WORKER)
+    s.spawn("worker", script=BLOCKED if how == "blocked" else WORKER)
     task = s.delegate("worker", "first", timeout_minutes=1 if how == "time_out" else None)
     s.sim.advance(10)
     assert _named(exporter, "invoke_agent worker") == []  # open until it settles
@@ -162,4 +172,25 @@ def test_a_malformed_traceparent_on_a_routed_message_is_ignored(
     assert out.envelope == msgspec.structs.replace(
         env, traceparent=format_traceparent(ctx.trace_id, ctx.span_id, int(ctx.trace_flags))
     )
+    spans.close()
+
+
+def test_a_task_restored_after_a_parent_restart_gets_a_new_span(
+    exporter: InMemorySpanExporter,
+) -> None:
+    spans = _spans(exporter)
+    record = TaskRecord(
+        task_id="shepherd-task-00000000000000cc",
+        agent_id="shepherd-agent-00000000000000cc",
+        agent_name="scout",
+        description="x",
+        created_at=1.0,
+    )
+    spans.seen(fx.OpenNote(record=record, restored=True))
+    settled, _ = settle(record, TaskEvent.COMPLETE, 5.0, text="done")
+    spans.seen(fx.Journal(record=settled))
+    (span,) = _named(exporter, "invoke_agent scout")
+    assert span.parent is None and span.attributes is not None
+    assert span.attributes["shepherd.task.restored"] is True
+    assert span.attributes["shepherd.task.status"] == "completed"
     spans.close()
