@@ -44,9 +44,7 @@ class SimSession(Session):
             if commands
             else SimLauncher(runtime, transport)
         )
-        return cls(
-            runtime, transport, launcher, settings=settings, sink=sink, tap=tap, spans=spans
-        )
+        return cls(runtime, transport, launcher, settings=settings, sink=sink, tap=tap, spans=spans)
 
     @property
     def sim(self) -> SimRuntime:

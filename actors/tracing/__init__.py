@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
+from actors.tracing.variables import ENV_OTEL, ENV_SPANS_DIR, EXTRA, OTLP_ENDPOINTS
 from protocol.errors import InvalidArgument
 from protocol.tracecontext import ENV_TRACEPARENT
 
@@ -44,15 +45,6 @@ __all__ = [
     "require",
     "wanted",
 ]
-
-#: set by ``serve --otel`` (and inherited by every agent of the session): tracing on
-ENV_OTEL: Final = "SHEPHERD_OTEL"
-#: a directory: every process of the session also writes its finished spans there as JSON
-#: lines, one file per process (``spans-<pid>.jsonl``), with no collector needed
-ENV_SPANS_DIR: Final = "SHEPHERD_OTEL_SPANS_DIR"
-EXTRA: Final = "shepherd[otel]"
-
-OTLP_ENDPOINTS: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 
 def reason(environ: Mapping[str, str]) -> str | None:

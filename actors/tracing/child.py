@@ -31,7 +31,13 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from actors.tracing import names as n
-from actors.tracing.sdk import Tracing, context_of, make_tracing, traceparent_of
+from actors.tracing.sdk import (
+    CHILD_EXPORT_TIMEOUT_S,
+    Tracing,
+    context_of,
+    make_tracing,
+    traceparent_of,
+)
 from protocol.envelopes import (
     AnyEnvelope,
     ControlEnvelope,
@@ -56,7 +62,9 @@ _STAMPED = (MessageEnvelope, ReplyEnvelope, TaskDoneEnvelope, RuntimeEnvelope)
 
 def open_tracing(environ: Mapping[str, str], agent_name: str | None) -> Tracing:
     attributes = {n.GEN_AI_AGENT_NAME: agent_name} if agent_name else {}
-    return make_tracing(environ, "shepherd-child", attributes)
+    return make_tracing(
+        environ, "shepherd-child", attributes, export_timeout_s=CHILD_EXPORT_TIMEOUT_S
+    )
 
 
 class ChildSpans:

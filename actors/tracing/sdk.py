@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-from actors.tracing import ENV_OTEL, ENV_SPANS_DIR, OTLP_ENDPOINTS
+from actors.tracing.variables import ENV_OTEL, ENV_SPANS_DIR, OTLP_ENDPOINTS
 from protocol.errors import InvalidArgument
 from protocol.tracecontext import format_traceparent, parse_traceparent
 
@@ -48,6 +48,10 @@ __all__ = [
 ]
 
 INSTRUMENTATION: str = "shepherd"
+#: the standard variables that set how long an OTLP export may take
+OTLP_TIMEOUTS = ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+#: a child's default for it (see :func:`make_tracing`)
+CHILD_EXPORT_TIMEOUT_S = 3.0
 
 
 class JsonLinesExporter(SpanExporter):
@@ -88,7 +92,7 @@ class Tracing:
         self.provider.shutdown()
 
 
-def _otlp_exporter(environ: Mapping[str, str]) -> SpanExporter:
+def _otlp_exporter(environ: Mapping[str, str], timeout_s: float | None) -> SpanExporter:
     protocol = (
         environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -100,14 +104,14 @@ def _otlp_exporter(environ: Mapping[str, str]) -> SpanExporter:
                 OTLPSpanExporter,
             )
 
-            grpc: SpanExporter = OTLPSpanExporter()
+            grpc: SpanExporter = OTLPSpanExporter(timeout=timeout_s)
             return grpc
         if protocol == "http/protobuf":
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
                 OTLPSpanExporter as HttpExporter,
             )
 
-            return HttpExporter()
+            return HttpExporter(timeout=timeout_s)
     except ImportError:
         package = "opentelemetry-exporter-otlp-proto-" + ("grpc" if protocol == "grpc" else "http")
         raise InvalidArgument(
@@ -125,9 +129,15 @@ def make_tracing(
     attributes: Mapping[str, Any] | None = None,
     *,
     processors: Sequence[Any] = (),
+    export_timeout_s: float | None = None,
 ) -> Tracing:
     """A provider with the exporters ``environ`` names (raises ``invalid_argument`` for an
-    unknown one), plus ``processors`` (a test's in-memory exporter)."""
+    unknown one), plus ``processors`` (a test's in-memory exporter). ``export_timeout_s``: how
+    long an OTLP export may try (retries included) unless ``OTEL_EXPORTER_OTLP_*TIMEOUT`` says:
+    a child's exit, or a ``shepherd-child`` call, must not wait the SDK's 10 s on a collector
+    that is down."""
+    if any(environ.get(v, "").strip() for v in OTLP_TIMEOUTS):
+        export_timeout_s = None  # the exporter reads the user's own
     resource_attrs: dict[str, Any] = dict(attributes or {})
     if not environ.get("OTEL_SERVICE_NAME"):
         resource_attrs["service.name"] = service_name
@@ -144,7 +154,8 @@ def make_tracing(
         if name == "none":
             continue
         if name == "otlp":
-            provider.add_span_processor(BatchSpanProcessor(_otlp_exporter(environ)))
+            exporter = _otlp_exporter(environ, export_timeout_s)
+            provider.add_span_processor(BatchSpanProcessor(exporter))
         elif name == "console":
             provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
         else:
