@@ -16,11 +16,12 @@ from opentelemetry.trace import StatusCode
 from actors.testing.session import SimSession
 from actors.tracing.parent import ParentSpans
 from actors.tracing.sdk import make_tracing
-from protocol.envelopes import MessageEnvelope, TaskEnvelope
+from protocol.envelopes import MessageEnvelope, TaskEnvelope, encode_envelope
+from protocol.errors import LimitExceeded
 from protocol.session import effects as fx
 from protocol.tasks import TaskEvent, TaskRecord, settle
 from protocol.tracecontext import format_traceparent
-from tests.sim.scenarios import new_session
+from tests.sim.scenarios import broker, new_session
 
 WORKER = {
     "steps": [
@@ -193,4 +194,41 @@ def test_a_task_restored_after_a_parent_restart_gets_a_new_span(
     assert span.parent is None and span.attributes is not None
     assert span.attributes["shepherd.task.restored"] is True
     assert span.attributes["shepherd.task.status"] == "completed"
+    spans.close()
+
+
+def test_the_largest_task_accepted_still_fits_once_stamped_with_its_trace(
+    exporter: InMemorySpanExporter,
+) -> None:
+    """The size check keeps room for the traceparent the parent adds: what is accepted is
+    never refused by the mailbox for it."""
+    spans = _spans(exporter)
+    s = _session(spans)
+    s.spawn("worker", script={"steps": [{"await": "task"}, {"await": "any"}]})
+    limit = s.settings.max_envelope_bytes
+    low, high = 1, limit  # the largest accepted text length, by bisection
+    while low < high:
+        size = (low + high + 1) // 2
+        try:
+            task = s.delegate("worker", "x" * size)
+        except LimitExceeded:
+            high = size - 1
+            continue
+        s.cancel(task.task_id, "sizing")
+        s.sim.run_until_idle()
+        low = size
+    task = s.delegate("worker", "x" * low)
+    s.sim.run_until_idle()
+    delivered = [
+        e
+        for e in s.sim_launcher.driver("worker").received
+        if isinstance(e, TaskEnvelope) and e.task_id == task.task_id
+    ]
+    (envelope,) = delivered
+    assert envelope.traceparent is not None
+    # as the mailbox writes it: stamped with the agent's capability
+    capability = broker(s).agents[task.agent_id].capability
+    stamped = msgspec.structs.replace(envelope, capability=capability)
+    assert len(encode_envelope(stamped)) <= limit
+    s.shutdown()
     spans.close()
