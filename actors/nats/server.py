@@ -13,7 +13,8 @@ Rules:
   "journaled before told" rule. The server's default (sync every two minutes) loses
   acknowledged messages in a power cut.
 - Ready means a client can connect: :meth:`NatsServer.wait_ready` polls the monitoring
-  endpoint's ``/healthz?js-enabled-only=true`` until JetStream answers ``ok`` (an event, not a
+  endpoint's ``/healthz`` until it answers ``ok`` (JetStream current, with a meta leader in a
+  cluster) (an event, not a
   guess at how long start-up takes), within a ceiling.
 - Ports are found free on 127.0.0.1 by binding port 0 (a race with another process taking the
   same port is possible and shows as a start failure naming the port).
@@ -123,7 +124,7 @@ class NatsServer:
         return self
 
     def healthy(self) -> bool:
-        url = f"http://127.0.0.1:{self.http_port}/healthz?js-enabled-only=true"
+        url = f"http://127.0.0.1:{self.http_port}/healthz"
         try:
             with urllib.request.urlopen(url, timeout=1.0) as answer:
                 return bool(json.load(answer).get("status") == "ok")

@@ -73,6 +73,8 @@ _FETCH_BATCH = 256
 _FETCH_WAIT_S = 1.0
 #: a message not acknowledged this long after delivery is delivered again (a dead receiver)
 _ACK_WAIT_S = 30.0
+#: how long set-up keeps asking a cluster that is still electing its leaders
+_SETUP_CEILING_S = 60.0
 
 
 def stream_name(session_id: str) -> str:
@@ -130,7 +132,7 @@ class NatsTransport:
                 self._connect(list(servers), user, password), self._timeout * 2
             )
             self._quarantined = Quarantine(self._js, self._session_id)
-            self._thread.run(self._ensure_streams(), self._timeout * 2)
+            self._thread.run(self._ensure_streams(), _SETUP_CEILING_S + self._timeout)
         except BaseException:
             self._thread.stop()
             raise
@@ -180,10 +182,26 @@ class NatsTransport:
             max_msg_size=self._settings.max_envelope_bytes,
         )
         for config in (inbox, self._quarantined.stream_config(self._replicas)):
+            await self._make_stream(config)
+
+    async def _make_stream(self, config: Any) -> None:
+        """Create ``config``'s stream, or update it if it exists with other settings (a restart
+        with other limits). A cluster still electing its leaders answers late or with 503:
+        asked again until the set-up ceiling, since creating a stream twice is harmless."""
+        from nats.errors import TimeoutError as NatsTimeout
+        from nats.js.errors import BadRequestError, ServiceUnavailableError
+
+        deadline = asyncio.get_running_loop().time() + _SETUP_CEILING_S
+        while True:
             try:
                 await self._js.add_stream(config)
-            except Exception:  # exists with another config (a restart): update it in place
+                return
+            except BadRequestError:  # the name is taken by another config: update it in place
                 await self._js.update_stream(config)
+                return
+            except (NatsTimeout, ServiceUnavailableError):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
 
     # ------------------------------------------------------------------ inboxes
 
