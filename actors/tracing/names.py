@@ -47,6 +47,8 @@ SHEPHERD_TASK_ID: Final = "shepherd.task.id"
 SHEPHERD_TASK_STATUS: Final = "shepherd.task.status"
 SHEPHERD_TASK_RETURN_CODE: Final = "shepherd.task.return_code"
 SHEPHERD_TASK_RESTORED: Final = "shepherd.task.restored"
+#: on a task span's events: the question (request) asked or closed
+SHEPHERD_REQUEST_ID: Final = "shepherd.request.id"
 SHEPHERD_MESSAGE_KIND: Final = "shepherd.message.kind"  # "message" | "reply"
 SHEPHERD_EXPECTS_REPLY: Final = "shepherd.message.expects_reply"
 SHEPHERD_REPLY_TO: Final = "shepherd.message.reply_to"

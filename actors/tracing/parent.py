@@ -10,7 +10,9 @@ Spans (names and attributes: :mod:`actors.tracing.names`):
   from the parent's start to its shutdown, in a trace of its own;
 - each task: ``invoke_agent {agent}``, the root of the task's own trace (one trace per task,
   linked to the session's span), from the delegate (its first journal record) to its
-  settlement (its terminal record), with the status and return code; a task that did not
+  settlement (its terminal record), with the status and return code, and an event per
+  question it asked (``request pending``: it waits) and per question closed (``request
+  replied``, ``request timed_out``, ...); a task that did not
   complete (failed, blocked, cancelled, timed out) ends in error status, its reason the
   description. Its traceparent goes with the task's envelope, and the child's spans join it;
 - each message or reply the parent routes: ``send {destination}`` (a messaging producer span),
@@ -38,6 +40,7 @@ from actors.tracing.sdk import Tracing, context_of, nanos, traceparent_of
 from protocol.envelopes import MessageEnvelope, ReplyEnvelope, TaskEnvelope
 from protocol.ids import PARENT_ID
 from protocol.notifications import AgentMessage
+from protocol.requests import RequestRecord
 from protocol.session import effects as fx
 from protocol.tasks import TaskRecord
 from protocol.tracecontext import ENV_TRACEPARENT
@@ -98,6 +101,8 @@ class ParentSpans:
         match effect:
             case fx.Journal(record=TaskRecord() as record):
                 self._task(record, restored=False)
+            case fx.Journal(record=RequestRecord(task_id=str(task_id)) as request):
+                self._question(task_id, request)
             case fx.OpenNote(record=record, restored=restored):
                 self._task(record, restored=restored)
             case fx.SpawnAgent(agent_id=agent_id, name=name):
@@ -147,6 +152,18 @@ class ParentSpans:
         del self._tasks[task_id]
         if self._active.get(record.agent_id) == task_id:
             del self._active[record.agent_id]
+
+    def _question(self, task_id: str, request: RequestRecord) -> None:
+        """The task asked a question (it waits), or one of its questions closed."""
+        span = self._tasks.get(task_id)
+        if span is None:
+            return
+        at = request.created_at if request.pending else request.resolved_at
+        span.add_event(
+            f"request {request.state.value}",
+            {n.SHEPHERD_REQUEST_ID: request.request_id},
+            timestamp=nanos(at) if at is not None else None,
+        )
 
     def _send(self, env: MessageEnvelope | ReplyEnvelope, target_id: str) -> str | None:
         """A message or reply routed to an agent: its span; its traceparent."""

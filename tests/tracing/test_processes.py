@@ -114,6 +114,10 @@ def test_one_trace_per_task_with_the_childs_tool_spans_inside(tmp_path: Path, tr
         "shepherd.task.return_code": 0,
     }
     assert (scout_span.status, scout_span.kind) == ("OK", "SpanKind.CLIENT")
+    # its question to the planner: asked (the task waits), then replied
+    moves = [(e["name"], e["attributes"]["shepherd.request.id"]) for e in scout_span.raw["events"]]
+    (question,) = {request for _, request in moves}  # one question: the message to planner
+    assert [name for name, _ in moves] == ["request pending", "request replied"]
     # the cancelled task: error status, with the reason
     assert plan_span.status == "ERROR"
     assert plan_span.attributes["shepherd.task.status"] == "cancelled"
@@ -141,6 +145,7 @@ def test_one_trace_per_task_with_the_childs_tool_spans_inside(tmp_path: Path, tr
     assert ask.attributes["messaging.operation.type"] == "send"
     assert ask.attributes["messaging.destination.name"] == "planner"
     assert ask.attributes["shepherd.message.expects_reply"] is True
+    assert ask.attributes["messaging.message.id"] == question
     assert ask.links[0]["context"]["span_id"] == plan_span.span_id
     (answer,) = named(spans, "send scout")
     assert (answer.trace_id, answer.parent_id) == (plan_span.trace_id, plan_span.span_id)
