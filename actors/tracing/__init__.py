@@ -7,7 +7,8 @@ for it (``OTEL_TRACES_EXPORTER`` other than ``none``, ``OTEL_EXPORTER_OTLP_ENDPO
 span files. ``OTEL_SDK_DISABLED=true`` turns it off whatever else is set.
 
 Rules:
-- Off, nothing of OpenTelemetry is imported: this module is light, and only
+- Off, nothing of OpenTelemetry is imported: this module is light (its factories import the
+  rest only when tracing is on), and only
   :mod:`actors.tracing.sdk`, :mod:`actors.tracing.parent` and :mod:`actors.tracing.child`
   import OpenTelemetry, when tracing is on.
 - On but not installed: the parent refuses to start with an error naming the extra
@@ -18,9 +19,10 @@ Rules:
 Where the spans come from: the parent's broker shows every effect it runs to
 :class:`actors.tracing.parent.ParentSpans` (the session's rules stay pure: spans are opened and
 ended from the effects); the bridge shows it every envelope it gets and sends
-(:class:`actors.tracing.child.ChildSpans`); ``shepherd-child message|done`` wraps its call in
-one span (:func:`actors.tracing.child.command_span`). Trace context travels as a W3C
-traceparent (:mod:`protocol.tracecontext`) in envelopes and in ``TRACEPARENT``.
+(:class:`actors.tracing.child.ChildSpans`); ``shepherd-child message|done`` run in a command
+agent's turn wraps its call in one span (:class:`actors.tracing.child.CommandSpan`). Trace
+context travels as a W3C traceparent (:mod:`protocol.tracecontext`) in envelopes and in
+``TRACEPARENT``. The environment variables are :mod:`actors.tracing.variables`.
 """
 
 from __future__ import annotations
