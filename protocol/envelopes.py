@@ -37,7 +37,7 @@ import msgspec
 
 from protocol.errors import ErrorInfo, InvalidEnvelope
 from protocol.ids import PARENT_ID, IdKind, an_id_of, is_id_of, is_valid_name
-from protocol.limits import DeadlineSeconds, OptionalText, Traceparent
+from protocol.limits import MAX_NESTING, DeadlineSeconds, OptionalText, Traceparent
 from protocol.tasks import DoneStatus, TaskResult
 from protocol.tracecontext import parse_traceparent
 
@@ -228,10 +228,36 @@ def decode_envelope(data: bytes, *, max_bytes: int | None = None) -> AnyEnvelope
         raise InvalidEnvelope(f"envelope is not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidEnvelope("envelope is nested too deeply") from None
+    free_form = (
+        envelope.args
+        if isinstance(envelope, CallEnvelope)
+        else envelope.data
+        if isinstance(envelope, ResultEnvelope)
+        else None
+    )
+    if _nested_deeper(free_form, MAX_NESTING):
+        raise InvalidEnvelope(f"envelope is nested more than {MAX_NESTING} levels deep")
     validate_addresses(envelope)
     if envelope.traceparent is not None and parse_traceparent(envelope.traceparent) is None:
         envelope = msgspec.structs.replace(envelope, traceparent=None)
     return envelope
+
+
+def _nested_deeper(value: object, limit: int) -> bool:
+    """Whether ``value``'s lists and dicts nest more than ``limit`` levels (no recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _is_address(value: str) -> bool:

@@ -68,6 +68,10 @@ MAX_OPTION_CHARS: Final = 4096
 MAX_NAME_CHARS: Final = 200
 #: ids in one watch/wait call
 MAX_IDS: Final = 1000
+#: how deeply an envelope's free-form data (a call's ``args``, a result's ``data``) may nest;
+#: checked explicitly, since the decoder's own bound is the process's recursion limit, which
+#: any module may raise
+MAX_NESTING: Final = 64
 #: output lines one read may ask for (the agent keeps at most ``output_lines``)
 MAX_PAGE_LINES: Final = 100_000
 #: texts shown inside answers and status rows are cut to this many characters
