@@ -35,10 +35,11 @@ from protocol.journal import (
     AgentExitRecord,
     AgentRecord,
     PromptRecord,
+    UsageRecord,
     WatcherRecord,
 )
 from protocol.requests import RequestRecord
-from protocol.session import agents, requests, tasks, watchers
+from protocol.session import agents, budgets, requests, tasks, watchers
 from protocol.session.effects import (
     Deliver,
     Effect,
@@ -94,6 +95,8 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
                 pending = tuple(t for t in record.ids if t not in record.inline)
                 if pending:
                     watchers.register(s, record.watcher_id, record.ids, pending)
+            case UsageRecord():
+                budgets.replay(s, record)
     return s
 
 
@@ -155,6 +158,7 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         envelope = tasks.task_envelope(s, record, cx)
         effects.append(Deliver(agent_id=record.agent_id, envelope=envelope))
     effects += _watchers(restore, cx)
+    effects += budgets.resume(s, cx)
     open_tasks = sum(1 for r in s.tasks.values() if not r.terminal)
     effects.append(
         Story(
