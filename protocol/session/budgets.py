@@ -58,6 +58,7 @@ __all__ = [
     "SESSION_SCOPE",
     "delegate",
     "due",
+    "ended_at_restart",
     "grant",
     "prompt",
     "replay",
@@ -332,19 +333,32 @@ def replay(s: SessionState, record: UsageRecord) -> None:
         s.budget_warned.add((SESSION_SCOPE, limit))
 
 
+def ended_at_restart(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
+    """After a restart, before an open task is handed over again: a task already over its
+    budget, or the session's (the parent stopped between counting and ending it), ends now."""
+    effects = _check_task(s, task_id, cx)
+    if s.tasks[task_id].terminal:
+        return effects
+    budget = session_budget(s)
+    if over(s.session_usage, budget):
+        limit = over(s.session_usage, budget)[0]
+        why = (
+            f"{BUDGET_EXCEEDED}: the session used {_amount(limit, spent(s.session_usage, limit))}"
+            f" {_WHAT[limit]}, over its budget of {_amount(limit, getattr(budget, limit))}"
+        )
+        effects += _end(s, s.tasks[task_id], why, cx)
+    return effects
+
+
 def resume(s: SessionState, cx: Ctx) -> list[Effect]:
-    """After a restart: open tasks get their minute timers again, and a task already over its
-    budget (the parent stopped between counting and ending it) ends now."""
+    """After a restart: open tasks get their minute timers again (a soft share that passed
+    while the parent was down is said now, once)."""
     effects: list[Effect] = []
     for record in [r for r in s.tasks.values() if not r.terminal]:
-        if record.budget is not None and record.budget.max_minutes is not None:
-            if (record.task_id, "max_minutes") in s.budget_warned or cx.now < (
-                record.created_at + record.budget.max_minutes * 60.0 * _fraction(s)
-            ):
-                effects += _timers(s, record, cx)
-            else:  # the soft share passed while the parent was down: say it now, once
-                effects += due(s, BudgetDue(task_id=record.task_id, soft=True), cx)
-                effects += _timers(s, record, cx)
-        effects += _check_task(s, record.task_id, cx)
-    effects += _check_session(s, cx)
+        if record.budget is None or record.budget.max_minutes is None:
+            continue
+        soft_at = record.created_at + record.budget.max_minutes * 60.0 * _fraction(s)
+        if (record.task_id, "max_minutes") not in s.budget_warned and cx.now >= soft_at:
+            effects += due(s, BudgetDue(task_id=record.task_id, soft=True), cx)
+        effects += _timers(s, record, cx)
     return effects

@@ -145,6 +145,9 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
             why = "the agent was gone when the parent restarted"
             effects += tasks.settle(s, task_id, TaskEvent.FAIL, cx, error=why)
             continue
+        if ended := budgets.ended_at_restart(s, task_id, cx):
+            effects += ended
+            continue
         if record.deadline_at is not None:
             delay = max(0.0, record.deadline_at - cx.now)
             effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=task_id)))
