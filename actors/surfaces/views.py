@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.views import degraded, status_line, summary_line
+from protocol.views import degraded, status_line, summary_line, usage_text
 
 __all__ = ["status_table"]
 
@@ -26,7 +26,7 @@ def status_table(data: dict[str, Any]) -> Any:
         ),
         expand=True,
     )
-    for column in ("", "age", "agent", "process", "task", "detail", "task id"):
+    for column in ("", "age", "agent", "process", "task", "detail", "task id", "used"):
         table.add_column(column, no_wrap=column != "detail")
     agents = data.get("agents", [])
     names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
@@ -36,6 +36,8 @@ def status_table(data: dict[str, Any]) -> Any:
         task = agent.get("task") or {}
         state = task.get("state", "no task")
         detail = line.split(" / ", 1)[1].split("  ")[0] if " / " in line else ""
+        # what the task spent of its budget, else what the agent spent
+        used = usage_text(task.get("usage"), task.get("budget")) or usage_text(agent.get("usage"))
         style = {"waiting": "yellow", "completed": "green", "failed": "red", "blocked": "red"}
         table.add_row(
             symbol,
@@ -45,6 +47,7 @@ def status_table(data: dict[str, Any]) -> Any:
             f"[{style.get(state, 'default')}]{state}[/]",
             detail if detail != state else "",
             task.get("task_id", ""),
+            used,
         )
     return table
 

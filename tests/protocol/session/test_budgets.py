@@ -303,7 +303,7 @@ steps = st.lists(
         st.tuples(st.just("minutes"), st.integers(0, 1), st.booleans()),
         st.tuples(st.just("restart")),
     ),
-    max_size=40,
+    max_size=30,
 )
 limits = st.builds(
     Budget,
@@ -352,7 +352,7 @@ def check_fold(s: Session) -> None:
     assert folded.agent_usage == s.state.agent_usage
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(program=steps, asked=st.lists(limits, min_size=2, max_size=2), session=st.booleans())
 def test_budgets_hold_under_random_programs(
     program: list[tuple[Any, ...]], asked: list[Budget], session: bool
