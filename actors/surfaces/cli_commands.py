@@ -27,6 +27,7 @@ import msgspec
 
 from actors.surfaces.cli_output import emit, session_of
 from protocol.errors import InvalidArgument, ShepherdError
+from protocol.settings import Settings, check_settings
 
 __all__ = [
     "TOP_INTERVAL_S",
@@ -74,6 +75,7 @@ def run_serve(args: argparse.Namespace) -> int:
     settings, warnings = load_settings()
     for warning in warnings:
         sys.stderr.write(f"shepherd: warning: {warning}\n")
+    settings = session_budget(settings, args.budget_tokens, args.budget_cost)
     sup = Supervisor(
         args.session_dir,
         settings=settings,
@@ -98,6 +100,15 @@ def run_serve(args: argparse.Namespace) -> int:
     stop.wait()
     sup.shutdown()
     return 0
+
+
+def session_budget(settings: Settings, tokens: int | None, cost: float | None) -> Settings:
+    """``serve --budget-tokens/--budget-cost`` over the settings files, checked against the
+    same bounds (``invalid_argument`` naming the flag's setting)."""
+    given = {k: v for k, v in (("budget_tokens", tokens), ("budget_cost", cost)) if v is not None}
+    if not given:
+        return settings
+    return check_settings(msgspec.structs.replace(settings, **given))
 
 
 def run_top(args: argparse.Namespace) -> int:

@@ -78,6 +78,16 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--session-dir", metavar="DIR", help="where the session's records live")
     p.add_argument("--json", action="store_true", help="notifications as JSON lines")
     p.add_argument("--verbose", action="store_true", help="also print lifecycle changes")
+    # budgets: the session's, over every task (the settings' budget_tokens / budget_cost)
+    p.add_argument(
+        "--budget-tokens", type=int, metavar="N", help="the session's budget of tokens (1-10^12)"
+    )
+    p.add_argument(
+        "--budget-cost",
+        type=float,
+        metavar="USD",
+        help="the session's budget of cost, US dollars (at most 1000000)",
+    )
 
 
 def _add_demo(sub: Any) -> None:
