@@ -78,7 +78,7 @@ class SpawnResult(msgspec.Struct, frozen=True, kw_only=True):
     process_state: ProcessState
 
 
-class DelegateResult(msgspec.Struct, frozen=True, kw_only=True):
+class DelegateResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     task_id: str
     agent_id: str
     accepted: bool

@@ -99,7 +99,8 @@ def usage_text(usage: dict[str, Any] | None, budget: dict[str, Any] | None = Non
         shown = f"${value:.4f}" if field == "cost" else f"{value}"
         if bound is not None:
             shown += f"/${bound:g}" if field == "cost" else f"/{bound}"
-        parts.append(f"{shown} {unit}".rstrip())
+        one = field == "turns" and value == 1 and bound is None
+        parts.append(f"{shown} {'turn' if one else unit}".rstrip())
     if budget.get("max_minutes") is not None:
         parts.append(f"max {budget['max_minutes']:g} min")
     return ", ".join(parts)
