@@ -26,7 +26,7 @@ def status_table(data: dict[str, Any]) -> Any:
         ),
         expand=True,
     )
-    for column in ("", "age", "agent", "process", "task", "detail", "task id", "used"):
+    for column in ("", "age", "agent", "process", "task", "detail", "task id"):
         table.add_column(column, no_wrap=column != "detail")
     agents = data.get("agents", [])
     names = {"shepherd": "shepherd", **{a["agent_id"]: a["name"] for a in agents}}
@@ -36,8 +36,10 @@ def status_table(data: dict[str, Any]) -> Any:
         task = agent.get("task") or {}
         state = task.get("state", "no task")
         detail = line.split(" / ", 1)[1].split("  ")[0] if " / " in line else ""
-        # what the task spent of its budget, else what the agent spent
+        detail = detail if detail != state else ""
+        # what the task spent of its budget, else what the agent spent (in the wrapping column)
         used = usage_text(task.get("usage"), task.get("budget")) or usage_text(agent.get("usage"))
+        detail = "; ".join(x for x in (detail, f"used {used}" if used else "") if x)
         style = {"waiting": "yellow", "completed": "green", "failed": "red", "blocked": "red"}
         table.add_row(
             symbol,
@@ -45,9 +47,8 @@ def status_table(data: dict[str, Any]) -> Any:
             agent["name"],
             agent["process_state"] + (" [closed]" if agent.get("closed") else "") + degraded(agent),
             f"[{style.get(state, 'default')}]{state}[/]",
-            detail if detail != state else "",
+            detail,
             task.get("task_id", ""),
-            used,
         )
     return table
 
