@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import textwrap
@@ -84,6 +85,16 @@ def test_a_command_agent_over_its_token_limit_is_ended_and_the_session_caps_the_
     assert capped["budget"] == {"max_tokens": 940} and capped["clamped"] == ["max_tokens"]
     _, text = _text("status", session=session)
     assert "60/50 tokens" in text and re.search(r"session used: \d turns?, 60/1000 tokens", text)
+
+    # usage and limits are journaled: a parent killed and started again shows the same
+    server.stop(signal.SIGKILL)
+    serve()
+    _, again = cli("status", session=session)
+    rows = {a["name"]: a for a in again["agents"]}
+    assert rows["worker"]["usage"] == row["usage"]
+    assert rows["worker"]["task"]["usage"] == row["task"]["usage"]
+    assert rows["other"]["task"]["budget"] == {"max_tokens": 940}
+    assert again["summary"]["usage"]["tokens"] == 60
 
 
 def _idle(tmp_path: Path) -> Path:
