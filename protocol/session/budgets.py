@@ -92,7 +92,8 @@ def grant(s: SessionState, asked: Budget) -> tuple[Budget | None, tuple[str, ...
         if bound is None:
             continue
         left = bound - spent(s.session_usage, limit)
-        if left <= 0 if limit == "max_cost" else left < 1:
+        nothing_left = left < 1 if limit == "max_tokens" else left <= 0  # whole tokens only
+        if nothing_left:
             raise LimitExceeded(
                 f"the session's budget is spent: {_amount(limit, spent(s.session_usage, limit))}"
                 f" of {_amount(limit, bound)} {_WHAT[limit]} used, 0 left ({limit})"
