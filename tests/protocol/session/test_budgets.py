@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from protocol import api
 from protocol.envelopes import AckEnvelope, ControlEnvelope, RuntimeEnvelope
-from protocol.errors import LimitExceeded
+from protocol.errors import InvalidArgument, LimitExceeded
 from protocol.ids import IdKind
 from protocol.journal import UsageRecord
 from protocol.notifications import Notice, TaskCompletion
@@ -23,7 +23,7 @@ from protocol.session.effects import BudgetDue, CancelTimer, Publish, StartTimer
 from protocol.session.restore import Restore, fold, resume
 from protocol.session.state import SessionState
 from protocol.session.status import view
-from protocol.settings import Settings
+from protocol.settings import Settings, apply_overrides
 from protocol.tasks import TaskRecord, TaskState
 from protocol.usage import Budget, Usage
 
@@ -414,3 +414,31 @@ def test_runtime_usage_envelope_is_bounded() -> None:
         except msgspec.ValidationError:
             continue
         raise AssertionError(f"{bad} was accepted")
+
+
+# ------------------------------------------------------------------ bounds (Python API, settings)
+
+
+def test_every_limit_refuses_hostile_values_naming_the_field() -> None:
+    hostile = (float("nan"), float("inf"), float("-inf"), 0, -1, 1e300, "10", None, True)
+    for field in ("max_turns", "max_tokens", "max_cost", "max_minutes"):
+        for bad in hostile:
+            if bad is None:
+                continue  # None is "no limit", as leaving the field out
+            try:
+                api.build_args(api.DelegateArgs, target="a", task="t", **{field: bad})
+            except InvalidArgument as exc:
+                assert field in exc.message, (field, bad, exc.message)
+                continue
+            raise AssertionError(f"{field}={bad!r} was accepted")
+
+
+def test_session_budget_settings_out_of_range_are_warnings_and_ignored() -> None:
+    for key in ("budget_tokens", "budget_cost", "budget_soft_fraction"):
+        for bad in (float("nan"), float("inf"), 0, -1, 1e300, "10"):
+            settings, warnings = apply_overrides(Settings(), {key: bad}, "config.toml")
+            assert settings == Settings() and len(warnings) == 1 and key in warnings[0]
+    settings, warnings = apply_overrides(
+        Settings(), {"budget_tokens": 5000, "budget_soft_fraction": 0.5}, "config.toml"
+    )
+    assert (settings.budget_tokens, settings.budget_soft_fraction, warnings) == (5000, 0.5, [])
