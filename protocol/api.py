@@ -17,6 +17,10 @@ import msgspec
 from protocol.envelopes import MailboxWake
 from protocol.errors import InvalidArgument
 from protocol.limits import (
+    BudgetCost,
+    BudgetMinutes,
+    BudgetTokens,
+    BudgetTurns,
     Cursor,
     DeadlineMinutes,
     DeadlineSeconds,
@@ -29,6 +33,7 @@ from protocol.limits import (
 )
 from protocol.requests import RequestRecord
 from protocol.tasks import TaskResult, TaskState
+from protocol.usage import Budget, Usage
 
 __all__ = [
     "AgentStatus",
@@ -73,11 +78,16 @@ class SpawnResult(msgspec.Struct, frozen=True, kw_only=True):
     process_state: ProcessState
 
 
-class DelegateResult(msgspec.Struct, frozen=True, kw_only=True):
+class DelegateResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     task_id: str
     agent_id: str
     accepted: bool
     agent_name: str | None = None
+    # --- budgets
+    #: the limits the task got (None: none); capped by what the session's budget had left
+    budget: Budget | None = None
+    #: the limits lowered to the session's remainder (``max_tokens``, ``max_cost``)
+    clamped: tuple[str, ...] = ()
 
 
 class MessageResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -128,6 +138,9 @@ class TaskStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: when the last of them ended, and its exit status (None: the adapter gives none)
     last_turn_ended_at: float | None = None
     last_turn_exit_code: int | None = None
+    # --- budgets
+    usage: Usage | None = None
+    budget: Budget | None = None
 
 
 class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -141,6 +154,9 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None = None
     #: how the agent's bridge is woken for deliveries (its last report; None: not reported)
     mailbox_wake: MailboxWake | None = None
+    # --- budgets
+    #: what the agent spent over all its turns and tasks
+    usage: Usage | None = None
 
 
 class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -151,6 +167,11 @@ class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
     processes: dict[str, int] = {}
     #: active or last tasks per task state
     tasks: dict[str, int] = {}
+    # --- budgets
+    #: what the whole session spent, and its budget (None: none)
+    usage: Usage | None = None
+    budget_tokens: int | None = None
+    budget_cost: float | None = None
 
 
 class StatusResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -243,6 +264,11 @@ class DelegateArgs(
     task: Text
     #: None: the session's default (no deadline unless the settings give one)
     timeout_minutes: DeadlineMinutes | None = None
+    # --- budgets (None: no limit of that kind, but the session's budget still caps tokens/cost)
+    max_turns: BudgetTurns | None = None
+    max_tokens: BudgetTokens | None = None
+    max_cost: BudgetCost | None = None
+    max_minutes: BudgetMinutes | None = None
 
 
 class MessageArgs(Arguments[MessageResult], frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -37,7 +37,14 @@ import msgspec
 
 from protocol.errors import ErrorInfo, InvalidEnvelope
 from protocol.ids import PARENT_ID, IdKind, an_id_of, is_id_of, is_valid_name
-from protocol.limits import MAX_NESTING, DeadlineSeconds, OptionalText, Traceparent
+from protocol.limits import (
+    MAX_NESTING,
+    DeadlineSeconds,
+    OptionalText,
+    Traceparent,
+    UsageCost,
+    UsageTokens,
+)
 from protocol.tasks import DoneStatus, TaskResult
 from protocol.tracecontext import parse_traceparent
 
@@ -75,6 +82,7 @@ RuntimeEvent = Literal[
     "exit",  # the agent process exited (exit_code)
     "error",  # the bridge hit an error it could not hand to the agent
     "condensation",  # the agent's context was summarised (Pi's compaction); text: what
+    "usage",  # what the agent spent since its last report (tokens, cost): counted, not settled
 ]
 ControlAction = Literal["cancel_task", "close", "abort"]
 #: How a process's inbox reader is woken: an inotify watch, the inbox's doorbell, watchfiles,
@@ -158,6 +166,9 @@ class RuntimeEnvelope(Envelope, frozen=True, kw_only=True, tag="runtime"):
     in_turn: bool = False
     #: how the bridge's inbox is woken: sent with ``ready`` and again when it changes
     mailbox_wake: MailboxWake | None = None
+    #: on ``usage``: tokens and cost (US dollars) spent since the last report
+    tokens: UsageTokens | None = None
+    cost: UsageCost | None = None
 
 
 class AckEnvelope(Envelope, frozen=True, kw_only=True, tag="ack"):

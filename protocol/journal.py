@@ -11,6 +11,8 @@ The journal is append-only; the latest record of a thing wins. Records:
 - ``prompt``  a compatibility prompt id and the task it names
 - ``watcher`` a watcher and the ids it watches, with those whose results the ``watch``
   answer itself carried (written before that answer is sent: they count as delivered)
+- ``usage``   what an agent spent in one report (a turn begun, tokens, cost), and the task it
+  counted for: the fold adds them up again
 
 A line is ``{"type": <kind>, "record": {...}}``: an :data:`Entry`, a msgspec tagged union, so
 one decoder reads any line and an unknown kind or a wrong field is a decode error naming it.
@@ -36,6 +38,7 @@ __all__ = [
     "Entry",
     "PromptRecord",
     "Record",
+    "UsageRecord",
     "WatcherRecord",
     "decode_line",
     "encode_line",
@@ -81,6 +84,21 @@ class WatcherRecord(msgspec.Struct, frozen=True, kw_only=True):
     inline: tuple[str, ...] = ()
 
 
+# --- budgets
+
+
+class UsageRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One report of usage (added to what was counted before): the agent's, its task's (if it
+    had one) and the session's."""
+
+    agent_id: str
+    task_id: str | None = None
+    turns: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+    at: float
+
+
 Record = (
     AgentRecord
     | AgentExitRecord
@@ -89,6 +107,7 @@ Record = (
     | RequestRecord
     | PromptRecord
     | WatcherRecord
+    | UsageRecord
 )
 
 
@@ -124,6 +143,10 @@ class WatcherEntry(_Entry, frozen=True, kw_only=True, tag="watcher"):
     record: WatcherRecord
 
 
+class UsageEntry(_Entry, frozen=True, kw_only=True, tag="usage"):
+    record: UsageRecord
+
+
 #: One journal line.
 Entry = (
     AgentEntry
@@ -133,6 +156,7 @@ Entry = (
     | RequestEntry
     | PromptEntry
     | WatcherEntry
+    | UsageEntry
 )
 
 _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
@@ -143,6 +167,7 @@ _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
     RequestRecord: RequestEntry,
     PromptRecord: PromptEntry,
     WatcherRecord: WatcherEntry,
+    UsageRecord: UsageEntry,
 }
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(Entry)

@@ -33,6 +33,9 @@ from typing import Annotated, Final
 import msgspec
 
 __all__ = [
+    "MAX_BUDGET_COST",
+    "MAX_BUDGET_TOKENS",
+    "MAX_BUDGET_TURNS",
     "MAX_DEADLINE_MINUTES",
     "MAX_DEADLINE_S",
     "MAX_IDS",
@@ -42,6 +45,10 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "MAX_TRACEPARENT_CHARS",
     "PREVIEW_CHARS",
+    "BudgetCost",
+    "BudgetMinutes",
+    "BudgetTokens",
+    "BudgetTurns",
     "Cursor",
     "DeadlineMinutes",
     "DeadlineSeconds",
@@ -50,8 +57,11 @@ __all__ = [
     "LineCount",
     "OptionText",
     "OptionalText",
+    "SoftFraction",
     "Text",
     "Traceparent",
+    "UsageCost",
+    "UsageTokens",
     "answer_budget",
     "preview",
 ]
@@ -90,6 +100,28 @@ IdList = Annotated[
 ]
 LineCount = Annotated[int, msgspec.Meta(ge=1, le=MAX_PAGE_LINES)]
 Cursor = Annotated[int, msgspec.Meta(ge=0)]
+
+# --- budgets: what a task or a session may spend, and what an agent may report it spent
+
+#: the most turns one task may be given
+MAX_BUDGET_TURNS: Final = 100_000
+#: the most tokens a budget may give (a trillion): also the most one usage report may carry
+MAX_BUDGET_TOKENS: Final = 10**12
+#: the most US dollars a budget may give: also the most one usage report may carry
+MAX_BUDGET_COST: Final = 1_000_000.0
+
+#: a budget: a positive whole number or amount, at most its ceiling (NaN, infinities, zero,
+#: negatives and 1e300 are refused: "no budget" is said by leaving the field out)
+BudgetTurns = Annotated[int, msgspec.Meta(ge=1, le=MAX_BUDGET_TURNS)]
+BudgetTokens = Annotated[int, msgspec.Meta(ge=1, le=MAX_BUDGET_TOKENS)]
+BudgetCost = Annotated[float, msgspec.Meta(gt=0, le=MAX_BUDGET_COST)]
+#: wall time a task may take, in minutes: bounded as a deadline is
+BudgetMinutes = DeadlineMinutes
+#: one usage report: zero or more, finite, at most the ceiling of a budget
+UsageTokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_BUDGET_TOKENS)]
+UsageCost = Annotated[float, msgspec.Meta(ge=0, le=MAX_BUDGET_COST)]
+#: the share of a budget at which the parent is warned once (the soft limit)
+SoftFraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
 
 #: room kept in an envelope for everything around an answer's data (ids, header, escaping slack)
 _ENVELOPE_HEADROOM: Final = 2048

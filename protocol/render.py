@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import msgspec
+
 from protocol.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope, TaskEnvelope
 from protocol.notifications import (
     AgentMessage,
@@ -26,6 +28,7 @@ from protocol.notifications import (
     WatchdogAlert,
 )
 from protocol.tasks import TaskResult
+from protocol.views import usage_text
 
 __all__ = [
     "CHILD_SHELL",
@@ -84,7 +87,10 @@ def render_result_line(result: TaskResult) -> str:
     who = result.agent_name or result.agent_id
     head = f"{result.task_id} {result.status} (rc {result.return_code}) by {who}"
     body = result.text if result.text is not None else result.error
-    return f"{head}: {body}" if body else head
+    line = f"{head}: {body}" if body else head
+    if result.usage is not None:  # budgets: what the task spent
+        line += f" [used: {usage_text(msgspec.to_builtins(result.usage)) or 'nothing'}]"
+    return line
 
 
 def render_notification(note: AnyNotification) -> str:

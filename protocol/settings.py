@@ -25,7 +25,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from protocol.errors import InvalidArgument
-from protocol.limits import DeadlineSeconds
+from protocol.limits import BudgetCost, BudgetTokens, DeadlineSeconds, SoftFraction
 from protocol.watchdog.config import WatchdogConfig, apply_watchdog_overrides
 
 __all__ = ["Settings", "apply_overrides", "check_settings", "parse_value"]
@@ -67,6 +67,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     fallback_poll_s: Annotated[float, msgspec.Meta(ge=0.01, le=3600)] = 1.0
     #: the stuck-loop watchdog (``[watchdog]`` table)
     watchdog: WatchdogConfig = msgspec.field(default_factory=WatchdogConfig)
+    # --- budgets
+    #: the session's budget of tokens and of cost (US dollars) over every task (None: none)
+    budget_tokens: BudgetTokens | None = None
+    budget_cost: BudgetCost | None = None
+    #: the share of a budget at which the parent is warned, once per task (or session) and limit
+    budget_soft_fraction: SoftFraction = 0.8
 
 
 S = TypeVar("S", bound=msgspec.Struct)

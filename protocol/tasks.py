@@ -26,6 +26,7 @@ from typing import Final, Literal
 import msgspec
 
 from protocol.errors import InvalidTransition, UnresolvedRequests
+from protocol.usage import Budget, Usage
 
 __all__ = [
     "RETURN_CODES",
@@ -129,6 +130,11 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     agent_name: str | None = None
     description: str | None = None
+    # --- budgets
+    #: why the parent's side ended it, as a code (``budget_exceeded``), when it says one
+    reason: str | None = None
+    #: what the task spent (turns, tokens, cost), when anything was counted
+    usage: Usage | None = None
 
 
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,6 +155,9 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     #: the id of the task envelope handed to the agent: re-sent with the same id after a
     #: parent restart, so the agent's inbox drops it if it already had it
     message_id: str | None = None
+    # --- budgets
+    #: the task's limits, as granted (capped by what the session had left)
+    budget: Budget | None = None
 
     @property
     def terminal(self) -> bool:
@@ -210,6 +219,8 @@ def settle(
     text: str | None = None,
     error: str | None = None,
     cancel_requests: bool = False,
+    reason: str | None = None,
+    usage: Usage | None = None,
 ) -> tuple[TaskRecord, bool]:
     """Apply a terminal event. Returns ``(record, changed)``.
 
@@ -241,6 +252,8 @@ def settle(
         error=error,
         agent_name=record.agent_name,
         description=record.description,
+        reason=reason,
+        usage=usage,
     )
     settled = msgspec.structs.replace(
         record, state=state, waiting_since=None, pending_requests=(), result=result

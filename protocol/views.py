@@ -27,6 +27,7 @@ __all__ = [
     "spawned",
     "status_line",
     "summary_line",
+    "usage_text",
     "waited",
     "watched",
 ]
@@ -76,8 +77,42 @@ def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str
     closed = " [closed]" if agent.get("closed") else ""
     return (
         f"{symbol} {age} {agent['name']:<8} {process} / {detail}  {task['task_id']}{closed}"
-        f"{degraded(agent)}"
+        f"{degraded(agent)}{_used(agent, task)}"
     )
+
+
+# --- budgets
+
+
+def usage_text(usage: dict[str, Any] | None, budget: dict[str, Any] | None = None) -> str:
+    """``2 turns, 300/1000 tokens, $0.0120`` (a limit after the slash); "" for nothing."""
+    usage, budget = usage or {}, budget or {}
+    parts = []
+    for field, limit, unit in (
+        ("turns", "max_turns", "turns"),
+        ("tokens", "max_tokens", "tokens"),
+        ("cost", "max_cost", ""),
+    ):
+        value, bound = usage.get(field) or 0, budget.get(limit)
+        if not value and bound is None:
+            continue
+        shown = f"${value:.4f}" if field == "cost" else f"{value}"
+        if bound is not None:
+            shown += f"/${bound:g}" if field == "cost" else f"/{bound}"
+        one = field == "turns" and value == 1 and bound is None
+        parts.append(f"{shown} {'turn' if one else unit}".rstrip())
+    if budget.get("max_minutes") is not None:
+        parts.append(f"max {budget['max_minutes']:g} min")
+    return ", ".join(parts)
+
+
+def _used(agent: dict[str, Any], task: dict[str, Any]) -> str:
+    """The task's usage (of its budget) and the agent's, when anything was counted."""
+    mine = usage_text(task.get("usage"), task.get("budget"))
+    theirs = usage_text(agent.get("usage"))
+    if not mine and not theirs:
+        return ""
+    return f"  used: {mine or 'nothing'}" + (f" (agent: {theirs})" if theirs != mine else "")
 
 
 def summary_line(data: dict[str, Any]) -> str:
@@ -89,7 +124,10 @@ def summary_line(data: dict[str, Any]) -> str:
     )
     tasks = ", ".join(f"{n} {state}" for state, n in sorted(summary.get("tasks", {}).items()))
     line = f"{total} agent{'s' if total != 1 else ''}" + (f": {processes}" if processes else "")
-    return line + (f"; tasks: {tasks}" if tasks else "")
+    line += f"; tasks: {tasks}" if tasks else ""
+    budget = {"max_tokens": summary.get("budget_tokens"), "max_cost": summary.get("budget_cost")}
+    spent = usage_text(summary.get("usage"), budget)
+    return line + (f"; session used: {spent}" if spent else "")
 
 
 def render_status(data: dict[str, Any]) -> str:
@@ -120,7 +158,12 @@ def spawned(data: dict[str, Any]) -> str:
 
 
 def delegated(data: dict[str, Any]) -> str:
-    return f"{data['task_id']} delegated to {data.get('agent_name') or data['agent_id']}"
+    text = f"{data['task_id']} delegated to {data.get('agent_name') or data['agent_id']}"
+    if data.get("budget"):
+        text += f" (budget: {usage_text(None, data['budget'])})"
+    if data.get("clamped"):
+        text += f"; lowered to the session's remainder: {', '.join(data['clamped'])}"
+    return text
 
 
 def messaged(data: dict[str, Any]) -> str:
@@ -130,7 +173,10 @@ def messaged(data: dict[str, Any]) -> str:
 
 def _result_line(r: dict[str, Any]) -> str:
     body = r.get("text") or r.get("error") or ""
-    return f"{r['task_id']} {r['status']} (rc {r['return_code']}) {body}"
+    used = usage_text(r.get("usage"))
+    return f"{r['task_id']} {r['status']} (rc {r['return_code']}) {body}" + (
+        f" [used: {used}]" if used else ""
+    )
 
 
 def watched(data: dict[str, Any]) -> str:

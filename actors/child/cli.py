@@ -1,4 +1,4 @@
-"""``shepherd-child``: the child side's command line. It has exactly three commands and never a
+"""``shepherd-child``: the child side's command line. It has exactly four commands and never a
 parent one:
 
     shepherd-child run
@@ -7,11 +7,12 @@ parent one:
                                        [--steer] [--json]
     shepherd-child done --status completed|blocked|failed [--summary TEXT]
                         [--cancel-requests] [--json]
+    shepherd-child usage --tokens N [--cost USD] [--json]
 
-``message`` and ``done`` are what an agent runs from its shell, generated from the child's
-entries of the operation table (:mod:`protocol.ops.child`): their arguments are checked as the
-same Structs as the child's tools ``shepherd_message`` / ``shepherd_done``. They read the same
-``SHEPHERD_*`` environment as the bridge, publish one envelope to the parent as this agent
+``message``, ``done`` and ``usage`` are what an agent runs from its shell, generated from the
+child's entries of the operation table (:mod:`protocol.ops.child`): their arguments are checked
+as the same Structs as the child's tools ``shepherd_message`` / ``shepherd_done``. They read the
+same ``SHEPHERD_*`` environment as the bridge, publish one envelope to the parent as this agent
 (capability included) and wait for the parent's honest receipt in a one-shot inbox named by
 the envelope's own message id (``reply_inbox``), created and locked before publishing and
 removed after (:mod:`actors.mailbox.reply_inboxes`).
@@ -53,6 +54,7 @@ from protocol.envelopes import (
     Delivery,
     MessageEnvelope,
     ReplyEnvelope,
+    RuntimeEnvelope,
     TaskDoneEnvelope,
 )
 from protocol.errors import (
@@ -65,7 +67,7 @@ from protocol.errors import (
     error_from_info,
 )
 from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
-from protocol.ops.child import ChildDoneArgs, ChildMessageArgs
+from protocol.ops.child import ChildDoneArgs, ChildMessageArgs, ChildUsageArgs
 
 __all__ = ["main", "send_and_wait"]
 
@@ -88,7 +90,7 @@ def _parser() -> _Parser:
     the same Structs as the child's tools ``shepherd_message`` / ``shepherd_done``."""
     parser = _Parser(
         prog="shepherd-child",
-        description="Child-side commands of a Shepherd agent (run, message, done).",
+        description="Child-side commands of a Shepherd agent (run, message, done, usage).",
     )
     names = ",".join(["run", *(op.name for op in ops.CHILD)])
     sub = parser.add_subparsers(dest="command", required=True, metavar=f"{{{names}}}")
@@ -255,6 +257,14 @@ def _done_builder(args: ChildDoneArgs) -> Callable[[dict[str, Any]], AnyEnvelope
     )
 
 
+def _usage_builder(args: ChildUsageArgs) -> Callable[[dict[str, Any]], AnyEnvelope]:
+    """A ``usage`` runtime event with a reply inbox: the parent receipts it (counted, or
+    refused), so the agent's shell knows its report was taken."""
+    return lambda base: RuntimeEnvelope(
+        **base, target_id=PARENT_ID, event="usage", tokens=args.tokens, cost=args.cost
+    )
+
+
 def _receipt(ack: AckEnvelope, message_id: str) -> dict[str, Any]:
     receipt: dict[str, Any] = {"message_id": message_id, "accepted": ack.accepted}
     if ack.request_id is not None:
@@ -282,6 +292,8 @@ def _send_command(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             build = _message_builder(checked)
         case ChildDoneArgs():
             build = _done_builder(checked)
+        case ChildUsageArgs():
+            build = _usage_builder(checked)
         case _:  # pragma: no cover - every child operation is one of the above
             raise AssertionError(args.command)
     env = child_env_from(environ, bridge=False)

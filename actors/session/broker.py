@@ -133,7 +133,7 @@ class BrokerActor(ShepherdActor):
                 for event in self._windows.fired(message):
                     self._run(calls.fire(state, event, self._ctx()))
                 return None
-            case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue():
+            case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue() | fx.BudgetDue():
                 entry = self._timers.get(message.key)
                 if entry is not None and entry[0] is message:
                     del self._timers[message.key]

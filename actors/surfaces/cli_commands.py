@@ -27,6 +27,7 @@ import msgspec
 
 from actors.surfaces.cli_output import emit, session_of
 from protocol.errors import InvalidArgument, ShepherdError
+from protocol.settings import Settings, check_settings
 
 __all__ = [
     "TOP_INTERVAL_S",
@@ -78,6 +79,7 @@ def run_serve(args: argparse.Namespace) -> int:
         from actors.tracing import ENV_OTEL
 
         os.environ[ENV_OTEL] = "1"
+    settings = session_budget(settings, args.budget_tokens, args.budget_cost)
     sup = Supervisor(
         args.session_dir,
         settings=settings,
@@ -102,6 +104,15 @@ def run_serve(args: argparse.Namespace) -> int:
     stop.wait()
     sup.shutdown()
     return 0
+
+
+def session_budget(settings: Settings, tokens: int | None, cost: float | None) -> Settings:
+    """``serve --budget-tokens/--budget-cost`` over the settings files, checked against the
+    same bounds (``invalid_argument`` naming the flag's setting)."""
+    given = {k: v for k, v in (("budget_tokens", tokens), ("budget_cost", cost)) if v is not None}
+    if not given:
+        return settings
+    return check_settings(msgspec.structs.replace(settings, **given))
 
 
 def run_top(args: argparse.Namespace) -> int:

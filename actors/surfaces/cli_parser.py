@@ -84,6 +84,16 @@ def _add_serve(sub: Any) -> None:
         help="send one trace per task with OpenTelemetry (extra shepherd[otel]; OTLP to "
         "OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318)",
     )
+    # budgets: the session's, over every task (the settings' budget_tokens / budget_cost)
+    p.add_argument(
+        "--budget-tokens", type=int, metavar="N", help="the session's budget of tokens (1-10^12)"
+    )
+    p.add_argument(
+        "--budget-cost",
+        type=float,
+        metavar="USD",
+        help="the session's budget of cost, US dollars (at most 1000000)",
+    )
 
 
 def _add_demo(sub: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.views import degraded, status_line, summary_line
+from protocol.views import degraded, status_line, summary_line, usage_text
 
 __all__ = ["status_table"]
 
@@ -36,6 +36,10 @@ def status_table(data: dict[str, Any]) -> Any:
         task = agent.get("task") or {}
         state = task.get("state", "no task")
         detail = line.split(" / ", 1)[1].split("  ")[0] if " / " in line else ""
+        detail = detail if detail != state else ""
+        # what the task spent of its budget, else what the agent spent (in the wrapping column)
+        used = usage_text(task.get("usage"), task.get("budget")) or usage_text(agent.get("usage"))
+        detail = "; ".join(x for x in (detail, f"used {used}" if used else "") if x)
         style = {"waiting": "yellow", "completed": "green", "failed": "red", "blocked": "red"}
         table.add_row(
             symbol,
@@ -43,7 +47,7 @@ def status_table(data: dict[str, Any]) -> Any:
             agent["name"],
             agent["process_state"] + (" [closed]" if agent.get("closed") else "") + degraded(agent),
             f"[{style.get(state, 'default')}]{state}[/]",
-            detail if detail != state else "",
+            detail,
             task.get("task_id", ""),
         )
     return table

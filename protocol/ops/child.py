@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from protocol import api, views
-from protocol.limits import Handle, OptionalText, Text
+from protocol.limits import Handle, OptionalText, Text, UsageCost, UsageTokens
 from protocol.ops.parent import MESSAGE_PARAMS
 from protocol.ops.spec import Param, Tool, entry, respell
 from protocol.tasks import DoneStatus
 
-__all__ = ["DONE", "MESSAGE", "ChildDoneArgs", "ChildMessageArgs"]
+__all__ = ["DONE", "MESSAGE", "USAGE", "ChildDoneArgs", "ChildMessageArgs", "ChildUsageArgs"]
 
 #: what the child's commands answer: the parent's receipt (``message_id``, ``accepted``, and
 #: ``request_id``, ``task_id``, ``result`` when they apply)
@@ -108,4 +108,38 @@ DONE = entry(
             "Mark your delegated task completed, blocked or failed (the only way a task ends)"
         ),
     ),
+)
+
+
+# --- budgets
+
+
+class ChildUsageArgs(api.Arguments[Receipt], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``shepherd-child usage``: what the agent spent since its last report, counted against
+    its task's budget and the session's."""
+
+    tokens: UsageTokens
+    cost: UsageCost | None = None
+
+
+USAGE = entry(
+    "usage",
+    ChildUsageArgs,
+    role="child",
+    help="report tokens (and cost) this agent spent since its last report",
+    view=views.receipt("usage"),
+    params={
+        "tokens": Param(
+            description="Tokens spent since the last report (0 to 10^12)",
+            cli="--tokens",
+            metavar="N",
+            help="tokens spent since the last report (0-10^12)",
+        ),
+        "cost": Param(
+            description="Cost in US dollars spent since the last report (0 to 1000000)",
+            cli="--cost",
+            metavar="USD",
+            help="cost since the last report, US dollars (0-1000000)",
+        ),
+    },
 )

@@ -151,6 +151,43 @@ DELEGATE = entry(
             metavar="MINUTES",
             help="task deadline (at most 10080: 7 days)",
         ),
+        # --- budgets
+        "max_turns": Param(
+            description=(
+                "Most turns the agent may run for the task (1 to 100000); the next turn "
+                "ends the task as failed (budget_exceeded)"
+            ),
+            cli="--max-turns",
+            metavar="N",
+            help="most turns for the task (1-100000)",
+        ),
+        "max_tokens": Param(
+            description=(
+                "Most tokens the task may use (1 to 10^12), as the agent reports them; "
+                "capped by what the session's budget has left"
+            ),
+            cli="--max-tokens",
+            metavar="N",
+            help="most tokens for the task (1-10^12; capped by the session's remainder)",
+        ),
+        "max_cost": Param(
+            description=(
+                "Most cost in US dollars the task may spend (above 0, at most 1000000); "
+                "capped by what the session's budget has left"
+            ),
+            cli="--max-cost",
+            metavar="USD",
+            help="most cost for the task, US dollars (at most 1000000)",
+        ),
+        "max_minutes": Param(
+            description=(
+                "Most wall time in minutes (at most 10080); past it the task ends as "
+                "failed (budget_exceeded), unlike a timeout"
+            ),
+            cli="--max-minutes",
+            metavar="M",
+            help="most minutes for the task (at most 10080)",
+        ),
     },
     tool=Tool(
         description=(

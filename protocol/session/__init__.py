@@ -17,6 +17,8 @@ module          rules
 ``routing``     who may message whom; only the target replies; late and second replies
 ``requests``    opening and closing requests; wait-for cycles; reply deadlines
 ``stale``       one stale-wait notification per waiting episode
+``budgets``     limits granted within the session's remainder; usage counted; one soft
+                warning per task and limit; the hard limit ends the task (budget_exceeded)
 ``watchers``    exactly once per watcher; coalescing
 ``inbound``     envelopes from agents (receipts); failures after acceptance
 ``outbox``      what the parent sends agents (receipts, notices); envelopes fit

@@ -35,7 +35,7 @@ from protocol.ids import IdKind, is_valid_name
 from protocol.journal import AgentCloseRecord, AgentExitRecord, AgentRecord
 from protocol.notifications import Notice
 from protocol.requests import RequestState
-from protocol.session import requests, tasks
+from protocol.session import budgets, requests, tasks
 from protocol.session.effects import (
     Answer,
     Effect,
@@ -254,6 +254,9 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
             # delegated meanwhile was not this turn's
             s.turns[agent_id] = Turn(started_at=env.created_at)
             effects += move(s, agent_id, "turn_start", cx)
+            effects += budgets.reported(s, row, env, cx)
+        case "usage":
+            effects += budgets.reported(s, row, env, cx)
         case "turn_end":
             exited = row.process_state == "exited"
             effects += move(s, agent_id, "turn_end", cx)

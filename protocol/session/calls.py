@@ -12,10 +12,11 @@ from typing import Any
 
 from protocol import api
 from protocol.errors import InvalidArgument
-from protocol.session import agents, requests, routing, stale, tasks, watchers
+from protocol.session import agents, budgets, requests, routing, stale, tasks, watchers
 from protocol.session.effects import (
     Answer,
     AnswerFromOutput,
+    BudgetDue,
     Effect,
     Flush,
     RequestTimeout,
@@ -34,13 +35,13 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
         case api.SpawnArgs():
             return agents.spawn(s, args, cx)
         case api.DelegateArgs():
-            return tasks.delegate(s, args, cx)
+            return budgets.delegate(s, args, cx)
         case api.MessageArgs():
             return routing.parent_message(s, args, cx)
         case api.WatchArgs():
             return watchers.watch(s, args.ids, cx)
         case api.PromptArgs():
-            return tasks.prompt(s, args, cx)
+            return budgets.prompt(s, args, cx)
         case api.CloseArgs():
             return agents.close(s, args.agent, cx)
         case api.CancelArgs():
@@ -66,3 +67,5 @@ def fire(s: SessionState, event: TimerEvent, cx: Ctx) -> list[Effect]:
             return stale.due(s, event, cx)
         case Flush():
             return watchers.flush(s, event, cx)
+        case BudgetDue():
+            return budgets.due(s, event, cx)

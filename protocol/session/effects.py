@@ -31,8 +31,9 @@ effect              what running it means
 ``Watchdog*``       tell the watchdog what happened (it observes; it never decides here)
 ==================  ==========================================================================
 
-Timer events (``TaskDeadline``, ``RequestTimeout``, ``StaleDue``, ``Flush``) are data too: a
-``StartTimer`` carries the event the rules get back, and ``key`` names the timer.
+Timer events (``TaskDeadline``, ``RequestTimeout``, ``StaleDue``, ``Flush``, ``BudgetDue``)
+are data too: a ``StartTimer`` carries the event the rules get back, and ``key`` names the
+timer.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "Answer",
     "AnswerFromOutput",
     "AppendNote",
+    "BudgetDue",
     "CancelTimer",
     "Deliver",
     "Effect",
@@ -198,7 +200,21 @@ class Flush(msgspec.Struct, frozen=True, kw_only=True):
         return ("flush", self.watcher_id)
 
 
-TimerEvent = TaskDeadline | RequestTimeout | StaleDue | Flush
+# --- budgets
+
+
+class BudgetDue(msgspec.Struct, frozen=True, kw_only=True):
+    """A task's ``max_minutes`` (or, ``soft``, its warning share of them) has passed."""
+
+    task_id: str
+    soft: bool = False
+
+    @property
+    def key(self) -> TimerKey:
+        return ("budget_soft" if self.soft else "budget", self.task_id)
+
+
+TimerEvent = TaskDeadline | RequestTimeout | StaleDue | Flush | BudgetDue
 
 
 class StartTimer(Effect, frozen=True, kw_only=True):

@@ -35,10 +35,11 @@ from protocol.journal import (
     AgentExitRecord,
     AgentRecord,
     PromptRecord,
+    UsageRecord,
     WatcherRecord,
 )
 from protocol.requests import RequestRecord
-from protocol.session import agents, requests, tasks, watchers
+from protocol.session import agents, budgets, requests, tasks, watchers
 from protocol.session.effects import (
     Deliver,
     Effect,
@@ -94,6 +95,8 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
                 pending = tuple(t for t in record.ids if t not in record.inline)
                 if pending:
                     watchers.register(s, record.watcher_id, record.ids, pending)
+            case UsageRecord():
+                budgets.replay(s, record)
     return s
 
 
@@ -142,6 +145,9 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
             why = "the agent was gone when the parent restarted"
             effects += tasks.settle(s, task_id, TaskEvent.FAIL, cx, error=why)
             continue
+        if ended := budgets.ended_at_restart(s, task_id, cx):
+            effects += ended
+            continue
         if record.deadline_at is not None:
             delay = max(0.0, record.deadline_at - cx.now)
             effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=task_id)))
@@ -155,6 +161,7 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         envelope = tasks.task_envelope(s, record, cx)
         effects.append(Deliver(agent_id=record.agent_id, envelope=envelope))
     effects += _watchers(restore, cx)
+    effects += budgets.resume(s, cx)
     open_tasks = sum(1 for r in s.tasks.values() if not r.terminal)
     effects.append(
         Story(

@@ -39,6 +39,7 @@ from protocol.ids import PARENT_ID, IdKind, an_id_of, kind_of
 from protocol.request_table import RequestTable
 from protocol.settings import Settings
 from protocol.tasks import TaskRecord, TaskResult
+from protocol.usage import Usage
 
 __all__ = [
     "AgentRow",
@@ -166,6 +167,12 @@ class SessionState:
         #: damaged lines of the journal and notifications file found at restart
         self.journal_problems = 0
         self.results: Mapping[str, TaskResult] = _Results(self.tasks)
+        # --- budgets (protocol.session.budgets)
+        self.task_usage: dict[str, Usage] = {}  # task id -> what it spent
+        self.agent_usage: dict[str, Usage] = {}  # agent id -> what it spent, tasks or not
+        self.session_usage = Usage()
+        #: (task id or SESSION_SCOPE, limit) whose soft limit the parent was warned of
+        self.budget_warned: set[tuple[str, str]] = set()
 
     @property
     def episodes(self) -> dict[str, tuple[str, ...]]:

@@ -48,7 +48,12 @@ def view(
         agents=rows,
         cursor=cursor,
         summary=api.StatusSummary(
-            agents=len(everyone), processes=dict(processes), tasks=dict(states)
+            agents=len(everyone),
+            processes=dict(processes),
+            tasks=dict(states),
+            usage=s.session_usage,
+            budget_tokens=s.settings.budget_tokens,
+            budget_cost=s.settings.budget_cost,
         ),
         journal_problems=s.journal_problems,
         mailbox_wake=parent_wake,
@@ -66,6 +71,7 @@ def _agent(s: SessionState, row: AgentRow, task_id: str | None, now: float) -> a
         last_active_at=row.last_active_at,
         exit_code=row.exit_code,
         mailbox_wake=row.mailbox_wake,
+        usage=s.agent_usage.get(row.agent_id),
     )
 
 
@@ -99,6 +105,8 @@ def _task(s: SessionState, task_id: str, now: float) -> api.TaskStatus:
         turns_without_done=turns.count,
         last_turn_ended_at=turns.ended_at,
         last_turn_exit_code=turns.exit_code,
+        usage=s.task_usage.get(task_id),
+        budget=record.budget,
     )
 
 

@@ -74,6 +74,7 @@ from protocol.tasks import (
     start,
 )
 from protocol.tasks import settle as settle_record
+from protocol.usage import Budget
 
 __all__ = [
     "deadline",
@@ -107,13 +108,16 @@ def task_envelope(s: SessionState, record: TaskRecord, cx: Ctx) -> TaskEnvelope:
     )
 
 
-def delegate(s: SessionState, args: api.DelegateArgs, cx: Ctx) -> list[Effect]:
-    result, effects = _delegate(s, args, cx)
+def delegate(
+    s: SessionState, args: api.DelegateArgs, cx: Ctx, *, budget: Budget | None = None
+) -> list[Effect]:
+    """``budget``: the limits granted by :mod:`protocol.session.budgets`, which calls this."""
+    result, effects = _delegate(s, args, cx, budget)
     return [*effects, Answer(value=result)]
 
 
 def _delegate(
-    s: SessionState, args: api.DelegateArgs, cx: Ctx
+    s: SessionState, args: api.DelegateArgs, cx: Ctx, budget: Budget | None = None
 ) -> tuple[api.DelegateResult, list[Effect]]:
     row = s.agent(args.target, live=True)
     if not args.task.strip():
@@ -140,6 +144,7 @@ def _delegate(
         created_at=cx.now,
         deadline_at=cx.now + timeout_s if timeout_s is not None else None,
         message_id=cx.ids.new(IdKind.MESSAGE),
+        budget=budget,
     )
     envelope = task_envelope(s, record, cx)
     # checked with a deadline, as if it had one: never too big once handed over
@@ -165,7 +170,9 @@ def _delegate(
     return result, effects
 
 
-def prompt(s: SessionState, args: api.PromptArgs, cx: Ctx) -> list[Effect]:
+def prompt(
+    s: SessionState, args: api.PromptArgs, cx: Ctx, *, budget: Budget | None = None
+) -> list[Effect]:
     """Compatibility: a prompt is a task, and its id an alias of the task's id."""
     delegated, effects = _delegate(
         s,
@@ -173,6 +180,7 @@ def prompt(s: SessionState, args: api.PromptArgs, cx: Ctx) -> list[Effect]:
             target=args.target, task=args.prompt, timeout_minutes=args.timeout_minutes
         ),
         cx,
+        budget,
     )
     prompt_id = cx.ids.new(IdKind.PROMPT)
     s.prompts[prompt_id] = delegated.task_id
@@ -202,6 +210,7 @@ def settle(
     error: str | None = None,
     cancel_requests: bool = True,
     by_agent: bool = False,
+    reason: str | None = None,
 ) -> list[Effect]:
     """Apply a terminal event (rules 3-5). Raises (changing nothing) if the machine refuses
     it; does nothing if the task had settled already."""
@@ -209,7 +218,14 @@ def settle(
     if before is None:
         return []
     settled, changed = settle_record(
-        before, event, cx.now, text=text, error=error, cancel_requests=cancel_requests
+        before,
+        event,
+        cx.now,
+        text=text,
+        error=error,
+        cancel_requests=cancel_requests,
+        reason=reason,
+        usage=s.task_usage.get(task_id),
     )
     if not changed:
         return []
@@ -218,6 +234,8 @@ def settle(
     effects: list[Effect] = []
     if before.deadline_at is not None:
         effects.append(CancelTimer(key=("deadline", task_id)))
+    if before.budget is not None and before.budget.max_minutes is not None:
+        effects += [CancelTimer(key=("budget_soft", task_id)), CancelTimer(key=("budget", task_id))]
     effects += [Journal(record=settled), FinaliseNote(record=settled)]
     effects += requests.task_moved(s, before, settled, cx)
     row = s.agents.get(settled.agent_id)
@@ -395,6 +413,8 @@ def replay(s: SessionState, record: TaskRecord, cx: Ctx) -> None:
         text=result.text,
         error=result.error,
         cancel_requests=True,
+        reason=result.reason,
+        usage=result.usage,
     )
     requests.task_moved(s, before, settled, cx)
     s.turn_stats.pop(task_id, None)

@@ -11,10 +11,13 @@ Rules:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
+
+from protocol.limits import MAX_BUDGET_COST, MAX_BUDGET_TOKENS
 
 __all__ = ["RuntimeEvent", "RuntimeEventKind", "map_event"]
 
@@ -118,6 +121,38 @@ def map_event(ev: Mapping[str, Any]) -> RuntimeEvent | None:
             f"{ev.get('error')}",
         )
     return None
+
+
+# --- budgets
+
+
+def usage_of(ev: Mapping[str, Any]) -> tuple[int, float] | None:
+    """Tokens and cost (US dollars) of one finished assistant message (``message_end``), from
+    its ``usage`` (``totalTokens``, else the sum of its parts; ``cost.total``); ``None`` when
+    it carries none. Values that are not finite non-negative numbers count as 0, and each is
+    held to the most one report may carry."""
+    if ev.get("type") != "message_end":
+        return None
+    message = ev.get("message")
+    if not isinstance(message, Mapping) or message.get("role") != "assistant":
+        return None
+    usage = message.get("usage")
+    if not isinstance(usage, Mapping):
+        return None
+    total = _amount(usage.get("totalTokens"))
+    if total == 0:
+        total = sum(_amount(usage.get(k)) for k in ("input", "output", "cacheRead", "cacheWrite"))
+    cost = usage.get("cost")
+    dollars = _amount(cost.get("total")) if isinstance(cost, Mapping) else 0.0
+    if total == 0 and dollars == 0:
+        return None
+    return min(int(total), MAX_BUDGET_TOKENS), min(dollars, MAX_BUDGET_COST)
+
+
+def _amount(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if math.isfinite(value) and value > 0 else 0.0
 
 
 def _str_or_none(value: object) -> str | None:

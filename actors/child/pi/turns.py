@@ -7,6 +7,9 @@ Rules:
   ``tool_call`` (tool, command), ``tool_result`` (tool, its command, the output's last
   :data:`~actors.runtime.procs.OUTPUT_TAIL_BYTES`, is_error), ``output`` (assistant text),
   ``error`` and ``condensation``. Only ``shepherd_done`` settles a task, through the parent.
+- A finished assistant message that carries ``usage`` also becomes a ``usage`` event (its
+  tokens and cost, :func:`~actors.child.pi.events.usage_of`): the parent counts it against
+  the task's budget.
 - Nothing published is unbounded (an envelope is at most 64 KiB): assistant text, errors and
   tool commands are cut to :data:`TEXT_LIMIT` / :data:`COMMAND_LIMIT` (their head), a tool's
   output to its tail.
@@ -24,7 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from actors.child.adapters import AgentContext
-from actors.child.pi.events import RuntimeEvent, map_event
+from actors.child.pi.events import RuntimeEvent, map_event, usage_of
 from actors.runtime.procs import OUTPUT_TAIL_BYTES
 
 if TYPE_CHECKING:
@@ -90,6 +93,9 @@ class PiTurns:
         mapped = map_event(event)
         if mapped is not None and publish:
             self._publish(mapped)
+        spent = usage_of(event) if publish else None
+        if spent is not None:  # budgets: what this model call cost, counted by the parent
+            self._ctx.runtime("usage", tokens=spent[0], cost=spent[1])
 
     def _publish(self, ev: RuntimeEvent) -> None:
         runtime = self._ctx.runtime

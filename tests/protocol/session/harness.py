@@ -32,6 +32,7 @@ from protocol.journal import (
     AgentExitRecord,
     AgentRecord,
     PromptRecord,
+    UsageRecord,
     WatcherRecord,
 )
 from protocol.notifications import AnyNotification, TaskCompletion
@@ -135,6 +136,8 @@ def _key(record: msgspec.Struct) -> str:
             return record.agent_id
         case WatcherRecord():
             return record.watcher_id
+        case UsageRecord():
+            return f"usage {record.agent_id}"
     raise AssertionError(f"a rule journaled a record the fold does not know: {record!r}")
 
 

@@ -1,0 +1,365 @@
+"""Budgets: what a task and the session may spend, what they spent, and what happens at the
+limits.
+
+A task's limits (:class:`~protocol.usage.Budget`: turns, tokens, cost, minutes) come with
+``delegate``; the session's (tokens, cost) are settings (``budget_tokens``, ``budget_cost``).
+Usage comes from the agents: a turn that starts (every adapter), and ``usage`` runtime events
+(tokens and cost: Pi's assistant messages, or ``shepherd-child usage`` from a command agent's
+shell).
+
+Rules:
+
+1. **A task's budget never exceeds what the session has left.** At ``delegate``, a task's
+   ``max_tokens`` / ``max_cost`` is lowered to the session's remainder (and a task that gave
+   none gets the remainder): the answer says which limits were lowered (``clamped``). A session
+   with nothing left of a budget refuses the delegation (``limit_exceeded``, naming what is
+   left). Children cannot delegate in this system, so there is no child's remainder to apply.
+2. **Counted once, journaled first.** Each report is journaled (a ``usage`` record) before
+   anything is told of it, and added to the agent's, its active task's (a turn only if it
+   began after the task was delegated) and the session's usage. A restart folds the records
+   back (:func:`replay`).
+3. **The soft limit warns once.** When a task's usage reaches the soft share
+   (``budget_soft_fraction``, 80% by default) of one of its limits, the parent gets one
+   ``budget_soft_limit`` notice for that task and limit, and never another (a restart
+   counts the warnings as given once the usage is past the share). The same for the session.
+4. **The hard limit ends the task.** Usage over a limit (or ``max_minutes`` passed) settles the
+   task ``failed`` with ``reason="budget_exceeded"``, through the same settlement as a cancel
+   (the agent gets ``control cancel_task``, its turn stops), and the parent is told. Usage
+   over the session's budget ends every open task so. The first terminal event wins: a task
+   ended by its budget is never also completed, and a ``done`` after it gets the stored result.
+5. The settled result carries the task's usage (completion notifications show it).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from protocol import api
+from protocol.envelopes import RuntimeEnvelope
+from protocol.errors import LimitExceeded
+from protocol.journal import UsageRecord
+from protocol.notifications import Notice
+from protocol.session import outbox, tasks
+from protocol.session.effects import (
+    Answer,
+    BudgetDue,
+    Effect,
+    Journal,
+    Notify,
+    StartTimer,
+    Story,
+)
+from protocol.session.state import AgentRow, Ctx, SessionState
+from protocol.tasks import TaskEvent, TaskRecord
+from protocol.usage import Budget, Usage, over, spent
+
+__all__ = [
+    "BUDGET_EXCEEDED",
+    "SESSION_SCOPE",
+    "delegate",
+    "due",
+    "ended_at_restart",
+    "grant",
+    "prompt",
+    "replay",
+    "reported",
+    "resume",
+    "session_budget",
+]
+
+#: the reason a task ended by its budget gives (``TaskResult.reason``)
+BUDGET_EXCEEDED = "budget_exceeded"
+#: the scope of the session's own budget in :attr:`SessionState.budget_warned`
+SESSION_SCOPE = "session"
+
+_WHAT = {"max_turns": "turns", "max_tokens": "tokens", "max_cost": "US dollars"}
+
+
+def session_budget(s: SessionState) -> Budget:
+    return Budget(max_tokens=s.settings.budget_tokens, max_cost=s.settings.budget_cost)
+
+
+# ------------------------------------------------------------------ granting (rule 1)
+
+
+def grant(s: SessionState, asked: Budget) -> tuple[Budget | None, tuple[str, ...]]:
+    """The budget a new task gets, and the limits lowered to the session's remainder."""
+    session = session_budget(s)
+    granted: dict[str, float | None] = {f: getattr(asked, f) for f in asked.__struct_fields__}
+    clamped: list[str] = []
+    for limit in ("max_tokens", "max_cost"):
+        bound = getattr(session, limit)
+        if bound is None:
+            continue
+        left = bound - spent(s.session_usage, limit)
+        nothing_left = left < 1 if limit == "max_tokens" else left <= 0  # whole tokens only
+        if nothing_left:
+            raise LimitExceeded(
+                f"the session's budget is spent: {_amount(limit, spent(s.session_usage, limit))}"
+                f" of {_amount(limit, bound)} {_WHAT[limit]} used, 0 left ({limit})"
+            )
+        if limit == "max_tokens":
+            left = int(left)
+        mine = granted[limit]
+        if mine is None or mine > left:
+            if mine is not None:
+                clamped.append(limit)
+            granted[limit] = left
+    budget = Budget(**granted)  # type: ignore[arg-type]  # the fields of Budget, bounded above
+    return (None if budget.empty else budget), tuple(clamped)
+
+
+def delegate(s: SessionState, args: api.DelegateArgs, cx: Ctx) -> list[Effect]:
+    asked = Budget(
+        max_turns=args.max_turns,
+        max_tokens=args.max_tokens,
+        max_cost=args.max_cost,
+        max_minutes=args.max_minutes,
+    )
+    budget, clamped = grant(s, asked)
+    effects = tasks.delegate(s, args, cx, budget=budget)
+    return _with_budget(s, effects, budget, clamped, cx)
+
+
+def prompt(s: SessionState, args: api.PromptArgs, cx: Ctx) -> list[Effect]:
+    """The compatibility prompt takes no limits, but the session's budget still caps it."""
+    budget, clamped = grant(s, Budget())
+    effects = tasks.prompt(s, args, cx, budget=budget)
+    return _with_budget(s, effects, budget, clamped, cx)
+
+
+def _with_budget(
+    s: SessionState,
+    effects: list[Effect],
+    budget: Budget | None,
+    clamped: tuple[str, ...],
+    cx: Ctx,
+) -> list[Effect]:
+    *before, last = effects
+    assert isinstance(last, Answer)
+    value = last.value
+    if isinstance(value, api.DelegateResult):
+        value = msgspec.structs.replace(value, budget=budget, clamped=clamped)
+    record = s.tasks[value.task_id]
+    return [*before, *_timers(s, record, cx), Answer(value=value)]
+
+
+def _timers(s: SessionState, record: TaskRecord, cx: Ctx) -> list[Effect]:
+    """The task's ``max_minutes``, and its soft share, as timers (from its delegation)."""
+    if record.budget is None or record.budget.max_minutes is None or record.terminal:
+        return []
+    end = record.created_at + record.budget.max_minutes * 60.0
+    found: list[Effect] = []
+    if (record.task_id, "max_minutes") not in s.budget_warned:
+        soft = record.created_at + record.budget.max_minutes * 60.0 * _fraction(s)
+        event = BudgetDue(task_id=record.task_id, soft=True)
+        found.append(StartTimer(delay=max(0.0, soft - cx.now), event=event))
+    found.append(StartTimer(delay=max(0.0, end - cx.now), event=BudgetDue(task_id=record.task_id)))
+    return found
+
+
+def _fraction(s: SessionState) -> float:
+    return s.settings.budget_soft_fraction
+
+
+# ------------------------------------------------------------------ counting (rules 2-4)
+
+
+def reported(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) -> list[Effect]:
+    """A runtime event that counts: a turn's start, or a ``usage`` report (receipted when it
+    came with a one-shot inbox: ``shepherd-child usage``)."""
+    if env.event == "turn_start":
+        task_id = row.active_task
+        record = s.tasks.get(task_id) if task_id is not None else None
+        if record is not None and env.created_at < record.created_at:
+            task_id = None  # the turn began before the task existed: it is not the task's
+        return _count(s, row, task_id, Usage(turns=1), cx)
+    delta = Usage(tokens=env.tokens or 0, cost=env.cost or 0.0)
+    effects = _count(s, row, row.active_task, delta, cx)
+    if env.reply_inbox is not None:
+        effects += outbox.ack(s, cx, env)
+    return effects
+
+
+def _count(
+    s: SessionState, row: AgentRow, task_id: str | None, delta: Usage, cx: Ctx
+) -> list[Effect]:
+    if delta == Usage():
+        return []
+    record = s.tasks.get(task_id) if task_id is not None else None
+    if record is None or record.terminal:
+        task_id = None
+    _add(s, row.agent_id, task_id, delta)
+    usage = UsageRecord(
+        agent_id=row.agent_id,
+        task_id=task_id,
+        turns=delta.turns,
+        tokens=delta.tokens,
+        cost=delta.cost,
+        at=cx.now,
+    )
+    effects: list[Effect] = [Journal(record=usage)]
+    if task_id is not None:
+        effects += _check_task(s, task_id, cx)
+    effects += _check_session(s, cx)
+    return effects
+
+
+def _add(s: SessionState, agent_id: str, task_id: str | None, delta: Usage) -> None:
+    s.agent_usage[agent_id] = s.agent_usage.get(agent_id, Usage()) + delta
+    s.session_usage = s.session_usage + delta
+    if task_id is not None:
+        s.task_usage[task_id] = s.task_usage.get(task_id, Usage()) + delta
+
+
+def _check_task(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
+    record = s.tasks[task_id]
+    if record.budget is None or record.terminal:
+        return []
+    usage = s.task_usage.get(task_id, Usage())
+    passed = over(usage, record.budget)
+    if passed:
+        limit = passed[0]
+        bound = getattr(record.budget, limit)
+        why = (
+            f"{BUDGET_EXCEEDED}: the task used {_amount(limit, spent(usage, limit))} "
+            f"{_WHAT[limit]}, over its {limit} of {_amount(limit, bound)}"
+        )
+        return _end(s, record, why, cx)
+    effects: list[Effect] = []
+    for limit in over(usage, record.budget, _fraction(s)):
+        bound = getattr(record.budget, limit)
+        text = (
+            f"task {task_id} ({record.agent_name}) has used "
+            f"{_amount(limit, spent(usage, limit))} of its {_amount(limit, bound)} "
+            f"{_WHAT[limit]} ({limit}); past {_amount(limit, bound)} it ends as failed"
+        )
+        effects += _warn(s, task_id, limit, text, record.agent_id, cx)
+    return effects
+
+
+def _check_session(s: SessionState, cx: Ctx) -> list[Effect]:
+    budget = session_budget(s)
+    if budget.empty:
+        return []
+    usage = s.session_usage
+    passed = over(usage, budget)
+    effects: list[Effect] = []
+    if passed:
+        limit = passed[0]
+        why = (
+            f"{BUDGET_EXCEEDED}: the session used {_amount(limit, spent(usage, limit))} "
+            f"{_WHAT[limit]}, over its budget of {_amount(limit, getattr(budget, limit))}"
+        )
+        for record in [r for r in s.tasks.values() if not r.terminal]:
+            effects += _end(s, record, why, cx)
+        return effects
+    for limit in over(usage, budget, _fraction(s)):
+        bound = getattr(budget, limit)
+        text = (
+            f"the session has used {_amount(limit, spent(usage, limit))} of its budget of "
+            f"{_amount(limit, bound)} {_WHAT[limit]}; past it every open task ends as failed "
+            "and no task is delegated"
+        )
+        effects += _warn(s, SESSION_SCOPE, limit, text, None, cx)
+    return effects
+
+
+def _warn(
+    s: SessionState, scope: str, limit: str, text: str, agent_id: str | None, cx: Ctx
+) -> list[Effect]:
+    """Rule 3: once per scope and limit."""
+    if (scope, limit) in s.budget_warned:
+        return []
+    s.budget_warned.add((scope, limit))
+    task_id = None if scope == SESSION_SCOPE else scope
+    note = Notice(
+        created_at=cx.now, code="budget_soft_limit", text=text, agent_id=agent_id, task_id=task_id
+    )
+    return [Story(text=f"budget: {text}"), Notify(note=note)]
+
+
+def _end(s: SessionState, record: TaskRecord, why: str, cx: Ctx) -> list[Effect]:
+    """Rule 4: settled as failed by the parent's side (its agent stops, as for a cancel)."""
+    effects = tasks.settle(s, record.task_id, TaskEvent.FAIL, cx, error=why, reason=BUDGET_EXCEEDED)
+    if not effects:
+        return []
+    note = Notice(
+        created_at=cx.now,
+        code=BUDGET_EXCEEDED,
+        text=f"task {record.task_id} ({record.agent_name}) failed: {why}",
+        agent_id=record.agent_id,
+        task_id=record.task_id,
+    )
+    return [*effects, Story(text=f"{record.agent_name}: {why}"), Notify(note=note)]
+
+
+def due(s: SessionState, event: BudgetDue, cx: Ctx) -> list[Effect]:
+    """A task's ``max_minutes`` (or its soft share) passed."""
+    record = s.tasks.get(event.task_id)
+    if record is None or record.terminal or record.budget is None:
+        return []
+    minutes = record.budget.max_minutes
+    if minutes is None:
+        return []
+    if event.soft:
+        text = (
+            f"task {record.task_id} ({record.agent_name}) has run "
+            f"{(cx.now - record.created_at) / 60.0:.1f} of its {minutes:g} minutes "
+            "(max_minutes); past them it ends as failed"
+        )
+        return _warn(s, record.task_id, "max_minutes", text, record.agent_id, cx)
+    why = f"{BUDGET_EXCEEDED}: the task ran past its max_minutes of {minutes:g}"
+    return _end(s, record, why, cx)
+
+
+def _amount(limit: str, value: float) -> str:
+    return f"{value:.4f}".rstrip("0").rstrip(".") if limit == "max_cost" else f"{int(value)}"
+
+
+# ------------------------------------------------------------------ restart
+
+
+def replay(s: SessionState, record: UsageRecord) -> None:
+    """A usage record read back: counted again, and a soft limit it passed counts as warned
+    (rule 3); the hard limit is checked by :func:`resume`."""
+    delta = Usage(turns=record.turns, tokens=record.tokens, cost=record.cost)
+    task = s.tasks.get(record.task_id) if record.task_id is not None else None
+    _add(s, record.agent_id, record.task_id if task is not None else None, delta)
+    if task is not None and task.budget is not None:
+        usage = s.task_usage[task.task_id]
+        for limit in over(usage, task.budget, _fraction(s)):
+            s.budget_warned.add((task.task_id, limit))
+    for limit in over(s.session_usage, session_budget(s), _fraction(s)):
+        s.budget_warned.add((SESSION_SCOPE, limit))
+
+
+def ended_at_restart(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
+    """After a restart, before an open task is handed over again: a task already over its
+    budget, or the session's (the parent stopped between counting and ending it), ends now."""
+    effects = _check_task(s, task_id, cx)
+    if s.tasks[task_id].terminal:
+        return effects
+    budget = session_budget(s)
+    if over(s.session_usage, budget):
+        limit = over(s.session_usage, budget)[0]
+        why = (
+            f"{BUDGET_EXCEEDED}: the session used {_amount(limit, spent(s.session_usage, limit))}"
+            f" {_WHAT[limit]}, over its budget of {_amount(limit, getattr(budget, limit))}"
+        )
+        effects += _end(s, s.tasks[task_id], why, cx)
+    return effects
+
+
+def resume(s: SessionState, cx: Ctx) -> list[Effect]:
+    """After a restart: open tasks get their minute timers again (a soft share that passed
+    while the parent was down is said now, once)."""
+    effects: list[Effect] = []
+    for record in [r for r in s.tasks.values() if not r.terminal]:
+        if record.budget is None or record.budget.max_minutes is None:
+            continue
+        soft_at = record.created_at + record.budget.max_minutes * 60.0 * _fraction(s)
+        if (record.task_id, "max_minutes") not in s.budget_warned and cx.now >= soft_at:
+            effects += due(s, BudgetDue(task_id=record.task_id, soft=True), cx)
+        effects += _timers(s, record, cx)
+    return effects

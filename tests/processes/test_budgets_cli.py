@@ -1,0 +1,150 @@
+"""Budgets from the command line, against a real `shepherd serve` and a real command agent that
+reports its usage with `shepherd-child usage`: the soft limit is told once, the hard limit ends
+the task failed (budget_exceeded) and stops its turn, the session's budget caps the next
+delegation; and every new flag refuses hostile values before anything is sent."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.processes.conftest import cli
+
+from .test_task_lifecycle import _gone, _notices
+
+pytestmark = pytest.mark.processes
+
+#: a command agent: three usage reports of 20 tokens, then it keeps working (blocked) until
+#: its turn is stopped
+REPORTER = textwrap.dedent(
+    """
+    import json, os, subprocess, sys, time
+    child = os.path.join(os.path.dirname(sys.executable), "shepherd-child")
+    print(f"PID={os.getpid()}", flush=True)
+    for _ in range(3):
+        done = subprocess.run([child, "usage", "--tokens", "20", "--cost", "0.01", "--json"],
+                              capture_output=True, text=True)
+        print("USAGE", done.returncode, done.stdout.strip(), flush=True)
+    time.sleep(600)  # the work that the budget stops (its process group is ended)
+    """
+)
+
+HOSTILE = ("nan", "inf", "-inf", "0", "-1", "1e300", "abc", "")
+
+
+def _spawn_reporter(tmp_path: Path, session: Path, name: str) -> None:
+    agent = tmp_path / "reporter.py"
+    agent.write_text(REPORTER)
+    cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(agent))} {{message}}"
+    cli("spawn", name, "--adapter", "command", "--cmd", cmd, session=session)
+
+
+def test_a_command_agent_over_its_token_limit_is_ended_and_the_session_caps_the_next(
+    serve: Any, tmp_path: Path
+) -> None:
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "shepherd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("budget_tokens = 1000\n")
+    server = serve()
+    session = tmp_path / "session"
+    _spawn_reporter(tmp_path, session, "worker")
+    _, task = cli("delegate", "worker", "report and work", "--max-tokens", "50", session=session)
+    assert task["budget"] == {"max_tokens": 50} and "clamped" not in task
+
+    assert server.wait_for(lambda lines: _notices(server, "budget_exceeded"), timeout=60)
+    (soft,) = _notices(server, "budget_soft_limit")
+    assert soft["task_id"] == task["task_id"] and "40 of its 50 tokens" in soft["text"]
+    lines = cli("read", "worker", session=session)[1]["lines"]
+    pid = int(next(x for x in lines if x.startswith("PID=")).removeprefix("PID="))
+    assert _gone(pid), "the turn was not stopped"
+    # the reports before the limit were receipted (exit 0); the third one's turn is stopped
+    assert len([x for x in lines if x.startswith("USAGE 0 ")]) >= 2, lines
+
+    _, watched = cli("watch", task["task_id"], session=session)  # settled: answered at once
+    (result,) = watched["completed"]
+    assert (result["status"], result["reason"]) == ("failed", "budget_exceeded")
+    assert result["usage"] == {"turns": 1, "tokens": 60, "cost": pytest.approx(0.03)}
+    _, status = cli("status", session=session)
+    row = status["agents"][0]
+    assert row["usage"]["tokens"] == 60 and row["task"]["usage"]["tokens"] == 60
+    assert status["summary"]["usage"]["tokens"] == 60
+    assert status["summary"]["budget_tokens"] == 1000
+
+    # the session has 940 tokens left: a task asking for more gets that, and is told so
+    cli("spawn", "other", "--script", str(_idle(tmp_path)), session=session)
+    _, capped = cli("delegate", "other", "more", "--max-tokens", "5000", session=session)
+    assert capped["budget"] == {"max_tokens": 940} and capped["clamped"] == ["max_tokens"]
+    _, text = _text("status", session=session)
+    assert "60/50 tokens" in text and re.search(r"session used: \d turns?, 60/1000 tokens", text)
+
+    # usage and limits are journaled: a parent killed and started again shows the same
+    server.stop(signal.SIGKILL)
+    serve()
+    _, again = cli("status", session=session)
+    rows = {a["name"]: a for a in again["agents"]}
+    assert rows["worker"]["usage"] == row["usage"]
+    assert rows["worker"]["task"]["usage"] == row["task"]["usage"]
+    assert rows["other"]["task"]["budget"] == {"max_tokens": 940}
+    assert again["summary"]["usage"]["tokens"] == 60
+
+
+def _idle(tmp_path: Path) -> Path:
+    path = tmp_path / "idle.json"
+    path.write_text('{"steps": [{"await": "any"}]}')
+    return path
+
+
+def _text(*args: str, session: Path) -> tuple[int, str]:
+    argv = [sys.executable, "-m", "actors.surfaces.cli", *args, "--session", str(session)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    return done.returncode, done.stdout
+
+
+@pytest.mark.parametrize("flag", ["--max-turns", "--max-tokens", "--max-cost", "--max-minutes"])
+def test_every_delegate_limit_refuses_hostile_values_before_sending(
+    serve: Any, tmp_path: Path, flag: str
+) -> None:
+    serve()
+    session = tmp_path / "session"
+    cli("spawn", "idle", "--script", str(_idle(tmp_path)), session=session)
+    for bad in HOSTILE:
+        rc, out = cli("delegate", "idle", "x", f"{flag}={bad}", session=session, check=False)
+        assert rc == 2 and out["error"]["code"] == "invalid_argument", (flag, bad, out)
+    _, status = cli("status", session=session)
+    assert status["agents"][0].get("task") is None
+
+
+def test_child_usage_and_serve_budgets_refuse_hostile_values() -> None:
+    child = Path(sys.executable).with_name("shepherd-child")
+    for args in (
+        *(["--tokens", bad] for bad in (*HOSTILE, "1e13", "1000000000001") if bad != "0"),
+        *(["--tokens", "1", "--cost", bad] for bad in HOSTILE if bad not in ("0",)),
+        [],
+    ):
+        done = subprocess.run(
+            [str(child), "usage", *args, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2 and '"invalid_argument"' in done.stdout, (args, done)
+    for flag in ("--budget-tokens", "--budget-cost"):
+        for bad in HOSTILE:
+            done = subprocess.run(
+                [sys.executable, "-m", "actors.surfaces.cli", "serve", f"{flag}={bad}"],
+                capture_output=True,
+                check=False,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 2 and "invalid_argument" in done.stderr, (flag, bad, done)
