@@ -11,6 +11,8 @@ The journal is append-only; the latest record of a thing wins. Records:
 - ``prompt``  a compatibility prompt id and the task it names
 - ``watcher`` a watcher and the ids it watches, with those whose results the ``watch``
   answer itself carried (written before that answer is sent: they count as delivered)
+- ``agent_recover`` ``serve --recover`` started the agent again: its new incarnation
+- ``task_resume`` an open task was handed again to that incarnation (written before it is)
 
 A line is ``{"type": <kind>, "record": {...}}``: an :data:`Entry`, a msgspec tagged union, so
 one decoder reads any line and an unknown kind or a wrong field is a decode error naming it.
@@ -33,9 +35,11 @@ __all__ = [
     "AgentCloseRecord",
     "AgentExitRecord",
     "AgentRecord",
+    "AgentRecoverRecord",
     "Entry",
     "PromptRecord",
     "Record",
+    "TaskResumeRecord",
     "WatcherRecord",
     "decode_line",
     "encode_line",
@@ -81,6 +85,30 @@ class WatcherRecord(msgspec.Struct, frozen=True, kw_only=True):
     inline: tuple[str, ...] = ()
 
 
+# --- recovery (``serve --recover``): see protocol.session.recover
+
+
+class AgentRecoverRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The agent's bridge was gone at a restart and it was started again: its incarnation
+    (1 for the first recovery, and so on) is what a task is re-handed to."""
+
+    agent_id: str
+    incarnation: int
+    at: float
+
+
+class TaskResumeRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The open task was handed again to the agent's ``incarnation``, as the task envelope
+    ``message_id`` (a later restart that finds that incarnation alive re-sends that id, which
+    its inbox drops if it had it: never a second hand-over to one incarnation)."""
+
+    task_id: str
+    agent_id: str
+    incarnation: int
+    message_id: str
+    at: float
+
+
 Record = (
     AgentRecord
     | AgentExitRecord
@@ -89,6 +117,8 @@ Record = (
     | RequestRecord
     | PromptRecord
     | WatcherRecord
+    | AgentRecoverRecord
+    | TaskResumeRecord
 )
 
 
@@ -124,6 +154,14 @@ class WatcherEntry(_Entry, frozen=True, kw_only=True, tag="watcher"):
     record: WatcherRecord
 
 
+class AgentRecoverEntry(_Entry, frozen=True, kw_only=True, tag="agent_recover"):
+    record: AgentRecoverRecord
+
+
+class TaskResumeEntry(_Entry, frozen=True, kw_only=True, tag="task_resume"):
+    record: TaskResumeRecord
+
+
 #: One journal line.
 Entry = (
     AgentEntry
@@ -133,6 +171,8 @@ Entry = (
     | RequestEntry
     | PromptEntry
     | WatcherEntry
+    | AgentRecoverEntry
+    | TaskResumeEntry
 )
 
 _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
@@ -143,6 +183,8 @@ _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
     RequestRecord: RequestEntry,
     PromptRecord: PromptEntry,
     WatcherRecord: WatcherEntry,
+    AgentRecoverRecord: AgentRecoverEntry,
+    TaskResumeRecord: TaskResumeEntry,
 }
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(Entry)

@@ -83,6 +83,8 @@ class AgentRow(msgspec.Struct, frozen=True, kw_only=True):
     last_active_at: float | None = None
     #: how its bridge is woken, as it last said
     mailbox_wake: MailboxWake | None = None
+    #: 0 as spawned; n after its n-th start by ``serve --recover`` (protocol.session.recover)
+    incarnation: int = 0
 
 
 class Turn(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,6 +167,9 @@ class SessionState:
         self.turn_stats: dict[str, TurnStats] = {}  # open task id -> turns without done
         #: damaged lines of the journal and notifications file found at restart
         self.journal_problems = 0
+        #: open task id -> (incarnation, task envelope id) it was last re-handed to after a
+        #: recovery (protocol.session.recover)
+        self.resumed: dict[str, tuple[int, str]] = {}
         self.results: Mapping[str, TaskResult] = _Results(self.tasks)
 
     @property
