@@ -48,6 +48,7 @@ __all__ = [
     "HISTORY_LINE_CHARS",
     "hand",
     "history",
+    "replay_delegation",
     "replay_recover",
     "replay_resume",
     "respawn",
@@ -102,7 +103,17 @@ def replay_recover(s: SessionState, record: AgentRecoverRecord) -> None:
 
 
 def replay_resume(s: SessionState, record: TaskResumeRecord) -> None:
-    s.resumed[record.task_id] = (record.incarnation, record.message_id)
+    s.handed[record.task_id] = (record.incarnation, record.message_id)
+
+
+def replay_delegation(s: SessionState, record: TaskRecord) -> None:
+    """A task read back from the journal, delegated to an agent started again: that
+    incarnation had its envelope (rule 4). Called before the record is folded in."""
+    row = s.agents.get(record.agent_id)
+    if record.task_id in s.tasks or row is None or row.incarnation == 0:
+        return
+    if record.message_id is not None:
+        s.handed[record.task_id] = (row.incarnation, record.message_id)
 
 
 def history(s: SessionState, record: TaskRecord, told: Iterable[str] = ()) -> tuple[list[str], int]:
@@ -162,8 +173,10 @@ def hand(
     if row.incarnation == 0:
         return [Deliver(agent_id=row.agent_id, envelope=tasks.task_envelope(s, record, cx))]
     effects: list[Effect] = []
-    given = s.resumed.get(record.task_id)
+    given = s.handed.get(record.task_id)
     if given is not None and given[0] == row.incarnation:
+        if given[1] == record.message_id:  # delegated to this incarnation: as any restart does
+            return [Deliver(agent_id=row.agent_id, envelope=tasks.task_envelope(s, record, cx))]
         message_id = given[1]  # this incarnation had it (or has it waiting): its inbox drops it
     else:
         message_id = cx.ids.new(IdKind.MESSAGE)

@@ -87,6 +87,7 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
             case AgentCloseRecord():
                 agents.replay_close(s, record)
             case TaskRecord():
+                recover.replay_delegation(s, record)
                 tasks.replay(s, record, Ctx(record.created_at, _NO_IDS))
             case RequestRecord():
                 at = record.resolved_at if record.resolved_at is not None else record.created_at

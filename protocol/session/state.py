@@ -167,9 +167,10 @@ class SessionState:
         self.turn_stats: dict[str, TurnStats] = {}  # open task id -> turns without done
         #: damaged lines of the journal and notifications file found at restart
         self.journal_problems = 0
-        #: open task id -> (incarnation, task envelope id) it was last re-handed to after a
-        #: recovery (protocol.session.recover)
-        self.resumed: dict[str, tuple[int, str]] = {}
+        #: task id -> (incarnation, task envelope id) of its last hand-over to an agent that
+        #: ``serve --recover`` started again: a resume, or a delegation to that incarnation
+        #: (set by the fold; protocol.session.recover)
+        self.handed: dict[str, tuple[int, str]] = {}
         self.results: Mapping[str, TaskResult] = _Results(self.tasks)
 
     @property

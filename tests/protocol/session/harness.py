@@ -31,7 +31,9 @@ from protocol.journal import (
     AgentCloseRecord,
     AgentExitRecord,
     AgentRecord,
+    AgentRecoverRecord,
     PromptRecord,
+    TaskResumeRecord,
     WatcherRecord,
 )
 from protocol.notifications import AnyNotification, TaskCompletion
@@ -135,6 +137,10 @@ def _key(record: msgspec.Struct) -> str:
             return record.agent_id
         case WatcherRecord():
             return record.watcher_id
+        case AgentRecoverRecord():
+            return record.agent_id
+        case TaskResumeRecord():
+            return record.message_id  # the resumed envelope it makes durable
     raise AssertionError(f"a rule journaled a record the fold does not know: {record!r}")
 
 
