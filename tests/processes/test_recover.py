@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shlex
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.processes.conftest import Serve, bridge_pids, cli, write_script
-from tests.reliability.live import wait_gone
+from tests.reliability.live import Changes, wait_gone
 
 pytestmark = pytest.mark.processes
 
@@ -56,6 +57,9 @@ FAKE_AGENT = textwrap.dedent(
         f.write(mode + " " + message.replace("\\n", "\\\\n") + "\\n")
     print(mode.upper(), flush=True)
     if mode == "first":
+        with open(record + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(record + ".tmp", record + ".pid")  # whole, at once
         fifo = record + ".fifo"
         os.mkfifo(fifo)
         open(fifo).read()  # never opened for writing: blocks until killed
@@ -212,5 +216,65 @@ def test_without_recover_the_tasks_of_gone_agents_fail_as_before(serve, tmp_path
     assert result["status"] == "failed"
     assert result["error"].endswith("its bridge was not running when the parent restarted")
     assert _journal(session, "agent_recover") == [] and _journal(session, "task_resume") == []
+    cli("shutdown", session=session)
+    second.proc.wait(timeout=30)
+
+
+def _gone(pid: int, timeout: float = 60.0) -> bool:
+    """Wait for ``pid`` to exit (its pidfd turns readable)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
+def test_what_a_dead_bridge_left_running_is_killed_before_its_agent_starts_again(  # type: ignore[no-untyped-def]
+    serve, tmp_path: Path
+) -> None:
+    """The parent and the bridges die, but a command agent's turn (in a process group of its
+    own) lives on: the recovery kills it before the agent starts again, so the task never
+    runs twice at once."""
+    session = tmp_path / "session"
+    first = serve(session)
+    record = tmp_path / "runs.txt"
+    fake = tmp_path / "fake_agent.py"
+    fake.write_text(FAKE_AGENT)
+    run = f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}"
+    cli(
+        "spawn",
+        "worker",
+        "--adapter",
+        "command",
+        "--cmd",
+        f"{run} first {{message}} {shlex.quote(str(record))}",
+        "--resume-cmd",
+        f"{run} resume {{message}} {shlex.quote(str(record))}",
+        session=session,
+    )
+    pid_file = Path(str(record) + ".pid")
+    changes = Changes(tmp_path)
+    try:
+        _, task = cli("delegate", "worker", "refactor", session=session)
+        cli("watch", task["task_id"], session=session)
+        assert changes.wait_until(pid_file.exists, timeout=60), "the turn never started"
+    finally:
+        changes.close()
+    turn = int(pid_file.read_text())
+    first.stop(signal.SIGKILL)
+    bridges = [p for p in bridge_pids(session) if os.getsid(p) == p]
+    assert bridges and turn not in bridges
+    for pid in bridges:
+        os.kill(pid, signal.SIGKILL)
+    assert all(_gone(p) for p in bridges)
+    assert not _gone(turn, timeout=0.0)  # the turn outlived its bridge
+
+    second = serve(session, "--recover")
+    assert second.wait_for(_completed([task["task_id"]]), timeout=90), second.lines
+    assert _gone(turn, timeout=0.0), "the old turn still runs beside the new incarnation"
+    assert [r.split(" ", 1)[0] for r in record.read_text().splitlines()] == ["first", "resume"]
     cli("shutdown", session=session)
     second.proc.wait(timeout=30)

@@ -322,3 +322,14 @@ class RecoveringMachine(SessionMachine):
 
 TestRecoveringMachine = RecoveringMachine.TestCase
 TestRecoveringMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+def test_a_task_delegated_to_a_recovered_agent_is_not_resumed_at_the_next_restart() -> None:
+    s, ids = team()
+    t, _ = restart(s, live=(ids["a"], ids["b"]))  # c (no task) started again
+    new_task = t.delegate("c", "lint again")
+    for recovering in (False, True):
+        _, again = restart(t, recovering=recovering, live=(ids["a"], ids["b"], ids["c"]))
+        (env,) = delivered(again, TaskEnvelope, ids["c"])
+        assert not env.resumed and env.message_id == t.state.tasks[new_task].message_id
+        assert not journaled(again, TaskResumeRecord)
