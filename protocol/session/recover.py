@@ -19,12 +19,13 @@ Rules:
    task's history (:func:`history`: its requests with their replies and what its agent told
    the parent, newest kept, at most :data:`HISTORY_CHARS`), journaled first
    (``task_resume``, with the envelope's id).
-4. **Never twice to one incarnation.** A task already re-handed to its agent's current
-   incarnation (a crash during a recovery, then a restart that finds that incarnation
-   running) is sent again with the same envelope id, which the agent's inbox drops if it had
-   it. This holds with or without ``--recover``.
-5. An agent that cannot start again (its script, directory or program gone) exits before it
-   is ready, and the usual exit rule fails its task with the reason (watchers are told).
+4. **Never twice to one incarnation.** A task its agent's current incarnation already had
+   (re-handed to it, then a crash during the recovery and a restart that finds that
+   incarnation running; or delegated to it after the recovery) is sent again with the same
+   envelope id, which the agent's inbox drops if it had it. This holds with or without
+   ``--recover``: the fold knows each task's incarnation from the journal's order.
+5. An agent that cannot start again (its script, directory or Pi binary gone) exits before
+   it is ready, and the usual exit rule fails its task with the reason (watchers are told).
 """
 
 from __future__ import annotations
