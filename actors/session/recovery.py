@@ -79,20 +79,21 @@ def told_per_task(path: Path, task_ids: Iterable[str]) -> dict[str, list[str]]:
         return told
     decoder = msgspec.json.Decoder(AgentMessage)
     try:
-        lines = path.read_bytes().splitlines()
+        lines = path.open("rb")  # line by line: the file grows with the session
     except FileNotFoundError:
         return told
-    for line in lines:
-        if b'"agent_message"' not in line:
-            continue
-        try:
-            note = decoder.decode(line)
-        except msgspec.DecodeError:
-            continue
-        if note.task_id in wanted:
-            kept = told.setdefault(note.task_id, [])
-            kept.append(note.content)
-            del kept[:-TOLD_PER_TASK]
+    with lines:
+        for line in lines:
+            if b'"agent_message"' not in line:
+                continue
+            try:
+                note = decoder.decode(line)
+            except msgspec.DecodeError:
+                continue
+            if note.task_id in wanted:
+                kept = told.setdefault(note.task_id, [])
+                kept.append(note.content)
+                del kept[:-TOLD_PER_TASK]
     return told
 
 
