@@ -37,8 +37,9 @@ import msgspec
 
 from protocol.errors import ErrorInfo, InvalidEnvelope
 from protocol.ids import PARENT_ID, IdKind, an_id_of, is_id_of, is_valid_name
-from protocol.limits import DeadlineSeconds, OptionalText
+from protocol.limits import DeadlineSeconds, OptionalText, Traceparent
 from protocol.tasks import DoneStatus, TaskResult
+from protocol.tracecontext import parse_traceparent
 
 __all__ = [
     "DECODER",
@@ -101,6 +102,12 @@ class Envelope(
     #: where the receipt goes, if not to the sender's own inbox: a one-shot inbox named by a
     #: message id, created by a short-lived sender (a CLI call, a child's shell command)
     reply_inbox: str | None = None
+    # --- trace context
+    #: the W3C traceparent of the span this envelope belongs to (a task's, a tool call's, a
+    #: message's), when tracing is on. Bounded; one that is not a valid traceparent is
+    #: dropped when decoding (:func:`decode_envelope`): the reader starts a new trace, and
+    #: the envelope is delivered as if it had none.
+    traceparent: Traceparent | None = None
 
 
 class MessageEnvelope(Envelope, frozen=True, kw_only=True, tag="message"):
@@ -225,6 +232,8 @@ def decode_envelope(data: bytes, *, max_bytes: int | None = None) -> AnyEnvelope
     except RecursionError:
         raise InvalidEnvelope("envelope is nested too deeply") from None
     validate_addresses(envelope)
+    if envelope.traceparent is not None and parse_traceparent(envelope.traceparent) is None:
+        envelope = msgspec.structs.replace(envelope, traceparent=None)
     return envelope
 
 

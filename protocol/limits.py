@@ -40,6 +40,7 @@ __all__ = [
     "MAX_OPTION_CHARS",
     "MAX_PAGE_LINES",
     "MAX_TEXT_CHARS",
+    "MAX_TRACEPARENT_CHARS",
     "PREVIEW_CHARS",
     "Cursor",
     "DeadlineMinutes",
@@ -50,6 +51,7 @@ __all__ = [
     "OptionText",
     "OptionalText",
     "Text",
+    "Traceparent",
     "answer_budget",
     "preview",
 ]
@@ -99,3 +101,11 @@ def preview(text: str | None, limit: int = PREVIEW_CHARS) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return f"{text[:limit]}… [{len(text)} characters in all]"
+
+
+# --- trace context (W3C traceparent) carried in envelopes and the child's environment
+
+#: the longest traceparent an envelope may carry: version 00 is exactly 55 characters; later
+#: versions may append fields, which a reader of version 00 ignores (W3C Trace Context)
+MAX_TRACEPARENT_CHARS: Final = 256
+Traceparent = Annotated[str, msgspec.Meta(max_length=MAX_TRACEPARENT_CHARS)]

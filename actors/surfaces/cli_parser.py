@@ -84,6 +84,12 @@ def _add_serve(sub: Any) -> None:
         help="on an existing session: start again the agents whose processes are gone and "
         "hand them their open tasks (marked resumed, with their history)",
     )
+    p.add_argument(
+        "--otel",
+        action="store_true",
+        help="send one trace per task with OpenTelemetry (extra shepherd[otel]; OTLP to "
+        "OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318)",
+    )
 
 
 def _add_demo(sub: Any) -> None:
