@@ -142,6 +142,9 @@ class TaskEnvelope(Envelope, frozen=True, kw_only=True, tag="task"):
     task_id: str
     content: str
     deadline_at: float | None = None
+    #: handed again after ``serve --recover`` (its agent's process was gone); the content
+    #: says so and carries the task's history
+    resumed: bool = False
 
 
 class TaskDoneEnvelope(Envelope, frozen=True, kw_only=True, tag="task_done"):

@@ -13,6 +13,8 @@ The journal is append-only; the latest record of a thing wins. Records:
   answer itself carried (written before that answer is sent: they count as delivered)
 - ``usage``   what an agent spent in one report (a turn begun, tokens, cost), and the task it
   counted for: the fold adds them up again
+- ``agent_recover`` ``serve --recover`` started the agent again: its new incarnation
+- ``task_resume`` an open task was handed again to that incarnation (written before it is)
 
 A line is ``{"type": <kind>, "record": {...}}``: an :data:`Entry`, a msgspec tagged union, so
 one decoder reads any line and an unknown kind or a wrong field is a decode error naming it.
@@ -35,9 +37,11 @@ __all__ = [
     "AgentCloseRecord",
     "AgentExitRecord",
     "AgentRecord",
+    "AgentRecoverRecord",
     "Entry",
     "PromptRecord",
     "Record",
+    "TaskResumeRecord",
     "UsageRecord",
     "WatcherRecord",
     "decode_line",
@@ -99,6 +103,30 @@ class UsageRecord(msgspec.Struct, frozen=True, kw_only=True):
     at: float
 
 
+# --- recovery (``serve --recover``): see protocol.session.recover
+
+
+class AgentRecoverRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The agent's bridge was gone at a restart and it was started again: its incarnation
+    (1 for the first recovery, and so on) is what a task is re-handed to."""
+
+    agent_id: str
+    incarnation: int
+    at: float
+
+
+class TaskResumeRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The open task was handed again to the agent's ``incarnation``, as the task envelope
+    ``message_id`` (a later restart that finds that incarnation alive re-sends that id, which
+    its inbox drops if it had it: never a second hand-over to one incarnation)."""
+
+    task_id: str
+    agent_id: str
+    incarnation: int
+    message_id: str
+    at: float
+
+
 Record = (
     AgentRecord
     | AgentExitRecord
@@ -108,6 +136,8 @@ Record = (
     | PromptRecord
     | WatcherRecord
     | UsageRecord
+    | AgentRecoverRecord
+    | TaskResumeRecord
 )
 
 
@@ -147,6 +177,14 @@ class UsageEntry(_Entry, frozen=True, kw_only=True, tag="usage"):
     record: UsageRecord
 
 
+class AgentRecoverEntry(_Entry, frozen=True, kw_only=True, tag="agent_recover"):
+    record: AgentRecoverRecord
+
+
+class TaskResumeEntry(_Entry, frozen=True, kw_only=True, tag="task_resume"):
+    record: TaskResumeRecord
+
+
 #: One journal line.
 Entry = (
     AgentEntry
@@ -157,6 +195,8 @@ Entry = (
     | PromptEntry
     | WatcherEntry
     | UsageEntry
+    | AgentRecoverEntry
+    | TaskResumeEntry
 )
 
 _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
@@ -168,6 +208,8 @@ _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
     PromptRecord: PromptEntry,
     WatcherRecord: WatcherEntry,
     UsageRecord: UsageEntry,
+    AgentRecoverRecord: AgentRecoverEntry,
+    TaskResumeRecord: TaskResumeEntry,
 }
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(Entry)

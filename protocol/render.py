@@ -146,11 +146,8 @@ def render_notification(note: AnyNotification) -> str:
 
 def render_task_context(task: TaskEnvelope, commands: ChildCommands = CHILD_TOOLS) -> str:
     return (
-        "[Shepherd delegated task]\n"
-        f"Task ID: {task.task_id}\n\n"
-        f"{task.content}\n\n"
-        f"{commands.task_hint}"
-    )
+        "[Shepherd delegated task, resumed]\n" if task.resumed else "[Shepherd delegated task]\n"
+    ) + f"Task ID: {task.task_id}\n\n{task.content}\n\n{commands.task_hint}"
 
 
 def render_task_ended(task_id: str, reason: str | None) -> str:

@@ -51,14 +51,26 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True):
     deadline_at: float | None = None
     resolved_at: float | None = None
     reply_id: str | None = None
+    #: the start of the reply's text (at most REPLY_KEPT_CHARS): the task's history, for a
+    #: task handed again after ``serve --recover``
+    reply_text: str = ""
 
     @property
     def pending(self) -> bool:
         return self.state is RequestState.PENDING
 
 
+#: How much of a reply's text its request record keeps.
+REPLY_KEPT_CHARS = 2000
+
+
 def resolve(
-    record: RequestRecord, target: RequestState, now: float, *, reply_id: str | None = None
+    record: RequestRecord,
+    target: RequestState,
+    now: float,
+    *,
+    reply_id: str | None = None,
+    reply_text: str = "",
 ) -> tuple[RequestRecord, bool]:
     """Move a pending request to a terminal state. Returns ``(record, changed)``."""
     if target is RequestState.PENDING:
@@ -66,6 +78,12 @@ def resolve(
     if target not in REQUEST_TRANSITIONS[record.state]:
         return record, False
     return (
-        msgspec.structs.replace(record, state=target, resolved_at=now, reply_id=reply_id),
+        msgspec.structs.replace(
+            record,
+            state=target,
+            resolved_at=now,
+            reply_id=reply_id,
+            reply_text=reply_text[:REPLY_KEPT_CHARS],
+        ),
         True,
     )

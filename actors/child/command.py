@@ -153,6 +153,9 @@ class CommandAdapter:
         self._task_id: str | None = None
         self._turn: _Turn | None = None
         self._turns_run = 0
+        #: started again by ``serve --recover``: the agent's conversation goes on, so even the
+        #: first turn runs ``resume_cmd``
+        self._recovered = bool(options.get("recovered"))
         self._closed = False
         self._log = logger.bind(agent=ctx.env.name or ctx.env.agent_id)
 
@@ -266,7 +269,8 @@ class CommandAdapter:
         if self._closed or self._turn is not None or not (self._steers or self._follow_ups):
             return
         message = self._take_message()
-        template = self._resume if self._turns_run and self._resume else self._cmd
+        resuming = self._turns_run or self._recovered
+        template = self._resume if resuming and self._resume else self._cmd
         command = template.replace("{message}", shlex.quote(message))
         number = self._turns_run + 1
         self._ctx.runtime("turn_start")

@@ -5,7 +5,8 @@ exits 2) before any turn runs.
 Options::
 
     {"cmd": "mytool -p {message}",            # the first turn
-     "resume_cmd": "mytool --continue -p {message}",   # later turns (default: cmd)
+     "resume_cmd": "mytool --continue -p {message}",   # later turns (default: cmd), and
+                                                # every turn after serve --recover
      "cwd": "/path",                            # default: the bridge's cwd
      "kill_grace_s": 2.0}                       # SIGTERM -> SIGKILL when interrupting
 

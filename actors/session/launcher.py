@@ -50,6 +50,7 @@ from actors.runtime.procs import (
     terminate_session,
 )
 from actors.session.agent import AgentHandle, AgentSpec
+from actors.session.recovery import clear_leftovers
 from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable
 from protocol.settings import Settings
 
@@ -325,9 +326,12 @@ class ProcessLauncher:
 
     def _launch(self, spec: AgentSpec, on_exit: Callable[[int], None]) -> AgentHandle:
         self._register(spec)  # the mailbox validator must know the capability first
-        self._ensure_inbox(spec.agent_id)
+        inbox = self._ensure_inbox(spec.agent_id)
         agent_dir = self._session_dir / "agents" / spec.agent_id
         agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        incarnation = spec.options.get("recovered")
+        if isinstance(incarnation, int) and isinstance(inbox, Path):  # serve --recover
+            clear_leftovers(self._session_id, spec.agent_id, inbox, agent_dir, incarnation)
         cwd = spec.options.get("cwd") or os.getcwd()
         env = {**os.environ, **self.environment(spec)}
         env.pop("SHEPHERD_SESSION_HINT", None)

@@ -43,6 +43,7 @@ from actors.runtime import procs
 from actors.runtime.log import logger
 from actors.runtime.runtime import ThreadedRuntime
 from actors.runtime.transport import PARENT_INBOX
+from actors.session import recovery
 from actors.session.agent import AgentSpec
 from actors.session.launcher import ProcessLauncher
 from actors.session.session import Session
@@ -72,18 +73,29 @@ MAX_WAITING_CALLS = 64
 
 
 def _read_restore(
-    journal: FileJournal, notifications: NotificationFile, session_id: str, settings: Settings
+    journal: FileJournal,
+    notifications: NotificationFile,
+    session_id: str,
+    settings: Settings,
+    recover: bool = False,
 ) -> Restore:
     """What the session's files say, for a restarted parent (damaged lines are counted; each
-    was logged with its file and line number)."""
+    was logged with its file and line number); with ``recover``, also which bridges are still
+    running and what each open task's agent told the parent (its history)."""
     state = fold(journal.read(), SessionState(session_id, settings))
     delivered, stale_noticed = notifications.read_deliveries()
-    return Restore(
+    restore = Restore(
         state=state,
         delivered=delivered,
         stale_noticed=stale_noticed,
         problems=len(journal.problems) + len(notifications.problems),
     )
+    if recover:
+        open_tasks = [t for t, r in state.tasks.items() if not r.terminal]
+        restore.recover = True
+        restore.live = recovery.live_bridges(session_id, state.agents)
+        restore.told = recovery.told_per_task(notifications.path, open_tasks)
+    return restore
 
 
 class _FanOut:
@@ -136,7 +148,10 @@ class Supervisor:
         tap: Callable[[str], None] | None = None,
         mailbox_root: Path | str | None = None,
         workers: int | None = None,
+        recover: bool = False,
     ) -> None:
+        """``recover``: on an existing session, start again the agents whose bridges are gone
+        and hand them their open tasks (``serve --recover``; :mod:`protocol.session.recover`)."""
         self.settings = check_settings(settings or Settings())
         self.runtime = ThreadedRuntime(workers=workers)
         wanted = Path(session_dir).absolute() if session_dir else None
@@ -169,7 +184,7 @@ class Supervisor:
         self.journal = FileJournal(self.session_dir / "journal.jsonl", fsync=True)
         self.notifications = NotificationFile(self.session_dir / "notifications.jsonl")
         restore = (
-            _read_restore(self.journal, self.notifications, self.session_id, self.settings)
+            _read_restore(self.journal, self.notifications, self.session_id, self.settings, recover)
             if self.resumed
             else None
         )

@@ -85,6 +85,7 @@ def run_serve(args: argparse.Namespace) -> int:
         settings=settings,
         sinks=[StreamSink(sys.stdout, json=args.json)],
         tap=tap,
+        recover=args.recover,
     )
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}
     if args.json:

@@ -79,6 +79,12 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="notifications as JSON lines")
     p.add_argument("--verbose", action="store_true", help="also print lifecycle changes")
     p.add_argument(
+        "--recover",
+        action="store_true",
+        help="on an existing session: start again the agents whose processes are gone and "
+        "hand them their open tasks (marked resumed, with their history)",
+    )
+    p.add_argument(
         "--otel",
         action="store_true",
         help="send one trace per task with OpenTelemetry (extra shepherd[otel]; OTLP to "

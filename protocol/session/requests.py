@@ -125,12 +125,13 @@ def close(
     notify_sender: bool = False,
     reply_id: str | None = None,
     why: str | None = None,
+    reply_text: str = "",
 ) -> list[Effect]:
     """Close a request (rule 3); closing one already closed changes nothing."""
     record = s.requests.get(request_id)
     if record is None:
         return []
-    closed, changed = resolve(record, state, cx.now, reply_id=reply_id)
+    closed, changed = resolve(record, state, cx.now, reply_id=reply_id, reply_text=reply_text)
     if not changed:
         return []
     s.requests.put(closed)

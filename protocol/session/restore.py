@@ -20,6 +20,8 @@ Rules:
    stale is not reported again.
 4. A task whose agent is gone (closed, exited, unknown) fails: "the agent was gone when the
    parent restarted".
+5. **Recovery** (``serve --recover``): an agent whose bridge is gone too is started again and
+   its open task handed again, once per incarnation (:mod:`protocol.session.recover`).
 """
 
 from __future__ import annotations
@@ -34,14 +36,15 @@ from protocol.journal import (
     AgentCloseRecord,
     AgentExitRecord,
     AgentRecord,
+    AgentRecoverRecord,
     PromptRecord,
+    TaskResumeRecord,
     UsageRecord,
     WatcherRecord,
 )
 from protocol.requests import RequestRecord
-from protocol.session import agents, budgets, requests, tasks, watchers
+from protocol.session import agents, budgets, recover, requests, tasks, watchers
 from protocol.session.effects import (
-    Deliver,
     Effect,
     OpenNote,
     RequestTimeout,
@@ -85,6 +88,7 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
             case AgentCloseRecord():
                 agents.replay_close(s, record)
             case TaskRecord():
+                recover.replay_delegation(s, record)
                 tasks.replay(s, record, Ctx(record.created_at, _NO_IDS))
             case RequestRecord():
                 at = record.resolved_at if record.resolved_at is not None else record.created_at
@@ -97,6 +101,10 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
                     watchers.register(s, record.watcher_id, record.ids, pending)
             case UsageRecord():
                 budgets.replay(s, record)
+            case AgentRecoverRecord():
+                recover.replay_recover(s, record)
+            case TaskResumeRecord():
+                recover.replay_resume(s, record)
     return s
 
 
@@ -110,6 +118,12 @@ class Restore(msgspec.Struct, kw_only=True):
     delivered: dict[str, set[str]] = {}
     stale_noticed: dict[str, set[str]] = {}
     problems: int = 0
+    #: ``serve --recover``: start again the agents whose bridges are gone (rule 5)
+    recover: bool = False
+    #: the agents whose bridge was found running at the restart (read with ``recover``)
+    live: frozenset[str] = frozenset()
+    #: per open task, what its agent told the parent (from the notifications): its history
+    told: dict[str, list[str]] = {}
 
     def stale_notice_given(self, task_id: str) -> bool:
         """Was the task's current waiting episode already reported stale?"""
@@ -130,10 +144,13 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         row = s.agents[agent_id] = msgspec.structs.replace(
             s.agents[agent_id], last_active_at=cx.now
         )
-        effects += [
-            agents.respawn(row),
-            WatchdogAgent(agent_id=agent_id, name=row.name, at=cx.now, adapter=row.adapter),
-        ]
+        if restore.recover and recover.wants_respawn(row, restore.live):
+            effects += recover.respawn(s, row, cx)
+        else:
+            effects.append(agents.respawn(row))
+        effects.append(
+            WatchdogAgent(agent_id=agent_id, name=row.name, at=cx.now, adapter=row.adapter)
+        )
         if row.closed and row.process_state != "exited":  # closed, not yet gone: close it again
             effects.append(StopAgent(agent_id=agent_id))
     for task_id, record in list(s.tasks.items()):
@@ -158,8 +175,7 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
             delay = max(0.0, episode.since + s.settings.stale_wait_threshold_s - cx.now)
             due = StaleDue(task_id=task_id, waiting_since=episode.since)
             effects.append(StartTimer(delay=delay, event=due))
-        envelope = tasks.task_envelope(s, record, cx)
-        effects.append(Deliver(agent_id=record.agent_id, envelope=envelope))
+        effects += recover.hand(s, record, cx, restore.told)
     effects += _watchers(restore, cx)
     effects += budgets.resume(s, cx)
     open_tasks = sum(1 for r in s.tasks.values() if not r.terminal)

@@ -181,7 +181,12 @@ def _reply(
     effects: list[Effect] = []
     if not late:
         effects += requests.close(
-            s, request.request_id, RequestState.REPLIED, cx, reply_id=env.message_id
+            s,
+            request.request_id,
+            RequestState.REPLIED,
+            cx,
+            reply_id=env.message_id,
+            reply_text=env.content,
         )
     effects += _forward(s, request.sender_id, forwarded, cx)
     result = api.MessageResult(

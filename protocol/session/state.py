@@ -84,6 +84,8 @@ class AgentRow(msgspec.Struct, frozen=True, kw_only=True):
     last_active_at: float | None = None
     #: how its bridge is woken, as it last said
     mailbox_wake: MailboxWake | None = None
+    #: 0 as spawned; n after its n-th start by ``serve --recover`` (protocol.session.recover)
+    incarnation: int = 0
 
 
 class Turn(msgspec.Struct, frozen=True, kw_only=True):
@@ -166,6 +168,10 @@ class SessionState:
         self.turn_stats: dict[str, TurnStats] = {}  # open task id -> turns without done
         #: damaged lines of the journal and notifications file found at restart
         self.journal_problems = 0
+        #: task id -> (incarnation, task envelope id) of its last hand-over to an agent that
+        #: ``serve --recover`` started again: a resume, or a delegation to that incarnation
+        #: (set by the fold; protocol.session.recover)
+        self.handed: dict[str, tuple[int, str]] = {}
         self.results: Mapping[str, TaskResult] = _Results(self.tasks)
         # --- budgets (protocol.session.budgets)
         self.task_usage: dict[str, Usage] = {}  # task id -> what it spent

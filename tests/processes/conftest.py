@@ -72,7 +72,7 @@ DIE_WITH_PYTEST = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setp
 class Serve:
     """A `shepherd serve` process; its stdout lines are collected as they arrive."""
 
-    def __init__(self, session_dir: Path, env: dict[str, str]) -> None:
+    def __init__(self, session_dir: Path, env: dict[str, str], *extra: str) -> None:
         self.proc = subprocess.Popen(
             [
                 *DIE_WITH_PYTEST,
@@ -84,6 +84,7 @@ class Serve:
                 str(session_dir),
                 "--json",
                 "--verbose",  # lifecycle lines too: tests wait on them instead of polling
+                *extra,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -139,8 +140,8 @@ class Serve:
 def serve(tmp_path: Path) -> Iterator[Any]:
     started: list[Serve] = []
 
-    def start(session_dir: Path | None = None) -> Serve:
-        server = Serve(session_dir or tmp_path / "session", dict(os.environ))
+    def start(session_dir: Path | None = None, *extra: str) -> Serve:
+        server = Serve(session_dir or tmp_path / "session", dict(os.environ), *extra)
         started.append(server)
         assert server.wait_for(lambda lines: any("session" in x for x in lines)), (
             "serve did not start"

@@ -113,6 +113,8 @@ class PiRpcAdapter:
     def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None:
         self._ctx = ctx
         self._opts = self.check_options(options, ctx.cwd)
+        #: started again by ``serve --recover``: Pi continues its saved session
+        self._recovered = bool(options.get("recovered"))
         self._log = logger.bind(agent=ctx.env.name or ctx.env.agent_id)
         self._pi: PiProcess | None = None
         self._agent_dir: Path | None = None
@@ -146,6 +148,8 @@ class PiRpcAdapter:
                 env,
                 on_event=self._on_pi_event,
                 on_exit=self._on_pi_exit,
+                keep_session=not self._own_agent_dir,
+                resume=self._recovered,
             )
         except (OSError, PiError) as exc:
             self._log.error("pi could not start: {}", exc)

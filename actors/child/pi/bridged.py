@@ -7,8 +7,10 @@ Rules:
   agent; ``SHEPHERD_CHILD_BIN`` = this installation's ``shepherd-child``, or a wrapper around
   ``python -m actors.child.cli`` written into the agent dir).
 - Its agent dir is its own: ``<session>/agents/<agent>/pi`` (mode 0700, kept: it holds
-  ``models.json`` and Pi's ``stderr.log``), or a temporary one, removed at close, without a
-  session dir.
+  ``models.json``, Pi's ``stderr.log`` and Pi's own session files in ``sessions/``), or a
+  temporary one, removed at close, without a session dir (and then Pi saves no session).
+- Started again by ``serve --recover``, Pi continues its latest saved session
+  (``--continue``), so the model keeps the context it had.
 - It gets its own process group *inside the bridge's session* (:class:`BridgedPi`), so the
   parent's sweep of that session reaches Pi even if the bridge dies without closing it.
 """
@@ -71,6 +73,8 @@ def start_bridged_pi(
     *,
     on_event: Callable[[dict[str, Any]], None],
     on_exit: Callable[[int], None],
+    keep_session: bool = False,
+    resume: bool = False,
 ) -> BridgedPi:
     """Start Pi as the module rules say (raises ``OSError`` or ``PiError`` if it cannot)."""
     return BridgedPi(
@@ -85,6 +89,8 @@ def start_bridged_pi(
         on_event=on_event,
         on_exit=on_exit,
         stderr_path=agent_dir / "stderr.log",
+        session_dir=agent_dir / "sessions" if keep_session else None,
+        extra_args=["--continue"] if keep_session and resume else [],
     )
 
 

@@ -80,11 +80,15 @@ def pi_argv(
     model: str,
     extensions: Sequence[str | os.PathLike[str]],
     extra_args: Sequence[str],
+    session_dir: str | os.PathLike[str] | None = None,
 ) -> list[str]:
-    """Pi's command line in RPC mode, isolated, with ``-e`` for each extension."""
+    """Pi's command line in RPC mode, isolated, with ``-e`` for each extension; with
+    ``session_dir``, Pi saves its session there (else it saves none)."""
+    saving = ("--session-dir", os.fspath(session_dir)) if session_dir is not None else ()
     argv: list[str] = [
         os.fspath(pi),
-        *PI_ARGS,
+        *(a for a in PI_ARGS if not (saving and a == "--no-session")),
+        *saving,
         "--provider",
         provider,
         "--model",

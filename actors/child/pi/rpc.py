@@ -86,6 +86,7 @@ class PiProcess:
         on_exit: Callable[[int], None] | None = None,
         stderr_path: str | os.PathLike[str] | None = None,
         stderr_limit: int = _STDERR_LIMIT,
+        session_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self._on_event = on_event
         self._on_exit = on_exit
@@ -99,7 +100,12 @@ class PiProcess:
         self._stderr_path = Path(stderr_path) if stderr_path is not None else None
 
         self.argv: list[str] = pi_argv(
-            pi, provider=provider, model=model, extensions=extensions, extra_args=extra_args
+            pi,
+            provider=provider,
+            model=model,
+            extensions=extensions,
+            extra_args=extra_args,
+            session_dir=session_dir,
         )
         self._tag = new_tag()
 

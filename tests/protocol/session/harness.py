@@ -31,7 +31,9 @@ from protocol.journal import (
     AgentCloseRecord,
     AgentExitRecord,
     AgentRecord,
+    AgentRecoverRecord,
     PromptRecord,
+    TaskResumeRecord,
     UsageRecord,
     WatcherRecord,
 )
@@ -138,6 +140,10 @@ def _key(record: msgspec.Struct) -> str:
             return record.watcher_id
         case UsageRecord():
             return f"usage {record.agent_id}"
+        case AgentRecoverRecord():
+            return record.agent_id
+        case TaskResumeRecord():
+            return record.message_id  # the resumed envelope it makes durable
     raise AssertionError(f"a rule journaled a record the fold does not know: {record!r}")
 
 

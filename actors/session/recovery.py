@@ -1,0 +1,133 @@
+"""What ``shepherd serve --recover`` reads from the machine before the session's rules decide
+(:mod:`protocol.session.recover`), and what it clears before an agent starts again.
+
+Rules:
+- **Which bridges are running** is read once, from ``/proc``: a process that leads its own
+  session and carries this session's id and an agent's id in its environment (how a bridge is
+  started). A zombie is not running.
+- **What an agent told the parent** during each open task is read from the notifications
+  file (``agent_message`` lines): the task's history, at most :data:`TOLD_PER_TASK` per task
+  (the newest).
+- **Before an agent starts again**, whatever its previous incarnation left is cleared: any
+  process still carrying its agent id (a command turn in a group of its own survives its
+  bridge's SIGKILL) is killed, so a task never runs twice at once, and the envelopes left
+  unread in its inbox (addressed to the dead process; its task is handed again with its
+  history) are moved to ``<session>/agents/<agent>/unread-before-recovery-<n>/`` and kept,
+  never delivered to the new process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+
+from actors.child.env import ENV_AGENT_ID, ENV_SESSION_ID
+from actors.runtime.log import logger
+from protocol.notifications import AgentMessage
+
+__all__ = ["TOLD_PER_TASK", "clear_leftovers", "live_bridges", "told_per_task"]
+
+#: What an agent told the parent, kept per open task for its history (the newest).
+TOLD_PER_TASK = 50
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(
+        item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item
+    )
+
+
+def _zombie(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return stat[stat.rindex(b")") + 2 :].startswith(b"Z")
+
+
+def live_bridges(session_id: str, agent_ids: Iterable[str]) -> frozenset[str]:
+    """The agents of ``agent_ids`` whose bridge is running (one pass over ``/proc``)."""
+    wanted = set(agent_ids)
+    found: set[str] = set()
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        try:
+            if os.getsid(pid) != pid or _zombie(pid):
+                continue
+            env = _environ(pid)
+        except OSError:
+            continue
+        agent_id = env.get(ENV_AGENT_ID)
+        if env.get(ENV_SESSION_ID) == session_id and agent_id in wanted:
+            found.add(agent_id)
+    return frozenset(found)
+
+
+def told_per_task(path: Path, task_ids: Iterable[str]) -> dict[str, list[str]]:
+    """Per task of ``task_ids``, what its agent told the parent (newest
+    :data:`TOLD_PER_TASK`), from the notifications file; an unreadable line is skipped (the
+    file's own reader already counted it)."""
+    wanted = set(task_ids)
+    told: dict[str, list[str]] = {}
+    if not wanted:
+        return told
+    decoder = msgspec.json.Decoder(AgentMessage)
+    try:
+        lines = path.open("rb")  # line by line: the file grows with the session
+    except FileNotFoundError:
+        return told
+    with lines:
+        for line in lines:
+            if b'"agent_message"' not in line:
+                continue
+            try:
+                note = decoder.decode(line)
+            except msgspec.DecodeError:
+                continue
+            if note.task_id in wanted:
+                kept = told.setdefault(note.task_id, [])
+                kept.append(note.content)
+                del kept[:-TOLD_PER_TASK]
+    return told
+
+
+def clear_leftovers(
+    session_id: str, agent_id: str, inbox: Path, keep: Path, incarnation: int
+) -> None:
+    """Before an agent starts again: kill what its previous incarnation left running and move
+    its unread envelopes aside (see the module rules)."""
+    tag = (f"{ENV_AGENT_ID}={agent_id}".encode(), f"{ENV_SESSION_ID}={session_id}".encode())
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            if all(t in environ for t in tag):
+                os.kill(int(entry), signal.SIGKILL)
+                logger.bind(agent_id=agent_id).warning("killed pid {} left by its last run", entry)
+        except (OSError, ProcessLookupError):
+            continue
+    new = inbox / "new"
+    try:
+        names = sorted(os.listdir(new))
+    except FileNotFoundError:
+        return
+    if not names:
+        return
+    aside = keep / f"unread-before-recovery-{incarnation}"
+    aside.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for name in names:
+        try:
+            shutil.move(os.fspath(new / name), os.fspath(aside / name))
+        except FileNotFoundError:
+            continue
+    logger.bind(agent_id=agent_id).warning(
+        "{} envelopes left unread by its last run kept in {}", len(names), aside
+    )
