@@ -34,7 +34,15 @@ from protocol.errors import LimitExceeded
 from protocol.limits import PREVIEW_CHARS, preview
 from protocol.tasks import TaskResult
 
-__all__ = ["READ_PAGES", "STATUS_PAGES", "Pager", "encoded_size", "fit_answer", "preview_result"]
+__all__ = [
+    "READ_PAGES",
+    "STATUS_PAGES",
+    "WORKTREE_PAGES",
+    "Pager",
+    "encoded_size",
+    "fit_answer",
+    "preview_result",
+]
 
 _ENCODER = msgspec.json.Encoder()
 #: a single output line longer than this is cut in a ``read`` answer
@@ -49,7 +57,11 @@ def preview_result(result: TaskResult, limit: int = PREVIEW_CHARS) -> TaskResult
     """``result`` without its task text and with summary and error cut to ``limit``: what a
     receipt or a crowded answer carries (the task id names the rest)."""
     text, error = preview(result.text, limit), preview(result.error, limit)
-    return msgspec.structs.replace(result, description=None, text=text, error=error)
+    # a worktree's changed paths: fewer of them listed (their count stays)
+    changes = result.changes.cut(limit // 100) if result.changes is not None else None
+    return msgspec.structs.replace(
+        result, description=None, text=text, error=error, changes=changes
+    )
 
 
 def _fit_results(results: tuple[TaskResult, ...], budget: int) -> tuple[TaskResult, ...]:
@@ -198,5 +210,14 @@ def _all_lines(args: Data, pages: list[Data]) -> Data:
 
 #: ``status``: agents in spawn order, page after page from ``cursor`` on
 STATUS_PAGES = Pager(_next_agents, _all_agents)
+
+
+def _all_worktrees(args: Data, pages: list[Data]) -> Data:
+    rows = [row for page in pages for row in page["worktrees"]]
+    return {**pages[-1], "worktrees": rows, "cursor": args.get("cursor", 0), "next_cursor": None}
+
+
+#: ``worktrees``: agents' worktrees in spawn order, page after page from ``cursor`` on
+WORKTREE_PAGES = Pager(_next_agents, _all_worktrees)
 #: ``read``: the newest lines first, then older pages until ``lines`` are there
 READ_PAGES = Pager(_older_lines, _all_lines)

@@ -11,6 +11,11 @@ The journal is append-only; the latest record of a thing wins. Records:
 - ``prompt``  a compatibility prompt id and the task it names
 - ``watcher`` a watcher and the ids it watches, with those whose results the ``watch``
   answer itself carried (written before that answer is sent: they count as delivered)
+- ``worktree_removed`` a close removed the agent's (clean) git worktree. Where an agent's
+  worktree is, is its ``agent`` record's options: ``worktree: true``, ``repo`` (the
+  repository's top directory), ``branch``, ``base`` (the commit the branch started from) and
+  ``cwd`` (the worktree's path, where the agent runs): launching the agent again with those
+  options re-uses the worktree.
 
 A line is ``{"type": <kind>, "record": {...}}``: an :data:`Entry`, a msgspec tagged union, so
 one decoder reads any line and an unknown kind or a wrong field is a decode error naming it.
@@ -37,6 +42,7 @@ __all__ = [
     "PromptRecord",
     "Record",
     "WatcherRecord",
+    "WorktreeRemovedRecord",
     "decode_line",
     "encode_line",
 ]
@@ -81,6 +87,14 @@ class WatcherRecord(msgspec.Struct, frozen=True, kw_only=True):
     inline: tuple[str, ...] = ()
 
 
+class WorktreeRemovedRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A close removed the agent's worktree (it was clean); its branch stays."""
+
+    agent_id: str
+    path: str
+    at: float
+
+
 Record = (
     AgentRecord
     | AgentExitRecord
@@ -89,6 +103,7 @@ Record = (
     | RequestRecord
     | PromptRecord
     | WatcherRecord
+    | WorktreeRemovedRecord
 )
 
 
@@ -124,6 +139,10 @@ class WatcherEntry(_Entry, frozen=True, kw_only=True, tag="watcher"):
     record: WatcherRecord
 
 
+class WorktreeRemovedEntry(_Entry, frozen=True, kw_only=True, tag="worktree_removed"):
+    record: WorktreeRemovedRecord
+
+
 #: One journal line.
 Entry = (
     AgentEntry
@@ -133,6 +152,7 @@ Entry = (
     | RequestEntry
     | PromptEntry
     | WatcherEntry
+    | WorktreeRemovedEntry
 )
 
 _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
@@ -143,6 +163,7 @@ _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
     RequestRecord: RequestEntry,
     PromptRecord: PromptEntry,
     WatcherRecord: WatcherEntry,
+    WorktreeRemovedRecord: WorktreeRemovedEntry,
 }
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(Entry)

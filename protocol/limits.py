@@ -41,6 +41,9 @@ __all__ = [
     "MAX_PAGE_LINES",
     "MAX_TEXT_CHARS",
     "PREVIEW_CHARS",
+    "WORKTREES_PAGE",
+    "WORKTREE_FILES_LISTED",
+    "WORKTREE_OVERLAP_AGENTS",
     "Cursor",
     "DeadlineMinutes",
     "DeadlineSeconds",
@@ -49,6 +52,7 @@ __all__ = [
     "LineCount",
     "OptionText",
     "OptionalText",
+    "RefName",
     "Text",
     "answer_budget",
     "preview",
@@ -99,3 +103,15 @@ def preview(text: str | None, limit: int = PREVIEW_CHARS) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return f"{text[:limit]}… [{len(text)} characters in all]"
+
+
+# --- agents' git worktrees (``spawn --worktree``, task changes, ``shepherd worktrees``)
+
+#: changed paths a task's result lists (it always gives their count); also per overlap
+WORKTREE_FILES_LISTED: Final = 50
+#: other agents an overlap names (it says how many there were when more)
+WORKTREE_OVERLAP_AGENTS: Final = 10
+#: worktrees per page of ``shepherd worktrees`` (each row is inspected with git)
+WORKTREES_PAGE: Final = 20
+#: a git ref name given by the user (``--branch``, ``--base``); git checks the rest
+RefName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]

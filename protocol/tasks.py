@@ -26,6 +26,7 @@ from typing import Final, Literal
 import msgspec
 
 from protocol.errors import InvalidTransition, UnresolvedRequests
+from protocol.worktrees import WorktreeChanges
 
 __all__ = [
     "RETURN_CODES",
@@ -129,6 +130,9 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     agent_name: str | None = None
     description: str | None = None
+    #: an agent in a git worktree: the paths the task changed, and their overlap with
+    #: other live agents' worktrees (:mod:`protocol.worktrees`)
+    changes: WorktreeChanges | None = None
 
 
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):

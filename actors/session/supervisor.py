@@ -212,6 +212,7 @@ class Supervisor:
             notes=FileTaskNotes(self.session_dir / "artifacts"),
             restore=restore,
             sync_inbound=True,
+            worktrees_root=self.session_dir / "worktrees",
         )
         self.info = SessionInfo(
             session_id=self.session_id,

@@ -36,9 +36,10 @@ from protocol.journal import (
     AgentRecord,
     PromptRecord,
     WatcherRecord,
+    WorktreeRemovedRecord,
 )
 from protocol.requests import RequestRecord
-from protocol.session import agents, requests, tasks, watchers
+from protocol.session import agents, requests, tasks, watchers, worktrees
 from protocol.session.effects import (
     Deliver,
     Effect,
@@ -94,6 +95,8 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
                 pending = tuple(t for t in record.ids if t not in record.inline)
                 if pending:
                     watchers.register(s, record.watcher_id, record.ids, pending)
+            case WorktreeRemovedRecord():
+                worktrees.replay_removed(s, record)
     return s
 
 

@@ -39,6 +39,7 @@ from protocol.ids import PARENT_ID, IdKind, an_id_of, kind_of
 from protocol.request_table import RequestTable
 from protocol.settings import Settings
 from protocol.tasks import TaskRecord, TaskResult
+from protocol.worktrees import Snapshot
 
 __all__ = [
     "AgentRow",
@@ -166,6 +167,15 @@ class SessionState:
         #: damaged lines of the journal and notifications file found at restart
         self.journal_problems = 0
         self.results: Mapping[str, TaskResult] = _Results(self.tasks)
+        # --- agents' git worktrees (protocol.session.worktrees)
+        #: agent id -> paths its worktree changed since its branch's base (last counted)
+        self.worktree_changed: dict[str, int] = {}
+        #: agent id -> path of its worktree, once a close removed it
+        self.worktree_removed: dict[str, str] = {}
+        #: open task id -> where its agent's worktree stood when the task was handed over
+        self.snapshots: dict[str, Snapshot] = {}
+        #: settled task ids whose changes are being listed (their watchers wait for them)
+        self.diffing: set[str] = set()
 
     @property
     def episodes(self) -> dict[str, tuple[str, ...]]:

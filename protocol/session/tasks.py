@@ -48,7 +48,7 @@ from protocol.ids import IdKind, kind_of
 from protocol.journal import PromptRecord
 from protocol.notifications import Notice
 from protocol.requests import RequestState
-from protocol.session import outbox, requests, watchers
+from protocol.session import outbox, requests, worktrees
 from protocol.session.effects import (
     Answer,
     CancelTimer,
@@ -153,7 +153,7 @@ def _delegate(
     s.tasks[task_id] = record
     effects += requests.task_moved(s, record, start(record, cx.now), cx)
     effects += [
-        Deliver(agent_id=row.agent_id, envelope=envelope),
+        worktrees.deliver_task(s, row, record, envelope),
         WatchdogTask(agent_id=row.agent_id, task_id=task_id),
         WatchdogInstruction(
             agent_id=row.agent_id, kind="task", text=args.task, task_id=task_id, at=cx.now
@@ -230,7 +230,7 @@ def settle(
     s.turn_stats.pop(task_id, None)
     if row is not None and not row.closed and not by_agent:
         effects.append(_stop_work(s, settled, cx))
-    effects += watchers.hand_over(s, result, cx)
+    effects += worktrees.on_settle(s, result, cx)
     rc = result.return_code
     effects.append(Log(text=f"task {task_id} {settled.state.value} (rc {rc})"))
     return effects
