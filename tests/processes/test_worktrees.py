@@ -20,7 +20,7 @@ from actors.session.supervisor import Supervisor
 from protocol.errors import InvalidArgument
 from protocol.notifications import Notice
 from protocol.tasks import TaskResult
-from tests.processes.conftest import Serve, cli
+from tests.processes.conftest import cli
 
 pytestmark = pytest.mark.processes
 
@@ -255,7 +255,7 @@ def test_command_agent_from_the_cli(serve: Any, repo: Path, tmp_path: Path) -> N
     """The command adapter, driven from the command line: the agent's turn runs in its
     worktree, its completion lists what it changed, ``worktrees`` lists it."""
     session = tmp_path / "session"
-    server: Serve = serve(session)
+    serve(session)
     cmd = "echo {message} > from_cli.txt && shepherd-child done --status completed"
     cli(
         "spawn",
@@ -271,14 +271,8 @@ def test_command_agent_from_the_cli(serve: Any, repo: Path, tmp_path: Path) -> N
     )
     _, delegated = cli("delegate", "cmdy", "write", session=session)
     task_id = delegated["task_id"]
-    cli("watch", task_id, session=session)
-    assert server.wait_for(
-        lambda lines: any(r.get("task_id") == task_id for x in lines for r in x.get("results", ())),
-        timeout=60,
-    )
-    result = next(
-        r for x in server.lines for r in x.get("results", ()) if r.get("task_id") == task_id
-    )
+    _, waited = cli("wait", task_id, "--timeout", "60", session=session)
+    (result,) = waited["completed"]
     assert result["changes"]["files"] == ["from_cli.txt"]
     _, trees = cli("worktrees", session=session)
     assert [(w["agent"], w["state"], w["changed_files"]) for w in trees["worktrees"]] == [
