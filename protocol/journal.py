@@ -11,6 +11,8 @@ The journal is append-only; the latest record of a thing wins. Records:
 - ``prompt``  a compatibility prompt id and the task it names
 - ``watcher`` a watcher and the ids it watches, with those whose results the ``watch``
   answer itself carried (written before that answer is sent: they count as delivered)
+- ``task_changes`` the files a worktree agent's task changed (its result's ``changes``),
+  written once they were listed, after the task's settlement
 - ``worktree_removed`` a close removed the agent's (clean) git worktree. Where an agent's
   worktree is, is its ``agent`` record's options: ``worktree: true``, ``repo`` (the
   repository's top directory), ``branch``, ``base`` (the commit the branch started from) and
@@ -33,6 +35,7 @@ import msgspec
 
 from protocol.requests import RequestRecord
 from protocol.tasks import TaskRecord
+from protocol.worktrees import WorktreeChanges
 
 __all__ = [
     "AgentCloseRecord",
@@ -41,6 +44,7 @@ __all__ = [
     "Entry",
     "PromptRecord",
     "Record",
+    "TaskChangesRecord",
     "WatcherRecord",
     "WorktreeRemovedRecord",
     "decode_line",
@@ -95,6 +99,13 @@ class WorktreeRemovedRecord(msgspec.Struct, frozen=True, kw_only=True):
     at: float
 
 
+class TaskChangesRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What a settled task changed in its agent's worktree (added to its result)."""
+
+    task_id: str
+    changes: WorktreeChanges
+
+
 Record = (
     AgentRecord
     | AgentExitRecord
@@ -104,6 +115,7 @@ Record = (
     | PromptRecord
     | WatcherRecord
     | WorktreeRemovedRecord
+    | TaskChangesRecord
 )
 
 
@@ -143,6 +155,10 @@ class WorktreeRemovedEntry(_Entry, frozen=True, kw_only=True, tag="worktree_remo
     record: WorktreeRemovedRecord
 
 
+class TaskChangesEntry(_Entry, frozen=True, kw_only=True, tag="task_changes"):
+    record: TaskChangesRecord
+
+
 #: One journal line.
 Entry = (
     AgentEntry
@@ -153,6 +169,7 @@ Entry = (
     | PromptEntry
     | WatcherEntry
     | WorktreeRemovedEntry
+    | TaskChangesEntry
 )
 
 _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
@@ -164,6 +181,7 @@ _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
     PromptRecord: PromptEntry,
     WatcherRecord: WatcherEntry,
     WorktreeRemovedRecord: WorktreeRemovedEntry,
+    TaskChangesRecord: TaskChangesEntry,
 }
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(Entry)

@@ -35,11 +35,12 @@ from protocol.journal import (
     AgentExitRecord,
     AgentRecord,
     PromptRecord,
+    TaskChangesRecord,
     WatcherRecord,
     WorktreeRemovedRecord,
 )
 from protocol.requests import RequestRecord
-from protocol.session import agents, requests, tasks, watchers, worktrees
+from protocol.session import agents, requests, tasks, watchers, worktree_events, worktrees
 from protocol.session.effects import (
     Deliver,
     Effect,
@@ -97,6 +98,8 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
                     watchers.register(s, record.watcher_id, record.ids, pending)
             case WorktreeRemovedRecord():
                 worktrees.replay_removed(s, record)
+            case TaskChangesRecord():
+                worktree_events.replay_changes(s, record)
     return s
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import msgspec
 
+from protocol.journal import TaskChangesRecord
 from protocol.notifications import Notice
 from protocol.session import tasks, watchers
 from protocol.session.effects import Deliver, Effect, Journal, Notify
 from protocol.session.state import Ctx, SessionState
 from protocol.worktrees import WorktreeChanges, WorktreeProbed
 
-__all__ = ["probed"]
+__all__ = ["probed", "replay_changes"]
 
 
 def probed(s: SessionState, event: WorktreeProbed, cx: Ctx) -> list[Effect]:
@@ -56,5 +57,15 @@ def probed(s: SessionState, event: WorktreeProbed, cx: Ctx) -> list[Effect]:
             error=event.error or "no changes were listed",
         )
     result = msgspec.structs.replace(record.result, changes=changes)
-    s.tasks[event.task_id] = settled = msgspec.structs.replace(record, result=result)
-    return [*effects, Journal(record=settled), *watchers.hand_over(s, result, cx)]
+    s.tasks[event.task_id] = msgspec.structs.replace(record, result=result)
+    journal = Journal(record=TaskChangesRecord(task_id=event.task_id, changes=changes))
+    return [*effects, journal, *watchers.hand_over(s, result, cx)]
+
+
+def replay_changes(s: SessionState, record: TaskChangesRecord) -> None:
+    """A task's changes read back from the journal: its result carries them again."""
+    task = s.tasks.get(record.task_id)
+    if task is None or task.result is None:
+        return
+    result = msgspec.structs.replace(task.result, changes=record.changes)
+    s.tasks[record.task_id] = msgspec.structs.replace(task, result=result)
