@@ -282,3 +282,26 @@ def test_command_agent_from_the_cli(serve: Any, repo: Path, tmp_path: Path) -> N
     row = status["agents"][0]
     assert row["branch"] == f"shepherd/{status['session_id']}/cmdy"
     assert row["changed_files"] == 1
+
+
+def test_git_failing_in_a_worktree_is_told_to_the_parent(
+    supervisor: tuple[Supervisor, CollectingSink], repo: Path, tmp_path: Path
+) -> None:
+    """The agent breaks its worktree (its .git link gone): the completion still comes, saying
+    why its changes are unknown; the parent gets a notice; close keeps what it cannot check."""
+    sup, sink = supervisor
+    a = script(tmp_path, "alpha", "echo x > made.txt && rm .git")
+    sup.call("spawn", {"name": "alpha", "script": a, "worktree": True, "repo": str(repo)})
+    result = finish(sup, sink, "alpha", "break it")
+    assert result.status == "completed"
+    assert result.changes is not None and result.changes.error
+    assert result.changes.files == () and result.changes.branch.endswith("/alpha")
+    failed = [n for n in sink.items if isinstance(n, Notice) and n.code == "worktree_failed"]
+    assert len(failed) == 1 and result.task_id in failed[0].text
+    closed = sup.call("close", {"agent": "alpha"})
+    assert closed.worktree_removed is False and closed.worktree_kept_because
+    assert (sup.session_dir / "worktrees" / "alpha" / "made.txt").exists()
+    kept = [n for n in sink.items if isinstance(n, Notice) and n.code == "worktree_kept"]
+    assert len(kept) == 1
+    (row,) = sup.call("worktrees", {}).worktrees
+    assert row.state == "unknown" and row.error
