@@ -153,3 +153,34 @@ def test_ref_of_needs_every_option() -> None:
     assert ref_of("id", "alpha", {**full, "worktree": "true"}) is None
     assert ref_of("id", "alpha", {k: v for k, v in full.items() if k != "base"}) is None
     assert ref_of("id", "alpha", {}) is None
+
+
+def test_what_a_human_reads() -> None:
+    from protocol import views
+    from protocol.render import render_changes
+
+    changes = make_changes("b/me", "/w", {"a.py", "s.py"}, {"zed": ("b/zed", {"s.py"})})
+    result = TaskResult(
+        task_id="t1",
+        agent_id="a",
+        status="completed",
+        ok=True,
+        return_code=0,
+        completed_at=1.0,
+        changes=changes,
+    )
+    assert render_changes(result) == [
+        "t1 changed 2 file(s) on b/me since the task started: a.py, s.py",
+        "  overlap with zed (b/zed): s.py",
+    ]
+    row = {"agent": "me", "state": "dirty", "changed_files": 2, "branch": "b/me", "path": "/w"}
+    assert views.worktrees({"worktrees": [row]}) == "me       dirty, 2 changed  b/me  /w"
+    kept = {
+        "agent_id": "a",
+        "closed": True,
+        "worktree_path": "/w",
+        "worktree_removed": False,
+        "worktree_kept_because": "1 untracked file(s), e.g. x",
+    }
+    assert views.closed(kept) == "closed a; worktree kept at /w: 1 untracked file(s), e.g. x"
+    assert views.closed({**kept, "worktree_removed": True}) == "closed a; worktree /w removed"
