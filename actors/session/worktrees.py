@@ -43,6 +43,7 @@ from protocol.worktrees import (
     changed_since,
     default_branch,
     make_changes,
+    shown,
 )
 
 __all__ = ["GitWorker", "prepare", "undo"]
@@ -221,7 +222,7 @@ def _release(ref: WorktreeRef) -> WorktreeReleased:
     try:
         dirty = dirty_paths(ref.path)
         if dirty:
-            why = f"{len(dirty)} uncommitted or untracked file(s), e.g. {dirty[0]}"
+            why = f"{len(dirty)} uncommitted or untracked file(s), e.g. {shown(dirty[0])}"
             return WorktreeReleased(agent_id=ref.agent_id, path=ref.path, removed=False, why=why)
         git(["worktree", "remove", ref.path], ref.repo)
     except GitError as exc:

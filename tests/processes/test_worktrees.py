@@ -305,3 +305,31 @@ def test_git_failing_in_a_worktree_is_told_to_the_parent(
     assert len(kept) == 1
     (row,) = sup.call("worktrees", {}).worktrees
     assert row.state == "unknown" and row.error
+
+
+def test_odd_file_names_are_listed_and_told(
+    supervisor: tuple[Supervisor, CollectingSink], repo: Path, tmp_path: Path
+) -> None:
+    """A file name that is not UTF-8, one with a newline, and a very long one: listed
+    (undecodable bytes replaced, long names cut), and the kept worktree's notice is written."""
+    sup, sink = supervisor
+    long_name = "n" * 250
+    command = f"touch $'caf\\xe9.txt' $'two\\nlines.txt' {long_name}"
+    sup.call(
+        "spawn",
+        {
+            "name": "alpha",
+            "script": script(tmp_path, "alpha", command),
+            "worktree": True,
+            "repo": str(repo),
+        },
+    )
+    result = finish(sup, sink, "alpha", "odd names")
+    assert result.changes is not None and result.changes.error is None
+    assert result.changes.files == ("caf\ufffd.txt", long_name, "two\nlines.txt")
+    closed = sup.call("close", {"agent": "alpha"})
+    assert closed.worktree_removed is False and "3 uncommitted" in closed.worktree_kept_because
+    kept = [n for n in sink.items if isinstance(n, Notice) and n.code == "worktree_kept"]
+    assert len(kept) == 1
+    recorded = (sup.session_dir / "notifications.jsonl").read_text()
+    assert "worktree_kept" in recorded and "caf\ufffd.txt" in recorded
