@@ -10,6 +10,7 @@ answer             how it is bounded
                    next page starts; the session's counts (``summary``) are always whole
 ``read``           paged: the newest of the asked-for lines that fit; ``next_cursor`` reads older
                    ones; a line too long for any page is cut, saying how long it was
+``worktrees``      paged: as many worktrees as fit (at most ``WORKTREES_PAGE``), from ``cursor`` on
 ``watch``/``wait`` results are previewed (task text dropped, summary and error cut, saying how
 ``cancel``/...     long they were); the full texts stay in the journal and the task's note
 =================  ===============================================================================
@@ -146,6 +147,23 @@ def _fit_read(answer: api.ReadResult, budget: int) -> api.ReadResult:
     )
 
 
+def _fit_worktrees(answer: api.WorktreesResult, budget: int) -> api.WorktreesResult:
+    """As many worktrees as fit (at least one), ``next_cursor`` after the last one kept."""
+    room = budget - encoded_size(msgspec.structs.replace(answer, worktrees=())) - 64
+    kept: list[api.WorktreeStatus] = []
+    for row in answer.worktrees:
+        size = encoded_size(row) + 1
+        if size > room and kept:
+            break
+        kept.append(row)
+        room -= size
+    if len(kept) == len(answer.worktrees):
+        return answer
+    return msgspec.structs.replace(
+        answer, worktrees=tuple(kept), next_cursor=answer.cursor + len(kept)
+    )
+
+
 def fit_answer(answer: Any, budget: int) -> Any:
     """``answer`` bounded to ``budget`` bytes by the rule of its kind (see the module table);
     raises :class:`LimitExceeded` if it still does not fit."""
@@ -160,6 +178,8 @@ def fit_answer(answer: Any, budget: int) -> Any:
             )
         case TaskResult():
             answer = _fit_results((answer,), budget)[0]
+        case api.WorktreesResult():
+            answer = _fit_worktrees(answer, budget)
     size = encoded_size(answer)
     if size > budget:
         raise LimitExceeded(

@@ -184,3 +184,26 @@ def test_what_a_human_reads() -> None:
     }
     assert views.closed(kept) == "closed a; worktree kept at /w: 1 untracked file(s), e.g. x"
     assert views.closed({**kept, "worktree_removed": True}) == "closed a; worktree /w removed"
+
+
+def test_a_worktrees_page_fits_its_frame() -> None:
+    from protocol import api
+    from protocol.answers import encoded_size, fit_answer
+
+    rows = tuple(
+        api.WorktreeStatus(
+            agent=f"a{i}",
+            agent_id=f"id{i}",
+            path="/" + "p" * 3000,
+            branch="b",
+            base="c",
+            state="clean",
+        )
+        for i in range(20)
+    )
+    page = api.WorktreesResult(worktrees=rows, cursor=40, next_cursor=60)
+    fitted = fit_answer(page, 16_000)
+    assert 1 <= len(fitted.worktrees) < 20 and encoded_size(fitted) <= 16_000
+    assert fitted.next_cursor == 40 + len(fitted.worktrees)
+    small = api.WorktreesResult(worktrees=rows[:2])
+    assert fit_answer(small, 16_000) == small
