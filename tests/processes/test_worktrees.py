@@ -206,6 +206,9 @@ def test_a_restarted_parent_still_knows_the_worktrees(tmp_path: Path, repo: Path
         ({"cwd": "{tmp}"}, "cwd: an agent with a worktree runs in it"),
         ({"worktree": False}, "repo: only with --worktree"),
         ({"worktree": "yes"}, "Expected `bool`"),
+        ({"name": "../evil"}, "name: '../evil' is not a valid agent name"),
+        ({"repo": ""}, "length >= 1"),
+        ({"repo": "{tmp}/" + "r" * 5000}, "length <= 4096"),
     ],
 )
 def test_hostile_spawns_are_refused_and_leave_nothing(
