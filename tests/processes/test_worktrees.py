@@ -168,6 +168,12 @@ def test_two_agents_changes_overlap_close_and_list(
     # the same name again while the kept worktree is there: refused, nothing made
     with pytest.raises(InvalidArgument, match="exists already"):
         sup.call("spawn", {"name": "alpha", "script": a, "worktree": True, "repo": str(repo)})
+    # its work committed, closing it again removes it
+    git(where / "alpha", "add", "-A")
+    git(where / "alpha", "commit", "-q", "-m", "alpha's work")
+    assert sup.call("close", {"agent": "alpha"}).worktree_removed is True
+    assert not (where / "alpha").exists()
+    assert sup.call("close", {"agent": "alpha"}).worktree_path is None
 
 
 def test_a_restarted_parent_still_knows_the_worktrees(tmp_path: Path, repo: Path) -> None:
