@@ -8,7 +8,8 @@ Rules:
 1. **One active task per agent.** ``delegate`` checks the agent's slot (``agent_busy``;
    messages are still accepted), journals the task, opens its note, arms its deadline and
    hands the task to the agent: it is ``running`` once handed over, whether the agent is busy
-   or idle (its bridge queues it).
+   or idle (its bridge queues it). An agent in a git worktree gets it once where its worktree
+   stands is recorded (:mod:`protocol.session.worktrees`).
 2. **Only the owner settles its task with done.** A ``done`` names its task or means the
    sender's active task; another agent's task is ``forbidden_sender``. A ``done`` on a task
    already settled is answered with the stored result (a redelivery after a restart).
@@ -17,7 +18,8 @@ Rules:
    change nothing and get the stored result.
 4. **Settlement happens once**: the result is journaled first (durable before anyone hears
    of it), the note finalised, the agent's slot freed, the requests the task dropped
-   cancelled, and the result handed to each watcher subscribed to the task.
+   cancelled, and the result handed to each watcher subscribed to the task (for an agent in a
+   git worktree, once the files the task changed are listed in it).
 5. **Ending a task stops its work.** When anything but the agent's own ``done`` settles it
    and the agent is still running, the agent gets a ``control cancel_task`` naming the task
    (every adapter stops that task's work and is ready for the next task). The control carries
