@@ -121,10 +121,16 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    sys.setrecursionlimit(10_000)
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
+    # deep import chains need a deeper stack; the limit is put back after (a test process
+    # that imports this keeps the default: other tests rely on it)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for node in sorted(graph):
+            if node not in index:
+                visit(node)
+    finally:
+        sys.setrecursionlimit(limit)
     return sorted(found)
 
 
