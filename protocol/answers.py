@@ -10,6 +10,7 @@ answer             how it is bounded
                    next page starts; the session's counts (``summary``) are always whole
 ``read``           paged: the newest of the asked-for lines that fit; ``next_cursor`` reads older
                    ones; a line too long for any page is cut, saying how long it was
+``worktrees``      paged: as many worktrees as fit (at most ``WORKTREES_PAGE``), from ``cursor`` on
 ``watch``/``wait`` results are previewed (task text dropped, summary and error cut, saying how
 ``cancel``/...     long they were); the full texts stay in the journal and the task's note
 =================  ===============================================================================
@@ -34,7 +35,15 @@ from protocol.errors import LimitExceeded
 from protocol.limits import PREVIEW_CHARS, preview
 from protocol.tasks import TaskResult
 
-__all__ = ["READ_PAGES", "STATUS_PAGES", "Pager", "encoded_size", "fit_answer", "preview_result"]
+__all__ = [
+    "READ_PAGES",
+    "STATUS_PAGES",
+    "WORKTREE_PAGES",
+    "Pager",
+    "encoded_size",
+    "fit_answer",
+    "preview_result",
+]
 
 _ENCODER = msgspec.json.Encoder()
 #: a single output line longer than this is cut in a ``read`` answer
@@ -49,7 +58,11 @@ def preview_result(result: TaskResult, limit: int = PREVIEW_CHARS) -> TaskResult
     """``result`` without its task text and with summary and error cut to ``limit``: what a
     receipt or a crowded answer carries (the task id names the rest)."""
     text, error = preview(result.text, limit), preview(result.error, limit)
-    return msgspec.structs.replace(result, description=None, text=text, error=error)
+    # a worktree's changed paths: fewer of them listed (their count stays)
+    changes = result.changes.cut(limit // 100) if result.changes is not None else None
+    return msgspec.structs.replace(
+        result, description=None, text=text, error=error, changes=changes
+    )
 
 
 def _fit_results(results: tuple[TaskResult, ...], budget: int) -> tuple[TaskResult, ...]:
@@ -134,6 +147,23 @@ def _fit_read(answer: api.ReadResult, budget: int) -> api.ReadResult:
     )
 
 
+def _fit_worktrees(answer: api.WorktreesResult, budget: int) -> api.WorktreesResult:
+    """As many worktrees as fit (at least one), ``next_cursor`` after the last one kept."""
+    room = budget - encoded_size(msgspec.structs.replace(answer, worktrees=())) - 64
+    kept: list[api.WorktreeStatus] = []
+    for row in answer.worktrees:
+        size = encoded_size(row) + 1
+        if size > room and kept:
+            break
+        kept.append(row)
+        room -= size
+    if len(kept) == len(answer.worktrees):
+        return answer
+    return msgspec.structs.replace(
+        answer, worktrees=tuple(kept), next_cursor=answer.cursor + len(kept)
+    )
+
+
 def fit_answer(answer: Any, budget: int) -> Any:
     """``answer`` bounded to ``budget`` bytes by the rule of its kind (see the module table);
     raises :class:`LimitExceeded` if it still does not fit."""
@@ -148,6 +178,8 @@ def fit_answer(answer: Any, budget: int) -> Any:
             )
         case TaskResult():
             answer = _fit_results((answer,), budget)[0]
+        case api.WorktreesResult():
+            answer = _fit_worktrees(answer, budget)
     size = encoded_size(answer)
     if size > budget:
         raise LimitExceeded(
@@ -198,5 +230,14 @@ def _all_lines(args: Data, pages: list[Data]) -> Data:
 
 #: ``status``: agents in spawn order, page after page from ``cursor`` on
 STATUS_PAGES = Pager(_next_agents, _all_agents)
+
+
+def _all_worktrees(args: Data, pages: list[Data]) -> Data:
+    rows = [row for page in pages for row in page["worktrees"]]
+    return {**pages[-1], "worktrees": rows, "cursor": args.get("cursor", 0), "next_cursor": None}
+
+
+#: ``worktrees``: agents' worktrees in spawn order, page after page from ``cursor`` on
+WORKTREE_PAGES = Pager(_next_agents, _all_worktrees)
 #: ``read``: the newest lines first, then older pages until ``lines`` are there
 READ_PAGES = Pager(_older_lines, _all_lines)

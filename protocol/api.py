@@ -29,6 +29,7 @@ from protocol.limits import (
     LineCount,
     OptionalText,
     OptionText,
+    RefName,
     Text,
 )
 from protocol.requests import RequestRecord
@@ -63,6 +64,9 @@ __all__ = [
     "WaitResult",
     "WatchArgs",
     "WatchResult",
+    "WorktreeStatus",
+    "WorktreesArgs",
+    "WorktreesResult",
     "build_args",
     "convert_args",
 ]
@@ -157,6 +161,11 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     # --- budgets
     #: what the agent spent over all its turns and tasks
     usage: Usage | None = None
+    # --- worktrees
+    #: an agent in a git worktree: its branch, and how many paths its worktree has changed
+    #: since the branch's base (as of its last task's end; ``shepherd worktrees`` counts now)
+    branch: str | None = None
+    changed_files: int | None = None
 
 
 class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -202,6 +211,11 @@ class CloseResult(msgspec.Struct, frozen=True, kw_only=True):
     closed: bool
     #: the agent's active task, cancelled (rc 130) by the close
     cancelled_task_id: str | None = None
+    #: an agent in a git worktree: where it is, and whether the close removed it (only a
+    #: clean one is removed; a kept one stays there, and a notification says why)
+    worktree_path: str | None = None
+    worktree_removed: bool | None = None
+    worktree_kept_because: str | None = None
 
 
 class ReadResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -255,6 +269,12 @@ class SpawnArgs(Arguments[SpawnResult], frozen=True, kw_only=True, forbid_unknow
     models_json: OptionText | None = None  # a Pi models.json to use (pi-rpc adapter)
     provider: OptionText | None = None  # the Pi provider name (pi-rpc adapter)
     model: OptionText | None = None  # the Pi model id (pi-rpc adapter)
+    # --- a git worktree of its own (protocol.worktrees; made by the session's edge, which
+    # fills repo, branch, base and cwd with what it made: they are journaled with the agent)
+    worktree: bool = False
+    repo: OptionText | None = None  # the repository (default: the session's working directory)
+    branch: RefName | None = None  # default shepherd/<session>/<name>
+    base: RefName | None = None  # the new branch's start (default the repository's HEAD)
 
 
 class DelegateArgs(
@@ -332,3 +352,39 @@ class ResultArgs(
 class FailArgs(Arguments[SettleResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
     task_id: Handle
     error: Text
+
+
+# ----------------------------------------------------------------------------- worktrees
+
+
+class WorktreeStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One agent's git worktree (``shepherd worktrees``)."""
+
+    agent: str
+    agent_id: str
+    path: str
+    branch: str
+    #: the commit the branch started from (changes are counted since it)
+    base: str
+    #: "clean", "dirty" (uncommitted changes or untracked files), "removed" (by a close),
+    #: "missing" (gone from disk), "unknown" (git failed: see ``error``)
+    state: Literal["clean", "dirty", "removed", "missing", "unknown"]
+    #: paths changed since the branch's base (committed or not); None when not known
+    changed_files: int | None = None
+    closed: bool = False
+    error: str | None = None
+
+
+class WorktreesResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    #: this page's worktrees (agents in spawn order), from ``cursor`` on
+    worktrees: tuple[WorktreeStatus, ...]
+    cursor: int = 0
+    #: more follow: ask again with this cursor
+    next_cursor: int | None = None
+
+
+class WorktreesArgs(
+    Arguments[WorktreesResult], frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    #: the first worktree of the page (at most ``WORKTREES_PAGE`` per page)
+    cursor: Cursor = 0

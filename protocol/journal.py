@@ -15,6 +15,13 @@ The journal is append-only; the latest record of a thing wins. Records:
   counted for: the fold adds them up again
 - ``agent_recover`` ``serve --recover`` started the agent again: its new incarnation
 - ``task_resume`` an open task was handed again to that incarnation (written before it is)
+- ``task_changes`` the files a worktree agent's task changed (its result's ``changes``),
+  written once they were listed, after the task's settlement
+- ``worktree_removed`` a close removed the agent's (clean) git worktree. Where an agent's
+  worktree is, is its ``agent`` record's options: ``worktree: true``, ``repo`` (the
+  repository's top directory), ``branch``, ``base`` (the commit the branch started from) and
+  ``cwd`` (the worktree's path, where the agent runs): launching the agent again with those
+  options re-uses the worktree.
 
 A line is ``{"type": <kind>, "record": {...}}``: an :data:`Entry`, a msgspec tagged union, so
 one decoder reads any line and an unknown kind or a wrong field is a decode error naming it.
@@ -32,6 +39,7 @@ import msgspec
 
 from protocol.requests import RequestRecord
 from protocol.tasks import TaskRecord
+from protocol.worktrees import WorktreeChanges
 
 __all__ = [
     "AgentCloseRecord",
@@ -41,9 +49,11 @@ __all__ = [
     "Entry",
     "PromptRecord",
     "Record",
+    "TaskChangesRecord",
     "TaskResumeRecord",
     "UsageRecord",
     "WatcherRecord",
+    "WorktreeRemovedRecord",
     "decode_line",
     "encode_line",
 ]
@@ -127,6 +137,24 @@ class TaskResumeRecord(msgspec.Struct, frozen=True, kw_only=True):
     at: float
 
 
+# --- agents' git worktrees (spawn --worktree)
+
+
+class WorktreeRemovedRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A close removed the agent's worktree (it was clean); its branch stays."""
+
+    agent_id: str
+    path: str
+    at: float
+
+
+class TaskChangesRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What a settled task changed in its agent's worktree (added to its result)."""
+
+    task_id: str
+    changes: WorktreeChanges
+
+
 Record = (
     AgentRecord
     | AgentExitRecord
@@ -138,6 +166,8 @@ Record = (
     | UsageRecord
     | AgentRecoverRecord
     | TaskResumeRecord
+    | WorktreeRemovedRecord
+    | TaskChangesRecord
 )
 
 
@@ -185,6 +215,14 @@ class TaskResumeEntry(_Entry, frozen=True, kw_only=True, tag="task_resume"):
     record: TaskResumeRecord
 
 
+class WorktreeRemovedEntry(_Entry, frozen=True, kw_only=True, tag="worktree_removed"):
+    record: WorktreeRemovedRecord
+
+
+class TaskChangesEntry(_Entry, frozen=True, kw_only=True, tag="task_changes"):
+    record: TaskChangesRecord
+
+
 #: One journal line.
 Entry = (
     AgentEntry
@@ -197,6 +235,8 @@ Entry = (
     | UsageEntry
     | AgentRecoverEntry
     | TaskResumeEntry
+    | WorktreeRemovedEntry
+    | TaskChangesEntry
 )
 
 _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
@@ -210,6 +250,8 @@ _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
     UsageRecord: UsageEntry,
     AgentRecoverRecord: AgentRecoverEntry,
     TaskResumeRecord: TaskResumeEntry,
+    WorktreeRemovedRecord: WorktreeRemovedEntry,
+    TaskChangesRecord: TaskChangesEntry,
 }
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(Entry)

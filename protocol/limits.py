@@ -45,6 +45,9 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "MAX_TRACEPARENT_CHARS",
     "PREVIEW_CHARS",
+    "WORKTREES_PAGE",
+    "WORKTREE_FILES_LISTED",
+    "WORKTREE_OVERLAP_AGENTS",
     "BudgetCost",
     "BudgetMinutes",
     "BudgetTokens",
@@ -57,6 +60,7 @@ __all__ = [
     "LineCount",
     "OptionText",
     "OptionalText",
+    "RefName",
     "SoftFraction",
     "Text",
     "Traceparent",
@@ -145,3 +149,15 @@ def preview(text: str | None, limit: int = PREVIEW_CHARS) -> str | None:
 #: versions may append fields, which a reader of version 00 ignores (W3C Trace Context)
 MAX_TRACEPARENT_CHARS: Final = 256
 Traceparent = Annotated[str, msgspec.Meta(max_length=MAX_TRACEPARENT_CHARS)]
+
+
+# --- agents' git worktrees (``spawn --worktree``, task changes, ``shepherd worktrees``)
+
+#: changed paths a task's result lists (it always gives their count); also per overlap
+WORKTREE_FILES_LISTED: Final = 50
+#: other agents an overlap names (it says how many there were when more)
+WORKTREE_OVERLAP_AGENTS: Final = 10
+#: worktrees per page of ``shepherd worktrees`` (each row is inspected with git)
+WORKTREES_PAGE: Final = 20
+#: a git ref name given by the user (``--branch``, ``--base``); git checks the rest
+RefName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]

@@ -93,6 +93,28 @@ def render_result_line(result: TaskResult) -> str:
     return line
 
 
+def render_changes(result: TaskResult) -> list[str]:
+    """A worktree agent's task: the files it changed, and where another agent changed them too."""
+    c = result.changes
+    if c is None:
+        return []
+    if c.error is not None:
+        return [f"{result.task_id} changes on {c.branch}: unknown ({c.error})"]
+    since = "since the task started" if c.since == "task" else "since its branch's base"
+    more = f" (+{c.count - len(c.files)} more)" if c.count > len(c.files) else ""
+    lines = [
+        f"{result.task_id} changed {c.count} file(s) on {c.branch} {since}: "
+        + ", ".join(c.files)
+        + more
+    ]
+    for o in c.overlaps:
+        extra = f" (+{o.count - len(o.files)} more)" if o.count > len(o.files) else ""
+        lines.append(f"  overlap with {o.agent} ({o.branch}): {', '.join(o.files)}{extra}")
+    if c.overlap_agents:
+        lines.append(f"  overlaps with {c.overlap_agents} agents in all")
+    return lines
+
+
 def render_notification(note: AnyNotification) -> str:
     match note:
         case TaskCompletion():
@@ -108,6 +130,7 @@ def render_notification(note: AnyNotification) -> str:
                 if r.error and r.text:
                     details.append(f"{r.task_id} error: {r.error}")
             lines.append("details: " + "; ".join(details))
+            lines += [line for r in note.results for line in render_changes(r)]
             return "\n".join(lines)
         case AgentMessage():
             who = note.sender_name or note.sender_id

@@ -27,6 +27,7 @@ import msgspec
 
 from protocol.errors import InvalidTransition, UnresolvedRequests
 from protocol.usage import Budget, Usage
+from protocol.worktrees import WorktreeChanges
 
 __all__ = [
     "RETURN_CODES",
@@ -135,6 +136,10 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | None = None
     #: what the task spent (turns, tokens, cost), when anything was counted
     usage: Usage | None = None
+    # --- worktrees
+    #: an agent in a git worktree: the paths the task changed, and their overlap with
+    #: other live agents' worktrees (:mod:`protocol.worktrees`)
+    changes: WorktreeChanges | None = None
 
 
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -53,7 +53,9 @@ def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str
     task = agent.get("task")
     if task is None:
         age = _clock(now - agent["last_active_at"]) if agent.get("last_active_at") else "--:--"
-        return f"{symbol} {age} {agent['name']:<8} {process} / no task{degraded(agent)}"
+        return f"{symbol} {age} {agent['name']:<8} {process} / no task{degraded(agent)}" + (
+            _branch(agent)
+        )
     state = task["state"]
     if state == "waiting":
         age = _clock(task.get("waiting_age_s") or 0.0)
@@ -77,7 +79,7 @@ def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str
     closed = " [closed]" if agent.get("closed") else ""
     return (
         f"{symbol} {age} {agent['name']:<8} {process} / {detail}  {task['task_id']}{closed}"
-        f"{degraded(agent)}{_used(agent, task)}"
+        f"{degraded(agent)}{_used(agent, task)}{_branch(agent)}"
     )
 
 
@@ -113,6 +115,14 @@ def _used(agent: dict[str, Any], task: dict[str, Any]) -> str:
     if not mine and not theirs:
         return ""
     return f"  used: {mine or 'nothing'}" + (f" (agent: {theirs})" if theirs != mine else "")
+
+
+def _branch(agent: dict[str, Any]) -> str:
+    """An agent in a git worktree: its branch and its changed files (as last counted)."""
+    if not agent.get("branch"):
+        return ""
+    count = agent.get("changed_files")
+    return f"  [{agent['branch']}: {'?' if count is None else count} changed]"
 
 
 def summary_line(data: dict[str, Any]) -> str:
@@ -191,7 +201,29 @@ def read_lines(data: dict[str, Any]) -> str:
 
 def closed(data: dict[str, Any]) -> str:
     cancelled = data.get("cancelled_task_id")
-    return f"closed {data['agent_id']}" + (f"; cancelled {cancelled}" if cancelled else "")
+    line = f"closed {data['agent_id']}" + (f"; cancelled {cancelled}" if cancelled else "")
+    path = data.get("worktree_path")
+    if path and data.get("worktree_removed"):
+        line += f"; worktree {path} removed"
+    elif path:
+        line += f"; worktree kept at {path}: {data.get('worktree_kept_because') or 'not clean'}"
+    return line
+
+
+def worktrees(data: dict[str, Any]) -> str:
+    rows = data.get("worktrees", [])
+    if not rows:
+        return "no worktrees"
+    lines = []
+    for w in rows:
+        count = w.get("changed_files")
+        changed = "" if count is None else f", {count} changed"
+        closed = " [closed]" if w.get("closed") else ""
+        error = f" ({w['error']})" if w.get("error") else ""
+        lines.append(
+            f"{w['agent']:<8} {w['state']}{changed}  {w['branch']}  {w['path']}{closed}{error}"
+        )
+    return "\n".join(lines)
 
 
 def settled(command: str) -> Any:

@@ -121,8 +121,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
+    # deep import chains need a deeper stack; the limit is put back after (a test process
+    # that imports this keeps the default: other tests rely on it)
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(10_000)
+    sys.setrecursionlimit(max(limit, 10_000))
     try:
         for node in sorted(graph):
             if node not in index:

@@ -49,15 +49,17 @@ from actors.session.sinks import GuardedSink
 from actors.session.task import TaskActor
 from actors.session.watcher import WatcherActor
 from actors.session.windows import Windows, WindowsDue
+from actors.session.worktrees import GitWorker
 from protocol import api
 from protocol.errors import ShepherdError
 from protocol.notifications import TaskCompletion
-from protocol.session import agents, calls, inbound, status, watchers
+from protocol.session import agents, calls, inbound, status, watchers, worktree_events, worktrees
 from protocol.session import effects as fx
 from protocol.session.restore import Restore, resume
 from protocol.session.state import Ctx, SessionState
 from protocol.settings import Settings
 from protocol.tasks import TaskRecord
+from protocol.worktrees import WorktreeProbed, WorktreeReleased
 
 __all__ = ["BrokerActor"]
 
@@ -78,6 +80,7 @@ class BrokerActor(ShepherdActor):
         watchdog_factory: Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]] | None = None,
         restore: Restore | None = None,
         spans: Any = None,
+        git: GitWorker | None = None,
     ) -> None:
         super().__init__()
         #: the session's tracing (actors.tracing.parent.ParentSpans), when it is on: it sees
@@ -101,6 +104,8 @@ class BrokerActor(ShepherdActor):
         self._tasks: dict[str, pykka.ActorRef[Any]] = {}  # open task id -> its actor
         self._watchers: dict[str, pykka.ActorRef[Any]] = {}  # watcher id -> its actor
         self._log = logger.bind(session=session_id)
+        #: runs git for the agents' worktrees (None: this session makes none)
+        self._git = git
 
     def on_start(self) -> None:
         if self._restore is not None:
@@ -139,6 +144,12 @@ class BrokerActor(ShepherdActor):
                     del self._timers[message.key]
                 self._run(calls.fire(state, message, self._ctx()))
                 return None
+            case WorktreeProbed():
+                return self._run(worktree_events.probed(state, message, self._ctx()))
+            case WorktreeReleased():
+                return self._run(worktrees.released(state, message, self._ctx()))
+            case messages.WorktreeOf(agent_id=agent_id):
+                return worktrees.worktree_of(state, agent_id)
             case messages.WatchWith(ids=ids, sink=sink):
                 effects = watchers.watch(state, ids, self._ctx(), journaled=False)
                 return self._run(effects, caller=GuardedSink(sink))
@@ -174,12 +185,7 @@ class BrokerActor(ShepherdActor):
                 effect = self._spans.seen(effect)  # noqa: PLW2901 - stamped with its trace
             match effect:
                 case fx.Journal(record=record):
-                    settles = isinstance(record, TaskRecord) and record.terminal
-                    if settles:
-                        crashpoint("settle.before_journal")
-                    self._journal.append(record)
-                    if settles:
-                        crashpoint("settle.after_journal")
+                    self._write(record)
                 case fx.Notify(note=TaskCompletion() as note):
                     self._hand(note)
                 case fx.Notify(note=note):
@@ -215,10 +221,30 @@ class BrokerActor(ShepherdActor):
                     answer = value
                 case fx.AnswerFromOutput(agent_id=agent_id, lines=lines, before=before):
                     answer = self._output(agent_id, lines, before)
+                case fx.ProbeWorktree():
+                    self._probe(effect)
                 case _ if isinstance(effect, _WATCHDOG):
                     if self._watchdog is not None:
                         tell_quietly(self._watchdog, effect)
         return answer
+
+    def _write(self, record: Any) -> None:
+        settles = isinstance(record, TaskRecord) and record.terminal
+        if settles:
+            crashpoint("settle.before_journal")
+        self._journal.append(record)
+        if settles:
+            crashpoint("settle.after_journal")
+
+    def _probe(self, effect: fx.ProbeWorktree) -> None:
+        """git runs on the session's git worker; its answer comes back as an event."""
+        answer = functools.partial(tell_quietly, self.actor_ref)
+        if self._git is not None:
+            self._git.probe(effect, answer)
+            return
+        kind, task_id, agent_id = effect.kind, effect.task_id, effect.worktree.agent_id
+        why = "this session runs no git worker"
+        answer(WorktreeProbed(kind=kind, task_id=task_id, agent_id=agent_id, error=why))
 
     def _tell(self, agent_id: str, message: Any) -> None:
         ref = self._agents.get(agent_id)

@@ -43,6 +43,7 @@ __all__ = [
     "WatchdogInstruction",
     "WatchdogRuntime",
     "WatchdogTask",
+    "WorktreeOf",
 ]
 
 
@@ -55,6 +56,12 @@ class Inbound(_Msg, frozen=True, kw_only=True):
     """An envelope that arrived in the parent's inbox."""
 
     envelope: AnyEnvelope
+
+
+class WorktreeOf(_Msg, frozen=True, kw_only=True):
+    """The session's edge asks where an agent's worktree is (``None``: none, or removed)."""
+
+    agent_id: str
 
 
 class ParentCall(_Msg, frozen=True, kw_only=True):

@@ -14,8 +14,10 @@ nothing of the simulation.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import pykka
 
 from actors.records.journal import Journal, MemoryJournal
@@ -23,10 +25,13 @@ from actors.records.notes import MemoryTaskNotes, TaskNotes
 from actors.runtime.crashpoints import crashpoint
 from actors.runtime.runtime import Runtime, tell_quietly
 from actors.runtime.transport import PARENT_INBOX, Transport
+from actors.session import worktrees as wt
 from actors.session.agent import Launcher
 from actors.session.broker import BrokerActor
-from actors.session.messages import Inbound, ParentCall, WatchdogCall, WatchWith
+from actors.session.git import GIT_TIMEOUT_S
+from actors.session.messages import Inbound, ParentCall, WatchdogCall, WatchWith, WorktreeOf
 from actors.session.sinks import CollectingSink, GuardedSink, Sink
+from actors.session.worktrees import GitWorker
 from protocol import api
 from protocol.envelopes import AnyEnvelope, CallEnvelope, TaskDoneEnvelope
 from protocol.errors import InvalidArgument
@@ -36,10 +41,13 @@ from protocol.ops import Method, parent
 from protocol.script import Script
 from protocol.session.restore import Restore
 from protocol.settings import Settings, check_settings
+from protocol.worktrees import WorktreeRef, WorktreeReleased
 
 __all__ = ["Session"]
 
 ASK_TIMEOUT_S = 30.0
+#: the edge's wait for the git worker (what was asked before, then its own git calls)
+GIT_WAIT_S = 4 * GIT_TIMEOUT_S
 R = TypeVar("R")
 
 
@@ -61,6 +69,7 @@ class Session:
         restore: Restore | None = None,
         sync_inbound: bool = False,
         spans: Any = None,
+        worktrees_root: Path | None = None,
     ) -> None:
         self.runtime = runtime
         self.transport = transport
@@ -72,6 +81,10 @@ class Session:
         self.notes = notes if notes is not None else MemoryTaskNotes()
         #: the watchdog actor, started by the broker (it tells the watchdog what happens)
         self.watchdog_ref: pykka.ActorRef[Any] | None = None
+        #: where agents' git worktrees are made (None: this session makes none), and the one
+        #: thread that runs git for them (:mod:`actors.session.worktrees`)
+        self.worktrees_root = worktrees_root
+        self.git = GitWorker() if worktrees_root is not None else None
         self.broker = runtime.spawn(
             BrokerActor,
             self.session_id,
@@ -84,6 +97,7 @@ class Session:
             self.notes,
             self._watchdog_factory if watchdog else None,
             restore,
+            git=self.git,
             spans=spans,
         )
         #: with a durable transport, the receiver hands an envelope over only once the broker
@@ -146,6 +160,12 @@ class Session:
                 answer = self._wait(args)
             case api.ReadArgs():
                 answer = self._read(args)
+            case api.SpawnArgs():
+                answer = self._spawn(args)
+            case api.CloseArgs():
+                answer = self._close(args)
+            case api.WorktreesArgs():
+                answer = self._worktrees(args)
             case _:
                 answer = self._ask(args)
         return answer  # type: ignore[no-any-return]
@@ -184,6 +204,51 @@ class Session:
         adapter, options = self.launcher.spawn_options(name, adapter, script, options)
         return self.run(api.build_args(api.SpawnArgs, name=name, adapter=adapter, **options))
 
+    #: agents' git worktrees, paged (what git says of each: clean or dirty, changed files)
+    worktrees = Method(parent.WORKTREES)
+
+    # ------------------------------------------------------------------ worktrees (the edge
+    # runs git, or waits for the git worker: never the broker)
+
+    def _spawn(self, args: api.SpawnArgs) -> api.SpawnResult:
+        if self.worktrees_root is None:
+            if args.worktree:
+                raise InvalidArgument("spawn: worktree: this session makes no worktrees")
+            return self._ask(args)  # type: ignore[no-any-return]
+        made, new_branch = wt.prepare(args, self.worktrees_root, self.session_id)
+        try:
+            return self._ask(made)  # type: ignore[no-any-return]
+        except BaseException:
+            wt.undo(made, new_branch)
+            raise
+
+    def _close(self, args: api.CloseArgs) -> api.CloseResult:
+        closed: api.CloseResult = self._ask(args)
+        if closed.worktree_path is None or self.git is None:
+            return closed
+        ref = self.broker.ask(WorktreeOf(agent_id=closed.agent_id), timeout=ASK_TIMEOUT_S)
+        if not isinstance(ref, WorktreeRef):
+            return closed
+        # after the git worker has listed the changes of the task the close cancelled
+        try:
+            released = self.git.release(ref).result(timeout=GIT_WAIT_S)
+        except Exception as exc:  # the worker's wait timed out, or it is shutting down
+            why = f"git did not answer: {exc or type(exc).__name__}"
+            released = WorktreeReleased(
+                agent_id=ref.agent_id, path=ref.path, removed=False, why=why
+            )
+        self.broker.ask(released, timeout=ASK_TIMEOUT_S)  # journaled, or told: kept
+        return msgspec.structs.replace(
+            closed, worktree_removed=released.removed, worktree_kept_because=released.why
+        )
+
+    def _worktrees(self, args: api.WorktreesArgs) -> api.WorktreesResult:
+        page: api.WorktreesResult = self._ask(args)
+        if self.git is None or not page.worktrees:
+            return page
+        rows = self.git.inspect(page.worktrees).result(timeout=GIT_WAIT_S)
+        return msgspec.structs.replace(page, worktrees=rows)
+
     def _wait(self, args: api.WaitArgs) -> api.WaitResult:
         sink = CollectingSink()
         watch = self.broker.ask(WatchWith(ids=args.ids, sink=sink), timeout=ASK_TIMEOUT_S)
@@ -219,5 +284,7 @@ class Session:
             return
         self._closed = True
         self._subscription.cancel()
+        if self.git is not None:
+            self.git.close()
         self.runtime.shutdown()
         self.transport.close()

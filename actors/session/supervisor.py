@@ -232,6 +232,7 @@ class Supervisor:
             restore=restore,
             sync_inbound=True,
             spans=self.spans,
+            worktrees_root=self.session_dir / "worktrees",
         )
         self.info = SessionInfo(
             session_id=self.session_id,

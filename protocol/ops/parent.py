@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from protocol import api, views
-from protocol.answers import READ_PAGES, STATUS_PAGES
+from protocol.answers import READ_PAGES, STATUS_PAGES, WORKTREE_PAGES
 from protocol.ops.spec import Param, Tool, entry, respell
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "WAIT",
     "WAIT_TIMED_OUT",
     "WATCH",
+    "WORKTREES",
     "ShutdownArgs",
 ]
 
@@ -124,6 +125,40 @@ SPAWN = entry(
             cli="--model",
             metavar="ID",
             help="the Pi model id (pi-rpc)",
+        ),
+        # --- a git worktree of its own
+        "worktree": Param(
+            description=(
+                "Run the agent in a git worktree of its own, on its own branch (default false); "
+                "each task's completion then lists the files it changed"
+            ),
+            cli="--worktree",
+            help="run the agent in a git worktree of its own",
+        ),
+        "repo": Param(
+            description=(
+                "The git repository the worktree is made from (with worktree; default: the "
+                "session's working directory)"
+            ),
+            cli="--repo",
+            metavar="DIR",
+            help="the repository (--worktree)",
+            path="caller",
+        ),
+        "branch": Param(
+            description=(
+                "The worktree's branch (with worktree; default shepherd/<session>/<name>); an "
+                "existing branch is checked out, unless it is checked out elsewhere"
+            ),
+            cli="--branch",
+            metavar="BRANCH",
+            help="the worktree's branch (--worktree)",
+        ),
+        "base": Param(
+            description="Where a new branch starts (with worktree; default the repository's HEAD)",
+            cli="--base",
+            metavar="REF",
+            help="the new branch's start (--worktree)",
         ),
     },
     tool=Tool(
@@ -387,6 +422,28 @@ WAIT = entry(
             help="at most 604800 (7 days)",
         ),
     },
+)
+
+WORKTREES = entry(
+    "worktrees",
+    api.WorktreesArgs,
+    help="agents' git worktrees: path, branch, clean or dirty, changed files",
+    view=views.worktrees,
+    pager=WORKTREE_PAGES,
+    params={
+        "cursor": (
+            "Start at this worktree (default 0); an answer that could not hold every worktree "
+            "gives next_cursor"
+        ),
+    },
+    tool=Tool(
+        description=(
+            "List the agents' git worktrees (agents spawned with worktree): agent, path, branch, "
+            "clean or dirty (uncommitted changes or untracked files), and how many files each "
+            "changed since its branch's base. A close removes only a clean worktree."
+        ),
+        prompt_snippet="List the agents' git worktrees and what each changed",
+    ),
 )
 
 RESULT = entry(

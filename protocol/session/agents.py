@@ -35,7 +35,7 @@ from protocol.ids import IdKind, is_valid_name
 from protocol.journal import AgentCloseRecord, AgentExitRecord, AgentRecord
 from protocol.notifications import Notice
 from protocol.requests import RequestState
-from protocol.session import budgets, requests, tasks
+from protocol.session import budgets, requests, tasks, worktrees
 from protocol.session.effects import (
     Answer,
     Effect,
@@ -328,13 +328,16 @@ def exited(
 
 def close(s: SessionState, handle: str, cx: Ctx) -> list[Effect]:
     row = s.agent(handle)
+    worktree = worktrees.close_fields(s, row)  # the edge removes it if it is clean
     if row.closed:
-        return [Answer(value=api.CloseResult(agent_id=row.agent_id, closed=True))]
+        return [Answer(value=api.CloseResult(agent_id=row.agent_id, closed=True, **worktree))]
     task_id = row.active_task
     # journaled first: a parent restarting before the process exits keeps it closed
     effects: list[Effect] = [Journal(record=AgentCloseRecord(agent_id=row.agent_id, at=cx.now))]
     effects += _release(s, row.agent_id, TaskEvent.CANCEL, "agent closed by the parent", cx)
-    result = api.CloseResult(agent_id=row.agent_id, closed=True, cancelled_task_id=task_id)
+    result = api.CloseResult(
+        agent_id=row.agent_id, closed=True, cancelled_task_id=task_id, **worktree
+    )
     return [*effects, StopAgent(agent_id=row.agent_id), Answer(value=result)]
 
 

@@ -12,7 +12,16 @@ from typing import Any
 
 from protocol import api
 from protocol.errors import InvalidArgument
-from protocol.session import agents, budgets, requests, routing, stale, tasks, watchers
+from protocol.session import (
+    agents,
+    budgets,
+    requests,
+    routing,
+    stale,
+    tasks,
+    watchers,
+    worktrees,
+)
 from protocol.session.effects import (
     Answer,
     AnswerFromOutput,
@@ -53,6 +62,8 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
             return [AnswerFromOutput(agent_id=row.agent_id, lines=args.lines, before=args.before)]
         case api.ResultArgs():
             return [Answer(value=s.result_of(args.task_id))]
+        case api.WorktreesArgs():
+            return [Answer(value=worktrees.listing(s, args.cursor))]
         case _:
             raise InvalidArgument(f"unknown operation {type(args).__name__}")
 

@@ -29,6 +29,10 @@ effect              what running it means
 ``AnswerFromOutput`` the answer is a page of the agent's output (its actor holds it): the
                     broker answers with a future of it
 ``Watchdog*``       tell the watchdog what happened (it observes; it never decides here)
+``ProbeWorktree``   run git in an agent's worktree, off the broker's thread: where it stands
+                    when a task is handed over (``snapshot``), or what the task changed and
+                    what overlaps when it settled (``diff``); the answer comes back as a
+                    ``WorktreeProbed`` event (:mod:`protocol.session.worktrees`)
 ==================  ==========================================================================
 
 Timer events (``TaskDeadline``, ``RequestTimeout``, ``StaleDue``, ``Flush``, ``BudgetDue``)
@@ -45,6 +49,7 @@ import msgspec
 from protocol.envelopes import AnyEnvelope, RuntimeEnvelope
 from protocol.notifications import AnyNotification
 from protocol.tasks import TaskRecord
+from protocol.worktrees import Snapshot, WorktreeRef
 
 __all__ = [
     "Answer",
@@ -61,6 +66,7 @@ __all__ = [
     "Log",
     "Notify",
     "OpenNote",
+    "ProbeWorktree",
     "Publish",
     "RequestTimeout",
     "SpawnAgent",
@@ -264,3 +270,16 @@ class WatchdogTask(Effect, frozen=True, kw_only=True):
 
     agent_id: str
     task_id: str | None
+
+
+# --- agents' git worktrees
+
+
+class ProbeWorktree(Effect, frozen=True, kw_only=True):
+    kind: Literal["snapshot", "diff"]
+    task_id: str
+    worktree: WorktreeRef
+    #: ``diff``: where the worktree stood when the task started (None: not recorded)
+    snapshot: Snapshot | None = None
+    #: ``diff``: the other live agents' worktrees, for the overlap
+    others: tuple[WorktreeRef, ...] = ()

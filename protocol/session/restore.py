@@ -38,12 +38,23 @@ from protocol.journal import (
     AgentRecord,
     AgentRecoverRecord,
     PromptRecord,
+    TaskChangesRecord,
     TaskResumeRecord,
     UsageRecord,
     WatcherRecord,
+    WorktreeRemovedRecord,
 )
 from protocol.requests import RequestRecord
-from protocol.session import agents, budgets, recover, requests, tasks, watchers
+from protocol.session import (
+    agents,
+    budgets,
+    recover,
+    requests,
+    tasks,
+    watchers,
+    worktree_events,
+    worktrees,
+)
 from protocol.session.effects import (
     Effect,
     OpenNote,
@@ -105,6 +116,10 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
                 recover.replay_recover(s, record)
             case TaskResumeRecord():
                 recover.replay_resume(s, record)
+            case WorktreeRemovedRecord():
+                worktrees.replay_removed(s, record)
+            case TaskChangesRecord():
+                worktree_events.replay_changes(s, record)
     return s
 
 

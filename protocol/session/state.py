@@ -40,6 +40,7 @@ from protocol.request_table import RequestTable
 from protocol.settings import Settings
 from protocol.tasks import TaskRecord, TaskResult
 from protocol.usage import Usage
+from protocol.worktrees import Snapshot
 
 __all__ = [
     "AgentRow",
@@ -179,6 +180,15 @@ class SessionState:
         self.session_usage = Usage()
         #: (task id or SESSION_SCOPE, limit) whose soft limit the parent was warned of
         self.budget_warned: set[tuple[str, str]] = set()
+        # --- agents' git worktrees (protocol.session.worktrees)
+        #: agent id -> paths its worktree changed since its branch's base (last counted)
+        self.worktree_changed: dict[str, int] = {}
+        #: agent id -> path of its worktree, once a close removed it
+        self.worktree_removed: dict[str, str] = {}
+        #: open task id -> where its agent's worktree stood when the task was handed over
+        self.snapshots: dict[str, Snapshot] = {}
+        #: settled task ids whose changes are being listed (their watchers wait for them)
+        self.diffing: set[str] = set()
 
     @property
     def episodes(self) -> dict[str, tuple[str, ...]]:

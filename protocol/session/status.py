@@ -9,6 +9,7 @@ frame (:mod:`protocol.answers`). An agent shows its active task, else its newest
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import msgspec
 
@@ -17,6 +18,7 @@ from protocol.answers import preview_result
 from protocol.envelopes import MailboxWake
 from protocol.limits import PREVIEW_CHARS, preview
 from protocol.session.state import AgentRow, SessionState, TurnStats
+from protocol.worktrees import ref_of
 
 __all__ = ["view"]
 
@@ -72,7 +74,16 @@ def _agent(s: SessionState, row: AgentRow, task_id: str | None, now: float) -> a
         exit_code=row.exit_code,
         mailbox_wake=row.mailbox_wake,
         usage=s.agent_usage.get(row.agent_id),
+        **_worktree(s, row),
     )
+
+
+def _worktree(s: SessionState, row: AgentRow) -> dict[str, Any]:
+    """An agent in a git worktree: its branch and its changed paths (last counted)."""
+    ref = ref_of(row.agent_id, row.name, row.options)
+    if ref is None:
+        return {}
+    return {"branch": ref.branch, "changed_files": s.worktree_changed.get(row.agent_id)}
 
 
 def _task(s: SessionState, task_id: str, now: float) -> api.TaskStatus:

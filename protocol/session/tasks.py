@@ -8,7 +8,8 @@ Rules:
 1. **One active task per agent.** ``delegate`` checks the agent's slot (``agent_busy``;
    messages are still accepted), journals the task, opens its note, arms its deadline and
    hands the task to the agent: it is ``running`` once handed over, whether the agent is busy
-   or idle (its bridge queues it).
+   or idle (its bridge queues it). An agent in a git worktree gets it once where its worktree
+   stands is recorded (:mod:`protocol.session.worktrees`).
 2. **Only the owner settles its task with done.** A ``done`` names its task or means the
    sender's active task; another agent's task is ``forbidden_sender``. A ``done`` on a task
    already settled is answered with the stored result (a redelivery after a restart).
@@ -17,7 +18,8 @@ Rules:
    change nothing and get the stored result.
 4. **Settlement happens once**: the result is journaled first (durable before anyone hears
    of it), the note finalised, the agent's slot freed, the requests the task dropped
-   cancelled, and the result handed to each watcher subscribed to the task.
+   cancelled, and the result handed to each watcher subscribed to the task (for an agent in a
+   git worktree, once the files the task changed are listed in it).
 5. **Ending a task stops its work.** When anything but the agent's own ``done`` settles it
    and the agent is still running, the agent gets a ``control cancel_task`` naming the task
    (every adapter stops that task's work and is ready for the next task). The control carries
@@ -48,7 +50,7 @@ from protocol.ids import IdKind, kind_of
 from protocol.journal import PromptRecord
 from protocol.notifications import Notice
 from protocol.requests import RequestState
-from protocol.session import outbox, requests, watchers
+from protocol.session import outbox, requests, worktrees
 from protocol.session.effects import (
     Answer,
     CancelTimer,
@@ -158,7 +160,7 @@ def _delegate(
     s.tasks[task_id] = record
     effects += requests.task_moved(s, record, start(record, cx.now), cx)
     effects += [
-        Deliver(agent_id=row.agent_id, envelope=envelope),
+        worktrees.deliver_task(s, row, record, envelope),
         WatchdogTask(agent_id=row.agent_id, task_id=task_id),
         WatchdogInstruction(
             agent_id=row.agent_id, kind="task", text=args.task, task_id=task_id, at=cx.now
@@ -248,7 +250,7 @@ def settle(
     s.turn_stats.pop(task_id, None)
     if row is not None and not row.closed and not by_agent:
         effects.append(_stop_work(s, settled, cx))
-    effects += watchers.hand_over(s, result, cx)
+    effects += worktrees.on_settle(s, result, cx)
     rc = result.return_code
     effects.append(Log(text=f"task {task_id} {settled.state.value} (rc {rc})"))
     return effects

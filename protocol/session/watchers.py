@@ -48,8 +48,12 @@ def watch(
 ) -> list[Effect]:
     ids = resolve_watch_ids(raw_ids, s.tasks, s.prompts)
     watcher_id = cx.ids.new(IdKind.WATCHER)
-    completed = tuple(r for r in (s.result_of(t) for t in ids) if r is not None)
-    pending = tuple(t for t in ids if t not in s.results)
+    # a settled task whose worktree changes are still being listed is pending: its result
+    # comes with them (protocol.session.worktrees)
+    completed = tuple(
+        r for r in (s.result_of(t) for t in ids) if r is not None and r.task_id not in s.diffing
+    )
+    pending = tuple(t for t in ids if t not in s.results or t in s.diffing)
     effects: list[Effect] = []
     if pending:
         if journaled:

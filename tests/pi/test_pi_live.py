@@ -467,3 +467,48 @@ def test_the_pi_demo_tells_the_canonical_story_with_one_completion(
     assert "waiting for planner: 'Which module should I map first?'" in story
     assert "completed (rc 0) by scout: Mapped src/core" in story
     assert "[Shepherd message from planner]" in story  # what the scout's model was told
+
+
+def test_a_pi_agent_in_its_own_worktree(team: Team, tmp_path: Path) -> None:
+    """Pi runs in the agent's git worktree: its bash tool writes there, and the completion
+    lists the file (the repository's own checkout is untouched)."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for argv in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "0"]):
+        subprocess.run(
+            ["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid", *argv],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+        )
+    model = ScriptedModel(
+        [
+            ToolCall("bash", {"command": "echo from-pi > pi.txt && pwd"}),
+            ToolCall("shepherd_done", {"status": "completed", "summary": "wrote it"}),
+            Text("done"),
+        ]
+    )
+    team.models.append(model)
+    config = tmp_path / "pi-models.json"
+    config.write_text(json.dumps(models_json(model.base_url)))
+    s = team.session
+    s.spawn(
+        "scout",
+        adapter="pi-rpc",
+        pi=str(team.pi_bin),
+        models_json=str(config),
+        worktree=True,
+        repo=str(repo),
+    )
+    task = s.delegate("scout", "write pi.txt")
+    # (Pi's start alone takes seconds on a busy machine: a longer wait than the others')
+    waited = s.wait(task.task_id, timeout_s=75)
+    (result,) = waited.completed
+    assert result.status == "completed", result
+    assert result.changes is not None
+    assert result.changes.files == ("pi.txt",)
+    worktree = team.sup.session_dir / "worktrees" / "scout"
+    assert (worktree / "pi.txt").read_text() == "from-pi\n"
+    assert not (repo / "pi.txt").exists()

@@ -30,6 +30,7 @@ VALID: dict[str, tuple[type[Any], dict[str, Any]]] = {
     "cancel": (api.CancelArgs, {"task_id": TASK, "reason": "enough"}),
     "result": (api.ResultArgs, {"task_id": TASK}),
     "fail": (api.FailArgs, {"task_id": TASK, "error": "gave up"}),
+    "worktrees": (api.WorktreesArgs, {"cursor": 3}),
 }
 OPS = sorted(VALID)
 
@@ -47,6 +48,7 @@ WRONG_TYPE: dict[str, tuple[str, Any]] = {
     "cancel": ("reason", 1.5),
     "result": ("task_id", {"id": TASK}),
     "fail": ("error", False),
+    "worktrees": ("cursor", "next"),
 }
 
 

@@ -424,6 +424,8 @@ def test_every_operation_on_a_live_session_through_every_parent_surface(
     @given(call=calls(lw.world, adjust=_adjust_for_live), surface=surfaces)
     def one(call: tuple[str, str, dict[str, Any], str], surface: str) -> None:
         name, op, args, how = call
+        if op == "notifications":  # not an operation of the session: a tool of the surfaces
+            surface = "mcp"
         if surface == "python":
             attempt = lambda: _python_api(lw, op, args)  # noqa: E731
         elif surface == "cli-tool":

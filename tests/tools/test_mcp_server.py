@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -61,6 +62,7 @@ VALID_CALLS: dict[str, dict[str, Any]] = {
     "watchdog_steer_subagent": {"agent": "scout"},
     "watchdog_config": {},
     "shepherd_notifications": {},
+    "shepherd_worktrees": {},
 }
 
 
@@ -349,3 +351,40 @@ def test_a_parent_over_mcp_delegates_watches_and_gets_each_completion_once(
     except BaseException:
         print(_server_log(running.root), file=sys.stderr)
         raise
+
+
+def test_a_parent_over_mcp_gives_an_agent_a_worktree(running: Running) -> None:
+    """spawn's worktree fields and the worktrees tool, over MCP: a relative repo is the MCP
+    server's directory; a hostile one is a typed error naming the field."""
+    repo = running.root / "repo"
+    repo.mkdir()
+    for argv in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "0"]):
+        subprocess.run(
+            ["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid", *argv],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+        )
+    script = running.root / "worker.json"
+    script.write_text(json.dumps(SCRIPT))
+
+    async def scenario() -> None:
+        with anyio.fail_after(DEADLINE_S):
+            async with mcp_session(running.root, running.supervisor.session_dir) as session:
+                args = {"name": "worker", "script": "worker.json", "worktree": True}
+                await call(session, "shepherd_spawn", {**args, "repo": "repo"})
+                listed = await call(session, "shepherd_worktrees", {})
+                (row,) = listed["worktrees"]
+                assert (row["agent"], row["state"], row["changed_files"]) == ("worker", "clean", 0)
+                assert row["path"] == str(running.supervisor.session_dir / "worktrees" / "worker")
+                for bad, field in (
+                    ({"repo": "missing"}, "repo"),
+                    ({"repo": "repo", "branch": "no..dots"}, "branch"),
+                    ({"repo": "repo", "branch": "b" * 201}, "branch"),
+                ):
+                    err = await call_error(
+                        session, "shepherd_spawn", {**args, "name": "other", **bad}
+                    )
+                    assert err["code"] == "invalid_argument" and field in err["message"], err
+
+    anyio.run(scenario)

@@ -26,6 +26,7 @@ PARENT_NAMES = (
     "shepherd_close",
     "shepherd_read",
     "shepherd_cancel",
+    "shepherd_worktrees",
     "watchdog_list_targets",
     "watchdog_read_events",
     "watchdog_detect_stuck",
@@ -101,6 +102,7 @@ def test_parent_tools_are_one_per_parent_operation() -> None:
         "close": api.CloseArgs,
         "read": api.ReadArgs,
         "cancel": api.CancelArgs,
+        "worktrees": api.WorktreesArgs,
         **{name: t.args_type for name, t in watchdog_api.WATCHDOG_TOOLS.items()},
     }
     assert {s.op: s.args_type for s in specs} == by_op
@@ -153,7 +155,7 @@ def test_optional_fields_are_shown_as_plain_optional_types() -> None:
 def test_spawn_offers_only_adapters_a_real_session_runs() -> None:
     adapter = tools.SPAWN.parameters["properties"]["adapter"]
     assert sorted(adapter["enum"]) == ["command", "pi-rpc", "scripted"]
-    assert tools.SPAWN.path_fields == ("script", "cwd")
+    assert tools.SPAWN.path_fields == ("script", "cwd", "repo")
 
 
 def test_to_json_is_the_printed_form_and_a_copy() -> None:

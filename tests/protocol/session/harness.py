@@ -33,9 +33,11 @@ from protocol.journal import (
     AgentRecord,
     AgentRecoverRecord,
     PromptRecord,
+    TaskChangesRecord,
     TaskResumeRecord,
     UsageRecord,
     WatcherRecord,
+    WorktreeRemovedRecord,
 )
 from protocol.notifications import AnyNotification, TaskCompletion
 from protocol.requests import RequestRecord
@@ -144,6 +146,10 @@ def _key(record: msgspec.Struct) -> str:
             return record.agent_id
         case TaskResumeRecord():
             return record.message_id  # the resumed envelope it makes durable
+        case TaskChangesRecord():
+            return f"changes:{record.task_id}"
+        case WorktreeRemovedRecord():
+            return f"worktree:{record.agent_id}"
     raise AssertionError(f"a rule journaled a record the fold does not know: {record!r}")
 
 
@@ -250,7 +256,8 @@ def check_invariants(s: SessionState) -> None:
     # subscribers index the watchers' pending tasks that are not settled yet
     for task_id, watcher_ids in s.subscribers.items():
         assert watcher_ids and len(watcher_ids) == len(set(watcher_ids))
-        assert task_id not in s.results, f"{task_id} settled but still has subscribers"
+        # (a settled worktree task's watchers wait for its changes: protocol.session.worktrees)
+        assert task_id not in s.results or task_id in s.diffing, f"{task_id} has subscribers"
         for watcher_id in watcher_ids:
             assert task_id in s.watchers[watcher_id].pending
     for watcher in s.watchers.values():
