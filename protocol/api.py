@@ -10,13 +10,14 @@ the operation table, :mod:`protocol.ops`.
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import msgspec
 
 from protocol.envelopes import MailboxWake
 from protocol.errors import InvalidArgument
 from protocol.limits import (
+    MAX_BATCH,
     Cursor,
     DeadlineMinutes,
     DeadlineSeconds,
@@ -306,3 +307,44 @@ class ResultArgs(
 class FailArgs(Arguments[SettleResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
     task_id: Handle
     error: Text
+
+
+# --- batch operations: many of one operation in one call (one broker message, one journal
+# write); each item is checked like the single operation and refused on its own
+
+
+class DelegateItem(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One task of a ``delegate_many``: the fields of ``delegate``."""
+
+    target: Handle  # agent id or name
+    task: Text
+    #: left out: the call's ``timeout_minutes`` (else the session's default). Not ``None``:
+    #: JSON clients send NaN and infinities as null, which must be refused, never read as
+    #: "no deadline"
+    timeout_minutes: DeadlineMinutes | msgspec.UnsetType = msgspec.UNSET
+
+
+class ItemError(msgspec.Struct, frozen=True, kw_only=True):
+    """An item a batch refused: its place in the call, and why (the rest went ahead)."""
+
+    index: int
+    code: str
+    message: str
+
+
+class DelegateManyResult(msgspec.Struct, frozen=True, kw_only=True):
+    #: per item, in the call's order: its task id, or None where it was refused (``errors``)
+    task_ids: tuple[str | None, ...]
+    errors: tuple[ItemError, ...] = ()
+    #: ``watch``: the one watcher of every accepted task (None when none was accepted)
+    watcher_id: str | None = None
+
+
+class DelegateManyArgs(
+    Arguments[DelegateManyResult], frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    items: Annotated[tuple[DelegateItem, ...], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
+    #: the deadline of every item that gives none (None: the session's default)
+    timeout_minutes: DeadlineMinutes | None = None
+    #: also register one watcher of every accepted task (in the same journal write)
+    watch: bool = False

@@ -33,6 +33,7 @@ from typing import Annotated, Final
 import msgspec
 
 __all__ = [
+    "MAX_BATCH",
     "MAX_DEADLINE_MINUTES",
     "MAX_DEADLINE_S",
     "MAX_IDS",
@@ -66,6 +67,10 @@ MAX_OPTION_CHARS: Final = 4096
 MAX_NAME_CHARS: Final = 200
 #: ids in one watch/wait call
 MAX_IDS: Final = 1000
+#: items in one batch operation (``delegate_many``): its answer, one line per item, must fit
+#: one envelope (at the default 64 KiB, with room to spare; a smaller ``max_envelope_bytes``
+#: lowers it, checked before anything is done)
+MAX_BATCH: Final = 100
 #: output lines one read may ask for (the agent keeps at most ``output_lines``)
 MAX_PAGE_LINES: Final = 100_000
 #: texts shown inside answers and status rows are cut to this many characters

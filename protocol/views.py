@@ -17,6 +17,7 @@ __all__ = [
     "closed",
     "degraded",
     "delegated",
+    "delegated_many",
     "messaged",
     "prompted",
     "read_lines",
@@ -121,6 +122,21 @@ def spawned(data: dict[str, Any]) -> str:
 
 def delegated(data: dict[str, Any]) -> str:
     return f"{data['task_id']} delegated to {data.get('agent_name') or data['agent_id']}"
+
+
+def delegated_many(data: dict[str, Any]) -> str:
+    ids = data["task_ids"]
+    errors = data.get("errors") or []
+    lines = [f"{sum(t is not None for t in ids)} of {len(ids)} tasks delegated"]
+    if data.get("watcher_id"):
+        lines[0] += f", watched by {data['watcher_id']}"
+    why = {e["index"]: e for e in errors}
+    for index, task_id in enumerate(ids):
+        if task_id is not None:
+            lines.append(f"  {index}: {task_id}")
+        elif index in why:
+            lines.append(f"  {index}: refused: {why[index]['code']}: {why[index]['message']}")
+    return "\n".join(lines)
 
 
 def messaged(data: dict[str, Any]) -> str:

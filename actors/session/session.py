@@ -151,6 +151,8 @@ class Session:
     # One method per operation, generated from the table: the Args fields positionally in
     # field order or by name, checked, then run (``session.delegate("scout", "look")``).
     delegate = Method(parent.DELEGATE)
+    #: many delegates in one call (items: ``{"target", "task"}`` mappings or ``DelegateItem``)
+    delegate_many = Method(parent.DELEGATE_MANY)
     message = Method(parent.MESSAGE)
     watch = Method(parent.WATCH)
     #: compatibility: the old prompt call, mapped onto a tracked task (its id is an alias of

@@ -12,7 +12,7 @@ from typing import Any
 
 from protocol import api
 from protocol.errors import InvalidArgument
-from protocol.session import agents, requests, routing, stale, tasks, watchers
+from protocol.session import agents, batch, requests, routing, stale, tasks, watchers
 from protocol.session.effects import (
     Answer,
     AnswerFromOutput,
@@ -35,6 +35,8 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
             return agents.spawn(s, args, cx)
         case api.DelegateArgs():
             return tasks.delegate(s, args, cx)
+        case api.DelegateManyArgs():
+            return batch.delegate_many(s, args, cx)
         case api.MessageArgs():
             return routing.parent_message(s, args, cx)
         case api.WatchArgs():

@@ -78,6 +78,7 @@ from protocol.tasks import settle as settle_record
 __all__ = [
     "deadline",
     "delegate",
+    "delegate_one",
     "done",
     "parent_settles",
     "prompt",
@@ -108,11 +109,11 @@ def task_envelope(s: SessionState, record: TaskRecord, cx: Ctx) -> TaskEnvelope:
 
 
 def delegate(s: SessionState, args: api.DelegateArgs, cx: Ctx) -> list[Effect]:
-    result, effects = _delegate(s, args, cx)
+    result, effects = delegate_one(s, args, cx)
     return [*effects, Answer(value=result)]
 
 
-def _delegate(
+def delegate_one(
     s: SessionState, args: api.DelegateArgs, cx: Ctx
 ) -> tuple[api.DelegateResult, list[Effect]]:
     row = s.agent(args.target, live=True)
@@ -167,7 +168,7 @@ def _delegate(
 
 def prompt(s: SessionState, args: api.PromptArgs, cx: Ctx) -> list[Effect]:
     """Compatibility: a prompt is a task, and its id an alias of the task's id."""
-    delegated, effects = _delegate(
+    delegated, effects = delegate_one(
         s,
         api.DelegateArgs(
             target=args.target, task=args.prompt, timeout_minutes=args.timeout_minutes

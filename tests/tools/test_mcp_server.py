@@ -48,6 +48,7 @@ SCRIPT = {
 VALID_CALLS: dict[str, dict[str, Any]] = {
     "shepherd_spawn": {"name": "scout", "script": "scout.json"},
     "shepherd_delegate": {"target": "scout", "task": "look"},
+    "shepherd_delegate_many": {"items": [{"target": "scout", "task": "look"}]},
     "shepherd_message": {"target": "scout", "message": "hi"},
     "shepherd_watch": {"ids": ["t-1"]},
     "shepherd_status": {},
@@ -343,6 +344,71 @@ def test_a_parent_over_mcp_delegates_watches_and_gets_each_completion_once(
                 assert err["code"] == "session_unavailable"
                 err = await call_error(session, "shepherd_status", {})
                 assert err["code"] == "session_unavailable"
+
+    try:
+        anyio.run(scenario)
+    except BaseException:
+        print(_server_log(running.root), file=sys.stderr)
+        raise
+
+
+def test_a_parent_over_mcp_delegates_many_at_once_and_a_bad_item_is_refused_alone(
+    running: Running,
+) -> None:
+    (running.root / "done.json").write_text(
+        json.dumps({"steps": [{"await": "task"}, {"done": {"status": "completed"}}]})
+    )
+
+    async def scenario() -> None:
+        with anyio.fail_after(DEADLINE_S):
+            async with mcp_session(running.root, running.supervisor.session_dir) as session:
+                for name in ("w0", "w1"):
+                    await call(session, "shepherd_spawn", {"name": name, "script": "done.json"})
+                items = [
+                    {"target": "w0", "task": "a"},
+                    {"target": "nobody", "task": "b"},
+                    {"target": "w0", "task": "again"},
+                    {"target": "w1", "task": "c", "timeout_minutes": 5},
+                ]
+                many = await call(
+                    session, "shepherd_delegate_many", {"items": items, "watch": True}
+                )
+                ids = many["task_ids"]
+                assert ids[0] and ids[3] and ids[1] is None and ids[2] is None
+                assert [(e["index"], e["code"]) for e in many["errors"]] == [
+                    (1, "invalid_handle"),
+                    (2, "agent_busy"),
+                ]
+                assert many["watcher_id"]
+                # hostile calls are refused whole, before the session: nothing more is started
+                for bad in (
+                    {"items": []},
+                    {"items": [items[0]] * 1000},
+                    {"items": [{**items[0], "timeout_minutes": None}]},
+                ):
+                    err = await call_error(session, "shepherd_delegate_many", bad)
+                    assert err["code"] == "invalid_argument" and "items" in err["message"]
+                # each accepted task's completion reaches the parent once
+                await wait_for_sink(
+                    running,
+                    lambda items: (
+                        {
+                            r.task_id
+                            for n in items
+                            if isinstance(n, TaskCompletion)
+                            for r in n.results
+                        }
+                        >= {ids[0], ids[3]}
+                    ),
+                )
+                got = [
+                    r["task_id"]
+                    for n in _completions(
+                        (await call(session, "shepherd_notifications", {}))["notifications"]
+                    )
+                    for r in n["results"]
+                ]
+                assert sorted(got) == sorted([ids[0], ids[3]])
 
     try:
         anyio.run(scenario)

@@ -20,6 +20,7 @@ from .conftest import Running
 PARENT_NAMES = (
     "shepherd_spawn",
     "shepherd_delegate",
+    "shepherd_delegate_many",
     "shepherd_message",
     "shepherd_watch",
     "shepherd_status",
@@ -95,6 +96,7 @@ def test_parent_tools_are_one_per_parent_operation() -> None:
     by_op = {
         "spawn": api.SpawnArgs,
         "delegate": api.DelegateArgs,
+        "delegate_many": api.DelegateManyArgs,
         "message": api.MessageArgs,
         "watch": api.WatchArgs,
         "status": api.StatusArgs,
@@ -285,6 +287,21 @@ def test_no_arguments_is_an_empty_object() -> None:
             "reply_timeout_s",
         ),
         (tools.NOTIFICATIONS, {"wait_seconds": 301}, "wait_seconds"),
+        (tools.DELEGATE_MANY, {"items": []}, "items"),
+        (tools.DELEGATE_MANY, {"items": [{"target": "a", "task": "x"}] * 1000}, "items"),
+        (tools.DELEGATE_MANY, {"items": [{"target": "a"}]}, "items[0]"),
+        (
+            tools.DELEGATE_MANY,
+            {"items": [{"target": "a", "task": "x", "timeout_minutes": None}]},
+            "items[0].timeout_minutes",
+        ),
+        (
+            tools.DELEGATE_MANY,
+            {"items": [{"target": "a", "task": "x", "timeout_minutes": -1}]},
+            "items[0].timeout_minutes",
+        ),
+        (tools.DELEGATE_MANY, {"items": [{"target": "a", "task": "x", "agent": "b"}]}, "agent"),
+        (tools.DELEGATE_MANY, {"items": [{"target": "a", "task": "x"}], "watch": None}, "watch"),
     ],
 )
 def test_a_bad_call_is_invalid_argument_naming_tool_and_field(
