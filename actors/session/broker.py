@@ -67,10 +67,11 @@ _WATCHDOG = (fx.WatchdogAgent, fx.WatchdogRuntime, fx.WatchdogInstruction, fx.Wa
 class _Run:
     """What one run of effects gathers for the actors it tells once, at its end."""
 
-    __slots__ = ("caller", "hands", "notes")
+    __slots__ = ("caller", "hands", "notes", "watchdog")
 
     def __init__(self, caller: GuardedSink | None) -> None:
         self.caller = caller
+        self.watchdog: list[Any] = []
         self.notes: list[fx.OpenNote | fx.AppendNote | fx.FinaliseNote] = []
         self.hands: list[tuple[GuardedSink, AnyNotification]] = []
 
@@ -203,7 +204,8 @@ class BrokerActor(ShepherdActor):
         A run of consecutive ``Journal`` effects is ONE journal write (one fsync): a batch
         operation's records are durable together, before any effect that tells of them. The
         notes and the notifications of the whole run go to their actor in one message each,
-        sent when the run ends (or stops: what was decided before a failure is still sent)."""
+        sent when the run ends (or stops: what was decided before a failure is still sent), and
+        so does what the watchdog is told."""
         run = _Run(caller)
         answer: Any = None
         runners = self._runners
@@ -232,6 +234,8 @@ class BrokerActor(ShepherdActor):
                 tell_quietly(self._note_writer, NoteWrites(run.notes))
             if run.hands and self._courier is not None:
                 tell_quietly(self._courier, Handed(run.hands))
+            if run.watchdog and self._watchdog is not None:
+                tell_quietly(self._watchdog, run.watchdog)
         return answer
 
     def _append(self, records: list[Any]) -> None:
@@ -267,9 +271,9 @@ class BrokerActor(ShepherdActor):
     def _spawn_watcher(self, effect: fx.SpawnWatcher, run: _Run) -> None:
         self._watchers[effect.watcher_id] = run.caller if run.caller is not None else self._sink
 
-    def _watchdog_effect(self, effect: Any, _: _Run) -> None:
+    def _watchdog_effect(self, effect: Any, run: _Run) -> None:
         if self._watchdog is not None:
-            tell_quietly(self._watchdog, effect)
+            run.watchdog.append(effect)
 
     def _tell(self, agent_id: str, message: Any) -> None:
         ref = self._agents.get(agent_id)

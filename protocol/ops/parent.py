@@ -172,9 +172,11 @@ DELEGATE_MANY = entry(
         "Each --task AGENT TEXT is one delegate (at most 100 per call); an item that cannot be "
         "delegated (unknown or busy agent, ...) is reported by its index and the others go "
         "ahead. For more options per item, or more items than fit a command line, use "
-        "'shepherd tool shepherd_delegate_many --args -' with the JSON on standard input."
+        "'shepherd tool shepherd_delegate_many --args -' with the JSON on standard input. "
+        "Exits 1 when any item was refused (the accepted ones are delegated all the same)."
     ),
     view=views.delegated_many,
+    exit_status=lambda data: 1 if data.get("errors") else 0,
     params={
         "items": Param(
             description=(
