@@ -7,7 +7,13 @@ match it, call the rule, run the effects the rule returned, in order.
 
 Rules of the runner:
 - Effects run in the order given; a journal append that fails stops the run (what it
-  records is not told: durable before anyone hears of it).
+  records is not told: durable before anyone hears of it). Consecutive ``Journal`` effects
+  are one write and one fsync (a batch operation puts all its records first).
+- Each effect's runner is found by the effect's type (one dict lookup). What goes to the
+  session's helper actors (task notes to the one note writer, watchers' notifications to the
+  one courier, what the watchdog is told) is gathered over the run and sent as one message
+  each when it ends: a burst of settlements costs no actor per task or watcher, and one
+  message per actor per run (:mod:`actors.session.task`, :mod:`actors.session.watcher`).
 - The answer to an operation is its ``Answer`` effect, or a future of it (``read``: the
   agent's actor holds its output). The edge resolves a future; there is no other way of
   saying "the answer comes later".

@@ -450,7 +450,8 @@ class Rig:
         self.sink.items.clear()
 
     def quiet(self, baseline_actors: int) -> None:
-        """Wait until every settled task's and watcher's actor stopped and dead timers drained."""
+        """Wait until the session holds no more actors than before the load (a task or a watcher
+        has none of its own: nothing may be left behind by one) and dead timers drained."""
         clock = self.runtime.clock
         assert isinstance(clock, ObservedClock)
         assert self.news.wait_until(lambda: self.runtime.actor_count == baseline_actors, 30), (
