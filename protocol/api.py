@@ -348,3 +348,33 @@ class DelegateManyArgs(
     timeout_minutes: DeadlineMinutes | None = None
     #: also register one watcher of every accepted task (in the same journal write)
     watch: bool = False
+
+
+class SpawnManyResult(msgspec.Struct, frozen=True, kw_only=True):
+    #: per name, in the call's order: the new agent's id, or None where it was refused
+    agent_ids: tuple[str | None, ...]
+    errors: tuple[ItemError, ...] = ()
+
+
+class SpawnManyArgs(
+    Arguments[SpawnManyResult], frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    """Several agents of one kind: each name is a ``spawn`` with the same options."""
+
+    names: Annotated[tuple[Handle, ...], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
+    adapter: Adapter = "scripted"
+    script: OptionText | None = None
+    cmd: OptionText | None = None
+    resume_cmd: OptionText | None = None
+    cwd: OptionText | None = None
+    description: OptionalText | None = None
+    pi: OptionText | None = None
+    models_json: OptionText | None = None
+    provider: OptionText | None = None
+    model: OptionText | None = None
+
+    def one(self, name: str) -> SpawnArgs:
+        """The spawn of ``name`` with this call's options."""
+        fields = msgspec.structs.asdict(self)
+        del fields["names"]
+        return SpawnArgs(name=name, **fields)

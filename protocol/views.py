@@ -26,6 +26,7 @@ __all__ = [
     "settled",
     "shut_down",
     "spawned",
+    "spawned_many",
     "status_line",
     "summary_line",
     "waited",
@@ -122,6 +123,18 @@ def spawned(data: dict[str, Any]) -> str:
 
 def delegated(data: dict[str, Any]) -> str:
     return f"{data['task_id']} delegated to {data.get('agent_name') or data['agent_id']}"
+
+
+def spawned_many(data: dict[str, Any]) -> str:
+    ids = data["agent_ids"]
+    why = {e["index"]: e for e in data.get("errors") or []}
+    lines = [f"{sum(a is not None for a in ids)} of {len(ids)} agents started"]
+    for index, agent_id in enumerate(ids):
+        if agent_id is not None:
+            lines.append(f"  {index}: {agent_id}")
+        elif index in why:
+            lines.append(f"  {index}: refused: {why[index]['code']}: {why[index]['message']}")
+    return "\n".join(lines)
 
 
 def delegated_many(data: dict[str, Any]) -> str:

@@ -191,9 +191,11 @@ class BrokerActor(ShepherdActor):
             return status.view(self.state, args.agent, now, cursor=args.cursor, parent_wake=wake)
         if isinstance(args, api.SpawnArgs):
             agents.check_spawn(self.state, args)
-            if args.adapter != "simulated":
-                # the child's own checks, run here first: what spawn accepts, the child can run
-                check_spawn_options(args.adapter, agents.options_of(args), os.getcwd())
+        if isinstance(args, api.SpawnArgs | api.SpawnManyArgs) and args.adapter != "simulated":
+            # the child's own checks, run here first: what spawn accepts, the child can run
+            # (a spawn_many's options are the same for every name: checked once)
+            one = args if isinstance(args, api.SpawnArgs) else args.one(args.names[0])
+            check_spawn_options(args.adapter, agents.options_of(one), os.getcwd())
         return self._run(calls.call(self.state, args, self._ctx()))
 
     def capability_of(self, agent_id: str) -> str | None:

@@ -32,7 +32,7 @@ from protocol.envelopes import AnyEnvelope, CallEnvelope, TaskDoneEnvelope
 from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
 from protocol.notifications import TaskCompletion
-from protocol.ops import Method, parent
+from protocol.ops import Method, batch, parent
 from protocol.script import Script
 from protocol.session.restore import Restore
 from protocol.settings import Settings, check_settings
@@ -152,7 +152,7 @@ class Session:
     # field order or by name, checked, then run (``session.delegate("scout", "look")``).
     delegate = Method(parent.DELEGATE)
     #: many delegates in one call (items: ``{"target", "task"}`` mappings or ``DelegateItem``)
-    delegate_many = Method(parent.DELEGATE_MANY)
+    delegate_many = Method(batch.DELEGATE_MANY)
     message = Method(parent.MESSAGE)
     watch = Method(parent.WATCH)
     #: compatibility: the old prompt call, mapped onto a tracked task (its id is an alias of
@@ -183,6 +183,24 @@ class Session:
         ``script`` is depends on the launcher (``Launcher.spawn_options``)."""
         adapter, options = self.launcher.spawn_options(name, adapter, script, options)
         return self.run(api.build_args(api.SpawnArgs, name=name, adapter=adapter, **options))
+
+    def spawn_many(
+        self,
+        names: list[str] | tuple[str, ...],
+        *,
+        adapter: str = "scripted",
+        script: Script | dict[str, Any] | str | None = None,
+        **options: Any,
+    ) -> api.SpawnManyResult:
+        """Start several agents with the same options (one broker message, one journal write);
+        written out as :meth:`spawn` is (a ``script`` is the launcher's to read)."""
+        if isinstance(names, str):
+            names = (names,)
+        sent_adapter, sent = adapter, options
+        for name in names:
+            sent_adapter, sent = self.launcher.spawn_options(name, adapter, script, dict(options))
+        fields = {"names": tuple(names), "adapter": sent_adapter, **sent}
+        return self.run(api.build_args(api.SpawnManyArgs, **fields))
 
     def _wait(self, args: api.WaitArgs) -> api.WaitResult:
         sink = CollectingSink()

@@ -2,13 +2,14 @@
 
 Rules:
 
-1. **Each item is the single operation.** An item of ``delegate_many`` is checked and done by
-   the rules of ``delegate`` (:mod:`protocol.session.tasks`: one active task per agent, the
-   text fits its envelope, ...). An item those rules refuse is reported in the answer (its
-   index, its error's code and message) and changes nothing; the others go ahead. Two items
-   for one agent: the second finds the agent busy. What the Args Struct refuses (a NaN
-   deadline, an empty text, more than ``MAX_BATCH`` items) refuses the whole call: nothing is
-   done.
+1. **Each item is the single operation.** A name of ``spawn_many`` is a ``spawn`` with the
+   call's options (:mod:`protocol.session.agents`: a name is unique, ...); an item of
+   ``delegate_many`` is a ``delegate`` (:mod:`protocol.session.tasks`: one active task per
+   agent, the text fits its envelope, ...). An item those rules refuse is reported in the
+   answer (its index, its error's code and message) and changes nothing; the others go ahead.
+   Two items for one agent: the second finds the agent busy. What the Args Struct refuses (a
+   NaN deadline, an empty text, more than ``MAX_BATCH`` items) refuses the whole call: nothing
+   is done.
 2. **Journaled together, before anyone hears.** Every record of the batch (its tasks, and the
    watcher ``watch`` asks for) comes first among the effects, one run of ``Journal`` effects
    that the broker writes at once (one fsync); then each item's other effects, in item order.
@@ -28,20 +29,20 @@ from protocol.answers import encoded_size
 from protocol.errors import LimitExceeded, ShepherdError
 from protocol.ids import IdKind, make_id
 from protocol.limits import answer_budget, preview
-from protocol.session import tasks, watchers
+from protocol.session import agents, tasks, watchers
 from protocol.session.effects import Answer, Effect, Journal
 from protocol.session.state import Ctx, SessionState
 
-__all__ = ["ERROR_CHARS", "delegate_many", "largest_answer"]
+__all__ = ["ERROR_CHARS", "delegate_many", "largest_answer", "spawn_many"]
 
 #: an item's error message in a batch's answer is cut to this many characters
 ERROR_CHARS = 300
 
 
-def largest_answer(count: int) -> api.DelegateManyResult:
+def largest_answer(count: int, kind: IdKind = IdKind.TASK) -> api.DelegateManyResult:
     """The largest answer a batch of ``count`` items can have (rule 4): each item with the
     longest id there can be AND refused with the longest message, and a watcher."""
-    longest_id = make_id(IdKind.TASK, "f" * 64)
+    longest_id = make_id(kind, "f" * 64)
     message = preview("x" * (ERROR_CHARS + 1_000_000), ERROR_CHARS) or ""
     error = api.ItemError(index=count, code="x" * 32, message=message)
     return api.DelegateManyResult(
@@ -49,14 +50,48 @@ def largest_answer(count: int) -> api.DelegateManyResult:
     )
 
 
-def delegate_many(s: SessionState, args: api.DelegateManyArgs, cx: Ctx) -> list[Effect]:
+def _check_fits(s: SessionState, what: str, count: int, kind: IdKind) -> None:
+    """Rule 4, before anything is done."""
     budget = answer_budget(s.settings.max_envelope_bytes)
-    if (size := encoded_size(largest_answer(len(args.items)))) > budget:
+    if (size := encoded_size(largest_answer(count, kind))) > budget:
         raise LimitExceeded(
-            f"delegate_many: the answer to {len(args.items)} items may take {size} bytes, over "
+            f"{what}: the answer to {count} items may take {size} bytes, over "
             f"the {budget} bytes one answer may take (max_envelope_bytes less the envelope's "
             "header): send fewer items per call"
         )
+
+
+def _refused(index: int, exc: ShepherdError) -> api.ItemError:
+    message = preview(exc.message, ERROR_CHARS) or ""
+    return api.ItemError(index=index, code=exc.code, message=message)
+
+
+def spawn_many(s: SessionState, args: api.SpawnManyArgs, cx: Ctx) -> list[Effect]:
+    """Each name is a ``spawn`` with the call's options (rules 1, 2, 4); the options were
+    checked once by the caller (they name files and programs: the same for every name)."""
+    _check_fits(s, "spawn_many", len(args.names), IdKind.AGENT)
+    journal: list[Effect] = []
+    rest: list[Effect] = []
+    agent_ids: list[str | None] = []
+    errors: list[api.ItemError] = []
+    for index, name in enumerate(args.names):
+        try:
+            effects = agents.spawn(s, args.one(name), cx)
+        except ShepherdError as exc:  # refused before anything changed (rule 1)
+            errors.append(_refused(index, exc))
+            agent_ids.append(None)
+            continue
+        for effect in effects:
+            if isinstance(effect, Answer):
+                agent_ids.append(effect.value.agent_id)
+            else:
+                (journal if isinstance(effect, Journal) else rest).append(effect)
+    answer = api.SpawnManyResult(agent_ids=tuple(agent_ids), errors=tuple(errors))
+    return [*journal, *rest, Answer(value=answer)]
+
+
+def delegate_many(s: SessionState, args: api.DelegateManyArgs, cx: Ctx) -> list[Effect]:
+    _check_fits(s, "delegate_many", len(args.items), IdKind.TASK)
     journal: list[Effect] = []
     rest: list[Effect] = []
     task_ids: list[str | None] = []
@@ -71,8 +106,7 @@ def delegate_many(s: SessionState, args: api.DelegateManyArgs, cx: Ctx) -> list[
         try:
             result, effects = tasks.delegate_one(s, single, cx)
         except ShepherdError as exc:  # refused before anything changed (rule 1)
-            message = preview(exc.message, ERROR_CHARS) or ""
-            errors.append(api.ItemError(index=index, code=exc.code, message=message))
+            errors.append(_refused(index, exc))
             task_ids.append(None)
             continue
         task_ids.append(result.task_id)

@@ -37,6 +37,8 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
             return tasks.delegate(s, args, cx)
         case api.DelegateManyArgs():
             return batch.delegate_many(s, args, cx)
+        case api.SpawnManyArgs():
+            return batch.spawn_many(s, args, cx)
         case api.MessageArgs():
             return routing.parent_message(s, args, cx)
         case api.WatchArgs():

@@ -288,15 +288,22 @@ def test_following_notifications_ends_with_the_session(serve, scripts, tmp_path:
             follower.stdout.close()
 
 
-def test_delegate_many_from_the_cli_delegates_each_item_and_refuses_bad_ones_alone(  # type: ignore[no-untyped-def]
+def test_spawn_many_and_delegate_many_from_the_cli_refuse_bad_items_alone(  # type: ignore[no-untyped-def]
     serve, tmp_path: Path
 ) -> None:
     server = serve()
     session = tmp_path / "session"
     done = tmp_path / "done.json"
     done.write_text(json.dumps({"steps": [{"await": "task"}, {"done": {"status": "completed"}}]}))
-    for name in ("w0", "w1", "w2"):
-        cli("spawn", name, "--script", str(done), session=session)
+    # spawn-many: one call, the same options; a bad or taken name is refused alone
+    for args in (["--script", str(done)], ["w0", "--script", ""], ["w"] * 1000):
+        rc, err = cli("spawn-many", *args, session=session, check=False)
+        assert rc == 2 and err["error"]["code"] == "invalid_argument", (args[:3], err)
+    names = ["w0", "w1", "Bad", "w2", "w1"]
+    rc, spawned = cli("spawn-many", *names, "--script", str(done), session=session, check=False)
+    assert rc == 1, spawned
+    assert [a is not None for a in spawned["agent_ids"]] == [True, True, False, True, False]
+    assert [e["index"] for e in spawned["errors"]] == [2, 4]
 
     # hostile calls are refused whole, by the command line, before anything is sent
     hostile = [

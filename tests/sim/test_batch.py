@@ -73,3 +73,17 @@ def test_the_python_api_refuses_hostile_batches_whole_naming_the_field() -> None
     assert [e.code for e in result.errors] == ["agent_busy"]
     assert isinstance(result, api.DelegateManyResult)
     s.shutdown()
+
+
+def test_spawn_many_through_the_python_api_starts_each_agent_once() -> None:
+    s, _sink = new_session(2)
+    got = s.spawn_many(["w0", "w1", "w0", "Nope"], script=IDLE)
+    assert got.agent_ids[0] and got.agent_ids[1] and got.agent_ids[2] is None
+    assert [e.index for e in got.errors] == [2, 3]
+    s.sim.run_all()
+    rows = {a.name: a for a in s.status().agents}
+    assert set(rows) == {"w0", "w1"} and all(a.process_state == "idle" for a in rows.values())
+    for bad in ([], ["w"] * (10 * MAX_BATCH)):
+        with pytest.raises(InvalidArgument, match="names"):
+            s.spawn_many(bad, script=IDLE)
+    s.shutdown()

@@ -49,6 +49,7 @@ VALID_CALLS: dict[str, dict[str, Any]] = {
     "shepherd_spawn": {"name": "scout", "script": "scout.json"},
     "shepherd_delegate": {"target": "scout", "task": "look"},
     "shepherd_delegate_many": {"items": [{"target": "scout", "task": "look"}]},
+    "shepherd_spawn_many": {"names": ["scout"], "script": "scout.json"},
     "shepherd_message": {"target": "scout", "message": "hi"},
     "shepherd_watch": {"ids": ["t-1"]},
     "shepherd_status": {},
@@ -352,7 +353,7 @@ def test_a_parent_over_mcp_delegates_watches_and_gets_each_completion_once(
         raise
 
 
-def test_a_parent_over_mcp_delegates_many_at_once_and_a_bad_item_is_refused_alone(
+def test_a_parent_over_mcp_spawns_and_delegates_many_at_once_bad_items_refused_alone(
     running: Running,
 ) -> None:
     (running.root / "done.json").write_text(
@@ -362,8 +363,24 @@ def test_a_parent_over_mcp_delegates_many_at_once_and_a_bad_item_is_refused_alon
     async def scenario() -> None:
         with anyio.fail_after(DEADLINE_S):
             async with mcp_session(running.root, running.supervisor.session_dir) as session:
-                for name in ("w0", "w1"):
-                    await call(session, "shepherd_spawn", {"name": name, "script": "done.json"})
+                spawned = await call(
+                    session,
+                    "shepherd_spawn_many",
+                    {"names": ["w0", "Bad Name", "w1", "w0"], "script": "done.json"},
+                )
+                agents = spawned["agent_ids"]
+                assert agents[0] and agents[2] and agents[1] is None and agents[3] is None
+                assert [(e["index"], e["code"]) for e in spawned["errors"]] == [
+                    (1, "invalid_argument"),
+                    (3, "invalid_argument"),
+                ]
+                for bad in ({"names": []}, {"names": ["x"] * 1000}, {"names": ["x"], "cwd": None}):
+                    err = await call_error(session, "shepherd_spawn_many", bad)
+                    assert err["code"] == "invalid_argument", err
+                err = await call_error(
+                    session, "shepherd_spawn_many", {"names": ["w9"], "script": "missing.json"}
+                )
+                assert "missing.json" in err["message"], err  # the options are checked once
                 items = [
                     {"target": "w0", "task": "a"},
                     {"target": "nobody", "task": "b"},

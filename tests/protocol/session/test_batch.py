@@ -169,3 +169,43 @@ def test_any_batch_is_the_same_as_its_items_delegated_one_by_one(
     else:
         assert result.watcher_id is None
     assert msgspec.json.decode(msgspec.json.encode(result), type=api.DelegateManyResult) == result
+
+
+# ------------------------------------------------------------------ spawn_many
+
+
+def test_spawn_many_starts_each_name_with_the_same_options_journaled_first() -> None:
+    s = Session()
+    s.spawn("taken")
+    args = api.build_args(
+        api.SpawnManyArgs,
+        names=["w0", "Bad Name", "taken", "w1", "w0"],
+        adapter="command",
+        cmd="echo {message}",
+    )
+    effects = s.call(args)
+    result = answer(effects)
+    assert isinstance(result, api.SpawnManyResult)
+    ids = result.agent_ids
+    assert ids[0] and ids[3] and ids[1] is None and ids[2] is None and ids[4] is None
+    assert [(e.index, e.code) for e in result.errors] == [
+        (1, "invalid_argument"),
+        (2, "invalid_argument"),
+        (4, "invalid_argument"),
+    ]
+    assert [isinstance(e, Journal) for e in effects[:2]] == [True, True]
+    assert not any(isinstance(e, Journal) for e in effects[2:])
+    for agent_id in (ids[0], ids[3]):
+        row = s.state.agents[agent_id]
+        assert row.adapter == "command" and row.options["cmd"] == "echo {message}"
+
+
+def test_spawn_many_refuses_hostile_calls_whole() -> None:
+    for names in ([], ["w"] * (MAX_BATCH + 1), [""], ["w" * 201]):
+        with pytest.raises(InvalidArgument, match="names"):
+            api.build_args(api.SpawnManyArgs, names=names)
+    with pytest.raises(InvalidArgument, match="cwd"):
+        api.build_args(api.SpawnManyArgs, names=["w"], cwd="")
+    s = Session(Settings(max_envelope_bytes=4096))
+    args = api.build_args(api.SpawnManyArgs, names=[f"w{i}" for i in range(60)])
+    s.refuses(LimitExceeded, lambda: s.call(args))
