@@ -234,8 +234,10 @@ class BrokerActor(ShepherdActor):
                 elif kind is fx.AnswerFromOutput:
                     assert isinstance(effect, fx.AnswerFromOutput)
                     answer = self._output(effect.agent_id, effect.lines, effect.before)
-                else:
-                    runners[kind](effect, run)
+                elif (runner := runners.get(kind)) is not None:
+                    runner(effect, run)
+                else:  # a new kind of effect: its runner belongs in ``_runners``
+                    raise TypeError(f"the broker has no runner for {kind.__name__} effects")
                 i += 1
         finally:
             if run.notes and self._note_writer is not None:
