@@ -30,6 +30,11 @@ VALID: dict[str, tuple[type[Any], dict[str, Any]]] = {
     "cancel": (api.CancelArgs, {"task_id": TASK, "reason": "enough"}),
     "result": (api.ResultArgs, {"task_id": TASK}),
     "fail": (api.FailArgs, {"task_id": TASK, "error": "gave up"}),
+    "delegate_many": (
+        api.DelegateManyArgs,
+        {"items": (api.DelegateItem(target="scout", task="x"),), "watch": True},
+    ),
+    "spawn_many": (api.SpawnManyArgs, {"names": ["a", "b"], "script": "s.json"}),
 }
 OPS = sorted(VALID)
 
@@ -47,6 +52,8 @@ WRONG_TYPE: dict[str, tuple[str, Any]] = {
     "cancel": ("reason", 1.5),
     "result": ("task_id", {"id": TASK}),
     "fail": ("error", False),
+    "delegate_many": ("items", {"target": "scout", "task": "x"}),
+    "spawn_many": ("names", "a"),
 }
 
 
