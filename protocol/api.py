@@ -237,7 +237,9 @@ A = TypeVar("A", bound="Arguments[Any]")
 def build_args(cls: type[A], **fields: Any) -> A:
     """Build and *validate* operation arguments (direct Struct construction does not check
     types or bounds); a bad field is ``invalid_argument`` naming the field and the bound."""
-    return convert_args(cls, fields, cls.__name__.removesuffix("Args").lower())
+    # the operation's name: DelegateManyArgs -> delegate_many
+    words = "".join(f"_{c}" if c.isupper() else c for c in cls.__name__.removesuffix("Args"))
+    return convert_args(cls, fields, words.removeprefix("_").lower())
 
 
 def convert_args(cls: type[A], fields: Any, what: str) -> A:

@@ -33,6 +33,7 @@ from typing import Annotated, Final
 import msgspec
 
 __all__ = [
+    "MAX_BATCH",
     "MAX_BUDGET_COST",
     "MAX_BUDGET_TOKENS",
     "MAX_BUDGET_TURNS",
@@ -86,6 +87,10 @@ MAX_IDS: Final = 1000
 #: checked explicitly, since the decoder's own bound is the process's recursion limit, which
 #: any module may raise
 MAX_NESTING: Final = 64
+#: items in one batch operation (``delegate_many``): its answer, one line per item, must fit
+#: one envelope (at the default 64 KiB, with room to spare; a smaller ``max_envelope_bytes``
+#: lowers it, checked before anything is done)
+MAX_BATCH: Final = 100
 #: output lines one read may ask for (the agent keeps at most ``output_lines``)
 MAX_PAGE_LINES: Final = 100_000
 #: texts shown inside answers and status rows are cut to this many characters

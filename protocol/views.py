@@ -17,6 +17,7 @@ __all__ = [
     "closed",
     "degraded",
     "delegated",
+    "delegated_many",
     "messaged",
     "prompted",
     "read_lines",
@@ -25,6 +26,7 @@ __all__ = [
     "settled",
     "shut_down",
     "spawned",
+    "spawned_many",
     "status_line",
     "summary_line",
     "usage_text",
@@ -174,6 +176,33 @@ def delegated(data: dict[str, Any]) -> str:
     if data.get("clamped"):
         text += f"; lowered to the session's remainder: {', '.join(data['clamped'])}"
     return text
+
+
+def spawned_many(data: dict[str, Any]) -> str:
+    ids = data["agent_ids"]
+    why = {e["index"]: e for e in data.get("errors") or []}
+    lines = [f"{sum(a is not None for a in ids)} of {len(ids)} agents started"]
+    for index, agent_id in enumerate(ids):
+        if agent_id is not None:
+            lines.append(f"  {index}: {agent_id}")
+        elif index in why:
+            lines.append(f"  {index}: refused: {why[index]['code']}: {why[index]['message']}")
+    return "\n".join(lines)
+
+
+def delegated_many(data: dict[str, Any]) -> str:
+    ids = data["task_ids"]
+    errors = data.get("errors") or []
+    lines = [f"{sum(t is not None for t in ids)} of {len(ids)} tasks delegated"]
+    if data.get("watcher_id"):
+        lines[0] += f", watched by {data['watcher_id']}"
+    why = {e["index"]: e for e in errors}
+    for index, task_id in enumerate(ids):
+        if task_id is not None:
+            lines.append(f"  {index}: {task_id}")
+        elif index in why:
+            lines.append(f"  {index}: refused: {why[index]['code']}: {why[index]['message']}")
+    return "\n".join(lines)
 
 
 def messaged(data: dict[str, Any]) -> str:

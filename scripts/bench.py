@@ -4,8 +4,8 @@
     python scripts/bench.py [--quick] [--out FILE] [--runs N] [--only NAME,...]
 
 Benchmarks (``--only`` names): ``delivery``, ``throughput``, ``notify``, ``scale``, ``idle``,
-``demo``, ``requests``, ``children``, ``runtime``, ``cli``, ``nats``. Every job runs in a fresh
-worker process (``bench_lib.worker``); publishers are other processes again
+``demo``, ``requests``, ``children``, ``runtime``, ``cli``, ``nats``, ``create``. Every job runs
+in a fresh worker process (``bench_lib.worker``); publishers are other processes again
 (``bench_lib.publisher``). Each figure is collected over several runs (5; 3 with ``--quick``,
 which also uses smaller sizes and finishes in a few minutes) and written to JSON (default
 ``bench-results.json``) as min / median / max per subject — Shepherd and each baseline — with
@@ -57,6 +57,8 @@ from bench_lib.savina import SUBJECTS as RUNTIME_SUBJECTS
 from bench_lib.savina import THESPIAN
 from bench_lib.savina import WORKLOADS as RUNTIME_WORKLOADS
 
+from protocol.limits import MAX_BATCH
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -81,15 +83,17 @@ class Sizes:
     cli_calls: int  # command-line calls per subject in one run (``cli``)
     cli_agents: int  # agents of the session for ``status`` with agents
     nats_n: int = 500  # envelopes per NATS figure (``nats``), latency samples a fifth of it
+    create_n: int = 10000  # tasks (each watched) created at once (``create``)
 
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
              1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000, 200, 3, 100000,
-             20, 150)  # fmt: skip
+             20, 150, 10000)  # fmt: skip
 QUICK = Sizes(3, 30, 200, True, 2500, ((1, 2), (100, 30), (1000, 300)),
-              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 40, 2, 20000, 10, 150)  # fmt: skip
+              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 40, 2, 20000, 10, 150,
+              1000)  # fmt: skip
 SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
-              20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1, 500, 2, 3)  # fmt: skip
+              20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1, 500, 2, 3, 50)  # fmt: skip
 
 
 QUICK, SMOKE = replace(QUICK, nats_n=200), replace(SMOKE, nats_n=20)
@@ -265,6 +269,29 @@ def bench_scale(sizes: Sizes, results: Results) -> None:
             kb = base["bytes_per_actor"] / 1024
             results.add(f"scale.{point}.kb_per_actor", "pykka_threading_actor", kb)
             results.add(f"scale.{point}.os_threads", "pykka_threading_actor", base["os_threads"])
+
+
+def bench_create(sizes: Sizes, results: Results) -> None:
+    """``create_n`` tasks with watchers in a session whose agents are up: ``delegate_many`` of
+    ``MAX_BATCH`` items with ``watch`` (one broker message and one journal write per call)
+    against one ``delegate`` and one ``watch`` per task (the previous path), alternating in
+    each run."""
+    n = sizes.create_n
+    subjects = ((SHEPHERD, True), ("one_by_one", False))
+    for key in ("create.tasks.create_s", "create.tasks.cpu_s"):
+        results.params(key, n=n, batch=MAX_BATCH, baseline="delegate + watch per task")
+    for _ in range(sizes.runs):
+        for subject, batched in subjects:
+            params = {"n": n, "batch": MAX_BATCH, "batched": batched}
+            (got,) = run_jobs([("create", params)], parallel=False)
+            if isinstance(got, Exception):
+                _failed(results, "create", ["create.tasks.create_s"], subject, got)
+                continue
+            results.keep_raw("create", got)
+            if got["accepted"] != n:
+                results.error("create", f"{subject}: only {got['accepted']} of {n} accepted")
+            results.add("create.tasks.create_s", subject, got["create_s"])
+            results.add("create.tasks.cpu_s", subject, got["cpu_s"])
 
 
 # ---------------------------------------------------------------------- 5. idle cost
@@ -527,6 +554,7 @@ RUNNERS = {
     "runtime": bench_runtime,
     "cli": bench_cli,
     "nats": bench_nats,
+    "create": bench_create,
 }
 
 

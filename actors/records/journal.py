@@ -7,16 +7,28 @@ append-only ``journal.jsonl`` with restart replay is ``actors/records/journal_fi
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Protocol
 
 import msgspec
 
-__all__ = ["Journal", "MemoryJournal"]
+__all__ = ["Journal", "MemoryJournal", "append_all"]
 
 
 class Journal(Protocol):
     def append(self, record: msgspec.Struct) -> None:
         """Persist ``record`` before returning (the caller notifies only afterwards)."""
+
+
+def append_all(journal: Journal, records: Sequence[msgspec.Struct]) -> None:
+    """Persist ``records`` in order before returning: in one write (one fsync) when the
+    journal can (``append_many``), else one by one."""
+    many = getattr(journal, "append_many", None)
+    if many is not None and len(records) > 1:
+        many(records)
+        return
+    for record in records:
+        journal.append(record)
 
 
 class MemoryJournal:
@@ -27,3 +39,7 @@ class MemoryJournal:
     def append(self, record: msgspec.Struct) -> None:
         with self._lock:
             self.records.append(record)
+
+    def append_many(self, records: Sequence[msgspec.Struct]) -> None:
+        with self._lock:
+            self.records.extend(records)

@@ -9,6 +9,7 @@ be read is reported by line, never skipped in silence.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -34,6 +35,13 @@ class FileJournal:
         line = encode_line(record)
         settles = isinstance(record, TaskRecord) and record.terminal
         self._file.append(line, torn_point="settle.torn_journal" if settles else None)
+
+    def append_many(self, records: Sequence[msgspec.Struct]) -> None:
+        """Several records in one write and one fsync (a batch operation's, or a run of a
+        rule's effects): all of them are durable before the caller tells anyone."""
+        lines = [encode_line(r) for r in records]
+        settles = any(isinstance(r, TaskRecord) and r.terminal for r in records)
+        self._file.append_many(lines, torn_point="settle.torn_journal" if settles else None)
 
     def read(self) -> list[Record]:
         """Every record that can be read, in order (each one that cannot is reported)."""

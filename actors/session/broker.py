@@ -7,7 +7,13 @@ match it, call the rule, run the effects the rule returned, in order.
 
 Rules of the runner:
 - Effects run in the order given; a journal append that fails stops the run (what it
-  records is not told: durable before anyone hears of it).
+  records is not told: durable before anyone hears of it). Consecutive ``Journal`` effects
+  are one write and one fsync (a batch operation puts all its records first).
+- Each effect's runner is found by the effect's type (one dict lookup). What goes to the
+  session's helper actors (task notes to the one note writer, watchers' notifications to the
+  one courier, what the watchdog is told) is gathered over the run and sent as one message
+  each when it ends: a burst of settlements costs no actor per task or watcher, and one
+  message per actor per run (:mod:`actors.session.task`, :mod:`actors.session.watcher`).
 - The answer to an operation is its ``Answer`` effect, or a future of it (``read``: the
   agent's actor holds its output). The edge resolves a future; there is no other way of
   saying "the answer comes later".
@@ -36,7 +42,7 @@ from typing import Any
 import pykka
 
 from actors.child.adapters import check_spawn_options
-from actors.records.journal import Journal
+from actors.records.journal import Journal, append_all
 from actors.records.notes import TaskNotes
 from actors.runtime.clock import TimerHandle
 from actors.runtime.crashpoints import crashpoint
@@ -46,13 +52,13 @@ from actors.runtime.transport import PARENT_INBOX, Transport
 from actors.session import messages
 from actors.session.agent import AgentActor, AgentSpec, Launcher
 from actors.session.sinks import GuardedSink
-from actors.session.task import TaskActor
-from actors.session.watcher import WatcherActor
+from actors.session.task import NoteWriter, NoteWrites
+from actors.session.watcher import Courier, Handed
 from actors.session.windows import Windows, WindowsDue
 from actors.session.worktrees import GitWorker
-from protocol import api
+from protocol import api, api_batch
 from protocol.errors import ShepherdError
-from protocol.notifications import TaskCompletion
+from protocol.notifications import AnyNotification, TaskCompletion
 from protocol.session import agents, calls, inbound, status, watchers, worktree_events, worktrees
 from protocol.session import effects as fx
 from protocol.session.restore import Restore, resume
@@ -64,6 +70,18 @@ from protocol.worktrees import WorktreeProbed, WorktreeReleased
 __all__ = ["BrokerActor"]
 
 _WATCHDOG = (fx.WatchdogAgent, fx.WatchdogRuntime, fx.WatchdogInstruction, fx.WatchdogTask)
+
+
+class _Run:
+    """What one run of effects gathers for the actors it tells once, at its end."""
+
+    __slots__ = ("caller", "hands", "notes", "watchdog")
+
+    def __init__(self, caller: GuardedSink | None) -> None:
+        self.caller = caller
+        self.watchdog: list[Any] = []
+        self.notes: list[fx.OpenNote | fx.AppendNote | fx.FinaliseNote] = []
+        self.hands: list[tuple[GuardedSink, AnyNotification]] = []
 
 
 class BrokerActor(ShepherdActor):
@@ -86,6 +104,8 @@ class BrokerActor(ShepherdActor):
         #: the session's tracing (actors.tracing.parent.ParentSpans), when it is on: it sees
         #: each effect before it runs and stamps the trace context on what is delivered
         self._spans = spans
+        #: runs git for the agents' worktrees (None: this session makes none)
+        self._git = git
         #: the session's state: the one owner of every fact the rules know
         self.state = restore.state if restore is not None else SessionState(session_id, settings)
         self._restore = restore
@@ -101,13 +121,36 @@ class BrokerActor(ShepherdActor):
         self._timers: dict[fx.TimerKey, tuple[fx.TimerEvent, TimerHandle]] = {}
         #: open coalescing windows (closing on the monotonic clock), and their one timer
         self._windows = Windows(self.clock, functools.partial(tell_quietly, self.actor_ref))
-        self._tasks: dict[str, pykka.ActorRef[Any]] = {}  # open task id -> its actor
-        self._watchers: dict[str, pykka.ActorRef[Any]] = {}  # watcher id -> its actor
+        #: every task's note, written by one actor; every watcher's notifications, handed to
+        #: its sink by one actor (see :mod:`actors.session.task`, :mod:`actors.session.watcher`)
+        self._note_writer: pykka.ActorRef[Any] | None = None
+        self._courier: pykka.ActorRef[Any] | None = None
+        self._watchers: dict[str, GuardedSink] = {}  # watcher id -> where its notes go
+        #: each effect's runner, by the effect's type (a dict lookup, not a chain of matches)
+        self._runners: dict[type, Callable[[Any, _Run], None]] = {
+            fx.Notify: self._notify,
+            fx.Deliver: self._deliver,
+            fx.Forward: self._forward,
+            fx.Publish: self._publish,
+            fx.SpawnAgent: lambda e, _: self._spawn(e),
+            fx.StopAgent: lambda e, _: self._tell(e.agent_id, messages.CloseAgent()),
+            fx.StartTimer: lambda e, _: self._start_timer(e.delay, e.event),
+            fx.CancelTimer: lambda e, _: self._cancel(e.key),
+            fx.OpenNote: self._note,
+            fx.AppendNote: self._note,
+            fx.FinaliseNote: self._note,
+            fx.SpawnWatcher: self._spawn_watcher,
+            fx.Story: lambda e, _: self._story(e.text),
+            fx.Log: lambda e, _: self._log.log(e.level.upper(), e.text),
+            fx.ProbeWorktree: lambda e, _: self._probe(e),
+            **dict.fromkeys(_WATCHDOG, self._watchdog_effect),
+        }
         self._log = logger.bind(session=session_id)
-        #: runs git for the agents' worktrees (None: this session makes none)
-        self._git = git
 
     def on_start(self) -> None:
+        if self._notes is not None:
+            self._note_writer = self.runtime.spawn(NoteWriter, self._notes)
+        self._courier = self.runtime.spawn(Courier)
         if self._restore is not None:
             restore, self._restore = self._restore, None
             self._run(resume(restore, self._ctx()))
@@ -164,9 +207,14 @@ class BrokerActor(ShepherdActor):
             return status.view(self.state, args.agent, now, cursor=args.cursor, parent_wake=wake)
         if isinstance(args, api.SpawnArgs):
             agents.check_spawn(self.state, args)
-            if args.adapter != "simulated":
-                # the child's own checks, run here first: what spawn accepts, the child can run
-                check_spawn_options(args.adapter, agents.options_of(args), os.getcwd())
+        if (
+            isinstance(args, api.SpawnArgs | api_batch.SpawnManyArgs)
+            and args.adapter != "simulated"
+        ):
+            # the child's own checks, run here first: what spawn accepts, the child can run
+            # (a spawn_many's options are the same for every name: checked once)
+            one = args if isinstance(args, api.SpawnArgs) else args.one(args.names[0])
+            check_spawn_options(args.adapter, agents.options_of(one), os.getcwd())
         return self._run(calls.call(self.state, args, self._ctx()))
 
     def capability_of(self, agent_id: str) -> str | None:
@@ -177,64 +225,86 @@ class BrokerActor(ShepherdActor):
 
     def _run(self, effects: list[fx.Effect], caller: GuardedSink | None = None) -> Any:
         """Run ``effects`` in order; the answer is the ``Answer`` among them. ``caller``: where
-        a watcher spawned here hands its notifications (a ``wait``'s caller; else the
-        parent's sink)."""
+        a watcher registered here hands its notifications (a ``wait``'s caller; else the
+        parent's sink).
+
+        A run of consecutive ``Journal`` effects is ONE journal write (one fsync): a batch
+        operation's records are durable together, before any effect that tells of them. The
+        notes and the notifications of the whole run go to their actor in one message each,
+        sent when the run ends (or stops: what was decided before a failure is still sent), and
+        so does what the watchdog is told."""
+        if self._spans is not None:  # each effect stamped with its trace, before any runs
+            effects = [self._spans.seen(effect) for effect in effects]
+        run = _Run(caller)
         answer: Any = None
-        for effect in effects:
-            if self._spans is not None:
-                effect = self._spans.seen(effect)  # noqa: PLW2901 - stamped with its trace
-            match effect:
-                case fx.Journal(record=record):
-                    self._write(record)
-                case fx.Notify(note=TaskCompletion() as note):
-                    self._hand(note)
-                case fx.Notify(note=note):
-                    self._sink(note)
-                case fx.Deliver(agent_id=agent_id, envelope=env):
-                    self._tell(agent_id, messages.Deliver(envelope=env))
-                case fx.Forward(agent_id=agent_id, envelope=env):
-                    self._tell(agent_id, env)
-                case fx.Publish(inbox=inbox, envelope=env):
-                    try:
-                        self._transport.publish(inbox, env)
-                    except ShepherdError as exc:
-                        self._log.warning("receipt to {} undeliverable: {}", inbox, exc.message)
-                case fx.SpawnAgent():
-                    self._spawn(effect)
-                case fx.StopAgent(agent_id=agent_id):
-                    self._tell(agent_id, messages.CloseAgent())
-                case fx.StartTimer(delay=delay, event=fx.TaskDeadline(task_id=task_id) as event):
-                    self._tell_task(task_id, messages.ArmDeadline(delay=delay, event=event))
-                case fx.CancelTimer(key=("deadline", task_id)):
-                    self._tell_task(task_id, messages.DisarmDeadline())
-                case fx.StartTimer(delay=delay, event=event):
-                    self._start_timer(delay, event)
-                case fx.CancelTimer(key=key):
-                    self._cancel(key)
-                case fx.OpenNote() | fx.AppendNote() | fx.FinaliseNote() | fx.SpawnWatcher():
-                    self._task_or_watcher(effect, caller)
-                case fx.Story(text=text):
-                    self._story(text)
-                case fx.Log(text=text, level=level):
-                    self._log.log(level.upper(), text)
-                case fx.Answer(value=value):
-                    answer = value
-                case fx.AnswerFromOutput(agent_id=agent_id, lines=lines, before=before):
-                    answer = self._output(agent_id, lines, before)
-                case fx.ProbeWorktree():
-                    self._probe(effect)
-                case _ if isinstance(effect, _WATCHDOG):
-                    if self._watchdog is not None:
-                        tell_quietly(self._watchdog, effect)
+        runners = self._runners
+        i, n = 0, len(effects)
+        try:
+            while i < n:
+                effect = effects[i]
+                kind = type(effect)
+                if kind is fx.Journal:
+                    j = i + 1
+                    while j < n and type(effects[j]) is fx.Journal:
+                        j += 1
+                    self._append([e.record for e in effects[i:j]])  # type: ignore[attr-defined]
+                    i = j
+                    continue
+                if kind is fx.Answer:
+                    answer = effect.value  # type: ignore[attr-defined]
+                elif kind is fx.AnswerFromOutput:
+                    assert isinstance(effect, fx.AnswerFromOutput)
+                    answer = self._output(effect.agent_id, effect.lines, effect.before)
+                elif (runner := runners.get(kind)) is not None:
+                    runner(effect, run)
+                else:  # a new kind of effect: its runner belongs in ``_runners``
+                    raise TypeError(f"the broker has no runner for {kind.__name__} effects")
+                i += 1
+        finally:
+            if run.notes and self._note_writer is not None:
+                tell_quietly(self._note_writer, NoteWrites(run.notes))
+            if run.hands and self._courier is not None:
+                tell_quietly(self._courier, Handed(run.hands))
+            if run.watchdog and self._watchdog is not None:
+                tell_quietly(self._watchdog, run.watchdog)
         return answer
 
-    def _write(self, record: Any) -> None:
-        settles = isinstance(record, TaskRecord) and record.terminal
+    def _append(self, records: list[Any]) -> None:
+        settles = any(isinstance(r, TaskRecord) and r.terminal for r in records)
         if settles:
             crashpoint("settle.before_journal")
-        self._journal.append(record)
+        append_all(self._journal, records)
         if settles:
             crashpoint("settle.after_journal")
+
+    def _notify(self, effect: fx.Notify, run: _Run) -> None:
+        note = effect.note
+        if isinstance(note, TaskCompletion):
+            self._hand(note, run)
+        else:
+            self._sink(note)
+
+    def _deliver(self, effect: fx.Deliver, _: _Run) -> None:
+        self._tell(effect.agent_id, messages.Deliver(envelope=effect.envelope))
+
+    def _forward(self, effect: fx.Forward, _: _Run) -> None:
+        self._tell(effect.agent_id, effect.envelope)
+
+    def _publish(self, effect: fx.Publish, _: _Run) -> None:
+        try:
+            self._transport.publish(effect.inbox, effect.envelope)
+        except ShepherdError as exc:
+            self._log.warning("receipt to {} undeliverable: {}", effect.inbox, exc.message)
+
+    def _note(self, effect: fx.OpenNote | fx.AppendNote | fx.FinaliseNote, run: _Run) -> None:
+        run.notes.append(effect)
+
+    def _spawn_watcher(self, effect: fx.SpawnWatcher, run: _Run) -> None:
+        self._watchers[effect.watcher_id] = run.caller if run.caller is not None else self._sink
+
+    def _watchdog_effect(self, effect: Any, run: _Run) -> None:
+        if self._watchdog is not None:
+            run.watchdog.append(effect)
 
     def _probe(self, effect: fx.ProbeWorktree) -> None:
         """git runs on the session's git worker; its answer comes back as an event."""
@@ -293,39 +363,15 @@ class BrokerActor(ShepherdActor):
         if entry is not None:
             entry[1].cancel()
 
-    def _task_or_watcher(self, effect: fx.Effect, caller: GuardedSink | None) -> None:
-        """The actors of open tasks and of watchers: spawned, told, forgotten at their end."""
-        match effect:
-            case fx.OpenNote(record=record, restored=restored):
-                task = self.runtime.spawn(
-                    TaskActor, record, self._notes, self.actor_ref, restored=restored
-                )
-                self._tasks[record.task_id] = task
-            case fx.AppendNote(task_id=task_id, line=line):
-                self._tell_task(task_id, messages.NoteLine(line=line))
-            case fx.FinaliseNote(record=record):
-                if (settled := self._tasks.pop(record.task_id, None)) is not None:
-                    tell_quietly(settled, messages.SettleNote(record=record))
-            case fx.SpawnWatcher(watcher_id=watcher_id):
-                sink = caller if caller is not None else self._sink
-                self._watchers[watcher_id] = self.runtime.spawn(WatcherActor, watcher_id, sink)
-
-    def _tell_task(self, task_id: str, message: Any) -> None:
-        """Tell an open task's actor (its deadline timer, its note); a task's actor is gone
-        only once it settled, and then the message no longer applies."""
-        if (task := self._tasks.get(task_id)) is not None:
-            tell_quietly(task, message)
-
-    def _hand(self, note: TaskCompletion) -> None:
-        """A watcher's notification goes through its actor (which stops when nothing is
-        pending); the rules made it exactly once, in order."""
+    def _hand(self, note: TaskCompletion, run: _Run) -> None:
+        """A watcher's notification goes to its sink through the courier (the watcher is
+        forgotten when nothing is pending); the rules made it exactly once, in order."""
         watcher_id = note.watcher_id
-        ref = self._watchers.pop(watcher_id, None) if not note.pending else None
-        ref = ref or self._watchers.get(watcher_id)
-        if ref is not None:
-            tell_quietly(ref, messages.Hand(note=note))
+        sink = (self._watchers.pop if not note.pending else self._watchers.get)(watcher_id, None)
+        if sink is not None:
+            run.hands.append((sink, note))
         else:  # never expected: the parent hears of it rather than nobody
-            self._log.error("no actor for watcher {}: handed to the parent", watcher_id)
+            self._log.error("no sink for watcher {}: handed to the parent", watcher_id)
             self._sink(note)
 
     def _output(self, agent_id: str, lines: int, before: int | None) -> Any:

@@ -12,31 +12,22 @@ from typing import Any
 import msgspec
 
 from protocol.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope
-from protocol.notifications import TaskCompletion
 from protocol.session.effects import (
-    TaskDeadline,
     WatchdogAgent,
     WatchdogInstruction,
     WatchdogRuntime,
     WatchdogTask,
 )
-from protocol.tasks import TaskRecord
 
 __all__ = [
     "AgentExited",
-    "ArmDeadline",
     "CloseAgent",
-    "DeadlineDue",
     "Deliver",
     "DeliveryFailed",
-    "DisarmDeadline",
-    "Hand",
     "Inbound",
-    "NoteLine",
     "ParentCall",
     "ProcessExited",
     "ReadOutput",
-    "SettleNote",
     "WatchWith",
     "WatchdogAgent",
     "WatchdogCall",
@@ -91,42 +82,6 @@ class WatchWith(_Msg, frozen=True, kw_only=True):
 
     ids: tuple[str, ...]
     sink: Any
-
-
-# --- task and watcher inputs (from the broker, running the rules' effects)
-class ArmDeadline(_Msg, frozen=True, kw_only=True):
-    """Hand ``event`` back to the broker in ``delay`` seconds (replacing any earlier one)."""
-
-    delay: float
-    event: TaskDeadline
-
-
-class DeadlineDue(_Msg, frozen=True, kw_only=True):
-    """The task's deadline timer fired (the actor's own timer, handed to itself)."""
-
-    event: TaskDeadline
-
-
-class DisarmDeadline(_Msg, frozen=True, kw_only=True):
-    """The task's deadline no longer applies: drop its timer."""
-
-
-class NoteLine(_Msg, frozen=True, kw_only=True):
-    """Append a line to the task's working note."""
-
-    line: str
-
-
-class SettleNote(_Msg, frozen=True, kw_only=True):
-    """The task settled: write the note's ending (``record`` is the settled record), stop."""
-
-    record: TaskRecord
-
-
-class Hand(_Msg, frozen=True, kw_only=True):
-    """Hand this notification to the watcher's caller; nothing pending: the watcher stops."""
-
-    note: TaskCompletion
 
 
 # --- agent inputs

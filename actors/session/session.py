@@ -32,12 +32,13 @@ from actors.session.git import GIT_TIMEOUT_S
 from actors.session.messages import Inbound, ParentCall, WatchdogCall, WatchWith, WorktreeOf
 from actors.session.sinks import CollectingSink, GuardedSink, Sink
 from actors.session.worktrees import GitWorker
-from protocol import api
+from protocol import api, api_batch
 from protocol.envelopes import AnyEnvelope, CallEnvelope, TaskDoneEnvelope
 from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
 from protocol.notifications import TaskCompletion
-from protocol.ops import Method, parent
+from protocol.ops import Method, batch, parent
+from protocol.ops import worktrees as worktree_ops
 from protocol.script import Script
 from protocol.session.restore import Restore
 from protocol.settings import Settings, check_settings
@@ -173,6 +174,8 @@ class Session:
     # One method per operation, generated from the table: the Args fields positionally in
     # field order or by name, checked, then run (``session.delegate("scout", "look")``).
     delegate = Method(parent.DELEGATE)
+    #: many delegates in one call (items: ``{"target", "task"}`` mappings or ``DelegateItem``)
+    delegate_many = Method(batch.DELEGATE_MANY)
     message = Method(parent.MESSAGE)
     watch = Method(parent.WATCH)
     #: compatibility: the old prompt call, mapped onto a tracked task (its id is an alias of
@@ -205,7 +208,7 @@ class Session:
         return self.run(api.build_args(api.SpawnArgs, name=name, adapter=adapter, **options))
 
     #: agents' git worktrees, paged (what git says of each: clean or dirty, changed files)
-    worktrees = Method(parent.WORKTREES)
+    worktrees = Method(worktree_ops.WORKTREES)
 
     # ------------------------------------------------------------------ worktrees (the edge
     # runs git, or waits for the git worker: never the broker)
@@ -248,6 +251,24 @@ class Session:
             return page
         rows = self.git.inspect(page.worktrees).result(timeout=GIT_WAIT_S)
         return msgspec.structs.replace(page, worktrees=rows)
+
+    def spawn_many(
+        self,
+        names: list[str] | tuple[str, ...],
+        *,
+        adapter: str = "scripted",
+        script: Script | dict[str, Any] | str | None = None,
+        **options: Any,
+    ) -> api_batch.SpawnManyResult:
+        """Start several agents with the same options (one broker message, one journal write);
+        written out as :meth:`spawn` is (a ``script`` is the launcher's to read)."""
+        if isinstance(names, str):
+            names = (names,)
+        sent_adapter, sent = adapter, options
+        for name in names:
+            sent_adapter, sent = self.launcher.spawn_options(name, adapter, script, dict(options))
+        fields = {"names": tuple(names), "adapter": sent_adapter, **sent}
+        return self.run(api.build_args(api_batch.SpawnManyArgs, **fields))
 
     def _wait(self, args: api.WaitArgs) -> api.WaitResult:
         sink = CollectingSink()

@@ -1,99 +1,73 @@
-"""TaskActor: one delegated task's presence in the runtime, from delegation to settlement.
+"""NoteWriter: every task's working note, written off the broker's thread, by one actor.
 
 The task's facts (its record, state, pending requests, result) have one owner: the session's
-state, changed only by the rules (:mod:`protocol.session.tasks`). This actor owns what the
-rules cannot hold:
+state, changed only by the rules (:mod:`protocol.session.tasks`). What the rules cannot hold
+is split by what it costs:
 
-- **its deadline's timer.** When it fires, the actor hands the ``TaskDeadline`` event to the
-  broker, whose rules settle the task ``timed_out`` if it is still open (a deadline that lost
-  a race with the agent's ``done`` changes nothing). What reached the broker before that
-  event (a question the agent asked in its last moment) is handled first, as part of the task.
-- **its working note**, ``artifacts/<task>.md``, written while the task runs, off the
-  broker's thread, in the order the rules asked for it.
+- **a task's deadline** is one of the broker's timers, like a reply's deadline (its event goes
+  back to the broker's mailbox, so what reached the broker before it is handled first, as part
+  of the task; a deadline that lost a race with the agent's ``done`` changes nothing);
+- **its working note**, ``artifacts/<task>.md``, is written by THIS actor, one for the whole
+  session, in the order the rules asked for it (an actor's mail is handled in order, so a
+  task's note is opened, appended to and finalised in that order).
 
-It is spawned by the ``OpenNote`` effect, and at settlement (``FinaliseNote``) it writes the
-note's ending, drops its timer and stops itself: a session holds one actor per *open* task,
-never one per task it ever ran.
+One writer, not one actor per open task: a task then costs no actor to start, to tell and to
+stop (at 10,000 tasks that was a spawn and a stop per task, most of a delegation's cost), and
+the broker hands the writer the note effects of a whole run of effects in one message.
 
-After a parent restart an open task gets its actor again, taking over the note it already
-has (``OpenNote(restored=True)``).
+After a parent restart an open task's note is taken over as it is (``OpenNote(restored=True)``
+writes nothing).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
-import pykka
-
 from actors.records.notes import TaskNotes
-from actors.runtime.clock import TimerHandle
 from actors.runtime.log import logger
-from actors.runtime.runtime import ShepherdActor, tell_quietly
-from actors.session.messages import ArmDeadline, DeadlineDue, DisarmDeadline, NoteLine, SettleNote
-from protocol.tasks import TaskRecord
+from actors.runtime.runtime import ShepherdActor
+from protocol.session.effects import AppendNote, FinaliseNote, OpenNote
 
-__all__ = ["TaskActor"]
+__all__ = ["NoteWriter", "NoteWrites"]
+
+NoteEffect = OpenNote | AppendNote | FinaliseNote
 
 
-class TaskActor(ShepherdActor):
-    def __init__(
-        self,
-        record: TaskRecord,
-        notes: TaskNotes | None,
-        broker: pykka.ActorRef[Any],
-        *,
-        restored: bool,
-    ) -> None:
+class NoteWrites:
+    """The note effects of one run of the broker's effects, in order (one message)."""
+
+    __slots__ = ("effects",)
+
+    def __init__(self, effects: Sequence[NoteEffect]) -> None:
+        self.effects = effects
+
+
+class NoteWriter(ShepherdActor):
+    def __init__(self, notes: TaskNotes) -> None:
         super().__init__()
-        self.task_id = record.task_id
-        self._record = record  # as delegated: the note's header, written once
         self._notes = notes
-        self._broker = broker
-        self._restored = restored
-        self._deadline: TimerHandle | None = None
-
-    def on_start(self) -> None:
-        if not self._restored:
-            self._write("open", lambda notes: notes.open(self._record))
 
     def on_receive(self, message: Any) -> Any:
-        match message:
-            case ArmDeadline(delay=delay, event=event):
-                self._disarm()
-                due = DeadlineDue(event=event)
-                fire = functools.partial(tell_quietly, self.actor_ref, due)
-                self._deadline = self.clock.call_later(delay, fire)
-            case DeadlineDue(event=event):
-                self._deadline = None
-                tell_quietly(self._broker, event)
-            case DisarmDeadline():
-                self._disarm()
-            case NoteLine(line=line):
-                self._write("append", lambda notes: notes.append(self.task_id, line))
-            case SettleNote(record=record):
-                self._write("finalise", lambda notes: notes.finalise(record))
-                self._disarm()
-                self.stop()
-            case _:
-                return super().on_receive(message)
+        if not isinstance(message, NoteWrites):
+            return super().on_receive(message)
+        for effect in message.effects:
+            self._write(effect)
         return None
 
-    def on_stop(self) -> None:
-        self._disarm()
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _write(self, what: str, write: Callable[[TaskNotes], None]) -> None:
+    def _write(self, effect: NoteEffect) -> None:
         """A note that cannot be written is logged: the note is a convenience for people, the
         journal is the record (a full disk must not stop the task)."""
-        if self._notes is None:
-            return
+        notes = self._notes
         try:
-            write(self._notes)
+            match effect:
+                case OpenNote(record=record, restored=False):
+                    notes.open(record)
+                case AppendNote(task_id=task_id, line=line):
+                    notes.append(task_id, line)
+                case FinaliseNote(record=record):
+                    notes.finalise(record)
         except OSError:
-            logger.opt(exception=True).error("task note of {}: {} failed", self.task_id, what)
+            task_id = effect.task_id if isinstance(effect, AppendNote) else effect.record.task_id
+            what = type(effect).__name__
+            logger.opt(exception=True).error("task note of {}: {} failed", task_id, what)

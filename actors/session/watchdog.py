@@ -87,6 +87,9 @@ class WatchdogActor(ShepherdActor):
                 self._check(str(agent_id))
             case WatchdogCall(op=op, args=args):
                 return self._call(op, dict(args))
+            case list():  # what one run of the broker's effects told, in order (one message)
+                for each in message:
+                    self.on_receive(each)
             case _:
                 return super().on_receive(message)
         return None

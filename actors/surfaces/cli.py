@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             return serve_stdio(args.session, args.client)
         from actors.surfaces.client import Client
 
-        op = ops.parent_op(args.command)
+        op = ops.parent_op(args.command.replace("-", "_"))
         call_args = op.given(vars(args), absolute)
         timeout = ANSWER_TIMEOUT_S
         if op.blocks:

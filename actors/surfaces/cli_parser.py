@@ -67,7 +67,7 @@ _AFTER = {"status": ("top", _add_top), "fail": ("notifications", _add_notificati
 
 def _add_operation(sub: Any, op: ops.Op[Any]) -> None:
     extra = {"description": op.description} if op.description else {}
-    p = sub.add_parser(op.name, help=op.help, **extra)
+    p = sub.add_parser(op.command, help=op.help, **extra)
     for name, spec in op.arguments():
         p.add_argument(name, **spec)
     _add_common(p)
@@ -168,7 +168,7 @@ def _commands() -> list[tuple[str, Callable[[Any], None]]]:
     out: list[tuple[str, Callable[[Any], None]]] = [("serve", _add_serve), ("demo", _add_demo)]
     for op in ops.PARENT:
         if op.help:  # an operation without a command has no help
-            out.append((op.name, functools.partial(_add_operation, op=op)))
+            out.append((op.command, functools.partial(_add_operation, op=op)))
         if op.name in _AFTER:
             out.append(_AFTER[op.name])
     out += [("tools", _add_tools), ("tool", _add_tool), ("mcp", _add_mcp)]

@@ -18,7 +18,8 @@ tools, MCP                  ``shepherd_<name>`` for each entry with a ``tool`` (
                             Structs as its tools ``shepherd_message`` / ``shepherd_done``
 ==========================  =================================================================
 
-The entries are written in :mod:`protocol.ops.parent` and :mod:`protocol.ops.child`; the shape
+The entries are written in :mod:`protocol.ops.parent` (the batch operations in
+:mod:`protocol.ops.batch`) and :mod:`protocol.ops.child`; the shape
 of one is :mod:`protocol.ops.spec`. Adding an operation is one entry (with its Structs in
 ``protocol.api`` and its handler in the session). Rules, checked at import:
 
@@ -36,7 +37,7 @@ from typing import Any
 
 from protocol import api
 from protocol.errors import InvalidArgument
-from protocol.ops import child, parent
+from protocol.ops import batch, child, parent, worktrees
 from protocol.ops.parent import WAIT_TIMED_OUT
 from protocol.ops.spec import Method, Op, Param, Role, Tool, field_kind
 
@@ -55,8 +56,13 @@ __all__ = [
 ]
 
 #: the parent's operations: every entry of :mod:`protocol.ops.parent`, in the order written
-#: there (the order the command line and the tools list them)
-PARENT: tuple[Op[Any], ...] = tuple(v for v in vars(parent).values() if isinstance(v, Op))
+#: there, then the batch operations and the worktrees' (the order the command line and the
+#: tools list them)
+PARENT: tuple[Op[Any], ...] = (
+    *(v for v in vars(parent).values() if isinstance(v, Op)),
+    *(getattr(batch, name) for name in batch.__all__),
+    *(getattr(worktrees, name) for name in worktrees.__all__),
+)
 #: the child's operations (``shepherd-child message|done`` and the child's tools)
 CHILD: tuple[Op[Any], ...] = tuple(v for v in vars(child).values() if isinstance(v, Op))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from protocol import api, views
-from protocol.answers import READ_PAGES, STATUS_PAGES, WORKTREE_PAGES
+from protocol.answers import READ_PAGES, STATUS_PAGES
 from protocol.ops.spec import Param, Tool, entry, respell
 
 __all__ = [
@@ -25,7 +25,6 @@ __all__ = [
     "WAIT",
     "WAIT_TIMED_OUT",
     "WATCH",
-    "WORKTREES",
     "ShutdownArgs",
 ]
 
@@ -424,27 +423,6 @@ WAIT = entry(
     },
 )
 
-WORKTREES = entry(
-    "worktrees",
-    api.WorktreesArgs,
-    help="agents' git worktrees: path, branch, clean or dirty, changed files",
-    view=views.worktrees,
-    pager=WORKTREE_PAGES,
-    params={
-        "cursor": (
-            "Start at this worktree (default 0); an answer that could not hold every worktree "
-            "gives next_cursor"
-        ),
-    },
-    tool=Tool(
-        description=(
-            "List the agents' git worktrees (agents spawned with worktree): agent, path, branch, "
-            "clean or dirty (uncommitted changes or untracked files), and how many files each "
-            "changed since its branch's base. A close removes only a clean worktree."
-        ),
-        prompt_snippet="List the agents' git worktrees and what each changed",
-    ),
-)
 
 RESULT = entry(
     "result",

@@ -14,7 +14,17 @@ from protocol import api
 from protocol.answers import Pager
 from protocol.errors import InvalidArgument
 
-__all__ = ["Method", "Op", "Param", "Role", "Tool", "entry", "field_kind", "respell"]
+__all__ = [
+    "Method",
+    "Op",
+    "Param",
+    "Role",
+    "Tool",
+    "entry",
+    "field_kind",
+    "respell",
+    "struct_items",
+]
 
 Role = Literal["parent", "child"]
 R = TypeVar("R")
@@ -74,6 +84,11 @@ class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
     #: answered by the supervisor (the host process), not by the session
     host: bool = False
 
+    @property
+    def command(self) -> str:
+        """The command line's name of it (``delegate_many``: ``shepherd delegate-many``)."""
+        return self.name.replace("_", "-")
+
     def build(self, fields: Mapping[str, Any]) -> api.Arguments[R]:
         """The arguments, checked (``invalid_argument`` naming the operation and the field)."""
         if not all(isinstance(k, str) for k in fields):
@@ -91,6 +106,18 @@ class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
             field = fields[name]
             kind = field_kind(field.type)
             spec: dict[str, Any] = {"help": param.help, "metavar": param.metavar}
+            if (item := struct_items(field.type)) is not None:
+                # a sequence of Structs: a repeated option, one value per required field of
+                # the item, in the order the metavar names them ("--task AGENT TEXT")
+                metavar = tuple((param.metavar or "").split()) or _required_of(item)
+                spec = {"help": param.help, "metavar": metavar, "nargs": len(metavar)}
+                found.append(
+                    (
+                        param.cli,
+                        {**spec, "action": "append", "dest": name, "required": field.required},
+                    )
+                )
+                continue
             if kind is bool:
                 spec = {"help": param.help, "action": "store_true"}
             elif kind in (int, float):
@@ -128,11 +155,16 @@ class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
     def _given(
         self, values: Mapping[str, Any], resolve: Callable[[str], str | None]
     ) -> dict[str, Any]:
+        fields = {f.name: f for f in msgspec.structs.fields(self.args)}
         given: dict[str, Any] = {}
         for name, param in self.params.items():
             value = values.get(name) if param.cli is not None else None
             if value is not None and param.path is not None:
                 value = resolve(value)
+            if value is not None and (item := struct_items(fields[name].type)) is not None:
+                # "--task AGENT TEXT": each group of values fills the item's required fields
+                keys = _required_of(item)
+                value = [dict(zip(keys, group, strict=True)) for group in value]
             if value is not None:
                 given[name] = value
         return given
@@ -147,6 +179,23 @@ def field_kind(tp: Any) -> Any:
     if typing.get_origin(tp) in (typing.Union, type(int | None)) and len(arms) == 1:
         return field_kind(arms[0])
     return tuple if typing.get_origin(tp) is tuple else tp
+
+
+def struct_items(tp: Any) -> type[msgspec.Struct] | None:
+    """The item type of a field that is a sequence of Structs (``tuple[DelegateItem, ...]``),
+    else None."""
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) is not tuple:
+        return None
+    arms = typing.get_args(tp)
+    item = arms[0] if arms else None
+    return item if isinstance(item, type) and issubclass(item, msgspec.Struct) else None
+
+
+def _required_of(item: type[msgspec.Struct]) -> tuple[str, ...]:
+    """An item Struct's required fields, in order: what the command line gives per item."""
+    return tuple(f.name for f in msgspec.structs.fields(item) if f.required)
 
 
 def entry(

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import api
+from protocol import api, api_batch
 from protocol.errors import InvalidArgument
 from protocol.session import (
     agents,
+    batch,
     budgets,
     requests,
     routing,
@@ -45,6 +46,10 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
             return agents.spawn(s, args, cx)
         case api.DelegateArgs():
             return budgets.delegate(s, args, cx)
+        case api_batch.DelegateManyArgs():
+            return batch.delegate_many(s, args, cx)
+        case api_batch.SpawnManyArgs():
+            return batch.spawn_many(s, args, cx)
         case api.MessageArgs():
             return routing.parent_message(s, args, cx)
         case api.WatchArgs():

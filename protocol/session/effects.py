@@ -10,7 +10,7 @@ effect              what running it means
 ==================  ==========================================================================
 ``Journal``         append the record to the journal (durable before the next effect runs)
 ``Notify``          hand a notification to the parent's sink; a watcher's (``TaskCompletion``)
-                    goes through that watcher's actor to its caller (``watch``: the parent's
+                    goes to that watcher's caller, off the rules' thread (``watch``: the parent's
                     sink; ``wait``: the waiting caller's)
 ``Deliver``         publish an envelope into an agent's inbox (stamped with its capability)
 ``Publish``         publish a receipt into a one-shot inbox (already stamped)
@@ -20,9 +20,9 @@ effect              what running it means
 ``StartTimer``      after ``delay`` seconds, hand ``event`` back to the rules (one per key)
 ``CancelTimer``     forget the timer with that key (its event may still arrive: rules ignore
                     an event that no longer applies)
-``OpenNote`` ...    the task's actor and its working note: spawned with the note opened (or
-                    taken over after a restart), a line appended, finalised (the actor stops)
-``SpawnWatcher``    the watcher's actor, which hands its notifications to its caller
+``OpenNote`` ...    the task's working note: opened (or taken over after a restart), a line
+                    appended, finalised (written off the rules' thread, in this order)
+``SpawnWatcher``    a watcher starts: its notifications go to its caller (the operation's)
 ``Story``           one human line about the lifecycle (``shepherd demo``, ``serve --verbose``)
 ``Log``             a log line
 ``Answer``          the answer to the operation being handled
@@ -134,7 +134,7 @@ class StopAgent(Effect, frozen=True, kw_only=True):
 
 class OpenNote(Effect, frozen=True, kw_only=True):
     record: TaskRecord
-    #: after a restart: the note exists; the task's new actor takes it over
+    #: after a restart: the note exists and is taken over as it is
     restored: bool = False
 
 

@@ -171,7 +171,7 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
     for task_id, record in list(s.tasks.items()):
         if record.terminal:
             continue
-        effects.append(OpenNote(record=record, restored=True))  # its actor, its note kept
+        effects.append(OpenNote(record=record, restored=True))  # its note kept as it is
         owner = s.agents.get(record.agent_id)
         if owner is None or owner.closed:
             why = "the agent was gone when the parent restarted"

@@ -81,6 +81,7 @@ from protocol.usage import Budget
 __all__ = [
     "deadline",
     "delegate",
+    "delegate_one",
     "done",
     "parent_settles",
     "prompt",
@@ -114,11 +115,11 @@ def delegate(
     s: SessionState, args: api.DelegateArgs, cx: Ctx, *, budget: Budget | None = None
 ) -> list[Effect]:
     """``budget``: the limits granted by :mod:`protocol.session.budgets`, which calls this."""
-    result, effects = _delegate(s, args, cx, budget)
+    result, effects = delegate_one(s, args, cx, budget)
     return [*effects, Answer(value=result)]
 
 
-def _delegate(
+def delegate_one(
     s: SessionState, args: api.DelegateArgs, cx: Ctx, budget: Budget | None = None
 ) -> tuple[api.DelegateResult, list[Effect]]:
     row = s.agent(args.target, live=True)
@@ -176,7 +177,7 @@ def prompt(
     s: SessionState, args: api.PromptArgs, cx: Ctx, *, budget: Budget | None = None
 ) -> list[Effect]:
     """Compatibility: a prompt is a task, and its id an alias of the task's id."""
-    delegated, effects = _delegate(
+    delegated, effects = delegate_one(
         s,
         api.DelegateArgs(
             target=args.target, task=args.prompt, timeout_minutes=args.timeout_minutes

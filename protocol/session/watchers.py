@@ -129,4 +129,4 @@ def flush(s: SessionState, event: Flush, cx: Ctx) -> list[Effect]:
         results=results,
         pending=tuple(t for t in watcher.ids if t in pending),
     )
-    return [Notify(note=note)]  # to the watcher's actor (its note names it), which stops if done
+    return [Notify(note=note)]  # to the watcher's caller (its note names the watcher)

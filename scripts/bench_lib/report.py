@@ -201,6 +201,21 @@ FIGURES: dict[str, Figure] = {
     ),
 }
 
+FIGURES.update(
+    {
+        "create.tasks.create_s": Figure(
+            "s",
+            "lower",
+            "n tasks, each watched, created in a session whose n agents are up, wall time "
+            "(shepherd: delegate_many of 100 with watch; one_by_one: delegate + watch per task)",
+            1.0,
+        ),
+        "create.tasks.cpu_s": Figure(
+            "s", "lower", "the same, CPU time of the process (its simulated agents included)"
+        ),
+    }
+)
+
 BENCHMARKS = {
     "delivery": "delivery.",
     "throughput": "throughput.",
@@ -213,6 +228,7 @@ BENCHMARKS = {
     "runtime": "runtime.",
     "cli": "cli.",
     "nats": "nats.",
+    "create": "create.",
 }
 
 SHEPHERD = "shepherd"

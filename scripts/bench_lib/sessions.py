@@ -220,6 +220,53 @@ def scale_job(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def create_job(params: dict[str, Any]) -> dict[str, Any]:
+    """``n`` tasks, each watched, created in a session whose ``n`` agents are already up:
+    ``batched`` with ``delegate_many(items, watch=True)`` of ``batch`` items per call (one
+    broker message and one journal write per call, one watcher per call), else one by one
+    (``delegate`` then ``watch`` per task: the previous path, the baseline). Only the creation
+    is timed; the broker has handled everything when the last call returns (each call is
+    answered by it)."""
+    n, batch, batched = params["n"], params["batch"], params["batched"]
+    bench = Bench(n)
+    try:
+        script = parse_script(QUIET_SCRIPT)
+        session = bench.session
+        agents = [session.spawn(f"a{i}", script=script).agent_id for i in range(n)]
+        if not bench.transport.all_ready.wait(WAIT_S):
+            raise RuntimeError("the simulated agents did not all start")
+        session.status()
+        gc.collect()
+        actors_before = bench.runtime.actor_count
+        start = time.perf_counter()
+        cpu = time.process_time()
+        if batched:
+            accepted = 0
+            for i in range(0, n, batch):
+                items = [{"target": a, "task": "benchmark task"} for a in agents[i : i + batch]]
+                got = session.delegate_many(items, watch=True)
+                accepted += sum(t is not None for t in got.task_ids)
+        else:
+            accepted = 0
+            for a in agents:
+                session.watch(session.delegate(a, "benchmark task").task_id)
+                accepted += 1
+        create_s = time.perf_counter() - start
+        cpu_s = time.process_time() - cpu
+        actors_added = bench.runtime.actor_count - actors_before
+    finally:
+        bench.close()
+    return {
+        "n": n,
+        "batch": batch if batched else 1,
+        "batched": batched,
+        "accepted": accepted,
+        "create_s": create_s,
+        "cpu_s": cpu_s,
+        "actors_added": actors_added,
+    }
+
+
 class _Plain(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         return message

@@ -182,3 +182,45 @@ def test_the_notifications_file_keeps_every_delivery_after_a_torn_tail(tmp_path:
     delivered, _ = again.read_deliveries()
     assert delivered == {"w1": {"t1"}, "w3": {"t3"}}
     assert again.problems == []
+
+
+def test_a_batch_of_records_is_one_write_and_one_fsync_and_reads_back_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "journal.jsonl"
+    journal = FileJournal(path)
+    journal.append(_records()[0])
+    syncs: list[int] = []
+    writes: list[int] = []
+    real_fsync, real_write = os.fsync, jsonlines._write
+    monkeypatch.setattr(os, "fsync", lambda fd: (syncs.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(
+        jsonlines, "_write", lambda fd, data: (writes.append(len(data)), real_write(fd, data))[1]
+    )
+    journal.append_many(_records()[1:] * 50)
+    assert len(syncs) == 1 and len(writes) == 1
+    journal.append_many([])  # nothing to write: no write, no fsync
+    assert len(syncs) == 1
+    journal.close()
+    assert FileJournal(path).read() == [_records()[0], *_records()[1:] * 50]
+
+
+def test_a_failed_batch_leaves_none_of_its_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "journal.jsonl"
+    journal = FileJournal(path)
+    journal.append(_records()[0])
+
+    def half_then_no_space(fd: int, data: bytes | memoryview) -> int:
+        os.write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(jsonlines, "_write", half_then_no_space)
+    with pytest.raises(OSError, match="No space left"):
+        journal.append_many(_records()[1:] * 3)
+    monkeypatch.setattr(jsonlines, "_write", os.write)
+    journal.append(_records()[2])
+    journal.close()
+    again = FileJournal(path)
+    assert again.read() == [_records()[0], _records()[2]] and again.problems == []

@@ -286,3 +286,59 @@ def test_following_notifications_ends_with_the_session(serve, scripts, tmp_path:
         follower.wait(timeout=10)
         if follower.stdout is not None:
             follower.stdout.close()
+
+
+def test_spawn_many_and_delegate_many_from_the_cli_refuse_bad_items_alone(  # type: ignore[no-untyped-def]
+    serve, tmp_path: Path
+) -> None:
+    server = serve()
+    session = tmp_path / "session"
+    done = tmp_path / "done.json"
+    done.write_text(json.dumps({"steps": [{"await": "task"}, {"done": {"status": "completed"}}]}))
+    # spawn-many: one call, the same options; a bad or taken name is refused alone
+    for args in (["--script", str(done)], ["w0", "--script", ""], ["w"] * 1000):
+        rc, err = cli("spawn-many", *args, session=session, check=False)
+        assert rc == 2 and err["error"]["code"] == "invalid_argument", (args[:3], err)
+    names = ["w0", "w1", "Bad", "w2", "w1"]
+    rc, spawned = cli("spawn-many", *names, "--script", str(done), session=session, check=False)
+    assert rc == 1, spawned
+    assert [a is not None for a in spawned["agent_ids"]] == [True, True, False, True, False]
+    assert [e["index"] for e in spawned["errors"]] == [2, 4]
+
+    # hostile calls are refused whole, by the command line, before anything is sent
+    hostile = [
+        ["--task", "w0"],  # a task needs an agent AND a text
+        ["--task", "w0", ""],  # an empty text
+        ["--task", "w0", "x", "--timeout", "nan"],
+        ["--task", "w0", "x", "--timeout", "-1"],
+        [arg for _ in range(1000) for arg in ("--task", "w0", "x")],  # 10x the bound
+        [],  # no task at all
+    ]
+    for args in hostile:
+        rc, err = cli("delegate-many", *args, session=session, check=False)
+        assert rc == 2 and err["error"]["code"] == "invalid_argument", (args[:4], err)
+    _, status = cli("status", session=session)
+    assert [a["task"] for a in status["agents"]] == [None, None, None]
+
+    # one bad item among good ones (an unknown agent, the same agent twice): refused alone
+    args = ["--task", "w0", "first", "--task", "ghost", "x", "--task", "w0", "again"]
+    args += ["--task", "w1", "second", "--task", "w2", "third", "--timeout", "5", "--watch"]
+    rc, many = cli("delegate-many", *args, session=session, check=False)
+    assert rc == 1, many  # some item was refused
+    ids = many["task_ids"]
+    assert ids[1] is None and ids[2] is None and all(ids[i] for i in (0, 3, 4))
+    assert [(e["index"], e["code"]) for e in many["errors"]] == [
+        (1, "invalid_handle"),
+        (2, "agent_busy"),
+    ]
+    accepted = {ids[0], ids[3], ids[4]}
+    # the batch's watcher hands each completion to the parent exactly once
+    assert server.wait_for(
+        lambda lines: {r["task_id"] for n in _completion(lines) for r in n["results"]} >= accepted,
+        timeout=60,
+    )
+    got = [r["task_id"] for n in _completion(server.lines) for r in n["results"]]
+    assert sorted(got) == sorted(accepted)
+    # every accepted task is in the journal (one write for the batch, then their settlements)
+    journal = (session / "journal.jsonl").read_text()
+    assert all(task_id in journal for task_id in accepted)

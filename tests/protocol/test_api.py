@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol import api
+from protocol import api, api_batch
 from protocol.api import build_args
 from protocol.errors import InvalidArgument
 
@@ -31,6 +31,11 @@ VALID: dict[str, tuple[type[Any], dict[str, Any]]] = {
     "result": (api.ResultArgs, {"task_id": TASK}),
     "fail": (api.FailArgs, {"task_id": TASK, "error": "gave up"}),
     "worktrees": (api.WorktreesArgs, {"cursor": 3}),
+    "delegate_many": (
+        api_batch.DelegateManyArgs,
+        {"items": (api_batch.DelegateItem(target="scout", task="x"),), "watch": True},
+    ),
+    "spawn_many": (api_batch.SpawnManyArgs, {"names": ["a", "b"], "script": "s.json"}),
 }
 OPS = sorted(VALID)
 
@@ -49,6 +54,8 @@ WRONG_TYPE: dict[str, tuple[str, Any]] = {
     "result": ("task_id", {"id": TASK}),
     "fail": ("error", False),
     "worktrees": ("cursor", "next"),
+    "delegate_many": ("items", {"target": "scout", "task": "x"}),
+    "spawn_many": ("names", "a"),
 }
 
 

@@ -30,6 +30,8 @@ FIGURES = {
     "throughput.1to1.lost": WAKERS,
     "throughput.8to1.envelopes_per_s": {"inotify_reader", "raw_files_floor", *WAKERS},
     "throughput.8to1.lost": WAKERS,
+    "create.tasks.create_s": {"one_by_one"},
+    "create.tasks.cpu_s": {"one_by_one"},
     "notify.rate_1.p50_ms": set(),
     "notify.rate_1.p99_ms": set(),
     "notify.rate_100.p50_ms": set(),

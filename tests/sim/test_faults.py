@@ -86,6 +86,9 @@ def test_crash_at_every_step_of_the_canonical_scenario_never_completes_falsely()
         s.delegate("planner", "plan")
         t = s.delegate("scout", "map").task_id
         s.watch(t)
+        # the agent's process starts with its actor's first message: wait for it, not for
+        # whatever else the broker happens to be doing meanwhile
+        s.sim.run_until(lambda s=s: "scout" in s.sim_launcher.agents)
         driver = s.sim_launcher.driver("scout")
         s.sim.run_until(
             lambda d=driver, n=crash_after: len(d.received) >= n or d.exited is not None

@@ -388,3 +388,84 @@ def test_a_parent_over_mcp_gives_an_agent_a_worktree(running: Running) -> None:
                     assert err["code"] == "invalid_argument" and field in err["message"], err
 
     anyio.run(scenario)
+
+
+def test_a_parent_over_mcp_spawns_and_delegates_many_at_once_bad_items_refused_alone(
+    running: Running,
+) -> None:
+    (running.root / "done.json").write_text(
+        json.dumps({"steps": [{"await": "task"}, {"done": {"status": "completed"}}]})
+    )
+
+    async def scenario() -> None:
+        with anyio.fail_after(DEADLINE_S):
+            async with mcp_session(running.root, running.supervisor.session_dir) as session:
+                spawned = await call(
+                    session,
+                    "shepherd_spawn_many",
+                    {"names": ["w0", "Bad Name", "w1", "w0"], "script": "done.json"},
+                )
+                agents = spawned["agent_ids"]
+                assert agents[0] and agents[2] and agents[1] is None and agents[3] is None
+                assert [(e["index"], e["code"]) for e in spawned["errors"]] == [
+                    (1, "invalid_argument"),
+                    (3, "invalid_argument"),
+                ]
+                for bad in ({"names": []}, {"names": ["x"] * 1000}, {"names": ["x"], "cwd": None}):
+                    err = await call_error(session, "shepherd_spawn_many", bad)
+                    assert err["code"] == "invalid_argument", err
+                err = await call_error(
+                    session, "shepherd_spawn_many", {"names": ["w9"], "script": "missing.json"}
+                )
+                assert "missing.json" in err["message"], err  # the options are checked once
+                items = [
+                    {"target": "w0", "task": "a"},
+                    {"target": "nobody", "task": "b"},
+                    {"target": "w0", "task": "again"},
+                    {"target": "w1", "task": "c", "timeout_minutes": 5},
+                ]
+                many = await call(
+                    session, "shepherd_delegate_many", {"items": items, "watch": True}
+                )
+                ids = many["task_ids"]
+                assert ids[0] and ids[3] and ids[1] is None and ids[2] is None
+                assert [(e["index"], e["code"]) for e in many["errors"]] == [
+                    (1, "invalid_handle"),
+                    (2, "agent_busy"),
+                ]
+                assert many["watcher_id"]
+                # hostile calls are refused whole, before the session: nothing more is started
+                for bad in (
+                    {"items": []},
+                    {"items": [items[0]] * 1000},
+                    {"items": [{**items[0], "timeout_minutes": None}]},
+                ):
+                    err = await call_error(session, "shepherd_delegate_many", bad)
+                    assert err["code"] == "invalid_argument" and "items" in err["message"]
+                # each accepted task's completion reaches the parent once
+                await wait_for_sink(
+                    running,
+                    lambda items: (
+                        {
+                            r.task_id
+                            for n in items
+                            if isinstance(n, TaskCompletion)
+                            for r in n.results
+                        }
+                        >= {ids[0], ids[3]}
+                    ),
+                )
+                got = [
+                    r["task_id"]
+                    for n in _completions(
+                        (await call(session, "shepherd_notifications", {}))["notifications"]
+                    )
+                    for r in n["results"]
+                ]
+                assert sorted(got) == sorted([ids[0], ids[3]])
+
+    try:
+        anyio.run(scenario)
+    except BaseException:
+        print(_server_log(running.root), file=sys.stderr)
+        raise

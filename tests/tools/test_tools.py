@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol import api, limits, tools
+from protocol import api, api_batch, limits, tools
 from protocol.errors import InvalidArgument
 from protocol.ops.child import ChildDoneArgs, ChildMessageArgs
 from protocol.tools import ToolSpec
@@ -27,6 +27,8 @@ PARENT_NAMES = (
     "shepherd_read",
     "shepherd_cancel",
     "shepherd_worktrees",
+    "shepherd_delegate_many",
+    "shepherd_spawn_many",
     "watchdog_list_targets",
     "watchdog_read_events",
     "watchdog_detect_stuck",
@@ -103,6 +105,8 @@ def test_parent_tools_are_one_per_parent_operation() -> None:
         "read": api.ReadArgs,
         "cancel": api.CancelArgs,
         "worktrees": api.WorktreesArgs,
+        "spawn_many": api_batch.SpawnManyArgs,
+        "delegate_many": api_batch.DelegateManyArgs,
         **{name: t.args_type for name, t in watchdog_api.WATCHDOG_TOOLS.items()},
     }
     assert {s.op: s.args_type for s in specs} == by_op
@@ -287,6 +291,26 @@ def test_no_arguments_is_an_empty_object() -> None:
             "reply_timeout_s",
         ),
         (tools.NOTIFICATIONS, {"wait_seconds": 301}, "wait_seconds"),
+        (tools.SPAWN_MANY, {"names": []}, "names"),
+        (tools.SPAWN_MANY, {"names": ["w"] * 1000}, "names"),
+        (tools.SPAWN_MANY, {"names": [""]}, "names[0]"),
+        (tools.SPAWN_MANY, {"names": ["w"], "adapter": "simulated"}, "adapter"),
+        (tools.SPAWN_MANY, {"names": ["w"], "name": "v"}, "name"),
+        (tools.DELEGATE_MANY, {"items": []}, "items"),
+        (tools.DELEGATE_MANY, {"items": [{"target": "a", "task": "x"}] * 1000}, "items"),
+        (tools.DELEGATE_MANY, {"items": [{"target": "a"}]}, "items[0]"),
+        (
+            tools.DELEGATE_MANY,
+            {"items": [{"target": "a", "task": "x", "timeout_minutes": None}]},
+            "items[0].timeout_minutes",
+        ),
+        (
+            tools.DELEGATE_MANY,
+            {"items": [{"target": "a", "task": "x", "timeout_minutes": -1}]},
+            "items[0].timeout_minutes",
+        ),
+        (tools.DELEGATE_MANY, {"items": [{"target": "a", "task": "x", "agent": "b"}]}, "agent"),
+        (tools.DELEGATE_MANY, {"items": [{"target": "a", "task": "x"}], "watch": None}, "watch"),
     ],
 )
 def test_a_bad_call_is_invalid_argument_naming_tool_and_field(

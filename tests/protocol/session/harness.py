@@ -202,7 +202,7 @@ def check_effects(effects: list[Effect]) -> None:
             first_journal.setdefault(_key(e.record), i)
     for i, e in enumerate(effects):
         if isinstance(e, OpenNote) and e.restored:
-            continue  # a restart: the task's actor takes over a note written long before
+            continue  # a restart: the task's note, written long before, is taken over
         if isinstance(e, _TELLS):
             for ref in _mentions(e):
                 assert first_journal.get(ref, -1) < i, f"{e!r} told before {ref} was journaled"
@@ -313,7 +313,7 @@ class Session:
 
     def to_parent(self, told: Notify) -> bool:
         """Did ``told`` reach the parent's sink? A ``wait`` caller's watcher is not journaled:
-        its notes go to that caller (through the watcher's actor) and go with the old parent."""
+        its notes go to that caller and go with the old parent."""
         note = told.note
         if not isinstance(note, TaskCompletion):
             return True

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from protocol import api
+from protocol import api, api_batch
 from protocol.api import ProcessState
 from protocol.envelopes import TaskEnvelope
 from protocol.errors import InvalidHandle
@@ -230,3 +230,25 @@ def test_an_agent_closed_before_the_restart_stays_closed_after_it() -> None:
     t, _ = restart(s)
     assert t.state.agents[a].closed
     t.call_refused(api.DelegateArgs(target="scout", task="again"), InvalidHandle)
+
+
+def test_a_batch_folds_back_to_the_state_it_left_and_its_watcher_resumes() -> None:
+    s = Session(SETTINGS)
+    agents = [s.spawn(f"w{i}") for i in range(4)]
+    s.call(api.build_args(api_batch.SpawnManyArgs, names=["v0", "v1", "w0"]))
+    items = [{"target": f"w{i}", "task": f"job {i}"} for i in range(4)]
+    items.append({"target": "w0", "task": "twice"})
+    result = answer(
+        s.call(
+            api.build_args(api_batch.DelegateManyArgs, items=items, watch=True, timeout_minutes=9)
+        )
+    )
+    s.done(agents[1])
+    s.fire_timer(("flush", result.watcher_id))  # delivered before the restart
+    assert facts(fold(s.journal, SessionState(SESSION, SETTINGS))) == facts(s.state)
+    t, _effects = restart(s)
+    watcher = t.state.watchers[result.watcher_id]
+    assert watcher.pending == {result.task_ids[i] for i in (0, 2, 3)}
+    t.done(agents[2])
+    (note,) = notes(t.fire_timer(("flush", result.watcher_id)), TaskCompletion)
+    assert [r.task_id for r in note.results] == [result.task_ids[2]]

@@ -1,0 +1,96 @@
+"""The batch operations' Structs (``delegate_many``, ``spawn_many``): many of one operation in
+one call, one broker message and one journal write; each item is checked like the single
+operation and refused on its own (see :mod:`protocol.session.batch`). Beside
+:mod:`protocol.api`, whose Structs the items are."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from protocol.api import Adapter, Arguments, SpawnArgs
+from protocol.limits import (
+    MAX_BATCH,
+    DeadlineMinutes,
+    Handle,
+    OptionalText,
+    OptionText,
+    Text,
+)
+
+__all__ = [
+    "DelegateItem",
+    "DelegateManyArgs",
+    "DelegateManyResult",
+    "ItemError",
+    "SpawnManyArgs",
+    "SpawnManyResult",
+]
+
+
+class DelegateItem(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One task of a ``delegate_many``: the fields of ``delegate``."""
+
+    target: Handle  # agent id or name
+    task: Text
+    #: left out: the call's ``timeout_minutes`` (else the session's default). Not ``None``:
+    #: JSON clients send NaN and infinities as null, which must be refused, never read as
+    #: "no deadline"
+    timeout_minutes: DeadlineMinutes | msgspec.UnsetType = msgspec.UNSET
+
+
+class ItemError(msgspec.Struct, frozen=True, kw_only=True):
+    """An item a batch refused: its place in the call, and why (the rest went ahead)."""
+
+    index: int
+    code: str
+    message: str
+
+
+class DelegateManyResult(msgspec.Struct, frozen=True, kw_only=True):
+    #: per item, in the call's order: its task id, or None where it was refused (``errors``)
+    task_ids: tuple[str | None, ...]
+    errors: tuple[ItemError, ...] = ()
+    #: ``watch``: the one watcher of every accepted task (None when none was accepted)
+    watcher_id: str | None = None
+
+
+class DelegateManyArgs(
+    Arguments[DelegateManyResult], frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    items: Annotated[tuple[DelegateItem, ...], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
+    #: the deadline of every item that gives none (None: the session's default)
+    timeout_minutes: DeadlineMinutes | None = None
+    #: also register one watcher of every accepted task (in the same journal write)
+    watch: bool = False
+
+
+class SpawnManyResult(msgspec.Struct, frozen=True, kw_only=True):
+    #: per name, in the call's order: the new agent's id, or None where it was refused
+    agent_ids: tuple[str | None, ...]
+    errors: tuple[ItemError, ...] = ()
+
+
+class SpawnManyArgs(
+    Arguments[SpawnManyResult], frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    """Several agents of one kind: each name is a ``spawn`` with the same options."""
+
+    names: Annotated[tuple[Handle, ...], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
+    adapter: Adapter = "scripted"
+    script: OptionText | None = None
+    cmd: OptionText | None = None
+    resume_cmd: OptionText | None = None
+    cwd: OptionText | None = None
+    description: OptionalText | None = None
+    pi: OptionText | None = None
+    models_json: OptionText | None = None
+    provider: OptionText | None = None
+    model: OptionText | None = None
+
+    def one(self, name: str) -> SpawnArgs:
+        """The spawn of ``name`` with this call's options."""
+        fields = msgspec.structs.asdict(self)
+        del fields["names"]
+        return SpawnArgs(name=name, **fields)
