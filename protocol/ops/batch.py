@@ -31,7 +31,8 @@ SPAWN_MANY = entry(
             cli="names",
             metavar="NAME",
         ),
-        **{k: v for k, v in SPAWN.params.items() if k != "name"},
+        # spawn's options that a batch takes (not a worktree: each agent needs its own)
+        **{k: v for k, v in SPAWN.params.items() if k in api_batch.SpawnManyArgs.__struct_fields__},
     },
     tool=Tool(
         description=(

@@ -256,7 +256,7 @@ def test_status_shows_usage_per_task_per_agent_and_the_sessions_total() -> None:
 
 def restarted(s: Session, after: float = 10.0) -> tuple[Session, list[Any]]:
     t = Session(s.state.settings, now=s.now + after)
-    t.ids.made = 0x10000
+    t.ids.made = s.ids.made + 0x10000  # past every id made before (restarts can repeat)
     t.state = fold(s.journal, SessionState(SESSION, s.state.settings))
     return t, t.run(resume(Restore(state=t.state), t.ctx()))
 
