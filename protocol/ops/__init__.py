@@ -56,12 +56,12 @@ __all__ = [
 ]
 
 #: the parent's operations: every entry of :mod:`protocol.ops.parent`, in the order written
-#: there, then the batch operations and the worktrees' (the order the command line and the
+#: there, then the worktrees' and the batch operations (the order the command line and the
 #: tools list them)
 PARENT: tuple[Op[Any], ...] = (
     *(v for v in vars(parent).values() if isinstance(v, Op)),
-    *(getattr(batch, name) for name in batch.__all__),
     *(getattr(worktrees, name) for name in worktrees.__all__),
+    *(getattr(batch, name) for name in batch.__all__),
 )
 #: the child's operations (``shepherd-child message|done`` and the child's tools)
 CHILD: tuple[Op[Any], ...] = tuple(v for v in vars(child).values() if isinstance(v, Op))

@@ -62,7 +62,8 @@ WRONG_TYPE: dict[str, tuple[str, Any]] = {
 def test_every_args_struct_is_covered() -> None:
     args_classes = {
         obj
-        for name, obj in vars(api).items()
+        for module in (api, api_batch)
+        for name, obj in vars(module).items()
         if name.endswith("Args")
         and not name.startswith("_")
         and isinstance(obj, type)

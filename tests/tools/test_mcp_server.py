@@ -49,6 +49,8 @@ SCRIPT = {
 VALID_CALLS: dict[str, dict[str, Any]] = {
     "shepherd_spawn": {"name": "scout", "script": "scout.json"},
     "shepherd_delegate": {"target": "scout", "task": "look"},
+    "shepherd_delegate_many": {"items": [{"target": "scout", "task": "look"}]},
+    "shepherd_spawn_many": {"names": ["scout"], "script": "scout.json"},
     "shepherd_message": {"target": "scout", "message": "hi"},
     "shepherd_watch": {"ids": ["t-1"]},
     "shepherd_status": {},
