@@ -33,6 +33,8 @@ from typing import Annotated, Final
 import msgspec
 
 __all__ = [
+    "MAX_APPROVE_RULES",
+    "MAX_APPROVE_RULE_CHARS",
     "MAX_DEADLINE_MINUTES",
     "MAX_DEADLINE_S",
     "MAX_IDS",
@@ -41,6 +43,8 @@ __all__ = [
     "MAX_PAGE_LINES",
     "MAX_TEXT_CHARS",
     "PREVIEW_CHARS",
+    "ApproveRule",
+    "ApproveRules",
     "Cursor",
     "DeadlineMinutes",
     "DeadlineSeconds",
@@ -99,3 +103,23 @@ def preview(text: str | None, limit: int = PREVIEW_CHARS) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return f"{text[:limit]}… [{len(text)} characters in all]"
+
+
+# ------------------------------------------------------------------ approvals
+# (``spawn --approve TOOL:GLOB``: Pi tool calls that need the parent's approval)
+
+#: rules one agent may have
+MAX_APPROVE_RULES: Final = 64
+#: one rule's length in characters (``bash:git push*``)
+MAX_APPROVE_RULE_CHARS: Final = 1000
+#: a tool name (Pi's or an extension's: letters, digits, ``_``, ``-``, ``.``), a colon, then a
+#: non-empty glob (``*`` any text, ``?`` one character)
+ApproveRule = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=3,
+        max_length=MAX_APPROVE_RULE_CHARS,
+        pattern=r"^[A-Za-z0-9_.-]{1,64}:[\s\S]*\S[\s\S]*$",
+    ),
+]
+ApproveRules = Annotated[tuple[ApproveRule, ...], msgspec.Meta(max_length=MAX_APPROVE_RULES)]

@@ -168,6 +168,9 @@ class Session:
     close = Method(parent.CLOSE)
     #: up to ``lines`` of the agent's newest output lines (older than line ``before``)
     read = Method(parent.READ)
+    #: answer an agent's approval request (its blocked call returns approved or denied)
+    approve = Method(parent.APPROVE)
+    deny = Method(parent.DENY)
 
     def spawn(
         self,

@@ -109,3 +109,6 @@ DONE = entry(
         ),
     ),
 )
+
+# approvals (protocol/ops/approvals.py): listed here so it is one of the child's entries
+from protocol.ops.approvals import APPROVE_REQUEST  # noqa: E402, F401

@@ -359,3 +359,6 @@ RESULT = entry(
     view=lambda data: "no result yet" if data is None else views.settled("result")(data),
     params={"task_id": "The task id"},
 )
+
+# approvals (protocol/ops/approvals.py): listed here so they are the parent's entries
+from protocol.ops.approvals import APPROVE, DENY  # noqa: E402, F401

@@ -50,6 +50,8 @@ class Tool(msgspec.Struct, frozen=True, kw_only=True):
 
     description: str
     prompt_snippet: str
+    #: the tool's name when it is not ``shepherd_<operation>`` (a name with a hyphen)
+    name: str | None = None
 
 
 class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from protocol import api
+from protocol.approvals import ApproveArgs, DenyArgs
 from protocol.errors import InvalidArgument
-from protocol.session import agents, requests, routing, stale, tasks, watchers
+from protocol.session import agents, approvals, requests, routing, stale, tasks, watchers
 from protocol.session.effects import (
     Answer,
     AnswerFromOutput,
@@ -52,6 +53,8 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
             return [AnswerFromOutput(agent_id=row.agent_id, lines=args.lines, before=args.before)]
         case api.ResultArgs():
             return [Answer(value=s.result_of(args.task_id))]
+        case ApproveArgs() | DenyArgs():
+            return approvals.answer(s, args, cx)
         case _:
             raise InvalidArgument(f"unknown operation {type(args).__name__}")
 

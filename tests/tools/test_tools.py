@@ -11,6 +11,8 @@ import pytest
 
 from protocol import api, limits, tools
 from protocol.errors import InvalidArgument
+from protocol.approvals import ApproveArgs, DenyArgs
+from protocol.ops.approvals import ChildApprovalArgs
 from protocol.ops.child import ChildDoneArgs, ChildMessageArgs
 from protocol.tools import ToolSpec
 from protocol.watchdog import api as watchdog_api
@@ -26,6 +28,8 @@ PARENT_NAMES = (
     "shepherd_close",
     "shepherd_read",
     "shepherd_cancel",
+    "shepherd_approve",
+    "shepherd_deny",
     "watchdog_list_targets",
     "watchdog_read_events",
     "watchdog_detect_stuck",
@@ -101,6 +105,8 @@ def test_parent_tools_are_one_per_parent_operation() -> None:
         "close": api.CloseArgs,
         "read": api.ReadArgs,
         "cancel": api.CancelArgs,
+        "approve": ApproveArgs,
+        "deny": DenyArgs,
         **{name: t.args_type for name, t in watchdog_api.WATCHDOG_TOOLS.items()},
     }
     assert {s.op: s.args_type for s in specs} == by_op
@@ -108,9 +114,13 @@ def test_parent_tools_are_one_per_parent_operation() -> None:
 
 def test_a_child_gets_only_the_child_tools() -> None:
     specs = tools.child_tools()
-    assert [s.name for s in specs] == ["shepherd_message", "shepherd_done"]
+    assert [s.name for s in specs] == [
+        "shepherd_message",
+        "shepherd_done",
+        "shepherd_request_approval",
+    ]
     assert {s.role for s in specs} == {"child"}
-    assert [s.args_type for s in specs] == [ChildMessageArgs, ChildDoneArgs]
+    assert [s.args_type for s in specs] == [ChildMessageArgs, ChildDoneArgs, ChildApprovalArgs]
     assert all(spec not in tools.parent_tools() for spec in specs)
     for name in PARENT_NAMES:
         if name != "shepherd_message":
