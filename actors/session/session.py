@@ -33,6 +33,7 @@ from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
 from protocol.notifications import TaskCompletion
 from protocol.ops import Method, parent
+from protocol.ops import approvals as approval_ops
 from protocol.script import Script
 from protocol.session.restore import Restore
 from protocol.settings import Settings, check_settings
@@ -169,8 +170,8 @@ class Session:
     #: up to ``lines`` of the agent's newest output lines (older than line ``before``)
     read = Method(parent.READ)
     #: answer an agent's approval request (its blocked call returns approved or denied)
-    approve = Method(parent.APPROVE)
-    deny = Method(parent.DENY)
+    approve = Method(approval_ops.APPROVE)
+    deny = Method(approval_ops.DENY)
 
     def spawn(
         self,

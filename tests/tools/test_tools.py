@@ -10,8 +10,8 @@ import msgspec
 import pytest
 
 from protocol import api, limits, tools
-from protocol.errors import InvalidArgument
 from protocol.approvals import ApproveArgs, DenyArgs
+from protocol.errors import InvalidArgument
 from protocol.ops.approvals import ChildApprovalArgs
 from protocol.ops.child import ChildDoneArgs, ChildMessageArgs
 from protocol.tools import ToolSpec
