@@ -17,6 +17,7 @@ import msgspec
 from protocol.envelopes import MailboxWake
 from protocol.errors import InvalidArgument
 from protocol.limits import (
+    ApproveRules,
     Cursor,
     DeadlineMinutes,
     DeadlineSeconds,
@@ -234,6 +235,9 @@ class SpawnArgs(Arguments[SpawnResult], frozen=True, kw_only=True, forbid_unknow
     models_json: OptionText | None = None  # a Pi models.json to use (pi-rpc adapter)
     provider: OptionText | None = None  # the Pi provider name (pi-rpc adapter)
     model: OptionText | None = None  # the Pi model id (pi-rpc adapter)
+    #: Pi tool calls that need the parent's approval first, ``TOOL:GLOB`` (pi-rpc adapter;
+    #: see protocol.session.approvals)
+    approve: ApproveRules | None = None
 
 
 class DelegateArgs(

@@ -125,6 +125,18 @@ SPAWN = entry(
             metavar="ID",
             help="the Pi model id (pi-rpc)",
         ),
+        "approve": Param(
+            description=(
+                "Pi tool calls that wait for your approval before they run, each TOOL:GLOB "
+                "(pi-rpc adapter): 'bash:git push*' gates bash commands starting with git push; "
+                "the glob is matched against a bash command, else a path argument, else the "
+                "arguments as JSON (* any text, ? one character). At most 64 rules of 1000 "
+                "characters"
+            ),
+            cli="--approve",
+            metavar="TOOL:GLOB",
+            help="gate matching Pi tool calls on your approval (repeatable)",
+        ),
     },
     tool=Tool(
         description=(

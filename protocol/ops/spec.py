@@ -101,6 +101,8 @@ class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
                 spec["choices"] = param.choices or typing.get_args(kind)
             spec["default"] = None if field.required else field.default
             if param.cli.startswith("-"):
+                if kind is tuple:  # a repeatable option: one item per use
+                    spec = {**spec, "action": "append"}
                 found.append((param.cli, {**spec, "dest": name, "required": field.required}))
                 continue
             if kind is tuple:

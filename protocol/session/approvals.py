@@ -21,12 +21,18 @@ Rules:
 4. **Ending unanswered is a denial**: its deadline (``timeout``), its task settling (cancel,
    fail, time-out, the agent's own ``done`` with ``cancel_requests``), its agent closing or
    exiting. The blocked call returns denied with that reason.
+5. **Gated tool calls.** ``spawn --approve TOOL:GLOB`` (repeatable; bounds in
+   :mod:`protocol.limits`) is kept in the agent's options, which its bridge and the Pi
+   extension read: each matching Pi tool call is turned into an approval request (rule 1)
+   before it runs, and runs only if approved (else the model gets the denial as the tool's
+   result). Only the ``pi-rpc`` adapter takes rules.
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from protocol import api
 from protocol.approvals import ApprovalResult, ApproveArgs, DenyArgs, outcome
 from protocol.envelopes import MessageEnvelope
 from protocol.errors import InvalidArgument, InvalidHandle, InvalidTransition
@@ -37,7 +43,16 @@ from protocol.session import decisions, outbox, requests
 from protocol.session.effects import Answer, Effect, Notify
 from protocol.session.state import AgentRow, Ctx, SessionState
 
-__all__ = ["answer", "check_answer", "request"]
+__all__ = ["answer", "check_answer", "check_spawn", "request"]
+
+
+def check_spawn(args: api.SpawnArgs) -> None:
+    """Rule 5: tool gating is for Pi agents (the only adapter with tool calls to gate)."""
+    if args.approve and args.adapter != "pi-rpc":
+        raise InvalidArgument(
+            f"approve: gating tool calls needs the pi-rpc adapter, not {args.adapter!r}; a "
+            "command agent asks with shepherd-child approve-request"
+        )
 
 
 def request(

@@ -33,6 +33,7 @@ __all__ = ["call", "fire"]
 def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
     match args:
         case api.SpawnArgs():
+            approvals.check_spawn(args)
             return agents.spawn(s, args, cx)
         case api.DelegateArgs():
             return tasks.delegate(s, args, cx)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,6 +176,37 @@ def test_the_same_request_seen_again_opens_nothing_twice() -> None:
     effects = s.send(again)
     assert receipt(effects).request_id == request_id
     assert not journaled(effects, RequestRecord) and not notes(effects)
+
+
+def test_tool_gating_rules_need_the_pi_adapter_and_are_kept_in_its_options() -> None:
+    s = Session()
+    error = s.call_refused(
+        api.SpawnArgs(name="cmd", adapter="command", cmd="x {message}", approve=("bash:*",)),
+        InvalidArgument,
+    )
+    assert "pi-rpc" in error.message
+    s.call(api.SpawnArgs(name="pi", adapter="pi-rpc", approve=("bash:git push*",)))
+    assert s.state.agent("pi").options["approve"] == ("bash:git push*",)
+    s.call(api.SpawnArgs(name="plain"))
+    assert "approve" not in s.state.agent("plain").options
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        ("bash",),
+        ("bash:",),
+        ("bash:   ",),
+        (":git*",),
+        ("a b:x",),
+        ("x" * 65 + ":y",),
+        ("bash:" + "x" * 1000,),
+        ("bash:x",) * 65,
+    ],
+)
+def test_hostile_gating_rules_are_refused(rules: tuple[str, ...]) -> None:
+    with pytest.raises(InvalidArgument, match="approve"):
+        api.build_args(api.SpawnArgs, name="pi", adapter="pi-rpc", approve=rules)
 
 
 # ------------------------------------------------------------------ ending unanswered
