@@ -1,14 +1,21 @@
 """Approvals for a parent over MCP (the SDK's client over stdio): the agent's approval request
 reaches the parent as a notification, ``shepherd_approve`` / ``shepherd_deny`` answer it, and
-the blocked child call goes on; hostile answers are tool errors."""
+the blocked child call goes on; hostile answers are tool errors. A client that supports
+elicitation is asked at once, and its user's answer approves or denies."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+from mcp import types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from protocol.notifications import Notice, TaskCompletion
 from tests.processes.test_approvals import ASKING_AGENT
@@ -100,3 +107,56 @@ def test_a_parent_over_mcp_approves_and_denies(running: Running) -> None:
     anyio.run(scenario)
     told = [n for n in running.sink.items if isinstance(n, Notice)]
     assert [n.code for n in told].count("approval_requested") == 2
+
+
+@asynccontextmanager
+async def _eliciting_session(
+    running: Running, answers: list[types.ElicitResult], asked: list[str]
+) -> AsyncIterator[ClientSession]:
+    """The SDK's stdio client with an elicitation callback: it declares the capability, and
+    answers each elicitation with the next of ``answers`` (recording the message asked)."""
+
+    async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return answers.pop(0)
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "actors.surfaces.mcp_server", "--session", str(running.supervisor.session_dir)],
+        env={"XDG_STATE_HOME": os.environ["XDG_STATE_HOME"], "SHEPHERD_LOG_LEVEL": "WARNING"},
+        cwd=running.root,
+    )
+    with open(running.root / "mcp-server.stderr", "w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write, elicitation_callback=on_elicit) as session,
+        ):
+            await session.initialize()
+            await session.list_tools()  # the server learns the client can be asked
+            yield session
+
+
+def test_a_client_that_supports_elicitation_is_asked_at_once(running: Running) -> None:
+    _spawn_asking_agent(running)
+    s = running.supervisor.session
+    answers = [
+        types.ElicitResult(action="accept", content={"approve": True, "text": "asked and ok"}),
+        types.ElicitResult(action="decline"),
+    ]
+    asked: list[str] = []
+
+    async def scenario() -> None:
+        with anyio.fail_after(2 * SLOW_S):
+            async with _eliciting_session(running, answers, asked):
+                for task_text in ("release 4", "release 5"):
+                    task_id = s.delegate("builder", task_text).task_id
+                    s.watch(task_id)
+                    await wait_for_sink(running, lambda _, t=task_id: bool(_settled(running, t)))
+
+    anyio.run(scenario)
+    results = [r for n in running.sink.items if isinstance(n, TaskCompletion) for r in n.results]
+    assert [(r.status, r.text) for r in results] == [
+        ("completed", "pushed: asked and ok"),
+        ("blocked", "denied: declined by the user"),
+    ]
+    assert len(asked) == 2 and "release 4" in asked[0] and "release 5" in asked[1]
