@@ -17,6 +17,7 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from actors.surfaces.mcp_elicit import answer_for
 from protocol.notifications import Notice, TaskCompletion
 from tests.processes.test_approvals import ASKING_AGENT
 
@@ -160,3 +161,18 @@ def test_a_client_that_supports_elicitation_is_asked_at_once(running: Running) -
         ("blocked", "denied: declined by the user"),
     ]
     assert len(asked) == 2 and "release 4" in asked[0] and "release 5" in asked[1]
+
+
+def test_what_each_elicitation_answer_does() -> None:
+    accept = types.ElicitResult
+    req = "shepherd-message-00000000000000aa"
+    assert answer_for(req, accept(action="accept", content={"approve": True})) == (
+        "shepherd_approve",
+        {"request_id": req},
+    )
+    assert answer_for(req, accept(action="accept", content={"approve": False, "text": " "})) == (
+        "shepherd_deny",
+        {"request_id": req, "reason": "denied by the user"},
+    )
+    assert answer_for(req, accept(action="decline"))[1]["reason"] == "declined by the user"  # type: ignore[index]
+    assert answer_for(req, accept(action="cancel")) is None  # left pending: the tools still can
