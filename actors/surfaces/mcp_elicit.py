@@ -18,21 +18,32 @@ Rules:
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.to_thread
+import msgspec
 from mcp import types
 
 from actors.records.mcp_cursor import CursorStore
+from actors.records.session_info import SessionInfo
 from actors.runtime.log import logger
 from protocol.errors import ShepherdError
-from protocol.tools import args_from_tool_call, tool_by_name
+from protocol.tools import ToolSpec, args_from_tool_call, tool_by_name
 
 if TYPE_CHECKING:
     from mcp.server.session import ServerSession
 
-    from actors.surfaces.mcp_server import ShepherdMcp
+
+class _Server(Protocol):
+    """What the loop needs of the MCP server (``actors.surfaces.mcp_server.ShepherdMcp``)."""
+
+    client_name: str
+
+    def session(self) -> SessionInfo: ...
+
+    def _run_op(self, spec: ToolSpec, args: msgspec.Struct) -> Any: ...
+
 
 __all__ = ["SCHEMA", "ApprovalElicitor", "answer_for"]
 
@@ -76,7 +87,7 @@ def answer_for(request_id: str, result: types.ElicitResult) -> tuple[str, dict[s
 class ApprovalElicitor:
     """The loop of the module rules, for one server (one client connection)."""
 
-    def __init__(self, app: ShepherdMcp) -> None:
+    def __init__(self, app: _Server) -> None:
         self._app = app
         self._session: ServerSession | None = None
         self._ready = anyio.Event()
