@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import subprocess
 import sys
 import textwrap
@@ -160,3 +161,20 @@ def test_hostile_parent_answers_are_refused(serve: Any, tmp_path: Path) -> None:
     _, status = cli("status", "builder", session=session)
     assert status["agents"][0]["task"]["state"] == "waiting"  # nothing was answered
     cli("approve", request_id, session=session)
+
+
+def test_a_pending_approval_survives_a_sigkill_of_the_parent(serve: Any, tmp_path: Path) -> None:
+    session = tmp_path / "session"
+    first = serve(session)
+    _agent(tmp_path, session)
+    _, delegated = cli("delegate", "builder", "release 1.5", session=session)
+    request_id = _requested(first)[0]["refs"][0]
+    first.stop(signal.SIGKILL)
+    second = serve(session)  # the bridge and the blocked call wait for the new parent
+    _, status = cli("status", "builder", session=session)
+    (pending,) = status["agents"][0]["task"]["pending_requests"]
+    assert pending["request_id"] == request_id and pending["kind"] == "approval"
+    cli("approve", request_id, "--note", "after the restart", session=session)
+    result = _settled(session, delegated["task_id"])
+    assert result["status"] == "completed" and result["text"] == "pushed: after the restart"
+    assert second.proc.poll() is None
