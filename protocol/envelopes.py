@@ -38,8 +38,9 @@ import msgspec
 
 from protocol.errors import ErrorInfo, InvalidEnvelope
 from protocol.ids import PARENT_ID, IdKind, an_id_of, is_id_of, is_valid_name
-from protocol.limits import DeadlineSeconds, OptionalText
+from protocol.limits import MAX_NESTING, DeadlineSeconds, OptionalText, Traceparent
 from protocol.tasks import DoneStatus, TaskResult
+from protocol.tracecontext import parse_traceparent
 
 __all__ = [
     "DECODER",
@@ -102,6 +103,12 @@ class Envelope(
     #: where the receipt goes, if not to the sender's own inbox: a one-shot inbox named by a
     #: message id, created by a short-lived sender (a CLI call, a child's shell command)
     reply_inbox: str | None = None
+    # --- trace context
+    #: the W3C traceparent of the span this envelope belongs to (a task's, a tool call's, a
+    #: message's), when tracing is on. Bounded; one that is not a valid traceparent is
+    #: dropped when decoding (:func:`decode_envelope`): the reader starts a new trace, and
+    #: the envelope is delivered as if it had none.
+    traceparent: Traceparent | None = None
 
 
 class MessageEnvelope(Envelope, frozen=True, kw_only=True, tag="message"):
@@ -225,8 +232,36 @@ def decode_envelope(data: bytes, *, max_bytes: int | None = None) -> AnyEnvelope
         raise InvalidEnvelope(f"envelope is not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidEnvelope("envelope is nested too deeply") from None
+    free_form = (
+        envelope.args
+        if isinstance(envelope, CallEnvelope)
+        else envelope.data
+        if isinstance(envelope, ResultEnvelope)
+        else None
+    )
+    if _nested_deeper(free_form, MAX_NESTING):
+        raise InvalidEnvelope(f"envelope is nested more than {MAX_NESTING} levels deep")
     validate_addresses(envelope)
+    if envelope.traceparent is not None and parse_traceparent(envelope.traceparent) is None:
+        envelope = msgspec.structs.replace(envelope, traceparent=None)
     return envelope
+
+
+def _nested_deeper(value: object, limit: int) -> bool:
+    """Whether ``value``'s lists and dicts nest more than ``limit`` levels (no recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _is_address(value: str) -> bool:

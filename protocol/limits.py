@@ -42,6 +42,7 @@ __all__ = [
     "MAX_OPTION_CHARS",
     "MAX_PAGE_LINES",
     "MAX_TEXT_CHARS",
+    "MAX_TRACEPARENT_CHARS",
     "PREVIEW_CHARS",
     "ApproveRule",
     "ApproveRules",
@@ -54,6 +55,7 @@ __all__ = [
     "OptionText",
     "OptionalText",
     "Text",
+    "Traceparent",
     "answer_budget",
     "preview",
 ]
@@ -70,6 +72,10 @@ MAX_OPTION_CHARS: Final = 4096
 MAX_NAME_CHARS: Final = 200
 #: ids in one watch/wait call
 MAX_IDS: Final = 1000
+#: how deeply an envelope's free-form data (a call's ``args``, a result's ``data``) may nest;
+#: checked explicitly, since the decoder's own bound is the process's recursion limit, which
+#: any module may raise
+MAX_NESTING: Final = 64
 #: output lines one read may ask for (the agent keeps at most ``output_lines``)
 MAX_PAGE_LINES: Final = 100_000
 #: texts shown inside answers and status rows are cut to this many characters
@@ -103,6 +109,14 @@ def preview(text: str | None, limit: int = PREVIEW_CHARS) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return f"{text[:limit]}… [{len(text)} characters in all]"
+
+
+# --- trace context (W3C traceparent) carried in envelopes and the child's environment
+
+#: the longest traceparent an envelope may carry: version 00 is exactly 55 characters; later
+#: versions may append fields, which a reader of version 00 ignores (W3C Trace Context)
+MAX_TRACEPARENT_CHARS: Final = 256
+Traceparent = Annotated[str, msgspec.Meta(max_length=MAX_TRACEPARENT_CHARS)]
 
 
 # ------------------------------------------------------------------ approvals

@@ -4,13 +4,13 @@
     python scripts/bench.py [--quick] [--out FILE] [--runs N] [--only NAME,...]
 
 Benchmarks (``--only`` names): ``delivery``, ``throughput``, ``notify``, ``scale``, ``idle``,
-``demo``, ``requests``, ``children``, ``runtime``, ``cli``. Every job runs in a fresh worker process
-(``bench_lib.worker``); publishers are other processes again (``bench_lib.publisher``). Each
-figure is collected over several runs (5; 3 with ``--quick``, which also uses smaller sizes and
-finishes in a few minutes) and written to JSON (default ``bench-results.json``) as min / median
-/ max per subject — Shepherd and each baseline — with the unit, the run count, the issue's
-target, the machine and the package versions. A table of medians is printed: Shepherd's, each
-baseline's, and how many times better Shepherd is.
+``demo``, ``requests``, ``children``, ``runtime``, ``cli``, ``nats``. Every job runs in a fresh
+worker process (``bench_lib.worker``); publishers are other processes again
+(``bench_lib.publisher``). Each figure is collected over several runs (5; 3 with ``--quick``,
+which also uses smaller sizes and finishes in a few minutes) and written to JSON (default
+``bench-results.json``) as min / median / max per subject — Shepherd and each baseline — with
+the unit, the run count, the issue's target, the machine and the package versions. A table of
+medians is printed: Shepherd's, each baseline's, and how many times better Shepherd is.
 
 How each figure is measured is described in ``bench_lib/*`` and in the JSON (``description``,
 ``params``); ``raw`` in the JSON keeps every worker's full answer. A benchmark is never a test:
@@ -80,6 +80,7 @@ class Sizes:
     runtime_n: int  # messages (round trips, token passes) per Savina-style workload
     cli_calls: int  # command-line calls per subject in one run (``cli``)
     cli_agents: int  # agents of the session for ``status`` with agents
+    nats_n: int = 500  # envelopes per NATS figure (``nats``), latency samples a fifth of it
 
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
@@ -89,6 +90,9 @@ QUICK = Sizes(3, 30, 200, True, 2500, ((1, 2), (100, 30), (1000, 300)),
               1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 40, 2, 20000, 10, 150)  # fmt: skip
 SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
               20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1, 500, 2, 3)  # fmt: skip
+
+
+QUICK, SMOKE = replace(QUICK, nats_n=200), replace(SMOKE, nats_n=20)
 
 
 class WorkerError(RuntimeError):
@@ -474,6 +478,43 @@ def bench_cli(sizes: Sizes, results: Results) -> None:
                 results.add(f"cli.{figure}.{q}_ms", "python_c_pass", got["python"][f"{q}_ms"])
 
 
+# ---------------------------------------------------------------------- 11. NATS transport
+
+
+def bench_nats(sizes: Sizes, results: Results) -> None:
+    """The NATS JetStream transport beside the file mailbox (fsync on) in the same worker, and
+    the failover time of a 3-server cluster after its stream leader's SIGKILL
+    (``bench_lib/nats.py``). The subjects' order turns from run to run."""
+    keys = [k for k in FIGURES if k.startswith("nats.")]
+    params = {"latency_n": max(sizes.nats_n // 5, 2), "throughput_n": sizes.nats_n}
+    for key in keys:
+        results.params(key, **params, failover_n=sizes.nats_n)
+    for run in range(sizes.runs):
+        job = {**params, "failover_n": sizes.nats_n, "turn": run}
+        (got,) = run_jobs([("nats", job)], parallel=False)
+        if isinstance(got, Exception):
+            _failed(results, "nats", keys, SHEPHERD, got)
+            continue
+        if "unavailable" in got:
+            for key in keys:
+                results.missing(key, SHEPHERD, f"unavailable: {got['unavailable']}")
+            continue
+        results.keep_raw("nats", got)
+        for subject in ("nats", "file"):
+            figures = got[subject]
+            if figures["duplicates"]:
+                results.error("nats", f"{subject}: {figures['duplicates']} handed over twice")
+            for q in ("p50", "p99"):
+                results.add(f"nats.delivery.{q}_ms", subject, figures["delivery"][f"{q}_ms"])
+            results.add("nats.durable_per_s", subject, figures["durable_per_s"])
+        failover = got["failover"]
+        if failover["lost"] or failover["duplicates"]:
+            results.error(
+                "nats", f"failover lost {failover['lost']}, repeated {failover['duplicates']}"
+            )
+        results.add("nats.failover_s", "nats", failover["failover_s"])
+
+
 RUNNERS = {
     "delivery": bench_delivery,
     "throughput": bench_throughput,
@@ -485,6 +526,7 @@ RUNNERS = {
     "children": bench_children,
     "runtime": bench_runtime,
     "cli": bench_cli,
+    "nats": bench_nats,
 }
 
 

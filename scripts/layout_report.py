@@ -121,10 +121,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
+    limit = sys.getrecursionlimit()
     sys.setrecursionlimit(10_000)
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
+    try:
+        for node in sorted(graph):
+            if node not in index:
+                visit(node)
+    finally:  # the limit is the process's: a test run importing this must not keep ours
+        sys.setrecursionlimit(limit)
     return sorted(found)
 
 

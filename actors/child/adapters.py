@@ -72,6 +72,10 @@ class AgentContext(Protocol):
     def child_environ(self) -> dict[str, str]:
         """The environment for processes the agent runs (SHEPHERD_* included)."""
 
+    def trace_environ(self) -> dict[str, str]:
+        """``TRACEPARENT`` of the agent's work now, for a process it starts now (empty when
+        tracing is off)."""
+
 
 class Adapter(Protocol):
     """How one kind of agent is run. Built with ``cls(ctx, options)``; a bad option raises a

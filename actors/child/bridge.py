@@ -63,6 +63,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from actors import tracing
 from actors.child.adapters import Adapter, adapter_class
 from actors.child.env import FORWARDED_KINDS, ChildEnv, child_env_from, envelope_validator
 from actors.child.inbox_reports import InboxReports
@@ -79,6 +80,7 @@ from protocol.errors import ShepherdError
 from protocol.ids import PARENT_ID, IdKind
 from protocol.script import ScriptError
 from protocol.settings import Settings
+from protocol.tracecontext import ENV_TRACEPARENT
 
 __all__ = ["Bridge", "configure_logging", "run_bridge"]
 
@@ -120,6 +122,8 @@ class Bridge:
         self._cwd = os.getcwd()
         self._log = logger.bind(agent=env.name or env.agent_id)
         self._inbox = InboxReports(self, self.settings.fallback_poll_s, self._log)
+        #: the agent's spans (actors.tracing.child.ChildSpans), when tracing is on
+        self._spans: Any = None
 
     # ------------------------------------------------------------------ AgentContext
 
@@ -133,6 +137,8 @@ class Bridge:
     def publish(self, envelope: AnyEnvelope) -> None:
         """Publish to the parent, in order, through :class:`ParentOutbox` (a full parent inbox
         makes it wait, never drops it)."""
+        if self._spans is not None:
+            envelope = self._traced(self._spans.published, envelope) or envelope
         if isinstance(envelope, RuntimeEnvelope):
             if envelope.event == "exit":
                 self._exit_published = True
@@ -170,7 +176,22 @@ class Bridge:
         child_bin = os.path.join(bin_dir, "shepherd-child")
         if "SHEPHERD_CHILD_BIN" not in environ and os.access(child_bin, os.X_OK):
             environ["SHEPHERD_CHILD_BIN"] = child_bin
+        if self._spans is not None:  # the session's context is the bridge's, not the agent's:
+            environ.pop(ENV_TRACEPARENT, None)  # a command turn gets its task's (trace_environ)
         return environ
+
+    def trace_environ(self) -> dict[str, str]:
+        if self._spans is None:
+            return {}
+        return self._traced(self._spans.environ) or {}
+
+    def _traced(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A tracing hook: what it returns, or None if it raised (never the agent's loss)."""
+        try:
+            return fn(*args)
+        except Exception:
+            self._log.opt(exception=True).warning("tracing failed")
+            return None
 
     # ------------------------------------------------------------------ run
 
@@ -189,6 +210,12 @@ class Bridge:
             self._log.error("cannot open the session mailbox {}: {}", self.env.mailbox, exc)
             return 2
         self._inbox.attach(self._mailbox)
+        self._spans = tracing.child_spans(
+            os.environ,
+            session_id=self.env.session_id,
+            agent_id=self.env.agent_id,
+            agent_name=self.env.name,
+        )
         self._outbox = ParentOutbox(self._mailbox, self.clock, self.post, self._log)
         try:
             code = self._start()
@@ -284,6 +311,8 @@ class Bridge:
         if self._exit is not None and not self._exit_published:
             self.runtime("exit", exit_code=self._exit.code, text=reason)
         self._log.info("exit {} ({})", self._exit.code if self._exit else 2, reason)
+        if self._spans is not None:
+            self._traced(self._spans.close)
         if self._outbox is not None:
             self._outbox.close()  # a last try at what waits: the loop that retried it is gone
         if self._mailbox is not None:
@@ -310,6 +339,8 @@ class Bridge:
             )
             return
         assert self._adapter is not None
+        if self._spans is not None:
+            self._traced(self._spans.delivered, envelope)
         self._adapter.deliver(envelope)
 
     def _parent_gone(self) -> None:

@@ -42,6 +42,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from actors import tracing
 from actors.child.approval import ask
 from actors.child.env import ChildEnv, child_env_from, envelope_validator
 from actors.mailbox.mailbox import Mailbox
@@ -128,6 +129,7 @@ def send_and_wait(
     build: Callable[[dict[str, Any]], AnyEnvelope],
     *,
     timeout_s: float,
+    traceparent: str | None = None,
 ) -> AckEnvelope:
     """Publish ``build(base_fields)`` to the parent as this agent and wait for its ``ack`` in a
     one-shot inbox named by the envelope's message id. Raises ShepherdError."""
@@ -141,6 +143,8 @@ def send_and_wait(
         "capability": env.capability,
         "reply_inbox": message_id,
     }
+    if traceparent is not None:
+        base["traceparent"] = traceparent
     envelope = build(base)
     validate_ack = envelope_validator(env, kinds=(AckEnvelope,))
     mailbox = Mailbox.open(env.mailbox, env.session_id, env.settings, validate=validate_ack)
@@ -297,10 +301,28 @@ def _send_command(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         case _:  # pragma: no cover - every child operation is one of the above
             raise AssertionError(args.command)
     env = child_env_from(environ, bridge=False)
-    ack = send_and_wait(env, build, timeout_s=_timeout(environ))
+    # the call as a tool span of the agent's task, when tracing is on (else None)
+    span = tracing.command_span(
+        environ,
+        f"shepherd_{args.command}",
+        session_id=env.session_id,
+        agent_id=env.agent_id,
+        agent_name=env.name,
+    )
+    try:
+        tp = span.traceparent if span is not None else None
+        ack = send_and_wait(env, build, timeout_s=_timeout(environ), traceparent=tp)
+    except Exception as exc:  # told in the span, then as before
+        if span is not None:
+            span.end((getattr(exc, "code", type(exc).__name__), str(exc)))
+        raise
     if not ack.accepted:
         info = ack.error or ErrorInfo(code="refused", message="refused by the shepherd")
+        if span is not None:
+            span.end((info.code, info.message))
         return _fail(error_from_info(info), as_json=args.json)
+    if span is not None:
+        span.end()
     receipt = _receipt(ack, ack.ack_for)
     print(json.dumps(receipt) if args.json else op.view(receipt))
     return 0

@@ -274,7 +274,7 @@ class CommandAdapter:
             proc = subprocess.Popen(
                 ["bash", "-c", command],
                 cwd=self._cwd,
-                env={**self._environ, "SHEPHERD_TURN": str(number)},
+                env={**self._environ, **self._ctx.trace_environ(), "SHEPHERD_TURN": str(number)},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

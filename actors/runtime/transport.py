@@ -29,7 +29,7 @@ from typing import Protocol
 import msgspec
 
 from actors.runtime.log import logger
-from protocol.envelopes import AnyEnvelope
+from protocol.envelopes import AnyEnvelope, Envelope
 from protocol.errors import ForbiddenSender, InvalidHandle
 from protocol.settings import Settings
 
@@ -102,6 +102,12 @@ class SenderGate:
 
     def check(self, inbox: str, env: AnyEnvelope) -> AnyEnvelope | None:
         """The envelope to hand over (its capability stripped), or None."""
+        verdict = self.judge(inbox, env)
+        return verdict if isinstance(verdict, Envelope) else None
+
+    def judge(self, inbox: str, env: AnyEnvelope) -> AnyEnvelope | ForbiddenSender | None:
+        """:meth:`check`, telling a forgery (the error, logged and counted) from a duplicate
+        (None), for a transport that keeps a record of what it refused."""
         if inbox == PARENT_INBOX:
             try:
                 self._authenticate(env)
@@ -109,7 +115,7 @@ class SenderGate:
                 with self._lock:
                     self.refused += 1
                 logger.warning("refused envelope {}: {}", env.message_id, exc.message)
-                return None
+                return exc
         key = (inbox, env.message_id)
         with self._lock:
             if key in self._seen:

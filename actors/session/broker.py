@@ -77,8 +77,12 @@ class BrokerActor(ShepherdActor):
         notes: TaskNotes | None = None,
         watchdog_factory: Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]] | None = None,
         restore: Restore | None = None,
+        spans: Any = None,
     ) -> None:
         super().__init__()
+        #: the session's tracing (actors.tracing.parent.ParentSpans), when it is on: it sees
+        #: each effect before it runs and stamps the trace context on what is delivered
+        self._spans = spans
         #: the session's state: the one owner of every fact the rules know
         self.state = restore.state if restore is not None else SessionState(session_id, settings)
         self._restore = restore
@@ -166,6 +170,8 @@ class BrokerActor(ShepherdActor):
         parent's sink)."""
         answer: Any = None
         for effect in effects:
+            if self._spans is not None:
+                effect = self._spans.seen(effect)  # noqa: PLW2901 - stamped with its trace
             match effect:
                 case fx.Journal(record=record):
                     settles = isinstance(record, TaskRecord) and record.terminal

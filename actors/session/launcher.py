@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +266,7 @@ class ProcessLauncher:
         parent_pid: int | None = None,
         grace_s: float = STOP_GRACE_S,
         python: str = sys.executable,
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         self._session_dir = session_dir
         self._session_id = session_id
@@ -277,6 +278,8 @@ class ProcessLauncher:
         self._parent_pid = parent_pid or os.getpid()
         self._grace_s = grace_s
         self._python = python
+        #: more for every bridge's environment (the session's trace context)
+        self._extra_env = dict(extra_env or {})
         # one pidfd per agent: 1,000 agents pass the usual soft limit of 1,024 descriptors
         self._open_files_soft = raise_open_files_limit()
         self.reaper = Reaper()
@@ -302,6 +305,7 @@ class ProcessLauncher:
             ENV_ADAPTER: spec.adapter,
             ENV_AGENT_OPTIONS: json.dumps(options),
             ENV_SETTINGS: msgspec.json.encode(self._settings).decode(),
+            **self._extra_env,
         }
 
     def spawn_options(

@@ -61,6 +61,7 @@ class Session:
         watchdog: bool = True,
         restore: Restore | None = None,
         sync_inbound: bool = False,
+        spans: Any = None,
     ) -> None:
         self.runtime = runtime
         self.transport = transport
@@ -84,6 +85,7 @@ class Session:
             self.notes,
             self._watchdog_factory if watchdog else None,
             restore,
+            spans=spans,
         )
         #: with a durable transport, the receiver hands an envelope over only once the broker
         #: has handled it, so acknowledging the file can never lose it (crash in between)

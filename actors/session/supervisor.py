@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 
+from actors import tracing
 from actors.mailbox.mailbox import Mailbox, default_runtime_dir
 from actors.mailbox.reply_inboxes import ReplyInboxSweeper, unread_answers
 from actors.records.journal_file import FileJournal
@@ -160,6 +161,8 @@ class Supervisor:
             ).absolute()
             self.client_token = self.runtime.ids.secret()
             self.resumed = False
+        # tracing, when OTEL_* or `serve --otel` ask for it (refused here if it cannot be)
+        self.spans = tracing.parent_spans(self.session_id, os.environ)
         _private_dir(self.session_dir)
         _private_dir(self.session_dir / "agents")
         # Opened (a torn tail cut off) before they are read or appended to.
@@ -192,6 +195,7 @@ class Supervisor:
             register=self._register,
             clock=self.runtime.clock,
             settings=self.settings,
+            extra_env=self.spans.child_environ() if self.spans is not None else None,
         )
         self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shepherd-call")
         self._waiting = threading.BoundedSemaphore(MAX_WAITING_CALLS)
@@ -212,6 +216,7 @@ class Supervisor:
             notes=FileTaskNotes(self.session_dir / "artifacts"),
             restore=restore,
             sync_inbound=True,
+            spans=self.spans,
         )
         self.info = SessionInfo(
             session_id=self.session_id,
@@ -404,6 +409,8 @@ class Supervisor:
         self.reply_inboxes.stop()
         self._calls.shutdown(wait=True, cancel_futures=True)
         self.session.shutdown()
+        if self.spans is not None:
+            self.spans.close()
         self.journal.close()
         self.notifications.close()
         with contextlib.suppress(FileNotFoundError):

@@ -74,6 +74,10 @@ def run_serve(args: argparse.Namespace) -> int:
     settings, warnings = load_settings()
     for warning in warnings:
         sys.stderr.write(f"shepherd: warning: {warning}\n")
+    if args.otel:  # in the environment: the agents' bridges inherit it and trace too
+        from actors.tracing import ENV_OTEL
+
+        os.environ[ENV_OTEL] = "1"
     sup = Supervisor(
         args.session_dir,
         settings=settings,

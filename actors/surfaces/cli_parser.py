@@ -78,6 +78,12 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--session-dir", metavar="DIR", help="where the session's records live")
     p.add_argument("--json", action="store_true", help="notifications as JSON lines")
     p.add_argument("--verbose", action="store_true", help="also print lifecycle changes")
+    p.add_argument(
+        "--otel",
+        action="store_true",
+        help="send one trace per task with OpenTelemetry (extra shepherd[otel]; OTLP to "
+        "OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318)",
+    )
 
 
 def _add_demo(sub: Any) -> None:

@@ -9,6 +9,7 @@ script object (or its dict), registered with the simulated launcher under the ag
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from actors.session.session import Session
 from actors.session.sinks import Sink
@@ -34,6 +35,7 @@ class SimSession(Session):
         commands: FakeCommands | None = None,
         trace: bool = True,
         tap: Callable[[str], None] | None = None,
+        spans: Any = None,
     ) -> SimSession:
         runtime = SimRuntime(seed, faults=faults, trace=trace)
         transport = SimTransport(runtime, settings)
@@ -42,7 +44,7 @@ class SimSession(Session):
             if commands
             else SimLauncher(runtime, transport)
         )
-        return cls(runtime, transport, launcher, settings=settings, sink=sink, tap=tap)
+        return cls(runtime, transport, launcher, settings=settings, sink=sink, tap=tap, spans=spans)
 
     @property
     def sim(self) -> SimRuntime:

@@ -25,6 +25,7 @@ from protocol.ids import PARENT_ID, IdKind
 from protocol.session.effects import Deliver, Effect, Publish
 from protocol.session.state import Ctx, SessionState
 from protocol.tasks import TaskResult
+from protocol.tracecontext import TRACEPARENT_ROOM
 
 __all__ = ["ack", "check_fits", "from_parent", "notice"]
 
@@ -88,7 +89,11 @@ def notice(
 def check_fits(s: SessionState, env: Envelope, what: str) -> None:
     row = s.agents.get(env.target_id)
     stamped = msgspec.structs.replace(
-        env, session_id=s.session_id, capability=row.capability if row is not None else ""
+        env,
+        session_id=s.session_id,
+        capability=row.capability if row is not None else "",
+        # room for the trace context the parent adds when tracing is on
+        traceparent=max(env.traceparent or "", TRACEPARENT_ROOM, key=len),
     )
     size = len(encode_envelope(stamped))
     limit = s.settings.max_envelope_bytes

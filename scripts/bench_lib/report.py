@@ -175,6 +175,30 @@ FIGURES: dict[str, Figure] = {
             ("counting", "counting: one producer tells a counter n times, then asks the count"),
         )
     },
+    **{
+        f"nats.delivery.{q}_ms": Figure(
+            "ms",
+            "lower",
+            f"{q} publish -> handler, one envelope at a time, durable (JetStream sync_interval "
+            "always; the file mailbox with fsync), publisher and receiver in one process",
+            target,
+        )
+        for q, target in (("p50", 2.0), ("p99", 10.0))
+    },
+    "nats.durable_per_s": Figure(
+        "env/s",
+        "higher",
+        "envelopes published one after another, each durable before publish returns, until "
+        "the receiver handled the last",
+        1500.0,
+    ),
+    "nats.failover_s": Figure(
+        "s",
+        "lower",
+        "3 servers, R3 stream: SIGKILL of the stream leader -> the next publish accepted "
+        "(nothing accepted lost or handed over twice)",
+        10.0,
+    ),
 }
 
 BENCHMARKS = {
@@ -188,6 +212,7 @@ BENCHMARKS = {
     "children": "children.",
     "runtime": "runtime.",
     "cli": "cli.",
+    "nats": "nats.",
 }
 
 SHEPHERD = "shepherd"

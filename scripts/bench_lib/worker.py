@@ -26,6 +26,7 @@ JOBS = {
     "cli": ("cli", "cli_job"),
     "requests": ("requests", "requests_job"),
     "runtime": ("savina", "runtime_job"),
+    "nats": ("nats", "nats_job"),
 }
 
 

@@ -37,7 +37,7 @@ from protocol.ids import PARENT_ID, IdKind, make_id
 from protocol.settings import Settings
 from protocol.tasks import TaskResult
 
-WAIT_S = 15.0
+WAIT_S = 60.0  # a ceiling on waits for events: generous, so a busy machine is never a failure
 REPO = Path(__file__).resolve().parents[2]
 
 #: answer(envelope) -> None (no receipt at all) or (accepted, error, request_id, result)

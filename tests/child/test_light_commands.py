@@ -20,7 +20,16 @@ from .conftest import FakeParent, new_id, task_result
 pytestmark = pytest.mark.processes
 
 #: what a child command must never load
-HEAVY = ("pykka", "watchfiles", "loguru", "actors.session", "actors.child.bridge", "rich", "mcp")
+HEAVY = (
+    "pykka",
+    "watchfiles",
+    "loguru",
+    "actors.session",
+    "actors.child.bridge",
+    "rich",
+    "mcp",
+    "opentelemetry",  # tracing is off: nothing of it is imported
+)
 
 #: runs the child CLI's main as `shepherd-child` does, then writes the loaded modules
 RUN_AND_LIST = """

@@ -50,7 +50,7 @@ class EventLog:
         return [r for r in map(map_event, self.events) if r is not None]
 
     def wait_for(
-        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 60.0
     ) -> dict[str, Any]:
         """The first event (old or new) matching ``predicate``."""
         found: list[dict[str, Any]] = []
@@ -64,10 +64,10 @@ class EventLog:
                 raise TimeoutError(f"no matching Pi event within {timeout}s; saw {self.types()}")
         return found[0]
 
-    def wait_type(self, kind: str, timeout: float = 10.0) -> dict[str, Any]:
+    def wait_type(self, kind: str, timeout: float = 60.0) -> dict[str, Any]:
         return self.wait_for(lambda e: e.get("type") == kind, timeout)
 
-    def wait_exit(self, timeout: float = 10.0) -> int:
+    def wait_exit(self, timeout: float = 60.0) -> int:
         with self._cond:
             if not self._cond.wait_for(lambda: bool(self.exit_codes), timeout):
                 raise TimeoutError(f"Pi did not exit within {timeout}s")

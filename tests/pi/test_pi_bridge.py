@@ -185,7 +185,7 @@ def test_abort_stops_the_turn_and_a_queued_message_still_starts_the_next_one(
     next_at, _ = parent.wait_event("turn_start", after=end_at)
     parent.wait_event("turn_end", after=next_at)
 
-    requests = model.wait_for_requests(3, timeout=15)
+    requests = model.wait_for_requests(3, timeout=60)
     assert user_texts(requests[1])[-1] == FLUSH_NOTE
     assert user_texts(requests[2])[-1] == render_delivery(message)
     assert requests[2]["messages"][-2] == {"role": "assistant", "content": "Back to it."}
@@ -217,7 +217,7 @@ def test_cancel_task_aborts_the_tasks_run_and_pi_takes_the_next_task(
     second = parent.delegate("Now finish at once.")
     done_at, done = parent.wait_for(lambda e: isinstance(e, TaskDoneEnvelope), after=end_at)
     assert isinstance(done, TaskDoneEnvelope) and done.summary == "second done"
-    requests = model.wait_for_requests(2, timeout=15)
+    requests = model.wait_for_requests(2, timeout=60)
     told = user_texts(requests[1])[-1]
     assert told == render_task_ended(first.task_id, "not needed") + "\n\n" + (
         render_task_context(second)

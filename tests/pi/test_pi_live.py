@@ -36,7 +36,7 @@ from tests.reliability.live import Story, pids_with_env, process_running
 
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(90)]
 
-WAIT_S = 30.0
+WAIT_S = 60.0
 QUESTION = {
     "target": "planner",
     "message": "Which module should I map first?",

@@ -8,6 +8,7 @@ receiving actor down.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import msgspec
@@ -47,7 +48,7 @@ from protocol.errors import (
     UnresolvedRequests,
     error_from_info,
 )
-from protocol.limits import MAX_TEXT_CHARS
+from protocol.limits import MAX_NESTING, MAX_TEXT_CHARS
 from protocol.tasks import TaskResult
 
 SESSION = "shepherd-session-5e5510aa"
@@ -684,3 +685,23 @@ def test_a_non_str_id_in_a_built_envelope_is_an_invalid_envelope(field: str) -> 
     # the caller built, and must refuse it as invalid_envelope, not raise TypeError
     with pytest.raises(InvalidEnvelope, match=field):
         validate_addresses(_with("message", **{field: 12345678}))
+
+
+@pytest.mark.parametrize("kind", ["call", "result"])
+def test_nesting_is_bounded_whatever_the_recursion_limit(kind: str) -> None:
+    # the decoder's own bound is the recursion limit, which any module of the process may
+    # raise: the bound on free-form data must not depend on it
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        raw = _as_dict(SAMPLES[kind])
+        field = "args" if kind == "call" else "data"
+        deep = b"[" * (MAX_NESTING + 1) + b"]" * (MAX_NESTING + 1)
+        data = _encode({**raw, field: "@@"}).replace(b'"@@"', b'{"x":' + deep + b"}")
+        with pytest.raises(InvalidEnvelope, match=f"more than {MAX_NESTING} levels"):
+            decode_envelope(data)
+        ok = b"[" * (MAX_NESTING - 1) + b"]" * (MAX_NESTING - 1)
+        fine = _encode({**raw, field: "@@"}).replace(b'"@@"', b'{"x":' + ok + b"}")
+        assert type(decode_envelope(fine)) is type(SAMPLES[kind])
+    finally:
+        sys.setrecursionlimit(old)

@@ -1,0 +1,182 @@
+"""The NATS JetStream transport beside the file mailbox, in one worker process.
+
+Both subjects are durable the same way: the file mailbox with ``fsync`` on (each envelope and
+its directory synced before ``publish`` returns), JetStream with ``sync_interval: always``
+(the server fsyncs before it acknowledges). Both keep their files under the same temporary
+directory (one disk), and the publisher and the receiver are the same process for both, so the
+difference is the transport alone.
+
+- ``delivery``: one envelope at a time, 2-8 ms apart: ``publish`` called -> the receiver's
+  handler ran (the publish's own durable write and acknowledgement included).
+- ``durable_per_s``: envelopes one after another, each ``publish`` returning only once durable,
+  divided by the wall time until the receiver handled the last.
+- ``failover_s``: a 3-server cluster (R3 stream) on 127.0.0.1; the stream leader is killed with
+  SIGKILL while a publisher publishes; the time from the kill to the first publish accepted
+  after it. Nothing accepted may be lost or handed over twice (``lost``, ``duplicates``).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from actors.runtime.transport import PARENT_INBOX
+from bench_lib.common import latency_summary, new_ids, temp_dir
+from protocol.envelopes import AnyEnvelope, MessageEnvelope
+from protocol.errors import SessionUnavailable
+from protocol.ids import PARENT_ID, IdKind
+from protocol.settings import Settings
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.arrived: dict[str, int] = {}
+        self._cond = threading.Condition()
+
+    def __call__(self, envelope: AnyEnvelope) -> None:
+        now = time.perf_counter_ns()
+        with self._cond:
+            self.ids.append(envelope.message_id)
+            self.arrived[envelope.message_id] = now
+            self._cond.notify_all()
+
+    def wait_for(self, count: int, timeout: float = 120.0) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.ids) >= count, timeout):
+                raise TimeoutError(f"{len(self.ids)} of {count} envelopes arrived")
+
+
+def _envelopes(session_id: str, agent_id: str, capability: str, n: int) -> list[MessageEnvelope]:
+    from actors.runtime.ids import IdSource
+
+    ids = IdSource()
+    return [
+        MessageEnvelope(
+            message_id=ids.new(IdKind.MESSAGE),
+            session_id=session_id,
+            sender_id=agent_id,
+            target_id=PARENT_ID,
+            created_at=0.0,
+            capability=capability,
+            content=f"envelope {index}",
+        )
+        for index in range(n)
+    ]
+
+
+def _measure(transport: Any, session_id: str, agent: str, capability: str, params: dict[str, Any]):
+    sink = _Sink()
+    transport.subscribe(PARENT_INBOX, sink)
+    rng = random.Random(7)
+    latencies = []
+    for envelope in _envelopes(session_id, agent, capability, params["latency_n"]):
+        time.sleep(rng.uniform(0.002, 0.008))  # the pace of an idle session, not a wait
+        started = time.perf_counter_ns()
+        transport.publish(PARENT_INBOX, envelope)
+        sink.wait_for(len(latencies) + 1)
+        latencies.append(sink.arrived[envelope.message_id] - started)
+    batch = _envelopes(session_id, agent, capability, params["throughput_n"])
+    before = len(sink.ids)
+    started = time.perf_counter_ns()
+    for envelope in batch:
+        transport.publish(PARENT_INBOX, envelope)
+    sink.wait_for(before + len(batch))
+    elapsed = (time.perf_counter_ns() - started) / 1e9
+    return {
+        "delivery": latency_summary(latencies),
+        "durable_per_s": len(batch) / elapsed,
+        "duplicates": len(sink.ids) - len(set(sink.ids)),
+    }
+
+
+def _file(root: Path, params: dict[str, Any]) -> dict[str, Any]:
+    from actors.mailbox.mailbox import Mailbox
+
+    session_id, agent, _ = new_ids()
+    mailbox = Mailbox.create(root / "mailbox", session_id, Settings(fsync=True))
+    try:
+        mailbox.ensure_inbox(PARENT_INBOX)
+        return _measure(mailbox, session_id, agent, "", params)
+    finally:
+        mailbox.close()
+
+
+def _nats(root: Path, params: dict[str, Any]) -> dict[str, Any]:
+    from actors.nats.server import NatsServer
+    from actors.nats.transport import NatsTransport
+
+    server = NatsServer(store_dir=root / "nats").start()
+    try:
+        server.wait_ready()
+        session_id, agent, capability = new_ids()
+        transport = NatsTransport([server.url], session_id)
+        transport.admit(agent, session_id, capability)
+        try:
+            return _measure(transport, session_id, agent, capability, params)
+        finally:
+            transport.close()
+    finally:
+        server.kill()
+
+
+def _failover(root: Path, params: dict[str, Any]) -> dict[str, Any]:
+    from actors.nats.server import start_cluster
+    from actors.nats.transport import NatsTransport, stream_name
+
+    servers = start_cluster(root / "cluster")
+    try:
+        session_id, agent, capability = new_ids()
+        transport = NatsTransport(
+            [server.url for server in servers], session_id, replicas=3, request_timeout_s=1.0
+        )
+        transport.admit(agent, session_id, capability)
+        try:
+            sink = _Sink()
+            transport.subscribe(PARENT_INBOX, sink)
+            info = transport._thread.run(transport._js.stream_info(stream_name(session_id)), 30)
+            leader = next(server for server in servers if server.name == info.cluster.leader)
+            sent = _envelopes(session_id, agent, capability, params["failover_n"])
+            killed_at = back_at = 0.0
+            for index, envelope in enumerate(sent):
+                if index == len(sent) // 4:
+                    leader.kill()
+                    killed_at = time.perf_counter()
+                while True:  # not accepted: the sender tries again, with the same message id
+                    try:
+                        transport.publish(PARENT_INBOX, envelope)
+                        break
+                    except SessionUnavailable:
+                        continue
+                if killed_at and not back_at:
+                    back_at = time.perf_counter()
+            sink.wait_for(len(sent))
+            return {
+                "failover_s": back_at - killed_at,
+                "lost": len({e.message_id for e in sent} - set(sink.ids)),
+                "duplicates": len(sink.ids) - len(set(sink.ids)),
+            }
+        finally:
+            transport.close()
+    finally:
+        for server in servers:
+            server.kill()
+
+
+def nats_job(params: dict[str, Any]) -> dict[str, Any]:
+    try:
+        from actors.nats.server import nats_server_binary
+
+        nats_server_binary()
+    except Exception as exc:
+        return {"unavailable": str(exc)}
+    with temp_dir("shepherd-bench-nats-") as root:
+        order = [("file", _file), ("nats", _nats)]
+        if params.get("turn", 0) % 2:
+            order.reverse()
+        out: dict[str, Any] = {name: run(root / name, params) for name, run in order}
+        out["failover"] = _failover(root / "failover", params)
+        return out

@@ -1,0 +1,39 @@
+"""Fixtures for the NATS transport's tests: real ``nats-server`` processes, started from the
+binary the ``nats`` extra installs, on free loopback ports with temporary store dirs, always
+killed at the end."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actors.nats.server import NatsServer, start_cluster
+from protocol.ids import IdKind, make_id
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    server = NatsServer(store_dir=tmp_path / "nats").start()
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[list[NatsServer]]:
+    servers = start_cluster(tmp_path / "cluster")
+    try:
+        yield servers
+    finally:
+        for server in servers:
+            server.kill()
+
+
+@pytest.fixture
+def session_id() -> str:
+    return make_id(IdKind.SESSION, secrets.token_hex(8))
