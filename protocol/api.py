@@ -17,6 +17,7 @@ import msgspec
 from protocol.envelopes import MailboxWake
 from protocol.errors import InvalidArgument
 from protocol.limits import (
+    ApproveRules,
     BudgetCost,
     BudgetMinutes,
     BudgetTokens,
@@ -277,6 +278,9 @@ class SpawnArgs(Arguments[SpawnResult], frozen=True, kw_only=True, forbid_unknow
     repo: OptionText | None = None  # the repository (default: the session's working directory)
     branch: RefName | None = None  # default shepherd/<session>/<name>
     base: RefName | None = None  # the new branch's start (default the repository's HEAD)
+    #: Pi tool calls that need the parent's approval first, ``TOOL:GLOB`` (pi-rpc adapter;
+    #: see protocol.session.approvals)
+    approve: ApproveRules | None = None
 
 
 class DelegateArgs(

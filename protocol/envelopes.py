@@ -6,6 +6,7 @@ One envelope is one immutable JSON object tagged by ``kind``:
 kind           direction              meaning
 =============  =====================  ==========================================================
 ``message``    any → any (via parent)  asynchronous content; ``expects_reply`` opens a request
+                                       (``approval``: an approval request to the parent)
 ``reply``      any → any (via parent)  content answering request ``reply_to``
 ``task``       parent → agent          a delegated task (its description and context)
 ``task_done``  agent → parent          the explicit terminal signal for the agent's task
@@ -126,6 +127,9 @@ class MessageEnvelope(Envelope, frozen=True, kw_only=True, tag="message"):
     delivery: Delivery = "follow_up"
     reply_timeout_s: DeadlineSeconds | None = None
     sender_name: str | None = None
+    #: an approval request to the parent (``shepherd-child approve-request``): the sender's
+    #: call blocks until the parent approves or denies it (protocol.session.approvals)
+    approval: bool = False
 
 
 class ReplyEnvelope(Envelope, frozen=True, kw_only=True, tag="reply"):

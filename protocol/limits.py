@@ -33,6 +33,8 @@ from typing import Annotated, Final
 import msgspec
 
 __all__ = [
+    "MAX_APPROVE_RULES",
+    "MAX_APPROVE_RULE_CHARS",
     "MAX_BATCH",
     "MAX_BUDGET_COST",
     "MAX_BUDGET_TOKENS",
@@ -49,6 +51,8 @@ __all__ = [
     "WORKTREES_PAGE",
     "WORKTREE_FILES_LISTED",
     "WORKTREE_OVERLAP_AGENTS",
+    "ApproveRule",
+    "ApproveRules",
     "BudgetCost",
     "BudgetMinutes",
     "BudgetTokens",
@@ -166,3 +170,23 @@ WORKTREE_OVERLAP_AGENTS: Final = 10
 WORKTREES_PAGE: Final = 20
 #: a git ref name given by the user (``--branch``, ``--base``); git checks the rest
 RefName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]
+
+
+# ------------------------------------------------------------------ approvals
+# (``spawn --approve TOOL:GLOB``: Pi tool calls that need the parent's approval)
+
+#: rules one agent may have
+MAX_APPROVE_RULES: Final = 64
+#: one rule's length in characters (``bash:git push*``)
+MAX_APPROVE_RULE_CHARS: Final = 1000
+#: a tool name (Pi's or an extension's: letters, digits, ``_``, ``-``, ``.``), a colon, then a
+#: non-empty glob (``*`` any text, ``?`` one character)
+ApproveRule = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=3,
+        max_length=MAX_APPROVE_RULE_CHARS,
+        pattern=r"^[A-Za-z0-9_.-]{1,64}:[\s\S]*\S[\s\S]*$",
+    ),
+]
+ApproveRules = Annotated[tuple[ApproveRule, ...], msgspec.Meta(max_length=MAX_APPROVE_RULES)]

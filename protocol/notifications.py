@@ -7,8 +7,9 @@ Notice codes the broker sends: ``agent_exited`` (an agent's process exited witho
 closed: its status and reason, and its task, which failed), ``turn_ended_without_done`` (a
 turn ended while the agent's task stayed open with no question pending: once per turn, with
 the turn's exit status and the tail of its output), ``request_timed_out`` /
-``request_cancelled`` (a question the parent asked closed without a reply) and
-``not_delivered``.
+``request_cancelled`` (a question the parent asked closed without a reply),
+``not_delivered``, ``approval_requested`` (an agent asks the parent's approval: ``refs`` holds
+the request id) and ``approval_timed_out`` (one closed unanswered at its deadline, denied).
 """
 
 from __future__ import annotations

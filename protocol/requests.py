@@ -1,22 +1,27 @@
-"""The request state machine: a question sent with ``expects_reply``.
+"""The request state machine: a question sent with ``expects_reply``, or an approval request.
 
 Rules: a request starts ``pending`` and ends exactly once, ``replied``, ``cancelled`` (its
 sender's task settled, its target or sender closed) or ``timed_out`` (its reply deadline
 passed). A terminal request never moves again (:func:`resolve` returns ``changed=False``):
 a late reply to a request that closed unanswered is delivered as content, and a second reply
 to an answered one is refused by the broker.
+
+An approval request (``kind="approval"``) moves through the same machine: the parent's approve
+or deny is its ``replied``; ``cancelled`` and ``timed_out`` close it denied.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Final
+from typing import Final, Literal
 
 import msgspec
 
 from protocol.errors import InvalidTransition
 
-__all__ = ["REQUEST_TRANSITIONS", "RequestRecord", "RequestState", "resolve"]
+__all__ = ["REQUEST_TRANSITIONS", "RequestKind", "RequestRecord", "RequestState", "resolve"]
+
+RequestKind = Literal["question", "approval"]
 
 
 class RequestState(enum.StrEnum):
@@ -54,6 +59,16 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True):
     #: the start of the reply's text (at most REPLY_KEPT_CHARS): the task's history, for a
     #: task handed again after ``serve --recover``
     reply_text: str = ""
+    # approvals (a request to the parent that a blocked child call waits on): see
+    # protocol.session.approvals
+    #: "approval": the parent answers with approve or deny, never with a reply
+    kind: RequestKind = "question"
+    #: the one-shot inbox of the blocked call that waits for the decision
+    reply_inbox: str | None = None
+    #: an approval's outcome once closed: True only when the parent approved it
+    approved: bool | None = None
+    #: the parent's note or reason, or why it closed unanswered ("timeout", ...)
+    answer: str | None = None
 
     @property
     def pending(self) -> bool:

@@ -211,7 +211,7 @@ def _of(op: Op[Any]) -> ToolSpec:
     """The tool of one table entry."""
     assert op.tool is not None
     return _tool(
-        name=f"shepherd_{op.name}",
+        name=op.tool.name or f"shepherd_{op.name}",
         label=f"Shepherd {op.name}",
         role=op.role,
         op=op.name,
@@ -269,7 +269,7 @@ _PARENT: tuple[ToolSpec, ...] = (*(_of(op) for op in ops.PARENT if op.tool), *WA
 _CHILD: tuple[ToolSpec, ...] = tuple(_of(op) for op in ops.CHILD if op.tool)
 _BY_CONSTANT: dict[str, ToolSpec] = {
     **{s.op.upper(): s for s in _PARENT if s.name.startswith("shepherd_")},
-    **{f"CHILD_{s.op.upper()}": s for s in _CHILD},
+    **{f"CHILD_{s.op.upper().replace('-', '_')}": s for s in _CHILD},
 }
 
 

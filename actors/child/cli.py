@@ -1,4 +1,4 @@
-"""``shepherd-child``: the child side's command line. It has exactly four commands and never a
+"""``shepherd-child``: the child side's command line. It has exactly these commands and never a
 parent one:
 
     shepherd-child run
@@ -8,6 +8,9 @@ parent one:
     shepherd-child done --status completed|blocked|failed [--summary TEXT]
                         [--cancel-requests] [--json]
     shepherd-child usage --tokens N [--cost USD] [--json]
+    shepherd-child approve-request TEXT [--timeout S] [--json]
+        ask the parent's approval and block until it answers (exit 0 approved, 1 denied):
+        see ``actors.child.approval``
 
 ``message``, ``done`` and ``usage`` are what an agent runs from its shell, generated from the
 child's entries of the operation table (:mod:`protocol.ops.child`): their arguments are checked
@@ -41,6 +44,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from actors import tracing
+from actors.child.approval import ask
 from actors.child.env import ChildEnv, child_env_from, envelope_validator
 from actors.mailbox.mailbox import Mailbox
 from actors.mailbox.reply_inboxes import ReplyInbox
@@ -67,6 +71,7 @@ from protocol.errors import (
     error_from_info,
 )
 from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
+from protocol.ops.approvals import ChildApprovalArgs
 from protocol.ops.child import ChildDoneArgs, ChildMessageArgs, ChildUsageArgs
 
 __all__ = ["main", "send_and_wait"]
@@ -90,7 +95,9 @@ def _parser() -> _Parser:
     the same Structs as the child's tools ``shepherd_message`` / ``shepherd_done``."""
     parser = _Parser(
         prog="shepherd-child",
-        description="Child-side commands of a Shepherd agent (run, message, done, usage).",
+        description=(
+            "Child-side commands of a Shepherd agent (run, message, done, usage, approve-request)."
+        ),
     )
     names = ",".join(["run", *(op.name for op in ops.CHILD)])
     sub = parser.add_subparsers(dest="command", required=True, metavar=f"{{{names}}}")
@@ -288,6 +295,15 @@ def _send_command(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     op = next(op for op in ops.CHILD if op.name == args.command)
     checked = op.parsed(vars(args), lambda path: path)
     match checked:
+        case ChildApprovalArgs():
+            decision = ask(
+                child_env_from(environ, bridge=False),
+                checked,
+                ack_timeout_s=_timeout(environ),
+                publish=_publish_with_backoff,
+            )
+            print(json.dumps(decision) if args.json else op.view(decision))
+            return 0 if decision["approved"] else 1
         case ChildMessageArgs():
             build = _message_builder(checked)
         case ChildDoneArgs():

@@ -2,9 +2,17 @@
  * Shepherd child tools for the Pi coding agent (load with `pi -e shepherd_child.ts`; it imports
  * run_command.ts from beside it).
  *
- * Registers the two child-only tools, never a parent one:
- *   shepherd_message  send an asynchronous message (to a peer, the parent, or as a reply)
- *   shepherd_done     the explicit terminal signal for this agent's delegated task
+ * Registers the child-only tools, never a parent one:
+ *   shepherd_message           send an asynchronous message (to a peer, the parent, or as a reply)
+ *   shepherd_done              the explicit terminal signal for this agent's delegated task
+ *   shepherd_request_approval  ask the parent's approval, wait for its answer
+ * and gates tool calls on the parent's approval: the agent's options (SHEPHERD_AGENT_OPTIONS,
+ * set by the bridge) may hold `approve` rules, TOOL:GLOB (`spawn --approve 'bash:git push*'`).
+ * A tool call whose tool is TOOL and whose subject matches GLOB (the bash command, else the
+ * `path` argument, else the arguments as JSON; `*` any text, `?` one character; the subject
+ * trimmed) is held in Pi's `tool_call` hook while `shepherd-child approve-request` waits for
+ * the parent: approved, it runs; denied (or the request failed), it is blocked and the model
+ * gets the reason as the tool's result.
  *
  * Each execute() runs the child bridge's own command line, `shepherd-child` (path from
  * $SHEPHERD_CHILD_BIN, default "shepherd-child" on PATH), with --json, and returns its stdout
@@ -17,6 +25,7 @@
  * with "-" is never read as an option; `--opt=value` for the same reason):
  *   shepherd-child message --json [--expects-reply] [--reply-to=ID] [--thread=ID] [--steer] -- TARGET TEXT
  *   shepherd-child done --json --status=STATUS [--summary=TEXT]
+ *   shepherd-child approve-request --json [--timeout=S] -- TEXT
  */
 
 import { StringEnum } from "@mariozechner/pi-ai";
@@ -38,11 +47,100 @@ async function runChild(args: string[], signal: AbortSignal | undefined): Promis
 	throw runFailed(bin, args[0], r);
 }
 
+/** The longest text of an approval request the extension sends (it must fit one envelope). */
+const MAX_APPROVAL_TEXT = 8000;
+/** An approval waits as long as the parent lets it (setTimeout's longest delay). */
+const APPROVAL_WAIT_MS = 2_147_483_647;
+
+interface Decision {
+	approved: boolean;
+	answer: string;
+}
+
+/** Ask the parent (`shepherd-child approve-request`) and wait: exit 0 approved, 1 denied. */
+async function askApproval(
+	text: string,
+	timeoutS: number | undefined,
+	signal: AbortSignal | undefined,
+): Promise<Decision> {
+	const bin = process.env.SHEPHERD_CHILD_BIN || "shepherd-child";
+	const args = ["approve-request", "--json"];
+	if (timeoutS !== undefined) args.push(`--timeout=${timeoutS}`);
+	const cut = text.length > MAX_APPROVAL_TEXT ? `${text.slice(0, MAX_APPROVAL_TEXT)}… [cut]` : text;
+	args.push("--", cut);
+	const r = await runCommand(bin, args, { timeoutMs: APPROVAL_WAIT_MS, signal });
+	if ((r.code === 0 || r.code === 1) && !r.why) {
+		const decision = JSON.parse(r.stdout) as { approved?: boolean; answer?: string | null };
+		const approved = r.code === 0 && decision.approved === true;
+		return { approved, answer: decision.answer ?? (approved ? "approved" : "denied") };
+	}
+	throw runFailed(bin, args[0], r);
+}
+
+interface ApprovalRule {
+	tool: string;
+	pattern: RegExp;
+	source: string;
+}
+
+function globToRegExp(glob: string): RegExp {
+	let re = "";
+	for (const ch of glob) {
+		if (ch === "*") re += "[\\s\\S]*";
+		else if (ch === "?") re += "[\\s\\S]";
+		else re += ch.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+	}
+	return new RegExp(`^${re}$`);
+}
+
+/** The `approve` rules of this agent's options (the parent checked their bounds). */
+function approvalRules(): ApprovalRule[] {
+	let approve: unknown;
+	try {
+		approve = JSON.parse(process.env.SHEPHERD_AGENT_OPTIONS || "{}")?.approve;
+	} catch {
+		return [];
+	}
+	if (!Array.isArray(approve)) return [];
+	return approve
+		.filter((r): r is string => typeof r === "string" && r.indexOf(":") > 0)
+		.map((r) => {
+			const at = r.indexOf(":");
+			return { tool: r.slice(0, at), pattern: globToRegExp(r.slice(at + 1).trim()), source: r };
+		});
+}
+
+/** What a rule's glob is matched against: the bash command, else the path, else the JSON. */
+function subjectOf(input: unknown): string {
+	const args = (input ?? {}) as Record<string, unknown>;
+	if (typeof args.command === "string") return args.command.trim();
+	if (typeof args.path === "string") return args.path.trim();
+	return JSON.stringify(args);
+}
+
 function textResult(text: string, terminate = false) {
 	return { content: [{ type: "text" as const, text }], details: {}, terminate };
 }
 
 export default function shepherdChild(pi: ExtensionAPI) {
+	const rules = approvalRules();
+	if (rules.length > 0) {
+		pi.on("tool_call", async (event, ctx) => {
+			const subject = subjectOf(event.input);
+			const rule = rules.find((r) => r.tool === event.toolName && r.pattern.test(subject));
+			if (!rule) return undefined;
+			const text = `${event.toolName}: ${subject} (tool call held by the approval rule ${rule.source})`;
+			try {
+				const decision = await askApproval(text, undefined, ctx.signal);
+				if (decision.approved) return undefined;
+				return { block: true, reason: `Denied by the parent: ${decision.answer}` };
+			} catch (err) {
+				const why = err instanceof Error ? err.message : String(err);
+				return { block: true, reason: `Not run: the approval request failed: ${why}` };
+			}
+		});
+	}
+
 	pi.registerTool({
 		name: "shepherd_message",
 		label: "Shepherd message",
@@ -98,6 +196,32 @@ export default function shepherdChild(pi: ExtensionAPI) {
 			// other work still lets the model see those results. A rejected done throws above and
 			// never terminates: the model sees the error and can correct itself.
 			return textResult(receipt, true);
+		},
+	});
+
+	pi.registerTool({
+		name: "shepherd_request_approval",
+		label: "Shepherd request approval",
+		description:
+			"Ask the parent for permission before doing something that needs it (a destructive " +
+			"command, a push, a write outside your tree): say what and why. It blocks until the " +
+			"parent answers and tells you whether it was approved, with the parent's note or " +
+			"reason. Do not do the thing if it was denied.",
+		promptSnippet: "Ask the parent for approval and wait for its answer",
+		parameters: Type.Object({
+			message: Type.String({ minLength: 1, description: "What you want to do, and why" }),
+			timeout_s: Type.Optional(
+				Type.Number({
+					exclusiveMinimum: 0,
+					maximum: 604800,
+					description:
+						"Seconds to wait for the answer (at most 604800, 7 days); past it the request is denied with reason timeout",
+				}),
+			),
+		}),
+		async execute(_toolCallId, params, signal) {
+			const decision = await askApproval(params.message, params.timeout_s, signal);
+			return textResult(`${decision.approved ? "approved" : "denied"}: ${decision.answer}`);
 		},
 	});
 }

@@ -38,6 +38,7 @@ from protocol.errors import InvalidArgument
 from protocol.ids import IdKind
 from protocol.notifications import TaskCompletion
 from protocol.ops import Method, batch, parent
+from protocol.ops import approvals as approval_ops
 from protocol.ops import worktrees as worktree_ops
 from protocol.script import Script
 from protocol.session.restore import Restore
@@ -193,6 +194,9 @@ class Session:
     close = Method(parent.CLOSE)
     #: up to ``lines`` of the agent's newest output lines (older than line ``before``)
     read = Method(parent.READ)
+    #: answer an agent's approval request (its blocked call returns approved or denied)
+    approve = Method(approval_ops.APPROVE)
+    deny = Method(approval_ops.DENY)
 
     def spawn(
         self,

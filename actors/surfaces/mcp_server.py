@@ -26,6 +26,8 @@ How a tool call maps:
   cursor ``default`` (a session has one parent). The name the MCP client reports in
   ``initialize`` is not used: two copies of one program report the same name, and a parent
   that changes program (or version) would be handed every notification again.
+- An agent's approval request is also put to the user at once as an MCP elicitation when the
+  client supports them (:mod:`actors.surfaces.mcp_elicit`); else the notification path only.
 - Any :class:`~protocol.errors.ShepherdError` becomes an MCP tool error (``isError``) whose
   text and structured content are ``{"error": {"code", "message"}}`` — what ``--json`` prints.
 
@@ -70,6 +72,7 @@ from actors.records.mcp_cursor import DEFAULT_CLIENT, Batch, CursorStore, check_
 from actors.records.session_info import SessionInfo
 from actors.runtime.log import logger
 from actors.surfaces.client import Client, find_session, session_alive
+from actors.surfaces.mcp_elicit import ApprovalElicitor
 from protocol.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.tools import (
     NOTIFICATIONS,
@@ -136,6 +139,8 @@ class ShepherdMcp:
         self._notes_lock: anyio.Lock | None = None
         self._lock = threading.Lock()
         self._tools: dict[str, ToolSpec] = {spec.name: spec for spec in mcp_tools()}
+        #: approval requests put to the user as elicitations (a client that can answer them)
+        self.elicitor = ApprovalElicitor(self)
         self.server: Server[Any] = Server(
             "shepherd",
             version=_version(),
@@ -240,6 +245,7 @@ class ShepherdMcp:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        self.elicitor.offer(ctx.session)
         return types.ListToolsResult(
             tools=[
                 types.Tool(
@@ -255,6 +261,7 @@ class ShepherdMcp:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        self.elicitor.offer(ctx.session)
         return await self.call(params.name, params.arguments)
 
     async def call(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
@@ -276,10 +283,12 @@ class ShepherdMcp:
             return _error(ErrorInfo(code="internal_error", message=repr(exc)))
 
     async def run_stdio(self) -> None:
-        async with stdio_server() as (read_stream, write_stream):
+        async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tg:
+            tg.start_soon(self.elicitor.run)
             await self.server.run(
                 read_stream, write_stream, self.server.create_initialization_options()
             )
+            tg.cancel_scope.cancel()
 
 
 def serve_stdio(session_dir: str | None, client: str | None = None) -> int:

@@ -14,8 +14,10 @@ surface                     what it takes from the table
 ``Supervisor.call``         the name to the Args Struct (:data:`OPERATIONS`), checked
 ``Session.delegate`` ...    a method per operation (:class:`Method`), typed by the Struct
 tools, MCP                  ``shepherd_<name>`` for each entry with a ``tool`` (``protocol.tools``)
-``shepherd-child``          the child's ``message`` and ``done`` (:data:`CHILD`), the same
-                            Structs as its tools ``shepherd_message`` / ``shepherd_done``
+``shepherd-child``          the child's ``message``, ``done`` and ``approve-request``
+                            (:data:`CHILD`), the same Structs as its tools
+                            ``shepherd_message`` / ``shepherd_done`` /
+                            ``shepherd_request_approval``
 ==========================  =================================================================
 
 The entries are written in :mod:`protocol.ops.parent` (the batch operations in

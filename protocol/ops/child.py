@@ -143,3 +143,7 @@ USAGE = entry(
         ),
     },
 )
+
+
+# approvals (protocol/ops/approvals.py): listed here so it is one of the child's entries
+from protocol.ops.approvals import APPROVE_REQUEST  # noqa: E402, F401

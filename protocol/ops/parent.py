@@ -159,6 +159,18 @@ SPAWN = entry(
             metavar="REF",
             help="the new branch's start (--worktree)",
         ),
+        "approve": Param(
+            description=(
+                "Pi tool calls that wait for your approval before they run, each TOOL:GLOB "
+                "(pi-rpc adapter): 'bash:git push*' gates bash commands starting with git push; "
+                "the glob is matched against a bash command, else a path argument, else the "
+                "arguments as JSON (* any text, ? one character). At most 64 rules of 1000 "
+                "characters"
+            ),
+            cli="--approve",
+            metavar="TOOL:GLOB",
+            help="gate matching Pi tool calls on your approval (repeatable)",
+        ),
     },
     tool=Tool(
         description=(
@@ -431,3 +443,6 @@ RESULT = entry(
     view=lambda data: "no result yet" if data is None else views.settled("result")(data),
     params={"task_id": "The task id"},
 )
+
+# approvals (protocol/ops/approvals.py): listed here so they are the parent's entries
+from protocol.ops.approvals import APPROVE, DENY  # noqa: E402, F401

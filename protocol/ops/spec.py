@@ -60,6 +60,8 @@ class Tool(msgspec.Struct, frozen=True, kw_only=True):
 
     description: str
     prompt_snippet: str
+    #: the tool's name when it is not ``shepherd_<operation>`` (a name with a hyphen)
+    name: str | None = None
 
 
 class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
@@ -126,6 +128,8 @@ class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
                 spec["choices"] = param.choices or typing.get_args(kind)
             spec["default"] = None if field.required else field.default
             if param.cli.startswith("-"):
+                if kind is tuple:  # a repeatable option: one item per use
+                    spec = {**spec, "action": "append"}
                 found.append((param.cli, {**spec, "dest": name, "required": field.required}))
                 continue
             if kind is tuple:

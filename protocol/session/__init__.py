@@ -16,6 +16,8 @@ module          rules
                 wins; settlement; deadlines; a turn that ends without ``done``
 ``routing``     who may message whom; only the target replies; late and second replies
 ``requests``    opening and closing requests; wait-for cycles; reply deadlines
+``approvals``   approval requests to the parent: opening, approve/deny, tool-gating rules
+``decisions``   an approval's outcome when it closes, and the blocked call told of it
 ``stale``       one stale-wait notification per waiting episode
 ``budgets``     limits granted within the session's remainder; usage counted; one soft
                 warning per task and limit; the hard limit ends the task (budget_exceeded)

@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from protocol import api, api_batch
+from protocol.approvals import ApproveArgs, DenyArgs
 from protocol.errors import InvalidArgument
 from protocol.session import (
     agents,
+    approvals,
     batch,
     budgets,
     requests,
@@ -43,6 +45,7 @@ __all__ = ["call", "fire"]
 def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
     match args:
         case api.SpawnArgs():
+            approvals.check_spawn(args)
             return agents.spawn(s, args, cx)
         case api.DelegateArgs():
             return budgets.delegate(s, args, cx)
@@ -69,6 +72,8 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
             return [Answer(value=s.result_of(args.task_id))]
         case api.WorktreesArgs():
             return [Answer(value=worktrees.listing(s, args.cursor))]
+        case ApproveArgs() | DenyArgs():
+            return approvals.answer(s, args, cx)
         case _:
             raise InvalidArgument(f"unknown operation {type(args).__name__}")
 

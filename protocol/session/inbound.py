@@ -30,7 +30,7 @@ from protocol.errors import ErrorInfo, InvalidArgument, ShepherdError
 from protocol.ids import PARENT_ID
 from protocol.notifications import Notice
 from protocol.requests import RequestState
-from protocol.session import agents, outbox, requests, routing, tasks
+from protocol.session import agents, approvals, outbox, requests, routing, tasks
 from protocol.session.effects import Effect, Log, Notify
 from protocol.session.state import Ctx, SessionState
 from protocol.tasks import TaskEvent
@@ -47,6 +47,9 @@ def envelope(s: SessionState, env: AnyEnvelope, cx: Ctx) -> list[Effect]:
         match env:
             case RuntimeEnvelope():
                 return agents.runtime_event(s, row, env, cx)
+            case MessageEnvelope(approval=True):
+                request_id, effects = approvals.request(s, row, env, cx)
+                return effects + outbox.ack(s, cx, env, request_id=request_id)
             case MessageEnvelope() | ReplyEnvelope():
                 receipt, effects = routing.route(s, row.agent_id, env, cx)
                 return effects + outbox.ack(s, cx, env, request_id=receipt.request_id)

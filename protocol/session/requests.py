@@ -24,7 +24,7 @@ from __future__ import annotations
 from protocol.ids import PARENT_ID
 from protocol.notifications import Notice, WaitCycle
 from protocol.requests import RequestRecord, RequestState, resolve
-from protocol.session import outbox, stale
+from protocol.session import decisions, outbox, stale
 from protocol.session.effects import (
     AppendNote,
     CancelTimer,
@@ -126,14 +126,20 @@ def close(
     reply_id: str | None = None,
     why: str | None = None,
     reply_text: str = "",
+    approved: bool = False,
+    answer: str | None = None,
 ) -> list[Effect]:
-    """Close a request (rule 3); closing one already closed changes nothing."""
+    """Close a request (rule 3); closing one already closed changes nothing. An approval
+    records its outcome (``approved``, and ``answer``, else ``why``) and its caller is told
+    (:mod:`protocol.session.decisions`)."""
     record = s.requests.get(request_id)
     if record is None:
         return []
     closed, changed = resolve(record, state, cx.now, reply_id=reply_id, reply_text=reply_text)
     if not changed:
         return []
+    if closed.kind == "approval":
+        closed = decisions.decided(closed, approved, answer if answer is not None else why)
     s.requests.put(closed)
     effects: list[Effect] = [
         Journal(record=closed),
@@ -146,6 +152,8 @@ def close(
         after = close_request(task, request_id)
         if after is not task:
             effects += task_moved(s, task, after, cx)
+    if closed.kind == "approval":
+        return effects + decisions.tell(s, closed, cx)  # its call is told, not its inbox
     if notify_sender and state is not RequestState.REPLIED:
         text = (
             f"Your request {request_id} to {s.name_of(closed.target_id)} was "

@@ -137,6 +137,10 @@ def _reply(
             f"no request {env.reply_to} in this session (or it closed long ago: only the "
             f"last {s.settings.closed_requests_kept} closed requests are kept)"
         )
+    if request.kind == "approval" and sender_id == PARENT_ID:
+        raise InvalidArgument(
+            f"request {env.reply_to} is an approval request: answer it with approve or deny"
+        )
     if request.target_id != sender_id:
         raise ForbiddenSender(
             f"request {env.reply_to} was sent to {s.name_of(request.target_id)}; only it can reply"

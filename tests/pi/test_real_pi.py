@@ -148,10 +148,11 @@ def test_child_tools_run_shepherd_child_and_done_ends_the_run(
     assert done_schema["properties"]["status"]["enum"] == ["completed", "blocked", "failed"]
     system = requests[0]["messages"][0]["content"]
     assert "- shepherd_done:" in system  # the promptSnippet lists it among available tools
-    assert not any(
-        name.startswith("shepherd_") and name not in {"shepherd_message", "shepherd_done"}
-        for name in tools
-    )
+    child_tools = {"shepherd_message", "shepherd_done", "shepherd_request_approval"}
+    assert not any(name.startswith("shepherd_") and name not in child_tools for name in tools)
+    approval_schema = tools["shepherd_request_approval"]["parameters"]
+    assert approval_schema["required"] == ["message"]
+    assert set(approval_schema["properties"]) == {"message", "timeout_s"}
 
 
 def test_steer_while_a_tool_runs_lands_right_after_its_result(

@@ -10,7 +10,9 @@ import msgspec
 import pytest
 
 from protocol import api, api_batch, limits, tools
+from protocol.approvals import ApproveArgs, DenyArgs
 from protocol.errors import InvalidArgument
+from protocol.ops.approvals import ChildApprovalArgs
 from protocol.ops.child import ChildDoneArgs, ChildMessageArgs
 from protocol.tools import ToolSpec
 from protocol.watchdog import api as watchdog_api
@@ -29,6 +31,8 @@ PARENT_NAMES = (
     "shepherd_worktrees",
     "shepherd_delegate_many",
     "shepherd_spawn_many",
+    "shepherd_approve",
+    "shepherd_deny",
     "watchdog_list_targets",
     "watchdog_read_events",
     "watchdog_detect_stuck",
@@ -107,6 +111,8 @@ def test_parent_tools_are_one_per_parent_operation() -> None:
         "worktrees": api.WorktreesArgs,
         "spawn_many": api_batch.SpawnManyArgs,
         "delegate_many": api_batch.DelegateManyArgs,
+        "approve": ApproveArgs,
+        "deny": DenyArgs,
         **{name: t.args_type for name, t in watchdog_api.WATCHDOG_TOOLS.items()},
     }
     assert {s.op: s.args_type for s in specs} == by_op
@@ -114,9 +120,13 @@ def test_parent_tools_are_one_per_parent_operation() -> None:
 
 def test_a_child_gets_only_the_child_tools() -> None:
     specs = tools.child_tools()
-    assert [s.name for s in specs] == ["shepherd_message", "shepherd_done"]
+    assert [s.name for s in specs] == [
+        "shepherd_message",
+        "shepherd_done",
+        "shepherd_request_approval",
+    ]
     assert {s.role for s in specs} == {"child"}
-    assert [s.args_type for s in specs] == [ChildMessageArgs, ChildDoneArgs]
+    assert [s.args_type for s in specs] == [ChildMessageArgs, ChildDoneArgs, ChildApprovalArgs]
     assert all(spec not in tools.parent_tools() for spec in specs)
     for name in PARENT_NAMES:
         if name != "shepherd_message":
