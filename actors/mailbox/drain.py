@@ -55,7 +55,7 @@ from actors.mailbox.files import NAME_RE, describe, read_file, shown, sweep_aban
 from actors.mailbox.quarantine import QuarantineReason, quarantine_file
 from actors.runtime.crashpoints import crashpoint
 from actors.runtime.log import logger
-from actors.runtime.transport import BatchHandler, Refusals
+from actors.runtime.transport import BatchHandler, DeliveryFailed, Refusals
 from protocol.envelopes import AnyEnvelope, decode_envelope
 from protocol.errors import InvalidEnvelope, ShepherdError
 from protocol.settings import Settings
@@ -86,12 +86,6 @@ _DRAIN_BUDGET = 1024
 #: crash between the hand-off and the acknowledgement hands over again
 BATCH_MAX = 256
 _BY_NAME = attrgetter("name")
-
-
-class DeliveryFailed(ShepherdError):
-    """The receiving side failed on a valid envelope (its handler or validator raised)."""
-
-    code = "delivery_failed"
 
 
 class _Rejected(Exception):

@@ -41,6 +41,7 @@ __all__ = [
     "PARENT_INBOX",
     "BatchHandler",
     "BatchTransport",
+    "DeliveryFailed",
     "GatedTransport",
     "Handler",
     "InMemoryTransport",
@@ -57,6 +58,12 @@ Handler = Callable[[AnyEnvelope], object]
 #: this reason, and its proven sender told); None or empty: every one was handled
 Refusals = Mapping[str, ShepherdError]
 BatchHandler = Callable[[Sequence[AnyEnvelope]], Refusals | None]
+
+
+class DeliveryFailed(ShepherdError):
+    """The receiving side failed on a valid envelope (its handler or validator raised)."""
+
+    code = "delivery_failed"
 
 
 class Subscription(Protocol):

@@ -32,6 +32,7 @@ __all__ = [
     "DisarmDeadline",
     "Hand",
     "Inbound",
+    "InboundBatch",
     "NoteLine",
     "ParentCall",
     "ProcessExited",
@@ -55,6 +56,13 @@ class Inbound(_Msg, frozen=True, kw_only=True):
     """An envelope that arrived in the parent's inbox."""
 
     envelope: AnyEnvelope
+
+
+class InboundBatch(_Msg, frozen=True, kw_only=True):
+    """Envelopes that arrived in the parent's inbox together, in order; the answer is which of
+    them failed (message id -> error), or None."""
+
+    envelopes: tuple[AnyEnvelope, ...]
 
 
 class ParentCall(_Msg, frozen=True, kw_only=True):
