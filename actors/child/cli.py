@@ -46,6 +46,7 @@ import msgspec
 from actors import tracing
 from actors.child.approval import ask
 from actors.child.env import ChildEnv, child_env_from, envelope_validator
+from actors.mailbox.backoff import Backoff
 from actors.mailbox.mailbox import Mailbox
 from actors.mailbox.reply_inboxes import ReplyInbox
 from actors.runtime.clock import Clock, SystemClock
@@ -77,8 +78,6 @@ from protocol.ops.child import ChildDoneArgs, ChildMessageArgs, ChildUsageArgs
 __all__ = ["main", "send_and_wait"]
 
 DEFAULT_TIMEOUT_S = 30.0
-#: first and longest pause before publishing into a full parent inbox again
-BACKOFF_S = (0.01, 1.0)
 ENV_TIMEOUT = "SHEPHERD_CHILD_TIMEOUT_S"
 
 
@@ -187,9 +186,10 @@ def send_and_wait(
 def _publish_with_backoff(
     mailbox: Mailbox, envelope: AnyEnvelope, clock: Clock, deadline: float
 ) -> None:
-    """Publish to the parent; while its inbox is full, try again (10 ms doubling to 1 s) until
-    ``deadline``, then let the last :class:`InboxFull` out."""
-    delay = BACKOFF_S[0]
+    """Publish to the parent; while its inbox is full, try again on the producers' schedule
+    (:mod:`actors.mailbox.backoff`) until ``deadline``, then let the last :class:`InboxFull`
+    out."""
+    backoff = Backoff()
     pause = threading.Event()  # never set: a bounded pause between attempts
     told = False
     while True:
@@ -203,8 +203,7 @@ def _publish_with_backoff(
             if not told:
                 told = True
                 print("shepherd-child: the parent inbox is full; retrying", file=sys.stderr)
-            pause.wait(min(delay, left))
-            delay = min(delay * 2, BACKOFF_S[1])
+            pause.wait(min(backoff.next(), left))
 
 
 # ---------------------------------------------------------------------- commands

@@ -3,8 +3,8 @@
 Rules:
 - Every envelope goes to the ``parent`` inbox, in the order it was published.
 - When the parent inbox is full (:class:`~protocol.errors.InboxFull`) the envelope and
-  everything published after it wait in a backlog, retried on the bridge's loop with backoff
-  (doubling from the first to the longest wait of :data:`BACKLOG_RETRY_S`, back to zero once
+  everything published after it wait in a backlog, retried on the bridge's loop on the
+  producers' schedule (:mod:`actors.mailbox.backoff`: doubling, jittered, started over once
   one gets through): a ``done`` or a message is never dropped for that.
 - The backlog holds at most :data:`BACKLOG_LIMIT` envelopes; beyond it a new one is dropped,
   with an ERROR in the log.
@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from actors.mailbox.backoff import Backoff
 from actors.mailbox.mailbox import Mailbox
 from actors.runtime.clock import Clock
 from actors.runtime.transport import PARENT_INBOX
@@ -29,12 +30,10 @@ from protocol.errors import InboxFull, ShepherdError
 if TYPE_CHECKING:
     from loguru import Logger
 
-__all__ = ["BACKLOG_LIMIT", "BACKLOG_RETRY_S", "ParentOutbox"]
+__all__ = ["BACKLOG_LIMIT", "ParentOutbox"]
 
 #: envelopes that may wait for room in a full parent inbox before new ones are dropped
 BACKLOG_LIMIT = 10_000
-#: first and longest wait before trying a full parent inbox again (doubling in between)
-BACKLOG_RETRY_S = (0.01, 1.0)
 
 
 class ParentOutbox:
@@ -53,7 +52,7 @@ class ParentOutbox:
         self._post = post
         self._log = log
         self._backlog: deque[AnyEnvelope] = deque()  # waiting for room in the parent inbox
-        self._retry_s = 0.0
+        self._backoff = Backoff()
         self._retry_pending = False
 
     def publish(self, envelope: AnyEnvelope) -> None:
@@ -79,10 +78,9 @@ class ParentOutbox:
             try:
                 self._mailbox.publish(PARENT_INBOX, envelope)
             except InboxFull:
-                self._retry_s = min(max(self._retry_s * 2, BACKLOG_RETRY_S[0]), BACKLOG_RETRY_S[1])
                 if not self._retry_pending:
                     self._retry_pending = True
-                    self._clock.call_later(self._retry_s, lambda: self._post(self._flush))
+                    self._clock.call_later(self._backoff.next(), lambda: self._post(self._flush))
                 return
             except ShepherdError as exc:
                 self._log.warning(
@@ -92,7 +90,7 @@ class ParentOutbox:
                     exc.code,
                 )
             self._backlog.popleft()
-            self._retry_s = 0.0
+            self._backoff.reset()
 
     def close(self) -> None:
         """A last try at what waits (the loop that retried it is gone), then say what is lost."""

@@ -10,50 +10,58 @@ Rules:
   whose id a forger claimed). Nothing is dropped silently; one bad file never blocks the files
   behind it.
 - A non-regular entry (symlink, FIFO, directory, device) is quarantined without being opened.
-- The reason file is written before the rename into ``quarantine/``: a crash in between leaves
-  the file in ``new/`` to be judged again, never a quarantined file without its reason.
+- The reason file is written before the rename into ``quarantine/``
+  (:mod:`actors.mailbox.quarantine`).
 - A capability never leaves this layer: the handler and ``on_reject`` get the envelope
   without it.
 
+- **One hand-off per batch.** The envelopes accepted in one pass over ``new/`` (at most the
+  inbox's ``batch_max``: :data:`BATCH_MAX` for a :data:`BatchHandler`, 1 for a per-envelope
+  :data:`~actors.runtime.transport.Handler`) are handed over together, in name order, and only
+  *then* acknowledged: moved to ``cur/`` and remembered in the duplicate window. A crash before
+  the hand-off returns loses nothing (the files are still in ``new/``); a crash after it and
+  before the acknowledgement hands them over again after the restart, and the receiving side's
+  own record (for the parent: the journal, whose rules keep the first ``done`` and the first
+  reply) drops the repeat. The envelopes the handler refuses (its answer) are quarantined with
+  its reason, each told to ``on_reject`` as authenticated; the others of the batch are
+  acknowledged. A handler that raises refuses its whole batch.
+- Authentication and de-duplication happen here, before the batch is built: a handler never
+  sees a forged or repeated envelope, and never the same message id twice in one batch (a
+  repeat inside one pass closes the batch first, so it is judged against the window).
+
 Theory of operation: per file, in name order: ``lstat`` (non-regular → quarantine) → name
 grammar → open/fstat/read bounded → strict decode → the name's message id must match the
-envelope's → session check (always) → the injected validator → duplicate check → handler (the
-capability stripped) → rename into ``cur/`` → prune ``cur/``. Handlers run on the receiver thread
-and must be quick (they ``tell`` an actor). Duplicates are remembered per (inbox, message id) in
-a bounded FIFO window, seeded from the names in ``cur/`` so a restart does not re-deliver them.
-A file that can be neither delivered nor moved is *stuck*: skipped until it leaves ``new/``.
+envelope's → session check (always) → the injected validator → duplicate check → into the
+batch (the capability stripped). When the batch is full, or the listing is done: handler →
+per envelope, rename into ``cur/`` (or quarantine, if refused) → prune ``cur/``. Handlers run
+on the receiver thread and must be quick (they ``tell`` an actor, or ``ask`` one for a whole
+batch). Duplicates are remembered per (inbox, message id) in a bounded FIFO window, seeded from
+the names in ``cur/`` so a restart does not re-deliver them. A file that can be neither
+delivered nor moved is *stuck*: skipped until it leaves ``new/``.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Literal
 
 import msgspec
 
-from actors.mailbox.files import (
-    FILE_MODE,
-    NAME_RE,
-    WRITE_FLAGS,
-    describe,
-    read_file,
-    shown,
-    sweep_abandoned,
-    write_all,
-)
+from actors.mailbox.files import NAME_RE, describe, read_file, shown, sweep_abandoned
+from actors.mailbox.quarantine import QuarantineReason, quarantine_file
+from actors.runtime.crashpoints import crashpoint
 from actors.runtime.log import logger
-from actors.runtime.transport import Handler
+from actors.runtime.transport import BatchHandler, DeliveryFailed, Refusals
 from protocol.envelopes import AnyEnvelope, decode_envelope
 from protocol.errors import InvalidEnvelope, ShepherdError
 from protocol.settings import Settings
 
 __all__ = [
+    "BATCH_MAX",
     "DeliveryFailed",
     "Drainer",
     "QuarantineReason",
@@ -69,30 +77,15 @@ Validator = Callable[[str, AnyEnvelope], None]
 #: ``sender_id`` is proven, not merely claimed): only then may the sender be told about it.
 RejectCallback = Callable[[str, AnyEnvelope | None, ShepherdError, bool], None]
 
-_MAX_REASON_CHARS = 2000
 #: how often a subscribed inbox's tmp/ is swept of abandoned files
 _SWEEP_EVERY_S = 60.0
 #: files handled in one turn of one inbox before the receiver looks at the others
 _DRAIN_BUDGET = 1024
+#: the most envelopes handed over at once to a :data:`BatchHandler`: it bounds what one
+#: hand-off holds in memory (at most this many envelopes of ``max_envelope_bytes``) and what a
+#: crash between the hand-off and the acknowledgement hands over again
+BATCH_MAX = 256
 _BY_NAME = attrgetter("name")
-
-
-class DeliveryFailed(ShepherdError):
-    """The receiving side failed on a valid envelope (its handler or validator raised)."""
-
-    code = "delivery_failed"
-
-
-class QuarantineReason(msgspec.Struct, frozen=True, kw_only=True):
-    """``quarantine/<name>.reason``: why ``<name>`` was not delivered."""
-
-    code: str
-    message: str
-    inbox: str
-    file: str
-    quarantined_at: float
-    message_id: str | None = None
-    sender_id: str | None = None
 
 
 class _Rejected(Exception):
@@ -104,6 +97,33 @@ class _Rejected(Exception):
         self.envelope = envelope
 
 
+_NONE_REFUSED: Mapping[str, ShepherdError] = {}
+
+
+class _Batch:
+    """The envelopes accepted in one pass and not handed over yet, with their file names."""
+
+    __slots__ = ("envelopes", "ids", "names")
+
+    def __init__(self) -> None:
+        self.envelopes: list[AnyEnvelope] = []
+        self.names: list[str] = []
+        self.ids: set[str] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.envelopes)
+
+    def add(self, name: str, envelope: AnyEnvelope) -> None:
+        self.envelopes.append(envelope)
+        self.names.append(name)
+        self.ids.add(envelope.message_id)
+
+    def take(self) -> tuple[Sequence[AnyEnvelope], list[str]]:
+        taken = self.envelopes, self.names
+        self.envelopes, self.names, self.ids = [], [], set()
+        return taken
+
+
 @dataclass(slots=True, eq=False)
 class SubscribedInbox:
     """Receiver-side state of one subscribed inbox."""
@@ -111,8 +131,9 @@ class SubscribedInbox:
     name: str
     new_dir: str
     cur_dir: str
-    handler: Handler
+    handler: BatchHandler
     token: object
+    batch_max: int = 1  # envelopes per hand-off (1: a per-envelope handler, as it always was)
     active: bool = True
     seeded: bool = False
     broken: bool = False
@@ -158,12 +179,14 @@ class Drainer:
 
     def drain(self, box: SubscribedInbox) -> bool:
         """Handle the files in ``box``'s ``new/`` in name order, listing again until it is
-        empty (True) or :data:`_DRAIN_BUDGET` files were handled (False: the receiver gives the
-        other inboxes a turn and comes straight back)."""
+        empty (True) or :data:`_DRAIN_BUDGET` files were judged (False: the receiver gives the
+        other inboxes a turn and comes straight back). What is accepted is handed over in
+        batches of at most ``box.batch_max`` (the module rules)."""
         if not box.seeded:
             self._seed(box)
         self._sweep_tmp(box)
         budget = _DRAIN_BUDGET
+        batch = _Batch()
         while True:
             try:
                 with os.scandir(box.new_dir) as scan:
@@ -180,18 +203,21 @@ class Drainer:
                 box.stuck.intersection_update(entry.name for entry in entries)
                 entries = [entry for entry in entries if entry.name not in box.stuck]
             if not entries:
+                self._flush(box, batch)
                 return True
             for entry in entries:
                 if self._stopping() or not box.active:
-                    return True
+                    return True  # what the batch holds stays in new/ for the next pass
                 if budget == 0:
+                    self._flush(box, batch)
                     return False
                 budget -= 1
                 try:
-                    self._handle_file(box, entry)
+                    self._judge(box, entry, batch)
                 except Exception:
                     logger.bind(inbox=box.name).exception("mailbox: failed on {!r}", entry.name)
                     box.stuck.add(entry.name)
+            self._flush(box, batch)  # before listing again: a listed file is never in a batch
 
     def _seed(self, box: SubscribedInbox) -> None:
         """Remember what ``cur/`` already holds: its ids (duplicates across a restart) and its
@@ -223,7 +249,9 @@ class Drainer:
                 size,
             )
 
-    def _handle_file(self, box: SubscribedInbox, entry: os.DirEntry[str]) -> None:
+    def _judge(self, box: SubscribedInbox, entry: os.DirEntry[str], batch: _Batch) -> None:
+        """Quarantine, acknowledge as a duplicate, or add ``entry``'s envelope to ``batch``
+        (handing the batch over when it is full)."""
         name = entry.name
         try:
             envelope = self._accept(box, entry)
@@ -242,8 +270,9 @@ class Drainer:
             inbox=inbox,
             message_id=message_id,
         )
-        key = (inbox, message_id)
-        if key in self._seen:
+        if message_id in batch.ids:
+            self._flush(box, batch)  # judge the repeat against the window, once it is known
+        if (inbox, message_id) in self._seen:
             self.duplicates += 1
             logger.debug(
                 "mailbox: duplicate {} acknowledged without delivery",
@@ -255,17 +284,41 @@ class Drainer:
             return
         if envelope.capability:
             envelope = msgspec.structs.replace(envelope, capability="")  # never leaves this layer
+        batch.add(name, envelope)
+        if len(batch.envelopes) >= box.batch_max:
+            self._flush(box, batch)
+
+    def _flush(self, box: SubscribedInbox, batch: _Batch) -> None:
+        """Hand ``batch`` over, then acknowledge each envelope (or quarantine it, if refused);
+        ``batch`` is empty afterwards."""
+        if not batch:
+            return
+        envelopes, names = batch.take()
+        refused: Refusals
         try:
-            box.handler(envelope)
+            refused = box.handler(envelopes) or _NONE_REFUSED
         except Exception as exc:
             failed = DeliveryFailed(f"handler raised {exc!r}")
-            self._reject(box, name, envelope, failed, authenticated=True)
-            return
-        self._remember(inbox, message_id)
-        self.delivered += 1
-        logger.debug("mailbox: delivered {}", name, inbox=inbox, message_id=message_id)
-        if self._acknowledge(box, name):
-            logger.debug("mailbox: acknowledged {}", name, inbox=inbox, message_id=message_id)
+            refused = {envelope.message_id: failed for envelope in envelopes}
+        crashpoint("mailbox.before_ack")  # handled, not yet acknowledged: handed over again
+        inbox = box.name
+        for envelope, name in zip(envelopes, names, strict=True):
+            message_id = envelope.message_id
+            try:
+                error = refused.get(message_id)
+                if error is not None:
+                    self._reject(box, name, envelope, error, authenticated=True)
+                    continue
+                self._remember(inbox, message_id)
+                self.delivered += 1
+                logger.debug("mailbox: delivered {}", name, inbox=inbox, message_id=message_id)
+                if self._acknowledge(box, name):
+                    logger.debug(
+                        "mailbox: acknowledged {}", name, inbox=inbox, message_id=message_id
+                    )
+            except Exception:
+                logger.bind(inbox=inbox).exception("mailbox: failed on {!r}", name)
+                box.stuck.add(name)
 
     def _accept(self, box: SubscribedInbox, entry: os.DirEntry[str]) -> AnyEnvelope | None:
         """Open, decode and validate one file; raise :class:`_Rejected` to quarantine it,
@@ -343,7 +396,11 @@ class Drainer:
         the envelope had passed the validator)."""
         if envelope is not None and envelope.capability:
             envelope = msgspec.structs.replace(envelope, capability="")
-        outcome = self._quarantine_file(box, name, envelope, error)
+        outcome = quarantine_file(
+            self._quarantine, box.new_dir, box.name, name, envelope, error, self._now_ns()
+        )
+        if outcome == "stuck":
+            box.stuck.add(name)
         if outcome == "gone":
             return
         if outcome == "moved":
@@ -356,46 +413,3 @@ class Drainer:
                 self._on_reject(box.name, envelope, error, authenticated)
             except Exception:
                 logger.bind(inbox=box.name).exception("mailbox: on_reject failed")
-
-    def _quarantine_file(
-        self, box: SubscribedInbox, name: str, envelope: AnyEnvelope | None, error: ShepherdError
-    ) -> Literal["moved", "stuck", "gone"]:
-        """Reason file first (exclusive create), then the rename: a crash in between leaves the
-        file in new/ to be judged again, never a quarantined file without its reason."""
-        now_ns = self._now_ns()
-        base = name if NAME_RE.fullmatch(name) else f"{now_ns:020d}.invalid-name"
-        reason = QuarantineReason(
-            code=error.code,
-            message=error.message[:_MAX_REASON_CHARS],
-            inbox=box.name,
-            file=name if base == name else shown(name),
-            quarantined_at=now_ns / 1e9,
-            message_id=envelope.message_id if envelope else None,
-            sender_id=envelope.sender_id if envelope else None,
-        )
-        data = msgspec.json.encode(reason)
-        for attempt in range(1000):
-            target = os.path.join(self._quarantine, base if attempt == 0 else f"{base}.{attempt}")
-            if os.path.lexists(target):
-                continue
-            try:
-                fd = os.open(f"{target}.reason", WRITE_FLAGS, FILE_MODE)
-            except FileExistsError:
-                continue
-            try:
-                write_all(fd, data)
-            finally:
-                os.close(fd)
-            try:
-                os.rename(os.path.join(box.new_dir, name), target)
-            except OSError as exc:
-                os.unlink(f"{target}.reason")
-                if isinstance(exc, FileNotFoundError):
-                    return "gone"
-                logger.bind(inbox=box.name).error(
-                    "mailbox: cannot quarantine {} ({}); left in new/", shown(name), exc
-                )
-                box.stuck.add(name)
-                return "stuck"
-            return "moved"
-        raise OSError(errno.EEXIST, "no free quarantine name", base)

@@ -49,7 +49,6 @@ __all__ = [
     "check_inbox_dirs",
     "check_parent",
     "check_private",
-    "count_entries",
     "default_runtime_dir",
     "describe",
     "envelope_file_name",
@@ -187,7 +186,12 @@ def check_parent(path: Path) -> None:
         raise InvalidArgument(f"{path} is writable by other users and not sticky")
 
 
-def check_inbox_dirs(inbox: str, box_dir: str, new_dir: str) -> None:
+def check_inbox_dirs(
+    inbox: str, box_dir: str, new_dir: str
+) -> tuple[os.stat_result, os.stat_result]:
+    """The ``lstat`` of ``box_dir`` and ``new_dir``, both real directories, or
+    ``invalid_handle``."""
+    found = []
     for directory in (box_dir, new_dir):
         try:
             st = os.lstat(directory)
@@ -196,16 +200,8 @@ def check_inbox_dirs(inbox: str, box_dir: str, new_dir: str) -> None:
         if not stat.S_ISDIR(st.st_mode):  # never write through a symlink planted for an inbox
             kind = describe(st.st_mode)
             raise InvalidHandle(f"inbox {inbox!r} is a {kind}; refusing to write to it")
-
-
-def count_entries(new_dir: str, limit: int) -> int:
-    count = 0
-    with os.scandir(new_dir) as scan:
-        for _ in scan:
-            count += 1
-            if count >= limit:
-                break
-    return count
+        found.append(st)
+    return found[0], found[1]
 
 
 # ---------------------------------------------------------------------- files

@@ -19,8 +19,9 @@ Rules (nothing a publish accepted is lost; a wake-up is only a hint):
   dropped silently; one bad file never blocks the files behind it.
 - A non-regular entry (symlink, FIFO, directory, device) is quarantined without being opened;
   regular files are opened ``O_NOFOLLOW | O_NONBLOCK`` and re-checked with ``fstat``.
-- Bounded: envelope size, unread files per inbox (checked at publish; approximate under
-  concurrent publishers), ``cur/`` retention, the duplicate window.
+- Bounded: envelope size, unread files per inbox (checked at publish, :mod:`actors.mailbox.depth`:
+  exact on tmpfs, else within ``RESYNC_EVERY`` per concurrent publisher), ``cur/`` retention,
+  the duplicate window.
 
 Theory of operation: one :class:`~actors.mailbox.watch.Receiver` thread per :class:`Mailbox`
 (one per process) serves every inbox the process subscribed to: it decides *when* an inbox is
@@ -47,14 +48,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from actors.mailbox.bell import BellRinger, default_waker, make_bell, remove_bell
-from actors.mailbox.drain import DeliveryFailed, QuarantineReason, RejectCallback, Validator
+from actors.mailbox.depth import InboxDepth
+from actors.mailbox.drain import (
+    BATCH_MAX,
+    DeliveryFailed,
+    QuarantineReason,
+    RejectCallback,
+    Validator,
+)
 from actors.mailbox.files import (
     FILE_MODE,
     WRITE_FLAGS,
     check_inbox_dirs,
     check_parent,
     check_private,
-    count_entries,
     default_runtime_dir,
     envelope_file_name,
     fsync_dir,
@@ -66,11 +73,10 @@ from actors.mailbox.files import (
 from actors.mailbox.subscriptions import Subscriptions
 from actors.mailbox.wakers import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS, ModeCallback, WakerFactory
 from actors.runtime.log import logger
-from actors.runtime.transport import Handler, Subscription
+from actors.runtime.transport import BatchHandler, Handler, Subscription
 from protocol.envelopes import AnyEnvelope, encode_envelope, validate_addresses
 from protocol.errors import (
     ForbiddenSender,
-    InboxFull,
     InvalidArgument,
     InvalidEnvelope,
     InvalidHandle,
@@ -91,8 +97,6 @@ __all__ = [
 ]
 
 
-#: a count of an under-half-full new/ is reused for this many of our own publishes
-_RECOUNT_EVERY = 32
 #: the prefix of a client's inbox name (a message id): one answer, then removed
 _ONE_SHOT = "shepherd-message-"
 
@@ -148,7 +152,7 @@ class Mailbox:
         self._ringer = BellRinger()
         self._lock = threading.Lock()
         self._closed = False
-        self._depth: dict[str, list[int]] = {}  # inbox -> [files counted in new/, published since]
+        self._depth = InboxDepth()  # how full each inbox we publish into is
         self._published = 0
 
     # ------------------------------------------------------------------ construction
@@ -286,6 +290,7 @@ class Mailbox:
         for sub in ("tmp", "new", "cur"):
             os.rmdir(path / sub)
         self._ringer.forget(str(path))
+        self._depth.forget(owner)
         remove_bell(path)
         os.rmdir(path)
 
@@ -320,7 +325,8 @@ class Mailbox:
             )
         box = self._inbox_prefix + inbox
         new_dir = box + "/new"
-        self._check_depth(inbox, box, new_dir)
+        box_st, new_st = check_inbox_dirs(inbox, box, new_dir)
+        self._depth.check(inbox, box, box_st, new_dir, new_st, self._settings.max_queue_depth)
         name = envelope_file_name(envelope.message_id, self._now_ns())
         tmp_path = f"{box}/tmp/{name}"
         try:
@@ -343,9 +349,9 @@ class Mailbox:
             raise write_error(inbox, exc) from exc
         # a client's one-shot inbox gets one answer: its bell is not worth a cached descriptor
         self._ringer.ring(box, keep=not inbox.startswith(_ONE_SHOT))
+        self._depth.published(inbox)
         with self._lock:
             self._published += 1
-            self._depth[inbox][1] += 1
         # keyword arguments land in the record's ``extra`` as ``bind`` would put them
         logger.debug(
             "mailbox: published {} ({} bytes)",
@@ -355,38 +361,23 @@ class Mailbox:
             message_id=envelope.message_id,
         )
 
-    def _check_depth(self, inbox: str, box_dir: str, new_dir: str) -> None:
-        """Refuse a publish into an inbox whose ``new/`` already holds ``max_queue_depth`` files.
-
-        Counting ``new/`` costs ~0.2 ms per 1,000 files, so it is not done on every publish: a
-        count stays good for :data:`_RECOUNT_EVERY` of our own publishes while it shows the
-        inbox under half full. At half full and above every publish re-counts. So the limit can
-        be overshot by at most ``_RECOUNT_EVERY`` per concurrent publisher, never more.
-        """
-        check_inbox_dirs(inbox, box_dir, new_dir)
-        limit = self._settings.max_queue_depth
-        with self._lock:
-            cached = self._depth.get(inbox)
-            stale = (
-                cached is None or cached[1] >= _RECOUNT_EVERY or cached[0] + cached[1] >= limit // 2
-            )
-        if stale:
-            counted = count_entries(new_dir, limit)
-            with self._lock:
-                cached = self._depth[inbox] = [counted, 0]
-        assert cached is not None
-        if cached[0] + cached[1] >= limit:
-            raise InboxFull(
-                f"inbox {inbox!r} already holds {cached[0] + cached[1]} unread envelopes "
-                f"(limit {limit})"
-            )
-
     # ------------------------------------------------------------------ subscribe / close
 
     def subscribe(self, inbox: str, handler: Handler) -> Subscription:
-        """Deliver ``inbox``'s envelopes to ``handler`` on this mailbox's receiver thread,
-        starting with whatever is already in ``new/``. Subscribing again replaces the handler."""
+        """Deliver ``inbox``'s envelopes to ``handler`` on this mailbox's receiver thread, one
+        call each, starting with whatever is already in ``new/``. Subscribing again replaces the
+        handler."""
         return self._subscriptions.subscribe(inbox, handler)
+
+    def subscribe_batch(
+        self, inbox: str, handler: BatchHandler, *, batch_max: int = BATCH_MAX
+    ) -> Subscription:
+        """Like :meth:`subscribe`, but ``handler`` gets what one receiving pass accepted, up to
+        ``batch_max`` envelopes a call, and answers which it refused; the batch is acknowledged
+        once the call returned (:mod:`actors.mailbox.drain`)."""
+        if not 1 <= batch_max <= BATCH_MAX:
+            raise InvalidArgument(f"batch_max must be 1..{BATCH_MAX}, not {batch_max!r}")
+        return self._subscriptions.subscribe_batch(inbox, handler, batch_max=batch_max)
 
     def wait_drained(self, timeout_s: float) -> bool:
         """Block until every file that was in a subscribed ``new/`` when called has been

@@ -20,18 +20,43 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from actors.mailbox.drain import Drainer, RejectCallback, SubscribedInbox, Validator
+from actors.mailbox.drain import (
+    BATCH_MAX,
+    DeliveryFailed,
+    Drainer,
+    RejectCallback,
+    SubscribedInbox,
+    Validator,
+)
 from actors.mailbox.files import describe, inbox_name
 from actors.mailbox.wakers import ModeCallback, WakerFactory
 from actors.mailbox.watch import Receiver
-from actors.runtime.transport import Handler, Subscription
+from actors.runtime.transport import BatchHandler, Handler, Refusals, Subscription
+from protocol.envelopes import AnyEnvelope
 from protocol.errors import InvalidHandle
 from protocol.settings import Settings
 
 __all__ = ["Subscriptions"]
+
+
+def _one_at_a_time(handler: Handler) -> BatchHandler:
+    """``handler`` as a batch handler (its batches hold one envelope): what it raises refuses
+    that envelope alone, as :class:`~actors.mailbox.drain.DeliveryFailed`."""
+
+    def handle(envelopes: Sequence[AnyEnvelope]) -> Refusals | None:
+        refused: dict[str, DeliveryFailed] | None = None
+        for envelope in envelopes:
+            try:
+                handler(envelope)
+            except Exception as exc:
+                refused = refused or {}
+                refused[envelope.message_id] = DeliveryFailed(f"handler raised {exc!r}")
+        return refused
+
+    return handle
 
 
 class _InboxSubscription:
@@ -92,8 +117,16 @@ class Subscriptions:
         return self._receiver.mode_of(inbox)
 
     def subscribe(self, inbox: str, handler: Handler) -> Subscription:
-        """Deliver ``inbox``'s envelopes to ``handler`` on the receiver thread, starting with
-        whatever is already in ``new/``. Subscribing again replaces the handler."""
+        """Deliver ``inbox``'s envelopes to ``handler`` on the receiver thread, one at a time
+        (each acknowledged once its call returned), starting with whatever is already in
+        ``new/``. Subscribing again replaces the handler."""
+        return self.subscribe_batch(inbox, _one_at_a_time(handler), batch_max=1)
+
+    def subscribe_batch(
+        self, inbox: str, handler: BatchHandler, *, batch_max: int = BATCH_MAX
+    ) -> Subscription:
+        """Deliver ``inbox``'s envelopes to ``handler`` on the receiver thread, up to
+        ``batch_max`` per call (each batch acknowledged once its call returned)."""
         inbox_name(inbox)
         box_dir = os.path.join(self._inbox_root, inbox)
         for directory in (box_dir, os.path.join(box_dir, "new"), os.path.join(box_dir, "cur")):
@@ -116,11 +149,13 @@ class Subscriptions:
                     cur_dir=os.path.join(box_dir, "cur"),
                     handler=handler,
                     token=token,
+                    batch_max=batch_max,
                 )
                 self._inboxes[inbox] = box
             else:
                 box.handler = handler
                 box.token = token
+                box.batch_max = batch_max
             self._receiver.watch(inbox, box.new_dir)
         return _InboxSubscription(self, inbox, token)
 

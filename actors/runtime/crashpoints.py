@@ -6,7 +6,9 @@ normal case) the check is one comparison against a value read once at import.
 
 Points: ``settle.before_journal``, ``settle.after_journal``, ``notify.before_write``,
 ``notify.after_write``, ``done.before_handle``, ``done.after_handle`` (a ``task_done``
-envelope read from the parent inbox, before / after the broker handled it), and two torn
+envelope read from the parent inbox, before / after the broker handled it),
+``mailbox.before_ack`` (any process's mailbox receiver: a batch handed over and handled, none of
+its files acknowledged yet), and two torn
 writes: ``settle.torn_journal`` (half of a settlement's journal line written) and
 ``notify.torn_write`` (half of a notification's line written), each then killed.
 """
@@ -25,6 +27,7 @@ POINTS = (
     "notify.after_write",
     "done.before_handle",
     "done.after_handle",
+    "mailbox.before_ack",
     "settle.torn_journal",
     "notify.torn_write",
 )

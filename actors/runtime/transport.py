@@ -6,8 +6,12 @@ mailbox, one day a socket) decides how bytes move. Inbox names are ``parent``, a
 or a client inbox for CLI answers.
 
 A handler is called once per accepted envelope, in the order the transport received them
-from one sender. ``publish`` either accepts the envelope (it will be delivered or quarantined
-with a reason, never silently lost) or raises a :class:`~protocol.errors.ShepherdError`.
+from one sender. A transport that can hand over several at once (:class:`BatchTransport`: the
+filesystem mailbox) takes a :data:`BatchHandler` too: it gets the envelopes one receiving pass
+accepted, in order, and answers which of them it refused (:data:`Refusals`); the transport
+acknowledges the batch only after the handler returned. ``publish`` either accepts the envelope
+(it will be delivered or quarantined with a reason, never silently lost) or raises a
+:class:`~protocol.errors.ShepherdError`.
 
 **Authentication and de-duplication are the transport's, and only the transport's.** What it
 hands to the parent's inbox handler comes from a sender that proved its id (its capability
@@ -23,21 +27,25 @@ from __future__ import annotations
 import hmac
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 import msgspec
 
 from actors.runtime.log import logger
 from protocol.envelopes import AnyEnvelope, Envelope
-from protocol.errors import ForbiddenSender, InvalidHandle
+from protocol.errors import ForbiddenSender, InvalidHandle, ShepherdError
 from protocol.settings import Settings
 
 __all__ = [
     "PARENT_INBOX",
+    "BatchHandler",
+    "BatchTransport",
+    "DeliveryFailed",
     "GatedTransport",
     "Handler",
     "InMemoryTransport",
+    "Refusals",
     "SenderGate",
     "Subscription",
     "Transport",
@@ -46,6 +54,16 @@ __all__ = [
 PARENT_INBOX = "parent"
 
 Handler = Callable[[AnyEnvelope], object]
+#: message id -> why the handler refused that envelope of its batch (it is quarantined with
+#: this reason, and its proven sender told); None or empty: every one was handled
+Refusals = Mapping[str, ShepherdError]
+BatchHandler = Callable[[Sequence[AnyEnvelope]], Refusals | None]
+
+
+class DeliveryFailed(ShepherdError):
+    """The receiving side failed on a valid envelope (its handler or validator raised)."""
+
+    code = "delivery_failed"
 
 
 class Subscription(Protocol):
@@ -61,6 +79,14 @@ class Transport(Protocol):
 
     def close(self) -> None:
         """Stop delivering; later publishes raise."""
+
+
+@runtime_checkable
+class BatchTransport(Transport, Protocol):
+    """A transport that can hand an inbox's envelopes over in batches (the module rules)."""
+
+    def subscribe_batch(self, inbox: str, handler: BatchHandler) -> Subscription:
+        """Deliver ``inbox``'s envelopes to ``handler``, several at a time."""
 
 
 class GatedTransport(Transport, Protocol):

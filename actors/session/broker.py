@@ -48,7 +48,7 @@ from actors.runtime.clock import TimerHandle
 from actors.runtime.crashpoints import crashpoint
 from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor, tell_quietly
-from actors.runtime.transport import PARENT_INBOX, Transport
+from actors.runtime.transport import PARENT_INBOX, DeliveryFailed, Refusals, Transport
 from actors.session import messages
 from actors.session.agent import AgentActor, AgentSpec, Launcher
 from actors.session.sinks import GuardedSink
@@ -57,6 +57,7 @@ from actors.session.watcher import Courier, Handed
 from actors.session.windows import Windows, WindowsDue
 from actors.session.worktrees import GitWorker
 from protocol import api, api_batch
+from protocol.envelopes import AnyEnvelope
 from protocol.errors import ShepherdError
 from protocol.notifications import AnyNotification, TaskCompletion
 from protocol.session import agents, calls, inbound, status, watchers, worktree_events, worktrees
@@ -169,6 +170,8 @@ class BrokerActor(ShepherdActor):
                 return self._call(args)
             case messages.Inbound(envelope=env):
                 return self._run(inbound.envelope(state, env, self._ctx()))
+            case messages.InboundBatch(envelopes=envelopes):
+                return self._inbound_batch(envelopes)
             case messages.AgentExited():
                 exit_code, why, early = message.exit_code, message.reason, message.before_ready
                 effects = agents.exited(
@@ -198,6 +201,19 @@ class BrokerActor(ShepherdActor):
                 return self._run(effects, caller=GuardedSink(sink))
             case _:
                 return super().on_receive(message)
+
+    def _inbound_batch(self, envelopes: tuple[AnyEnvelope, ...]) -> Refusals | None:
+        """Each envelope through the same rule as ``Inbound``, in order. One that fails is
+        refused alone (the transport quarantines it and tells its sender); the others stay
+        handled, so the transport acknowledges them."""
+        refused: dict[str, ShepherdError] = {}
+        for env in envelopes:
+            try:
+                self._run(inbound.envelope(self.state, env, self._ctx()))
+            except Exception as exc:
+                self._log.exception("the session failed on envelope {}", env.message_id)
+                refused[env.message_id] = DeliveryFailed(f"the session failed on it: {exc!r}")
+        return refused or None
 
     def _call(self, args: Any) -> Any:
         if isinstance(args, api.StatusArgs):

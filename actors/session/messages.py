@@ -25,6 +25,7 @@ __all__ = [
     "Deliver",
     "DeliveryFailed",
     "Inbound",
+    "InboundBatch",
     "ParentCall",
     "ProcessExited",
     "ReadOutput",
@@ -53,6 +54,13 @@ class WorktreeOf(_Msg, frozen=True, kw_only=True):
     """The session's edge asks where an agent's worktree is (``None``: none, or removed)."""
 
     agent_id: str
+
+
+class InboundBatch(_Msg, frozen=True, kw_only=True):
+    """Envelopes that arrived in the parent's inbox together, in order; the answer is which of
+    them failed (message id -> error), or None."""
+
+    envelopes: tuple[AnyEnvelope, ...]
 
 
 class ParentCall(_Msg, frozen=True, kw_only=True):

@@ -13,7 +13,7 @@ nothing of the simulation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,17 +24,31 @@ from actors.records.journal import Journal, MemoryJournal
 from actors.records.notes import MemoryTaskNotes, TaskNotes
 from actors.runtime.crashpoints import crashpoint
 from actors.runtime.runtime import Runtime, tell_quietly
-from actors.runtime.transport import PARENT_INBOX, Transport
+from actors.runtime.transport import (
+    PARENT_INBOX,
+    BatchTransport,
+    DeliveryFailed,
+    Refusals,
+    Subscription,
+    Transport,
+)
 from actors.session import worktrees as wt
 from actors.session.agent import Launcher
 from actors.session.broker import BrokerActor
 from actors.session.git import GIT_TIMEOUT_S
-from actors.session.messages import Inbound, ParentCall, WatchdogCall, WatchWith, WorktreeOf
+from actors.session.messages import (
+    Inbound,
+    InboundBatch,
+    ParentCall,
+    WatchdogCall,
+    WatchWith,
+    WorktreeOf,
+)
 from actors.session.sinks import CollectingSink, GuardedSink, Sink
 from actors.session.worktrees import GitWorker
 from protocol import api, api_batch
 from protocol.envelopes import AnyEnvelope, CallEnvelope, TaskDoneEnvelope
-from protocol.errors import InvalidArgument
+from protocol.errors import InvalidArgument, ShepherdError
 from protocol.ids import IdKind
 from protocol.notifications import TaskCompletion
 from protocol.ops import Method, batch, parent
@@ -106,7 +120,13 @@ class Session:
         #: has handled it, so acknowledging the file can never lose it (crash in between)
         self._sync_inbound = sync_inbound
         self._on_call = on_call
-        self._subscription = transport.subscribe(PARENT_INBOX, self._parent_inbox)
+        self._subscription: Subscription
+        if sync_inbound and isinstance(transport, BatchTransport):
+            # one ask per receiving pass, not per envelope: the batch is acknowledged once the
+            # broker has handled every envelope of it
+            self._subscription = transport.subscribe_batch(PARENT_INBOX, self._parent_batch)
+        else:
+            self._subscription = transport.subscribe(PARENT_INBOX, self._parent_inbox)
         self._closed = False
 
     def _watchdog_factory(self, broker: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
@@ -139,6 +159,31 @@ class Session:
                 crashpoint("done.after_handle")
         else:
             tell_quietly(self.broker, Inbound(envelope=env))
+
+    def _parent_batch(self, envelopes: Sequence[AnyEnvelope]) -> Refusals | None:
+        """Runs on the transport's thread: calls go to ``on_call``, the rest to the broker in
+        one ask, which returns once each was handled (a done decided and journaled)."""
+        refused: dict[str, ShepherdError] = {}
+        inbound: list[AnyEnvelope] = []
+        for env in envelopes:
+            if not isinstance(env, CallEnvelope):
+                inbound.append(env)
+            elif self._on_call is not None:
+                try:
+                    self._on_call(env)
+                except Exception as exc:  # refuses this call alone
+                    refused[env.message_id] = DeliveryFailed(f"handler raised {exc!r}")
+        if inbound:
+            done = any(isinstance(env, TaskDoneEnvelope) for env in inbound)
+            if done:
+                crashpoint("done.before_handle")
+            failed = self.broker.ask(InboundBatch(envelopes=tuple(inbound)), timeout=ASK_TIMEOUT_S)
+            if done:
+                crashpoint("done.after_handle")
+            if failed:
+                assert isinstance(failed, dict)  # the broker's answer: message id -> error
+                refused.update(failed)
+        return refused or None
 
     # ------------------------------------------------------------------ construction
 

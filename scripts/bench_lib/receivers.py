@@ -1,9 +1,11 @@
 """The ways of noticing a new envelope, over the same mailbox layout and file format.
 
-- :class:`ShepherdReceiver`: Shepherd's own path — ``Mailbox.subscribe`` (its receiver thread
-  and watcher, strict decode, validation, duplicate check, acknowledgement into ``cur/``), the
-  handler ``tell``-ing a :class:`~actors.runtime.runtime.ShepherdActor` on a ``ThreadedRuntime``;
-  the actor calls ``on_envelope``. Three wakers (:func:`mailbox_options`): ``shepherd`` is the
+- :class:`ShepherdReceiver`: Shepherd's own path, as the session parent takes it —
+  ``Mailbox.subscribe_batch`` (its receiver thread and watcher, strict decode, validation,
+  duplicate check, acknowledgement into ``cur/`` once a batch was handled), the handler
+  ``ask``-ing a :class:`~actors.runtime.runtime.ShepherdActor` on a ``ThreadedRuntime`` with each
+  batch and waiting for it to be handled (as the parent waits for its broker); the actor calls
+  ``on_envelope`` for each envelope. Three wakers (:func:`mailbox_options`): ``shepherd`` is the
   parent's default (one inotify instance and the inbox's doorbell), ``shepherd_bell`` the
   doorbell alone (what every bridge and CLI call uses), ``shepherd_inotify`` inotify alone (the
   previous default of every process, one inotify instance each).
@@ -227,14 +229,15 @@ class InotifyReceiver:
 
 
 class _Forward(ShepherdActor):
-    """The parent-side actor the mailbox handler tells; it hands each envelope on."""
+    """The parent-side actor the mailbox handler asks; it hands each envelope of a batch on."""
 
     def __init__(self, on_envelope: OnEnvelope) -> None:
         super().__init__()
         self._on_envelope = on_envelope
 
     def on_receive(self, message: Any) -> Any:
-        self._on_envelope(message)
+        for envelope in message:
+            self._on_envelope(envelope)
         return None
 
 
@@ -247,9 +250,13 @@ class ShepherdReceiver:
         self._subscriptions: list[Any] = []
 
     def start(self) -> None:
-        tell = self._actor.tell
+        ask = self._actor.ask
+
+        def hand_over(envelopes: Sequence[AnyEnvelope]) -> None:
+            ask(tuple(envelopes), timeout=30)  # acknowledged once handled, as in the parent
+
         for inbox in self._inboxes:
-            self._subscriptions.append(self._mailbox.subscribe(inbox, tell))
+            self._subscriptions.append(self._mailbox.subscribe_batch(inbox, hand_over))
         # Answered by a full pass made after the watch exists (actors/mailbox/watch.py); a
         # second request covers a rebuild caused by the last subscriptions.
         for _ in range(2):
