@@ -83,12 +83,17 @@ class Sizes:
 
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
-             1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000, 200, 3, 100000,
+             1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000, 1000, 2, 100000,
              20, 150)  # fmt: skip
 QUICK = Sizes(3, 30, 200, True, 2500, ((1, 2), (100, 30), (1000, 300)),
-              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 40, 2, 20000, 10, 150)  # fmt: skip
+              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 200, 2, 20000, 10, 150)  # fmt: skip
 SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
               20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1, 500, 2, 3)  # fmt: skip
+
+
+#: children of the baseline session of ``children`` (the same figures for a small session)
+BASE_CHILDREN = 10
+TEN_CHILDREN = "ten_children"
 
 
 class WorkerError(RuntimeError):
@@ -373,13 +378,20 @@ def bench_requests(sizes: Sizes, results: Results) -> None:
 
 
 def bench_children(sizes: Sizes, results: Results) -> None:
-    """Round trips to the first and the last quarter of many real children, on whatever kernel
-    limits this machine has (``bench_lib/children.py``)."""
+    """Round trips to the first, middle and last third of many real children, beside the same
+    figures for 10 children in the same run, on whatever kernel limits this machine has
+    (``bench_lib/children.py``)."""
     keys = [k for k in FIGURES if k.startswith("children.")]
     for key in keys:
-        results.params(key, n=sizes.children, rounds_per_child=sizes.children_rounds)
+        results.params(
+            key, n=sizes.children, rounds_per_child=sizes.children_rounds, baseline_n=BASE_CHILDREN
+        )
     for _ in range(sizes.runs):
-        params = {"children": sizes.children, "rounds": sizes.children_rounds}
+        params = {
+            "base": BASE_CHILDREN,
+            "children": sizes.children,
+            "rounds": sizes.children_rounds,
+        }
         (got,) = run_jobs([("children", params)], parallel=False)
         if isinstance(got, Exception):
             _failed(results, "children", keys, SHEPHERD, got)
@@ -389,13 +401,23 @@ def bench_children(sizes: Sizes, results: Results) -> None:
                 results.missing(key, SHEPHERD, f"unavailable: {got['unavailable']}")
             continue
         results.keep_raw("children", got)
-        if got["failed"]:
-            results.error("children", f"{got['failed']} round trips did not complete")
-        for part, summary in (("first_quarter", got["first"]), ("last_quarter", got["last"])):
+        many, base = got["many"], got["base"]
+        for label, one in (("n", many), ("base", base)):
+            if one["failed"]:
+                results.error("children", f"{label}: {one['failed']} round trips did not complete")
+        for part in ("first", "middle", "last"):
             for q in ("p50", "p99"):
-                results.add(f"children.{part}.{q}_ms", SHEPHERD, summary[f"{q}_ms"])
-        results.add("children.inotify_instances", SHEPHERD, got["inotify_instances"])
-        results.add("children.polled_agents", SHEPHERD, got["agent_wake"].get("polling", 0))
+                key = f"children.{part}.{q}_ms"
+                results.add(key, SHEPHERD, many[part][f"{q}_ms"])
+                results.add(key, TEN_CHILDREN, base["all"][f"{q}_ms"])
+        for figure in ("start_s", "bridge_private_mb", "bridge_threads", "parent_fds"):
+            results.add(f"children.{figure}", SHEPHERD, many[figure])
+            results.add(f"children.{figure}", TEN_CHILDREN, base[figure])
+        results.add("children.parent_threads", SHEPHERD, many["parent_threads"])
+        results.add("children.parent_threads", TEN_CHILDREN, base["parent_threads"])
+        results.add("children.inotify_instances", SHEPHERD, many["inotify_instances"])
+        polled = many["agent_wake"].get("polling", 0) + many["agent_wake"].get("unreported", 0)
+        results.add("children.polled_agents", SHEPHERD, polled)
 
 
 # ---------------------------------------------------------------------- 9. actor runtime

@@ -56,9 +56,19 @@ FIGURES = {
     "requests.round_trip_ms": {"previous_design"},
     "requests.held": {"previous_design"},
     **{
-        f"children.{part}.{q}_ms": set()
-        for part in ("first_quarter", "last_quarter")
+        f"children.{part}.{q}_ms": {"ten_children"}
+        for part in ("first", "middle", "last")
         for q in ("p50", "p99")
+    },
+    **{
+        f"children.{figure}": {"ten_children"}
+        for figure in (
+            "start_s",
+            "bridge_private_mb",
+            "bridge_threads",
+            "parent_fds",
+            "parent_threads",
+        )
     },
     "children.inotify_instances": set(),
     "children.polled_agents": set(),
