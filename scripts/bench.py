@@ -36,6 +36,7 @@ from typing import Any
 from bench_lib.bridge import demo_wall_time
 from bench_lib.common import (
     child_env,
+    compile_bytecode,
     git_version,
     machine_facts,
     memory_base_dir,
@@ -43,6 +44,7 @@ from bench_lib.common import (
     versions,
 )
 from bench_lib.delivery import THROUGHPUT_VARIANTS
+from bench_lib.readme import readme_rows
 from bench_lib.receivers import VARIANTS
 from bench_lib.report import (
     BENCHMARKS,
@@ -548,9 +550,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.cpu_count()} cores); figures will be noisy",
             file=sys.stderr,
         )
+    compiled = compile_bytecode()
     results = Results()
+    loads: dict[str, tuple[float, float, float]] = {}
     for name in names:
         print(f"[bench] {name} ({mode}, {sizes.runs} runs)...", file=sys.stderr, flush=True)
+        loads[name] = os.getloadavg()  # the README's rows say how busy the machine was
         mark = time.perf_counter()
         try:
             RUNNERS[name](sizes, results)
@@ -581,10 +586,19 @@ def main(argv: list[str] | None = None) -> int:
             "git_at_end": git_after,
         },
         "versions": versions(),
+        "load_at_start_of": loads,
+        "bytecode_compiled_first": compiled,
     }
     document = results.document(header, _keys_of(names))
+    document["readme_rows"] = readme_rows(document)
     Path(args.out).write_text(json.dumps(document, indent=2) + "\n")
     print(table(document))
+    print(
+        f"\nREADME rows (medians of {sizes.runs} runs; load average at start "
+        f"{' / '.join(f'{x:.1f}' for x in load_before)}, at end "
+        f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())}, {os.cpu_count()} cores):\n"
+    )
+    print("\n".join(document["readme_rows"]))
     print(f"\n{mode} run, {sizes.runs} runs per figure, {header['duration_s']} s; JSON: {args.out}")
     if results.errors:
         print("\nerrors:\n  " + "\n  ".join(results.errors), file=sys.stderr)

@@ -20,6 +20,8 @@ BENCH = ROOT / "scripts" / "bench.py"
 #: Shepherd's receiver woken by the doorbell alone, and by inotify alone
 WAKERS = {"shepherd_bell", "shepherd_inotify"}
 RECEIVERS = {"poll_500ms", "watchfiles_defaults", "raw_inotify", *WAKERS}
+#: rows of the README's performance table (scripts/bench_lib/readme.py ROWS)
+README_ROWS = 17
 #: every figure issue 7 asks for, next to its baselines
 FIGURES = {
     "delivery.idle.p50_ms": RECEIVERS,
@@ -125,3 +127,10 @@ def test_a_smoke_run_exits_0_and_writes_every_figure(tmp_path: Path) -> None:
     # the table was printed, one line per figure
     for key in FIGURES:
         assert key in done.stdout, key
+    # and the README's rows, one per row of its table, each saying the load at the time
+    rows = document["readme_rows"]
+    assert rows[:2] == ["| figure | Shepherd | baselines (same run) |", "|---|---|---|"]
+    assert len(rows) == 2 + README_ROWS
+    assert all(", load " in row and row.count(" | ") == 2 for row in rows[2:]), rows
+    assert "\n".join(rows) in done.stdout
+    assert set(document["load_at_start_of"]) == set(document["benchmarks"])
