@@ -121,10 +121,16 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    sys.setrecursionlimit(10_000)
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
+    # a deep import chain recurses deeply; the limit is put back so that a process that runs
+    # the report (the layout test, inside pytest) keeps its own
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous, 10_000))
+    try:
+        for node in sorted(graph):
+            if node not in index:
+                visit(node)
+    finally:
+        sys.setrecursionlimit(previous)
     return sorted(found)
 
 
