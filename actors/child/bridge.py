@@ -370,7 +370,13 @@ def configure_logging(level: str | None = None) -> None:
     """Log lines to stderr (the parent points it at the agent's log file), through the plain
     logger: loguru's import would cost every agent's bridge about 4 MB and a quarter of its
     start-up (:mod:`actors.runtime.plain_log`)."""
-    use_plain(PlainLogger(level or os.environ.get("SHEPHERD_LOG_LEVEL") or "INFO"))
+    wanted = level or os.environ.get("SHEPHERD_LOG_LEVEL") or "INFO"
+    try:
+        plain = PlainLogger(wanted)
+    except ValueError as exc:  # a bad level in the user's environment must not stop every agent
+        plain = PlainLogger("INFO")
+        plain.warning("{}; logging at INFO", exc)
+    use_plain(plain)
 
 
 def run_bridge(environ: Mapping[str, str] | None = None) -> int:

@@ -108,3 +108,17 @@ def test_records_reach_the_plain_logger_through_the_projects_logger() -> None:
     assert done.returncode == 0, done.stderr
     got = [m.group(1, 2, 3) for m in map(LINE.match, done.stdout.splitlines()) if m]
     assert got == [("INFO", "early", "kept 1"), ("WARNING", "-", "direct")]
+
+
+@pytest.mark.processes
+def test_an_unknown_log_level_is_told_and_the_bridge_runs_at_info(parent: FakeParent) -> None:
+    script = parent.write_script([{"await": "task"}, {"done": {"status": "completed"}}])
+    bridge = parent.start_bridge("scripted", {"script": script}, SHEPHERD_LOG_LEVEL="LOUD")
+    parent.wait_event("ready")
+    lines = [m.group(1, 3) for m in map(LINE.match, bridge.log().splitlines()) if m]
+    assert lines[0] == (
+        "WARNING",
+        "unknown log level 'LOUD'; one of TRACE, DEBUG, INFO, "
+        "SUCCESS, WARNING, ERROR, CRITICAL; logging at INFO",
+    )
+    assert any(text.startswith("ready: pid") for _, text in lines)
