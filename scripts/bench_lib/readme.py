@@ -90,6 +90,8 @@ ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
 def _num(value: float) -> str:
     if value == 0:
         return "0"
+    if float(value).is_integer() and abs(value) < 10000:  # counts: threads, descriptors
+        return f"{int(value):,}"
     if abs(value) >= 10000:
         return f"{value / 1000:.1f}k"
     if abs(value) >= 100:
