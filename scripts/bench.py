@@ -36,6 +36,7 @@ from typing import Any
 from bench_lib.bridge import demo_wall_time
 from bench_lib.common import (
     child_env,
+    compile_bytecode,
     git_version,
     machine_facts,
     memory_base_dir,
@@ -43,6 +44,7 @@ from bench_lib.common import (
     versions,
 )
 from bench_lib.delivery import THROUGHPUT_VARIANTS
+from bench_lib.readme import readme_rows
 from bench_lib.receivers import VARIANTS
 from bench_lib.report import (
     BENCHMARKS,
@@ -87,16 +89,21 @@ class Sizes:
 
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
-             1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000, 200, 3, 100000,
-             20, 150, 10000)  # fmt: skip
+             1000, 10000, 1000, 10000, 30.0, 100, 3, 10000, 1000, 1000, 2, 100000,
+             20, 150, create_n=10000)  # fmt: skip
 QUICK = Sizes(3, 30, 200, True, 2500, ((1, 2), (100, 30), (1000, 300)),
-              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 40, 2, 20000, 10, 150,
-              1000)  # fmt: skip
+              1000, 1000, 1000, 1000, 5.0, 100, 1, 2500, 1000, 200, 2, 20000, 10, 150,
+              create_n=1000)  # fmt: skip
 SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
-              20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1, 500, 2, 3, 50)  # fmt: skip
+              20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1, 500, 2, 3, create_n=50)  # fmt: skip
 
 
 QUICK, SMOKE = replace(QUICK, nats_n=200), replace(SMOKE, nats_n=20)
+
+
+#: children of the baseline session of ``children`` (the same figures for a small session)
+BASE_CHILDREN = 10
+TEN_CHILDREN = "ten_children"
 
 
 class WorkerError(RuntimeError):
@@ -404,13 +411,20 @@ def bench_requests(sizes: Sizes, results: Results) -> None:
 
 
 def bench_children(sizes: Sizes, results: Results) -> None:
-    """Round trips to the first and the last quarter of many real children, on whatever kernel
-    limits this machine has (``bench_lib/children.py``)."""
+    """Round trips to the first, middle and last third of many real children, beside the same
+    figures for 10 children in the same run, on whatever kernel limits this machine has
+    (``bench_lib/children.py``)."""
     keys = [k for k in FIGURES if k.startswith("children.")]
     for key in keys:
-        results.params(key, n=sizes.children, rounds_per_child=sizes.children_rounds)
+        results.params(
+            key, n=sizes.children, rounds_per_child=sizes.children_rounds, baseline_n=BASE_CHILDREN
+        )
     for _ in range(sizes.runs):
-        params = {"children": sizes.children, "rounds": sizes.children_rounds}
+        params = {
+            "base": BASE_CHILDREN,
+            "children": sizes.children,
+            "rounds": sizes.children_rounds,
+        }
         (got,) = run_jobs([("children", params)], parallel=False)
         if isinstance(got, Exception):
             _failed(results, "children", keys, SHEPHERD, got)
@@ -420,13 +434,23 @@ def bench_children(sizes: Sizes, results: Results) -> None:
                 results.missing(key, SHEPHERD, f"unavailable: {got['unavailable']}")
             continue
         results.keep_raw("children", got)
-        if got["failed"]:
-            results.error("children", f"{got['failed']} round trips did not complete")
-        for part, summary in (("first_quarter", got["first"]), ("last_quarter", got["last"])):
+        many, base = got["many"], got["base"]
+        for label, one in (("n", many), ("base", base)):
+            if one["failed"]:
+                results.error("children", f"{label}: {one['failed']} round trips did not complete")
+        for part in ("first", "middle", "last"):
             for q in ("p50", "p99"):
-                results.add(f"children.{part}.{q}_ms", SHEPHERD, summary[f"{q}_ms"])
-        results.add("children.inotify_instances", SHEPHERD, got["inotify_instances"])
-        results.add("children.polled_agents", SHEPHERD, got["agent_wake"].get("polling", 0))
+                key = f"children.{part}.{q}_ms"
+                results.add(key, SHEPHERD, many[part][f"{q}_ms"])
+                results.add(key, TEN_CHILDREN, base["all"][f"{q}_ms"])
+        for figure in ("start_s", "bridge_private_mb", "bridge_threads", "parent_fds"):
+            results.add(f"children.{figure}", SHEPHERD, many[figure])
+            results.add(f"children.{figure}", TEN_CHILDREN, base[figure])
+        results.add("children.parent_threads", SHEPHERD, many["parent_threads"])
+        results.add("children.parent_threads", TEN_CHILDREN, base["parent_threads"])
+        results.add("children.inotify_instances", SHEPHERD, many["inotify_instances"])
+        polled = many["agent_wake"].get("polling", 0) + many["agent_wake"].get("unreported", 0)
+        results.add("children.polled_agents", SHEPHERD, polled)
 
 
 # ---------------------------------------------------------------------- 9. actor runtime
@@ -596,9 +620,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.cpu_count()} cores); figures will be noisy",
             file=sys.stderr,
         )
+    compiled = compile_bytecode()
     results = Results()
+    loads: dict[str, tuple[float, float, float]] = {}
     for name in names:
         print(f"[bench] {name} ({mode}, {sizes.runs} runs)...", file=sys.stderr, flush=True)
+        loads[name] = os.getloadavg()  # the README's rows say how busy the machine was
         mark = time.perf_counter()
         try:
             RUNNERS[name](sizes, results)
@@ -629,10 +656,19 @@ def main(argv: list[str] | None = None) -> int:
             "git_at_end": git_after,
         },
         "versions": versions(),
+        "load_at_start_of": loads,
+        "bytecode_compiled_first": compiled,
     }
     document = results.document(header, _keys_of(names))
+    document["readme_rows"] = readme_rows(document)
     Path(args.out).write_text(json.dumps(document, indent=2) + "\n")
     print(table(document))
+    print(
+        f"\nREADME rows (medians of {sizes.runs} runs; load average at start "
+        f"{' / '.join(f'{x:.1f}' for x in load_before)}, at end "
+        f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())}, {os.cpu_count()} cores):\n"
+    )
+    print("\n".join(document["readme_rows"]))
     print(f"\n{mode} run, {sizes.runs} runs per figure, {header['duration_s']} s; JSON: {args.out}")
     if results.errors:
         print("\nerrors:\n  " + "\n  ".join(results.errors), file=sys.stderr)

@@ -72,7 +72,8 @@ from actors.child.parent_watch import ParentWatch, Reconnect, reconnect_window_s
 from actors.mailbox.mailbox import Mailbox
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.ids import IdSource
-from actors.runtime.log import logger
+from actors.runtime.log import logger, use_plain
+from actors.runtime.plain_log import PlainLogger
 from actors.runtime.procs import KILL_GRACE_S, terminate_session
 from actors.runtime.transport import Subscription
 from protocol.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent
@@ -397,15 +398,16 @@ class Bridge:
 
 
 def configure_logging(level: str | None = None) -> None:
-    """loguru to stderr (the parent points it at the agent's log file)."""
-    logger.remove()
-    logger.add(
-        sys.stderr,
-        level=(level or os.environ.get("SHEPHERD_LOG_LEVEL") or "INFO").upper(),
-        format="{time:YYYY-MM-DD HH:mm:ss.SSS} {level: <7} {extra[agent]} | {message}",
-    )
-    logger.configure(extra={"agent": "-"})
-    logger.enable("actors")
+    """Log lines to stderr (the parent points it at the agent's log file), through the plain
+    logger: loguru's import would cost every agent's bridge about 4 MB and a quarter of its
+    start-up (:mod:`actors.runtime.plain_log`)."""
+    wanted = level or os.environ.get("SHEPHERD_LOG_LEVEL") or "INFO"
+    try:
+        plain = PlainLogger(wanted)
+    except ValueError as exc:  # a bad level in the user's environment must not stop every agent
+        plain = PlainLogger("INFO")
+        plain.warning("{}; logging at INFO", exc)
+    use_plain(plain)
 
 
 def run_bridge(environ: Mapping[str, str] | None = None) -> int:

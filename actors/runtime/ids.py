@@ -11,11 +11,13 @@ are the same OS randomness, only fetched in bulk; a forked child never reuses it
 from __future__ import annotations
 
 import os
-import random
-import secrets
 import threading
+from typing import TYPE_CHECKING
 
 from protocol.ids import IdKind, make_id
+
+if TYPE_CHECKING:
+    import random
 
 __all__ = ["IdSource"]
 
@@ -36,7 +38,13 @@ os.register_at_fork(after_in_child=_forked)
 
 class IdSource:
     def __init__(self, seed: int | None = None) -> None:
-        self._rng = random.Random(seed) if seed is not None else None
+        self._rng: random.Random | None = None
+        if seed is not None:
+            # imported here: a one-shot command makes a production id, and ``random`` (with
+            # ``secrets``, below) is a few ms of its start-up
+            import random
+
+            self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._tokens: list[str] = []
         self._drawn_in = _forks[0]
@@ -59,4 +67,6 @@ class IdSource:
 
     def secret(self) -> str:
         """A capability secret (always from the OS, even in a simulation)."""
+        import secrets
+
         return secrets.token_hex(16)

@@ -18,6 +18,10 @@ Rules:
 - ``bind`` / ``opt`` made before loguru was imported (a logger kept in an attribute) are
   remembered and replayed on loguru's logger once it is imported.
 - Anything else (``enable``, ``add``, ``remove`` ...) imports loguru.
+- A process may instead send every record to a :class:`~actors.runtime.plain_log.PlainLogger`
+  (:func:`use_plain`: the child bridge, one process per agent, which would otherwise pay
+  loguru's import in memory and start-up per agent). From then on loguru is never used by
+  :data:`logger`, imported or not; remembered ``bind`` / ``opt`` are replayed on the plain one.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ if TYPE_CHECKING:
 
     from loguru import Logger
 
-__all__ = ["disable_until_enabled", "logger"]
+    from actors.runtime.plain_log import PlainLogger
+
+__all__ = ["disable_until_enabled", "logger", "use_plain"]
 
 _PACKAGE = "actors"
 _LEVELS = frozenset(
@@ -66,6 +72,11 @@ class _LazyLogger:
         return self._made
 
     def __getattr__(self, name: str) -> Any:
+        if _plain:
+            made: Any = _plain[0]
+            for step, args, kwargs in self._steps:
+                made = getattr(made, step)(*args, **kwargs)
+            return getattr(made, name)
         loaded = "loguru" in sys.modules
         if not self._steps and loaded:
             return getattr(sys.modules["loguru"].logger, name)
@@ -80,6 +91,14 @@ class _LazyLogger:
 
 #: loguru's logger, imported only when logging can be on (module rules; typed as loguru's)
 logger = cast("Logger", _LazyLogger())
+
+#: the plain logger every record goes to instead of loguru (:func:`use_plain`), if any
+_plain: list[PlainLogger] = []
+
+
+def use_plain(plain: PlainLogger) -> None:
+    """Send every record of :data:`logger` to ``plain`` from now on, never to loguru."""
+    _plain[:] = [plain]
 
 
 class _DisableAfterExec:

@@ -46,6 +46,7 @@ from actors.surfaces.watchdog_views import (
 )
 from protocol import watchdog as wd
 from protocol.errors import InvalidArgument, ShepherdError
+from protocol.watchdog.replay import replay
 
 __all__ = [
     "Call",
@@ -188,7 +189,7 @@ def _replay(args: argparse.Namespace, call: Call | None, out: TextIO) -> int:
             raise InvalidArgument(f"the session's watchdog settings are unusable: {exc}") from None
     config = parse_set_options(args.overrides, base)
     lines = _read_transcript(args.file)
-    results = wd.replay(lines, config)
+    results = replay(lines, config)
     if args.json:
         for r in results:
             out.write(msgspec.json.encode(r).decode() + "\n")

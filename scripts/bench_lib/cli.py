@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -41,24 +42,33 @@ def _shepherd_env(pid: int) -> dict[str, str]:
     return {k.decode(): v.decode() for k, _, v in pairs if k.startswith(b"SHEPHERD_")}
 
 
-def _timed(argv: list[str], env: dict[str, str], cwd: Path) -> int:
+def _timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, int]:
+    """(wall, CPU) of one call in ns. The CPU time (user + system of the command's process)
+    is kept beside the wall time: on a machine shared with other work the wall time mostly
+    measures the wait for a core, the CPU time what the call itself costs."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter_ns()
     done = subprocess.run(
         argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120, check=False
     )
     took = time.perf_counter_ns() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[-4:])} exited {done.returncode}: {done.stdout}")
-    return took
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return took, int(cpu * 1e9)
 
 
 def _round(
     calls: int, subjects: dict[str, tuple[list[str], dict[str, str]]], cwd: Path
 ) -> dict[str, list[int]]:
-    samples: dict[str, list[int]] = {name: [] for name in subjects}
+    """Wall times under each subject's name, CPU times under ``NAME_cpu``."""
+    samples: dict[str, list[int]] = {}
     for _ in range(calls):
         for name, (argv, env) in subjects.items():
-            samples[name].append(_timed(argv, env, cwd))
+            wall, cpu = _timed(argv, env, cwd)
+            samples.setdefault(name, []).append(wall)
+            samples.setdefault(f"{name}_cpu", []).append(cpu)
     return samples
 
 

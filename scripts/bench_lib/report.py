@@ -128,12 +128,32 @@ FIGURES: dict[str, Figure] = {
             "ms",
             "lower",
             f"{q} round trip delegate -> the scripted child's done -> completion (25 ms "
-            f"coalescing included), {which} of n real children on default kernel limits",
+            f"coalescing included), {part} third of n real children on default kernel limits "
+            "(baseline: all of a 10-child session, same run)",
             300.0 if q == "p99" else None,
         )
-        for part, which in (("first_quarter", "the first quarter"), ("last_quarter", "the last"))
+        for part in ("first", "middle", "last")
         for q in ("p50", "p99")
     },
+    "children.start_s": Figure(
+        "s", "lower", "n children: first spawn -> the last one ready (baseline: 10 children)"
+    ),
+    "children.bridge_private_mb": Figure(
+        "MB",
+        "lower",
+        "median private dirty memory of one bridge (what each more agent costs; shared pages "
+        "of the interpreter count once)",
+    ),
+    "children.bridge_threads": Figure("threads", "lower", "most OS threads of one bridge"),
+    "children.parent_fds": Figure(
+        "descriptors",
+        "lower",
+        "open descriptors of the parent with n children (one pidfd each; the parent raises "
+        "its soft limit, often 1,024, towards the hard one)",
+    ),
+    "children.parent_threads": Figure(
+        "threads", "lower", "OS threads of the parent with n children (baseline: 10 children)"
+    ),
     "children.inotify_instances": Figure(
         "instances",
         "lower",

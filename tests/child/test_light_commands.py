@@ -31,6 +31,9 @@ HEAVY = (
     "opentelemetry",  # tracing is off: nothing of it is imported
 )
 
+#: the watchdog modules reading the settings may load
+WATCHDOG_SETTINGS = {"protocol.watchdog", "protocol.watchdog.config", "protocol.watchdog.rules"}
+
 #: runs the child CLI's main as `shepherd-child` does, then writes the loaded modules
 RUN_AND_LIST = """
 import json, sys
@@ -72,6 +75,8 @@ def test_a_child_command_loads_no_runtime_no_watchfiles_no_session(
     modules = _loaded_by(parent, tmp_path, *args)
     assert "actors.mailbox.mailbox" in modules  # the call really went through the mailbox
     assert [m for m in modules if m.split(".")[0] in HEAVY or m.startswith(HEAVY)] == []
+    # the settings need the watchdog's settings and rules, never its detector, alerts or replay
+    assert {m for m in modules if m.startswith("protocol.watchdog")} <= WATCHDOG_SETTINGS
 
 
 LOGS = """

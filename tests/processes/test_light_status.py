@@ -20,6 +20,8 @@ HEAVY = (
     "actors.session",
     "actors.child",
 )
+#: the watchdog modules reading the settings may load
+WATCHDOG_SETTINGS = {"protocol.watchdog", "protocol.watchdog.config", "protocol.watchdog.rules"}
 
 RUN_AND_LIST = """
 import json, sys
@@ -48,3 +50,5 @@ def test_status_loads_no_runtime_no_watchfiles_no_session(serve: Any, tmp_path: 
     modules = json.loads(listing.read_text())
     assert "actors.mailbox.mailbox" in modules  # the call really went through the mailbox
     assert [m for m in modules if m.split(".")[0] in HEAVY or m.startswith(HEAVY)] == []
+    # the settings need the watchdog's settings and rules, never its detector, alerts or replay
+    assert {m for m in modules if m.startswith("protocol.watchdog")} <= WATCHDOG_SETTINGS

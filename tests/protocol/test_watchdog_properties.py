@@ -23,8 +23,8 @@ from protocol.watchdog import (
     normalize_command,
     normalize_output,
     pair_calls,
-    replay,
 )
+from protocol.watchdog.replay import replay
 
 # Text biased towards the things normalisation rewrites.
 FRAGMENTS = st.sampled_from(

@@ -12,9 +12,9 @@ from protocol.watchdog import (
     ReplayLineError,
     WatchdogConfig,
     decode_replay_line,
-    replay,
     set_config_value,
 )
+from protocol.watchdog.replay import replay
 
 RG = "src/app.py:12: def load_config(path):"
 

@@ -20,6 +20,8 @@ BENCH = ROOT / "scripts" / "bench.py"
 #: Shepherd's receiver woken by the doorbell alone, and by inotify alone
 WAKERS = {"shepherd_bell", "shepherd_inotify"}
 RECEIVERS = {"poll_500ms", "watchfiles_defaults", "raw_inotify", *WAKERS}
+#: rows of the README's performance table (scripts/bench_lib/readme.py ROWS)
+README_ROWS = 17
 #: every figure issue 7 asks for, next to its baselines
 FIGURES = {
     "delivery.idle.p50_ms": RECEIVERS,
@@ -58,9 +60,19 @@ FIGURES = {
     "requests.round_trip_ms": {"previous_design"},
     "requests.held": {"previous_design"},
     **{
-        f"children.{part}.{q}_ms": set()
-        for part in ("first_quarter", "last_quarter")
+        f"children.{part}.{q}_ms": {"ten_children"}
+        for part in ("first", "middle", "last")
         for q in ("p50", "p99")
+    },
+    **{
+        f"children.{figure}": {"ten_children"}
+        for figure in (
+            "start_s",
+            "bridge_private_mb",
+            "bridge_threads",
+            "parent_fds",
+            "parent_threads",
+        )
     },
     "children.inotify_instances": set(),
     "children.polled_agents": set(),
@@ -117,3 +129,10 @@ def test_a_smoke_run_exits_0_and_writes_every_figure(tmp_path: Path) -> None:
     # the table was printed, one line per figure
     for key in FIGURES:
         assert key in done.stdout, key
+    # and the README's rows, one per row of its table, each saying the load at the time
+    rows = document["readme_rows"]
+    assert rows[:2] == ["| figure | Shepherd | baselines (same run) |", "|---|---|---|"]
+    assert len(rows) == 2 + README_ROWS
+    assert all(", load " in row and row.count(" | ") == 2 for row in rows[2:]), rows
+    assert "\n".join(rows) in done.stdout
+    assert set(document["load_at_start_of"]) == set(document["benchmarks"])
