@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 
 from actors.runtime.transport import PARENT_INBOX
+from protocol.envelopes import AnyEnvelope, encode_envelope, validate_addresses
 from protocol.errors import (
     InvalidArgument,
     InvalidEnvelope,
@@ -51,6 +52,7 @@ __all__ = [
     "check_private",
     "default_runtime_dir",
     "describe",
+    "encode_publishable",
     "envelope_file_name",
     "fsync_dir",
     "inbox_name",
@@ -132,6 +134,22 @@ def inbox_name(owner: object) -> str:
             f"{shown(owner)} is not an inbox name ({PARENT_INBOX!r}, an agent id or a message id)"
         )
     return owner
+
+
+def encode_publishable(inbox: str, envelope: AnyEnvelope, session_id: str, max_bytes: int) -> bytes:
+    """What every transport checks before it accepts ``envelope`` for ``inbox``, and its bytes:
+    a legal inbox name, well-formed ids (they end up in names: checked before any I/O), this
+    session's, and within ``max_envelope_bytes``."""
+    inbox_name(inbox)
+    validate_addresses(envelope)
+    if envelope.session_id != session_id:
+        raise InvalidEnvelope(f"envelope is for session {envelope.session_id}, not this one")
+    data = encode_envelope(envelope)
+    if len(data) > max_bytes:
+        raise LimitExceeded(
+            f"envelope is {len(data)} bytes, over the {max_bytes}-byte limit (max_envelope_bytes)"
+        )
+    return data
 
 
 def shown(value: object) -> str:

@@ -63,6 +63,7 @@ from actors.mailbox.files import (
     check_parent,
     check_private,
     default_runtime_dir,
+    encode_publishable,
     envelope_file_name,
     fsync_dir,
     inbox_name,
@@ -74,13 +75,11 @@ from actors.mailbox.subscriptions import Subscriptions
 from actors.mailbox.wakers import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS, ModeCallback, WakerFactory
 from actors.runtime.log import logger
 from actors.runtime.transport import BatchHandler, Handler, Subscription
-from protocol.envelopes import AnyEnvelope, encode_envelope, validate_addresses
+from protocol.envelopes import AnyEnvelope
 from protocol.errors import (
     ForbiddenSender,
     InvalidArgument,
-    InvalidEnvelope,
     InvalidHandle,
-    LimitExceeded,
     SessionUnavailable,
 )
 from protocol.ids import IdKind, kind_of, parse_id
@@ -313,16 +312,9 @@ class Mailbox:
         """Accept ``envelope`` into ``inbox`` (it is then delivered or quarantined) or raise."""
         if self._closed:
             raise InvalidHandle("mailbox is closed")
-        inbox_name(inbox)
-        validate_addresses(envelope)  # ids end up in file names: check them before any I/O
-        if envelope.session_id != self._session_id:
-            raise InvalidEnvelope(f"envelope is for session {envelope.session_id}, not this one")
-        data = encode_envelope(envelope)
-        limit = self._settings.max_envelope_bytes
-        if len(data) > limit:
-            raise LimitExceeded(
-                f"envelope is {len(data)} bytes, over the {limit}-byte limit (max_envelope_bytes)"
-            )
+        data = encode_publishable(
+            inbox, envelope, self._session_id, self._settings.max_envelope_bytes
+        )
         box = self._inbox_prefix + inbox
         new_dir = box + "/new"
         box_st, new_st = check_inbox_dirs(inbox, box, new_dir)

@@ -42,17 +42,16 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from actors.mailbox.files import inbox_name
+from actors.mailbox.files import encode_publishable, inbox_name
 from actors.nats.loop import LoopThread
 from actors.nats.quarantine import Quarantine, QuarantineRecord
 from actors.runtime.log import logger
 from actors.runtime.transport import Handler, SenderGate, Subscription
-from protocol.envelopes import AnyEnvelope, decode_envelope, encode_envelope, validate_addresses
+from protocol.envelopes import AnyEnvelope, decode_envelope
 from protocol.errors import (
     InboxFull,
     InvalidEnvelope,
     InvalidHandle,
-    LimitExceeded,
     SessionUnavailable,
     ShepherdError,
 )
@@ -277,16 +276,9 @@ class NatsTransport:
         """Accept ``envelope`` into ``inbox`` (it is then delivered or quarantined) or raise."""
         if self._closed:
             raise InvalidHandle("transport is closed")
-        inbox_name(inbox)
-        validate_addresses(envelope)
-        if envelope.session_id != self._session_id:
-            raise InvalidEnvelope(f"envelope is for session {envelope.session_id}, not this one")
-        data = encode_envelope(envelope)
-        limit = self._settings.max_envelope_bytes
-        if len(data) > limit:
-            raise LimitExceeded(
-                f"envelope is {len(data)} bytes, over the {limit}-byte limit (max_envelope_bytes)"
-            )
+        data = encode_publishable(
+            inbox, envelope, self._session_id, self._settings.max_envelope_bytes
+        )
         if not self.has_inbox(inbox):
             raise InvalidHandle(f"no inbox {inbox!r} in this session")
         self._run(self._publish(inbox, envelope.message_id, data))

@@ -129,11 +129,15 @@ class FakeParent:
     def _on_envelope(self, env: AnyEnvelope) -> None:
         if self.gate is not None:
             self.gate.wait(WAIT_S)
-        with self._cond:
-            self.items.append(env)
-            self._cond.notify_all()
-        if isinstance(env, MessageEnvelope | ReplyEnvelope | TaskDoneEnvelope):
-            self._receipt(env)
+        try:
+            # the receipt first, as the broker sends it in the run that handles the envelope: a
+            # test that answers what it saw never overtakes the receipt
+            if isinstance(env, MessageEnvelope | ReplyEnvelope | TaskDoneEnvelope):
+                self._receipt(env)
+        finally:
+            with self._cond:
+                self.items.append(env)
+                self._cond.notify_all()
 
     def _receipt(self, env: MessageEnvelope | ReplyEnvelope | TaskDoneEnvelope) -> None:
         answer = self.answer(env)
