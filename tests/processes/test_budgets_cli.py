@@ -27,14 +27,14 @@ pytestmark = pytest.mark.processes
 #: its turn is stopped
 REPORTER = textwrap.dedent(
     """
-    import json, os, subprocess, sys, time
+    import json, os, signal, subprocess, sys
     child = os.path.join(os.path.dirname(sys.executable), "shepherd-child")
     print(f"PID={os.getpid()}", flush=True)
     for _ in range(3):
         done = subprocess.run([child, "usage", "--tokens", "20", "--cost", "0.01", "--json"],
                               capture_output=True, text=True)
         print("USAGE", done.returncode, done.stdout.strip(), flush=True)
-    time.sleep(600)  # the work that the budget stops (its process group is ended)
+    signal.pause()  # the work that the budget stops: blocked until its process group is ended
     """
 )
 
