@@ -255,13 +255,14 @@ class Bridge:
             ).start()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
-        self.runtime("ready", pid=os.getpid(), mailbox_wake=self._inbox.first_ready_wake())
+        # logged before the parent is told: whoever saw "ready" finds the line in the log
         self._log.info(
             "ready: pid {} adapter {} session {}",
             os.getpid(),
             self.env.adapter,
             self.env.session_id,
         )
+        self.runtime("ready", pid=os.getpid(), mailbox_wake=self._inbox.first_ready_wake())
         self._call(self._adapter.start)
         return None
 
