@@ -65,6 +65,8 @@ from typing import Any
 
 from actors import tracing
 from actors.child.adapters import Adapter, adapter_class
+from actors.child.command_wire import ENV_COMMAND_SOCKET
+from actors.child.commands import CommandServer, Runner
 from actors.child.env import FORWARDED_KINDS, ChildEnv, child_env_from, envelope_validator
 from actors.child.inbox_reports import InboxReports
 from actors.child.outbox import ParentOutbox
@@ -103,8 +105,10 @@ class Bridge:
         settings: Settings | None = None,
         clock: Clock | None = None,
         ids: IdSource | None = None,
+        commands: Runner | None = None,
     ) -> None:
         self.env = env
+        self._run_command = commands
         self.settings = settings or env.settings
         self.clock: Clock = clock or SystemClock()
         self.ids = ids or IdSource()
@@ -125,6 +129,8 @@ class Bridge:
         self._inbox = InboxReports(self, self.settings.fallback_poll_s, self._log)
         #: the agent's spans (actors.tracing.child.ChildSpans), when tracing is on
         self._spans: Any = None
+        #: runs the agent's `shepherd-child` calls (actors.child.commands)
+        self._commands: CommandServer | None = None
 
     # ------------------------------------------------------------------ AgentContext
 
@@ -177,6 +183,8 @@ class Bridge:
         child_bin = os.path.join(bin_dir, "shepherd-child")
         if "SHEPHERD_CHILD_BIN" not in environ and os.access(child_bin, os.X_OK):
             environ["SHEPHERD_CHILD_BIN"] = child_bin
+        if self._commands is not None:
+            environ[ENV_COMMAND_SOCKET] = self._commands.address
         if self._spans is not None:  # the session's context is the bridge's, not the agent's:
             environ.pop(ENV_TRACEPARENT, None)  # a command turn gets its task's (trace_environ)
         return environ
@@ -218,6 +226,11 @@ class Bridge:
             agent_name=self.env.name,
         )
         self._outbox = ParentOutbox(self._mailbox, self.clock, self.post, self._log)
+        try:
+            if self._run_command is not None:
+                self._commands = CommandServer(self._run_command)
+        except OSError as exc:  # the agent's calls then run the whole command line each
+            self._log.warning("no command socket: {}", exc)
         try:
             code = self._start()
             if code is None:
@@ -304,6 +317,8 @@ class Bridge:
                 self._adapter.close()
             except Exception:
                 self._log.opt(exception=True).error("stopping the agent failed")
+        if self._commands is not None:
+            self._commands.close()
         if os.getsid(0) == os.getpid():  # we lead our session: nothing of it may outlive us
             left = terminate_session(
                 os.getpid(), grace_s=KILL_GRACE_S, monotonic=self.clock.monotonic
@@ -411,12 +426,13 @@ def configure_logging(level: str | None = None) -> None:
     use_plain(plain)
 
 
-def run_bridge(environ: Mapping[str, str] | None = None) -> int:
-    """``shepherd-child run``: parse the environment, run the bridge, return its exit code."""
+def run_bridge(environ: Mapping[str, str] | None = None, commands: Runner | None = None) -> int:
+    """``shepherd-child run``: parse the environment, run the bridge, return its exit code.
+    ``commands`` runs the agent's ``shepherd-child`` calls (:mod:`actors.child.commands`)."""
     configure_logging()
     try:
         env = child_env_from(os.environ if environ is None else environ, bridge=True)
     except ShepherdError as exc:
         print(f"shepherd-child run: {exc.message}", file=sys.stderr)
         return 2
-    return Bridge(env).run()
+    return Bridge(env, commands=commands).run()

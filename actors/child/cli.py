@@ -34,17 +34,20 @@ on stdout under ``--json``, else one line on stderr.
 from __future__ import annotations
 
 import argparse
+import functools
+import io
 import json
 import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 import msgspec
 
 from actors import tracing
 from actors.child.approval import ask
+from actors.child.command_wire import wants_json
 from actors.child.env import ChildEnv, child_env_from, envelope_validator
 from actors.mailbox.backoff import Backoff
 from actors.mailbox.mailbox import Mailbox
@@ -75,7 +78,7 @@ from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
 from protocol.ops.approvals import ChildApprovalArgs
 from protocol.ops.child import ChildDoneArgs, ChildMessageArgs, ChildUsageArgs
 
-__all__ = ["main", "send_and_wait"]
+__all__ = ["main", "run_captured", "send_and_wait"]
 
 DEFAULT_TIMEOUT_S = 30.0
 ENV_TIMEOUT = "SHEPHERD_CHILD_TIMEOUT_S"
@@ -131,6 +134,7 @@ def send_and_wait(
     *,
     timeout_s: float,
     traceparent: str | None = None,
+    err: TextIO | None = None,
 ) -> AckEnvelope:
     """Publish ``build(base_fields)`` to the parent as this agent and wait for its ``ack`` in a
     one-shot inbox named by the envelope's message id. Raises ShepherdError."""
@@ -167,7 +171,7 @@ def send_and_wait(
         clock = SystemClock()
         deadline = clock.monotonic() + timeout_s
         try:
-            _publish_with_backoff(mailbox, envelope, clock, deadline)
+            _publish_with_backoff(mailbox, envelope, clock, deadline, err)
             if not arrived.wait(max(0.0, deadline - clock.monotonic())):
                 raise SessionUnavailable(
                     f"no receipt from the shepherd within {timeout_s:g} s "
@@ -184,7 +188,11 @@ def send_and_wait(
 
 
 def _publish_with_backoff(
-    mailbox: Mailbox, envelope: AnyEnvelope, clock: Clock, deadline: float
+    mailbox: Mailbox,
+    envelope: AnyEnvelope,
+    clock: Clock,
+    deadline: float,
+    err: TextIO | None = None,
 ) -> None:
     """Publish to the parent; while its inbox is full, try again on the producers' schedule
     (:mod:`actors.mailbox.backoff`) until ``deadline``, then let the last :class:`InboxFull`
@@ -202,7 +210,10 @@ def _publish_with_backoff(
                 raise
             if not told:
                 told = True
-                print("shepherd-child: the parent inbox is full; retrying", file=sys.stderr)
+                print(
+                    "shepherd-child: the parent inbox is full; retrying",
+                    file=sys.stderr if err is None else err,
+                )
             pause.wait(min(backoff.next(), left))
 
 
@@ -282,15 +293,17 @@ def _receipt(ack: AckEnvelope, message_id: str) -> dict[str, Any]:
     return receipt
 
 
-def _fail(error: ShepherdError, *, as_json: bool) -> int:
+def _fail(error: ShepherdError, *, as_json: bool, out: TextIO, err: TextIO) -> int:
     if as_json:
-        print(json.dumps({"error": {"code": error.code, "message": error.message}}))
+        print(json.dumps({"error": {"code": error.code, "message": error.message}}), file=out)
     else:
-        print(f"shepherd-child: {error.message} ({error.code})", file=sys.stderr)
+        print(f"shepherd-child: {error.message} ({error.code})", file=err)
     return 2
 
 
-def _send_command(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+def _send_command(
+    args: argparse.Namespace, environ: Mapping[str, str], out: TextIO, err: TextIO
+) -> int:
     op = next(op for op in ops.CHILD if op.name == args.command)
     checked = op.parsed(vars(args), lambda path: path)
     match checked:
@@ -299,9 +312,9 @@ def _send_command(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
                 child_env_from(environ, bridge=False),
                 checked,
                 ack_timeout_s=_timeout(environ),
-                publish=_publish_with_backoff,
+                publish=functools.partial(_publish_with_backoff, err=err),
             )
-            print(json.dumps(decision) if args.json else op.view(decision))
+            print(json.dumps(decision) if args.json else op.view(decision), file=out)
             return 0 if decision["approved"] else 1
         case ChildMessageArgs():
             build = _message_builder(checked)
@@ -322,7 +335,7 @@ def _send_command(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     )
     try:
         tp = span.traceparent if span is not None else None
-        ack = send_and_wait(env, build, timeout_s=_timeout(environ), traceparent=tp)
+        ack = send_and_wait(env, build, timeout_s=_timeout(environ), traceparent=tp, err=err)
     except Exception as exc:  # told in the span, then as before
         if span is not None:
             span.end((getattr(exc, "code", type(exc).__name__), str(exc)))
@@ -331,38 +344,59 @@ def _send_command(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         info = ack.error or ErrorInfo(code="refused", message="refused by the shepherd")
         if span is not None:
             span.end((info.code, info.message))
-        return _fail(error_from_info(info), as_json=args.json)
+        return _fail(error_from_info(info), as_json=args.json, out=out, err=err)
     if span is not None:
         span.end()
     receipt = _receipt(ack, ack.ack_for)
-    print(json.dumps(receipt) if args.json else op.view(receipt))
+    print(json.dumps(receipt) if args.json else op.view(receipt), file=out)
     return 0
 
 
-def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+def run_captured(argv: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    """Run one command as :func:`main` does, its output captured: what the bridge runs for its
+    agent's ``shepherd-child`` calls (:mod:`actors.child.commands`)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = main(argv, environ, out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Run one ``shepherd-child`` command; its output goes to ``out`` / ``err`` (default the
+    process's stdout / stderr: the child's bridge runs forwarded commands with its own, see
+    :mod:`actors.child.commands`)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     environ = os.environ if environ is None else environ
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
     # `--json` anywhere before `--` asks for JSON errors, even when parsing itself fails
-    head = arguments[: arguments.index("--")] if "--" in arguments else arguments
-    as_json = "--json" in head
+    as_json = wants_json(arguments)
     try:
         args = _parser().parse_args(arguments)
     except InvalidArgument as exc:
-        return _fail(exc, as_json=as_json)
+        return _fail(exc, as_json=as_json, out=out, err=err)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
     if args.command == "run":
         # the bridge (and its adapters) only here: `message` and `done` start without them
         from actors.child.bridge import run_bridge
 
-        return run_bridge(environ)
+        return run_bridge(environ, commands=run_captured)
     try:
-        return _send_command(args, environ)
+        return _send_command(args, environ, out, err)
     except ShepherdError as exc:
-        return _fail(exc, as_json=args.json)
+        return _fail(exc, as_json=args.json, out=out, err=err)
     except OSError as exc:
         return _fail(
-            SessionUnavailable(f"cannot reach the session mailbox: {exc}"), as_json=args.json
+            SessionUnavailable(f"cannot reach the session mailbox: {exc}"),
+            as_json=args.json,
+            out=out,
+            err=err,
         )
 
 

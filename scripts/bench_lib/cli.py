@@ -1,6 +1,8 @@
 """Command-line round trips, each a fresh process as a user or an agent's shell starts it:
 ``shepherd-child message shepherd TEXT --json`` run as an agent of a live session (what a
-command agent pays per call: start-up, imports, publish, the parent's receipt) and ``shepherd
+command agent pays per call: start-up, the bridge's command socket, publish, the parent's
+receipt; beside it in the same run the same call without the socket, the whole command line in
+the calling process) and ``shepherd
 status --json`` (start-up, imports, the call, every page of the answer), with no agents and
 with ``agents`` of them. Baseline in the same run: ``python -c pass`` (the interpreter's
 start-up, which no command can beat).
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actors.child.command_wire import ENV_COMMAND_SOCKET
 from bench_lib.bridge import QUIET_SCRIPT, bridge_missing
 from bench_lib.common import ReadyTap, latency_summary, memory_base_dir, temp_dir
 
@@ -35,10 +38,15 @@ def _command(script: str, module: str) -> list[str]:
     return [found] if found else [sys.executable, "-m", module]
 
 
-def _shepherd_env(pid: int) -> dict[str, str]:
-    """The ``SHEPHERD_*`` variables of a running bridge: what its agent's shell inherits."""
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
+def _agent_env(dump: Path, timeout_s: float) -> dict[str, str]:
+    """The ``SHEPHERD_*`` variables the agent's own commands get (its first step wrote them
+    with ``env -0``): what a command agent's shell has, the bridge's command socket included."""
+    deadline = time.monotonic() + timeout_s
+    while not dump.exists() or not dump.read_bytes().endswith(b"\0"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the agent did not write its environment within {timeout_s} s")
+        time.sleep(0.01)  # a benchmark's set-up, not a measurement
+    pairs = (item.partition(b"=") for item in dump.read_bytes().split(b"\0") if item)
     return {k.decode(): v.decode() for k, _, v in pairs if k.startswith(b"SHEPHERD_")}
 
 
@@ -100,16 +108,25 @@ def cli_job(params: dict[str, Any]) -> dict[str, Any]:
             shepherd = _command("shepherd", "actors.surfaces.cli")
             status = ([*shepherd, "status", "--json", "--session", str(tmp / "session")], base_env)
             samples = _round(calls, {"python": python, "status_empty": status}, tmp)
-            first = session.spawn("a0000", script=str(script), cwd=str(tmp))
+            dump = tmp / "agent.env"
+            first_script = tmp / "first.json"
+            steps = [{"run": f"env -0 > {dump}"}, *QUIET_SCRIPT["steps"]]
+            first_script.write_text(json.dumps({"steps": steps}))
+            session.spawn("a0000", script=str(first_script), cwd=str(tmp))
             if not ready.wait(1, 60):
                 return {"unavailable": "the agent never got ready within 60 s"}
-            bridge = supervisor.launcher.children[first.agent_id].pid
-            child = _command("shepherd-child", "actors.child.cli")
-            message = (
-                [*child, "message", "--json", "--", "shepherd", "bench"],
-                {**base_env, **_shepherd_env(bridge)},
-            )
-            _merge(samples, _round(calls, {"python": python, "message": message}, tmp))
+            agent_env = {**base_env, **_agent_env(dump, 60)}
+            child = _command("shepherd-child", "actors.child.entry")
+            argv = [*child, "message", "--json", "--", "shepherd", "bench"]
+            if ENV_COMMAND_SOCKET not in agent_env:
+                return {"unavailable": "the agent's environment has no command socket"}
+            direct_env = {k: v for k, v in agent_env.items() if k != ENV_COMMAND_SOCKET}
+            subjects = {
+                "python": python,
+                "message": (argv, agent_env),  # through the bridge's command socket
+                "message_direct": (argv, direct_env),  # the whole command line in the call
+            }
+            _merge(samples, _round(calls, subjects, tmp))
             started = time.perf_counter()
             for i in range(1, agents):
                 session.spawn(f"a{i:04d}", script=str(script), cwd=str(tmp))

@@ -287,7 +287,7 @@ class FakeParent:
         self, *args: str, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "actors.child.cli", *args],
+            [sys.executable, "-m", "actors.child.entry", *args],
             cwd=self.tmp_path,
             env=self.environ() if env is None else env,
             capture_output=True,

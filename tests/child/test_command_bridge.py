@@ -34,6 +34,7 @@ FAKE_AGENT = textwrap.dedent(
     message = args[-1]
     print(("RESUMED" if resumed else "FIRST") + f" pid={os.getpid()}", flush=True)
     print("MSG:" + message, flush=True)
+    print("SOCKET:" + os.environ.get("SHEPHERD_COMMAND_SOCKET", "none")[:1], flush=True)
     if "BLOCK-UNTIL " in message:
         path = message.split("BLOCK-UNTIL ", 1)[1].split()[0]
         os.mkfifo(path)
@@ -86,6 +87,8 @@ def test_the_agent_calls_done_from_its_shell(parent: FakeParent) -> None:
     i, first = parent.wait_event("output", after=i, text=has("MSG:[Shepherd delegated task]"))
     assert f"Task ID: {task.task_id}" in (first.text or "")
     assert "FIRST" in (first.text or "")
+    # its shell has the bridge's command socket: `shepherd-child done` ran in the bridge
+    assert "SOCKET:@" in (first.text or "")
     j, done = parent.wait_for(lambda e: isinstance(e, TaskDoneEnvelope), after=i)
     assert isinstance(done, TaskDoneEnvelope)
     assert (done.status, done.summary, done.task_id) == ("completed", "X", None)

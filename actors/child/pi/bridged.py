@@ -5,7 +5,7 @@ Rules:
   (``-e actors/pi/shepherd_child.ts``: ``shepherd_message`` / ``shepherd_done``, never a
   parent tool) and the bridge's child environment (``SHEPHERD_*`` so the tools publish as this
   agent; ``SHEPHERD_CHILD_BIN`` = this installation's ``shepherd-child``, or a wrapper around
-  ``python -m actors.child.cli`` written into the agent dir).
+  ``python -m actors.child.entry`` written into the agent dir).
 - Its agent dir is its own: ``<session>/agents/<agent>/pi`` (mode 0700, kept: it holds
   ``models.json``, Pi's ``stderr.log`` and Pi's own session files in ``sessions/``), or a
   temporary one, removed at close, without a session dir (and then Pi saves no session).
@@ -59,7 +59,7 @@ def with_child_bin(environ: dict[str, str], agent_dir: Path) -> dict[str, str]:
         wrapper.write_text(
             "#!/bin/sh\n"
             f"PYTHONPATH={shlex.quote(root)}${{PYTHONPATH:+:$PYTHONPATH}} exec "
-            f'{shlex.quote(sys.executable)} -m actors.child.cli "$@"\n'
+            f'{shlex.quote(sys.executable)} -m actors.child.entry "$@"\n'
         )
         wrapper.chmod(0o700)
         environ["SHEPHERD_CHILD_BIN"] = str(wrapper)
