@@ -527,9 +527,8 @@ def bench_cli(sizes: Sizes, results: Results) -> None:
             for q in ("p50", "p99"):
                 results.add(f"cli.{figure}.{q}_ms", SHEPHERD, got[sample][f"{q}_ms"])
                 results.add(f"cli.{figure}.{q}_ms", "python_c_pass", got["python"][f"{q}_ms"])
-                if figure == "child_message":
-                    direct = got["message_direct"][f"{q}_ms"]
-                    results.add(f"cli.{figure}.{q}_ms", "without_socket", direct)
+                direct = got[f"{sample}_direct"][f"{q}_ms"]  # the same call, no command socket
+                results.add(f"cli.{figure}.{q}_ms", "without_socket", direct)
 
 
 # ---------------------------------------------------------------------- 11. NATS transport

@@ -65,14 +65,14 @@ from typing import Any
 
 from actors import tracing
 from actors.child.adapters import Adapter, adapter_class
-from actors.child.command_wire import ENV_COMMAND_SOCKET
-from actors.child.commands import CommandServer, Runner
 from actors.child.env import FORWARDED_KINDS, ChildEnv, child_env_from, envelope_validator
 from actors.child.inbox_reports import InboxReports
 from actors.child.outbox import ParentOutbox
 from actors.child.parent_watch import ParentWatch, Reconnect, reconnect_window_s
 from actors.mailbox.mailbox import Mailbox
 from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.command_socket import CommandServer, Runner
+from actors.runtime.command_wire import CHILD_COMMANDS, ENV_COMMAND_SOCKET
 from actors.runtime.ids import IdSource
 from actors.runtime.log import logger, use_plain
 from actors.runtime.plain_log import PlainLogger
@@ -129,7 +129,7 @@ class Bridge:
         self._inbox = InboxReports(self, self.settings.fallback_poll_s, self._log)
         #: the agent's spans (actors.tracing.child.ChildSpans), when tracing is on
         self._spans: Any = None
-        #: runs the agent's `shepherd-child` calls (actors.child.commands)
+        #: runs the agent's `shepherd-child` calls (actors.runtime.command_socket)
         self._commands: CommandServer | None = None
 
     # ------------------------------------------------------------------ AgentContext
@@ -228,7 +228,9 @@ class Bridge:
         self._outbox = ParentOutbox(self._mailbox, self.clock, self.post, self._log)
         try:
             if self._run_command is not None:
-                self._commands = CommandServer(self._run_command)
+                self._commands = CommandServer(
+                    self._run_command, CHILD_COMMANDS, program="shepherd-child"
+                )
         except OSError as exc:  # the agent's calls then run the whole command line each
             self._log.warning("no command socket: {}", exc)
         try:
@@ -428,7 +430,8 @@ def configure_logging(level: str | None = None) -> None:
 
 def run_bridge(environ: Mapping[str, str] | None = None, commands: Runner | None = None) -> int:
     """``shepherd-child run``: parse the environment, run the bridge, return its exit code.
-    ``commands`` runs the agent's ``shepherd-child`` calls (:mod:`actors.child.commands`)."""
+    ``commands`` runs the agent's ``shepherd-child`` calls (a command socket:
+    :mod:`actors.runtime.command_socket`)."""
     configure_logging()
     try:
         env = child_env_from(os.environ if environ is None else environ, bridge=True)

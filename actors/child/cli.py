@@ -41,18 +41,18 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import msgspec
 
 from actors import tracing
 from actors.child.approval import ask
-from actors.child.command_wire import wants_json
 from actors.child.env import ChildEnv, child_env_from, envelope_validator
 from actors.mailbox.backoff import Backoff
 from actors.mailbox.mailbox import Mailbox
 from actors.mailbox.reply_inboxes import ReplyInbox
 from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.command_wire import wants_json
 from actors.runtime.ids import IdSource
 from actors.runtime.transport import PARENT_INBOX
 from protocol import ops
@@ -77,6 +77,9 @@ from protocol.errors import (
 from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
 from protocol.ops.approvals import ChildApprovalArgs
 from protocol.ops.child import ChildDoneArgs, ChildMessageArgs, ChildUsageArgs
+
+if TYPE_CHECKING:
+    from actors.runtime.command_socket import Request
 
 __all__ = ["main", "run_captured", "send_and_wait"]
 
@@ -352,11 +355,12 @@ def _send_command(
     return 0
 
 
-def run_captured(argv: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
-    """Run one command as :func:`main` does, its output captured: what the bridge runs for its
-    agent's ``shepherd-child`` calls (:mod:`actors.child.commands`)."""
+def run_captured(request: Request) -> tuple[int, str, str]:
+    """Run one command as :func:`main` does, with the caller's environment and its output
+    captured: what the bridge runs for its agent's ``shepherd-child`` calls
+    (:mod:`actors.runtime.command_socket`)."""
     out, err = io.StringIO(), io.StringIO()
-    code = main(argv, environ, out=out, err=err)
+    code = main(request.argv, request.env, out=out, err=err)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -369,7 +373,7 @@ def main(
 ) -> int:
     """Run one ``shepherd-child`` command; its output goes to ``out`` / ``err`` (default the
     process's stdout / stderr: the child's bridge runs forwarded commands with its own, see
-    :mod:`actors.child.commands`)."""
+    :mod:`actors.child.entry`)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     environ = os.environ if environ is None else environ
     out = sys.stdout if out is None else out

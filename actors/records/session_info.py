@@ -11,11 +11,11 @@ Rules:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import msgspec
 
+from actors.records.live import live_dir, state_dir
 from actors.runtime import procs
 from protocol.errors import InvalidArgument
 
@@ -35,17 +35,9 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float
     client_token: str
     version: int = 1
-
-
-def state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(base) / "shepherd"
-
-
-def live_dir() -> Path:
-    return state_dir() / "live"
+    #: the supervisor's command socket, when it runs ``shepherd`` calls itself
+    #: (:mod:`actors.runtime.command_socket`; ``shepherd serve`` does)
+    command_socket: str | None = None
 
 
 def load_info(session_dir: Path) -> SessionInfo:

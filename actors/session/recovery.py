@@ -27,10 +27,21 @@ from pathlib import Path
 import msgspec
 
 from actors.child.env import ENV_AGENT_ID, ENV_SESSION_ID
+from actors.records.journal_file import FileJournal
+from actors.records.notifications import NotificationFile
 from actors.runtime.log import logger
 from protocol.notifications import AgentMessage
+from protocol.session.restore import Restore, fold
+from protocol.session.state import SessionState
+from protocol.settings import Settings
 
-__all__ = ["TOLD_PER_TASK", "clear_leftovers", "live_bridges", "told_per_task"]
+__all__ = [
+    "TOLD_PER_TASK",
+    "clear_leftovers",
+    "live_bridges",
+    "read_restore",
+    "told_per_task",
+]
 
 #: What an agent told the parent, kept per open task for its history (the newest).
 TOLD_PER_TASK = 50
@@ -131,3 +142,29 @@ def clear_leftovers(
     logger.bind(agent_id=agent_id).warning(
         "{} envelopes left unread by its last run kept in {}", len(names), aside
     )
+
+
+def read_restore(
+    journal: FileJournal,
+    notifications: NotificationFile,
+    session_id: str,
+    settings: Settings,
+    recover: bool = False,
+) -> Restore:
+    """What the session's files say, for a restarted parent (damaged lines are counted; each
+    was logged with its file and line number); with ``recover``, also which bridges are still
+    running and what each open task's agent told the parent (its history)."""
+    state = fold(journal.read(), SessionState(session_id, settings))
+    delivered, stale_noticed = notifications.read_deliveries()
+    restore = Restore(
+        state=state,
+        delivered=delivered,
+        stale_noticed=stale_noticed,
+        problems=len(journal.problems) + len(notifications.problems),
+    )
+    if recover:
+        open_tasks = [t for t, r in state.tasks.items() if not r.terminal]
+        restore.recover = True
+        restore.live = live_bridges(session_id, state.agents)
+        restore.told = told_per_task(notifications.path, open_tasks)
+    return restore

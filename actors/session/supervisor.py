@@ -20,6 +20,7 @@ killed client is swept: :mod:`actors.mailbox.reply_inboxes`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import json
 import os
@@ -40,6 +41,8 @@ from actors.records.notes import FileTaskNotes
 from actors.records.notifications import NotificationFile
 from actors.records.session_info import SessionInfo, is_live, live_dir, load_info, state_dir
 from actors.runtime import procs
+from actors.runtime.command_socket import CommandServer, Request
+from actors.runtime.command_wire import PARENT_COMMANDS
 from actors.runtime.log import logger
 from actors.runtime.runtime import ThreadedRuntime
 from actors.runtime.transport import PARENT_INBOX
@@ -62,40 +65,12 @@ from protocol.errors import (
 from protocol.ids import PARENT_ID, IdKind
 from protocol.limits import answer_budget
 from protocol.notifications import AnyNotification
-from protocol.session.restore import Restore, fold
-from protocol.session.state import SessionState
 from protocol.settings import Settings, check_settings
 
 __all__ = ["MAX_WAITING_CALLS", "Supervisor"]
 
 #: ``wait`` calls that may block at once (each on a thread of its own, off the call pool)
 MAX_WAITING_CALLS = 64
-
-
-def _read_restore(
-    journal: FileJournal,
-    notifications: NotificationFile,
-    session_id: str,
-    settings: Settings,
-    recover: bool = False,
-) -> Restore:
-    """What the session's files say, for a restarted parent (damaged lines are counted; each
-    was logged with its file and line number); with ``recover``, also which bridges are still
-    running and what each open task's agent told the parent (its history)."""
-    state = fold(journal.read(), SessionState(session_id, settings))
-    delivered, stale_noticed = notifications.read_deliveries()
-    restore = Restore(
-        state=state,
-        delivered=delivered,
-        stale_noticed=stale_noticed,
-        problems=len(journal.problems) + len(notifications.problems),
-    )
-    if recover:
-        open_tasks = [t for t, r in state.tasks.items() if not r.terminal]
-        restore.recover = True
-        restore.live = recovery.live_bridges(session_id, state.agents)
-        restore.told = recovery.told_per_task(notifications.path, open_tasks)
-    return restore
 
 
 class _FanOut:
@@ -149,9 +124,12 @@ class Supervisor:
         mailbox_root: Path | str | None = None,
         workers: int | None = None,
         recover: bool = False,
+        commands: Callable[[Supervisor, Request], tuple[int, str, str] | None] | None = None,
     ) -> None:
         """``recover``: on an existing session, start again the agents whose bridges are gone
-        and hand them their open tasks (``serve --recover``; :mod:`protocol.session.recover`)."""
+        and hand them their open tasks (``serve --recover``; :mod:`protocol.session.recover`).
+        ``commands``: runs ``shepherd`` calls on a command socket named in ``session.json``
+        (``serve``'s :func:`actors.surfaces.forwarded.run_forwarded`)."""
         self.settings = check_settings(settings or Settings())
         self.runtime = ThreadedRuntime(workers=workers)
         wanted = Path(session_dir).absolute() if session_dir else None
@@ -184,7 +162,9 @@ class Supervisor:
         self.journal = FileJournal(self.session_dir / "journal.jsonl", fsync=True)
         self.notifications = NotificationFile(self.session_dir / "notifications.jsonl")
         restore = (
-            _read_restore(self.journal, self.notifications, self.session_id, self.settings, recover)
+            recovery.read_restore(
+                self.journal, self.notifications, self.session_id, self.settings, recover
+            )
             if self.resumed
             else None
         )
@@ -234,6 +214,11 @@ class Supervisor:
             spans=self.spans,
             worktrees_root=self.session_dir / "worktrees",
         )
+        self.commands = (
+            CommandServer(functools.partial(commands, self), PARENT_COMMANDS)
+            if commands is not None
+            else None
+        )
         self.info = SessionInfo(
             session_id=self.session_id,
             session_dir=str(self.session_dir),
@@ -244,6 +229,7 @@ class Supervisor:
             parent_start=procs.start_time(os.getpid()),
             created_at=self.runtime.clock.now(),
             client_token=self.client_token,
+            command_socket=self.commands.address if self.commands is not None else None,
         )
         _write_private(self.session_dir / "session.json", msgspec.json.encode(self.info))
         _private_dir(live_dir())
@@ -415,6 +401,8 @@ class Supervisor:
         if self._closed:
             return
         self._closed = True
+        if self.commands is not None:
+            self.commands.close()  # later calls go through the mailbox, and are refused
         for row in self.session.status().agents:
             if not row.closed:
                 with contextlib.suppress(ShepherdError):

@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from actors.surfaces.cli_commands import (
-    absolute,
     check_interval,
     run_demo,
     run_notifications,
@@ -44,31 +42,20 @@ from actors.surfaces.cli_commands import (
     run_tools,
     run_top,
 )
-from actors.surfaces.cli_output import emit, fail, say, session_of
+from actors.surfaces.cli_ops import Caller, absolute, run_operation
+from actors.surfaces.cli_output import fail, say, session_of
 from actors.surfaces.cli_parser import build_parser, wants_json
-from protocol import ops
 from protocol.errors import InvalidArgument, ShepherdError
 from protocol.ops import WAIT_TIMED_OUT
 
 __all__ = ["WAIT_TIMED_OUT", "main"]
 
-#: pages one paged command fetches at most (a session cannot outgrow it: 1000 agents per page
-#: is far more than a frame holds, and read lines are bounded by the agent's buffer)
-MAX_PAGES = 10_000
-#: how long the CLI waits for an answer; an operation that blocks (``wait``) waits for its
-#: ``timeout_s`` and this much more, or, without one, a year
-ANSWER_TIMEOUT_S = 30.0
-BLOCKING_TIMEOUT_S = 365 * 86_400.0
 
+def _client_caller(args: argparse.Namespace) -> Caller:
+    from actors.surfaces.client import Client
 
-def _fetch(client: Any, op: ops.Op[Any], call_args: dict[str, Any], timeout: float) -> Any:
-    """The answer; a paged one (``status``, ``read``) page by page, joined."""
-    pages = [client.call(op.name, call_args, timeout=timeout)]
-    if op.pager is None:
-        return pages[0]
-    while len(pages) < MAX_PAGES and (more := op.pager.following(call_args, pages)) is not None:
-        pages.append(client.call(op.name, more, timeout=timeout))
-    return op.pager.joined(call_args, pages)
+    client = Client(session_of(args))
+    return lambda name, call_args, timeout: client.call(name, call_args, timeout=timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,17 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             from actors.surfaces.mcp_server import serve_stdio
 
             return serve_stdio(args.session, args.client)
-        from actors.surfaces.client import Client
-
-        op = ops.parent_op(args.command.replace("-", "_"))
-        call_args = op.given(vars(args), absolute)
-        timeout = ANSWER_TIMEOUT_S
-        if op.blocks:
-            limit = call_args.get("timeout_s")
-            timeout = BLOCKING_TIMEOUT_S if limit is None else limit + ANSWER_TIMEOUT_S
-        data = _fetch(Client(session_of(args)), op, call_args, timeout)
-        emit(args, data, op.view(data))
-        return op.exit_status(data) if op.exit_status is not None else 0
+        return run_operation(args, lambda: _client_caller(args), absolute)
     except ShepherdError as exc:
         return fail(args, exc.code, exc.message)
     except KeyboardInterrupt:

@@ -25,13 +25,13 @@ from typing import Any
 
 import msgspec
 
+from actors.surfaces.cli_ops import absolute
 from actors.surfaces.cli_output import emit, session_of
 from protocol.errors import InvalidArgument, ShepherdError
 from protocol.settings import Settings, check_settings
 
 __all__ = [
     "TOP_INTERVAL_S",
-    "absolute",
     "check_interval",
     "run_demo",
     "run_notifications",
@@ -45,17 +45,13 @@ __all__ = [
 TOP_INTERVAL_S = (0.1, 3600.0)
 
 
-def absolute(path: str | None) -> str | None:
-    """A path argument made absolute against this directory (the session runs elsewhere)."""
-    return str(Path(path).expanduser().absolute()) if path else None
-
-
 def run_serve(args: argparse.Namespace) -> int:
     """``shepherd serve``: a session in the foreground until SIGTERM/SIGINT or a remote
     shutdown."""
     from actors.runtime.log import logger
     from actors.session.sinks import StreamSink
     from actors.session.supervisor import Supervisor
+    from actors.surfaces.forwarded import run_forwarded
 
     logger.enable("actors")
     logger.remove()
@@ -86,6 +82,7 @@ def run_serve(args: argparse.Namespace) -> int:
         sinks=[StreamSink(sys.stdout, json=args.json)],
         tap=tap,
         recover=args.recover,
+        commands=run_forwarded,  # `shepherd` calls run here, without the CLI's start-up
     )
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}
     if args.json:

@@ -10,38 +10,69 @@ without ``--session`` or ``$SHEPHERD_SESSION`` is named on stderr, with and with
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
+import io
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 import msgspec
 
-__all__ = ["emit", "fail", "say", "session_of"]
+__all__ = ["captured", "emit", "fail", "say", "session_of"]
+
+#: where this thread's command prints (:func:`captured`); unset: the process's stdout / stderr
+_streams: contextvars.ContextVar[tuple[TextIO, TextIO]] = contextvars.ContextVar("streams")
+
+
+def _out() -> TextIO:
+    got = _streams.get(None)
+    return sys.stdout if got is None else got[0]
+
+
+def _err() -> TextIO:
+    got = _streams.get(None)
+    return sys.stderr if got is None else got[1]
+
+
+@contextlib.contextmanager
+def captured() -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """What a command prints in this block (this thread only) goes to the two buffers: how the
+    supervisor runs a forwarded ``shepherd`` call (:mod:`actors.surfaces.forwarded`)."""
+    out, err = io.StringIO(), io.StringIO()
+    token = _streams.set((out, err))
+    try:
+        yield out, err
+    finally:
+        _streams.reset(token)
 
 
 def emit(args: argparse.Namespace, data: Any, human: str) -> None:
     """The answer on stdout: ``data`` as JSON under ``--json``, else ``human``."""
+    out = _out()
     if args.json:
-        sys.stdout.write(msgspec.json.encode(data).decode() + "\n")
+        out.write(msgspec.json.encode(data).decode() + "\n")
     else:
-        sys.stdout.write(human + "\n")
-    sys.stdout.flush()
+        out.write(human + "\n")
+    out.flush()
 
 
 def fail(args: argparse.Namespace, code: str, message: str) -> int:
     """Report an error as ``--json`` asks; the exit status for it (2)."""
     if getattr(args, "json", False):
-        sys.stdout.write(
+        _out().write(
             msgspec.json.encode({"error": {"code": code, "message": message}}).decode() + "\n"
         )
     else:
-        sys.stderr.write(f"shepherd: {code}: {message}\n")
+        _err().write(f"shepherd: {code}: {message}\n")
     return 2
 
 
 def say(text: str) -> None:
     """A word to the person on stderr (never on stdout, which carries the answer)."""
-    sys.stderr.write(f"shepherd: {text}\n")
-    sys.stderr.flush()
+    err = _err()
+    err.write(f"shepherd: {text}\n")
+    err.flush()
 
 
 def session_of(args: argparse.Namespace) -> Any:

@@ -14,7 +14,6 @@ A call's answer comes back in a one-shot reply inbox, removed when the call ends
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import threading
@@ -28,7 +27,8 @@ import msgspec
 from actors.mailbox.files import describe
 from actors.mailbox.mailbox import Mailbox
 from actors.mailbox.reply_inboxes import ReplyInbox
-from actors.records.session_info import SessionInfo, is_live, live_dir
+from actors.records.live import pointed_sessions
+from actors.records.session_info import SessionInfo, is_live
 from actors.runtime.clock import SystemClock
 from actors.runtime.ids import IdSource
 from actors.runtime.transport import PARENT_INBOX
@@ -36,7 +36,14 @@ from protocol.envelopes import AnyEnvelope, CallEnvelope, ResultEnvelope
 from protocol.errors import InvalidArgument, SessionUnavailable, ShepherdError, error_from_info
 from protocol.ids import PARENT_ID, IdKind
 
-__all__ = ["ENV_SESSION", "Client", "find_session", "live_sessions", "session_alive"]
+__all__ = [
+    "ENV_SESSION",
+    "Client",
+    "announcement",
+    "find_session",
+    "live_sessions",
+    "session_alive",
+]
 
 CALL_TIMEOUT_S = 30.0
 ENV_SESSION = "SHEPHERD_SESSION"
@@ -85,15 +92,13 @@ def _session_dir(raw: str, source: str) -> Path:
 def live_sessions() -> list[SessionInfo]:
     """This user's live sessions, newest first."""
     found: dict[str, SessionInfo] = {}
-    if live_dir().is_dir():
-        for pointer in live_dir().glob("*.json"):
-            try:
-                data = json.loads(pointer.read_text())
-                info = _load_info(Path(data["session_dir"]), "live pointer")
-            except (OSError, ValueError, KeyError, TypeError, ShepherdError):
-                continue
-            if session_alive(info):
-                found[info.session_id] = info
+    for session_dir in pointed_sessions():
+        try:
+            info = _load_info(session_dir, "live pointer")
+        except ShepherdError:
+            continue
+        if session_alive(info):
+            found[info.session_id] = info
     return sorted(found.values(), key=lambda i: i.created_at, reverse=True)
 
 
@@ -132,11 +137,16 @@ def find_session(
         )
     (info,) = live
     if announce is not None:
-        announce(
-            f"using session {info.session_dir} ({info.session_id}), the only live one; "
-            f"--session DIR or {ENV_SESSION}=DIR chooses"
-        )
+        announce(announcement(info))
     return info
+
+
+def announcement(info: SessionInfo) -> str:
+    """What a command says on stderr when it found its session as the one live one."""
+    return (
+        f"using session {info.session_dir} ({info.session_id}), the only live one; "
+        f"--session DIR or {ENV_SESSION}=DIR chooses"
+    )
 
 
 class Client:

@@ -2,10 +2,10 @@
 ``shepherd-child message shepherd TEXT --json`` run as an agent of a live session (what a
 command agent pays per call: start-up, the bridge's command socket, publish, the parent's
 receipt; beside it in the same run the same call without the socket, the whole command line in
-the calling process) and ``shepherd
-status --json`` (start-up, imports, the call, every page of the answer), with no agents and
-with ``agents`` of them. Baseline in the same run: ``python -c pass`` (the interpreter's
-start-up, which no command can beat).
+the calling process) and ``shepherd status --json`` (start-up, the supervisor's command socket,
+the call, every page of the answer; beside it the whole command line in the calling process),
+with no agents and with ``agents`` of them. Baseline in the same run: ``python -c pass`` (the
+interpreter's start-up, which no command can beat).
 
 One ``Supervisor`` runs in this worker (its threads idle while a command runs; the commands
 are other processes). The calls of one run are interleaved (baseline, message, status, ...)
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors.child.command_wire import ENV_COMMAND_SOCKET
+from actors.runtime.command_wire import ENV_COMMAND_SOCKET
 from bench_lib.bridge import QUIET_SCRIPT, bridge_missing
 from bench_lib.common import ReadyTap, latency_summary, memory_base_dir, temp_dir
 
@@ -97,17 +97,25 @@ def cli_job(params: dict[str, Any]) -> dict[str, Any]:
         base_env["XDG_STATE_HOME"] = str(tmp / "state")  # the live-session pointer goes here
         os.environ["XDG_STATE_HOME"] = base_env["XDG_STATE_HOME"]
         from actors.session.supervisor import Supervisor
+        from actors.surfaces.forwarded import run_forwarded  # as `shepherd serve` runs it
 
         script = tmp / "quiet.json"
         script.write_text(json.dumps(QUIET_SCRIPT))
         ready = ReadyTap()
-        supervisor = Supervisor(tmp / "session", tap=ready, mailbox_root=tmp / "mbox")
+        supervisor = Supervisor(
+            tmp / "session", tap=ready, mailbox_root=tmp / "mbox", commands=run_forwarded
+        )
         try:
             session = supervisor.session
             python = ([sys.executable, "-c", "pass"], base_env)
             shepherd = _command("shepherd", "actors.surfaces.cli")
-            status = ([*shepherd, "status", "--json", "--session", str(tmp / "session")], base_env)
-            samples = _round(calls, {"python": python, "status_empty": status}, tmp)
+            status_args = ["status", "--json", "--session", str(tmp / "session")]
+            status = ([*shepherd, *status_args], base_env)
+            # the whole command line in the calling process: what `shepherd` was before it
+            # handed session operations to the supervisor's command socket
+            direct = ([sys.executable, "-m", "actors.surfaces.cli", *status_args], base_env)
+            subjects = {"python": python, "status_empty": status, "status_empty_direct": direct}
+            samples = _round(calls, subjects, tmp)
             dump = tmp / "agent.env"
             first_script = tmp / "first.json"
             steps = [{"run": f"env -0 > {dump}"}, *QUIET_SCRIPT["steps"]]
@@ -133,7 +141,8 @@ def cli_job(params: dict[str, Any]) -> dict[str, Any]:
             if not ready.wait(agents, 60 + 2 * agents):
                 return {"unavailable": f"only {len(ready.ready)} of {agents} agents got ready"}
             spawn_s = time.perf_counter() - started
-            _merge(samples, _round(calls, {"python": python, "status_agents": status}, tmp))
+            subjects = {"python": python, "status_agents": status, "status_agents_direct": direct}
+            _merge(samples, _round(calls, subjects, tmp))
         finally:
             supervisor.shutdown(keep=False)
     return {

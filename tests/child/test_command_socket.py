@@ -1,7 +1,8 @@
-"""The bridge's command socket (``actors.child.commands``) and ``shepherd-child``'s entry point
-(``actors.child.entry``): a call sent to the socket runs there with the caller's environment
-and prints what the command line would; a call nobody takes runs in the caller; a request the
-bridge cannot use runs nowhere; the forwarded path loads none of the command line."""
+"""The bridge's command socket (``actors.runtime.command_socket``) and ``shepherd-child``'s
+entry point (``actors.child.entry``): a call sent to the socket runs there with the caller's
+environment and prints what the command line would; a call nobody takes runs in the caller; a
+request the bridge cannot use runs nowhere; the forwarded path loads none of the command
+line."""
 
 from __future__ import annotations
 
@@ -16,9 +17,15 @@ from pathlib import Path
 import pytest
 
 from actors.child.cli import run_captured
-from actors.child.command_wire import ENV_COMMAND_SOCKET, MAX_REQUEST_BYTES, READY, socket_address
-from actors.child.commands import CommandServer
-from actors.child.entry import forward
+from actors.runtime.command_socket import CommandServer, Request
+from actors.runtime.command_wire import (
+    CHILD_COMMANDS,
+    ENV_COMMAND_SOCKET,
+    MAX_REQUEST_BYTES,
+    READY,
+    forward,
+    socket_address,
+)
 from protocol.envelopes import MessageEnvelope
 
 from .conftest import FakeParent
@@ -38,7 +45,7 @@ sys.exit(code)
 
 @pytest.fixture
 def server() -> Iterator[CommandServer]:
-    commands = CommandServer(run_captured)
+    commands = CommandServer(run_captured, CHILD_COMMANDS)
     try:
         yield commands
     finally:
@@ -117,7 +124,7 @@ def test_errors_through_the_socket_look_as_they_do_without_it(
 
 
 def test_a_socket_nobody_takes_runs_the_call_here(parent: FakeParent, tmp_path: Path) -> None:
-    gone = CommandServer(run_captured)
+    gone = CommandServer(run_captured, CHILD_COMMANDS)
     address = gone.address
     gone.close()
     env = parent.environ(**{ENV_COMMAND_SOCKET: address})
@@ -142,14 +149,15 @@ def test_a_busy_bridge_leaves_the_call_to_its_caller(parent: FakeParent, tmp_pat
     release = threading.Event()
     started = threading.Event()
 
-    def stuck(argv: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    def stuck(request: Request) -> tuple[int, str, str]:
         started.set()
         release.wait(60)
         return 0, "", ""
 
-    busy = CommandServer(stuck, max_running=1)
+    busy = CommandServer(stuck, CHILD_COMMANDS, max_running=1)
+    holding = {"argv": ["done"], "env": {}}
     holder = threading.Thread(
-        target=forward, args=(socket_address(busy.address), ["done"], {}), daemon=True
+        target=forward, args=(socket_address(busy.address), holding, lambda: 2), daemon=True
     )
     try:
         holder.start()
@@ -168,10 +176,10 @@ def test_a_busy_bridge_leaves_the_call_to_its_caller(parent: FakeParent, tmp_pat
 def test_a_bridge_that_ends_mid_call_is_session_unavailable_never_a_second_try(
     parent: FakeParent, tmp_path: Path
 ) -> None:
-    def dies(argv: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    def dies(request: Request) -> tuple[int, str, str]:
         raise RuntimeError("the bridge went away")
 
-    dying = CommandServer(dies)
+    dying = CommandServer(dies, CHILD_COMMANDS)
     try:
         env = parent.environ(**{ENV_COMMAND_SOCKET: dying.address})
         for as_json in (True, False):
@@ -199,16 +207,19 @@ def test_a_bridge_that_ends_mid_call_is_session_unavailable_never_a_second_try(
         (json.dumps({"argv": ["run"], "env": {}}).encode(), "runs only"),
         (json.dumps({"argv": [], "env": {}}).encode(), "runs only"),
         (json.dumps({"argv": ["message"]}).encode(), "env must"),
+        (json.dumps({"argv": ["done"], "env": {}, "cwd": "rel"}).encode(), "cwd must"),
+        (json.dumps({"argv": ["done"], "env": {}, "cwd": 3}).encode(), "cwd must"),
+        (json.dumps({"argv": ["done"], "env": {}, "announce": "yes"}).encode(), "announce"),
     ],
 )
 def test_a_request_the_bridge_cannot_use_runs_nothing(payload: bytes, why: str) -> None:
     ran: list[list[str]] = []
 
-    def record(argv: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
-        ran.append(argv)
+    def record(request: Request) -> tuple[int, str, str]:
+        ran.append(request.argv)
         return 0, "", ""
 
-    commands = CommandServer(record)
+    commands = CommandServer(record, CHILD_COMMANDS)
     try:
         answer = _raw(commands.address, payload)
         assert answer["code"] == 2
@@ -224,11 +235,11 @@ def test_a_request_the_bridge_cannot_use_runs_nothing(payload: bytes, why: str) 
 def test_an_oversized_request_is_refused_unread_and_runs_nothing() -> None:
     ran: list[list[str]] = []
 
-    def record(argv: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
-        ran.append(argv)
+    def record(request: Request) -> tuple[int, str, str]:
+        ran.append(request.argv)
         return 0, "", ""
 
-    commands = CommandServer(record)
+    commands = CommandServer(record, CHILD_COMMANDS)
     try:
         huge = json.dumps({"argv": ["message", "x" * MAX_REQUEST_BYTES], "env": {}}).encode()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
@@ -244,11 +255,7 @@ def test_an_oversized_request_is_refused_unread_and_runs_nothing() -> None:
         assert answer["code"] == 2 and "over" in answer["stderr"]
         assert ran == []
         # the entry point does not even send one: it runs the call itself (refused there)
-        assert (
-            forward(
-                socket_address(commands.address) or "", ["message", "x" * MAX_REQUEST_BYTES], {}
-            )
-            is None
-        )
+        request = {"argv": ["message", "x" * MAX_REQUEST_BYTES], "env": {}}
+        assert forward(socket_address(commands.address) or "", request, lambda: 2) is None
     finally:
         commands.close()

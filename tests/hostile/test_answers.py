@@ -78,7 +78,7 @@ def _text(*args: str, session: Path) -> tuple[int, str]:
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "actors.surfaces.cli", *args, "--session", str(session)],
+        [sys.executable, "-m", "actors.surfaces.entry", *args, "--session", str(session)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -28,7 +28,7 @@ IDLE = {"steps": [{"await": "task"}, {"await": "any"}]}
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "actors.surfaces.cli", *args],
+        [sys.executable, "-m", "actors.surfaces.entry", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -154,8 +154,9 @@ def serve(tmp_path: Path) -> Iterator[Any]:
 
 
 def cli(*args: str, session: Path | None = None, check: bool = True) -> tuple[int, Any]:
-    """Run `shepherd ARGS --json`; return (exit status, parsed JSON)."""
-    argv = [sys.executable, "-m", "actors.surfaces.cli", *args, "--json"]
+    """Run `shepherd ARGS --json` (its entry point, as the installed command: a session
+    operation goes to the supervisor's command socket); return (exit status, parsed JSON)."""
+    argv = [sys.executable, "-m", "actors.surfaces.entry", *args, "--json"]
     if session is not None:
         argv += ["--session", str(session)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)

@@ -104,7 +104,7 @@ def _idle(tmp_path: Path) -> Path:
 
 
 def _text(*args: str, session: Path) -> tuple[int, str]:
-    argv = [sys.executable, "-m", "actors.surfaces.cli", *args, "--session", str(session)]
+    argv = [sys.executable, "-m", "actors.surfaces.entry", *args, "--session", str(session)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     return done.returncode, done.stdout
 

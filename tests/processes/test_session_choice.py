@@ -48,7 +48,7 @@ def sessions(tmp_path: Path) -> Iterator[list[Supervisor]]:
 def shepherd(*args: str, env: dict[str, str] | None = None) -> tuple[int, Any, str]:
     """``shepherd ARGS`` → (exit status, stdout as JSON when it is, stderr)."""
     done = subprocess.run(
-        [sys.executable, "-m", "actors.surfaces.cli", *args],
+        [sys.executable, "-m", "actors.surfaces.entry", *args],
         capture_output=True,
         text=True,
         timeout=60,

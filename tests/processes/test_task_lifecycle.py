@@ -281,7 +281,7 @@ def test_the_cli_says_when_a_task_had_already_settled(serve, tmp_path: Path) -> 
     for op, extra in (("fail", ["--error", "too late"]), ("cancel", [])):
         _, data = cli(op, task["task_id"], *extra, session=session)
         assert (data["status"], data["already_settled"]) == ("completed", True)
-        argv = [sys.executable, "-m", "actors.surfaces.cli", op, task["task_id"], *extra]
+        argv = [sys.executable, "-m", "actors.surfaces.entry", op, task["task_id"], *extra]
         text = subprocess.run(
             [*argv, "--session", str(session)],
             capture_output=True,

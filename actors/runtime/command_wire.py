@@ -1,0 +1,164 @@
+"""Command sockets, the calling side: a ``shepherd`` or ``shepherd-child`` call handed to the
+long-lived process that has everything loaded (the session's supervisor, the agent's bridge),
+so that a call costs a connection instead of the command line's start-up. The serving side is
+:mod:`actors.runtime.command_socket`; the entry points are :mod:`actors.surfaces.entry` and
+:mod:`actors.child.entry`.
+
+Rules:
+- A call runs there or here, never both. Whatever was not sent whole runs here (the server
+  runs only what it read whole); a server that greets ``busy`` or answers ``elsewhere`` ran
+  nothing, so the call runs here; once sent, a server that ends without answering is
+  ``session_unavailable`` ("it may or may not have been done"), never a second try.
+- Standard library only, ``json`` and ``socket`` imported when a call is forwarded: this is
+  what the entry points load on that path.
+
+Wire format, one call per connection, each part a JSON object and a newline: the server greets
+:data:`READY` (or ``{"busy": true}`` and closes), the caller sends its :class:`request
+<actors.runtime.command_socket.Request>` ``{"argv": [...], "env": {...}, "cwd": str,
+"announce": bool}`` (at most :data:`MAX_REQUEST_BYTES`) and shuts its side, the server answers
+``{"code": int, "stdout": str, "stderr": str}`` or ``{"elsewhere": true}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import socket
+
+__all__ = [
+    "CHILD_COMMANDS",
+    "ENV_COMMAND_SOCKET",
+    "MAX_REQUEST_BYTES",
+    "PARENT_COMMANDS",
+    "READY",
+    "forward",
+    "option_value",
+    "socket_address",
+    "wants_help",
+    "wants_json",
+]
+
+#: the greeting of a server that takes the call
+READY = b'{"ready": true}\n'
+#: where an agent's bridge takes its commands: an abstract Unix socket name, ``@`` for its NUL
+ENV_COMMAND_SOCKET = "SHEPHERD_COMMAND_SOCKET"
+#: the commands an agent's bridge runs for it (``run`` is the bridge itself)
+CHILD_COMMANDS = frozenset({"message", "done", "usage", "approve-request"})
+#: the commands a session's supervisor runs for ``shepherd``: every session operation but
+#: ``shutdown`` (it ends the server that would answer); checked against the operation table
+#: by the tests
+PARENT_COMMANDS = frozenset(
+    {
+        "spawn",
+        "delegate",
+        "message",
+        "watch",
+        "status",
+        "close",
+        "read",
+        "cancel",
+        "fail",
+        "prompt",
+        "wait",
+        "result",
+        "approve",
+        "deny",
+        "worktrees",
+        "delegate-many",
+        "spawn-many",
+    }
+)
+#: a request's bound: the arguments (a text is at most ``protocol.limits.MAX_TEXT_CHARS``, 1 Mi
+#: characters, up to 6 bytes each once escaped) and the environment; a larger one runs here,
+#: where the command line refuses it with the bound that applies
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+_GREETING_MAX = 64
+
+
+def socket_address(value: str) -> str | None:
+    """The address ``connect`` takes for a socket name this version writes (``@`` then at most
+    100 characters: an abstract Unix socket), or None for anything else."""
+    if not value.startswith("@") or not 1 < len(value) <= 101:
+        return None
+    return "\0" + value[1:]
+
+
+def _head(argv: Sequence[str]) -> Sequence[str]:
+    """The options part: everything before ``--``."""
+    return argv[: argv.index("--")] if "--" in argv else argv
+
+
+def wants_help(argv: Sequence[str]) -> bool:
+    return any(arg in ("-h", "--help") for arg in _head(argv))
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    return "--json" in _head(argv)
+
+
+def option_value(argv: Sequence[str], name: str) -> str | None:
+    """The value of ``--name VALUE`` / ``--name=VALUE`` before ``--`` (the last one), or None.
+    Abbreviations are not seen here; the server checks what it parsed."""
+    head = _head(argv)
+    found = None
+    for i, arg in enumerate(head):
+        if arg == name and i + 1 < len(head):
+            found = head[i + 1]
+        elif arg.startswith(name + "="):
+            found = arg[len(name) + 1 :]
+    return found
+
+
+def _greeting(conn: socket.socket) -> bytes:
+    line = b""
+    while not line.endswith(b"\n") and len(line) < _GREETING_MAX:
+        chunk = conn.recv(_GREETING_MAX - len(line))
+        if not chunk:
+            break
+        line += chunk
+    return line
+
+
+def forward(address: str, request: Mapping[str, Any], unanswered: Callable[[], int]) -> int | None:
+    """Run a call through the server at ``address``: its exit status once its output is
+    printed, ``unanswered()`` if the server took it and ended without an answer, or None if
+    it ran nothing there (module rules)."""
+    import json
+    import socket
+    import sys
+
+    data = json.dumps(dict(request)).encode() + b"\n"
+    if len(data) > MAX_REQUEST_BYTES:
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        try:
+            conn.connect(address)
+            if _greeting(conn) != READY:
+                return None  # busy, or not a server of ours: nothing was sent
+            conn.sendall(data)
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            return None  # not sent whole: the server runs nothing it did not read whole
+        chunks = []
+        try:
+            while chunk := conn.recv(1 << 16):
+                chunks.append(chunk)
+        except OSError:
+            chunks = []
+    try:
+        answer = json.loads(b"".join(chunks))
+    except ValueError:
+        return unanswered()
+    if not isinstance(answer, dict):
+        return unanswered()
+    if answer.get("elsewhere") is True:
+        return None
+    code, out, err = answer.get("code"), answer.get("stdout"), answer.get("stderr")
+    if not (isinstance(code, int) and isinstance(out, str) and isinstance(err, str)):
+        return unanswered()
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    sys.stderr.write(err)
+    return code
