@@ -95,9 +95,12 @@ class _Parser(argparse.ArgumentParser):
         raise InvalidArgument(f"{message} (see '{self.prog} --help')")
 
 
+@functools.cache
 def _parser() -> _Parser:
     """``run``, then one command per child operation of the table (:data:`protocol.ops.CHILD`):
-    the same Structs as the child's tools ``shepherd_message`` / ``shepherd_done``."""
+    the same Structs as the child's tools ``shepherd_message`` / ``shepherd_done``. Built once
+    per process: the bridge parses every call of its agent with it (parsing does not change a
+    parser, so its threads share it)."""
     parser = _Parser(
         prog="shepherd-child",
         description=(

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from actors.runtime import command_wire
 from protocol import ops
 from protocol.errors import InvalidArgument
 
@@ -193,5 +194,4 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def wants_json(argv: list[str] | None) -> bool:
     """Whether ``--json`` was asked for (before any ``--``): a usage error is reported in the
     format asked for even though the parser could not finish."""
-    words = sys.argv[1:] if argv is None else argv
-    return "--json" in words[: words.index("--")] if "--" in words else "--json" in words
+    return command_wire.wants_json(sys.argv[1:] if argv is None else argv)

@@ -40,6 +40,14 @@ if TYPE_CHECKING:
 __all__ = ["run_forwarded"]
 
 
+@functools.lru_cache(maxsize=64)
+def _parser(command: str) -> argparse.ArgumentParser:
+    """A command's parser, built once (its building costs more than most calls; parsing does
+    not change a parser, so the socket's threads share it). ``command`` is one of the socket's
+    commands (:data:`~actors.runtime.command_wire.PARENT_COMMANDS`)."""
+    return build_parser([command])
+
+
 def _resolver(request: Request) -> Callable[[str], str | None]:
     home = request.env.get("HOME") or None
     return functools.partial(absolute, base=request.cwd, home=home)
@@ -68,7 +76,7 @@ def run_forwarded(supervisor: Supervisor, request: Request) -> tuple[int, str, s
     None if it names another session."""
     with captured() as (out, err):
         try:
-            args = build_parser(request.argv).parse_args(request.argv)
+            args = _parser(request.argv[0]).parse_args(request.argv)
         except InvalidArgument as exc:
             code = fail(argparse.Namespace(json=wants_json(request.argv)), exc.code, exc.message)
             return code, out.getvalue(), err.getvalue()
