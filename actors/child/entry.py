@@ -16,38 +16,23 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from actors.runtime.command_wire import (
     CHILD_COMMANDS,
     ENV_COMMAND_SOCKET,
+    UNANSWERED_CODE,
     forward,
     socket_address,
+    unanswered,
     wants_help,
-    wants_json,
 )
 
 __all__ = ["main"]
 
-
-def _unanswered(argv: Sequence[str]) -> Callable[[], int]:
-    """The bridge took the call and ended without an answer: the command line's error format
-    (``{"error": ...}`` on stdout under ``--json``, else a line on stderr), exit 2."""
-
-    def report() -> int:
-        code = "session_unavailable"
-        message = (
-            "the agent's bridge ended during the call: it may or may not have reached the parent"
-        )
-        if wants_json(argv):
-            import json
-
-            print(json.dumps({"error": {"code": code, "message": message}}))
-        else:
-            print(f"shepherd-child: {message} ({code})", file=sys.stderr)
-        return 2
-
-    return report
+#: the call was taken and not answered (:func:`~actors.runtime.command_wire.unanswered`)
+MESSAGE = "the agent's bridge ended during the call: it may or may not have reached the parent"
+LINE = f"shepherd-child: {MESSAGE} ({UNANSWERED_CODE})"
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -61,7 +46,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         and not wants_help(arguments)
     ):
         request = {"argv": arguments, "env": dict(environ)}
-        code = forward(address, request, _unanswered(arguments))
+        code = forward(address, request, unanswered(arguments, MESSAGE, LINE))
         if code is not None:
             return code
     from actors.child.cli import main as run_here

@@ -8,7 +8,10 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["live_dir", "pointed_sessions", "state_dir"]
+__all__ = ["ENV_SESSION", "live_dir", "pointed_sessions", "state_dir"]
+
+#: names the session a command talks to, when ``--session`` does not
+ENV_SESSION = "SHEPHERD_SESSION"
 
 
 def state_dir() -> Path:

@@ -33,9 +33,11 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "PARENT_COMMANDS",
     "READY",
+    "UNANSWERED_CODE",
     "forward",
     "option_value",
     "socket_address",
+    "unanswered",
     "wants_help",
     "wants_json",
 ]
@@ -109,6 +111,28 @@ def option_value(argv: Sequence[str], name: str) -> str | None:
         elif arg.startswith(name + "="):
             found = arg[len(name) + 1 :]
     return found
+
+
+#: what a caller says when the server took its call and ended without an answer
+UNANSWERED_CODE = "session_unavailable"
+
+
+def unanswered(argv: Sequence[str], message: str, line: str) -> Callable[[], int]:
+    """The report of a call the server took and ended without answering, in the command
+    line's error format: ``{"error": {"code", "message"}}`` on stdout under ``--json``, else
+    ``line`` on stderr; exit status 2."""
+
+    def report() -> int:
+        import json
+        import sys
+
+        if wants_json(argv):
+            print(json.dumps({"error": {"code": UNANSWERED_CODE, "message": message}}))
+        else:
+            print(line, file=sys.stderr)
+        return 2
+
+    return report
 
 
 def _greeting(conn: socket.socket) -> bytes:

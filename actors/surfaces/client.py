@@ -27,7 +27,7 @@ import msgspec
 from actors.mailbox.files import describe
 from actors.mailbox.mailbox import Mailbox
 from actors.mailbox.reply_inboxes import ReplyInbox
-from actors.records.live import pointed_sessions
+from actors.records.live import ENV_SESSION, pointed_sessions
 from actors.records.session_info import SessionInfo, is_live
 from actors.runtime.clock import SystemClock
 from actors.runtime.ids import IdSource
@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 CALL_TIMEOUT_S = 30.0
-ENV_SESSION = "SHEPHERD_SESSION"
 #: live sessions named in the refusal to guess; the rest are counted
 MAX_LISTED = 10
 

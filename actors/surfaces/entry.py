@@ -17,22 +17,26 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from actors.records.live import pointed_sessions
+from actors.records.live import ENV_SESSION, pointed_sessions
 from actors.runtime.command_wire import (
     PARENT_COMMANDS,
+    UNANSWERED_CODE,
     forward,
     option_value,
     socket_address,
+    unanswered,
     wants_help,
-    wants_json,
 )
 
 __all__ = ["main"]
 
-ENV_SESSION = "SHEPHERD_SESSION"
+#: the call was taken and not answered (:func:`~actors.runtime.command_wire.unanswered`)
+MESSAGE = "the session ended during the call: it may or may not have been done"
+LINE = f"shepherd: {UNANSWERED_CODE}: {MESSAGE}"
+
 #: ``session.json`` is a few hundred bytes; a larger one is not read here
 _INFO_MAX_BYTES = 64 * 1024
 
@@ -62,24 +66,6 @@ def _address(session_dir: Path) -> str | None:
     return socket_address(value) if isinstance(value, str) else None
 
 
-def _unanswered(argv: Sequence[str]) -> Callable[[], int]:
-    """The supervisor took the call and ended without an answer: the command line's error
-    format (``{"error": ...}`` on stdout under ``--json``, else a line on stderr), exit 2."""
-
-    def report() -> int:
-        code = "session_unavailable"
-        message = "the session ended during the call: it may or may not have been done"
-        if wants_json(argv):
-            import json
-
-            print(json.dumps({"error": {"code": code, "message": message}}))
-        else:
-            print(f"shepherd: {code}: {message}", file=sys.stderr)
-        return 2
-
-    return report
-
-
 def _cwd() -> str | None:
     try:
         return os.getcwd()
@@ -96,7 +82,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         cwd = _cwd()
         if found is not None and address is not None and cwd is not None:
             request = {"argv": arguments, "env": dict(environ), "cwd": cwd, "announce": found[1]}
-            code = forward(address, request, _unanswered(arguments))
+            code = forward(address, request, unanswered(arguments, MESSAGE, LINE))
             if code is not None:
                 return code
     from actors.surfaces.cli import main as run_here

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -27,20 +26,27 @@ from actors.runtime.command_wire import (
     socket_address,
 )
 from protocol.envelopes import MessageEnvelope
+from tests.entrypoints import run_entry
 
 from .conftest import FakeParent
 
 pytestmark = pytest.mark.processes
 
-#: runs the entry point as `shepherd-child` does, then writes the loaded modules
-RUN_AND_LIST = """
-import json, sys
-from actors.child.entry import main
-code = main(sys.argv[2:])
-with open(sys.argv[1], "w") as out:
-    json.dump(sorted(sys.modules), out)
-sys.exit(code)
-"""
+
+@pytest.fixture
+def recording() -> Iterator[tuple[CommandServer, list[list[str]]]]:
+    """A server whose runner only notes the arguments of what it runs."""
+    ran: list[list[str]] = []
+
+    def record(request: Request) -> tuple[int, str, str]:
+        ran.append(request.argv)
+        return 0, "", ""
+
+    commands = CommandServer(record, CHILD_COMMANDS)
+    try:
+        yield commands, ran
+    finally:
+        commands.close()
 
 
 @pytest.fixture
@@ -55,18 +61,7 @@ def server() -> Iterator[CommandServer]:
 def _entry(
     parent: FakeParent, tmp_path: Path, env: Mapping[str, str], *args: str
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    listing = tmp_path / "modules.json"
-    done = subprocess.run(
-        [sys.executable, "-c", RUN_AND_LIST, str(listing), *args],
-        cwd=parent.tmp_path,
-        env=dict(env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    modules: list[str] = json.loads(listing.read_text()) if listing.exists() else []
-    return done, modules
+    return run_entry("actors.child.entry", tmp_path / "modules.json", args, parent.tmp_path, env)
 
 
 def _raw(address: str, payload: bytes) -> dict[str, object]:
@@ -212,50 +207,36 @@ def test_a_bridge_that_ends_mid_call_is_session_unavailable_never_a_second_try(
         (json.dumps({"argv": ["done"], "env": {}, "announce": "yes"}).encode(), "announce"),
     ],
 )
-def test_a_request_the_bridge_cannot_use_runs_nothing(payload: bytes, why: str) -> None:
-    ran: list[list[str]] = []
-
-    def record(request: Request) -> tuple[int, str, str]:
-        ran.append(request.argv)
-        return 0, "", ""
-
-    commands = CommandServer(record, CHILD_COMMANDS)
-    try:
-        answer = _raw(commands.address, payload)
-        assert answer["code"] == 2
-        assert why in str(answer["stderr"]) and "invalid_argument" in str(answer["stderr"])
-        # the bridge still takes a good call after them
-        good = json.dumps({"argv": ["done"], "env": {}}).encode()
-        assert _raw(commands.address, good) == {"code": 0, "stdout": "", "stderr": ""}
-        assert ran == [["done"]]
-    finally:
-        commands.close()
+def test_a_request_the_bridge_cannot_use_runs_nothing(
+    recording: tuple[CommandServer, list[list[str]]], payload: bytes, why: str
+) -> None:
+    commands, ran = recording
+    answer = _raw(commands.address, payload)
+    assert answer["code"] == 2
+    assert why in str(answer["stderr"]) and "invalid_argument" in str(answer["stderr"])
+    # the bridge still takes a good call after them
+    good = json.dumps({"argv": ["done"], "env": {}}).encode()
+    assert _raw(commands.address, good) == {"code": 0, "stdout": "", "stderr": ""}
+    assert ran == [["done"]]
 
 
-def test_an_oversized_request_is_refused_unread_and_runs_nothing() -> None:
-    ran: list[list[str]] = []
-
-    def record(request: Request) -> tuple[int, str, str]:
-        ran.append(request.argv)
-        return 0, "", ""
-
-    commands = CommandServer(record, CHILD_COMMANDS)
-    try:
-        huge = json.dumps({"argv": ["message", "x" * MAX_REQUEST_BYTES], "env": {}}).encode()
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(socket_address(commands.address) or "")
-            assert conn.recv(64) == READY
-            try:
-                conn.sendall(huge)
-                conn.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass  # the bridge stopped reading past the bound and answered
-            data = b"".join(iter(lambda: conn.recv(65536), b""))
-        answer = json.loads(data)
-        assert answer["code"] == 2 and "over" in answer["stderr"]
-        assert ran == []
-        # the entry point does not even send one: it runs the call itself (refused there)
-        request = {"argv": ["message", "x" * MAX_REQUEST_BYTES], "env": {}}
-        assert forward(socket_address(commands.address) or "", request, lambda: 2) is None
-    finally:
-        commands.close()
+def test_an_oversized_request_is_refused_unread_and_runs_nothing(
+    recording: tuple[CommandServer, list[list[str]]],
+) -> None:
+    commands, ran = recording
+    huge = json.dumps({"argv": ["message", "x" * MAX_REQUEST_BYTES], "env": {}}).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(socket_address(commands.address) or "")
+        assert conn.recv(64) == READY
+        try:
+            conn.sendall(huge)
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the bridge stopped reading past the bound and answered
+        data = b"".join(iter(lambda: conn.recv(65536), b""))
+    answer = json.loads(data)
+    assert answer["code"] == 2 and "over" in answer["stderr"]
+    assert ran == []
+    # the entry point does not even send one: it runs the call itself (refused there)
+    request = {"argv": ["message", "x" * MAX_REQUEST_BYTES], "env": {}}
+    assert forward(socket_address(commands.address) or "", request, lambda: 2) is None

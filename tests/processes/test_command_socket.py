@@ -16,17 +16,9 @@ import pytest
 
 from actors.runtime.command_wire import CHILD_COMMANDS, PARENT_COMMANDS
 from protocol import ops
+from tests.entrypoints import run_entry
 from tests.processes.conftest import bridge_pids
 
-#: runs the entry point as `shepherd` does, then writes the loaded modules
-RUN_AND_LIST = """
-import json, sys
-from actors.surfaces.entry import main
-code = main(sys.argv[2:])
-with open(sys.argv[1], "w") as out:
-    json.dump(sorted(sys.modules), out)
-sys.exit(code)
-"""
 #: what a forwarded call must not load: the command line, the mailbox, msgspec
 HEAVY = ("msgspec", "actors.surfaces.cli", "actors.mailbox", "protocol.ops", "argparse")
 
@@ -35,18 +27,7 @@ def _entry(
     tmp_path: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     listing = tmp_path / "modules.json"
-    listing.unlink(missing_ok=True)
-    done = subprocess.run(
-        [sys.executable, "-c", RUN_AND_LIST, str(listing), *args],
-        cwd=cwd or tmp_path,
-        env=env or dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    modules: list[str] = json.loads(listing.read_text()) if listing.exists() else []
-    return done, modules
+    return run_entry("actors.surfaces.entry", listing, args, cwd or tmp_path, env or os.environ)
 
 
 def _direct(
