@@ -159,6 +159,10 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None = None
     #: how the agent's bridge is woken for deliveries (its last report; None: not reported)
     mailbox_wake: MailboxWake | None = None
+    #: the agent's bridge process while it runs (None once it exited: the pid may be anyone's
+    #: by then). It leads its own process group: ``kill -TERM -- -PID`` stops the agent and
+    #: everything it started.
+    pid: int | None = None
     # --- budgets
     #: what the agent spent over all its turns and tasks
     usage: Usage | None = None

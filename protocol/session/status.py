@@ -73,6 +73,7 @@ def _agent(s: SessionState, row: AgentRow, task_id: str | None, now: float) -> a
         last_active_at=row.last_active_at,
         exit_code=row.exit_code,
         mailbox_wake=row.mailbox_wake,
+        pid=row.pid if row.process_state != "exited" else None,
         usage=s.agent_usage.get(row.agent_id),
         **_worktree(s, row),
     )

@@ -87,7 +87,7 @@ def test_paths_are_the_callers_and_errors_look_the_same(
     serve: Any, tmp_path: Path, scripts: dict[str, str]
 ) -> None:
     session = tmp_path / "session"
-    serve(session)
+    server = serve(session)
     work = tmp_path / "work"
     (work / "sub").mkdir(parents=True)
     script = Path(scripts["idle"])
@@ -103,6 +103,12 @@ def test_paths_are_the_callers_and_errors_look_the_same(
     # the agent runs in the caller's sub/, not in the supervisor's directory
     cwds = {os.readlink(f"/proc/{pid}/cwd") for pid in bridge_pids(session)}
     assert cwds == {str(work / "sub")}
+    # status --json names the bridge's pid once it is ready (it leads its process group)
+    assert server.wait_story("worker", "process idle")
+    status, _ = _entry(tmp_path, "status", "--json", "--session", str(session))
+    (agent,) = json.loads(status.stdout)["agents"]
+    assert agent["pid"] in bridge_pids(session)
+    assert os.getpgid(agent["pid"]) == agent["pid"]
     # refusals: a usage error, a bad value, an unknown id: the same output and status
     for args in (
         ("delegate", "--json"),

@@ -23,6 +23,7 @@ from protocol.session.effects import (
     StopAgent,
     WatchdogAgent,
 )
+from protocol.session.status import view as status_view
 from protocol.tasks import TaskState
 
 from .harness import T0, Session, answer, delivered, journaled, notes, of
@@ -175,6 +176,23 @@ def test_a_new_pid_is_journaled_before_the_event_is_shown_to_the_agents_actor() 
     assert s.state.agents[a].pid == 4242
     again = s.runtime(a, "ready", pid=4242)  # the same pid: nothing to journal
     assert journaled(again) == []
+
+
+def test_status_gives_the_bridge_pid_while_it_runs_and_never_after_its_exit() -> None:
+    s = Session()
+    a = s.spawn("scout")
+    assert _status_row(s).pid is None  # not reported yet
+    s.runtime(a, "ready", pid=4242)
+    assert _status_row(s).pid == 4242
+    s.exit(a)
+    # the pid of an exited process may be anyone's by now: never offered to be killed
+    assert _status_row(s).pid is None
+    assert s.state.agents[a].pid == 4242  # still on record
+
+
+def _status_row(s: Session) -> api.AgentStatus:
+    (row,) = status_view(s.state, None, s.now).agents
+    return row
 
 
 def test_an_exited_process_takes_no_more_moves() -> None:
