@@ -109,7 +109,7 @@ class Serve:
         with self._cond:
             self._cond.notify_all()
 
-    def wait_for(self, predicate: Any, timeout: float = 30.0) -> bool:
+    def wait_for(self, predicate: Any, timeout: float = 90.0) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self.lines), timeout=timeout)
 
