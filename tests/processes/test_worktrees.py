@@ -9,7 +9,9 @@ Nothing sleeps: tests wait on notifications (the sink) and on ``wait`` with time
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,9 @@ from protocol.errors import InvalidArgument
 from protocol.notifications import Notice
 from protocol.tasks import TaskResult
 from tests.processes.conftest import cli
+from tests.processes.test_recover import FAKE_AGENT
+from tests.processes.test_recover import _kill_everything as kill_everything
+from tests.reliability.live import wait_for_files
 
 pytestmark = pytest.mark.processes
 
@@ -342,3 +347,61 @@ def test_odd_file_names_are_listed_and_told(
     assert len(kept) == 1
     recorded = (sup.session_dir / "notifications.jsonl").read_text()
     assert "worktree_kept" in recorded and "caf\ufffd.txt" in recorded
+
+
+def test_an_agent_in_a_worktree_is_recovered_in_the_same_worktree(
+    serve: Any, repo: Path, tmp_path: Path
+) -> None:
+    """The whole tree is killed mid-task; ``serve --recover`` starts the agent again in its own
+    worktree (not the repository, not a new one), so what its first run wrote is still there
+    and the task's changes list both runs' files."""
+    session = tmp_path / "session"
+    first = serve(session)
+    record = tmp_path / "runs.txt"
+    fake = tmp_path / "fake_agent.py"
+    fake.write_text(FAKE_AGENT)
+    run = f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}"
+    where = f"pwd >> {shlex.quote(str(tmp_path / 'cwds.txt'))}"
+    cli(
+        "spawn",
+        "worker",
+        "--adapter",
+        "command",
+        "--cmd",
+        f"{where} && echo one > first.txt && {run} first {{message}} {shlex.quote(str(record))}",
+        "--resume-cmd",
+        f"{where} && echo two > second.txt && {run} resume {{message}} {shlex.quote(str(record))}",
+        "--worktree",
+        "--repo",
+        str(repo),
+        session=session,
+    )
+    _, delegated = cli("delegate", "worker", "change things", session=session)
+    task_id = delegated["task_id"]
+    cli("watch", task_id, session=session)
+    assert first.wait_story("worker", "process working")
+    pid_file = Path(str(record) + ".pid")  # written once the first run wrote its file
+    assert wait_for_files(tmp_path, pid_file.exists, 60), "the first run never started"
+    kill_everything(first, session)
+
+    second = serve(session, "--recover")
+    assert second.wait_for(
+        lambda lines: any(
+            r["task_id"] == task_id
+            for x in lines
+            if x.get("kind") == "task_completion"
+            for r in x["results"]
+        ),
+        timeout=90,
+    ), second.lines
+    _, waited = cli("wait", task_id, "--timeout", "30", session=session)
+    (result,) = waited["completed"]
+    assert result["status"] == "completed", result
+    assert sorted(result["changes"]["files"]) == ["first.txt", "second.txt"]
+    tree = session / "worktrees" / "worker"
+    assert (tmp_path / "cwds.txt").read_text().splitlines() == [str(tree), str(tree)]
+    assert not (repo / "first.txt").exists() and not (repo / "second.txt").exists()
+    _, trees = cli("worktrees", session=session)
+    assert [(w["agent"], w["changed_files"]) for w in trees["worktrees"]] == [("worker", 2)]
+    cli("shutdown", session=session)
+    second.proc.wait(timeout=30)
