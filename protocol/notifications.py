@@ -9,7 +9,9 @@ turn ended while the agent's task stayed open with no question pending: once per
 the turn's exit status and the tail of its output), ``request_timed_out`` /
 ``request_cancelled`` (a question the parent asked closed without a reply),
 ``not_delivered``, ``approval_requested`` (an agent asks the parent's approval: ``refs`` holds
-the request id) and ``approval_timed_out`` (one closed unanswered at its deadline, denied).
+the request id), ``approval_timed_out`` (one closed unanswered at its deadline, denied),
+``budget_soft_limit`` (a task or the session passed the soft share of a limit: ``refs`` holds
+the limit, ``max_tokens`` say; no ``task_id`` for the session's) and ``budget_exceeded``.
 """
 
 from __future__ import annotations

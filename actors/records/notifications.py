@@ -10,17 +10,46 @@ reported by number), so a crash mid-write cannot hide a later delivery.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
 from actors.records.jsonlines import JsonLinesFile, LineProblem
 from actors.runtime.crashpoints import crashpoint
-from protocol.notifications import AnyNotification, StaleWait, TaskCompletion
+from protocol.notifications import AnyNotification, Notice, StaleWait, TaskCompletion
+from protocol.session.budgets import SESSION_SCOPE
 
-__all__ = ["NotificationFile"]
+__all__ = ["Deliveries", "NotificationFile", "deliveries"]
 
 _DECODER = msgspec.json.Decoder(AnyNotification)
+
+
+class Deliveries(NamedTuple):
+    """What a record of delivery says was handed over."""
+
+    #: per watcher, the task ids whose completion it delivered
+    delivered: dict[str, set[str]]
+    #: per task, the request ids its stale-wait notices named
+    stale: dict[str, set[str]]
+    #: the soft budget warnings given, as (task id or ``session``, limit)
+    warned: set[tuple[str, str]]
+
+
+def deliveries(notes: Iterable[AnyNotification]) -> Deliveries:
+    """Read a record of delivery (see :class:`Deliveries`)."""
+    found = Deliveries({}, {}, set())
+    for note in notes:
+        if isinstance(note, TaskCompletion):
+            found.delivered.setdefault(note.watcher_id, set()).update(
+                r.task_id for r in note.results
+            )
+        elif isinstance(note, StaleWait):
+            found.stale.setdefault(note.task_id, set()).add(note.request_id)
+        elif isinstance(note, Notice) and note.code == "budget_soft_limit" and note.refs:
+            found.warned.add((note.task_id or SESSION_SCOPE, note.refs[0]))
+    return found
 
 
 class NotificationFile:
@@ -48,17 +77,9 @@ class NotificationFile:
             return  # the session is shutting down: nobody follows the file any more
         crashpoint("notify.after_write")
 
-    def read_deliveries(self) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-        """What the file records as handed over: per watcher the task ids whose completion
-        it delivered, and per task the request ids its stale-wait notices named."""
-        delivered: dict[str, set[str]] = {}
-        stale: dict[str, set[str]] = {}
-        for note in self._file.read(_DECODER.decode):
-            if isinstance(note, TaskCompletion):
-                delivered.setdefault(note.watcher_id, set()).update(r.task_id for r in note.results)
-            elif isinstance(note, StaleWait):
-                stale.setdefault(note.task_id, set()).add(note.request_id)
-        return delivered, stale
+    def read_deliveries(self) -> Deliveries:
+        """What the file records as handed over (:func:`deliveries`)."""
+        return deliveries(self._file.read(_DECODER.decode))
 
     def close(self) -> None:
         self._file.close()

@@ -155,11 +155,12 @@ def read_restore(
     was logged with its file and line number); with ``recover``, also which bridges are still
     running and what each open task's agent told the parent (its history)."""
     state = fold(journal.read(), SessionState(session_id, settings))
-    delivered, stale_noticed = notifications.read_deliveries()
+    given = notifications.read_deliveries()
     restore = Restore(
         state=state,
-        delivered=delivered,
-        stale_noticed=stale_noticed,
+        delivered=given.delivered,
+        stale_noticed=given.stale,
+        warned=given.warned,
         problems=len(journal.problems) + len(notifications.problems),
     )
     if recover:

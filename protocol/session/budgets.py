@@ -273,8 +273,14 @@ def _warn(
         return []
     s.budget_warned.add((scope, limit))
     task_id = None if scope == SESSION_SCOPE else scope
+    # refs names the limit: a restarted parent reads it back from the record of delivery
     note = Notice(
-        created_at=cx.now, code="budget_soft_limit", text=text, agent_id=agent_id, task_id=task_id
+        created_at=cx.now,
+        code="budget_soft_limit",
+        text=text,
+        agent_id=agent_id,
+        task_id=task_id,
+        refs=(limit,),
     )
     return [Story(text=f"budget: {text}"), Notify(note=note)]
 
@@ -321,17 +327,13 @@ def _amount(limit: str, value: float) -> str:
 
 
 def replay(s: SessionState, record: UsageRecord) -> None:
-    """A usage record read back: counted again, and a soft limit it passed counts as warned
-    (rule 3); the hard limit is checked by :func:`resume`."""
+    """A usage record read back: counted again. Which soft limits were warned of is the record
+    of delivery's to say (:attr:`Restore.warned <protocol.session.restore.Restore.warned>`):
+    one journaled but never told (the parent died in between) is told after the restart, by
+    :func:`ended_at_restart` for a task and :func:`resume` for the session."""
     delta = Usage(turns=record.turns, tokens=record.tokens, cost=record.cost)
     task = s.tasks.get(record.task_id) if record.task_id is not None else None
     _add(s, record.agent_id, record.task_id if task is not None else None, delta)
-    if task is not None and task.budget is not None:
-        usage = s.task_usage[task.task_id]
-        for limit in over(usage, task.budget, _fraction(s)):
-            s.budget_warned.add((task.task_id, limit))
-    for limit in over(s.session_usage, session_budget(s), _fraction(s)):
-        s.budget_warned.add((SESSION_SCOPE, limit))
 
 
 def ended_at_restart(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
@@ -362,4 +364,4 @@ def resume(s: SessionState, cx: Ctx) -> list[Effect]:
         if (record.task_id, "max_minutes") not in s.budget_warned and cx.now >= soft_at:
             effects += due(s, BudgetDue(task_id=record.task_id, soft=True), cx)
         effects += _timers(s, record, cx)
-    return effects
+    return effects + _check_session(s, cx)  # a session soft share passed and never told

@@ -139,6 +139,9 @@ class Restore(msgspec.Struct, kw_only=True):
     live: frozenset[str] = frozenset()
     #: per open task, what its agent told the parent (from the notifications): its history
     told: dict[str, list[str]] = {}
+    #: the soft budget warnings the notifications file holds, as (task id or ``session``,
+    #: limit): each one passed and not among them is told after the restart (budgets rule 3)
+    warned: set[tuple[str, str]] = set()
 
     def stale_notice_given(self, task_id: str) -> bool:
         """Was the task's current waiting episode already reported stale?"""
@@ -150,6 +153,7 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
     """The effects that bring the folded state back to life (rules 2-4)."""
     s = restore.state
     s.journal_problems = restore.problems
+    s.budget_warned |= restore.warned
     effects: list[Effect] = []
     for request in s.requests.pending():
         if request.deadline_at is not None:

@@ -254,11 +254,18 @@ def test_status_shows_usage_per_task_per_agent_and_the_sessions_total() -> None:
 # ------------------------------------------------------------------ restart
 
 
-def restarted(s: Session, after: float = 10.0) -> tuple[Session, list[Any]]:
+def restarted(s: Session, after: float = 10.0, told: bool = True) -> tuple[Session, list[Any]]:
+    """A parent started again on ``s``'s journal; ``told``: its soft warnings were recorded
+    as delivered (else the parent died after journaling their usage, before telling)."""
     t = Session(s.state.settings, now=s.now + after)
     t.ids.made = s.ids.made + 0x10000  # past every id made before (restarts can repeat)
     t.state = fold(s.journal, SessionState(SESSION, s.state.settings))
-    return t, t.run(resume(Restore(state=t.state), t.ctx()))
+    warned = {
+        (n.task_id or budgets.SESSION_SCOPE, n.refs[0])
+        for n in notices(s, "budget_soft_limit")
+        if told
+    }
+    return t, t.run(resume(Restore(state=t.state, warned=warned), t.ctx()))
 
 
 def test_usage_limits_and_warnings_survive_a_restart() -> None:
@@ -280,6 +287,27 @@ def test_usage_limits_and_warnings_survive_a_restart() -> None:
     usage(t, a, tokens=10)
     assert t.state.tasks[task].result is not None
     assert t.state.tasks[task].result.reason == "budget_exceeded"
+
+
+def test_a_soft_warning_journaled_but_never_told_is_told_once_after_a_restart() -> None:
+    s, a = one_agent(Settings(budget_tokens=100))
+    task = s.delegate(a, max_tokens=100)
+    s.runtime(a, "turn_start")
+    usage(s, a, tokens=85)  # past 80 of 100: the task's share and the session's
+    assert {n.refs for n in notices(s, "budget_soft_limit")} == {("max_tokens",)}
+    # the parent died after journaling the usage, before the notices reached the record
+    t, _ = restarted(s, told=False)
+    again = notices(t, "budget_soft_limit")
+    assert {(n.task_id, n.refs) for n in again} == {
+        (task, ("max_tokens",)),
+        (None, ("max_tokens",)),
+    }
+    assert len(again) == 2
+    usage(t, a, tokens=5)  # still past both shares: told once, not again
+    assert notices(t, "budget_soft_limit") == again
+    # told before the death: not told again
+    u, _ = restarted(s, told=True)
+    assert notices(u, "budget_soft_limit") == []
 
 
 def test_a_task_left_over_its_budget_by_a_crash_ends_when_the_parent_comes_back() -> None:
