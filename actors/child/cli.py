@@ -47,11 +47,9 @@ from actors import tracing
 from actors.child.approval import ask
 from actors.child.env import ChildEnv, child_env_from, envelope_validator
 from actors.mailbox.backoff import Backoff
-from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.reply_inboxes import ReplyInbox
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.ids import IdSource
-from actors.runtime.transport import PARENT_INBOX
+from actors.runtime.transport import PARENT_INBOX, Transport
 from protocol import ops
 from protocol.envelopes import (
     AckEnvelope,
@@ -148,7 +146,10 @@ def send_and_wait(
         base["traceparent"] = traceparent
     envelope = build(base)
     validate_ack = envelope_validator(env, kinds=(AckEnvelope,))
-    mailbox = Mailbox.open(env.mailbox, env.session_id, env.settings, validate=validate_ack)
+    # the session's transport (its mailbox, or NATS), imported here: `run` never needs this
+    from actors.runtime.wire import open_reply_inbox, open_transport
+
+    mailbox = open_transport(env.mailbox, env.session_id, env.settings, validate=validate_ack)
     got: list[AckEnvelope] = []
     arrived = threading.Event()
 
@@ -158,7 +159,7 @@ def send_and_wait(
             arrived.set()
 
     try:
-        inbox = ReplyInbox(mailbox, message_id)
+        inbox = open_reply_inbox(mailbox, message_id)
     except BaseException:
         mailbox.close()
         raise
@@ -184,7 +185,7 @@ def send_and_wait(
 
 
 def _publish_with_backoff(
-    mailbox: Mailbox, envelope: AnyEnvelope, clock: Clock, deadline: float
+    mailbox: Transport, envelope: AnyEnvelope, clock: Clock, deadline: float
 ) -> None:
     """Publish to the parent; while its inbox is full, try again on the producers' schedule
     (:mod:`actors.mailbox.backoff`) until ``deadline``, then let the last :class:`InboxFull`

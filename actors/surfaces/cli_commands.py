@@ -86,6 +86,7 @@ def run_serve(args: argparse.Namespace) -> int:
         sinks=[StreamSink(sys.stdout, json=args.json)],
         tap=tap,
         recover=args.recover,
+        transport=args.transport,
     )
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}
     if args.json:
