@@ -17,9 +17,12 @@ Layout on the server, per session (``S`` is the session id):
 Rules:
 - **Accepted means never lost.** ``publish`` returns only once the stream acknowledged the
   message, which with ``sync_interval: always`` (:mod:`actors.nats.server`) means it is on disk;
-  else it raises a typed error. The envelope's message id is the ``Nats-Msg-Id``, so a publish
-  retried after a lost acknowledgement is stored once (the server's duplicate window, two
-  minutes by default).
+  else it raises a typed error. The inbox and the envelope's message id make the
+  ``Nats-Msg-Id``, so a publish retried after a lost acknowledgement is stored once (the
+  server's duplicate window, two minutes by default). The inbox is part of it because the
+  window is the whole stream's: a message the parent forwards keeps its id, and with the id
+  alone the server took the forwarded copy for a repeat of the one its sender published to
+  the parent, and dropped it.
 - A message is acknowledged only after the handler took it (or it went to quarantine with its
   reason recorded). A receiver that dies before acknowledging gets it again from the server; the
   transport's own de-duplication window (a :class:`SenderGate`) drops the repeat, since consumer
@@ -153,9 +156,10 @@ class NatsTransport:
                     self._timeout * 2,
                 )
             except Exception as exc:  # the client retries forever: the bounded wait ended it
+                why = "" if isinstance(exc, TimeoutError) else f": {exc!r}"
                 raise SessionUnavailable(
                     f"no NATS server answered within {self._timeout * 2:g} s at "
-                    f"{', '.join(self.servers)}: {exc!r}"
+                    f"{', '.join(self.servers)}{why}"
                 ) from exc
             self._quarantined = Quarantine(self._js, self._session_id)
             if create:
@@ -238,7 +242,7 @@ class NatsTransport:
                 inbox_subject(self._session_id, inbox),
                 data,
                 stream=self._stream,
-                headers={"Nats-Msg-Id": message_id},
+                headers={"Nats-Msg-Id": f"{inbox}/{message_id}"},
             )
         except APIError as exc:
             if exc.err_code == _PER_SUBJECT_LIMIT:
