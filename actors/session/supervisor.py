@@ -168,7 +168,7 @@ class Supervisor:
                 )
             self.session_id = old.session_id
             self.session_dir = wanted
-            self.transport = resumed_transport(wanted, old.mailbox, wanted_transport)
+            self.transport = resumed_transport(wanted, old.mailbox, wanted_transport, recover)
             self.mailbox_root = Path(old.mailbox)
             self.client_token = old.client_token
             self.resumed = True

@@ -99,6 +99,19 @@ def _notifications(session: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _consumers(url: str, stream: str) -> set[str]:
+    async def names() -> set[str]:
+        import nats
+
+        nc = await nats.connect(url)
+        try:
+            return {c.name for c in await nc.jetstream().consumers_info(stream)}
+        finally:
+            await nc.close()
+
+    return asyncio.run(names())
+
+
 def _streams(url: str) -> list[str]:
     async def names() -> list[str]:
         import nats
@@ -159,6 +172,8 @@ def test_the_canonical_scenario_runs_over_nats_and_shutdown_deletes_the_streams(
     messages = Counter(n["message_id"] for n in notes if n["kind"] == "agent_message")
     assert messages and set(messages.values()) == {1}
 
+    # every call's and every `shepherd-child` command's one-shot reply inbox is gone
+    assert _consumers(nats_server.url, sid) == {"parent", alpha["agent_id"], beta["agent_id"]}
     rc, _ = cli("shutdown", session=session)
     assert rc == 0 and serve_nats.proc.wait(timeout=60) == 0
     assert not [name for name in _streams(nats_server.url) if name.startswith(sid)]
@@ -276,3 +291,45 @@ def _serve_once(session: Path, transport: str, timeout: float) -> subprocess.Com
     argv = [*DIE_WITH_PYTEST, sys.executable, "-m", "actors.surfaces.cli", "serve"]
     argv += ["--session-dir", str(session), "--transport", transport, "--json"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_a_parent_killed_and_served_again_resumes_over_the_recorded_servers(
+    serve_nats: Serve, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    session = tmp_path / "session"
+    _spawn(tmp_path, session, "alpha")
+    fifo = tmp_path / "release"
+    _, task = cli("delegate", "alpha", f"BLOCK-UNTIL {fifo} MARK-DONE", session=session)
+    cli("watch", task["task_id"], session=session)
+    _read_until(session, "alpha", "BLOCKED")
+    serve_nats.stop(signal.SIGKILL)
+
+    # the session stays where it was recorded: another transport, or --recover, is refused
+    moved = _serve_once(session, "nats://127.0.0.1:1", timeout=60)
+    error = json.loads(moved.stdout)["error"]
+    assert (moved.returncode, error["code"]) == (2, "invalid_argument")
+    assert nats_server.url in error["message"]
+    argv = [sys.executable, "-m", "actors.surfaces.cli", "serve", "--session-dir", str(session)]
+    recovered = subprocess.run(
+        [*argv, "--recover", "--json"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert json.loads(recovered.stdout)["error"]["code"] == "invalid_argument"
+
+    second = Serve(session, dict(os.environ))  # no --transport: session.json says where
+    try:
+        assert second.wait_for(lambda lines: any("session" in x for x in lines)), _err(second)
+        with open(fifo, "w"):
+            pass  # the agent's `done` goes to the resumed parent through the same servers
+        _, waited = cli("wait", task["task_id"], "--timeout", "90", session=session)
+        (result,) = waited["completed"]
+        assert (result["status"], result["text"]) == ("completed", "done by alpha")
+        assert second.wait_for(
+            lambda lines: any(x.get("kind") == "task_completion" for x in lines), timeout=60
+        )
+        notes = _notifications(session)
+        completed = [
+            r["task_id"] for n in notes if n["kind"] == "task_completion" for r in n["results"]
+        ]
+        assert completed == [task["task_id"]]
+    finally:
+        second.stop()
