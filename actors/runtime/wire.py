@@ -16,6 +16,8 @@ Rules:
   only its own one-shot reply inbox (:func:`open_reply_inbox`).
 - Authentication stays the transport's: the owner's ``validate`` and ``on_reject`` mean the
   same on both (see :mod:`actors.mailbox.drain`).
+- Naming three or more servers makes the session's streams replicated on three (R3); one or
+  two servers, on one (R1). Name every server of a cluster.
 - A NATS server that does not answer within :data:`NATS_TIMEOUT_S` (twice that for the first
   connection) is ``session_unavailable`` naming the servers; nothing waits forever.
 """
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from protocol.settings import Settings
 
 __all__ = [
+    "CLUSTER_REPLICAS",
     "NATS_TIMEOUT_S",
     "ReplyBox",
     "SessionTransport",
@@ -44,6 +47,9 @@ __all__ = [
 
 #: how long one request to the NATS servers may take (the first connection: twice this)
 NATS_TIMEOUT_S = 5.0
+#: a session naming at least this many servers keeps its streams on this many of them (R3: one
+#: server may die without losing an accepted envelope); with fewer, on one
+CLUSTER_REPLICAS = 3
 
 
 class SessionTransport(Transport, Protocol):
@@ -83,10 +89,12 @@ def open_transport(
     if is_nats(descriptor):
         from actors.nats.transport import NatsTransport
 
+        servers = parse_transport(descriptor).server_urls
         return NatsTransport(
-            parse_transport(descriptor).server_urls,
+            servers,
             session_id,
             settings,
+            replicas=CLUSTER_REPLICAS if len(servers) >= CLUSTER_REPLICAS else 1,
             request_timeout_s=NATS_TIMEOUT_S,
             create=create,
             validate=validate,

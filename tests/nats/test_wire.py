@@ -185,3 +185,31 @@ def test_a_child_command_with_the_server_out_of_reach_fails_in_bounded_time(
     assert (done.returncode, error["code"]) == (2, "session_unavailable"), done
     assert env["SHEPHERD_MAILBOX"] in error["message"]
     assert time.monotonic() - started < 60
+
+
+def test_naming_a_cluster_of_three_keeps_the_session_replicated_on_three(
+    nats_cluster: list[NatsServer], session_id: str
+) -> None:
+    import asyncio
+
+    import nats
+
+    url = "nats://" + ",".join(f"127.0.0.1:{server.port}" for server in nats_cluster)
+    transport = open_transport(url, session_id, create=True)
+    try:
+        transport.ensure_inbox(PARENT_INBOX)
+    finally:
+        transport.close()
+
+    async def replicas() -> tuple[int, int]:
+        nc = await nats.connect(nats_cluster[0].url)
+        try:
+            js = nc.jetstream()
+            stream = await js.stream_info(session_id)
+            consumer = await js.consumer_info(session_id, PARENT_INBOX)
+            return stream.config.num_replicas or 1, consumer.config.num_replicas or 0
+        finally:
+            await nc.close()
+
+    stream, consumer = asyncio.run(replicas())
+    assert stream == 3 and consumer in (0, 3)  # 0: the consumer follows its stream
