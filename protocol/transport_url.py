@@ -17,7 +17,6 @@ Sans-IO: parsing only; whether a server answers is the transport's business.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 
 import msgspec
@@ -102,6 +101,8 @@ def _server(item: str) -> str:
     if not _PORT.fullmatch(port_text) or not 1 <= int(port_text) <= 65535:
         raise InvalidArgument(f"{_OPTION}: port {port_text!r:.20} is not in 1..65535")
     if host.startswith("[") and host.endswith("]"):
+        import ipaddress  # only for an IPv6 literal: it costs every CLI start a few ms
+
         try:
             ipaddress.IPv6Address(host[1:-1])
         except ValueError:
