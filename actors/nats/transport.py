@@ -197,7 +197,7 @@ class NatsTransport:
             if inbox in self._inboxes:
                 return True
         found = bool(self._run(setup.consumer_exists(self._js, self._stream, inbox)))
-        if found:
+        if found and replies.one_shot_threshold(inbox) is None:  # a reply inbox: used once
             with self._lock:
                 self._inboxes.add(inbox)
         return found

@@ -138,19 +138,35 @@ def test_an_answer_left_in_a_removed_reply_inbox_is_swept_and_a_read_one_waits(
     try:
         gone = make_id(IdKind.MESSAGE, "e5e5e5e5")
         open_reply_inbox(caller, gone)
-        transport.publish(gone, message(session_id, "late"))  # the parent has seen the inbox
+        transport.publish(gone, message(session_id, "late"))
         waiting = make_id(IdKind.MESSAGE, "f6f6f6f6")
         open_reply_inbox(caller, waiting)
         transport.publish(waiting, message(session_id, "unread yet"))
         assert transport.unread_answers() == 2
-        caller.remove_inbox(gone)  # the caller gave up; an answer comes after that
-        transport.publish(gone, message(session_id, "later still"))
+        _drop_consumer(nats_server.url, session_id, gone)  # as the server does to a dead caller
         assert transport.sweep_reply_inboxes() == [gone]  # only the one nobody reads
         assert transport.unread_answers() == 1  # the live caller's answer is kept
         assert transport.sweep_reply_inboxes() == []
+        with pytest.raises(InvalidHandle, match="no inbox"):  # not remembered as existing
+            transport.publish(gone, message(session_id, "later still"))
     finally:
         caller.close()
     assert transport.unread_answers() == 0
+
+
+def _drop_consumer(url: str, stream: str, name: str) -> None:
+    import asyncio
+
+    import nats
+
+    async def drop() -> None:
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().delete_consumer(stream, name)
+        finally:
+            await nc.close()
+
+    asyncio.run(drop())
 
 
 def test_an_unreachable_server_is_session_unavailable_naming_it(session_id: str) -> None:
