@@ -32,6 +32,8 @@ _OPTION = "--transport"
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
 _PORT = re.compile(r"[0-9]{1,5}")
+_HEXTET = re.compile(r"[0-9A-Fa-f]{1,4}")
+_IPV4 = re.compile(r"((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])")
 
 
 class TransportSpec(msgspec.Struct, frozen=True):
@@ -101,12 +103,24 @@ def _server(item: str) -> str:
     if not _PORT.fullmatch(port_text) or not 1 <= int(port_text) <= 65535:
         raise InvalidArgument(f"{_OPTION}: port {port_text!r:.20} is not in 1..65535")
     if host.startswith("[") and host.endswith("]"):
-        import ipaddress  # only for an IPv6 literal: it costs every CLI start a few ms
-
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise InvalidArgument(f"{_OPTION}: {host!r:.80} is not an IPv6 address") from None
+        if not _ipv6(host[1:-1]):
+            raise InvalidArgument(f"{_OPTION}: {host!r:.80} is not an IPv6 address")
     elif not _HOSTNAME.fullmatch(host):
         raise InvalidArgument(f"{_OPTION}: {host!r:.80} is not a host name or address")
     return f"{host.lower()}:{int(port_text)}"
+
+
+def _ipv6(text: str) -> bool:
+    """An IPv6 address in RFC 4291 text form (hextets, one ``::`` at most, an IPv4 tail)."""
+    if text.count("::") > 1:
+        return False
+    head, gap, tail = text.partition("::")
+    parts = (head.split(":") if head else []) + (tail.split(":") if tail else [])
+    groups = len(parts)
+    if parts and "." in parts[-1]:
+        if not _IPV4.fullmatch(parts.pop()):
+            return False
+        groups += 1  # four bytes: two hextets
+    if not all(_HEXTET.fullmatch(part) for part in parts):
+        return False
+    return groups < 8 if gap else groups == 8

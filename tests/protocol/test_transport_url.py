@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from protocol.errors import InvalidArgument, LimitExceeded
 from protocol.limits import MAX_TRANSPORT_CHARS, MAX_TRANSPORT_SERVERS
-from protocol.transport_url import is_nats, parse_transport
+from protocol.transport_url import _ipv6, is_nats, parse_transport
 
 
 def test_a_cluster_is_parsed_to_one_canonical_url() -> None:
@@ -84,3 +84,20 @@ def test_any_text_is_parsed_or_refused_with_a_typed_error(raw: str) -> None:
 def test_every_host_port_list_within_the_bounds_is_accepted(pairs: list[tuple[str, int]]) -> None:
     spec = parse_transport("nats://" + ",".join(f"{h}:{p}" for h, p in pairs))
     assert spec.servers == tuple(dict.fromkeys(f"{h}:{p}" for h, p in pairs))
+
+
+@given(st.ip_addresses(v=6))
+def test_every_ipv6_address_in_brackets_is_accepted(address: object) -> None:
+    assert parse_transport(f"nats://[{address}]:4222").servers == (f"[{address}]:4222",)
+
+
+@given(st.text(alphabet="0123456789abcdefABCDEF:.", max_size=45))
+def test_ipv6_literals_are_judged_as_the_standard_library_judges_them(text: str) -> None:
+    import ipaddress
+
+    try:
+        ipaddress.IPv6Address(text)
+        valid = True
+    except ValueError:
+        valid = False
+    assert _ipv6(text) is valid
