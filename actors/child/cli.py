@@ -146,7 +146,8 @@ def send_and_wait(
         base["traceparent"] = traceparent
     envelope = build(base)
     validate_ack = envelope_validator(env, kinds=(AckEnvelope,))
-    # the session's transport (its mailbox, or NATS), imported here: `run` never needs this
+    # the session's transport (its mailbox, or NATS), imported at the call: help and usage
+    # errors never pay for it
     from actors.runtime.wire import open_reply_inbox, open_transport
 
     mailbox = open_transport(env.mailbox, env.session_id, env.settings, validate=validate_ack)
