@@ -25,6 +25,7 @@ from actors.mailbox.drain import RejectCallback, Validator
 from actors.mailbox.reply_inboxes import ReplyInboxSweeper, unread_answers
 from actors.runtime.clock import Clock
 from actors.runtime.log import logger
+from actors.runtime.transport import PARENT_INBOX
 from actors.runtime.wire import SessionTransport, open_transport
 from protocol.errors import InvalidArgument, ShepherdError
 from protocol.settings import Settings
@@ -70,15 +71,33 @@ class ParentTransport:
         *,
         validate: Validator,
         on_reject: RejectCallback,
+        undo: Callable[[], object],
     ) -> None:
+        """Open the session's transport as its creator, with the parent's inbox; if that fails
+        (a NATS server out of reach), ``undo`` stops what the supervisor had started."""
         self.nats = is_nats(descriptor)
         self._descriptor = descriptor
         self._session_id = session_id
         self._root = mailbox_root
         self._late: NatsTransport | None = None  # a connection for after the session closed
-        self.transport: SessionTransport = open_transport(
-            descriptor, session_id, settings, create=True, validate=validate, on_reject=on_reject
-        )
+        try:
+            self.transport: SessionTransport = open_transport(
+                descriptor,
+                session_id,
+                settings,
+                create=True,
+                validate=validate,
+                on_reject=on_reject,
+            )
+        except BaseException:
+            undo()
+            raise
+        try:
+            self.transport.ensure_inbox(PARENT_INBOX)
+        except BaseException:
+            self.transport.close()
+            undo()
+            raise
         self._nats = cast("NatsTransport", self.transport) if self.nats else None
 
     def sweeper(

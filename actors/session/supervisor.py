@@ -206,9 +206,9 @@ class Supervisor:
             self.settings,
             validate=self._validate,
             on_reject=self._on_reject,
+            undo=self.runtime.shutdown,
         )
         self.mailbox = self._wire.transport
-        self.mailbox.ensure_inbox(PARENT_INBOX)
         self.launcher = ProcessLauncher(
             session_dir=self.session_dir,
             session_id=self.session_id,

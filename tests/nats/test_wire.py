@@ -229,3 +229,37 @@ def test_naming_a_cluster_of_three_keeps_the_session_replicated_on_three(
 
     stream, consumer = asyncio.run(replicas())
     assert stream == 3 and consumer in (0, 3)  # 0: the consumer follows its stream
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"transport": "ftp://host:1"}, "scheme 'ftp'"),
+        ({"transport": "nats://host:1", "mailbox_root": "mbox"}, "not both"),
+        ({"transport": "nats://" + ",".join(["h:1"] * 17)}, "at most 16"),
+    ],
+)
+def test_the_python_api_refuses_a_bad_transport_before_making_anything(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any], words: str
+) -> None:
+    from actors.session.supervisor import Supervisor
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    with pytest.raises(ShepherdError, match=words):
+        Supervisor(tmp_path / "session", **kwargs)
+    assert not (tmp_path / "session").exists()
+
+
+def test_a_supervisor_whose_servers_are_out_of_reach_leaves_no_thread_behind(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actors.session.supervisor import Supervisor
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    before = {t.ident for t in threading.enumerate()}
+    url = f"nats://127.0.0.1:{free_port()}"
+    with pytest.raises(SessionUnavailable, match=url):
+        Supervisor(tmp_path / "session", transport=url)
+    left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert left == []
+    assert not (tmp_path / "session" / "session.json").exists()
