@@ -87,8 +87,9 @@ RuntimeEvent = Literal[
 ]
 ControlAction = Literal["cancel_task", "close", "abort"]
 #: How a process's inbox reader is woken: an inotify watch, the inbox's doorbell, watchfiles,
-#: or nothing but the fallback rescan ("polling": deliveries wait up to fallback_poll_s).
-MailboxWake = Literal["inotify", "bell", "watchfiles", "polling", "unknown"]
+#: or nothing but the fallback rescan ("polling": deliveries wait up to fallback_poll_s); on
+#: NATS, "nats" (the server answers a pending pull as soon as a message is stored).
+MailboxWake = Literal["inotify", "bell", "watchfiles", "polling", "nats", "unknown"]
 
 
 class Envelope(

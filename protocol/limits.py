@@ -47,6 +47,8 @@ __all__ = [
     "MAX_PAGE_LINES",
     "MAX_TEXT_CHARS",
     "MAX_TRACEPARENT_CHARS",
+    "MAX_TRANSPORT_CHARS",
+    "MAX_TRANSPORT_SERVERS",
     "PREVIEW_CHARS",
     "WORKTREES_PAGE",
     "WORKTREE_FILES_LISTED",
@@ -99,6 +101,11 @@ MAX_BATCH: Final = 100
 MAX_PAGE_LINES: Final = 100_000
 #: texts shown inside answers and status rows are cut to this many characters
 PREVIEW_CHARS: Final = 500
+#: ``serve --transport nats://HOST:PORT[,HOST:PORT...]``: servers one session may name (a
+#: cluster is three or five; the list travels in every agent's environment and session.json)
+MAX_TRANSPORT_SERVERS: Final = 16
+#: the whole ``--transport`` value, in characters
+MAX_TRANSPORT_CHARS: Final = 2048
 
 #: a deadline: finite, > 0, at most seven days (NaN and infinities fail both comparisons)
 DeadlineMinutes = Annotated[float, msgspec.Meta(gt=0, le=MAX_DEADLINE_MINUTES)]

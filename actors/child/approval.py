@@ -25,10 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.child.env import ChildEnv, envelope_validator
-from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.reply_inboxes import ReplyInbox
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.ids import IdSource
+from actors.runtime.transport import Transport
 from protocol.approvals import APPROVED, DENIED, TIMEOUT_REASON
 from protocol.envelopes import AckEnvelope, AnyEnvelope, MessageEnvelope, NoticeEnvelope
 from protocol.errors import ErrorInfo, SessionUnavailable, error_from_info
@@ -42,7 +41,7 @@ GRACE_S = 30.0
 
 
 #: publish to the parent, retrying while its inbox is full, until a monotonic deadline
-Publisher = Callable[[Mailbox, AnyEnvelope, Clock, float], None]
+Publisher = Callable[[Transport, AnyEnvelope, Clock, float], None]
 
 
 def ask(
@@ -65,7 +64,10 @@ def ask(
         reply_timeout_s=args.timeout_s,
     )
     validate = envelope_validator(env, kinds=(AckEnvelope, NoticeEnvelope))
-    mailbox = Mailbox.open(env.mailbox, env.session_id, env.settings, validate=validate)
+    # the session's transport (its mailbox, or NATS), imported when a request is made
+    from actors.runtime.wire import open_reply_inbox, open_transport
+
+    mailbox = open_transport(env.mailbox, env.session_id, env.settings, validate=validate)
     acks: list[AckEnvelope] = []
     decisions: list[NoticeEnvelope] = []
     acked, decided = threading.Event(), threading.Event()
@@ -84,7 +86,7 @@ def ask(
             acked.set()  # a decision implies the request was accepted
 
     try:
-        inbox = ReplyInbox(mailbox, message_id)
+        inbox = open_reply_inbox(mailbox, message_id)
     except BaseException:
         mailbox.close()
         raise

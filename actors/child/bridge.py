@@ -69,7 +69,6 @@ from actors.child.env import FORWARDED_KINDS, ChildEnv, child_env_from, envelope
 from actors.child.inbox_reports import InboxReports
 from actors.child.outbox import ParentOutbox
 from actors.child.parent_watch import ParentWatch, Reconnect, reconnect_window_s
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.command_socket import CommandServer, Runner
 from actors.runtime.command_wire import CHILD_COMMANDS, ENV_COMMAND_SOCKET
@@ -78,6 +77,7 @@ from actors.runtime.log import logger, use_plain
 from actors.runtime.plain_log import PlainLogger
 from actors.runtime.procs import KILL_GRACE_S, terminate_session
 from actors.runtime.transport import Subscription
+from actors.runtime.wire import SessionTransport, open_transport
 from protocol.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent
 from protocol.errors import ShepherdError
 from protocol.ids import PARENT_ID, IdKind
@@ -113,7 +113,7 @@ class Bridge:
         self.clock: Clock = clock or SystemClock()
         self.ids = ids or IdSource()
         self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._mailbox: Mailbox | None = None
+        self._mailbox: SessionTransport | None = None
         self._outbox: ParentOutbox | None = None  # once the mailbox is open
         self._subscription: Subscription | None = None
         self._adapter: Adapter | None = None
@@ -207,7 +207,7 @@ class Bridge:
     def run(self) -> int:
         """Run until close, parent death, a signal or the agent's exit; return the exit code."""
         try:
-            self._mailbox = Mailbox.open(
+            self._mailbox = open_transport(
                 self.env.mailbox,
                 self.env.session_id,
                 self.settings,
@@ -281,7 +281,7 @@ class Bridge:
         self._call(self._adapter.start)
         return None
 
-    def _mailbox_or_fail(self) -> Mailbox:
+    def _mailbox_or_fail(self) -> SessionTransport:
         assert self._mailbox is not None
         return self._mailbox
 

@@ -49,12 +49,10 @@ from actors import tracing
 from actors.child.approval import ask
 from actors.child.env import ChildEnv, child_env_from, envelope_validator
 from actors.mailbox.backoff import Backoff
-from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.reply_inboxes import ReplyInbox
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.command_wire import wants_json
 from actors.runtime.ids import IdSource
-from actors.runtime.transport import PARENT_INBOX
+from actors.runtime.transport import PARENT_INBOX, Transport
 from protocol import ops
 from protocol.envelopes import (
     AckEnvelope,
@@ -158,7 +156,11 @@ def send_and_wait(
         base["traceparent"] = traceparent
     envelope = build(base)
     validate_ack = envelope_validator(env, kinds=(AckEnvelope,))
-    mailbox = Mailbox.open(env.mailbox, env.session_id, env.settings, validate=validate_ack)
+    # the session's transport (its mailbox, or NATS), imported at the call: help and usage
+    # errors never pay for it
+    from actors.runtime.wire import open_reply_inbox, open_transport
+
+    mailbox = open_transport(env.mailbox, env.session_id, env.settings, validate=validate_ack)
     got: list[AckEnvelope] = []
     arrived = threading.Event()
 
@@ -168,7 +170,7 @@ def send_and_wait(
             arrived.set()
 
     try:
-        inbox = ReplyInbox(mailbox, message_id)
+        inbox = open_reply_inbox(mailbox, message_id)
     except BaseException:
         mailbox.close()
         raise
@@ -194,7 +196,7 @@ def send_and_wait(
 
 
 def _publish_with_backoff(
-    mailbox: Mailbox,
+    mailbox: Transport,
     envelope: AnyEnvelope,
     clock: Clock,
     deadline: float,

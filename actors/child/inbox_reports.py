@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast, get_args
 
-from actors.mailbox.mailbox import Mailbox
 from protocol.envelopes import AnyEnvelope, MailboxWake
 from protocol.errors import ShepherdError
 
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from loguru import Logger
 
     from actors.child.adapters import AgentContext
+    from actors.runtime.wire import SessionTransport
 
 __all__ = ["REFUSALS_REPORTED", "WAKE_REPORT_WAIT_S", "InboxReports"]
 
@@ -46,12 +46,12 @@ class InboxReports:
         self._ctx = ctx
         self._fallback_poll_s = fallback_poll_s
         self._log = log
-        self._mailbox: Mailbox | None = None
+        self._mailbox: SessionTransport | None = None
         self._refusals = 0  # envelopes this child's inbox quarantined
         self._ready_sent = False
         self._wake_reported: MailboxWake | None = None  # as the parent was last told
 
-    def attach(self, mailbox: Mailbox) -> None:
+    def attach(self, mailbox: SessionTransport) -> None:
         """The mailbox whose receiver reports to :meth:`rejected` and :meth:`wake_changed`."""
         self._mailbox = mailbox
 

@@ -21,9 +21,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from actors.mailbox.backoff import Backoff
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.clock import Clock
-from actors.runtime.transport import PARENT_INBOX
+from actors.runtime.transport import PARENT_INBOX, Transport
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import InboxFull, ShepherdError
 
@@ -42,7 +41,7 @@ class ParentOutbox:
 
     def __init__(
         self,
-        mailbox: Mailbox,
+        mailbox: Transport,
         clock: Clock,
         post: Callable[[Callable[[], None]], None],
         log: Logger,

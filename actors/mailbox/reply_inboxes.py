@@ -168,14 +168,19 @@ class ReplyInboxSweeper:
 
     def __init__(
         self,
-        mailbox: Mailbox,
+        mailbox: Mailbox | Path,
         clock: Clock,
         submit: Callable[[Callable[[], object]], object],
         *,
         every_s: float = SWEEP_EVERY_S,
         min_age_s: float = MIN_AGE_S,
+        sweep: Callable[[], list[str]] | None = None,
     ) -> None:
-        self._inbox_root = mailbox.root / "inbox"
+        """``mailbox``: the mailbox, or its root directory; ``sweep``: another transport's own
+        sweep (NATS: :func:`actors.nats.replies.sweep`), run on the same schedule instead."""
+        root = mailbox.root if isinstance(mailbox, Mailbox) else mailbox
+        self._inbox_root = root / "inbox"
+        self._other = sweep
         self._clock = clock
         self._submit = submit
         self._every_s = every_s
@@ -207,7 +212,14 @@ class ReplyInboxSweeper:
 
     def sweep(self) -> list[str]:
         """One sweep now; the names removed."""
-        removed = sweep_reply_inboxes(self._inbox_root, self._clock.now(), self._min_age_s)
+        if self._other is not None:
+            try:
+                removed = self._other()
+            except ShepherdError as exc:  # a server out of reach: the next sweep tries again
+                logger.warning("reply inboxes not swept: {}", exc.message)
+                removed = []
+        else:
+            removed = sweep_reply_inboxes(self._inbox_root, self._clock.now(), self._min_age_s)
         with self._lock:
             self.removed += len(removed)
         return removed

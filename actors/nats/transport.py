@@ -17,18 +17,26 @@ Layout on the server, per session (``S`` is the session id):
 Rules:
 - **Accepted means never lost.** ``publish`` returns only once the stream acknowledged the
   message, which with ``sync_interval: always`` (:mod:`actors.nats.server`) means it is on disk;
-  else it raises a typed error. The envelope's message id is the ``Nats-Msg-Id``, so a publish
-  retried after a lost acknowledgement is stored once (the server's duplicate window, two
-  minutes by default).
+  else it raises a typed error. The inbox and the envelope's message id make the
+  ``Nats-Msg-Id``, so a publish retried after a lost acknowledgement is stored once (the
+  server's duplicate window, two minutes by default). The inbox is part of it because the
+  window is the whole stream's: a message the parent forwards keeps its id, and with the id
+  alone the server took the forwarded copy for a repeat of the one its sender published to
+  the parent, and dropped it.
 - A message is acknowledged only after the handler took it (or it went to quarantine with its
   reason recorded). A receiver that dies before acknowledging gets it again from the server; the
   transport's own de-duplication window (a :class:`SenderGate`) drops the repeat, since consumer
   redelivery is outside the server's duplicate window.
 - Authentication and de-duplication are the transport's (see :mod:`actors.runtime.transport`):
-  the parent's inbox takes envelopes only from admitted senders with their capability; a
-  forgery goes to quarantine unanswered. The capability never reaches the handler.
-- Handlers run on this transport's event-loop thread, one inbox's messages in stream order, and
-  must be quick (they ``tell`` an actor). A handler that raises sends the message to quarantine.
+  the parent's inbox takes envelopes only from admitted senders with their capability, or, when
+  the owner gives a ``validate`` (as it gives the file mailbox), only what that validator
+  passes; a refusal goes to quarantine and ``on_reject`` is told, as the file mailbox's drainer
+  does. The capability never reaches the handler.
+- Handlers run on a worker thread, never on the event loop (a handler may wait for an actor
+  that publishes through this same transport), one inbox's messages at a time in stream order.
+  A handler that raises sends the message to quarantine.
+- A process that did not create the session (``create=False``: a bridge, a CLI client) makes
+  no stream and only its own one-shot reply inboxes (:mod:`actors.nats.replies`).
 - A server that does not answer within ``request_timeout_s`` makes ``publish`` raise
   ``session_unavailable``; the client keeps reconnecting (to any server of a cluster) and the
   pull loops resume where the consumers' ack floors are.
@@ -38,29 +46,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from actors.mailbox.files import encode_publishable, inbox_name
+from actors.nats import replies, setup
 from actors.nats.loop import LoopThread
 from actors.nats.quarantine import Quarantine, QuarantineRecord
 from actors.runtime.log import logger
 from actors.runtime.transport import Handler, SenderGate, Subscription
 from protocol.envelopes import AnyEnvelope, decode_envelope
 from protocol.errors import (
+    ForbiddenSender,
     InboxFull,
     InvalidEnvelope,
     InvalidHandle,
     SessionUnavailable,
     ShepherdError,
 )
+from protocol.ids import IdKind, kind_of
 from protocol.settings import Settings
 
 if TYPE_CHECKING:
-    from nats.aio.client import Client
     from nats.aio.msg import Msg
-    from nats.js.client import JetStreamContext
+
+    from actors.mailbox.drain import RejectCallback, Validator
 
 __all__ = ["NatsTransport", "QuarantineRecord", "inbox_subject", "stream_name"]
 
@@ -111,15 +125,24 @@ class NatsTransport:
         user: str | None = None,
         password: str | None = None,
         ack_wait_s: float = _ACK_WAIT_S,
+        create: bool = True,
+        validate: Validator | None = None,
+        on_reject: RejectCallback | None = None,
     ) -> None:
         self._ack_wait = ack_wait_s
+        self._create = create
+        self._validate = validate
+        self._on_reject = on_reject
+        self.servers = list(servers)
         self._settings = settings or Settings()
         self._session_id = session_id
         self._stream = stream_name(session_id)
+        self._prefix = inbox_subject(session_id, "")
         self._replicas = replicas
         self._timeout = request_timeout_s
         self.gate = SenderGate(self._settings.dedup_window)
         self._inboxes: set[str] = set()  # inboxes whose consumer is known to exist
+        self._one_shots: set[str] = set()  # this process's reply inboxes: removed at close
         self._loops: dict[str, _PullLoop] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -127,97 +150,54 @@ class NatsTransport:
         self.quarantined = 0
         self._thread = LoopThread()
         try:
-            self._nc, self._js = self._thread.run(
-                self._connect(list(servers), user, password), self._timeout * 2
-            )
+            try:
+                self._nc, self._js = self._thread.run(
+                    setup.connect(self.servers, user, password, session_id, self._timeout),
+                    self._timeout * 2,
+                )
+            except Exception as exc:  # the client retries forever: the bounded wait ended it
+                why = "" if isinstance(exc, TimeoutError) else f": {exc!r}"
+                raise SessionUnavailable(
+                    f"no NATS server answered within {self._timeout * 2:g} s at "
+                    f"{', '.join(self.servers)}{why}"
+                ) from exc
             self._quarantined = Quarantine(self._js, self._session_id)
-            self._thread.run(self._ensure_streams(), _SETUP_CEILING_S + self._timeout)
+            if create:
+                inbox = setup.inbox_stream(
+                    self._stream, inbox_subject(session_id, "*"), self._settings, replicas
+                )
+                configs = (inbox, self._quarantined.stream_config(replicas))
+                self._thread.run(
+                    setup.make_streams(self._js, configs, _SETUP_CEILING_S),
+                    _SETUP_CEILING_S + self._timeout,
+                )
         except BaseException:
             self._thread.stop()
             raise
 
-    # ------------------------------------------------------------------ set-up
-
-    async def _connect(
-        self, servers: list[str], user: str | None, password: str | None
-    ) -> tuple[Client, JetStreamContext]:
-        import nats
-
-        async def disconnected() -> None:
-            logger.warning("nats: disconnected from {}", servers)
-
-        async def reconnected() -> None:
-            logger.info("nats: reconnected")
-
-        async def error(exc: Exception) -> None:
-            logger.warning("nats: {}", exc)
-
-        nc = await nats.connect(
-            servers,
-            user=user,
-            password=password,
-            name=f"shepherd {self._session_id}",
-            connect_timeout=self._timeout,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.25,
-            disconnected_cb=disconnected,
-            reconnected_cb=reconnected,
-            error_cb=error,
-        )
-        return nc, nc.jetstream(timeout=self._timeout)
-
-    async def _ensure_streams(self) -> None:
-        from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-
-        inbox = StreamConfig(
-            name=self._stream,
-            subjects=[inbox_subject(self._session_id, "*")],
-            retention=RetentionPolicy.WORK_QUEUE,
-            storage=StorageType.FILE,
-            num_replicas=self._replicas,
-            max_msgs_per_subject=self._settings.max_queue_depth,
-            discard=DiscardPolicy.NEW,
-            discard_new_per_subject=True,
-            max_msg_size=self._settings.max_envelope_bytes,
-        )
-        for config in (inbox, self._quarantined.stream_config(self._replicas)):
-            await self._make_stream(config)
-
-    async def _make_stream(self, config: Any) -> None:
-        """Create ``config``'s stream, or update it if it exists with other settings (a restart
-        with other limits). A cluster still electing its leaders answers late or with 503:
-        asked again until the set-up ceiling, since creating a stream twice is harmless."""
-        from nats.errors import TimeoutError as NatsTimeout
-        from nats.js.errors import BadRequestError, ServiceUnavailableError
-
-        deadline = asyncio.get_running_loop().time() + _SETUP_CEILING_S
-        while True:
-            try:
-                await self._js.add_stream(config)
-                return
-            except BadRequestError:  # the name is taken by another config: update it in place
-                await self._js.update_stream(config)
-                return
-            except (NatsTimeout, ServiceUnavailableError):
-                if asyncio.get_running_loop().time() > deadline:
-                    raise
-
     # ------------------------------------------------------------------ inboxes
 
     def ensure_inbox(self, inbox: str) -> None:
-        """Make ``inbox`` (its durable consumer); harmless if it exists."""
+        """Make ``inbox`` (its durable consumer); harmless if it exists. A process that did not
+        create the session makes only a one-shot reply inbox (a message id)."""
         inbox_name(inbox)
-        self._run(self._ensure_consumer(inbox))
+        if not self._create and kind_of(inbox) is not IdKind.MESSAGE:
+            raise ForbiddenSender(f"only the session parent creates inbox {inbox!r}")
+        subject = inbox_subject(self._session_id, inbox)
+        wait, replicas = self._ack_wait, self._replicas
+        self._run(setup.add_consumer(self._js, self._stream, inbox, subject, wait, replicas))
         with self._lock:
             self._inboxes.add(inbox)
+            if replies.one_shot_threshold(inbox) is not None:
+                self._one_shots.add(inbox)
 
     def has_inbox(self, inbox: str) -> bool:
         inbox_name(inbox)
         with self._lock:
             if inbox in self._inboxes:
                 return True
-        found = bool(self._run(self._consumer_exists(inbox)))
-        if found:
+        found = bool(self._run(setup.consumer_exists(self._js, self._stream, inbox)))
+        if found and replies.one_shot_threshold(inbox) is None:  # a reply inbox: used once
             with self._lock:
                 self._inboxes.add(inbox)
         return found
@@ -227,45 +207,16 @@ class NatsTransport:
         inbox_name(inbox)
         with self._lock:
             self._inboxes.discard(inbox)
+            self._one_shots.discard(inbox)
             loop = self._loops.get(inbox)
         if loop is not None:
             loop.cancel()
         self._run(self._delete_consumer(inbox))
 
-    async def _ensure_consumer(self, inbox: str) -> None:
-        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-
-        await self._js.add_consumer(
-            self._stream,
-            ConsumerConfig(
-                durable_name=inbox,
-                filter_subject=inbox_subject(self._session_id, inbox),
-                ack_policy=AckPolicy.EXPLICIT,
-                deliver_policy=DeliverPolicy.ALL,
-                ack_wait=self._ack_wait,
-                max_deliver=-1,
-                num_replicas=self._replicas,
-            ),
+    def _delete_consumer(self, inbox: str) -> Any:
+        return setup.delete_consumer(
+            self._js, self._stream, inbox, inbox_subject(self._session_id, inbox)
         )
-
-    async def _consumer_exists(self, inbox: str) -> bool:
-        from nats.js.errors import NotFoundError
-
-        try:
-            await self._js.consumer_info(self._stream, inbox)
-        except NotFoundError:
-            return False
-        return True
-
-    async def _delete_consumer(self, inbox: str) -> None:
-        from nats.js.errors import NotFoundError
-
-        with contextlib.suppress(NotFoundError):
-            await self._js.delete_consumer(self._stream, inbox)
-        with contextlib.suppress(NotFoundError):
-            await self._js.purge_stream(
-                self._stream, subject=inbox_subject(self._session_id, inbox)
-            )
 
     # ------------------------------------------------------------------ publish
 
@@ -291,7 +242,7 @@ class NatsTransport:
                 inbox_subject(self._session_id, inbox),
                 data,
                 stream=self._stream,
-                headers={"Nats-Msg-Id": message_id},
+                headers={"Nats-Msg-Id": f"{inbox}/{message_id}"},
             )
         except APIError as exc:
             if exc.err_code == _PER_SUBJECT_LIMIT:
@@ -302,6 +253,9 @@ class NatsTransport:
             raise SessionUnavailable(f"the NATS server refused the publish: {exc}") from exc
 
     def _run(self, coro: Any) -> Any:
+        if not self._thread.loop.is_running():
+            coro.close()
+            raise InvalidHandle("transport is closed")
         try:
             return self._thread.run(coro, self._timeout)
         except ShepherdError:
@@ -317,8 +271,12 @@ class NatsTransport:
 
     def subscribe(self, inbox: str, handler: Handler) -> Subscription:
         """Deliver ``inbox``'s envelopes to ``handler`` on this transport's loop thread,
-        starting with whatever the inbox holds. Subscribing again replaces the handler."""
-        self.ensure_inbox(inbox)
+        starting with whatever the inbox holds. Subscribing again replaces the handler. A process
+        that did not create the session subscribes only to an inbox that exists."""
+        if self._create or kind_of(inbox) is IdKind.MESSAGE:
+            self.ensure_inbox(inbox)
+        elif not self.has_inbox(inbox):
+            raise InvalidHandle(f"no inbox {inbox!r} in this session")
         with self._lock:
             existing = self._loops.get(inbox)
             if existing is not None:
@@ -358,30 +316,51 @@ class NatsTransport:
             if envelope.session_id != self._session_id:
                 raise InvalidEnvelope(f"envelope is for session {envelope.session_id}")
         except ShepherdError as exc:
-            await self._quarantine(loop.inbox, message, exc, authenticated=False)
+            await self._quarantine(loop.inbox, message, exc, False)
             return
-        verdict = self.gate.judge(loop.inbox, envelope)
+        verdict: AnyEnvelope | ShepherdError | None
+        if self._validate is not None:
+            try:
+                self._validate(loop.inbox, envelope)
+            except ShepherdError as exc:
+                verdict = exc
+            else:
+                verdict = self.gate.fresh(loop.inbox, envelope)
+        else:
+            verdict = self.gate.judge(loop.inbox, envelope)
         if isinstance(verdict, ShepherdError):
-            await self._quarantine(loop.inbox, message, verdict, authenticated=False)
+            await self._quarantine(loop.inbox, message, verdict, False, envelope)
             return
         if verdict is not None:
             try:
-                loop.handler(verdict)
+                await asyncio.to_thread(loop.handler, verdict)
             except Exception as exc:
                 failed = ShepherdError(f"handler raised {exc!r}")
-                await self._quarantine(loop.inbox, message, failed, authenticated=True)
+                await self._quarantine(loop.inbox, message, failed, True, verdict)
                 return
             self.delivered += 1
         await message.ack()
 
     async def _quarantine(
-        self, inbox: str, message: Msg, error: ShepherdError, *, authenticated: bool
+        self,
+        inbox: str,
+        message: Msg,
+        error: ShepherdError,
+        authenticated: bool,
+        envelope: AnyEnvelope | None = None,
     ) -> None:
-        if await self._quarantined.record(inbox, message.data, error, authenticated):
-            self.quarantined += 1
-            await message.term()
-        else:  # not recorded: left unacknowledged, to be judged again later
-            await message.nak(delay=self._ack_wait)
+        if not await self._quarantined.record(inbox, message.data, error, authenticated):
+            await message.nak(delay=self._ack_wait)  # not recorded: to be judged again later
+            return
+        self.quarantined += 1
+        await message.term()
+        if self._on_reject is not None:  # off the loop: it may publish through this transport
+            if envelope is not None and envelope.capability:
+                envelope = msgspec.structs.replace(envelope, capability="")
+            try:
+                await asyncio.to_thread(self._on_reject, inbox, envelope, error, authenticated)
+            except Exception:
+                logger.opt(exception=True).error("nats: on_reject failed for {}", inbox)
 
     def quarantine(self, limit: int = 1000) -> list[tuple[QuarantineRecord, bytes]]:
         """What the quarantine holds, oldest first, at most ``limit`` records."""
@@ -395,20 +374,62 @@ class NatsTransport:
         if task is not None and not self._thread.in_loop():
             self._thread.loop.call_soon_threadsafe(task.cancel)
 
+    def wake_mode(self, inbox: str) -> str | None:
+        """``nats`` once ``inbox`` is subscribed here (a pull waits on the server), else None."""
+        with self._lock:
+            return "nats" if inbox in self._loops else None
+
+    def wait_drained(self, timeout_s: float) -> bool:
+        """Nothing to wait for: how an inbox is woken is known once it is subscribed."""
+        return not self._closed
+
+    # ------------------------------------------------------------------ reply inboxes
+
+    def reply_inbox(self, owner: str) -> replies.NatsReplyInbox:
+        return replies.NatsReplyInbox(self, owner)
+
+    def sweep_reply_inboxes(self) -> list[str]:
+        return list(self._run(replies.sweep(self._js, self._stream, self._prefix)))
+
+    def unread_answers(self) -> int:
+        return int(self._run(replies.unread_answers(self._js, self._stream, self._prefix)))
+
+    def destroy(self) -> None:
+        """Delete the session's streams and consumers (its shutdown: as the file mailbox's
+        directory is removed, once every agent has exited). Then :meth:`close`."""
+        from nats.js.errors import NotFoundError
+
+        async def delete() -> None:
+            for stream in (self._stream, self._quarantined.stream):
+                with contextlib.suppress(NotFoundError):
+                    await self._js.delete_stream(stream)
+
+        try:
+            with contextlib.suppress(NotFoundError):
+                self._run(delete())
+        finally:
+            self.close()
+
     # ------------------------------------------------------------------ close
 
     def close(self) -> None:
-        """Stop delivering; later publishes raise. The server keeps what was not read."""
+        """Stop delivering; later publishes raise. The server keeps what was not read, but for
+        this process's one-shot reply inboxes: nobody else would read them."""
         if self._closed:
             return
-        self._closed = True
         with self._lock:
             loops = list(self._loops.values())
+            one_shots, self._one_shots = list(self._one_shots), set()
         for loop in loops:
             loop.cancel()
-        try:
-            self._thread.run(self._nc.drain(), self._timeout)
-        except Exception:  # no server to drain to: close the connection without it
+        for inbox in one_shots:  # not there any more is fine, as a server gone is: swept later
             with contextlib.suppress(Exception):
-                self._thread.run(self._nc.close(), self._timeout)
+                self._run(self._delete_consumer(inbox))
+        self._closed = True
+        # acknowledgements are sent without waiting: flushed before the connection goes (a
+        # drain would also wait for the pulls just cancelled, up to its timeout)
+        with contextlib.suppress(Exception):
+            self._thread.run(self._nc.flush(math.ceil(self._timeout)), self._timeout)
+        with contextlib.suppress(Exception):
+            self._thread.run(self._nc.close(), self._timeout)
         self._thread.stop()

@@ -125,7 +125,8 @@ async function countLines(): Promise<number | undefined> {
 // ----------------------------------------------------------------------------- session end
 
 /** Calls `onEnd` once when the Shepherd session in $SHEPHERD_SESSION has ended: its mailbox
- * directory (removed by the supervisor's shutdown) is gone, or its supervisor process is. */
+ * directory (removed by the supervisor's shutdown) is gone, or its supervisor process is. A
+ * session over NATS (`mailbox` is a nats:// URL) has no directory: its supervisor's pid says. */
 function watchSessionEnd(onEnd: (why: string) => void): () => void {
 	const dir = process.env.SHEPHERD_SESSION;
 	if (!dir) return () => {};
@@ -141,6 +142,7 @@ function watchSessionEnd(onEnd: (why: string) => void): () => void {
 	} catch {
 		return () => {};
 	}
+	const overNats = mailbox.startsWith("nats://");
 	let done = false;
 	let watcher: FSWatcher | undefined;
 	const stop = () => {
@@ -151,7 +153,7 @@ function watchSessionEnd(onEnd: (why: string) => void): () => void {
 	const check = () => {
 		if (done) return;
 		let why = "";
-		if (!existsSync(mailbox)) why = "the Shepherd session ended";
+		if (!overNats && !existsSync(mailbox)) why = "the Shepherd session ended";
 		else {
 			try {
 				process.kill(pid, 0);
@@ -168,8 +170,10 @@ function watchSessionEnd(onEnd: (why: string) => void): () => void {
 	timer.unref();
 	try {
 		// inotify on the mailbox root: only its own entries change (rarely); removal fires too
-		watcher = watch(mailbox, { persistent: false }, check);
-		watcher.on("error", check);
+		if (!overNats) {
+			watcher = watch(mailbox, { persistent: false }, check);
+			watcher.on("error", check);
+		}
 	} catch {
 		// no watch (e.g. already gone): the check below and the timer still see it
 	}

@@ -142,6 +142,11 @@ class SenderGate:
                     self.refused += 1
                 logger.warning("refused envelope {}: {}", env.message_id, exc.message)
                 return exc
+        return self.fresh(inbox, env)
+
+    def fresh(self, inbox: str, env: AnyEnvelope) -> AnyEnvelope | None:
+        """De-duplication alone, for a transport whose owner authenticates with a validator of
+        its own: the envelope to hand over (its capability stripped), or None if it was."""
         key = (inbox, env.message_id)
         with self._lock:
             if key in self._seen:

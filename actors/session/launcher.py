@@ -259,7 +259,7 @@ class ProcessLauncher:
         *,
         session_dir: Path,
         session_id: str,
-        mailbox_root: Path,
+        mailbox_root: Path | str,
         ensure_inbox: Callable[[str], object],
         register: Callable[[AgentSpec], None],
         clock: Clock,

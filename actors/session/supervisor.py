@@ -1,4 +1,4 @@
-"""The parent supervisor: one session of real agent processes over the filesystem mailbox.
+"""The parent supervisor: one session of real agent processes over the file mailbox or NATS.
 
 ``shepherd serve`` runs one in the foreground; Python programs embed it (``Supervisor(...)``).
 It owns the session directory::
@@ -7,7 +7,7 @@ It owns the session directory::
     <session_dir>/journal.jsonl        durable task / request / agent records
     <session_dir>/notifications.jsonl  every parent notification, one JSON object per line
     <session_dir>/agents/<agent_id>/   the bridge's output log
-    <mailbox_root>/inbox/...           the mailbox (on a memory filesystem when available)
+    <mailbox_root>/inbox/...           the mailbox (memory filesystem if any; or NATS streams)
 
 and a pointer in ``<state>/shepherd/live/`` so the CLI can find the newest live session.
 
@@ -34,8 +34,7 @@ from typing import Any
 import msgspec
 
 from actors import tracing
-from actors.mailbox.mailbox import Mailbox, default_runtime_dir
-from actors.mailbox.reply_inboxes import ReplyInboxSweeper, unread_answers
+from actors.mailbox.mailbox import default_runtime_dir
 from actors.records.journal_file import FileJournal
 from actors.records.notes import FileTaskNotes
 from actors.records.notifications import NotificationFile
@@ -49,6 +48,7 @@ from actors.runtime.transport import PARENT_INBOX
 from actors.session import recovery
 from actors.session.agent import AgentSpec
 from actors.session.launcher import ProcessLauncher
+from actors.session.parent_transport import ParentTransport, given_transport, resumed_transport
 from actors.session.session import Session
 from actors.session.sinks import Sink
 from actors.session.watchdog import is_watchdog_call
@@ -124,12 +124,15 @@ class Supervisor:
         mailbox_root: Path | str | None = None,
         workers: int | None = None,
         recover: bool = False,
+        transport: str | None = None,
         commands: Callable[[Supervisor, Request], tuple[int, str, str] | None] | None = None,
     ) -> None:
         """``recover``: on an existing session, start again the agents whose bridges are gone
-        and hand them their open tasks (``serve --recover``; :mod:`protocol.session.recover`).
-        ``commands``: runs ``shepherd`` calls on a command socket named in ``session.json``
-        (``serve``'s :func:`actors.surfaces.forwarded.run_forwarded`)."""
+        and hand them their open tasks (``serve --recover``; :mod:`protocol.session.recover`);
+        ``transport``: ``nats://...`` (:mod:`actors.session.parent_transport`); ``commands``:
+        runs ``shepherd`` calls on a command socket named in ``session.json`` (``serve``'s
+        :func:`actors.surfaces.forwarded.run_forwarded`)."""
+        wanted_transport = given_transport(transport, mailbox_root)
         self.settings = check_settings(settings or Settings())
         self.runtime = ThreadedRuntime(workers=workers)
         wanted = Path(session_dir).absolute() if session_dir else None
@@ -143,6 +146,7 @@ class Supervisor:
                 )
             self.session_id = old.session_id
             self.session_dir = wanted
+            self.transport = resumed_transport(wanted, old.mailbox, wanted_transport, recover)
             self.mailbox_root = Path(old.mailbox)
             self.client_token = old.client_token
             self.resumed = True
@@ -152,6 +156,7 @@ class Supervisor:
             self.mailbox_root = Path(
                 mailbox_root or default_runtime_dir() / self.session_id
             ).absolute()
+            self.transport = wanted_transport or str(self.mailbox_root)
             self.client_token = self.runtime.ids.secret()
             self.resumed = False
         # tracing, when OTEL_* or `serve --otel` ask for it (refused here if it cannot be)
@@ -174,18 +179,20 @@ class Supervisor:
         self._capabilities: dict[str, str] = (
             {a.agent_id: a.capability for a in restore.state.agents.values()} if restore else {}
         )
-        self.mailbox = Mailbox.create(
+        self._wire = ParentTransport(
+            self.transport,
             self.mailbox_root,
             self.session_id,
             self.settings,
             validate=self._validate,
             on_reject=self._on_reject,
+            undo=self.runtime.shutdown,
         )
-        self.mailbox.ensure_inbox(PARENT_INBOX)
+        self.mailbox = self._wire.transport
         self.launcher = ProcessLauncher(
             session_dir=self.session_dir,
             session_id=self.session_id,
-            mailbox_root=self.mailbox_root,
+            mailbox_root=self.transport,
             ensure_inbox=self.mailbox.ensure_inbox,
             register=self._register,
             clock=self.runtime.clock,
@@ -195,7 +202,7 @@ class Supervisor:
         self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shepherd-call")
         self._waiting = threading.BoundedSemaphore(MAX_WAITING_CALLS)
         # reply inboxes of calls whose caller was killed: now (a restart) and periodically
-        self.reply_inboxes = ReplyInboxSweeper(self.mailbox, self.runtime.clock, self._calls.submit)
+        self.reply_inboxes = self._wire.sweeper(self.runtime.clock, self._calls.submit)
         self.reply_inboxes.sweep()
         self.reply_inboxes.start()
         self.session = Session(
@@ -222,7 +229,7 @@ class Supervisor:
         self.info = SessionInfo(
             session_id=self.session_id,
             session_dir=str(self.session_dir),
-            mailbox=str(self.mailbox_root),
+            mailbox=self.transport,
             journal=str(self.session_dir / "journal.jsonl"),
             notifications=str(self.session_dir / "notifications.jsonl"),
             parent_pid=os.getpid(),
@@ -395,8 +402,8 @@ class Supervisor:
     def shutdown(self, *, keep: bool = True, grace_s: float = 10.0) -> None:
         """Close every agent, confirm their exits, stop actors and timers, keep the records.
 
-        The mailbox (on the memory filesystem) is removed once every child is gone; the
-        session directory with its journal stays for inspection unless ``keep=False``.
+        The mailbox (on the memory filesystem; on NATS, the session's streams) is removed once
+        every child is gone; the session directory stays for inspection unless ``keep=False``.
         """
         if self._closed:
             return
@@ -422,10 +429,10 @@ class Supervisor:
         # answers still unread by their live callers (the `shutdown` call's own, say) are
         # given a moment to be read before the mailbox goes
         for _ in range(250):  # at most 5 s
-            if not unread_answers(self.mailbox_root / "inbox"):
+            if not self._wire.unread_answers():
                 break
             self._stopped.wait(0.02)
-        shutil.rmtree(self.mailbox_root, ignore_errors=True)
+        self._wire.remove()
         if not keep:
             shutil.rmtree(self.session_dir, ignore_errors=True)
         self._stopped.set()

@@ -82,6 +82,7 @@ def run_serve(args: argparse.Namespace) -> int:
         sinks=[StreamSink(sys.stdout, json=args.json)],
         tap=tap,
         recover=args.recover,
+        transport=args.transport,
         commands=run_forwarded,  # `shepherd` calls run here, without the CLI's start-up
     )
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}

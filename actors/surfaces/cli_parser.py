@@ -77,6 +77,12 @@ def _add_operation(sub: Any, op: ops.Op[Any]) -> None:
 def _add_serve(sub: Any) -> None:
     p = sub.add_parser("serve", help="run a session in the foreground")
     p.add_argument("--session-dir", metavar="DIR", help="where the session's records live")
+    p.add_argument(
+        "--transport",
+        metavar="nats://HOST:PORT[,HOST:PORT...]",
+        help="carry the session's envelopes on these NATS JetStream servers (extra "
+        "shepherd[nats]; at most 16 servers) instead of the file mailbox",
+    )
     p.add_argument("--json", action="store_true", help="notifications as JSON lines")
     p.add_argument("--verbose", action="store_true", help="also print lifecycle changes")
     p.add_argument(

@@ -25,8 +25,6 @@ from typing import Any
 import msgspec
 
 from actors.mailbox.files import describe
-from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.reply_inboxes import ReplyInbox
 from actors.records.live import ENV_SESSION, pointed_sessions
 from actors.records.session_info import SessionInfo, is_live
 from actors.runtime.clock import SystemClock
@@ -52,8 +50,11 @@ MAX_LISTED = 10
 
 def session_alive(info: SessionInfo) -> bool:
     """The supervisor runs and has not shut down (shutdown removes the mailbox; checked too
-    because a session embedded in a still-running program keeps its pid)."""
-    return is_live(info) and os.path.isdir(info.mailbox)
+    because a session embedded in a still-running program keeps its pid; a session over NATS
+    is judged by its supervisor alone: :func:`actors.runtime.wire.transport_exists`)."""
+    from actors.runtime.wire import transport_exists
+
+    return is_live(info) and transport_exists(info.mailbox)
 
 
 def _load_info(session_dir: Path, source: str) -> SessionInfo:
@@ -157,7 +158,10 @@ class Client:
         self, op: str, args: dict[str, Any] | None = None, *, timeout: float = CALL_TIMEOUT_S
     ) -> Any:
         """Run ``op`` in the session and return its data; a refusal raises the typed error."""
-        mailbox = Mailbox.open(self.info.mailbox, self.info.session_id)
+        # the session's transport (its mailbox, or NATS), imported only when a call is made
+        from actors.runtime.wire import open_reply_inbox, open_transport
+
+        mailbox = open_transport(self.info.mailbox, self.info.session_id)
         call_id = self._ids.new(IdKind.MESSAGE)
         got: list[ResultEnvelope] = []
         arrived = threading.Event()
@@ -168,7 +172,7 @@ class Client:
                 arrived.set()
 
         try:
-            inbox = ReplyInbox(mailbox, call_id)
+            inbox = open_reply_inbox(mailbox, call_id)
         except BaseException:
             mailbox.close()
             raise

@@ -97,7 +97,7 @@ def test_shutdown_waits_for_a_live_callers_unread_answer(
 ) -> None:
     """The race made deterministic: an answer sits unread in the inbox of a caller that still
     runs (it holds its inbox's lock); the shutdown keeps the mailbox until it is read."""
-    import actors.session.supervisor as supervisor_module
+    from actors.session import parent_transport
 
     sup = Supervisor(tmp_path / "session", sinks=[CollectingSink()], mailbox_root=tmp_path / "mb")
     caller = Mailbox.open(sup.mailbox_root, sup.session_id)
@@ -117,13 +117,13 @@ def test_shutdown_waits_for_a_live_callers_unread_answer(
         ),
     )
     looked = threading.Event()
-    real = supervisor_module.unread_answers
+    real = parent_transport.unread_answers
 
     def unread(root: Path) -> int:
         looked.set()
         return real(root)
 
-    monkeypatch.setattr(supervisor_module, "unread_answers", unread)
+    monkeypatch.setattr(parent_transport, "unread_answers", unread)
     stopping = threading.Thread(target=sup.shutdown)
     stopping.start()
     try:

@@ -220,3 +220,20 @@ def test_accepted_before_a_server_sigkill_is_delivered_after_its_restart(
         assert received[20] == marker.message_id
     finally:
         second.close()
+
+
+def test_the_same_envelope_published_to_two_inboxes_reaches_both(
+    transport: NatsTransport, session_id: str
+) -> None:
+    """A message the parent forwards keeps its id: the server's duplicate window (the whole
+    stream's) must not take the forwarded copy for a repeat of the one sent to the parent."""
+    other = make_id(IdKind.AGENT, "b2b2b2b2")
+    transport.ensure_inbox(other)
+    to_parent, to_other = Collector(), Collector()
+    transport.subscribe(PARENT_INBOX, to_parent)
+    transport.subscribe(other, to_other)
+    envelope = message(session_id, "forwarded")
+    transport.publish(PARENT_INBOX, envelope)
+    transport.publish(other, envelope)
+    assert [e.message_id for e in to_parent.wait_for(1)] == [envelope.message_id]
+    assert [e.message_id for e in to_other.wait_for(1)] == [envelope.message_id]

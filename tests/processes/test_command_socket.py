@@ -100,11 +100,12 @@ def test_paths_are_the_callers_and_errors_look_the_same(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert _forwarded(modules)
-    # the agent runs in the caller's sub/, not in the supervisor's directory
+    # once its bridge is ready (spawn answers before the process is up): the agent runs in the
+    # caller's sub/, not in the supervisor's directory
+    assert server.wait_story("worker", "process idle")
     cwds = {os.readlink(f"/proc/{pid}/cwd") for pid in bridge_pids(session)}
     assert cwds == {str(work / "sub")}
-    # status --json names the bridge's pid once it is ready (it leads its process group)
-    assert server.wait_story("worker", "process idle")
+    # status --json names the bridge's pid (it leads its process group)
     status, _ = _entry(tmp_path, "status", "--json", "--session", str(session))
     (agent,) = json.loads(status.stdout)["agents"]
     assert agent["pid"] in bridge_pids(session)

@@ -1,0 +1,145 @@
+"""Connecting to the NATS servers and making a session's streams (see
+:mod:`actors.nats.transport` for the layout and its rules)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from actors.runtime.log import logger
+from protocol.settings import Settings
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.js.client import JetStreamContext
+
+__all__ = [
+    "add_consumer",
+    "connect",
+    "consumer_exists",
+    "delete_consumer",
+    "inbox_stream",
+    "make_streams",
+]
+
+
+async def connect(
+    servers: list[str], user: str | None, password: str | None, session_id: str, timeout: float
+) -> tuple[Client, JetStreamContext]:
+    """A connection that reconnects forever (to any server of the list); the caller bounds how
+    long the first connection may take."""
+    import nats
+
+    made: list[Client] = []
+
+    async def disconnected() -> None:
+        if made and made[0].is_closed:  # closed on purpose
+            return
+        logger.warning("nats: disconnected from {}", servers)
+
+    async def reconnected() -> None:
+        logger.info("nats: reconnected")
+
+    async def error(exc: Exception) -> None:
+        logger.debug("nats: {!r}", exc)
+
+    nc = await nats.connect(
+        servers,
+        user=user,
+        password=password,
+        name=f"shepherd {session_id}",
+        connect_timeout=timeout,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.25,
+        disconnected_cb=disconnected,
+        reconnected_cb=reconnected,
+        error_cb=error,
+    )
+    made.append(nc)
+    return nc, nc.jetstream(timeout=timeout)
+
+
+def inbox_stream(name: str, subjects: str, settings: Settings, replicas: int) -> Any:
+    """The session's inbox stream: work-queue retention, one subject per inbox, the queue
+    limit per subject (discard new: the next publish is refused)."""
+    from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+
+    return StreamConfig(
+        name=name,
+        subjects=[subjects],
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        max_msgs_per_subject=settings.max_queue_depth,
+        discard=DiscardPolicy.NEW,
+        discard_new_per_subject=True,
+        max_msg_size=settings.max_envelope_bytes,
+    )
+
+
+async def make_streams(js: JetStreamContext, configs: Iterable[Any], ceiling_s: float) -> None:
+    """Create each stream, or update it if it exists with other settings (a restart with other
+    limits). A cluster still electing its leaders answers late or with 503: asked again until
+    ``ceiling_s``, since creating a stream twice is harmless."""
+    from nats.errors import TimeoutError as NatsTimeout
+    from nats.js.errors import BadRequestError, ServiceUnavailableError
+
+    deadline = asyncio.get_running_loop().time() + ceiling_s
+    for config in configs:
+        while True:
+            try:
+                await js.add_stream(config)
+                break
+            except BadRequestError:  # the name is taken by another config: update it in place
+                await js.update_stream(config)
+                break
+            except (NatsTimeout, ServiceUnavailableError):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+
+
+async def add_consumer(
+    js: JetStreamContext, stream: str, inbox: str, subject: str, ack_wait: float, replicas: int
+) -> None:
+    """The inbox's durable pull consumer (creating it again with the same config is harmless)."""
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    from actors.nats.replies import one_shot_threshold
+
+    await js.add_consumer(
+        stream,
+        ConsumerConfig(
+            durable_name=inbox,
+            filter_subject=subject,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=ack_wait,
+            max_deliver=-1,
+            num_replicas=replicas,
+            # a one-shot reply inbox whose owner died goes by itself (its leftover answer is
+            # purged by the parent's sweep); the others live as long as the session
+            inactive_threshold=one_shot_threshold(inbox),
+        ),
+    )
+
+
+async def consumer_exists(js: JetStreamContext, stream: str, inbox: str) -> bool:
+    from nats.js.errors import NotFoundError
+
+    try:
+        await js.consumer_info(stream, inbox)
+    except NotFoundError:
+        return False
+    return True
+
+
+async def delete_consumer(js: JetStreamContext, stream: str, inbox: str, subject: str) -> None:
+    """The inbox's consumer and what its subject still holds."""
+    from nats.js.errors import NotFoundError
+
+    with contextlib.suppress(NotFoundError):
+        await js.delete_consumer(stream, inbox)
+    with contextlib.suppress(NotFoundError):
+        await js.purge_stream(stream, subject=subject)
