@@ -10,6 +10,7 @@ reported by number), so a crash mid-write cannot hide a later delivery.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
@@ -18,9 +19,31 @@ from actors.records.jsonlines import JsonLinesFile, LineProblem
 from actors.runtime.crashpoints import crashpoint
 from protocol.notifications import AnyNotification, StaleWait, TaskCompletion
 
-__all__ = ["NotificationFile"]
+__all__ = ["Deliveries", "NotificationFile", "deliveries", "encode_note"]
 
 _DECODER = msgspec.json.Decoder(AnyNotification)
+
+#: per watcher the task ids whose completion it was handed, per task the request ids its
+#: stale-wait notices named
+Deliveries = tuple[dict[str, set[str]], dict[str, set[str]]]
+
+
+def encode_note(note: AnyNotification) -> bytes:
+    """A notification's line in the record of delivery."""
+    return msgspec.json.encode(note) + b"\n"
+
+
+def deliveries(notes: Iterable[AnyNotification]) -> Deliveries:
+    """What a record of delivery says was handed over: per watcher the task ids whose
+    completion it delivered, and per task the request ids its stale-wait notices named."""
+    delivered: dict[str, set[str]] = {}
+    stale: dict[str, set[str]] = {}
+    for note in notes:
+        if isinstance(note, TaskCompletion):
+            delivered.setdefault(note.watcher_id, set()).update(r.task_id for r in note.results)
+        elif isinstance(note, StaleWait):
+            stale.setdefault(note.task_id, set()).add(note.request_id)
+    return delivered, stale
 
 
 class NotificationFile:
@@ -38,7 +61,7 @@ class NotificationFile:
         return self._file.problems
 
     def __call__(self, note: AnyNotification) -> None:
-        line = msgspec.json.encode(note) + b"\n"
+        line = encode_note(note)
         crashpoint("notify.before_write")
         try:
             self._file.append(line, torn_point="notify.torn_write")
@@ -48,17 +71,9 @@ class NotificationFile:
             return  # the session is shutting down: nobody follows the file any more
         crashpoint("notify.after_write")
 
-    def read_deliveries(self) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-        """What the file records as handed over: per watcher the task ids whose completion
-        it delivered, and per task the request ids its stale-wait notices named."""
-        delivered: dict[str, set[str]] = {}
-        stale: dict[str, set[str]] = {}
-        for note in self._file.read(_DECODER.decode):
-            if isinstance(note, TaskCompletion):
-                delivered.setdefault(note.watcher_id, set()).update(r.task_id for r in note.results)
-            elif isinstance(note, StaleWait):
-                stale.setdefault(note.task_id, set()).add(note.request_id)
-        return delivered, stale
+    def read_deliveries(self) -> Deliveries:
+        """What the file records as handed over (:func:`deliveries`)."""
+        return deliveries(self._file.read(_DECODER.decode))
 
     def close(self) -> None:
         self._file.close()
