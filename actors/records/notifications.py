@@ -21,9 +21,13 @@ from actors.runtime.crashpoints import crashpoint
 from protocol.notifications import AnyNotification, Notice, StaleWait, TaskCompletion
 from protocol.session.budgets import SESSION_SCOPE
 
-__all__ = ["Deliveries", "NotificationFile", "deliveries"]
+__all__ = ["Deliveries", "NotificationFile", "deliveries", "encode_note"]
 
 _DECODER = msgspec.json.Decoder(AnyNotification)
+
+def encode_note(note: AnyNotification) -> bytes:
+    """A notification's line in the record of delivery."""
+    return msgspec.json.encode(note) + b"\n"
 
 
 class Deliveries(NamedTuple):
@@ -67,7 +71,7 @@ class NotificationFile:
         return self._file.problems
 
     def __call__(self, note: AnyNotification) -> None:
-        line = msgspec.json.encode(note) + b"\n"
+        line = encode_note(note)
         crashpoint("notify.before_write")
         try:
             self._file.append(line, torn_point="notify.torn_write")

@@ -1,0 +1,257 @@
+"""A session's append-only JSON lines on NATS JetStream: what a
+:class:`~actors.records.jsonlines.JsonLinesFile` keeps on disk, kept by the servers instead, so
+that a parent started again on another host finds every line (the journal and the
+notifications on top: :mod:`actors.nats.journal`).
+
+Layout: stream ``<session>_<kind>`` (limits retention, nothing expires, file storage, R3 on a
+cluster of three or more), one subject ``shepherd.<session>.<kind>``. A message holds one or
+more lines (the lines of one append, up to :data:`CHUNK_BYTES` a message), in order.
+
+Rules:
+- **Durable before told.** ``append`` returns once the stream acknowledged every message, which
+  with the servers' ``sync_interval: always`` (:mod:`actors.nats.server`) means on disk (on a
+  majority of a cluster); else it raises ``session_unavailable`` and the caller tells nobody,
+  as when a file's ``fsync`` fails.
+- **One writer.** Each message is published with the sequence the writer expects to be the
+  stream's last (``Nats-Expected-Last-Sequence``): the server refuses it if anyone else
+  appended since this writer last read or wrote, and ``append`` raises ``session_unavailable``.
+  Two supervisors of one session cannot both write: the second to append loses, before it told
+  anyone (compare-and-set: "first terminal event wins" across processes and hosts).
+- **Read in order, damage reported.** ``read`` returns every line it can decode, in order; one
+  it cannot is reported in :attr:`problems` with its message and line, never skipped in
+  silence.
+- A lost acknowledgement is not a lost line: each message has a ``Nats-Msg-Id`` made of the
+  writer's id and its count, so a publish retried by the client is stored once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+
+from actors.nats.loop import LoopThread
+from actors.nats.setup import connect, make_streams
+from actors.records.jsonlines import LineProblem
+from protocol.errors import SessionUnavailable
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.js.client import JetStreamContext
+
+__all__ = ["CHUNK_BYTES", "NatsLines", "lines_stream", "lines_subject"]
+
+T = TypeVar("T")
+
+#: lines per message at most this many bytes (a single longer line is one message): under the
+#: servers' default 1 MiB payload limit
+CHUNK_BYTES = 512 * 1024
+#: the JetStream error code for "wrong last sequence"
+_WRONG_LAST_SEQUENCE = 10071
+#: messages asked for per fetch when reading back
+_READ_BATCH = 1000
+#: how long reading everything back may take at most
+_READ_CEILING_S = 600.0
+
+
+def lines_stream(session_id: str, kind: str) -> str:
+    return f"{session_id}_{kind}"
+
+
+def lines_subject(session_id: str, kind: str) -> str:
+    return f"shepherd.{session_id}.{kind}"
+
+
+def _chunks(lines: Sequence[bytes]) -> list[bytes]:
+    out: list[bytes] = []
+    current = b""
+    for line in lines:
+        if current and len(current) + len(line) > CHUNK_BYTES:
+            out.append(current)
+            current = b""
+        current += line
+    if current:
+        out.append(current)
+    return out
+
+
+class NatsLines:
+    """One session's lines of one ``kind`` on JetStream (module rules)."""
+
+    def __init__(
+        self,
+        servers: Sequence[str],
+        session_id: str,
+        kind: str,
+        *,
+        replicas: int = 1,
+        request_timeout_s: float = 5.0,
+        user: str | None = None,
+        password: str | None = None,
+    ) -> None:
+        self._session_id = session_id
+        self._stream = lines_stream(session_id, kind)
+        self._subject = lines_subject(session_id, kind)
+        self._timeout = request_timeout_s
+        self._writer = secrets.token_hex(8)
+        self._count = 0
+        self._last_seq = 0
+        self._problems: list[LineProblem] = []
+        self._loop = LoopThread(f"shepherd-nats-{kind}")
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        try:
+            self._nc, self._js = self._run(
+                connect(list(servers), user, password, session_id, request_timeout_s),
+                what="connect",
+            )
+            self._run(self._ensure_stream(replicas), what=f"make the stream {self._stream}")
+            self._last_seq = self._run(self._stream_last(), what=f"read {self._stream}")
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def problems(self) -> list[LineProblem]:
+        """Lines that could not be read back, each named by its message and line."""
+        return self._problems
+
+    def _run(self, coro: Any, *, what: str, timeout: float | None = None) -> Any:
+        limit = self._timeout * 4 if timeout is None else timeout
+        try:
+            return self._loop.run(coro, limit)
+        except TimeoutError:
+            raise SessionUnavailable(
+                f"the NATS servers did not answer within {limit:g} s ({what})"
+            ) from None
+
+    def _require_js(self) -> JetStreamContext:
+        if self._js is None:
+            raise SessionUnavailable(f"{self._stream} is closed")
+        return self._js
+
+    async def _ensure_stream(self, replicas: int) -> None:
+        from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+
+        config = StreamConfig(
+            name=self._stream,
+            subjects=[self._subject],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            num_replicas=replicas,
+            discard=DiscardPolicy.NEW,
+            max_msg_size=max(CHUNK_BYTES, 1024 * 1024),
+        )
+        await make_streams(self._require_js(), [config], self._timeout * 4)
+
+    async def _stream_last(self) -> int:
+        info = await self._require_js().stream_info(self._stream)
+        return int(info.state.last_seq or 0)
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, lines: Sequence[bytes]) -> None:
+        """Every line (each ending in a newline) durable before this returns, in order."""
+        for chunk in _chunks(lines):
+            self._count += 1
+            self._last_seq = self._run(
+                self._publish(chunk, f"{self._writer}-{self._count}", self._last_seq),
+                what=f"append to {self._stream}",
+            )
+
+    async def _publish(self, data: bytes, msg_id: str, expected_last: int) -> int:
+        from nats.js.errors import APIError
+
+        headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Last-Sequence": str(expected_last)}
+        try:
+            ack = await self._require_js().publish(
+                self._subject, data, timeout=self._timeout, stream=self._stream, headers=headers
+            )
+        except APIError as exc:
+            if exc.err_code == _WRONG_LAST_SEQUENCE:
+                raise SessionUnavailable(
+                    f"another process appended to {self._stream} after message "
+                    f"{expected_last} (only one supervisor may write a session's records): "
+                    "this one stops writing"
+                ) from None
+            raise SessionUnavailable(f"{self._stream} refused an append: {exc}") from None
+        return int(ack.seq)
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, decode: Callable[[bytes], T]) -> list[T]:
+        """Every line ``decode`` takes, in order (each one it cannot is reported); also where
+        this writer's next append must follow."""
+        got: tuple[list[T], list[LineProblem], int] = self._run(
+            self._read_all(decode), what=f"read {self._stream}", timeout=_READ_CEILING_S
+        )
+        items, problems, last = got
+        self._problems.extend(problems)
+        self._last_seq = max(self._last_seq, last)
+        return items
+
+    async def _read_all(
+        self, decode: Callable[[bytes], T]
+    ) -> tuple[list[T], list[LineProblem], int]:
+        from nats.errors import TimeoutError as NatsTimeout
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        last = await self._stream_last()
+        items: list[T] = []
+        problems: list[LineProblem] = []
+        if last == 0:
+            return items, problems, 0
+        subscription = await self._require_js().pull_subscribe(
+            self._subject,
+            durable=None,
+            stream=self._stream,
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=60.0
+            ),
+        )
+        try:
+            seen = 0
+            while seen < last:
+                try:
+                    messages = await subscription.fetch(_READ_BATCH, timeout=self._timeout)
+                except (TimeoutError, NatsTimeout):
+                    raise SessionUnavailable(
+                        f"{self._stream} stopped answering at message {seen} of {last}"
+                    ) from None
+                for message in messages:
+                    seen = int(message.metadata.sequence.stream)
+                    if seen > last:
+                        break  # appended after we looked: a reader reads once, at its start
+                    self._decode(message.data, seen, decode, items, problems)
+        finally:
+            await subscription.unsubscribe()
+        return items, problems, last
+
+    def _decode(
+        self,
+        data: bytes,
+        seq: int,
+        decode: Callable[[bytes], T],
+        items: list[T],
+        problems: list[LineProblem],
+    ) -> None:
+        for number, line in enumerate(data.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                items.append(decode(line))
+            except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+                where = f"nats stream {self._stream}, message {seq}"
+                problems.append(
+                    LineProblem(path=where, line=number, kind="corrupt", detail=str(exc))
+                )
+
+    def close(self) -> None:
+        if self._nc is not None:
+            nc, self._nc, self._js = self._nc, None, None
+            with contextlib.suppress(Exception):  # the servers may be gone: nothing more to do
+                self._loop.run(nc.close(), self._timeout)
+        self._loop.stop()
