@@ -4,8 +4,9 @@
     python scripts/bench_cli_transport.py [--runs N] [--calls N]
 
 What a user and an agent's shell pay per call: ``shepherd status --json`` and
-``shepherd-child message shepherd TEXT --json`` (start-up, imports, opening the session's
-transport, the call, its answer), each a fresh process, against one live session over the file
+``shepherd-child message shepherd TEXT --json`` (start-up, the command socket of ``serve`` or
+of the agent's bridge, which opens the session's transport for the call, its answer), each a
+fresh process, against one live session over the file
 mailbox and one over NATS (a ``nats-server`` of the ``nats`` extra, ``sync_interval: always``,
 on a temporary store). Baseline in the same run: ``python -c pass``. The subjects of one round
 are interleaved so that a change of the machine's load spreads over all of them. Prints the
@@ -15,7 +16,6 @@ median of the runs' medians (ms) of wall and CPU time; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,20 +23,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_lib.bridge import QUIET_SCRIPT
-from bench_lib.cli import _command, _round, _shepherd_env
+from bench_lib.cli import _command, _round, spawn_quiet_agent
 from bench_lib.common import ReadyTap, temp_dir
 
 
 def one_run(calls: int) -> dict[str, float]:
     from actors.nats.server import NatsServer
     from actors.session.supervisor import Supervisor
+    from actors.surfaces.forwarded import run_forwarded  # as `shepherd serve` runs it
 
     with temp_dir("shepherd-bench-transport-") as tmp:
         env = {k: v for k, v in os.environ.items() if k != "SHEPHERD_SESSION"}
         env["XDG_STATE_HOME"] = os.environ["XDG_STATE_HOME"] = str(tmp / "state")
-        script = tmp / "quiet.json"
-        script.write_text(json.dumps(QUIET_SCRIPT))
         server = NatsServer(store_dir=tmp / "nats").start()
         supervisors = []
         try:
@@ -47,22 +45,21 @@ def one_run(calls: int) -> dict[str, float]:
                 ("nats", {"transport": server.url}),
             ):
                 ready = ReadyTap()
-                sup = Supervisor(tmp / f"session-{name}", tap=ready, **kwargs)  # type: ignore[arg-type]
+                sup = Supervisor(
+                    tmp / f"session-{name}", tap=ready, commands=run_forwarded, **kwargs
+                )
                 supervisors.append(sup)
-                agent = sup.session.spawn("a0", script=str(script), cwd=str(tmp))
-                if not ready.wait(1, 60):
-                    raise RuntimeError(f"the {name} agent never got ready")
+                agent_env = spawn_quiet_agent(sup.session, f"a{name}", tmp, ready, 1)
                 session = str(tmp / f"session-{name}")
-                shepherd = _command("shepherd", "actors.surfaces.cli")
+                shepherd = _command("shepherd", "actors.surfaces.entry")
                 subjects[f"status_{name}"] = (
                     [*shepherd, "status", "--json", "--session", session],
                     env,
                 )
-                child = _command("shepherd-child", "actors.child.cli")
-                bridge = sup.launcher.children[agent.agent_id].pid
+                child = _command("shepherd-child", "actors.child.entry")
                 subjects[f"message_{name}"] = (
                     [*child, "message", "--json", "--", "shepherd", "bench"],
-                    {**env, **_shepherd_env(bridge)},
+                    {**env, **agent_env},
                 )
             samples = _round(calls, subjects, tmp)
         finally:

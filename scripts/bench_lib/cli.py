@@ -50,6 +50,20 @@ def _agent_env(dump: Path, timeout_s: float) -> dict[str, str]:
     return {k.decode(): v.decode() for k, _, v in pairs if k.startswith(b"SHEPHERD_")}
 
 
+def spawn_quiet_agent(
+    session: Any, name: str, tmp: Path, ready: ReadyTap, count: int
+) -> dict[str, str]:
+    """Spawn a quiet scripted agent whose first step writes its environment, wait for it to be
+    the ``count``-th ready, and return the ``SHEPHERD_*`` variables its commands get."""
+    dump = tmp / f"{name}.env"
+    script = tmp / f"{name}.json"
+    script.write_text(json.dumps({"steps": [{"run": f"env -0 > {dump}"}, *QUIET_SCRIPT["steps"]]}))
+    session.spawn(name, script=str(script), cwd=str(tmp))
+    if not ready.wait(count, 60):
+        raise RuntimeError(f"agent {name} never got ready within 60 s")
+    return _agent_env(dump, 60)
+
+
 def _timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, int]:
     """(wall, CPU) of one call in ns. The CPU time (user + system of the command's process)
     is kept beside the wall time: on a machine shared with other work the wall time mostly
@@ -108,7 +122,7 @@ def cli_job(params: dict[str, Any]) -> dict[str, Any]:
         try:
             session = supervisor.session
             python = ([sys.executable, "-c", "pass"], base_env)
-            shepherd = _command("shepherd", "actors.surfaces.cli")
+            shepherd = _command("shepherd", "actors.surfaces.entry")
             status_args = ["status", "--json", "--session", str(tmp / "session")]
             status = ([*shepherd, *status_args], base_env)
             # the whole command line in the calling process: what `shepherd` was before it
@@ -116,14 +130,7 @@ def cli_job(params: dict[str, Any]) -> dict[str, Any]:
             direct = ([sys.executable, "-m", "actors.surfaces.cli", *status_args], base_env)
             subjects = {"python": python, "status_empty": status, "status_empty_direct": direct}
             samples = _round(calls, subjects, tmp)
-            dump = tmp / "agent.env"
-            first_script = tmp / "first.json"
-            steps = [{"run": f"env -0 > {dump}"}, *QUIET_SCRIPT["steps"]]
-            first_script.write_text(json.dumps({"steps": steps}))
-            session.spawn("a0000", script=str(first_script), cwd=str(tmp))
-            if not ready.wait(1, 60):
-                return {"unavailable": "the agent never got ready within 60 s"}
-            agent_env = {**base_env, **_agent_env(dump, 60)}
+            agent_env = {**base_env, **spawn_quiet_agent(session, "a0000", tmp, ready, 1)}
             child = _command("shepherd-child", "actors.child.entry")
             argv = [*child, "message", "--json", "--", "shepherd", "bench"]
             if ENV_COMMAND_SOCKET not in agent_env:
