@@ -183,9 +183,7 @@ class BrokerActor(ShepherdActor):
             case messages.DeliveryFailed(envelope=env, error=error):
                 return self._run(inbound.delivery_failed(state, env, error, self._ctx()))
             case WindowsDue():
-                for event in self._windows.fired(message):
-                    self._run(calls.fire(state, event, self._ctx()))
-                return None
+                return self._flush(self._windows.fired(message))
             case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue() | fx.BudgetDue():
                 entry = self._timers.get(message.key)
                 if entry is not None and entry[0] is message:
@@ -404,8 +402,13 @@ class BrokerActor(ShepherdActor):
 
     def _close_windows(self, now: float) -> None:
         """Flush each coalescing window closed by ``now``, as its own timer would have."""
-        for event in self._windows.pop_due(now):
-            self._run(calls.fire(self.state, event, self._ctx()))
+        self._flush(self._windows.pop_due(now))
+
+    def _flush(self, events: list[fx.Flush]) -> None:
+        """Windows closing together are one run: their notifications reach the courier in one
+        message (a flush only notifies)."""
+        cx = self._ctx()
+        self._run([effect for event in events for effect in calls.fire(self.state, event, cx)])
 
     def _cancel(self, key: fx.TimerKey) -> None:
         if key[0] == "flush":

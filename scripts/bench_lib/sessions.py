@@ -322,9 +322,10 @@ def create_job(params: dict[str, Any]) -> dict[str, Any]:
     broker message and one journal write per call, one watcher per call), else one by one
     (``delegate`` then ``watch`` per task: the previous path, the baseline). Only the creation
     is timed; the broker has handled everything when the last call returns (each call is
-    answered by it)."""
+    answered by it). ``durable``: a session wired as ``serve`` wires its own (the module's
+    docstring)."""
     n, batch, batched = params["n"], params["batch"], params["batched"]
-    bench = Bench(n)
+    bench = Bench(n, durable=params.get("durable", False))
     try:
         script = parse_script(QUIET_SCRIPT)
         session = bench.session

@@ -81,16 +81,17 @@ def _done(session: SimSession, sender_id: str, task_id: str) -> TaskDoneEnvelope
     )
 
 
-def _with_tasks(session: SimSession, count: int) -> list[tuple[str, str]]:
-    """(agent id, task id) of ``count`` agents, each with a task it does not finish, all of
-    them watched (by the parent's sink)."""
+def _with_tasks(session: SimSession, count: int, watch: bool = True) -> list[tuple[str, str]]:
+    """(agent id, task id) of ``count`` agents, each with a task it does not finish (``watch``:
+    all of them watched by one watcher, the parent's sink)."""
     pairs = []
     for i in range(count):
         agent_id = session.spawn(f"w{i}", script=IDLE).agent_id
         pairs.append((agent_id, ""))
     session.sim.run_all(max_time=1)
     pairs = [(a, session.delegate(a, f"task {i}").task_id) for i, (a, _) in enumerate(pairs)]
-    session.watch([t for _, t in pairs])
+    if watch:
+        session.watch([t for _, t in pairs])
     session.sim.run_all(max_time=1)
     return pairs
 
@@ -178,5 +179,35 @@ def test_an_effect_that_fails_refuses_its_envelope_alone() -> None:
         assert set(refused) == {batch[1].message_id}
         told = [n.content for n in sink.items if isinstance(n, AgentMessage)]
         assert told == ["m0", "m2"]
+    finally:
+        session.shutdown()
+
+
+def test_windows_closing_together_reach_the_courier_in_one_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two watchers whose windows opened in one batch close together: one run, one message
+    with both notifications (each still its own, exactly once)."""
+    sink = CollectingSink()
+    session = SimSession.simulated(8, sink=sink, trace=False)
+    try:
+        pairs = _with_tasks(session, 2, watch=False)
+        watchers = [session.watch([t]).watcher_id for _, t in pairs]
+        session.sim.run_all(max_time=1)
+        handed: list[int] = []
+        real = broker_module.Handed
+
+        def counted(hands: Any) -> Any:
+            handed.append(len(hands))
+            return real(hands)
+
+        monkeypatch.setattr(broker_module, "Handed", counted)
+        batch = tuple(_done(session, a, t) for a, t in pairs)
+        assert session.broker.ask(InboundBatch(envelopes=batch), timeout=30) is None
+        session.sim.run_all(max_time=5)
+        assert handed == [2]
+        notes = [n for n in sink.items if isinstance(n, TaskCompletion)]
+        assert sorted(n.watcher_id for n in notes) == sorted(watchers)
+        assert sorted(r.task_id for n in notes for r in n.results) == sorted(t for _, t in pairs)
     finally:
         session.shutdown()
