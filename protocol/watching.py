@@ -23,6 +23,7 @@ def resolve_watch_ids(
     if not raw_ids:
         raise InvalidArgument("watch needs at least one task id")
     ids: list[str] = []
+    named: set[str] = set()  # ``ids`` as a set: a duplicate found without a scan of the list
     kinds: set[IdKind] = set()
     for raw in raw_ids:
         value = raw.strip() if isinstance(raw, str) else raw
@@ -31,7 +32,7 @@ def resolve_watch_ids(
             raise InvalidHandle(f"{raw!r} is not a task id")
         if kind not in (IdKind.TASK, IdKind.PROMPT):
             raise InvalidHandle(f"{value} is {an_id_of(kind)}; watch takes task ids")
-        if value in ids:
+        if value in named:
             raise DuplicateIds(f"{value} is named more than once")
         if kind is IdKind.TASK and value not in tasks:
             raise InvalidHandle(f"no task {value} in this session")
@@ -39,10 +40,11 @@ def resolve_watch_ids(
             if value not in prompts:
                 raise InvalidHandle(f"no prompt {value} in this session")
             value = prompts[value]  # a prompt id means its task, and nothing else
-            if value in ids:
+            if value in named:
                 raise DuplicateIds(f"{raw} names task {value} twice")
         kinds.add(kind)
         ids.append(value)
+        named.add(value)
     if len(kinds) > 1:
         raise MixedIds("one call cannot mix task ids and prompt ids")
     return tuple(ids)

@@ -4,9 +4,9 @@
     python scripts/bench.py [--quick] [--out FILE] [--runs N] [--only NAME,...]
 
 Benchmarks (``--only`` names): ``delivery``, ``throughput``, ``notify``, ``scale``, ``idle``,
-``demo``, ``requests``, ``children``, ``runtime``, ``cli``, ``nats``, ``create``. Every job runs
-in a fresh worker process (``bench_lib.worker``); publishers are other processes again
-(``bench_lib.publisher``). Each figure is collected over several runs (5; 3 with ``--quick``,
+``demo``, ``requests``, ``children``, ``runtime``, ``cli``, ``nats``, ``create``, ``settle``.
+Every job runs in a fresh worker process (``bench_lib.worker``); publishers are other processes
+again (``bench_lib.publisher``). Each figure is collected over several runs (5; 3 with ``--quick``,
 which also uses smaller sizes and finishes in a few minutes) and written to JSON (default
 ``bench-results.json``) as min / median / max per subject — Shepherd and each baseline — with
 the unit, the run count, the issue's target, the machine and the package versions. A table of
@@ -86,6 +86,7 @@ class Sizes:
     cli_agents: int  # agents of the session for ``status`` with agents
     nats_n: int = 500  # envelopes per NATS figure (``nats``), latency samples a fifth of it
     create_n: int = 10000  # tasks (each watched) created at once (``create``)
+    settle_ns: tuple[int, ...] = (1000, 10000)  # tasks settling at once, durable (``settle``)
 
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
@@ -98,7 +99,8 @@ SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
               20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1, 500, 2, 3, create_n=50)  # fmt: skip
 
 
-QUICK, SMOKE = replace(QUICK, nats_n=200), replace(SMOKE, nats_n=20)
+QUICK = replace(QUICK, nats_n=200, settle_ns=(1000,))
+SMOKE = replace(SMOKE, nats_n=20, settle_ns=(50,))
 
 
 #: children of the baseline session of ``children`` (the same figures for a small session)
@@ -299,6 +301,29 @@ def bench_create(sizes: Sizes, results: Results) -> None:
                 results.error("create", f"{subject}: only {got['accepted']} of {n} accepted")
             results.add("create.tasks.create_s", subject, got["create_s"])
             results.add("create.tasks.cpu_s", subject, got["cpu_s"])
+
+
+def bench_settle(sizes: Sizes, results: Results) -> None:
+    """n tasks (each watched) settling at once in a durable session (a fsync'd journal file,
+    the parent's inbox received in batches, as ``serve`` runs) beside the same session with its
+    journal in memory and each envelope handed over alone, alternating in each run."""
+    subjects = ((SHEPHERD, True), ("memory_journal", False))
+    for n in sizes.settle_ns:
+        for q in ("p50", "p99"):
+            results.params(f"settle.n_{n}.{q}_ms", n=n, baseline="journal in memory, unbatched")
+    for _ in range(sizes.runs):
+        for n in sizes.settle_ns:
+            keys = [f"settle.n_{n}.{q}_ms" for q in ("p50", "p99")]
+            for subject, durable in subjects:
+                (got,) = run_jobs([("settle", {"n": n, "durable": durable})], parallel=False)
+                if isinstance(got, Exception):
+                    _failed(results, "settle", keys, subject, got)
+                    continue
+                results.keep_raw("settle", got)
+                if got["settled"] != n or got["refused"]:
+                    results.error("settle", f"{subject}: {got['settled']} of {n} notified")
+                for q in ("p50", "p99"):
+                    results.add(f"settle.n_{n}.{q}_ms", subject, got[f"{q}_ms"])
 
 
 # ---------------------------------------------------------------------- 5. idle cost
@@ -581,6 +606,7 @@ RUNNERS = {
     "cli": bench_cli,
     "nats": bench_nats,
     "create": bench_create,
+    "settle": bench_settle,
 }
 
 

@@ -8,7 +8,9 @@ match it, call the rule, run the effects the rule returned, in order.
 Rules of the runner:
 - Effects run in the order given; a journal append that fails stops the run (what it
   records is not told: durable before anyone hears of it). Consecutive ``Journal`` effects
-  are one write and one fsync (a batch operation puts all its records first).
+  are one write and one fsync (a batch operation puts all its records first). A batch of
+  inbound envelopes (one receiving pass) is one run too: each envelope's rule in order, then
+  all their records in one write, then each one's other effects in order.
 - Each effect's runner is found by the effect's type (one dict lookup). What goes to the
   session's helper actors (task notes to the one note writer, watchers' notifications to the
   one courier, what the watchdog is told) is gathered over the run and sent as one message
@@ -181,9 +183,7 @@ class BrokerActor(ShepherdActor):
             case messages.DeliveryFailed(envelope=env, error=error):
                 return self._run(inbound.delivery_failed(state, env, error, self._ctx()))
             case WindowsDue():
-                for event in self._windows.fired(message):
-                    self._run(calls.fire(state, event, self._ctx()))
-                return None
+                return self._flush(self._windows.fired(message))
             case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue() | fx.BudgetDue():
                 entry = self._timers.get(message.key)
                 if entry is not None and entry[0] is message:
@@ -203,17 +203,42 @@ class BrokerActor(ShepherdActor):
                 return super().on_receive(message)
 
     def _inbound_batch(self, envelopes: tuple[AnyEnvelope, ...]) -> Refusals | None:
-        """Each envelope through the same rule as ``Inbound``, in order. One that fails is
-        refused alone (the transport quarantines it and tells its sender); the others stay
-        handled, so the transport acknowledges them."""
+        """Each envelope through the same rule as ``Inbound``, in order, and their effects as
+        ONE run: every record of the batch in one journal write (one fsync), before any other
+        effect; then each envelope's other effects, in order; one message to each helper actor
+        at the end. One that fails is refused alone (the transport quarantines it and tells its
+        sender); the others stay handled, so the transport acknowledges them. A journal write
+        that fails refuses the whole batch: none of it is durable."""
         refused: dict[str, ShepherdError] = {}
+        decided: list[tuple[str, list[fx.Effect]]] = []
         for env in envelopes:
             try:
-                self._run(inbound.envelope(self.state, env, self._ctx()))
+                decided.append(
+                    (env.message_id, self._seen(inbound.envelope(self.state, env, self._ctx())))
+                )
             except Exception as exc:
-                self._log.exception("the session failed on envelope {}", env.message_id)
-                refused[env.message_id] = DeliveryFailed(f"the session failed on it: {exc!r}")
+                refused[env.message_id] = self._failed_on(env.message_id, exc)
+        records = [e.record for _, effects in decided for e in effects if isinstance(e, fx.Journal)]
+        try:
+            if records:
+                self._append(records)
+        except Exception as exc:
+            refused.update((mid, self._failed_on(mid, exc)) for mid, _ in decided)
+            return refused
+        run = _Run(None)
+        try:
+            for message_id, effects in decided:
+                try:
+                    self._effects([e for e in effects if type(e) is not fx.Journal], run)
+                except Exception as exc:
+                    refused[message_id] = self._failed_on(message_id, exc)
+        finally:
+            self._tell_helpers(run)
         return refused or None
+
+    def _failed_on(self, message_id: str, exc: Exception) -> ShepherdError:
+        self._log.exception("the session failed on envelope {}", message_id)
+        return DeliveryFailed(f"the session failed on it: {exc!r}")
 
     def _call(self, args: Any) -> Any:
         if isinstance(args, api.StatusArgs):
@@ -242,48 +267,57 @@ class BrokerActor(ShepherdActor):
     def _run(self, effects: list[fx.Effect], caller: GuardedSink | None = None) -> Any:
         """Run ``effects`` in order; the answer is the ``Answer`` among them. ``caller``: where
         a watcher registered here hands its notifications (a ``wait``'s caller; else the
-        parent's sink).
-
-        A run of consecutive ``Journal`` effects is ONE journal write (one fsync): a batch
-        operation's records are durable together, before any effect that tells of them. The
-        notes and the notifications of the whole run go to their actor in one message each,
-        sent when the run ends (or stops: what was decided before a failure is still sent), and
-        so does what the watchdog is told."""
-        if self._spans is not None:  # each effect stamped with its trace, before any runs
-            effects = [self._spans.seen(effect) for effect in effects]
+        parent's sink). A run of consecutive ``Journal`` effects is ONE journal write (one
+        fsync): a batch operation's records are durable together, before any effect that tells
+        of them."""
         run = _Run(caller)
+        try:
+            return self._effects(self._seen(effects), run)
+        finally:
+            self._tell_helpers(run)
+
+    def _seen(self, effects: list[fx.Effect]) -> list[fx.Effect]:
+        """Each effect stamped with its trace (when tracing is on), before any runs."""
+        if self._spans is None:
+            return effects
+        return [self._spans.seen(effect) for effect in effects]
+
+    def _effects(self, effects: list[fx.Effect], run: _Run) -> Any:
+        """Run ``effects`` in order into ``run``; the ``Answer`` among them."""
         answer: Any = None
         runners = self._runners
         i, n = 0, len(effects)
-        try:
-            while i < n:
-                effect = effects[i]
-                kind = type(effect)
-                if kind is fx.Journal:
-                    j = i + 1
-                    while j < n and type(effects[j]) is fx.Journal:
-                        j += 1
-                    self._append([e.record for e in effects[i:j]])  # type: ignore[attr-defined]
-                    i = j
-                    continue
-                if kind is fx.Answer:
-                    answer = effect.value  # type: ignore[attr-defined]
-                elif kind is fx.AnswerFromOutput:
-                    assert isinstance(effect, fx.AnswerFromOutput)
-                    answer = self._output(effect.agent_id, effect.lines, effect.before)
-                elif (runner := runners.get(kind)) is not None:
-                    runner(effect, run)
-                else:  # a new kind of effect: its runner belongs in ``_runners``
-                    raise TypeError(f"the broker has no runner for {kind.__name__} effects")
-                i += 1
-        finally:
-            if run.notes and self._note_writer is not None:
-                tell_quietly(self._note_writer, NoteWrites(run.notes))
-            if run.hands and self._courier is not None:
-                tell_quietly(self._courier, Handed(run.hands))
-            if run.watchdog and self._watchdog is not None:
-                tell_quietly(self._watchdog, run.watchdog)
+        while i < n:
+            effect = effects[i]
+            kind = type(effect)
+            if kind is fx.Journal:
+                j = i + 1
+                while j < n and type(effects[j]) is fx.Journal:
+                    j += 1
+                self._append([e.record for e in effects[i:j]])  # type: ignore[attr-defined]
+                i = j
+                continue
+            if kind is fx.Answer:
+                answer = effect.value  # type: ignore[attr-defined]
+            elif kind is fx.AnswerFromOutput:
+                assert isinstance(effect, fx.AnswerFromOutput)
+                answer = self._output(effect.agent_id, effect.lines, effect.before)
+            elif (runner := runners.get(kind)) is not None:
+                runner(effect, run)
+            else:  # a new kind of effect: its runner belongs in ``_runners``
+                raise TypeError(f"the broker has no runner for {kind.__name__} effects")
+            i += 1
         return answer
+
+    def _tell_helpers(self, run: _Run) -> None:
+        """What a run gathered for the helper actors: one message each (sent even when the run
+        stopped: what was decided before a failure is still told)."""
+        if run.notes and self._note_writer is not None:
+            tell_quietly(self._note_writer, NoteWrites(run.notes))
+        if run.hands and self._courier is not None:
+            tell_quietly(self._courier, Handed(run.hands))
+        if run.watchdog and self._watchdog is not None:
+            tell_quietly(self._watchdog, run.watchdog)
 
     def _append(self, records: list[Any]) -> None:
         settles = any(isinstance(r, TaskRecord) and r.terminal for r in records)
@@ -368,8 +402,13 @@ class BrokerActor(ShepherdActor):
 
     def _close_windows(self, now: float) -> None:
         """Flush each coalescing window closed by ``now``, as its own timer would have."""
-        for event in self._windows.pop_due(now):
-            self._run(calls.fire(self.state, event, self._ctx()))
+        self._flush(self._windows.pop_due(now))
+
+    def _flush(self, events: list[fx.Flush]) -> None:
+        """Windows closing together are one run: their notifications reach the courier in one
+        message (a flush only notifies)."""
+        cx = self._ctx()
+        self._run([effect for event in events for effect in calls.fire(self.state, event, cx)])
 
     def _cancel(self, key: fx.TimerKey) -> None:
         if key[0] == "flush":

@@ -18,6 +18,9 @@ Rules:
 5. **Turns.** Per turn, the tail of what it printed is kept (its last lines, each cut short),
    so that a turn that ends without ``done`` can be told with it
    (:func:`protocol.session.tasks.turn_ended`).
+6. **Output.** The agent's actor is shown (``Forward``) only the runtime events that say what
+   it printed or why its process went: :data:`FORWARDED`. Turns and usage are the session's
+   alone, so a task's turn costs its agent's actor no message.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from protocol.session.state import AgentRow, Ctx, SessionState, Turn
 from protocol.tasks import TaskEvent
 
 __all__ = [
+    "FORWARDED",
     "PROCESS_TRANSITIONS",
     "ProcessEvent",
     "check_spawn",
@@ -230,6 +234,11 @@ def move(s: SessionState, agent_id: str, event: ProcessEvent, cx: Ctx) -> list[E
     return effects
 
 
+#: runtime events the agent's actor is shown (rule 6): its output for ``read``, its readiness,
+#: its last error and its last words
+FORWARDED: Final = frozenset({"ready", "output", "error", "tool_call", "tool_result", "exit"})
+
+
 def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) -> list[Effect]:
     """A runtime event from the agent's bridge: its pid, its wake-up mode, its process state,
     its turn; its actor keeps the output, the watchdog watches the tools."""
@@ -241,10 +250,9 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
     if env.mailbox_wake is not None:
         row = msgspec.structs.replace(row, mailbox_wake=env.mailbox_wake)
     s.agents[agent_id] = row
-    effects += [
-        Forward(agent_id=agent_id, envelope=env),
-        WatchdogRuntime(agent_id=agent_id, envelope=env, at=cx.now),
-    ]
+    if env.event in FORWARDED:
+        effects.append(Forward(agent_id=agent_id, envelope=env))
+    effects.append(WatchdogRuntime(agent_id=agent_id, envelope=env, at=cx.now))
     turn = s.turns.get(agent_id, Turn())
     match env.event:
         case "ready":

@@ -84,6 +84,8 @@ def session_budget(s: SessionState) -> Budget:
 
 def grant(s: SessionState, asked: Budget) -> tuple[Budget | None, tuple[str, ...]]:
     """The budget a new task gets, and the limits lowered to the session's remainder."""
+    if s.settings.budget_tokens is None and s.settings.budget_cost is None:
+        return (None if asked.empty else asked), ()  # no session budget: nothing to lower
     session = session_budget(s)
     granted: dict[str, float | None] = {f: getattr(asked, f) for f in asked.__struct_fields__}
     clamped: list[str] = []

@@ -6,7 +6,10 @@ Rules
   (for typecheck/compile failures) an error signature; never the whole output.
 * An *instruction* is a ``message`` event whose source is ``user`` (the parent's delegated
   task, a message from the parent or a peer, a user prompt). The detector only looks at
-  events since the last instruction: a new instruction opens a new episode.
+  events since the last instruction: a new instruction opens a new episode. An instruction
+  is not hashed (``output_hash`` None): no rule compares instructions, they only open
+  episodes, and normalising and hashing every delegated task's text was a quarter of the
+  watchdog's time when thousands of tasks were delegated at once.
 * An agent *message* is text the agent itself says (a model's reply, a scripted ``say``).
   Text that is not the agent speaking is ``output``: the lines a command agent's running
   process prints (the ``command`` adapter runs the agent as a process per turn, and its
@@ -89,7 +92,7 @@ class ToolEvent(msgspec.Struct, frozen=True, kw_only=True):
     kind: EventKind
     tool: str = ""
     command: str = ""  # normalised command key (empty for messages)
-    output_hash: str | None = None  # sha256 of the normalised output / message text
+    output_hash: str | None = None  # sha256 of the normalised output / message (no instruction)
     preview: str = ""  # at most max_preview_lines lines
     exit_code: int | None = None
     is_error: bool = False
@@ -129,6 +132,7 @@ def make_event(
     )
     key = render_call(tool, command, args) if kind in TOOL_EVENT_KINDS else ""
     hashed = output is not None or kind in {"message", "tool_result", "error"}
+    instruction = kind == "message" and source == "user"
     signature = None
     if kind in {"tool_result", "error"} and text:
         signature = error_signature(key, text)
@@ -139,7 +143,7 @@ def make_event(
         kind=kind,
         tool=tool,
         command=key,
-        output_hash=hash_output(text) if hashed else None,
+        output_hash=hash_output(text) if hashed and not instruction else None,
         preview=make_preview(text, config.max_preview_lines),
         exit_code=exit_code,
         is_error=failed,

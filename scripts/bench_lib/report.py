@@ -233,6 +233,17 @@ FIGURES.update(
         "create.tasks.cpu_s": Figure(
             "s", "lower", "the same, CPU time of the process (its simulated agents included)"
         ),
+        **{
+            f"settle.n_{n}.{q}_ms": Figure(
+                "ms",
+                "lower",
+                f"{q} done -> notification, {n:,} watched tasks settling at once in a durable "
+                "session (fsync'd journal file, batched receiving; includes the 25 ms window)",
+                50.0 if q == "p99" else 30.0,
+            )
+            for n in (50, 1000, 10000)
+            for q in ("p50", "p99")
+        },
     }
 )
 
@@ -249,6 +260,7 @@ BENCHMARKS = {
     "cli": "cli.",
     "nats": "nats.",
     "create": "create.",
+    "settle": "settle.",
 }
 
 SHEPHERD = "shepherd"

@@ -9,19 +9,30 @@ the done is handed to the transport is known and the rate is the benchmark's to 
 
 Latency is measured from just before ``transport.publish(done)`` to the moment the sink receives
 the ``TaskCompletion`` carrying that task; the 25 ms coalescing window is part of the figure.
+
+``durable`` sessions (the ``settle`` job) are wired as ``shepherd serve`` wires its own, minus
+the agents' processes: the journal is a file, fsync'd on every write, and the parent's inbox is
+received in batches (what arrived since the last receiving pass, at most 256, handed to the
+session in one ask and acknowledged after it returned) by one receiving thread, like the file
+mailbox's. The plain sessions keep the journal in memory and hand each envelope over alone.
 """
 
 from __future__ import annotations
 
 import gc
+import tempfile
 import threading
 import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pykka
 
+from actors.records.journal_file import FileJournal
 from actors.runtime.runtime import ThreadedRuntime
-from actors.runtime.transport import PARENT_INBOX, InMemoryTransport
+from actors.runtime.transport import PARENT_INBOX, BatchHandler, InMemoryTransport, Refusals
 from actors.session.session import Session
 from actors.testing.simagent import SimLauncher
 from bench_lib.common import latency_summary, now_ns, os_threads, rss_bytes
@@ -46,16 +57,74 @@ class ReadyCountingTransport(InMemoryTransport):
         self.all_ready = threading.Event()
 
     def publish(self, inbox: str, envelope: AnyEnvelope) -> None:
-        if (
-            inbox == PARENT_INBOX
-            and isinstance(envelope, RuntimeEnvelope)
-            and envelope.event == "ready"
-        ):
+        if inbox == PARENT_INBOX:
+            self._count_ready(envelope)
+        super().publish(inbox, envelope)
+
+    def _count_ready(self, envelope: AnyEnvelope) -> None:
+        if isinstance(envelope, RuntimeEnvelope) and envelope.event == "ready":
             with self._lock:
                 self._ready.add(envelope.sender_id)
                 if len(self._ready) >= self._expected:
                     self.all_ready.set()
-        super().publish(inbox, envelope)
+
+
+#: envelopes of one receiving pass at most (the file mailbox's ``BATCH_MAX``)
+BATCH_MAX = 256
+
+
+class _Sub:
+    def __init__(self, cancel: Any) -> None:
+        self.cancel = cancel
+
+
+class BatchReceivingTransport(ReadyCountingTransport):
+    """The parent's inbox received as the file mailbox receives it: publishing queues the
+    envelope (after the same checks); one receiving thread hands what queued up since its last
+    pass, at most :data:`BATCH_MAX`, to the batch handler in one call."""
+
+    def __init__(self, expected: int) -> None:
+        super().__init__(expected)
+        self._queue: deque[AnyEnvelope] = deque()
+        self._wake = threading.Condition()
+        self._handler: BatchHandler | None = None
+        self._stop = False
+        self.refused = 0
+
+    def subscribe_batch(self, inbox: str, handler: BatchHandler) -> _Sub:
+        assert inbox == PARENT_INBOX
+        self._handler = handler
+        threading.Thread(target=self._receive, name="bench-receiver", daemon=True).start()
+        return _Sub(self._cancel)
+
+    def publish(self, inbox: str, envelope: AnyEnvelope) -> None:
+        if inbox != PARENT_INBOX or self._handler is None:
+            super().publish(inbox, envelope)
+            return
+        self._count_ready(envelope)
+        checked = self.gate.check(inbox, envelope)
+        if checked is not None:
+            with self._wake:
+                self._queue.append(checked)
+                self._wake.notify()
+
+    def _receive(self) -> None:
+        while True:
+            with self._wake:
+                while not self._queue and not self._stop:
+                    self._wake.wait()
+                if self._stop:
+                    return
+                take = min(len(self._queue), BATCH_MAX)
+                batch: Sequence[AnyEnvelope] = [self._queue.popleft() for _ in range(take)]
+            assert self._handler is not None
+            refused: Refusals | None = self._handler(batch)
+            self.refused += len(refused or {})
+
+    def _cancel(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
 
 
 class CompletionSink:
@@ -81,15 +150,25 @@ class CompletionSink:
 
 
 class Bench:
-    """One session with ``n`` agents, each with one task and one watcher on it."""
+    """One session with ``n`` agents, each with one task and one watcher on it (``durable``:
+    a fsync'd journal file and batched receiving, see the module's docstring)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, durable: bool = False) -> None:
         self.n = n
         self.runtime = ThreadedRuntime()
-        self.transport = ReadyCountingTransport(n)
+        self.transport = BatchReceivingTransport(n) if durable else ReadyCountingTransport(n)
         self.launcher = SimLauncher(self.runtime, self.transport)
         self.sink = CompletionSink(n)
-        self.session = Session(self.runtime, self.transport, self.launcher, sink=self.sink)
+        self._dir = tempfile.TemporaryDirectory(prefix="shepherd-bench-") if durable else None
+        journal = FileJournal(Path(self._dir.name) / "journal.jsonl") if self._dir else None
+        self.session = Session(
+            self.runtime,
+            self.transport,
+            self.launcher,
+            sink=self.sink,
+            journal=journal,
+            sync_inbound=durable,
+        )
         self.tasks: list[tuple[str, str, str]] = []  # (name, agent id, task id)
         self.phases: dict[str, float] = {}
 
@@ -167,6 +246,8 @@ class Bench:
 
     def close(self) -> None:
         self.session.shutdown()
+        if self._dir is not None:
+            self._dir.cleanup()
 
 
 def notify_job(params: dict[str, Any]) -> dict[str, Any]:
@@ -220,15 +301,31 @@ def scale_job(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def settle_job(params: dict[str, Any]) -> dict[str, Any]:
+    """``n`` agents, each with a task and a watcher, in a ``durable`` session or not; all the
+    tasks settle at once, flat out: latency of each completion, and the journal writes."""
+    n, durable = params["n"], params["durable"]
+    bench = Bench(n, durable=durable)
+    try:
+        bench.populate()
+        gc.collect()
+        settled = bench.settle(None)
+    finally:
+        bench.close()
+    refused = getattr(bench.transport, "refused", 0)
+    return {"n": n, "durable": durable, "refused": refused, **settled}
+
+
 def create_job(params: dict[str, Any]) -> dict[str, Any]:
     """``n`` tasks, each watched, created in a session whose ``n`` agents are already up:
     ``batched`` with ``delegate_many(items, watch=True)`` of ``batch`` items per call (one
     broker message and one journal write per call, one watcher per call), else one by one
     (``delegate`` then ``watch`` per task: the previous path, the baseline). Only the creation
     is timed; the broker has handled everything when the last call returns (each call is
-    answered by it)."""
+    answered by it). ``durable``: a session wired as ``serve`` wires its own (the module's
+    docstring)."""
     n, batch, batched = params["n"], params["batch"], params["batched"]
-    bench = Bench(n)
+    bench = Bench(n, durable=params.get("durable", False))
     try:
         script = parse_script(QUIET_SCRIPT)
         session = bench.session

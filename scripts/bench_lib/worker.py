@@ -20,6 +20,7 @@ JOBS = {
     "idle": ("delivery", "idle_job"),
     "notify": ("sessions", "notify_job"),
     "scale": ("sessions", "scale_job"),
+    "settle": ("sessions", "settle_job"),
     "create": ("sessions", "create_job"),
     "pykka_baseline": ("sessions", "pykka_baseline_job"),
     "bridge": ("bridge", "bridge_job"),

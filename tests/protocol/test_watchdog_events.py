@@ -127,6 +127,19 @@ def test_only_user_messages_are_instructions() -> None:
     assert not is_instruction(ev(0, "tool_call", source="user"))
 
 
+def test_an_instruction_is_kept_without_a_hash() -> None:
+    """No rule compares instructions (they open episodes), so none is normalised and hashed;
+    the agent's own message of the same text is."""
+    config = WatchdogConfig()
+    text = "\x1b[31mfix the build\x1b[0m in /tmp/tmpab12cd34\n" * 50
+    told = make_event(
+        agent_id="a", seq=0, ts=0.0, kind="message", output=text, source="user", config=config
+    )
+    said = make_event(agent_id="a", seq=1, ts=0.0, kind="message", output=text, config=config)
+    assert told.output_hash is None and said.output_hash is not None
+    assert told.preview == said.preview and told.preview.startswith("fix the build")
+
+
 def test_since_last_instruction() -> None:
     events = [ev(0), ev(1, "message", source="user"), ev(2), ev(3, "message"), ev(4)]
     assert [e.seq for e in since_last_instruction(events)] == [1, 2, 3, 4]

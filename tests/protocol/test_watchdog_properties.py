@@ -221,6 +221,26 @@ def test_detector_never_crashes_and_is_consistent(
 
 
 @DETECT
+@given(
+    event_lists(), st.sampled_from([None, "h1", "h2", "h3"]), st.sampled_from(["any", "identical"])
+)
+def test_no_rule_reads_an_instructions_hash(
+    events: list[ToolEvent], hashed: str | None, match: str
+) -> None:
+    """Instructions are kept without a hash (make_event): whatever hash they carry, every
+    verdict is the same."""
+    config = merge_watchdog_layers([("test", {"monologue.match": match})], WatchdogConfig())[0]
+    now = (events[-1].ts if events else 0.0) + 100.0
+    changed = [
+        msgspec.structs.replace(e, output_hash=hashed)
+        if e.kind == "message" and e.source == "user"
+        else e
+        for e in events
+    ]
+    assert detect_stuck(changed, config, now) == detect_stuck(events, config, now)
+
+
+@DETECT
 @given(event_lists())
 def test_a_trailing_instruction_always_clears_the_verdict(events: list[ToolEvent]) -> None:
     last_ts = events[-1].ts if events else 0.0

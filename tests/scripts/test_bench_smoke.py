@@ -34,6 +34,8 @@ FIGURES = {
     "throughput.8to1.lost": WAKERS,
     "create.tasks.create_s": {"one_by_one"},
     "create.tasks.cpu_s": {"one_by_one"},
+    "settle.n_50.p50_ms": {"memory_journal"},
+    "settle.n_50.p99_ms": {"memory_journal"},
     "notify.rate_1.p50_ms": set(),
     "notify.rate_1.p99_ms": set(),
     "notify.rate_100.p50_ms": set(),

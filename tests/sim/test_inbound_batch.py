@@ -1,6 +1,7 @@
 """The broker's batch of inbound envelopes (``InboundBatch``, what the parent's mailbox hands
-over per receiving pass): each envelope through the same rule as one alone, in order; one the
-session fails on is refused alone (the transport quarantines it), the others stay handled."""
+over per receiving pass): each envelope through the same rule as one alone, in order, and the
+batch's effects as one run (its records in one journal write); one the session fails on is
+refused alone (the transport quarantines it), the others stay handled."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from actors.session import broker as broker_module
 from actors.session.messages import InboundBatch
 from actors.session.sinks import CollectingSink
 from actors.testing import SimSession
-from protocol.envelopes import MessageEnvelope
+from protocol.envelopes import MessageEnvelope, TaskDoneEnvelope
 from protocol.ids import PARENT_ID, IdKind, make_id
-from protocol.notifications import AgentMessage
+from protocol.notifications import AgentMessage, TaskCompletion
+from protocol.session import effects as fx
+from protocol.tasks import TaskRecord
 
 IDLE = {"steps": []}
 
@@ -61,5 +64,150 @@ def test_a_batch_is_handled_in_order_and_a_failing_envelope_is_refused_alone(
         monkeypatch.setattr(broker_module.inbound, "envelope", rule)
         again = [_message(session, agent_id, "m4")]
         assert session.broker.ask(InboundBatch(envelopes=tuple(again)), timeout=30) is None
+    finally:
+        session.shutdown()
+
+
+def _done(session: SimSession, sender_id: str, task_id: str) -> TaskDoneEnvelope:
+    return TaskDoneEnvelope(
+        message_id=make_id(IdKind.MESSAGE, secrets.token_hex(8)),
+        session_id=session.session_id,
+        sender_id=sender_id,
+        target_id=PARENT_ID,
+        created_at=0.0,
+        task_id=task_id,
+        status="completed",
+        summary=f"done {task_id}",
+    )
+
+
+def _with_tasks(session: SimSession, count: int, watch: bool = True) -> list[tuple[str, str]]:
+    """(agent id, task id) of ``count`` agents, each with a task it does not finish (``watch``:
+    all of them watched by one watcher, the parent's sink)."""
+    pairs = []
+    for i in range(count):
+        agent_id = session.spawn(f"w{i}", script=IDLE).agent_id
+        pairs.append((agent_id, ""))
+    session.sim.run_all(max_time=1)
+    pairs = [(a, session.delegate(a, f"task {i}").task_id) for i, (a, _) in enumerate(pairs)]
+    if watch:
+        session.watch([t for _, t in pairs])
+    session.sim.run_all(max_time=1)
+    return pairs
+
+
+def _counting_writes(monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> list[list[Any]]:
+    writes: list[list[Any]] = []
+    append_all = broker_module.append_all
+
+    def counted(journal: Any, records: Any) -> None:
+        if fail:
+            raise OSError("the disk is full")
+        writes.append(list(records))
+        append_all(journal, records)
+
+    monkeypatch.setattr(broker_module, "append_all", counted)
+    return writes
+
+
+def _settled(sink: CollectingSink) -> list[str]:
+    return [r.task_id for n in sink.items if isinstance(n, TaskCompletion) for r in n.results]
+
+
+def test_a_batch_of_settlements_is_one_journal_write_and_each_is_told_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One receiving pass of ``done`` envelopes: their records are durable in one write (one
+    fsync), before anyone hears; each task's completion is told exactly once."""
+    sink = CollectingSink()
+    session = SimSession.simulated(5, sink=sink, trace=False)
+    try:
+        pairs = _with_tasks(session, 6)
+        writes = _counting_writes(monkeypatch)
+        batch = tuple(_done(session, a, t) for a, t in pairs)
+        assert session.broker.ask(InboundBatch(envelopes=batch), timeout=30) is None
+        assert len(writes) == 1
+        settled = [r.task_id for r in writes[0] if isinstance(r, TaskRecord) and r.terminal]
+        assert settled == [t for _, t in pairs]
+        session.sim.run_all(max_time=5)
+        assert sorted(_settled(sink)) == sorted(t for _, t in pairs)
+        # the same batch handed over again (a crash before its acknowledgement): told once
+        assert session.broker.ask(InboundBatch(envelopes=batch), timeout=30) is None
+        session.sim.run_all(max_time=5)
+        assert sorted(_settled(sink)) == sorted(t for _, t in pairs)
+    finally:
+        session.shutdown()
+
+
+def test_a_journal_write_that_fails_refuses_the_whole_batch_and_nothing_is_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sink = CollectingSink()
+    session = SimSession.simulated(6, sink=sink, trace=False)
+    try:
+        pairs = _with_tasks(session, 3)
+        _counting_writes(monkeypatch, fail=True)
+        batch = tuple(_done(session, a, t) for a, t in pairs)
+        refused = session.broker.ask(InboundBatch(envelopes=batch), timeout=30)
+        session.sim.run_all(max_time=5)
+        assert set(refused) == {env.message_id for env in batch}
+        assert all("the disk is full" in error.message for error in refused.values())
+        assert _settled(sink) == []
+    finally:
+        session.shutdown()
+
+
+def test_an_effect_that_fails_refuses_its_envelope_alone() -> None:
+    """Running one envelope's effects raises: it is refused; the batch's others are told."""
+    sink = CollectingSink()
+    session = SimSession.simulated(7, sink=sink, trace=False)
+    try:
+        agent_id = session.spawn("scout", script=IDLE).agent_id
+        session.sim.run_all(max_time=1)
+        actor = session.broker._actor_weakref()
+        notify = actor._runners[fx.Notify]
+
+        def failing(effect: Any, run: Any) -> None:
+            if getattr(effect.note, "content", None) == "m1":
+                raise RuntimeError("the sink broke on this one")
+            notify(effect, run)
+
+        actor._runners[fx.Notify] = failing
+        batch = tuple(_message(session, agent_id, f"m{i}") for i in range(3))
+        refused = session.broker.ask(InboundBatch(envelopes=batch), timeout=30)
+        session.sim.run_all(max_time=1)
+        assert set(refused) == {batch[1].message_id}
+        told = [n.content for n in sink.items if isinstance(n, AgentMessage)]
+        assert told == ["m0", "m2"]
+    finally:
+        session.shutdown()
+
+
+def test_windows_closing_together_reach_the_courier_in_one_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two watchers whose windows opened in one batch close together: one run, one message
+    with both notifications (each still its own, exactly once)."""
+    sink = CollectingSink()
+    session = SimSession.simulated(8, sink=sink, trace=False)
+    try:
+        pairs = _with_tasks(session, 2, watch=False)
+        watchers = [session.watch([t]).watcher_id for _, t in pairs]
+        session.sim.run_all(max_time=1)
+        handed: list[int] = []
+        real = broker_module.Handed
+
+        def counted(hands: Any) -> Any:
+            handed.append(len(hands))
+            return real(hands)
+
+        monkeypatch.setattr(broker_module, "Handed", counted)
+        batch = tuple(_done(session, a, t) for a, t in pairs)
+        assert session.broker.ask(InboundBatch(envelopes=batch), timeout=30) is None
+        session.sim.run_all(max_time=5)
+        assert handed == [2]
+        notes = [n for n in sink.items if isinstance(n, TaskCompletion)]
+        assert sorted(n.watcher_id for n in notes) == sorted(watchers)
+        assert sorted(r.task_id for n in notes for r in n.results) == sorted(t for _, t in pairs)
     finally:
         session.shutdown()

@@ -195,6 +195,36 @@ def _status_row(s: Session) -> api.AgentStatus:
     return row
 
 
+def test_the_agents_actor_is_shown_only_what_it_printed_and_why_it_went() -> None:
+    """Rule 6: turns and usage are the session's; a turn costs the agent's actor nothing."""
+    s = Session()
+    a = s.spawn("scout")
+    s.runtime(a, "ready")
+    s.delegate(a)
+    shown = {
+        event: of(s.runtime(a, event, **fields), Forward)
+        for event, fields in (
+            ("turn_start", {}),
+            ("usage", {"tokens": 5}),
+            ("condensation", {"text": "summary"}),
+            ("output", {"text": "building"}),
+            ("tool_call", {"tool": "bash", "command": "make"}),
+            ("tool_result", {"tool": "bash", "output": "ok"}),
+            ("error", {"text": "oops"}),
+            ("turn_end", {}),
+            ("exit", {"text": "bye"}),
+        )
+    }
+    assert {event for event, forwarded in shown.items() if forwarded} == {
+        "output",
+        "tool_call",
+        "tool_result",
+        "error",
+        "exit",
+    }
+    assert all(len(f) == 1 and f[0].agent_id == a for f in shown.values() if f)
+
+
 def test_an_exited_process_takes_no_more_moves() -> None:
     s = Session()
     a = s.spawn("scout")
