@@ -25,6 +25,7 @@ __all__ = ["Deliveries", "NotificationFile", "deliveries", "encode_note"]
 
 _DECODER = msgspec.json.Decoder(AnyNotification)
 
+
 def encode_note(note: AnyNotification) -> bytes:
     """A notification's line in the record of delivery."""
     return msgspec.json.encode(note) + b"\n"
