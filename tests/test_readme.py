@@ -71,6 +71,10 @@ def test_the_walkthrough_shows_what_it_says(tmp_path: Path) -> None:
     }
     env.pop("SHEPHERD_SESSION", None)
     serve_line = serve_line.replace("/tmp/demo-session", str(tmp_path / "demo-session"))
+    # shell 1 also prints the session's lifecycle lines: the test waits for the scout to be
+    # waiting before `status`, as a person typing does without knowing it (the commands
+    # answer faster than the agents start)
+    serve_line += " --verbose"
     shell1 = subprocess.Popen(
         ["bash", "-c", f"exec {serve_line}"],
         cwd=tmp_path,
@@ -103,6 +107,8 @@ def test_the_walkthrough_shows_what_it_says(tmp_path: Path) -> None:
         task_id = ""
         for written in commands:
             command = written.replace("TASK_ID", task_id)
+            if command.startswith("shepherd status"):
+                assert shell1_shows(f"task {task_id} waiting", timeout=60), "".join(printed)
             done = subprocess.run(
                 ["bash", "-c", command],
                 cwd=tmp_path,

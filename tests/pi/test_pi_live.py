@@ -24,12 +24,14 @@ import pytest
 
 from actors.child.scripted_model import Gate, ScriptedModel, Step, Text, ToolCall, models_json
 from actors.runtime.procs import session_members
-from actors.session.agent import AgentActor
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
-from protocol.envelopes import RuntimeEnvelope, TaskEnvelope
+from protocol.envelopes import AnyEnvelope, RuntimeEnvelope, TaskEnvelope
 from protocol.notifications import TaskCompletion
 from protocol.render import render_task_context
+from protocol.session import inbound
+from protocol.session.effects import Effect
+from protocol.session.state import Ctx, SessionState
 from protocol.tasks import TaskResult
 from tests.processes.conftest import bridge_pids
 from tests.reliability.live import Story, pids_with_env, process_running
@@ -48,7 +50,7 @@ QUESTION = {
 
 
 class ParentEvents:
-    """Every runtime event as the parent's agent actor handles it: (agent name, envelope)."""
+    """Every runtime event as the parent's session handles it: (agent name, envelope)."""
 
     def __init__(self) -> None:
         self.items: list[tuple[str, RuntimeEnvelope]] = []
@@ -208,13 +210,17 @@ def team(tmp_path: Path, pi_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
     built = Team(tmp_path, pi_bin)
-    original = AgentActor._runtime_event
+    original = inbound.envelope
 
-    def spy(actor: AgentActor, env: RuntimeEnvelope) -> None:
-        original(actor, env)
-        built.events.record(actor.spec.name, env)
+    def spy(state: SessionState, env: AnyEnvelope, cx: Ctx) -> list[Effect]:
+        # every runtime event as the session's rule handles it (turn events included: the
+        # agent's actor is shown only the ones it reads)
+        effects = original(state, env, cx)
+        if isinstance(env, RuntimeEnvelope) and env.sender_id in state.agents:
+            built.events.record(state.agents[env.sender_id].name, env)
+        return effects
 
-    monkeypatch.setattr(AgentActor, "_runtime_event", spy)
+    monkeypatch.setattr(inbound, "envelope", spy)
     try:
         yield built
     finally:

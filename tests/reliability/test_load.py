@@ -44,7 +44,7 @@ from actors.session.sinks import CollectingSink
 from actors.testing.simagent import SimLauncher
 from protocol.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope, TaskDoneEnvelope
 from protocol.ids import PARENT_ID, IdKind
-from protocol.notifications import TaskCompletion
+from protocol.notifications import AnyNotification, TaskCompletion
 from protocol.script import parse_script
 from protocol.session.state import SessionState
 from protocol.settings import Settings
@@ -94,6 +94,19 @@ class News:
     def wait_until(self, predicate: Callable[[], bool], timeout: float = DEADLINE_S) -> bool:
         with self._cond:
             return self._cond.wait_for(predicate, timeout=timeout)
+
+
+class _AnnouncingSink(CollectingSink):
+    """The session's sink, announcing each notification: a watcher is forgotten just before
+    its last notification leaves for the sink, so the test sees it gone on this news."""
+
+    def __init__(self, news: News) -> None:
+        super().__init__()
+        self._news = news
+
+    def __call__(self, note: AnyNotification) -> None:
+        super().__call__(note)
+        self._news.announce()
 
 
 class _AnnouncingCondition(threading.Condition):
@@ -225,7 +238,7 @@ class Rig:
         self.news = News()
         self.traffic = Traffic()
         self.runtime = ObservedRuntime(self.news)
-        self.sink = CollectingSink()
+        self.sink = _AnnouncingSink(self.news)
         self.settings = Settings(
             dedup_window=2_000,
             # smaller than one traced round's 500 requests, so the first traced round turns it
@@ -451,13 +464,18 @@ class Rig:
 
     def quiet(self, baseline_actors: int) -> None:
         """Wait until the session holds no more actors than before the load (a task or a watcher
-        has none of its own: nothing may be left behind by one) and dead timers drained."""
+        has none of its own: nothing may be left behind by one), dead timers drained and every
+        watcher done."""
         clock = self.runtime.clock
         assert isinstance(clock, ObservedClock)
         assert self.news.wait_until(lambda: self.runtime.actor_count == baseline_actors, 30), (
             f"{self.runtime.actor_count - baseline_actors} actors outlived their task or watcher"
         )
         assert self.news.wait_until(lambda: clock.pending <= 5, 30), f"{clock.pending} timers left"
+        # every watcher's last notification dispatched (its coalescing window may still be open
+        # when the actors are back to the baseline)
+        live = self.broker_actor._watchers
+        assert self.news.wait_until(lambda: not live, 30), f"{len(live)} watchers still live"
 
     def census(self) -> dict[str, int]:
         b = self.broker
