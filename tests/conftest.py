@@ -8,6 +8,7 @@ simulation test prints that command.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from loguru import logger
@@ -55,3 +56,14 @@ def enable_logs() -> Iterator[list[str]]:
     finally:
         logger.remove(handler)
         logger.disable("actors")
+
+
+@pytest.fixture
+def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Keep live-session pointers and settings files out of the user's home (and no session
+    named by the environment)."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
+    return state

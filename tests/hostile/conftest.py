@@ -12,12 +12,17 @@ import pytest
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
 from protocol.settings import Settings
-from tests.processes.conftest import isolated_state
 from tests.reliability.live import Story
 
 from .canary import Canary
 
-__all__ = ["Live", "isolated_state", "live"]  # isolated_state: autouse, shared with processes/
+__all__ = ["Live", "live"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(isolated_state: Path) -> Path:
+    """Every test here keeps its state out of the user's home (tests/conftest.py)."""
+    return isolated_state
 
 
 class Live:

@@ -62,10 +62,9 @@ print(ctypes.get_errno() if fd < 0 else 0)
 
 
 @pytest.fixture(autouse=True)
-def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
+def _isolated(isolated_state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """State out of the user's home (tests/conftest.py), and no waker chosen by the
+    environment."""
     monkeypatch.delenv("SHEPHERD_WAKER", raising=False)
 
 

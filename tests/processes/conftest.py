@@ -38,12 +38,9 @@ IDLE = {"steps": [{"await": "task"}, {"await": "any"}]}
 
 
 @pytest.fixture(autouse=True)
-def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    state = tmp_path / "state"
-    monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
-    return state
+def _isolated(isolated_state: Path) -> Path:
+    """Every test here keeps its state out of the user's home (tests/conftest.py)."""
+    return isolated_state
 
 
 @pytest.fixture

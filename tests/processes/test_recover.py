@@ -70,6 +70,13 @@ FAKE_AGENT = textwrap.dedent(
 )
 
 
+def fake_agent(tmp_path: Path) -> str:
+    """Write :data:`FAKE_AGENT` into ``tmp_path``; the command line that runs it."""
+    fake = tmp_path / "fake_agent.py"
+    fake.write_text(FAKE_AGENT)
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}"
+
+
 def _notes(session: Path) -> list[dict[str, Any]]:
     path = session / "notifications.jsonl"
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
@@ -110,9 +117,7 @@ def test_kill_the_whole_tree_and_recover_every_open_task(serve, tmp_path: Path) 
     doomed_dir = tmp_path / "doomed"
     doomed_dir.mkdir()
     record = tmp_path / "worker-runs.txt"
-    fake = tmp_path / "fake_agent.py"
-    fake.write_text(FAKE_AGENT)
-    run = f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}"
+    run = fake_agent(tmp_path)
     for name, script in (("planner", PLANNER), ("scout", SCOUT), ("quick", QUICK)):
         cli("spawn", name, "--script", write_script(tmp_path, name, script), session=session)
     cli("spawn", "doomed", "--script", write_script(doomed_dir, "hold", HOLD), session=session)
@@ -241,9 +246,7 @@ def test_what_a_dead_bridge_left_running_is_killed_before_its_agent_starts_again
     session = tmp_path / "session"
     first = serve(session)
     record = tmp_path / "runs.txt"
-    fake = tmp_path / "fake_agent.py"
-    fake.write_text(FAKE_AGENT)
-    run = f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}"
+    run = fake_agent(tmp_path)
     cli(
         "spawn",
         "worker",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,8 @@ from protocol.errors import InvalidArgument
 from protocol.notifications import Notice
 from protocol.tasks import TaskResult
 from tests.processes.conftest import cli
-from tests.processes.test_recover import FAKE_AGENT
 from tests.processes.test_recover import _kill_everything as kill_everything
+from tests.processes.test_recover import fake_agent
 from tests.reliability.live import wait_for_files
 
 pytestmark = pytest.mark.processes
@@ -358,9 +357,7 @@ def test_an_agent_in_a_worktree_is_recovered_in_the_same_worktree(
     session = tmp_path / "session"
     first = serve(session)
     record = tmp_path / "runs.txt"
-    fake = tmp_path / "fake_agent.py"
-    fake.write_text(FAKE_AGENT)
-    run = f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}"
+    run = fake_agent(tmp_path)
     where = f"pwd >> {shlex.quote(str(tmp_path / 'cwds.txt'))}"
     cli(
         "spawn",

@@ -70,16 +70,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.fixture
-def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Keep live-session pointers and settings files out of the user's home."""
-    state = tmp_path / "state"
-    monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
-    return state
-
-
-@pytest.fixture
 def live_supervisor(tmp_path: Path, isolated_state: Path) -> Iterator[Callable[..., Live]]:
     """Start an in-process :class:`Supervisor` (real mailbox, real child bridges) with a
     collecting sink and a story tap to wait on; every one started is shut down at the end,
