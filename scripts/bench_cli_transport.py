@@ -28,17 +28,16 @@ from bench_lib.common import ReadyTap, temp_dir
 
 
 def one_run(calls: int) -> dict[str, float]:
-    from actors.nats.server import NatsServer
+    from actors.nats.server import start_server
     from actors.session.supervisor import Supervisor
     from actors.surfaces.forwarded import run_forwarded  # as `shepherd serve` runs it
 
     with temp_dir("shepherd-bench-transport-") as tmp:
         env = {k: v for k, v in os.environ.items() if k != "SHEPHERD_SESSION"}
         env["XDG_STATE_HOME"] = os.environ["XDG_STATE_HOME"] = str(tmp / "state")
-        server = NatsServer(store_dir=tmp / "nats").start()
+        server = start_server(tmp / "nats")
         supervisors = []
         try:
-            server.wait_ready()
             subjects = {"python": ([sys.executable, "-c", "pass"], env)}
             for name, kwargs in (
                 ("file", {"mailbox_root": tmp / "mbox"}),

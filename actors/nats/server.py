@@ -16,8 +16,11 @@ Rules:
   endpoint's ``/healthz`` until it answers ``ok`` (JetStream current, with a meta leader in a
   cluster) (an event, not a
   guess at how long start-up takes), within a ceiling.
-- Ports are found free on 127.0.0.1 by binding port 0 (a race with another process taking the
-  same port is possible and shows as a start failure naming the port).
+- Ports are found free on 127.0.0.1 by binding port 0, all of one server's (or one cluster's)
+  at once so that they differ from each other (ports chosen one after another may repeat).
+  Another process may still take a port between the choice and the server's start; a start
+  that fails with "address already in use" is tried again with new ports
+  (:func:`start_server`, :func:`start_cluster`), at most :data:`_START_ATTEMPTS` times.
 """
 
 from __future__ import annotations
@@ -34,12 +37,22 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["NatsServer", "NatsUnavailable", "free_port", "nats_server_binary", "start_cluster"]
+__all__ = [
+    "NatsServer",
+    "NatsUnavailable",
+    "free_port",
+    "free_ports",
+    "nats_server_binary",
+    "start_cluster",
+    "start_server",
+]
 
 _READY_CEILING_S = 30.0
+#: starts on new ports after one was taken between its choice and the server's start
+_START_ATTEMPTS = 3
 
 
 class NatsUnavailable(RuntimeError):
@@ -59,10 +72,23 @@ def nats_server_binary() -> str:
     return found
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` different ports free on 127.0.0.1 now: every socket is held until all are bound."""
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+class _PortTaken(RuntimeError):
+    """A server exited because one of its ports was taken after it was chosen."""
 
 
 @dataclass
@@ -71,14 +97,21 @@ class NatsServer:
 
     store_dir: Path
     name: str = "n1"
-    port: int = field(default_factory=free_port)
-    http_port: int = field(default_factory=free_port)
+    #: 0: chosen free (with ``http_port``, together so that the two differ)
+    port: int = 0
+    http_port: int = 0
     cluster_name: str | None = None
     cluster_port: int | None = None
     routes: Sequence[int] = ()
     #: extra configuration text appended verbatim (authorization blocks, accounts)
     extra_config: str = ""
     process: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.port or not self.http_port:
+            port, http_port = free_ports(2)
+            self.port = self.port or port
+            self.http_port = self.http_port or http_port
 
     @property
     def url(self) -> str:
@@ -135,7 +168,9 @@ class NatsServer:
         deadline = time.monotonic() + ceiling_s
         while not self.healthy():
             if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"nats-server {self.name} exited: {self.log_tail()}")
+                tail = self.log_tail()
+                kind = _PortTaken if "address already in use" in tail else RuntimeError
+                raise kind(f"nats-server {self.name} exited: {tail}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nats-server {self.name} not ready: {self.log_tail()}")
             time.sleep(0.02)  # polling the health endpoint: the server has no other ready signal
@@ -155,26 +190,59 @@ class NatsServer:
         self.kill(signal.SIGTERM)
 
 
-def start_cluster(root: Path, size: int = 3, name: str = "shepherd") -> list[NatsServer]:
-    """``size`` servers on 127.0.0.1 routed to each other, each with its own store dir."""
-    cluster_ports = [free_port() for _ in range(size)]
-    servers = [
-        NatsServer(
-            store_dir=root / f"n{index + 1}",
-            name=f"n{index + 1}",
-            cluster_name=name,
-            cluster_port=cluster_ports[index],
-            routes=[port for other, port in enumerate(cluster_ports) if other != index],
-        )
-        for index in range(size)
-    ]
-    for server in servers:
-        server.start()
-    try:
-        for server in servers:
+def start_server(store_dir: Path, name: str = "n1") -> NatsServer:
+    """One ready server on free ports, tried again on new ports if one was taken meanwhile."""
+    for attempt in range(_START_ATTEMPTS):
+        server = NatsServer(store_dir=store_dir, name=name).start()
+        try:
             server.wait_ready()
-    except BaseException:
-        for server in servers:
+            return server
+        except _PortTaken:
             server.kill()
-        raise
-    return servers
+            if attempt + 1 == _START_ATTEMPTS:
+                raise
+            shutil.rmtree(store_dir, ignore_errors=True)  # a half-started store, nothing in it
+        except BaseException:
+            server.kill()
+            raise
+    raise AssertionError("unreachable")
+
+
+def start_cluster(root: Path, size: int = 3, name: str = "shepherd") -> list[NatsServer]:
+    """``size`` ready servers on 127.0.0.1 routed to each other, each with its own store dir.
+
+    Every port of the cluster (client, monitoring, route; three per server) is chosen at once.
+    """
+    for attempt in range(_START_ATTEMPTS):
+        ports = free_ports(3 * size)
+        client, http, route = ports[:size], ports[size : 2 * size], ports[2 * size :]
+        servers = [
+            NatsServer(
+                store_dir=root / f"n{index + 1}",
+                name=f"n{index + 1}",
+                port=client[index],
+                http_port=http[index],
+                cluster_name=name,
+                cluster_port=route[index],
+                routes=[port for other, port in enumerate(route) if other != index],
+            )
+            for index in range(size)
+        ]
+        try:
+            for server in servers:
+                server.start()
+            for server in servers:
+                server.wait_ready()
+            return servers
+        except _PortTaken:
+            for server in servers:
+                server.kill()
+            if attempt + 1 == _START_ATTEMPTS:
+                raise
+            for server in servers:  # half-started stores whose cluster state names the old ports
+                shutil.rmtree(server.store_dir, ignore_errors=True)
+        except BaseException:
+            for server in servers:
+                server.kill()
+            raise
+    raise AssertionError("unreachable")

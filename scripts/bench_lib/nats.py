@@ -106,12 +106,11 @@ def _file(root: Path, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _nats(root: Path, params: dict[str, Any]) -> dict[str, Any]:
-    from actors.nats.server import NatsServer
+    from actors.nats.server import start_server
     from actors.nats.transport import NatsTransport
 
-    server = NatsServer(store_dir=root / "nats").start()
+    server = start_server(root / "nats")
     try:
-        server.wait_ready()
         session_id, agent, capability = new_ids()
         transport = NatsTransport([server.url], session_id)
         transport.admit(agent, session_id, capability)

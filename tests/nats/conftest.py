@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from actors.nats.server import NatsServer, start_cluster
+from actors.nats.server import NatsServer, start_cluster, start_server
 from protocol.ids import IdKind, make_id
 
 
 @pytest.fixture
 def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
-    server = NatsServer(store_dir=tmp_path / "nats").start()
+    server = start_server(tmp_path / "nats")
     try:
-        server.wait_ready()
         yield server
     finally:
         server.kill()
