@@ -35,6 +35,10 @@ class NatsJournal:
         self._lines = NatsLines(servers, session_id, JOURNAL, **options)
 
     @property
+    def where(self) -> str:
+        return f"nats stream {self._lines.stream}"
+
+    @property
     def problems(self) -> list[LineProblem]:
         return self._lines.problems
 

@@ -36,7 +36,7 @@ import msgspec
 from actors.nats.loop import LoopThread
 from actors.nats.setup import connect, make_streams
 from actors.records.jsonlines import LineProblem
-from protocol.errors import SessionUnavailable
+from protocol.errors import InvalidHandle, SessionUnavailable
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -91,7 +91,10 @@ class NatsLines:
         request_timeout_s: float = 5.0,
         user: str | None = None,
         password: str | None = None,
+        create: bool = True,
     ) -> None:
+        """``create=False``: the stream must exist already (a session resumed from the
+        servers' records); if it does not, :class:`~protocol.errors.InvalidHandle`."""
         self._session_id = session_id
         self._stream = lines_stream(session_id, kind)
         self._subject = lines_subject(session_id, kind)
@@ -108,11 +111,21 @@ class NatsLines:
                 connect(list(servers), user, password, session_id, request_timeout_s),
                 what="connect",
             )
-            self._run(self._ensure_stream(replicas), what=f"make the stream {self._stream}")
+            if create:
+                self._run(self._ensure_stream(replicas), what=f"make the stream {self._stream}")
+            elif not self._run(self._stream_exists(), what=f"look for {self._stream}"):
+                raise InvalidHandle(
+                    f"session {session_id} has no {kind} on these NATS servers "
+                    f"(no stream {self._stream})"
+                )
             self._last_seq = self._run(self._stream_last(), what=f"read {self._stream}")
         except BaseException:
             self.close()
             raise
+
+    @property
+    def stream(self) -> str:
+        return self._stream
 
     @property
     def problems(self) -> list[LineProblem]:
@@ -146,6 +159,15 @@ class NatsLines:
             max_msg_size=max(CHUNK_BYTES, 1024 * 1024),
         )
         await make_streams(self._require_js(), [config], self._timeout * 4)
+
+    async def _stream_exists(self) -> bool:
+        from nats.js.errors import NotFoundError
+
+        try:
+            await self._require_js().stream_info(self._stream)
+        except NotFoundError:
+            return False
+        return True
 
     async def _stream_last(self) -> int:
         info = await self._require_js().stream_info(self._stream)

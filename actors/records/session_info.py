@@ -38,6 +38,9 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: the supervisor's command socket, when it runs ``shepherd`` calls itself
     #: (:mod:`actors.runtime.command_socket`; ``shepherd serve`` does)
     command_socket: str | None = None
+    #: where the journal and the record of delivery live: ``file`` (the session directory) or
+    #: ``nats`` (the transport's servers; :mod:`actors.session.records`)
+    records: str = "file"
 
 
 def load_info(session_dir: Path) -> SessionInfo:

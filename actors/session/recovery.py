@@ -27,9 +27,9 @@ from pathlib import Path
 import msgspec
 
 from actors.child.env import ENV_AGENT_ID, ENV_SESSION_ID
-from actors.records.journal_file import FileJournal
-from actors.records.notifications import NotificationFile
 from actors.runtime.log import logger
+from actors.session.records import Records
+from protocol.errors import InvalidArgument
 from protocol.notifications import AgentMessage
 from protocol.session.restore import Restore, fold
 from protocol.session.state import SessionState
@@ -145,25 +145,24 @@ def clear_leftovers(
 
 
 def read_restore(
-    journal: FileJournal,
-    notifications: NotificationFile,
-    session_id: str,
-    settings: Settings,
-    recover: bool = False,
+    records: Records, session_id: str, settings: Settings, recover: bool = False
 ) -> Restore:
-    """What the session's files say, for a restarted parent (damaged lines are counted; each
-    was logged with its file and line number); with ``recover``, also which bridges are still
-    running and what each open task's agent told the parent (its history)."""
-    state = fold(journal.read(), SessionState(session_id, settings))
-    given = notifications.read_deliveries()
+    """What the session's records say, for a restarted parent (damaged lines are counted; each
+    was logged with where it is); with ``recover``, also which bridges are still running and
+    what each open task's agent told the parent (its history)."""
+    state = fold(records.journal.read(), SessionState(session_id, settings))
+    given = records.delivered.read_deliveries()
     restore = Restore(
         state=state,
         delivered=given.delivered,
         stale_noticed=given.stale,
         warned=given.warned,
-        problems=len(journal.problems) + len(notifications.problems),
+        problems=len(records.journal.problems) + len(records.delivered.problems),
     )
     if recover:
+        notifications = records.notification_file
+        if notifications is None:  # refused before: recovery is not available over NATS
+            raise InvalidArgument("--recover needs the session's records in its directory")
         open_tasks = [t for t, r in state.tasks.items() if not r.terminal]
         restore.recover = True
         restore.live = live_bridges(session_id, state.agents)

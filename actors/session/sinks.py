@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TextIO
 
 import msgspec
@@ -17,7 +17,7 @@ from actors.runtime.log import logger
 from protocol.notifications import AnyNotification
 from protocol.render import render_notification
 
-__all__ = ["CollectingSink", "GuardedSink", "Sink", "StreamSink"]
+__all__ = ["CollectingSink", "FanOut", "GuardedSink", "Sink", "StreamSink"]
 
 Sink = Callable[[AnyNotification], None]
 
@@ -77,3 +77,24 @@ class StreamSink:
         with self._lock:
             self._stream.write(text + "\n")
             self._stream.flush()
+
+
+class FanOut:
+    """The record of delivery first (the notifications file, or its stream on NATS), then every
+    other sink. A notification that could not be recorded is shown nowhere: a restart hands
+    over what is not on record, so showing it too would deliver it twice."""
+
+    def __init__(self, record: Sink, sinks: Iterable[Sink]) -> None:
+        self._record = record
+        self._sinks = list(sinks)
+
+    def __call__(self, note: AnyNotification) -> None:
+        self._record(note)
+        errors: list[Exception] = []
+        for sink in self._sinks:
+            try:
+                sink(note)
+            except Exception as exc:  # one broken sink must not starve the others
+                errors.append(exc)
+        if errors:
+            raise errors[0]

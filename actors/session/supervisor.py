@@ -6,6 +6,8 @@ It owns the session directory::
     <session_dir>/session.json         id, parent pid, created, where the mailbox lives
     <session_dir>/journal.jsonl        durable task / request / agent records
     <session_dir>/notifications.jsonl  every parent notification, one JSON object per line
+                                       (both on the NATS servers with ``--journal nats``, the
+                                       second then this host's view: actors.session.records)
     <session_dir>/agents/<agent_id>/   the bridge's output log
     <mailbox_root>/inbox/...           the mailbox (memory filesystem if any; or NATS streams)
 
@@ -34,11 +36,8 @@ from typing import Any
 import msgspec
 
 from actors import tracing
-from actors.mailbox.mailbox import default_runtime_dir
-from actors.records.journal_file import FileJournal
 from actors.records.notes import FileTaskNotes
-from actors.records.notifications import NotificationFile
-from actors.records.session_info import SessionInfo, is_live, live_dir, load_info, state_dir
+from actors.records.session_info import SessionInfo, live_dir
 from actors.runtime import procs
 from actors.runtime.command_socket import CommandServer, Request
 from actors.runtime.command_wire import PARENT_COMMANDS
@@ -48,9 +47,11 @@ from actors.runtime.transport import PARENT_INBOX
 from actors.session import recovery
 from actors.session.agent import AgentSpec
 from actors.session.launcher import ProcessLauncher
-from actors.session.parent_transport import ParentTransport, given_transport, resumed_transport
+from actors.session.locate import locate
+from actors.session.parent_transport import ParentTransport
+from actors.session.records import open_records
 from actors.session.session import Session
-from actors.session.sinks import Sink
+from actors.session.sinks import FanOut, Sink
 from actors.session.watchdog import is_watchdog_call
 from actors.session.watchdog import session_call as watchdog_session_call
 from protocol import ops
@@ -64,34 +65,12 @@ from protocol.errors import (
 )
 from protocol.ids import PARENT_ID, IdKind
 from protocol.limits import answer_budget
-from protocol.notifications import AnyNotification
 from protocol.settings import Settings, check_settings
 
 __all__ = ["MAX_WAITING_CALLS", "Supervisor"]
 
 #: ``wait`` calls that may block at once (each on a thread of its own, off the call pool)
 MAX_WAITING_CALLS = 64
-
-
-class _FanOut:
-    """The notifications file first (the record of delivery), then every other sink. A
-    notification that could not be recorded is shown nowhere: a restart hands over what
-    is not on record, so showing it too would deliver it twice."""
-
-    def __init__(self, record: Sink, sinks: Iterable[Sink]) -> None:
-        self._record = record
-        self._sinks = list(sinks)
-
-    def __call__(self, note: AnyNotification) -> None:
-        self._record(note)
-        errors: list[Exception] = []
-        for sink in self._sinks:
-            try:
-                sink(note)
-            except Exception as exc:  # one broken sink must not starve the others
-                errors.append(exc)
-        if errors:
-            raise errors[0]
 
 
 def _private_dir(path: Path) -> None:
@@ -126,53 +105,67 @@ class Supervisor:
         recover: bool = False,
         transport: str | None = None,
         commands: Callable[[Supervisor, Request], tuple[int, str, str] | None] | None = None,
+        journal: str | None = None,
+        resume: str | None = None,
     ) -> None:
         """``recover``: on an existing session, start again the agents whose bridges are gone
         and hand them their open tasks (``serve --recover``; :mod:`protocol.session.recover`);
         ``transport``: ``nats://...`` (:mod:`actors.session.parent_transport`); ``commands``:
         runs ``shepherd`` calls on a command socket named in ``session.json`` (``serve``'s
-        :func:`actors.surfaces.forwarded.run_forwarded`)."""
-        wanted_transport = given_transport(transport, mailbox_root)
+        :func:`actors.surfaces.forwarded.run_forwarded`); ``journal``: where the records live,
+        ``file`` or ``nats``, and ``resume``: a session id to resume from the NATS servers'
+        records (:mod:`actors.session.records`)."""
         self.settings = check_settings(settings or Settings())
         self.runtime = ThreadedRuntime(workers=workers)
-        wanted = Path(session_dir).absolute() if session_dir else None
-        if wanted is not None and (wanted / "session.json").exists():
-            # an existing session directory: resume it (its journal is the truth)
-            old = load_info(wanted)
-            if old.parent_pid != os.getpid() and is_live(old):
-                raise InvalidArgument(
-                    f"{wanted} is a live session (supervisor pid {old.parent_pid}); "
-                    "stop it first or use another --session-dir"
-                )
-            self.session_id = old.session_id
-            self.session_dir = wanted
-            self.transport = resumed_transport(wanted, old.mailbox, wanted_transport, recover)
-            self.mailbox_root = Path(old.mailbox)
-            self.client_token = old.client_token
-            self.resumed = True
-        else:
-            self.session_id = self.runtime.ids.new(IdKind.SESSION)
-            self.session_dir = wanted or (state_dir() / "sessions" / self.session_id).absolute()
-            self.mailbox_root = Path(
-                mailbox_root or default_runtime_dir() / self.session_id
-            ).absolute()
-            self.transport = wanted_transport or str(self.mailbox_root)
-            self.client_token = self.runtime.ids.secret()
-            self.resumed = False
+        try:
+            where = locate(
+                session_dir,
+                transport=transport,
+                mailbox_root=mailbox_root,
+                recover=recover,
+                journal=journal,
+                resume=resume,
+                new_id=lambda: self.runtime.ids.new(IdKind.SESSION),
+                new_secret=self.runtime.ids.secret,
+            )
+        except BaseException:
+            self.runtime.shutdown()
+            raise
+        self.session_id, self.session_dir = where.session_id, where.session_dir
+        self.transport, self.mailbox_root = where.transport, where.mailbox_root
+        self.client_token, self.resumed = where.client_token, where.resumed
         # tracing, when OTEL_* or `serve --otel` ask for it (refused here if it cannot be)
         self.spans = tracing.parent_spans(self.session_id, os.environ)
         _private_dir(self.session_dir)
         _private_dir(self.session_dir / "agents")
         # Opened (a torn tail cut off) before they are read or appended to.
-        self.journal = FileJournal(self.session_dir / "journal.jsonl", fsync=True)
-        self.notifications = NotificationFile(self.session_dir / "notifications.jsonl")
-        restore = (
-            recovery.read_restore(
-                self.journal, self.notifications, self.session_id, self.settings, recover
+        try:
+            self.records = open_records(
+                where.records,
+                self.session_dir,
+                self.transport,
+                self.session_id,
+                existing=self.resumed,
             )
-            if self.resumed
-            else None
-        )
+        except BaseException:
+            self.runtime.shutdown()
+            raise
+        self.journal = self.records.journal
+        self.notifications = self.records.view  # this host's notifications.jsonl
+
+        def undo() -> None:  # a start-up that fails leaves no thread or open record behind
+            self.runtime.shutdown()
+            self.records.close()
+
+        try:
+            restore = (
+                recovery.read_restore(self.records, self.session_id, self.settings, recover)
+                if self.resumed
+                else None
+            )
+        except BaseException:
+            undo()
+            raise
         # The mailbox validator must know every agent's capability before the parent inbox is
         # drained: after a restart, envelopes the bridges sent meanwhile wait in new/, and an
         # unknown sender would be quarantined (a lost `done`).
@@ -186,7 +179,7 @@ class Supervisor:
             self.settings,
             validate=self._validate,
             on_reject=self._on_reject,
-            undo=self.runtime.shutdown,
+            undo=undo,
         )
         self.mailbox = self._wire.transport
         self.launcher = ProcessLauncher(
@@ -210,7 +203,7 @@ class Supervisor:
             self.mailbox,
             self.launcher,
             settings=self.settings,
-            sink=_FanOut(self.notifications, sinks),
+            sink=FanOut(self.records.record, [*self.records.sinks_after_record, *sinks]),
             journal=self.journal,
             session_id=self.session_id,
             tap=tap,
@@ -230,8 +223,9 @@ class Supervisor:
             session_id=self.session_id,
             session_dir=str(self.session_dir),
             mailbox=self.transport,
-            journal=str(self.session_dir / "journal.jsonl"),
-            notifications=str(self.session_dir / "notifications.jsonl"),
+            journal=self.records.journal_where,
+            notifications=str(self.records.view.path),
+            records=where.records,
             parent_pid=os.getpid(),
             parent_start=procs.start_time(os.getpid()),
             created_at=self.runtime.clock.now(),
@@ -422,8 +416,7 @@ class Supervisor:
         self.session.shutdown()
         if self.spans is not None:
             self.spans.close()
-        self.journal.close()
-        self.notifications.close()
+        self.records.close()
         with contextlib.suppress(FileNotFoundError):
             self._live_pointer.unlink()
         # answers still unread by their live callers (the `shutdown` call's own, say) are

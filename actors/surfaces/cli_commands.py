@@ -83,6 +83,8 @@ def run_serve(args: argparse.Namespace) -> int:
         tap=tap,
         recover=args.recover,
         transport=args.transport,
+        journal=args.journal,
+        resume=args.resume,
         commands=run_forwarded,  # `shepherd` calls run here, without the CLI's start-up
     )
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}

@@ -83,6 +83,19 @@ def _add_serve(sub: Any) -> None:
         help="carry the session's envelopes on these NATS JetStream servers (extra "
         "shepherd[nats]; at most 16 servers) instead of the file mailbox",
     )
+    p.add_argument(
+        "--journal",
+        choices=["file", "nats"],
+        help="where the journal and the record of delivery live: file (the session directory, "
+        "the default) or nats (the --transport servers, so the session can be resumed on "
+        "another host)",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="SESSION_ID",
+        help="resume this session from the NATS servers' records (with --journal nats and "
+        "--transport; --session-dir is a directory of this host)",
+    )
     p.add_argument("--json", action="store_true", help="notifications as JSON lines")
     p.add_argument("--verbose", action="store_true", help="also print lifecycle changes")
     p.add_argument(

@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 
 from actors.records.notifications import NotificationFile
-from actors.session.sinks import CollectingSink
-from actors.session.supervisor import _FanOut
+from actors.session.sinks import CollectingSink, FanOut
 from protocol.notifications import Notice
 
 
 def test_a_notification_that_cannot_be_recorded_is_not_shown(tmp_path: Path) -> None:
     record = NotificationFile(tmp_path / "notifications.jsonl")
     shown = CollectingSink()
-    fan = _FanOut(record, [shown])
+    fan = FanOut(record, [shown])
     note = Notice(created_at=1.0, code="x", text="hello")
     fan(note)
     assert shown.items == [note]
@@ -25,7 +24,7 @@ def test_a_notification_that_cannot_be_recorded_is_not_shown(tmp_path: Path) -> 
     def full_disk(_: object) -> None:
         raise OSError(28, "No space left on device")
 
-    broken = _FanOut(full_disk, [shown])
+    broken = FanOut(full_disk, [shown])
     with pytest.raises(OSError, match="No space"):
         broken(note)
     assert shown.items == [note]  # not shown a second time
