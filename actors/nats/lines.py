@@ -10,8 +10,9 @@ more lines (the lines of one append, up to :data:`CHUNK_BYTES` a message), in or
 Rules:
 - **Durable before told.** ``append`` returns once the stream acknowledged every message, which
   with the servers' ``sync_interval: always`` (:mod:`actors.nats.server`) means on disk (on a
-  majority of a cluster); else it raises ``session_unavailable`` and the caller tells nobody,
-  as when a file's ``fsync`` fails.
+  majority of a cluster). An outage (a server's death, a leader's election) is waited out for
+  at most :data:`OUTAGE_CEILING_S`, trying the same message again; past that it raises
+  ``session_unavailable`` and the caller tells nobody, as when a file's ``fsync`` fails.
 - **One writer.** Each message is published with the sequence the writer expects to be the
   stream's last (``Nats-Expected-Last-Sequence``): the server refuses it if anyone else
   appended since this writer last read or wrote, and ``append`` raises ``session_unavailable``.
@@ -26,6 +27,7 @@ Rules:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 from collections.abc import Callable, Sequence
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.js.client import JetStreamContext
 
-__all__ = ["CHUNK_BYTES", "NatsLines", "lines_stream", "lines_subject"]
+__all__ = ["CHUNK_BYTES", "OUTAGE_CEILING_S", "NatsLines", "lines_stream", "lines_subject"]
 
 T = TypeVar("T")
 
@@ -53,6 +55,9 @@ CHUNK_BYTES = 512 * 1024
 _WRONG_LAST_SEQUENCE = 10071
 #: messages asked for per fetch when reading back
 _READ_BATCH = 1000
+#: how long an append waits out an outage (a server's death, a new leader's election: seconds
+#: on a cluster of three) before it raises ``session_unavailable``
+OUTAGE_CEILING_S = 60.0
 #: how long reading everything back may take at most
 _READ_CEILING_S = 600.0
 
@@ -92,6 +97,7 @@ class NatsLines:
         user: str | None = None,
         password: str | None = None,
         create: bool = True,
+        outage_s: float = OUTAGE_CEILING_S,
     ) -> None:
         """``create=False``: the stream must exist already (a session resumed from the
         servers' records); if it does not, :class:`~protocol.errors.InvalidHandle`."""
@@ -99,6 +105,7 @@ class NatsLines:
         self._stream = lines_stream(session_id, kind)
         self._subject = lines_subject(session_id, kind)
         self._timeout = request_timeout_s
+        self._outage_s = outage_s
         self._writer = secrets.token_hex(8)
         self._count = 0
         self._last_seq = 0
@@ -182,25 +189,61 @@ class NatsLines:
             self._last_seq = self._run(
                 self._publish(chunk, f"{self._writer}-{self._count}", self._last_seq),
                 what=f"append to {self._stream}",
+                timeout=self._outage_s + 2 * self._timeout,
             )
 
     async def _publish(self, data: bytes, msg_id: str, expected_last: int) -> int:
-        from nats.js.errors import APIError
+        """One message appended, waiting out an outage (a server down, a leader being
+        elected) for at most :data:`OUTAGE_CEILING_S`. Every attempt is the same message (its
+        id and the sequence it follows), so an attempt whose acknowledgement was lost is not
+        stored twice: the server drops the repeat, and if it refuses it as following the wrong
+        sequence instead, the stream's last message is read to see whether it is ours."""
+        import nats.errors
+        from nats.js.errors import APIError, ServiceUnavailableError
 
         headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Last-Sequence": str(expected_last)}
-        try:
-            ack = await self._require_js().publish(
-                self._subject, data, timeout=self._timeout, stream=self._stream, headers=headers
-            )
-        except APIError as exc:
-            if exc.err_code == _WRONG_LAST_SEQUENCE:
+        deadline = asyncio.get_running_loop().time() + self._outage_s
+        pause, tried = 0.05, False
+        while True:
+            try:
+                ack = await self._require_js().publish(
+                    self._subject, data, timeout=self._timeout, stream=self._stream, headers=headers
+                )
+                return int(ack.seq)
+            except ServiceUnavailableError as exc:  # no leader yet: an outage
+                outage: Exception = exc
+            except APIError as exc:
+                if exc.err_code != _WRONG_LAST_SEQUENCE:
+                    raise SessionUnavailable(f"{self._stream} refused an append: {exc}") from None
+                stored = await self._stored_as(msg_id) if tried else None
+                if stored is not None:
+                    return stored
                 raise SessionUnavailable(
                     f"another process appended to {self._stream} after message "
                     f"{expected_last} (only one supervisor may write a session's records): "
                     "this one stops writing"
                 ) from None
-            raise SessionUnavailable(f"{self._stream} refused an append: {exc}") from None
-        return int(ack.seq)
+            except (TimeoutError, nats.errors.Error) as exc:  # no answer, no connection
+                outage = exc
+            tried = True
+            if asyncio.get_running_loop().time() + pause > deadline:
+                raise SessionUnavailable(
+                    f"{self._stream}: the NATS servers took no append for "
+                    f"{self._outage_s:g} s ({outage!r})"
+                )
+            await asyncio.sleep(pause)  # a backoff between attempts, while the servers recover
+            pause = min(pause * 2, 1.0)
+
+    async def _stored_as(self, msg_id: str) -> int | None:
+        """The stream's sequence of its last message if that message is ``msg_id``."""
+        try:
+            last = await self._require_js().get_last_msg(self._stream, self._subject)
+        except Exception:  # not known to be ours: the caller says so
+            return None
+        headers = last.headers or {}
+        if last.seq is None or headers.get("Nats-Msg-Id") != msg_id:
+            return None
+        return int(last.seq)
 
     # ------------------------------------------------------------------ reading
 

@@ -6,13 +6,14 @@ SIGKILL, the record of delivery read back as the file's is."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from actors.nats.journal import JOURNAL, NatsJournal, NatsNotifications
-from actors.nats.lines import CHUNK_BYTES, lines_stream, lines_subject
+from actors.nats.lines import CHUNK_BYTES, OUTAGE_CEILING_S, lines_stream, lines_subject
 from actors.nats.server import NatsServer, free_port
 from actors.records.notifications import NotificationFile
 from protocol.errors import SessionUnavailable
@@ -138,16 +139,83 @@ async def _publish_raw(url: str, subject: str, data: bytes) -> None:
 def test_nothing_acknowledged_is_lost_across_a_server_sigkill(
     nats_server: NatsServer, session_id: str
 ) -> None:
-    first = NatsJournal([nats_server.url], session_id, request_timeout_s=2.0)
+    first = NatsJournal([nats_server.url], session_id, request_timeout_s=1.0, outage_s=2.0)
     written = [agent(i) for i in range(50)]
     for record in written:
         first.append(record)
     nats_server.kill()
-    with pytest.raises(SessionUnavailable):
+    with pytest.raises(SessionUnavailable, match="took no append for 2 s"):
         first.append(agent(999))  # not acknowledged: the caller tells nobody of it
     first.close()
     nats_server.start().wait_ready()
     assert reopened(nats_server, session_id) == written
+
+
+def test_an_append_waits_out_a_server_restart_and_is_stored_once(
+    nats_server: NatsServer, session_id: str
+) -> None:
+    first = NatsJournal([nats_server.url], session_id, request_timeout_s=0.3)
+    written = [agent(i) for i in range(20)]
+    for record in written:
+        first.append(record)
+    nats_server.kill()
+    outcome: list[BaseException | None] = []
+    appending = threading.Thread(target=lambda: outcome.append(_try(first.append, agent(20))))
+    appending.start()
+    appending.join(timeout=2.0)  # several attempts' timeouts: still waiting, not given up
+    assert appending.is_alive() and outcome == [], outcome
+    nats_server.start().wait_ready()  # within the append's outage ceiling
+    appending.join(timeout=OUTAGE_CEILING_S + 30)
+    assert outcome == [None], outcome
+    first.append(agent(21))  # and the writer goes on after it
+    first.close()
+    assert reopened(nats_server, session_id) == [*written, agent(20), agent(21)]
+
+
+def _try(fn: Callable[[AgentRecord], None], record: AgentRecord) -> BaseException | None:
+    try:
+        fn(record)
+    except BaseException as exc:  # the test reads it
+        return exc
+    return None
+
+
+def test_the_stream_leaders_sigkill_mid_run_loses_no_record_and_repeats_none(
+    nats_cluster: list[NatsServer], session_id: str
+) -> None:
+    urls = [server.url for server in nats_cluster]
+    writer = NatsJournal(urls, session_id, replicas=3, request_timeout_s=1.0)
+    try:
+        leader = _leader(urls[0], lines_stream(session_id, JOURNAL))
+        written = [agent(i) for i in range(300)]
+        for index, record in enumerate(written):
+            if index == 100:
+                next(s for s in nats_cluster if s.name == leader).kill()
+            writer.append(record)  # each waits out the election; none raises
+    finally:
+        writer.close()
+    alive = next(s for s in nats_cluster if s.name != leader)
+    again = NatsJournal([alive.url], session_id, replicas=3)
+    try:
+        assert list(again.read()) == written
+        assert again.problems == []
+    finally:
+        again.close()
+
+
+def _leader(url: str, stream: str) -> str:
+    async def ask() -> str:
+        import nats
+
+        nc = await nats.connect(url)
+        try:
+            info = await nc.jetstream().stream_info(stream)
+            assert info.cluster is not None and info.cluster.leader
+            return str(info.cluster.leader)
+        finally:
+            await nc.close()
+
+    return asyncio.run(ask())
 
 
 def test_servers_out_of_reach_are_session_unavailable_in_bounded_time(session_id: str) -> None:
