@@ -39,7 +39,9 @@ Rules:
   no stream and only its own one-shot reply inboxes (:mod:`actors.nats.replies`).
 - A server that does not answer within ``request_timeout_s`` makes ``publish`` raise
   ``session_unavailable``; the client keeps reconnecting (to any server of a cluster) and the
-  pull loops resume where the consumers' ack floors are.
+  pull loops resume where the consumers' ack floors are. The session's creator (the parent)
+  waits an outage out instead (``outage_s``: a leader's election takes seconds), trying the
+  same message again, so a task handed over during a failover is not failed for it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import asyncio
 import contextlib
 import math
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +114,10 @@ class _PullLoop:
         self.owner._unsubscribe(self)
 
 
+class _Outage(SessionUnavailable):
+    """No server answered, or the session's stream has no leader: it may pass."""
+
+
 class NatsTransport:
     """A :class:`~actors.runtime.transport.GatedTransport` on NATS JetStream (module rules)."""
 
@@ -128,7 +135,12 @@ class NatsTransport:
         create: bool = True,
         validate: Validator | None = None,
         on_reject: RejectCallback | None = None,
+        outage_s: float = 0.0,
     ) -> None:
+        """``outage_s``: how long ``publish`` waits out an outage (no server answering, a leader
+        being elected), trying the same message again, before it raises
+        ``session_unavailable`` (0: it raises at the first failure)."""
+        self._outage_s = outage_s
         self._ack_wait = ack_wait_s
         self._create = create
         self._validate = validate
@@ -232,10 +244,22 @@ class NatsTransport:
         )
         if not self.has_inbox(inbox):
             raise InvalidHandle(f"no inbox {inbox!r} in this session")
-        self._run(self._publish(inbox, envelope.message_id, data))
+        deadline = time.monotonic() + self._outage_s
+        pause = 0.05
+        while True:
+            try:
+                self._run(self._publish(inbox, envelope.message_id, data))
+                return
+            except _Outage:
+                if self._closed or time.monotonic() + pause > deadline:
+                    raise
+            # the same message again (its Nats-Msg-Id: stored once) after a backoff, while the
+            # servers recover
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     async def _publish(self, inbox: str, message_id: str, data: bytes) -> None:
-        from nats.js.errors import APIError
+        from nats.js.errors import APIError, ServiceUnavailableError
 
         try:
             await self._js.publish(
@@ -245,14 +269,18 @@ class NatsTransport:
                 headers={"Nats-Msg-Id": f"{inbox}/{message_id}"},
             )
         except APIError as exc:
-            if exc.err_code == _PER_SUBJECT_LIMIT:
+            if exc.err_code == _PER_SUBJECT_LIMIT:  # a 503 too, but no outage
                 limit = self._settings.max_queue_depth
                 raise InboxFull(
                     f"inbox {inbox!r} already holds its limit of {limit} unread envelopes"
                 ) from exc
+            if isinstance(exc, ServiceUnavailableError):  # no leader yet
+                raise _Outage(f"the NATS servers have no leader for the session: {exc}") from exc
             raise SessionUnavailable(f"the NATS server refused the publish: {exc}") from exc
 
     def _run(self, coro: Any) -> Any:
+        import nats.errors
+
         if not self._thread.loop.is_running():
             coro.close()
             raise InvalidHandle("transport is closed")
@@ -261,9 +289,9 @@ class NatsTransport:
         except ShepherdError:
             raise
         except TimeoutError as exc:
-            raise SessionUnavailable(
-                f"no answer from the NATS servers within {self._timeout:g} s"
-            ) from exc
+            raise _Outage(f"no answer from the NATS servers within {self._timeout:g} s") from exc
+        except nats.errors.Error as exc:  # no responders, no connection: an outage
+            raise _Outage(f"NATS: {exc!r}") from exc
         except Exception as exc:
             raise SessionUnavailable(f"NATS: {exc!r}") from exc
 

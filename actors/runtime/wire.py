@@ -19,7 +19,9 @@ Rules:
 - Naming three or more servers makes the session's streams replicated on three (R3); one or
   two servers, on one (R1). Name every server of a cluster.
 - A NATS server that does not answer within :data:`NATS_TIMEOUT_S` (twice that for the first
-  connection) is ``session_unavailable`` naming the servers; nothing waits forever.
+  connection) is ``session_unavailable`` naming the servers; nothing waits forever. The
+  session's creator waits out an outage for at most :data:`NATS_OUTAGE_S` before it says so
+  (its publishes, and its records' appends with ``--journal nats``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLUSTER_REPLICAS",
+    "NATS_OUTAGE_S",
     "NATS_TIMEOUT_S",
     "ReplyBox",
     "SessionTransport",
@@ -47,6 +50,9 @@ __all__ = [
 
 #: how long one request to the NATS servers may take (the first connection: twice this)
 NATS_TIMEOUT_S = 5.0
+#: how long the session's creator waits out an outage of its NATS servers on a publish (a
+#: stream leader's election takes seconds on a cluster of three)
+NATS_OUTAGE_S = 60.0
 #: a session naming at least this many servers keeps its streams on this many of them (R3: one
 #: server may die without losing an accepted envelope); with fewer, on one
 CLUSTER_REPLICAS = 3
@@ -99,6 +105,8 @@ def open_transport(
             create=create,
             validate=validate,
             on_reject=on_reject,
+            # the parent waits out a failover; a child's or a CLI call's wait stays bounded
+            outage_s=NATS_OUTAGE_S if create else 0.0,
         )
     from actors.mailbox.mailbox import Mailbox
 

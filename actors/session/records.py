@@ -151,13 +151,14 @@ def open_records(
             kind, FileJournal(session_dir / "journal.jsonl", fsync=True), view, view, view
         )
     from actors.nats.journal import NatsJournal, NatsNotifications
-    from actors.runtime.wire import CLUSTER_REPLICAS, NATS_TIMEOUT_S
+    from actors.runtime.wire import CLUSTER_REPLICAS, NATS_OUTAGE_S, NATS_TIMEOUT_S
 
     servers = parse_transport(transport).server_urls
     options = {
         "replicas": CLUSTER_REPLICAS if len(servers) >= CLUSTER_REPLICAS else 1,
         "request_timeout_s": NATS_TIMEOUT_S,
         "create": not existing,
+        "outage_s": NATS_OUTAGE_S,
     }
     opened: list[NatsJournal | NatsNotifications] = []
     try:
