@@ -36,7 +36,8 @@ from protocol.session.state import SessionState
 from protocol.settings import Settings
 from tests.nats.test_cluster import FAILOVER_CEILING_S, leader_of
 
-pytestmark = pytest.mark.processes
+#: real servers and processes, on a machine that may be busy: waits on events, with ceilings
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(600)]
 
 AGENTS = 20
 ROUNDS = 50  # AGENTS x ROUNDS = 1,000 tasks

@@ -18,7 +18,8 @@ from actors.nats.server import NatsServer
 from tests.nats.test_serve import _err, _notifications, _read_until, _spawn
 from tests.processes.conftest import Serve, cli
 
-pytestmark = pytest.mark.processes
+#: real servers and processes, on a machine that may be busy: waits on events, with ceilings
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(300)]
 
 
 class CuttableProxy:

@@ -22,7 +22,8 @@ from protocol.ids import IdKind, make_id
 from tests.nats.test_serve import _err, _notifications, _read_until, _spawn
 from tests.processes.conftest import Serve, cli
 
-pytestmark = pytest.mark.processes
+#: real servers and processes, on a machine that may be busy: waits on events, with ceilings
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(autouse=True)
