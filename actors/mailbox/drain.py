@@ -55,7 +55,7 @@ from actors.mailbox.files import NAME_RE, describe, read_file, shown, sweep_aban
 from actors.mailbox.quarantine import QuarantineReason, quarantine_file
 from actors.runtime.crashpoints import crashpoint
 from actors.runtime.log import logger
-from actors.runtime.transport import BatchHandler, DeliveryFailed, Refusals
+from actors.runtime.transport import BatchHandler, DeliveryFailed, NotHandled, Refusals
 from protocol.envelopes import AnyEnvelope, decode_envelope
 from protocol.errors import InvalidEnvelope, ShepherdError
 from protocol.settings import Settings
@@ -297,6 +297,10 @@ class Drainer:
         refused: Refusals
         try:
             refused = box.handler(envelopes) or _NONE_REFUSED
+        except NotHandled as exc:  # left in new/ for the parent started next; never again here
+            box.stuck.update(names)
+            logger.bind(inbox=box.name).error("mailbox: {} left unhandled: {}", len(names), exc)
+            return
         except Exception as exc:
             failed = DeliveryFailed(f"handler raised {exc!r}")
             refused = {envelope.message_id: failed for envelope in envelopes}

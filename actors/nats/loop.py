@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-__all__ = ["LoopThread"]
+__all__ = ["LoopThread", "PullLoop"]
 
 T = TypeVar("T")
 
@@ -64,3 +64,19 @@ async def _cancel_others() -> None:
     for task in others:
         task.cancel()
     await asyncio.gather(*others, return_exceptions=True)
+
+
+class PullLoop:
+    """One inbox's subscription: a task on the loop pulling from the inbox's consumer;
+    ``cancel`` hands it to its transport's ``unsubscribe``."""
+
+    def __init__(
+        self, unsubscribe: Callable[[PullLoop], None], inbox: str, handler: Callable[..., Any]
+    ) -> None:
+        self._unsubscribe = unsubscribe
+        self.inbox = inbox
+        self.handler = handler
+        self.task: asyncio.Task[None] | None = None
+
+    def cancel(self) -> None:
+        self._unsubscribe(self)

@@ -77,6 +77,8 @@ class Quarantine:
 
         state = (await self._js.stream_info(self.stream)).state
         found: list[tuple[QuarantineRecord, bytes]] = []
+        if not state.messages:  # empty: its first and last sequence say 0, no message has it
+            return found
         for seq in range(state.first_seq, state.last_seq + 1):
             if len(found) >= limit:
                 break

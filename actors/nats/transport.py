@@ -40,8 +40,8 @@ Rules:
 - A server that does not answer within ``request_timeout_s`` makes ``publish`` raise
   ``session_unavailable``; the client keeps reconnecting (to any server of a cluster) and the
   pull loops resume where the consumers' ack floors are. The session's creator (the parent)
-  waits an outage out instead (``outage_s``: a leader's election takes seconds), trying the
-  same message again, so a task handed over during a failover is not failed for it.
+  waits an outage out instead, for at most ``outage_s`` (:mod:`actors.nats.outage`), so a
+  task handed over during a failover is not failed for it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ import asyncio
 import contextlib
 import math
 import threading
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,10 +57,11 @@ import msgspec
 
 from actors.mailbox.files import encode_publishable, inbox_name
 from actors.nats import replies, setup
-from actors.nats.loop import LoopThread
+from actors.nats.loop import LoopThread, PullLoop
+from actors.nats.outage import Outage, waiting_out
 from actors.nats.quarantine import Quarantine, QuarantineRecord
 from actors.runtime.log import logger
-from actors.runtime.transport import Handler, SenderGate, Subscription
+from actors.runtime.transport import Handler, NotHandled, SenderGate, Subscription
 from protocol.envelopes import AnyEnvelope, decode_envelope
 from protocol.errors import (
     ForbiddenSender,
@@ -101,23 +101,6 @@ def inbox_subject(session_id: str, inbox: str) -> str:
     return f"shepherd.{session_id}.in.{inbox}"
 
 
-class _PullLoop:
-    """One inbox's subscription: a task on the loop pulling from the inbox's consumer."""
-
-    def __init__(self, owner: NatsTransport, inbox: str, handler: Handler) -> None:
-        self.owner = owner
-        self.inbox = inbox
-        self.handler = handler
-        self.task: asyncio.Task[None] | None = None
-
-    def cancel(self) -> None:
-        self.owner._unsubscribe(self)
-
-
-class _Outage(SessionUnavailable):
-    """No server answered, or the session's stream has no leader: it may pass."""
-
-
 class NatsTransport:
     """A :class:`~actors.runtime.transport.GatedTransport` on NATS JetStream (module rules)."""
 
@@ -135,11 +118,8 @@ class NatsTransport:
         create: bool = True,
         validate: Validator | None = None,
         on_reject: RejectCallback | None = None,
-        outage_s: float = 0.0,
+        outage_s: float = 0.0,  # how long `publish` waits out an outage (module rules)
     ) -> None:
-        """``outage_s``: how long ``publish`` waits out an outage (no server answering, a leader
-        being elected), trying the same message again, before it raises
-        ``session_unavailable`` (0: it raises at the first failure)."""
         self._outage_s = outage_s
         self._ack_wait = ack_wait_s
         self._create = create
@@ -155,7 +135,7 @@ class NatsTransport:
         self.gate = SenderGate(self._settings.dedup_window)
         self._inboxes: set[str] = set()  # inboxes whose consumer is known to exist
         self._one_shots: set[str] = set()  # this process's reply inboxes: removed at close
-        self._loops: dict[str, _PullLoop] = {}
+        self._loops: dict[str, PullLoop] = {}
         self._lock = threading.Lock()
         self._closed = False
         self.delivered = 0
@@ -244,19 +224,11 @@ class NatsTransport:
         )
         if not self.has_inbox(inbox):
             raise InvalidHandle(f"no inbox {inbox!r} in this session")
-        deadline = time.monotonic() + self._outage_s
-        pause = 0.05
-        while True:
-            try:
-                self._run(self._publish(inbox, envelope.message_id, data))
-                return
-            except _Outage:
-                if self._closed or time.monotonic() + pause > deadline:
-                    raise
-            # the same message again (its Nats-Msg-Id: stored once) after a backoff, while the
-            # servers recover
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
+        waiting_out(
+            lambda: self._run(self._publish(inbox, envelope.message_id, data)),
+            self._outage_s,
+            lambda: self._closed,
+        )
 
     async def _publish(self, inbox: str, message_id: str, data: bytes) -> None:
         from nats.js.errors import APIError, ServiceUnavailableError
@@ -275,7 +247,7 @@ class NatsTransport:
                     f"inbox {inbox!r} already holds its limit of {limit} unread envelopes"
                 ) from exc
             if isinstance(exc, ServiceUnavailableError):  # no leader yet
-                raise _Outage(f"the NATS servers have no leader for the session: {exc}") from exc
+                raise Outage(f"the NATS servers have no leader for the session: {exc}") from exc
             raise SessionUnavailable(f"the NATS server refused the publish: {exc}") from exc
 
     def _run(self, coro: Any) -> Any:
@@ -289,9 +261,9 @@ class NatsTransport:
         except ShepherdError:
             raise
         except TimeoutError as exc:
-            raise _Outage(f"no answer from the NATS servers within {self._timeout:g} s") from exc
+            raise Outage(f"no answer from the NATS servers within {self._timeout:g} s") from exc
         except nats.errors.Error as exc:  # no responders, no connection: an outage
-            raise _Outage(f"NATS: {exc!r}") from exc
+            raise Outage(f"NATS: {exc!r}") from exc
         except Exception as exc:
             raise SessionUnavailable(f"NATS: {exc!r}") from exc
 
@@ -310,15 +282,15 @@ class NatsTransport:
             if existing is not None:
                 existing.handler = handler
                 return existing
-            loop = self._loops[inbox] = _PullLoop(self, inbox, handler)
+            loop = self._loops[inbox] = PullLoop(self._unsubscribe, inbox, handler)
         self._run(self._start(loop))
         return loop
 
-    async def _start(self, loop: _PullLoop) -> None:
+    async def _start(self, loop: PullLoop) -> None:
         subscription = await self._js.pull_subscribe_bind(durable=loop.inbox, stream=self._stream)
         loop.task = asyncio.get_running_loop().create_task(self._pull(loop, subscription))
 
-    async def _pull(self, loop: _PullLoop, subscription: Any) -> None:
+    async def _pull(self, loop: PullLoop, subscription: Any) -> None:
         from nats.errors import ConnectionClosedError
         from nats.errors import TimeoutError as NatsTimeout
 
@@ -338,7 +310,7 @@ class NatsTransport:
             for message in messages:
                 await self._deliver(loop, message)
 
-    async def _deliver(self, loop: _PullLoop, message: Msg) -> None:
+    async def _deliver(self, loop: PullLoop, message: Msg) -> None:
         try:
             envelope = decode_envelope(message.data, max_bytes=self._settings.max_envelope_bytes)
             if envelope.session_id != self._session_id:
@@ -362,6 +334,9 @@ class NatsTransport:
         if verdict is not None:
             try:
                 await asyncio.to_thread(loop.handler, verdict)
+            except NotHandled:  # neither acknowledged nor quarantined: for the next parent
+                self.gate.forget(loop.inbox, verdict.message_id)
+                return
             except Exception as exc:
                 failed = ShepherdError(f"handler raised {exc!r}")
                 await self._quarantine(loop.inbox, message, failed, True, verdict)
@@ -394,7 +369,7 @@ class NatsTransport:
         """What the quarantine holds, oldest first, at most ``limit`` records."""
         return list(self._run(self._quarantined.read(limit)))
 
-    def _unsubscribe(self, loop: _PullLoop) -> None:
+    def _unsubscribe(self, loop: PullLoop) -> None:
         with self._lock:
             if self._loops.get(loop.inbox) is loop:
                 del self._loops[loop.inbox]

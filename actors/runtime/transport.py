@@ -34,7 +34,7 @@ import msgspec
 
 from actors.runtime.log import logger
 from protocol.envelopes import AnyEnvelope, Envelope
-from protocol.errors import ForbiddenSender, InvalidHandle, ShepherdError
+from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable, ShepherdError
 from protocol.settings import Settings
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "GatedTransport",
     "Handler",
     "InMemoryTransport",
+    "NotHandled",
     "Refusals",
     "SenderGate",
     "Subscription",
@@ -64,6 +65,12 @@ class DeliveryFailed(ShepherdError):
     """The receiving side failed on a valid envelope (its handler or validator raised)."""
 
     code = "delivery_failed"
+
+
+class NotHandled(SessionUnavailable):
+    """The receiver took none of what it was handed and takes nothing more (its session
+    stopped: its journal could not be written). The transport leaves the envelopes where they
+    are, neither acknowledged nor quarantined, for the parent started next."""
 
 
 class Subscription(Protocol):
@@ -158,6 +165,11 @@ class SenderGate:
         if not env.capability:
             return env
         return msgspec.structs.replace(env, capability="")
+
+    def forget(self, inbox: str, message_id: str) -> None:
+        """Not handed over after all (:class:`NotHandled`): its next delivery is not a repeat."""
+        with self._lock:
+            self._seen.pop((inbox, message_id), None)
 
     def _authenticate(self, env: AnyEnvelope) -> None:
         with self._lock:

@@ -7,9 +7,10 @@ match it, call the rule, run the effects the rule returned, in order.
 
 Rules of the runner:
 - Effects run in the order given; a journal append that fails stops the run (what it
-  records is not told: durable before anyone hears of it). Consecutive ``Journal`` effects
-  are one write and one fsync (a batch operation puts all its records first). A batch of
-  inbound envelopes (one receiving pass) is one run too: each envelope's rule in order, then
+  records is not told: durable before anyone hears of it) and stops the session (fail-stop,
+  :meth:`BrokerActor._stop_deciding`). Consecutive ``Journal`` effects are one write and one
+  fsync (a batch operation puts all its records first). A batch of inbound envelopes (one
+  receiving pass) is one run too: each envelope's rule in order, then
   all their records in one write, then each one's other effects in order.
 - Each effect's runner is found by the effect's type (one dict lookup). What goes to the
   session's helper actors (task notes to the one note writer, watchers' notifications to the
@@ -36,32 +37,40 @@ Rules of the runner:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import pykka
 
 from actors.child.adapters import check_spawn_options
 from actors.records.journal import Journal, append_all
 from actors.records.notes import TaskNotes
-from actors.runtime.clock import TimerHandle
 from actors.runtime.crashpoints import crashpoint
 from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor, tell_quietly
-from actors.runtime.transport import PARENT_INBOX, DeliveryFailed, Refusals, Transport
+from actors.runtime.transport import (
+    PARENT_INBOX,
+    DeliveryFailed,
+    NotHandled,
+    Refusals,
+    Transport,
+)
 from actors.session import messages
 from actors.session.agent import AgentActor, AgentSpec, Launcher
+from actors.session.runs import WATCHDOG_EFFECTS, Run, read_output
 from actors.session.sinks import GuardedSink
 from actors.session.task import NoteWriter, NoteWrites
+from actors.session.timers import Timers
 from actors.session.watcher import Courier, Handed
-from actors.session.windows import Windows, WindowsDue
+from actors.session.windows import WindowsDue
 from actors.session.worktrees import GitWorker
 from protocol import api, api_batch
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import ShepherdError
-from protocol.notifications import AnyNotification, TaskCompletion
+from protocol.notifications import Notice, TaskCompletion
 from protocol.session import agents, calls, inbound, status, watchers, worktree_events, worktrees
 from protocol.session import effects as fx
 from protocol.session.restore import Restore, resume
@@ -72,19 +81,13 @@ from protocol.worktrees import WorktreeProbed, WorktreeReleased
 
 __all__ = ["BrokerActor"]
 
-_WATCHDOG = (fx.WatchdogAgent, fx.WatchdogRuntime, fx.WatchdogInstruction, fx.WatchdogTask)
-
-
-class _Run:
-    """What one run of effects gathers for the actors it tells once, at its end."""
-
-    __slots__ = ("caller", "hands", "notes", "watchdog")
-
-    def __init__(self, caller: GuardedSink | None) -> None:
-        self.caller = caller
-        self.watchdog: list[Any] = []
-        self.notes: list[fx.OpenNote | fx.AppendNote | fx.FinaliseNote] = []
-        self.hands: list[tuple[GuardedSink, AnyNotification]] = []
+#: what a stopped session answers with ``session_unavailable`` (the rest waits for the next)
+_REFUSED_WHEN_STOPPED = (
+    messages.ParentCall,
+    messages.Inbound,
+    messages.InboundBatch,
+    messages.WatchWith,
+)
 
 
 class BrokerActor(ShepherdActor):
@@ -121,24 +124,23 @@ class BrokerActor(ShepherdActor):
         #: the watchdog actor (it observes; the rules only tell it what happens)
         self._watchdog = watchdog_factory(self.actor_ref) if watchdog_factory else None
         self._agents: dict[str, pykka.ActorRef[Any]] = {}  # agent id -> its actor
-        self._timers: dict[fx.TimerKey, tuple[fx.TimerEvent, TimerHandle]] = {}
-        #: open coalescing windows (closing on the monotonic clock), and their one timer
-        self._windows = Windows(self.clock, functools.partial(tell_quietly, self.actor_ref))
+        self._timers = Timers(self.clock, functools.partial(tell_quietly, self.actor_ref))
+        self._windows = self._timers.windows
         #: every task's note, written by one actor; every watcher's notifications, handed to
         #: its sink by one actor (see :mod:`actors.session.task`, :mod:`actors.session.watcher`)
         self._note_writer: pykka.ActorRef[Any] | None = None
         self._courier: pykka.ActorRef[Any] | None = None
         self._watchers: dict[str, GuardedSink] = {}  # watcher id -> where its notes go
         #: each effect's runner, by the effect's type (a dict lookup, not a chain of matches)
-        self._runners: dict[type, Callable[[Any, _Run], None]] = {
+        self._runners: dict[type, Callable[[Any, Run], None]] = {
             fx.Notify: self._notify,
             fx.Deliver: self._deliver,
             fx.Forward: self._forward,
             fx.Publish: self._publish,
             fx.SpawnAgent: lambda e, _: self._spawn(e),
             fx.StopAgent: lambda e, _: self._tell(e.agent_id, messages.CloseAgent()),
-            fx.StartTimer: lambda e, _: self._start_timer(e.delay, e.event),
-            fx.CancelTimer: lambda e, _: self._cancel(e.key),
+            fx.StartTimer: lambda e, _: self._timers.start(e.delay, e.event),
+            fx.CancelTimer: lambda e, _: self._timers.cancel(e.key),
             fx.OpenNote: self._note,
             fx.AppendNote: self._note,
             fx.FinaliseNote: self._note,
@@ -146,9 +148,11 @@ class BrokerActor(ShepherdActor):
             fx.Story: lambda e, _: self._story(e.text),
             fx.Log: lambda e, _: self._log.log(e.level.upper(), e.text),
             fx.ProbeWorktree: lambda e, _: self._probe(e),
-            **dict.fromkeys(_WATCHDOG, self._watchdog_effect),
+            **dict.fromkeys(WATCHDOG_EFFECTS, self._watchdog_effect),
         }
         self._log = logger.bind(session=session_id)
+        #: why the session stopped deciding (its journal failed), or None
+        self._stopped: str | None = None
 
     def on_start(self) -> None:
         if self._notes is not None:
@@ -164,6 +168,10 @@ class BrokerActor(ShepherdActor):
     # ------------------------------------------------------------------ match, call the rule
 
     def on_receive(self, message: Any) -> Any:
+        if self._stopped is not None:  # a call or an envelope is told so; the rest waits
+            if isinstance(message, _REFUSED_WHEN_STOPPED):
+                raise NotHandled(self._stopped)
+            return None
         if self._windows and self._windows.due(now := self.clock.monotonic()):
             self._close_windows(now)
         state = self.state
@@ -185,9 +193,7 @@ class BrokerActor(ShepherdActor):
             case WindowsDue():
                 return self._flush(self._windows.fired(message))
             case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue() | fx.BudgetDue():
-                entry = self._timers.get(message.key)
-                if entry is not None and entry[0] is message:
-                    del self._timers[message.key]
+                self._timers.fired(message)
                 self._run(calls.fire(state, message, self._ctx()))
                 return None
             case WorktreeProbed():
@@ -208,7 +214,7 @@ class BrokerActor(ShepherdActor):
         effect; then each envelope's other effects, in order; one message to each helper actor
         at the end. One that fails is refused alone (the transport quarantines it and tells its
         sender); the others stay handled, so the transport acknowledges them. A journal write
-        that fails refuses the whole batch: none of it is durable."""
+        that fails stops the session: none of the batch is taken (:class:`NotHandled`)."""
         refused: dict[str, ShepherdError] = {}
         decided: list[tuple[str, list[fx.Effect]]] = []
         for env in envelopes:
@@ -219,13 +225,9 @@ class BrokerActor(ShepherdActor):
             except Exception as exc:
                 refused[env.message_id] = self._failed_on(env.message_id, exc)
         records = [e.record for _, effects in decided for e in effects if isinstance(e, fx.Journal)]
-        try:
-            if records:
-                self._append(records)
-        except Exception as exc:
-            refused.update((mid, self._failed_on(mid, exc)) for mid, _ in decided)
-            return refused
-        run = _Run(None)
+        if records:
+            self._append(records)  # if it fails, none of the batch is taken (fail-stop)
+        run = Run(None)
         try:
             for message_id, effects in decided:
                 try:
@@ -270,7 +272,7 @@ class BrokerActor(ShepherdActor):
         parent's sink). A run of consecutive ``Journal`` effects is ONE journal write (one
         fsync): a batch operation's records are durable together, before any effect that tells
         of them."""
-        run = _Run(caller)
+        run = Run(caller)
         try:
             return self._effects(self._seen(effects), run)
         finally:
@@ -282,7 +284,7 @@ class BrokerActor(ShepherdActor):
             return effects
         return [self._spans.seen(effect) for effect in effects]
 
-    def _effects(self, effects: list[fx.Effect], run: _Run) -> Any:
+    def _effects(self, effects: list[fx.Effect], run: Run) -> Any:
         """Run ``effects`` in order into ``run``; the ``Answer`` among them."""
         answer: Any = None
         runners = self._runners
@@ -301,7 +303,7 @@ class BrokerActor(ShepherdActor):
                 answer = effect.value  # type: ignore[attr-defined]
             elif kind is fx.AnswerFromOutput:
                 assert isinstance(effect, fx.AnswerFromOutput)
-                answer = self._output(effect.agent_id, effect.lines, effect.before)
+                answer = read_output(self._agents.get(effect.agent_id), effect)
             elif (runner := runners.get(kind)) is not None:
                 runner(effect, run)
             else:  # a new kind of effect: its runner belongs in ``_runners``
@@ -309,7 +311,7 @@ class BrokerActor(ShepherdActor):
             i += 1
         return answer
 
-    def _tell_helpers(self, run: _Run) -> None:
+    def _tell_helpers(self, run: Run) -> None:
         """What a run gathered for the helper actors: one message each (sent even when the run
         stopped: what was decided before a failure is still told)."""
         if run.notes and self._note_writer is not None:
@@ -323,36 +325,58 @@ class BrokerActor(ShepherdActor):
         settles = any(isinstance(r, TaskRecord) and r.terminal for r in records)
         if settles:
             crashpoint("settle.before_journal")
-        append_all(self._journal, records)
+        try:
+            append_all(self._journal, records)
+        except Exception as exc:
+            self._stop_deciding(exc)
         if settles:
             crashpoint("settle.after_journal")
 
-    def _notify(self, effect: fx.Notify, run: _Run) -> None:
+    def _stop_deciding(self, exc: Exception) -> NoReturn:
+        """Fail-stop: the rules changed the state in memory before the append, so it is ahead
+        of the records now. From here on every call and every envelope is refused with
+        ``session_unavailable`` (:class:`NotHandled`: the transport leaves the envelopes,
+        those of the failed batch too, for the parent started next, which resumes from the
+        records); timers and exits wait for it too. The parent is told once: a
+        ``session_stopped`` notice if the records take it, the log always."""
+        self._stopped = (
+            f"the session stopped: its journal could not be written ({exc!r}), so nothing "
+            "after its last record was decided or told; start the parent again to resume "
+            "from its records (what its agents sent meanwhile waits for it)"
+        )
+        self._log.error(self._stopped)
+        with contextlib.suppress(Exception):  # the records may refuse this too
+            self._sink(
+                Notice(created_at=self.clock.now(), code="session_stopped", text=self._stopped)
+            )
+        raise NotHandled(self._stopped) from exc
+
+    def _notify(self, effect: fx.Notify, run: Run) -> None:
         note = effect.note
         if isinstance(note, TaskCompletion):
             self._hand(note, run)
         else:
             self._sink(note)
 
-    def _deliver(self, effect: fx.Deliver, _: _Run) -> None:
+    def _deliver(self, effect: fx.Deliver, _: Run) -> None:
         self._tell(effect.agent_id, messages.Deliver(envelope=effect.envelope))
 
-    def _forward(self, effect: fx.Forward, _: _Run) -> None:
+    def _forward(self, effect: fx.Forward, _: Run) -> None:
         self._tell(effect.agent_id, effect.envelope)
 
-    def _publish(self, effect: fx.Publish, _: _Run) -> None:
+    def _publish(self, effect: fx.Publish, _: Run) -> None:
         try:
             self._transport.publish(effect.inbox, effect.envelope)
         except ShepherdError as exc:
             self._log.warning("receipt to {} undeliverable: {}", effect.inbox, exc.message)
 
-    def _note(self, effect: fx.OpenNote | fx.AppendNote | fx.FinaliseNote, run: _Run) -> None:
+    def _note(self, effect: fx.OpenNote | fx.AppendNote | fx.FinaliseNote, run: Run) -> None:
         run.notes.append(effect)
 
-    def _spawn_watcher(self, effect: fx.SpawnWatcher, run: _Run) -> None:
+    def _spawn_watcher(self, effect: fx.SpawnWatcher, run: Run) -> None:
         self._watchers[effect.watcher_id] = run.caller if run.caller is not None else self._sink
 
-    def _watchdog_effect(self, effect: Any, run: _Run) -> None:
+    def _watchdog_effect(self, effect: Any, run: Run) -> None:
         if self._watchdog is not None:
             run.watchdog.append(effect)
 
@@ -392,14 +416,6 @@ class BrokerActor(ShepherdActor):
             effect.exited,
         )
 
-    def _start_timer(self, delay: float, event: fx.TimerEvent) -> None:
-        self._cancel(event.key)
-        if isinstance(event, fx.Flush):
-            self._windows.start(event, delay)
-            return
-        fire = functools.partial(tell_quietly, self.actor_ref, event)
-        self._timers[event.key] = (event, self.clock.call_later(delay, fire))
-
     def _close_windows(self, now: float) -> None:
         """Flush each coalescing window closed by ``now``, as its own timer would have."""
         self._flush(self._windows.pop_due(now))
@@ -410,15 +426,7 @@ class BrokerActor(ShepherdActor):
         cx = self._ctx()
         self._run([effect for event in events for effect in calls.fire(self.state, event, cx)])
 
-    def _cancel(self, key: fx.TimerKey) -> None:
-        if key[0] == "flush":
-            self._windows.cancel(key[1])
-            return
-        entry = self._timers.pop(key, None)
-        if entry is not None:
-            entry[1].cancel()
-
-    def _hand(self, note: TaskCompletion, run: _Run) -> None:
+    def _hand(self, note: TaskCompletion, run: Run) -> None:
         """A watcher's notification goes to its sink through the courier (the watcher is
         forgotten when nothing is pending); the rules made it exactly once, in order."""
         watcher_id = note.watcher_id
@@ -428,15 +436,6 @@ class BrokerActor(ShepherdActor):
         else:  # never expected: the parent hears of it rather than nobody
             self._log.error("no sink for watcher {}: handed to the parent", watcher_id)
             self._sink(note)
-
-    def _output(self, agent_id: str, lines: int, before: int | None) -> Any:
-        ref = self._agents.get(agent_id)
-        try:
-            if ref is None:
-                raise pykka.ActorDeadError(agent_id)
-            return ref.ask(messages.ReadOutput(lines=lines, before=before), block=False)
-        except pykka.ActorDeadError:  # gone before a restart: nothing of its output is kept
-            return api.ReadResult(agent_id=agent_id, lines=())
 
     def _story(self, text: str) -> None:
         """One human line per lifecycle change, for ``shepherd demo`` and ``serve --verbose``."""

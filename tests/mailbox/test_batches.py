@@ -18,7 +18,7 @@ import pytest
 
 from actors.mailbox.drain import BATCH_MAX
 from actors.mailbox.mailbox import Mailbox
-from actors.runtime.transport import PARENT_INBOX, DeliveryFailed, Refusals
+from actors.runtime.transport import PARENT_INBOX, DeliveryFailed, NotHandled, Refusals
 from protocol.envelopes import AnyEnvelope, MessageEnvelope, encode_envelope
 from protocol.errors import ForbiddenSender, InvalidArgument
 
@@ -199,6 +199,41 @@ def test_a_handler_that_raises_refuses_its_whole_batch_and_the_next_batch_goes_o
     assert mailbox.wait_drained(WAIT_S)
     assert batches.handed[-1] == later.message_id
     assert listing(mailbox.inbox_path(PARENT_INBOX) / "new") == []
+
+
+class Stopped(Batches):
+    """A session that stopped deciding: it takes nothing (``NotHandled``)."""
+
+    def __call__(self, envelopes: Sequence[AnyEnvelope]) -> Refusals | None:
+        super().__call__(envelopes)
+        raise NotHandled("the session stopped: its journal could not be written")
+
+    def wait_for(self, count: int) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.handed) >= count, timeout=WAIT_S)
+
+
+def test_a_batch_the_session_did_not_take_stays_for_the_next_parent_unquarantined(
+    make_mailbox: MailboxFactory, session_id: str, rejections: Rejections
+) -> None:
+    mailbox = make_mailbox(on_reject=rejections)
+    mailbox.ensure_inbox(PARENT_INBOX)
+    sent = [message(session_id, content=f"kept {i}") for i in range(3)]
+    names = _plant_all(mailbox, sent)
+    stopped = Stopped()
+    mailbox.subscribe_batch(PARENT_INBOX, stopped)
+    assert stopped.wait_for(3)
+    box = mailbox.inbox_path(PARENT_INBOX)
+    assert listing(box / "new") == names  # neither acknowledged nor quarantined
+    assert _reasons(mailbox) == {} and rejections.authenticated == []
+    mailbox.close()
+    # the parent started next: a receiver on the same mailbox takes them, once each
+    again = make_mailbox(open=True)
+    batches = Batches()
+    again.subscribe_batch(PARENT_INBOX, batches)
+    assert again.wait_drained(WAIT_S)
+    assert batches.handed == [e.message_id for e in sent]
+    assert listing(box / "new") == [] and listing(box / "cur") == names
 
 
 def test_a_repeat_inside_one_pass_is_handed_over_once(

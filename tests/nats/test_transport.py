@@ -12,7 +12,7 @@ import pytest
 
 from actors.nats.server import NatsServer
 from actors.nats.transport import NatsTransport, inbox_subject
-from actors.runtime.transport import PARENT_INBOX
+from actors.runtime.transport import PARENT_INBOX, NotHandled
 from protocol.envelopes import AnyEnvelope, MessageEnvelope
 from protocol.errors import InboxFull, InvalidHandle, LimitExceeded, SessionUnavailable
 from protocol.ids import PARENT_ID, IdKind, make_id
@@ -192,6 +192,40 @@ def test_a_redelivery_after_a_lost_ack_is_handed_over_once(
         assert len(got.items) == 1
     finally:
         made.close()
+
+
+def test_what_a_stopped_session_did_not_take_is_kept_unquarantined_for_the_next_parent(
+    nats_server: NatsServer, session_id: str
+) -> None:
+    stopped = NatsTransport([nats_server.url], session_id, ack_wait_s=1.0)
+    stopped.admit(AGENT, session_id, CAPABILITY)
+    offered: list[str] = []
+    again = threading.Event()
+
+    def not_taken(envelope: AnyEnvelope) -> None:
+        offered.append(envelope.message_id)
+        if len(offered) >= 2:
+            again.set()
+        raise NotHandled("the session stopped: its journal could not be written")
+
+    envelope = message(session_id)
+    try:
+        stopped.subscribe(PARENT_INBOX, not_taken)
+        stopped.publish(PARENT_INBOX, envelope)
+        # not acknowledged (the server offers it again) and not taken for a repeat
+        assert again.wait(WAIT_S), offered
+        assert set(offered) == {envelope.message_id}
+        assert stopped.quarantined == 0 and stopped.quarantine() == []
+    finally:
+        stopped.close()
+    following = NatsTransport([nats_server.url], session_id, create=False)
+    following.admit(AGENT, session_id, CAPABILITY)
+    try:
+        got = Collector()
+        following.subscribe(PARENT_INBOX, got)
+        assert [e.message_id for e in got.wait_for(1)] == [envelope.message_id]
+    finally:
+        following.close()
 
 
 def test_accepted_before_a_server_sigkill_is_delivered_after_its_restart(

@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
-from actors.runtime.transport import DeliveryFailed
+from actors.runtime.transport import DeliveryFailed, NotHandled
 from actors.session import broker as broker_module
 from actors.session.messages import InboundBatch
 from actors.session.sinks import CollectingSink
 from actors.testing import SimSession
 from protocol.envelopes import MessageEnvelope, TaskDoneEnvelope
+from protocol.errors import SessionUnavailable
 from protocol.ids import PARENT_ID, IdKind, make_id
-from protocol.notifications import AgentMessage, TaskCompletion
+from protocol.notifications import AgentMessage, Notice, TaskCompletion
 from protocol.session import effects as fx
 from protocol.tasks import TaskRecord
 
@@ -139,20 +140,31 @@ def test_a_batch_of_settlements_is_one_journal_write_and_each_is_told_once(
         session.shutdown()
 
 
-def test_a_journal_write_that_fails_refuses_the_whole_batch_and_nothing_is_told(
+def test_a_journal_write_that_fails_stops_the_session_and_takes_none_of_the_batch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The rules ran (the state in memory moved) but the records did not take it: the session
+    stops deciding. The batch is not taken (the transport keeps it for the next parent), no
+    completion is told, the parent is told the session stopped, and every later call or
+    envelope is refused with session_unavailable naming why."""
     sink = CollectingSink()
     session = SimSession.simulated(6, sink=sink, trace=False)
     try:
         pairs = _with_tasks(session, 3)
         _counting_writes(monkeypatch, fail=True)
         batch = tuple(_done(session, a, t) for a, t in pairs)
-        refused = session.broker.ask(InboundBatch(envelopes=batch), timeout=30)
+        with pytest.raises(NotHandled, match="the disk is full"):
+            session.broker.ask(InboundBatch(envelopes=batch), timeout=30)
         session.sim.run_all(max_time=5)
-        assert set(refused) == {env.message_id for env in batch}
-        assert all("the disk is full" in error.message for error in refused.values())
         assert _settled(sink) == []
+        stopped = [n for n in sink.items if isinstance(n, Notice)]
+        assert [n.code for n in stopped] == ["session_stopped"]
+        assert "journal could not be written" in stopped[0].text
+        with pytest.raises(SessionUnavailable, match="journal could not be written"):
+            session.status()
+        later = (_done(session, *pairs[0]),)
+        with pytest.raises(NotHandled):
+            session.broker.ask(InboundBatch(envelopes=later), timeout=30)
     finally:
         session.shutdown()
 

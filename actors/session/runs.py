@@ -1,0 +1,40 @@
+"""What one run of the broker's effects gathers (:mod:`actors.session.broker`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pykka
+
+from actors.session import messages
+from actors.session.sinks import GuardedSink
+from protocol import api
+from protocol.notifications import AnyNotification
+from protocol.session import effects as fx
+
+__all__ = ["WATCHDOG_EFFECTS", "Run", "read_output"]
+
+WATCHDOG_EFFECTS = (fx.WatchdogAgent, fx.WatchdogRuntime, fx.WatchdogInstruction, fx.WatchdogTask)
+
+
+class Run:
+    """What one run of effects gathers for the actors it tells once, at its end."""
+
+    __slots__ = ("caller", "hands", "notes", "watchdog")
+
+    def __init__(self, caller: GuardedSink | None) -> None:
+        self.caller = caller
+        self.watchdog: list[Any] = []
+        self.notes: list[fx.OpenNote | fx.AppendNote | fx.FinaliseNote] = []
+        self.hands: list[tuple[GuardedSink, AnyNotification]] = []
+
+
+def read_output(ref: pykka.ActorRef[Any] | None, effect: fx.AnswerFromOutput) -> Any:
+    """The future of a ``read``'s answer: the agent's actor holds its output."""
+    agent_id, lines, before = effect.agent_id, effect.lines, effect.before
+    try:
+        if ref is None:
+            raise pykka.ActorDeadError(agent_id)
+        return ref.ask(messages.ReadOutput(lines=lines, before=before), block=False)
+    except pykka.ActorDeadError:  # gone before a restart: nothing of its output is kept
+        return api.ReadResult(agent_id=agent_id, lines=())

@@ -1,0 +1,49 @@
+"""The broker's timers: one per pending deadline, request timeout, stale check or budget check,
+keyed as the rules key them, and the coalescing windows (:mod:`actors.session.windows`, one
+timer for them all). Setting a key again cancels the timer it had; a timer's event goes back
+to the broker, which hands it to the rules (they ignore an event that no longer applies)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from actors.runtime.clock import Clock, TimerHandle
+from actors.session.windows import Windows
+from protocol.session import effects as fx
+
+__all__ = ["Timers"]
+
+
+class Timers:
+    def __init__(self, clock: Clock, tell: Callable[[Any], object]) -> None:
+        self._clock = clock
+        self._tell = tell
+        self._timers: dict[fx.TimerKey, tuple[fx.TimerEvent, TimerHandle]] = {}
+        #: open coalescing windows (closing on the monotonic clock), and their one timer
+        self.windows = Windows(clock, tell)
+
+    def start(self, delay: float, event: fx.TimerEvent) -> None:
+        self.cancel(event.key)
+        if isinstance(event, fx.Flush):
+            self.windows.start(event, delay)
+            return
+        self._timers[event.key] = (
+            event,
+            self._clock.call_later(delay, functools.partial(self._tell, event)),
+        )
+
+    def cancel(self, key: fx.TimerKey) -> None:
+        if key[0] == "flush":
+            self.windows.cancel(key[1])
+            return
+        entry = self._timers.pop(key, None)
+        if entry is not None:
+            entry[1].cancel()
+
+    def fired(self, event: fx.TimerEvent) -> None:
+        """``event``'s timer fired: it is no longer pending (unless set again since)."""
+        entry = self._timers.get(event.key)
+        if entry is not None and entry[0] is event:
+            del self._timers[event.key]
