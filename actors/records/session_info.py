@@ -11,6 +11,7 @@ Rules:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import msgspec
@@ -19,7 +20,15 @@ from actors.records.live import live_dir, state_dir
 from actors.runtime import procs
 from protocol.errors import InvalidArgument
 
-__all__ = ["SessionInfo", "is_live", "live_dir", "load_info", "state_dir"]
+__all__ = [
+    "SessionInfo",
+    "is_live",
+    "live_dir",
+    "load_info",
+    "private_dir",
+    "state_dir",
+    "write_private",
+]
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,3 +66,25 @@ def is_live(info: SessionInfo) -> bool:
     if info.parent_start is None:  # written without it: a live pid is taken as live (safe)
         return started is not None
     return started == info.parent_start
+
+
+def private_dir(path: Path) -> None:
+    """``path`` (and its parents) made if missing, ours and 0700: a session's records are
+    nobody else's to read."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if st.st_uid != os.getuid():
+        raise InvalidArgument(f"{path} belongs to another user")
+    os.chmod(path, 0o700)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """``data`` in ``path`` (0600), whole or not at all: written beside it, synced, renamed."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

@@ -416,12 +416,15 @@ class ProcessLauncher:
         for child in self.children.values():
             child.kill()
 
-    def close(self) -> None:
+    def close(self, *, kill: bool = True) -> None:
+        """Kill every bridge and wait for it; ``kill=False`` leaves them running for the parent
+        started next (they wait for one, then exit by themselves), as a parent's SIGKILL does."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self.kill_all()
-        for child in self.children.values():
-            child.wait(timeout=5)
+        if kill:
+            self.kill_all()
+            for child in self.children.values():
+                child.wait(timeout=5)
         self.reaper.close()

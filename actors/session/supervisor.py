@@ -37,7 +37,7 @@ import msgspec
 
 from actors import tracing
 from actors.records.notes import FileTaskNotes
-from actors.records.session_info import SessionInfo, live_dir
+from actors.records.session_info import SessionInfo, live_dir, private_dir, write_private
 from actors.runtime import procs
 from actors.runtime.command_socket import CommandServer, Request
 from actors.runtime.command_wire import PARENT_COMMANDS
@@ -61,6 +61,7 @@ from protocol.errors import (
     ForbiddenSender,
     InvalidArgument,
     LimitExceeded,
+    SessionUnavailable,
     ShepherdError,
 )
 from protocol.ids import PARENT_ID, IdKind
@@ -71,25 +72,6 @@ __all__ = ["MAX_WAITING_CALLS", "Supervisor"]
 
 #: ``wait`` calls that may block at once (each on a thread of its own, off the call pool)
 MAX_WAITING_CALLS = 64
-
-
-def _private_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = os.lstat(path)
-    if st.st_uid != os.getuid():
-        raise InvalidArgument(f"{path} belongs to another user")
-    os.chmod(path, 0o700)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 class Supervisor:
@@ -136,8 +118,8 @@ class Supervisor:
         self.client_token, self.resumed = where.client_token, where.resumed
         # tracing, when OTEL_* or `serve --otel` ask for it (refused here if it cannot be)
         self.spans = tracing.parent_spans(self.session_id, os.environ)
-        _private_dir(self.session_dir)
-        _private_dir(self.session_dir / "agents")
+        private_dir(self.session_dir)
+        private_dir(self.session_dir / "agents")
         # Opened (a torn tail cut off) before they are read or appended to.
         try:
             self.records = open_records(
@@ -232,10 +214,10 @@ class Supervisor:
             client_token=self.client_token,
             command_socket=self.commands.address if self.commands is not None else None,
         )
-        _write_private(self.session_dir / "session.json", msgspec.json.encode(self.info))
-        _private_dir(live_dir())
+        write_private(self.session_dir / "session.json", msgspec.json.encode(self.info))
+        private_dir(live_dir())
         self._live_pointer = live_dir() / f"{self.session_id}.json"
-        _write_private(
+        write_private(
             self._live_pointer,
             json.dumps({"session_dir": str(self.session_dir), "pid": os.getpid()}).encode(),
         )
@@ -393,6 +375,25 @@ class Supervisor:
         """Block until the session is shut down (``serve`` waits here)."""
         return self._stopped.wait(timeout)
 
+    def _leave_for_the_next_parent(self, why: SessionUnavailable) -> None:
+        """A session that stopped deciding ends as a killed parent does: its agents keep running
+        and what waits in its inboxes stays, for ``serve`` started again on its directory
+        (nothing of it was decided; the records say where it stood)."""
+        logger.warning(
+            "{}; its agents and the envelopes waiting for it are kept for the next parent",
+            why.message,
+        )
+        self.launcher.close(kill=False)
+        self.reply_inboxes.stop()
+        self._calls.shutdown(wait=True, cancel_futures=True)
+        self.session.shutdown()
+        if self.spans is not None:
+            self.spans.close()
+        self.records.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._live_pointer.unlink()
+        self._stopped.set()
+
     def shutdown(self, *, keep: bool = True, grace_s: float = 10.0) -> None:
         """Close every agent, confirm their exits, stop actors and timers, keep the records.
 
@@ -404,7 +405,12 @@ class Supervisor:
         self._closed = True
         if self.commands is not None:
             self.commands.close()  # later calls go through the mailbox, and are refused
-        for row in self.session.status().agents:
+        try:
+            agents = self.session.status().agents
+        except SessionUnavailable as exc:  # it stopped deciding (its journal failed)
+            self._leave_for_the_next_parent(exc)
+            return
+        for row in agents:
             if not row.closed:
                 with contextlib.suppress(ShepherdError):
                     self.session.close(row.agent_id)

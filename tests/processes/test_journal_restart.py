@@ -20,9 +20,10 @@ import pytest
 
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
-from protocol.notifications import StaleWait
+from protocol.errors import SessionUnavailable
+from protocol.notifications import Notice, StaleWait, TaskCompletion
 from protocol.settings import Settings
-from protocol.tasks import TaskState
+from protocol.tasks import TaskRecord, TaskState
 from protocol.views import render_status
 from tests.reliability.live import Story, session_pids, wait_gone, write_script
 
@@ -49,6 +50,11 @@ def abandon(sup: Supervisor) -> list[subprocess.Popen[bytes]]:
     sup.launcher.reaper.close()
     sup.journal.close()
     sup.notifications.close()
+    return bridges_of(sup)
+
+
+def bridges_of(sup: Supervisor) -> list[subprocess.Popen[bytes]]:
+    """The bridges ``sup`` started: this process's children, to be reaped at the end."""
     return [c.proc for c in sup.launcher.children.values() if isinstance(c.proc, subprocess.Popen)]
 
 
@@ -70,6 +76,9 @@ class Sessions:
 
     def abandon(self, sup: Supervisor) -> None:
         self._bridges += abandon(sup)
+
+    def keep_bridges(self, sup: Supervisor) -> None:
+        self._bridges += bridges_of(sup)
 
     def close(self) -> None:
         for sup in self.started:
@@ -188,3 +197,65 @@ def test_a_stale_wait_is_reported_once_per_episode_across_a_restart(
     assert sink2.wait_for(lambda items: bool(stale(items, later)), timeout=30)
     assert stale(sink2.items, task) == [], "the same waiting episode was reported again"
     assert len(stale(sink.items, task)) == 1
+
+
+FINISH = {
+    "steps": [
+        {"await": "task"},
+        {"done": {"status": "completed", "summary": "finished"}},
+        {"await": "any"},
+    ]
+}
+
+
+def _disk_full_on_settling(sup: Supervisor) -> None:
+    """The journal fails on every write that settles a task (a full disk at that moment)."""
+    journal = sup.journal
+    append, append_many = journal.append, journal.append_many
+
+    def settles(records: list[object]) -> bool:
+        return any(isinstance(r, TaskRecord) and r.terminal for r in records)
+
+    def one(record: object) -> None:
+        if settles([record]):
+            raise OSError("the disk is full")
+        append(record)  # type: ignore[arg-type]
+
+    def many(records: list[object]) -> None:
+        if settles(records):
+            raise OSError("the disk is full")
+        append_many(records)  # type: ignore[arg-type]
+
+    journal.append, journal.append_many = one, many  # type: ignore[method-assign]
+
+
+def test_a_journal_that_fails_stops_the_session_and_the_next_parent_takes_what_waited(
+    sessions: Sessions, tmp_path: Path
+) -> None:
+    told = CollectingSink()
+    first = sessions.start(sinks=[told])
+    _disk_full_on_settling(first)
+    first.session.spawn("worker", script=write_script(tmp_path, "finish", FINISH))
+    task = first.session.delegate("worker", "finish it").task_id
+    first.session.watch(task)
+    assert told.wait_for(
+        lambda items: any(isinstance(n, Notice) and n.code == "session_stopped" for n in items),
+        timeout=60,
+    ), told.items
+    with pytest.raises(SessionUnavailable, match="the disk is full"):
+        first.session.status()
+    assert not any(isinstance(n, TaskCompletion) for n in told.items)
+    first.shutdown()  # as a killed parent: the agent and what waits for the parent stay
+    sessions.keep_bridges(first)
+    assert session_pids(first.session_id), "the agent was not kept for the next parent"
+    waiting = list((tmp_path / "mailbox" / "inbox" / "parent" / "new").iterdir())
+    assert waiting, "the done that was not taken is gone"
+    assert not list((tmp_path / "mailbox" / "quarantine").glob("*.reason"))
+
+    shown = CollectingSink()
+    second = sessions.start(sinks=[shown])
+    assert shown.wait_for(
+        lambda items: any(isinstance(n, TaskCompletion) for n in items), timeout=60
+    ), shown.items
+    result = second.session.result(task)
+    assert result is not None and (result.status, result.text) == ("completed", "finished")
