@@ -33,14 +33,12 @@ import msgspec
 
 from protocol.errors import ErrorInfo
 from protocol.limits import NodeName
-from protocol.ops.spec import Param
 
 __all__ = [
     "ANY_NODE",
     "EXIT_LOG_LINES",
     "HEARTBEAT_S",
     "MAX_NODE_AGENTS",
-    "NODE_PARAM",
     "NODE_PING",
     "Beat",
     "CheckRequest",
@@ -66,17 +64,6 @@ MAX_NODE_AGENTS: Final = 1000
 #: lines of a bridge's log an exit report carries (the parent's ``read`` and exit reason)
 EXIT_LOG_LINES: Final = 20
 NODE_PING: Final = "shepherd.nodes.ping"
-
-#: ``spawn``'s ``node`` argument (:mod:`protocol.ops.parent`)
-NODE_PARAM: Final = Param(
-    description=(
-        "Start the agent on this `shepherd node` (another host; sessions over NATS only), or "
-        "'any' for the live node running the fewest agents; leave it out for this host"
-    ),
-    cli="--node",
-    metavar="HOST",
-    help="start it on this node ('any': the least-loaded)",
-)
 
 Verb = Literal["beat", "check", "spawn", "stop", "info"]
 

@@ -232,7 +232,9 @@ class NodeServer:
     def _launch(self, req: nodes.SpawnRequest) -> _Bridge:
         session_dir = self.root / req.session_id
         agent_dir = session_dir / "agents" / req.agent_id
-        agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for made in (session_dir, agent_dir.parent, agent_dir):  # each private, not only the last
+            made.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(made, 0o700)
         passed = {
             k: v
             for k, v in req.env.items()

@@ -7,7 +7,7 @@ from typing import Any
 
 from protocol import api, views
 from protocol.answers import READ_PAGES, STATUS_PAGES
-from protocol.nodes import NODE_PARAM
+from protocol.ops.nodes import NODE_PARAM
 from protocol.ops.spec import Param, Tool, entry, respell
 
 __all__ = [
