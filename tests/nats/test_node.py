@@ -317,3 +317,29 @@ def test_a_node_with_a_hostile_transport_refuses_to_start(tmp_path: Path, transp
     node.proc.communicate(timeout=60)
     assert node.ready is None and node.proc.returncode == 2
     assert node.first["error"]["code"] == "invalid_argument"
+
+
+def test_the_python_api_refuses_a_node_without_nats_and_the_tool_publishes_the_bound(
+    tmp_path: Path,
+) -> None:
+    from actors.session.supervisor import Supervisor
+    from protocol.errors import InvalidArgument
+    from protocol.limits import MAX_NODE_NAME_CHARS, NODE_NAME_PATTERN
+    from protocol.tools import parent_tools
+
+    script = tmp_path / "wait.json"
+    script.write_text(WAIT_ANY)
+    sup = Supervisor(tmp_path / "session")
+    try:
+        with pytest.raises(InvalidArgument, match="node"):
+            sup.call("spawn", {"name": "a", "script": str(script), "node": "n1"})
+        with pytest.raises(InvalidArgument, match="node"):
+            sup.session.spawn("a", script=str(script), node="n1")
+        with pytest.raises(InvalidArgument, match="node"):
+            sup.call("spawn", {"name": "a", "script": str(script), "node": "n1.>"})
+        assert sup.session.status().agents == ()
+    finally:
+        sup.shutdown(keep=False)
+    (spawn,) = [t for t in parent_tools() if t.name == "shepherd_spawn"]
+    node = spawn.parameters["properties"]["node"]
+    assert (node["maxLength"], node["pattern"]) == (MAX_NODE_NAME_CHARS, NODE_NAME_PATTERN)
