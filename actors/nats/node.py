@@ -119,6 +119,12 @@ class NodeServer:
             root.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chmod(root, 0o700)
             self._thread.run(self._start(servers), timeout_s * 3)
+        except TimeoutError:  # the client retries forever: the bounded wait ended it
+            self.reaper.close()
+            self._thread.stop()
+            raise SessionUnavailable(
+                f"no NATS server answered within {timeout_s * 3:g} s at {', '.join(servers)}"
+            ) from None
         except BaseException:
             self.reaper.close()
             self._thread.stop()

@@ -134,6 +134,13 @@ class NodeLauncher(ProcessLauncher):
         self._loop = LoopThread("shepherd-nodes")
         try:
             self._loop.run(self._connect(), NATS_TIMEOUT_S * 3)
+        except TimeoutError:
+            self._loop.stop()
+            super().close()
+            raise SessionUnavailable(
+                f"no NATS server answered within {NATS_TIMEOUT_S * 3:g} s at "
+                f"{', '.join(self._servers)}"
+            ) from None
         except BaseException:
             self._loop.stop()
             super().close()

@@ -343,3 +343,16 @@ def test_the_python_api_refuses_a_node_without_nats_and_the_tool_publishes_the_b
     (spawn,) = [t for t in parent_tools() if t.name == "shepherd_spawn"]
     node = spawn.parameters["properties"]["node"]
     assert (node["maxLength"], node["pattern"]) == (MAX_NODE_NAME_CHARS, NODE_NAME_PATTERN)
+
+
+def test_a_node_whose_servers_do_not_answer_says_so_within_its_bound(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    node = Node(f"nats://127.0.0.1:{port}", "n1", tmp_path / "host")
+    _, err = node.proc.communicate(timeout=90)
+    assert node.ready is None and node.proc.returncode == 2, err
+    assert node.first["error"]["code"] == "session_unavailable"
+    assert f"127.0.0.1:{port}" in node.first["error"]["message"]
