@@ -356,3 +356,34 @@ def test_a_node_whose_servers_do_not_answer_says_so_within_its_bound(tmp_path: P
     assert node.ready is None and node.proc.returncode == 2, err
     assert node.first["error"]["code"] == "session_unavailable"
     assert f"127.0.0.1:{port}" in node.first["error"]["message"]
+
+
+def test_a_parent_killed_and_served_again_adopts_its_agent_on_a_node(
+    serve: Serve, start_node: Any, tmp_path: Path
+) -> None:
+    session = tmp_path / "session"
+    start_node("n1")
+    alpha = _spawn_command(tmp_path, "alpha", "n1")
+    fifo = tmp_path / "release"
+    _, task = cli("delegate", "alpha", f"BLOCK-UNTIL {fifo} MARK-DONE", session=session)
+    cli("watch", task["task_id"], session=session)
+    _read_until(session, "alpha", "BLOCKED")
+    serve.stop(signal.SIGKILL)  # the node's agent does not depend on the parent's process
+
+    second = Serve(session, dict(os.environ))
+    try:
+        assert second.wait_for(lambda lines: any("session" in x for x in lines))
+        row = _rows(tmp_path)["alpha"]
+        assert row["node"] == "n1" and row["process_state"] != "exited", row
+        with open(fifo, "w"):
+            pass  # its `done` reaches the new parent through the same servers
+        _, waited = cli("wait", task["task_id"], "--timeout", "90", session=session)
+        (result,) = waited["completed"]
+        assert (result["status"], result["text"]) == ("completed", "done by alpha")
+        # and it is still the node's to stop: a close reaches it
+        cli("close", "alpha", session=session)
+        sid = json.loads((session / "session.json").read_text())["session_id"]
+        assert wait_gone(lambda: session_pids(sid, alpha["agent_id"]), timeout=60)
+        assert second.wait_story("alpha", "exited")
+    finally:
+        second.stop()
