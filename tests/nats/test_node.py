@@ -181,6 +181,10 @@ def test_agents_on_two_nodes_run_the_canonical_flow_and_status_shows_their_node(
     assert serve.wait_story("alpha", "exited")
     row = _rows(tmp_path)["alpha"]
     assert row["process_state"] == "exited" and row["exit_code"] != -1, row
+    # a shutdown closes the agents on nodes too
+    rc, _ = cli("shutdown", session=session)
+    assert rc == 0 and serve.proc.wait(timeout=60) == 0
+    assert wait_gone(lambda: session_pids(sid), timeout=60)
 
 
 def test_node_any_places_on_the_least_loaded_live_node(
@@ -394,4 +398,50 @@ def test_a_parent_killed_and_served_again_adopts_its_agent_on_a_node(
         assert wait_gone(lambda: session_pids(sid, alpha["agent_id"]), timeout=60)
     finally:
         second.stop()
+        serve.stop()
+
+
+def test_a_node_stopped_with_sigterm_stops_its_agents_and_reports_their_exits(
+    serve: Serve, start_node: Any, tmp_path: Path
+) -> None:
+    """Not a lost node: the node says each exit itself (the default bound, 10 s, is not waited)."""
+    session = tmp_path / "session"
+    sid = json.loads((session / "session.json").read_text())["session_id"]
+    node = start_node("n1")
+    alpha = _spawn_command(tmp_path, "alpha", "n1")
+    fifo = tmp_path / "release"
+    _, task = cli("delegate", "alpha", f"BLOCK-UNTIL {fifo}", session=session)
+    cli("watch", task["task_id"], session=session)
+    _read_until(session, "alpha", "BLOCKED")
+    node.proc.terminate()
+    assert node.proc.wait(timeout=60) == 0
+    assert wait_gone(lambda: session_pids(sid, alpha["agent_id"]), timeout=60)
+    assert serve.wait_for(_failed_with(serve, task["task_id"], "agent process exited"))
+    notes = [x for x in serve.lines if x.get("kind") == "task_completion"]
+    assert not any("lost" in (r["error"] or "") for n in notes for r in n["results"])
+
+
+def test_a_node_cut_off_and_back_has_the_agents_counted_as_gone_killed(
+    nats_server: NatsServer, start_node: Any, tmp_path: Path
+) -> None:
+    _settings(tmp_path, "node_lost_s = 3\n")
+    serve = _serve(tmp_path, nats_server)
+    node = None
+    try:
+        session = tmp_path / "session"
+        sid = json.loads((session / "session.json").read_text())["session_id"]
+        node = start_node("n1")
+        alpha = _spawn_command(tmp_path, "alpha", "n1")
+        fifo = tmp_path / "release"
+        _, task = cli("delegate", "alpha", f"BLOCK-UNTIL {fifo}", session=session)
+        cli("watch", task["task_id"], session=session)
+        _read_until(session, "alpha", "BLOCKED")
+        node.proc.send_signal(signal.SIGSTOP)  # a partition: silent, its agent still there
+        assert serve.wait_for(_failed_with(serve, task["task_id"], "node n1 lost"))
+        assert session_pids(sid, alpha["agent_id"])
+        node.proc.send_signal(signal.SIGCONT)  # back: its beat lists the agent, which goes
+        assert wait_gone(lambda: session_pids(sid, alpha["agent_id"]), timeout=60)
+    finally:
+        if node is not None:
+            node.proc.send_signal(signal.SIGCONT)
         serve.stop()
