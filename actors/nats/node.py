@@ -107,6 +107,7 @@ class NodeServer:
         self.boot = secrets.token_hex(8)
         self.seq = 0
         self.bridges: dict[str, _Bridge] = {}
+        self._starting: set[str] = set()
         self._python = python
         self._grace_s = grace_s
         self._timeout = timeout_s
@@ -207,7 +208,11 @@ class NodeServer:
         try:
             req = _decode(msg.data, nodes.SpawnRequest)
             self._check_spawn(req)
-            bridge = await asyncio.to_thread(self._launch, req)
+            self._starting.add(req.agent_id)  # a repeated request meanwhile is refused
+            try:
+                bridge = await asyncio.to_thread(self._launch, req)
+            finally:
+                self._starting.discard(req.agent_id)
             self.bridges[req.agent_id] = bridge
             self.reaper.watch(bridge.child.proc, self._exit_callback(req), req.agent_id)
             reply = nodes.NodeReply(pid=bridge.child.pid, boot=self.boot, seq=self.seq)
@@ -228,9 +233,9 @@ class NodeServer:
             raise InvalidArgument("the environment is for another session")
         if env.get("SHEPHERD_AGENT_ID") != req.agent_id:
             raise InvalidArgument("the environment is for another agent")
-        if req.agent_id in self.bridges:
+        if req.agent_id in self.bridges or req.agent_id in self._starting:
             raise InvalidArgument(f"agent {req.agent_id} already runs on node {self.name}")
-        if len(self.bridges) >= nodes.MAX_NODE_AGENTS:
+        if len(self.bridges) + len(self._starting) >= nodes.MAX_NODE_AGENTS:
             raise LimitExceeded(
                 f"node {self.name} already runs its limit of {nodes.MAX_NODE_AGENTS} agents"
             )

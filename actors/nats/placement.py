@@ -42,7 +42,13 @@ from actors.runtime.wire import NATS_TIMEOUT_S
 from actors.session.agent import AgentHandle, AgentSpec
 from actors.session.launcher import ProcessLauncher
 from protocol import api, nodes
-from protocol.errors import InvalidHandle, SessionUnavailable, ShepherdError, error_from_info
+from protocol.errors import (
+    InvalidArgument,
+    InvalidHandle,
+    SessionUnavailable,
+    ShepherdError,
+    error_from_info,
+)
 from protocol.session.agents import options_of
 from protocol.transport_url import parse_transport
 
@@ -245,6 +251,8 @@ class NodeLauncher(ProcessLauncher):
         """``args`` with its node resolved, live and able to run it (module rules)."""
         if args.node is None:
             return args
+        if args.worktree:  # it would be made here, on the parent's host
+            raise InvalidArgument("spawn: worktree: an agent on a node cannot have one yet")
         if args.node == nodes.ANY_NODE:
             name = nodes.least_loaded(self._loads())
             if name is None:

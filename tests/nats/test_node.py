@@ -274,6 +274,12 @@ def test_spawn_on_an_unknown_or_hostile_node_is_refused_and_nothing_is_spawned(
         session=session, check=False,
     )  # fmt: skip
     assert rc == 2 and out["error"]["code"] == "invalid_argument", out
+    rc, out = cli(
+        "spawn", "a", "--script", str(script), "--node", "n1", "--worktree",
+        session=session, check=False,
+    )  # fmt: skip
+    assert rc == 2 and out["error"]["code"] == "invalid_argument", out
+    assert "worktree" in out["error"]["message"]
     assert _rows(tmp_path) == {}
 
 
@@ -445,3 +451,61 @@ def test_a_node_cut_off_and_back_has_the_agents_counted_as_gone_killed(
         if node is not None:
             node.proc.send_signal(signal.SIGCONT)
         serve.stop()
+
+
+def test_hostile_requests_on_a_nodes_subjects_get_typed_errors_and_start_nothing(
+    nats_server: NatsServer, start_node: Any, tmp_path: Path
+) -> None:
+    """What any client of the servers may send a node: malformed, for another session's or
+    agent's environment, with ids that would be paths, a stop of what it does not run."""
+    import asyncio
+
+    import msgspec
+
+    from protocol import nodes
+
+    node = start_node("n1")
+    sid, aid = "shepherd-session-" + "a" * 16, "shepherd-agent-" + "b" * 16
+    env = {"SHEPHERD_SESSION_ID": sid, "SHEPHERD_AGENT_ID": aid}
+    spawn = nodes.node_subject("n1", "spawn")
+    stop = nodes.node_subject("n1", "stop")
+    check = nodes.node_subject("n1", "check")
+    requests = [
+        (spawn, b"not json"),
+        (spawn, b"[]"),
+        (spawn, b'{"session_id": 1}'),
+        (spawn, b"{" * 10_000),
+        (spawn, msgspec.json.encode({"session_id": "../../x", "agent_id": aid, "env": env})),
+        (spawn, msgspec.json.encode({"session_id": sid, "agent_id": "../y", "env": env})),
+        (spawn, msgspec.json.encode({"session_id": sid, "agent_id": aid, "env": {}})),
+        (
+            spawn,
+            msgspec.json.encode(
+                {"session_id": sid, "agent_id": aid, "env": {**env, "SHEPHERD_AGENT_ID": "x"}}
+            ),
+        ),
+        (stop, msgspec.json.encode({"session_id": sid, "agent_id": aid})),
+        (stop, msgspec.json.encode({"session_id": sid, "agent_id": aid, "how": "explode"})),
+        (check, msgspec.json.encode({"adapter": "nope"})),
+        (check, msgspec.json.encode({"adapter": "scripted", "options": {"script": "/no/such"}})),
+    ]
+
+    async def ask() -> list[nodes.NodeReply]:
+        import nats
+
+        nc = await nats.connect(nats_server.url)
+        try:
+            out = []
+            for subject, data in requests:
+                msg = await nc.request(subject, data, timeout=30)
+                out.append(msgspec.json.decode(msg.data, type=nodes.NodeReply))
+            return out
+        finally:
+            await nc.close()
+
+    replies = asyncio.run(ask())
+    for (subject, data), reply in zip(requests, replies, strict=True):
+        assert reply.error is not None, (subject, data[:80])
+        assert reply.error.code in ("invalid_argument", "invalid_handle"), reply
+    assert node.proc.poll() is None  # still serving
+    assert not any(node.root.iterdir()) and session_pids(sid) == []
