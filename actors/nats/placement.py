@@ -16,6 +16,8 @@ Rules:
   the report was lost: its status unknown, -1); or when its node is *lost*, silent past the
   session's ``node_lost_s``: status -1 and a reason naming the node (the handle's
   ``exit_reason``, which the agent's actor gives the session before anything else).
+- A parent cut off from the servers hears no node: that silence is not counted (it starts
+  again when the parent is back).
 - An agent the parent counts as gone that a node still lists (a node that was only cut off
   for a while) is killed there: nobody would read what it does.
 - The node's answers are awaited with a bound (:data:`~actors.runtime.wire.NATS_TIMEOUT_S`);
@@ -137,6 +139,7 @@ class NodeLauncher(ProcessLauncher):
         self._remote: dict[str, RemoteAgent] = {}
         self._reserved: dict[str, tuple[str, float]] = {}  # agent name -> (node, when)
         self._heard = threading.Condition()
+        self._deaf = False  # cut off from the servers (since the last check)
         self._loop = LoopThread("shepherd-nodes")
         try:
             self._loop.run(self._connect(), NATS_TIMEOUT_S * 3)
@@ -204,11 +207,21 @@ class NodeLauncher(ProcessLauncher):
         """Each node silent past the bound is lost, with every agent it ran for us."""
         while True:
             await asyncio.sleep(nodes.HEARTBEAT_S / 2)  # the check's pace, not a wait
-            self.check_lost(time.monotonic())
+            self.check_lost(time.monotonic(), self._nc.is_connected)
 
-    def check_lost(self, now: float) -> None:
+    def check_lost(self, now: float, connected: bool = True) -> None:
+        """Lose each node silent past the bound. While this parent is cut off from the
+        servers it hears nobody, which says nothing of the nodes: their silence is counted
+        again from when it is back."""
         lost: list[tuple[str, float]] = []
         with self._heard:
+            if not connected:
+                self._deaf = True
+                return
+            if self._deaf:
+                self._deaf = False
+                for heard in self._nodes.values():
+                    heard.at = max(heard.at, now)
             for name, heard in self._nodes.items():
                 if not heard.lost and now - heard.at > self._lost_after:
                     heard.lost = True
