@@ -425,6 +425,9 @@ def test_a_node_stopped_with_sigterm_stops_its_agents_and_reports_their_exits(
     assert serve.wait_for(_failed_with(serve, task["task_id"], "agent process exited"))
     notes = [x for x in serve.lines if x.get("kind") == "task_completion"]
     assert not any("lost" in (r["error"] or "") for n in notes for r in n["results"])
+    # the end of the bridge's log on the node came with its exit report
+    lines = _read_until(session, "alpha", "its log ends")
+    assert any("ready: pid" in line for line in lines), lines
 
 
 def test_a_node_cut_off_and_back_has_the_agents_counted_as_gone_killed(
