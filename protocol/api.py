@@ -28,6 +28,7 @@ from protocol.limits import (
     Handle,
     IdList,
     LineCount,
+    NodeName,
     OptionalText,
     OptionText,
     RefName,
@@ -171,6 +172,9 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: since the branch's base (as of its last task's end; ``shepherd worktrees`` counts now)
     branch: str | None = None
     changed_files: int | None = None
+    # --- agents on other hosts
+    #: the ``shepherd node`` it runs on (None: the parent's host); ``pid`` is then on that host
+    node: str | None = None
 
 
 class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -285,6 +289,9 @@ class SpawnArgs(Arguments[SpawnResult], frozen=True, kw_only=True, forbid_unknow
     #: Pi tool calls that need the parent's approval first, ``TOOL:GLOB`` (pi-rpc adapter;
     #: see protocol.session.approvals)
     approve: ApproveRules | None = None
+    #: the ``shepherd node`` to start it on (``any``: the least-loaded live node; None: this
+    #: host, as the parent's own child). Only over NATS (protocol.nodes)
+    node: NodeName | None = None
 
 
 class DelegateArgs(

@@ -43,12 +43,14 @@ __all__ = [
     "MAX_DEADLINE_S",
     "MAX_IDS",
     "MAX_NAME_CHARS",
+    "MAX_NODE_NAME_CHARS",
     "MAX_OPTION_CHARS",
     "MAX_PAGE_LINES",
     "MAX_TEXT_CHARS",
     "MAX_TRACEPARENT_CHARS",
     "MAX_TRANSPORT_CHARS",
     "MAX_TRANSPORT_SERVERS",
+    "NODE_NAME_PATTERN",
     "PREVIEW_CHARS",
     "WORKTREES_PAGE",
     "WORKTREE_FILES_LISTED",
@@ -65,6 +67,7 @@ __all__ = [
     "Handle",
     "IdList",
     "LineCount",
+    "NodeName",
     "OptionText",
     "OptionalText",
     "RefName",
@@ -107,6 +110,13 @@ MAX_TRANSPORT_SERVERS: Final = 16
 #: the whole ``--transport`` value, in characters
 MAX_TRANSPORT_CHARS: Final = 2048
 
+#: a node's name (``shepherd node --name``, ``spawn --node``): a host-name label, lowercase
+#: letters, digits and '-', at most 63 characters; it is one token of NATS subjects, so a dot,
+#: a wildcard, a space or a line break must never get in (the look-ahead ends the name where
+#: Python's ``$`` would still allow a final line break)
+MAX_NODE_NAME_CHARS: Final = 63
+NODE_NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9-]{0,62}(?![\s\S])"
+
 #: a deadline: finite, > 0, at most seven days (NaN and infinities fail both comparisons)
 DeadlineMinutes = Annotated[float, msgspec.Meta(gt=0, le=MAX_DEADLINE_MINUTES)]
 DeadlineSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_DEADLINE_S)]
@@ -117,6 +127,9 @@ Handle = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]
 IdList = Annotated[
     tuple[Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS)], ...],
     msgspec.Meta(min_length=1, max_length=MAX_IDS),
+]
+NodeName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_NODE_NAME_CHARS, pattern=NODE_NAME_PATTERN)
 ]
 LineCount = Annotated[int, msgspec.Meta(ge=1, le=MAX_PAGE_LINES)]
 Cursor = Annotated[int, msgspec.Meta(ge=0)]

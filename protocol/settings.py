@@ -73,6 +73,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     budget_cost: BudgetCost | None = None
     #: the share of a budget at which the parent is warned, once per task (or session) and limit
     budget_soft_fraction: SoftFraction = 0.8
+    # --- agents on other hosts (``shepherd node``)
+    #: a node not heard from for this long (it beats every second) is lost: its agents are
+    #: gone, and their tasks fail with a reason naming the node
+    node_lost_s: Annotated[float, msgspec.Meta(ge=3, le=3600)] = 10.0
 
 
 S = TypeVar("S", bound=msgspec.Struct)

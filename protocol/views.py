@@ -120,11 +120,13 @@ def _used(agent: dict[str, Any], task: dict[str, Any]) -> str:
 
 
 def _branch(agent: dict[str, Any]) -> str:
-    """An agent in a git worktree: its branch and its changed files (as last counted)."""
+    """An agent on a node (``@HOST``); one in a git worktree: its branch and its changed files
+    (as last counted)."""
+    node = f"  @{agent['node']}" if agent.get("node") else ""
     if not agent.get("branch"):
-        return ""
+        return node
     count = agent.get("changed_files")
-    return f"  [{agent['branch']}: {'?' if count is None else count} changed]"
+    return f"{node}  [{agent['branch']}: {'?' if count is None else count} changed]"
 
 
 def summary_line(data: dict[str, Any]) -> str:

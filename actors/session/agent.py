@@ -114,7 +114,8 @@ class AgentHandle(Protocol):
     def stop(self) -> None:
         """Make the agent process exit (the launcher reports the exit through on_exit)."""
 
-    # optional: ``log_tail(lines) -> list[str]``, the end of the agent's own log
+    # optional: ``log_tail(lines) -> list[str]``, the end of the agent's own log; and
+    # ``exit_reason: str | None``, why it is gone when the launcher knows better than its log
 
 
 class Launcher(Protocol):
@@ -279,6 +280,7 @@ class AgentActor(ShepherdActor):
         # bridge logs what went wrong, or says why it stopped in its exit event
         killed = _signal_name(code)
         candidates = (
+            getattr(self._handle, "exit_reason", None),  # the launcher knows (a node lost)
             self._last_error if before_ready else None,
             error_from_log(tail),
             self._exit_text,

@@ -250,9 +250,11 @@ class BrokerActor(ShepherdActor):
             return status.view(self.state, args.agent, now, cursor=args.cursor, parent_wake=wake)
         if isinstance(args, api.SpawnArgs):
             agents.check_spawn(self.state, args)
+        on_node = isinstance(args, api.SpawnArgs) and args.node is not None  # checked there
         if (
             isinstance(args, api.SpawnArgs | api_batch.SpawnManyArgs)
             and args.adapter != "simulated"
+            and not on_node
         ):
             # the child's own checks, run here first: what spawn accepts, the child can run
             # (a spawn_many's options are the same for every name: checked once)

@@ -412,6 +412,10 @@ class ProcessLauncher:
         logger.bind(agent=spec.name).info("adopted bridge pid {pid}", pid=pid)
         return child
 
+    def wait_all_exited(self, timeout: float) -> bool:
+        """Block until every started agent's exit has been reported (or the timeout)."""
+        return self.reaper.wait_all_exited(timeout)
+
     def kill_all(self) -> None:
         for child in self.children.values():
             child.kill()

@@ -27,6 +27,7 @@ from actors.runtime.clock import Clock
 from actors.runtime.log import logger
 from actors.runtime.transport import PARENT_INBOX
 from actors.runtime.wire import SessionTransport, open_transport
+from actors.session.launcher import ProcessLauncher
 from protocol.errors import InvalidArgument, ShepherdError
 from protocol.settings import Settings
 from protocol.transport_url import is_nats, parse_transport
@@ -34,7 +35,7 @@ from protocol.transport_url import is_nats, parse_transport
 if TYPE_CHECKING:
     from actors.nats.transport import NatsTransport
 
-__all__ = ["ParentTransport", "given_transport", "resumed_transport"]
+__all__ = ["ParentTransport", "given_transport", "launcher_class", "resumed_transport"]
 
 
 def given_transport(transport: str | None, mailbox_root: Path | str | None) -> str | None:
@@ -44,6 +45,16 @@ def given_transport(transport: str | None, mailbox_root: Path | str | None) -> s
     if mailbox_root is not None:
         raise InvalidArgument("a session has a mailbox directory or NATS servers, not both")
     return parse_transport(transport).url
+
+
+def launcher_class(descriptor: str) -> type[ProcessLauncher]:
+    """Over NATS, a launcher that can also place agents on ``shepherd node``s (imported only
+    then: a session on its file mailbox never loads NATS)."""
+    if not is_nats(descriptor):
+        return ProcessLauncher
+    from actors.nats.placement import NodeLauncher
+
+    return NodeLauncher
 
 
 def resumed_transport(session_dir: Path, recorded: str, given: str | None, recover: bool) -> str:

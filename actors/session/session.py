@@ -263,6 +263,7 @@ class Session:
     # runs git, or waits for the git worker: never the broker)
 
     def _spawn(self, args: api.SpawnArgs) -> api.SpawnResult:
+        args = self._placed(args)
         if self.worktrees_root is None:
             if args.worktree:
                 raise InvalidArgument("spawn: worktree: this session makes no worktrees")
@@ -273,6 +274,17 @@ class Session:
         except BaseException:
             wt.undo(made, new_branch)
             raise
+
+    def _placed(self, args: api.SpawnArgs) -> api.SpawnArgs:
+        """``node``: a launcher that places agents on other hosts resolves it (``any``), checks
+        the node is live and can run the agent; any other launcher refuses it."""
+        place = getattr(self.launcher, "place", None)
+        if args.node is None or callable(place):
+            return place(args) if callable(place) else args
+        raise InvalidArgument(
+            "spawn: node: agents are placed on nodes only in a session over NATS "
+            "(serve --transport nats://...)"
+        )
 
     def _close(self, args: api.CloseArgs) -> api.CloseResult:
         closed: api.CloseResult = self._ask(args)

@@ -46,9 +46,8 @@ from actors.runtime.runtime import ThreadedRuntime
 from actors.runtime.transport import PARENT_INBOX
 from actors.session import recovery
 from actors.session.agent import AgentSpec
-from actors.session.launcher import ProcessLauncher
 from actors.session.locate import locate
-from actors.session.parent_transport import ParentTransport
+from actors.session.parent_transport import ParentTransport, launcher_class
 from actors.session.records import open_records
 from actors.session.session import Session
 from actors.session.sinks import FanOut, Sink
@@ -164,7 +163,7 @@ class Supervisor:
             undo=undo,
         )
         self.mailbox = self._wire.transport
-        self.launcher = ProcessLauncher(
+        self.launcher = launcher_class(self.transport)(
             session_dir=self.session_dir,
             session_id=self.session_id,
             mailbox_root=self.transport,
@@ -414,7 +413,7 @@ class Supervisor:
             if not row.closed:
                 with contextlib.suppress(ShepherdError):
                     self.session.close(row.agent_id)
-        if not self.launcher.reaper.wait_all_exited(grace_s):
+        if not self.launcher.wait_all_exited(grace_s):
             logger.warning("agents still running after {s}s; killing them", s=grace_s)
         self.launcher.close()
         self.reply_inboxes.stop()

@@ -15,7 +15,7 @@ session answered.
 The session's operations (``spawn``, ``delegate``, ``message`` ...) are generated from the
 operation table (:mod:`protocol.ops`): each one's positional arguments, options, help, the
 flags-to-arguments mapping, its paging and its human view; only the commands that are not
-operations of the session (``serve``, ``demo``, ``top``, ``notifications``, ``tools``,
+operations of the session (``serve``, ``node``, ``demo``, ``top``, ``notifications``, ``tools``,
 ``tool``, ``mcp``, ``watchdog``) are written by hand. An operation's arguments are checked against
 its Args Struct (types and bounds) before anything is sent: a value JSON cannot carry
 faithfully (NaN, an infinity) is refused, never sent as ``null``. Answers that are paged
@@ -36,6 +36,7 @@ import sys
 from actors.surfaces.cli_commands import (
     check_interval,
     run_demo,
+    run_node,
     run_notifications,
     run_serve,
     run_tool,
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return run_serve(args)
+        if args.command == "node":
+            return run_node(args)
         if args.command == "demo":
             return run_demo(args)
         if args.command == "notifications":

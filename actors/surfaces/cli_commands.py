@@ -34,6 +34,7 @@ __all__ = [
     "TOP_INTERVAL_S",
     "check_interval",
     "run_demo",
+    "run_node",
     "run_notifications",
     "run_serve",
     "run_tool",
@@ -104,6 +105,36 @@ def run_serve(args: argparse.Namespace) -> int:
     threading.Thread(target=wait_for_remote_shutdown, daemon=True).start()
     stop.wait()
     sup.shutdown()
+    return 0
+
+
+def run_node(args: argparse.Namespace) -> int:
+    """``shepherd node``: start the bridges of agents placed on this host, until SIGTERM/SIGINT
+    (:mod:`actors.nats.node`)."""
+    from actors.nats.node import NodeServer, check_node_name
+    from actors.records.live import state_dir
+    from actors.runtime.log import logger
+    from actors.runtime.wire import NATS_TIMEOUT_S
+    from protocol.transport_url import parse_transport
+
+    logger.enable("actors")
+    logger.remove()
+    logger.add(sys.stderr, level=os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING"))
+    name = check_node_name(args.name)
+    servers = parse_transport(args.transport).server_urls
+    root = Path(args.dir).absolute() if args.dir else state_dir() / "nodes" / name
+    node = NodeServer(servers, name, root, timeout_s=NATS_TIMEOUT_S)
+    ready = {"name": name, "pid": os.getpid(), "dir": str(root)}
+    if args.json:
+        sys.stdout.write(msgspec.json.encode({"node": ready}).decode() + "\n")
+    else:
+        sys.stdout.write(f"node {name} ready (pid {os.getpid()}), files in {root}\n")
+    sys.stdout.flush()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    node.close()
     return 0
 
 

@@ -122,6 +122,19 @@ def _add_serve(sub: Any) -> None:
     )
 
 
+def _add_node(sub: Any) -> None:
+    p = sub.add_parser("node", help="start the agents sessions place on this host (over NATS)")
+    p.add_argument(
+        "--transport",
+        required=True,
+        metavar="nats://HOST:PORT[,HOST:PORT...]",
+        help="the NATS servers of the sessions that place agents here",
+    )
+    p.add_argument("--name", required=True, help="this node's name (spawn --node NAME)")
+    p.add_argument("--dir", metavar="DIR", help="its agents' files (default: state dir/nodes/NAME)")
+    p.add_argument("--json", action="store_true", help="the ready line as JSON")
+
+
 def _add_demo(sub: Any) -> None:
     p = sub.add_parser("demo", help="the canonical scout/planner scenario, told as it happens")
     p.add_argument("--json", action="store_true", help="the story as JSON lines")
@@ -185,7 +198,11 @@ def _add_watchdog(sub: Any) -> None:
 
 def _commands() -> list[tuple[str, Callable[[Any], None]]]:
     """Every command and what adds it, in the order ``--help`` lists them."""
-    out: list[tuple[str, Callable[[Any], None]]] = [("serve", _add_serve), ("demo", _add_demo)]
+    out: list[tuple[str, Callable[[Any], None]]] = [
+        ("serve", _add_serve),
+        ("node", _add_node),
+        ("demo", _add_demo),
+    ]
     for op in ops.PARENT:
         if op.help:  # an operation without a command has no help
             out.append((op.command, functools.partial(_add_operation, op=op)))

@@ -7,6 +7,7 @@ from typing import Any
 
 from protocol import api, views
 from protocol.answers import READ_PAGES, STATUS_PAGES
+from protocol.ops.nodes import NODE_PARAM
 from protocol.ops.spec import Param, Tool, entry, respell
 
 __all__ = [
@@ -171,6 +172,7 @@ SPAWN = entry(
             metavar="TOOL:GLOB",
             help="gate matching Pi tool calls on your approval (repeatable)",
         ),
+        "node": NODE_PARAM,
     },
     tool=Tool(
         description=(

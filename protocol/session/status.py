@@ -75,6 +75,7 @@ def _agent(s: SessionState, row: AgentRow, task_id: str | None, now: float) -> a
         mailbox_wake=row.mailbox_wake,
         pid=row.pid if row.process_state != "exited" else None,
         usage=s.agent_usage.get(row.agent_id),
+        node=row.options.get("node"),
         **_worktree(s, row),
     )
 

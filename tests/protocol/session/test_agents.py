@@ -352,3 +352,26 @@ def test_a_turn_keeps_the_last_lines_it_printed_each_cut_short() -> None:
     assert tail[4] == "$ ls -la"
     s.runtime(a, "turn_end")
     assert a not in s.state.turns
+
+
+def test_an_agents_node_is_journaled_handed_to_the_launcher_shown_and_restored() -> None:
+    """``spawn --node``: where the agent runs is one of its options (journaled with it, so a
+    restarted parent adopts it there) and a column of status."""
+    from protocol.session.restore import fold
+    from protocol.session.state import SessionState
+
+    from .harness import SESSION
+
+    s = Session()
+    effects = s.call(api.SpawnArgs(name="scout", node="host-b"))
+    (spawned,) = of(effects, SpawnAgent)
+    assert spawned.options["node"] == "host-b"
+    assert _status_row(s).node == "host-b"
+    s.spawn("planner")  # without a node: the parent's host
+    rows = {r.name: r for r in status_view(s.state, None, s.now).agents}
+    assert rows["planner"].node is None
+    restored = fold(s.journal, SessionState(SESSION, s.state.settings))
+    assert {r.name: r.options.get("node") for r in restored.agents.values()} == {
+        "scout": "host-b",
+        "planner": None,
+    }
