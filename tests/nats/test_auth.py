@@ -27,7 +27,7 @@ from actors.nats.auth import (
     write_private,
 )
 from actors.nats.replies import NatsReplyInbox
-from actors.nats.server import NatsServer, start_server
+from actors.nats.server import NatsServer, start_cluster, start_server
 from actors.nats.transport import NatsTransport, inbox_subject
 from actors.runtime.transport import PARENT_INBOX
 from protocol.errors import InvalidArgument
@@ -257,6 +257,40 @@ def test_a_user_signed_by_another_key_is_refused_at_connect(
         asyncio.run(connect(user_credentials=str(forged)))
     with pytest.raises(Exception, match=r"(?i)authorization"):
         asyncio.run(connect())  # no credentials at all
+
+
+def test_a_cluster_started_with_the_authority_serves_a_child_through_another_server(
+    tmp_path: Path, authority_dir: Path, session_id: str
+) -> None:
+    """Every server of a cluster trusts the same authority: a child connected to the second
+    server reaches a parent connected to the first, on replicated (R3) streams."""
+    servers = start_cluster(tmp_path / "cluster", auth=authority_dir)
+    try:
+        login = Authority.load(str(authority_dir)).parent_login()
+        parent = NatsTransport([servers[0].url], session_id, replicas=3, login=login)
+        creds = child_creds(tmp_path, authority_dir, session_id, ALPHA)
+        try:
+            for inbox in (PARENT_INBOX, ALPHA):
+                parent.ensure_inbox(inbox)
+            parent.admit(ALPHA, session_id, CAPABILITY)
+            got = Collector()
+            parent.subscribe(PARENT_INBOX, got)
+            child = NatsTransport(
+                [servers[1].url],
+                session_id,
+                create=False,
+                login=NatsLogin(str(creds), owner=ALPHA),
+            )
+            try:
+                child.publish(PARENT_INBOX, message(session_id, "via n2", sender_id=ALPHA))
+            finally:
+                child.close()
+            assert got.wait_for(1)[0].content == "via n2"  # type: ignore[union-attr]
+        finally:
+            parent.close()
+    finally:
+        for server in servers:
+            server.kill()
 
 
 # ------------------------------------------------------------------ hostile values
