@@ -222,6 +222,7 @@ def test_a_child_with_its_own_credentials_reads_its_inbox_writes_to_the_parent_a
         child.subscribe(ALPHA, inbox)
         parent.publish(ALPHA, message(session_id, "task", sender_id=PARENT_ID, target_id=ALPHA))
         assert inbox.wait_for(1)[0].content == "task"  # type: ignore[union-attr]
+        assert _settled(auth_server.url, authority_dir, session_id, ALPHA)  # its ack was allowed
 
         at_parent = Collector()
         parent.subscribe(PARENT_INBOX, at_parent)
@@ -397,6 +398,17 @@ def _as_parent(url: str, authority_dir: Path, ask: Any) -> Any:
             await conn.nc.close()
 
     return asyncio.run(run())
+
+
+def _settled(url: str, authority_dir: Path, stream: str, consumer: str) -> bool:
+    """Has ``consumer`` nothing pending and nothing waiting for an ack? Asked until it has
+    (each check a round trip to the server), up to a ceiling."""
+
+    async def ask(js: Any) -> bool:
+        info = await js.consumer_info(stream, consumer)
+        return bool(info.num_pending == 0 and info.num_ack_pending == 0)
+
+    return any(_as_parent(url, authority_dir, ask) for _ in range(500))
 
 
 async def _stream_names(js: Any) -> list[str]:
