@@ -19,8 +19,9 @@ it is a durable consumer on the session's stream. Rules:
   stream of its own (:class:`Places`), since a consumer's rights can be limited only by its
   stream's name: the child may create, pull and delete consumers there and nowhere else. The
   parent finds that stream by the answer's target (the agent). Nobody sweeps it: it keeps at
-  most :data:`AGENT_REPLIES_KEEP` answers for at most :data:`AGENT_REPLIES_MAX_AGE_S` (a call
-  waits at most an hour), and goes with the session's streams.
+  most :data:`AGENT_REPLIES_KEEP` answers, each unread for at most
+  :data:`AGENT_REPLIES_MAX_AGE_S` (a live caller pulls its answer as it arrives, so an older
+  one is for a caller gone long ago), and goes with the session's streams.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ ONE_SHOT_INACTIVE_S = 60.0
 
 #: an agent's reply stream keeps at most this many answers (the oldest go first) ...
 AGENT_REPLIES_KEEP = 10_000
-#: ... each at most this long: the longest a child's call waits for its answer
+#: ... each unread at most this long (a live caller reads its answer as it arrives)
 AGENT_REPLIES_MAX_AGE_S = 3600.0
 
 

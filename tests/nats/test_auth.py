@@ -30,6 +30,7 @@ from actors.nats.replies import NatsReplyInbox
 from actors.nats.server import NatsServer, start_cluster, start_server
 from actors.nats.transport import NatsTransport, inbox_subject
 from actors.runtime.transport import PARENT_INBOX
+from actors.session.parent_transport import resumed_auth
 from protocol.errors import InvalidArgument
 from protocol.ids import PARENT_ID, IdKind, make_id
 from tests.nats.test_serve import _read_until, _spawn
@@ -333,6 +334,34 @@ def test_hostile_authority_directories_are_refused_naming_the_option(
     seed.unlink()
     seed.symlink_to(tmp_path / "elsewhere")
     assert "symbolic link" in _refused(str(authority_dir))
+
+
+def test_the_module_makes_a_private_authority_whose_server_block_names_no_secret(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "new"
+    done = subprocess.run(
+        [sys.executable, "-m", "actors.nats.auth", str(target)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == str(target / "server.conf")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o700
+    assert sorted(path.name for path in target.iterdir()) == [ACCOUNT_SEED, "server.conf"]
+    seed = (target / ACCOUNT_SEED).read_text().strip()
+    assert seed.startswith("SA") and seed not in (target / "server.conf").read_text()
+    assert "resolver: MEMORY" in (target / "server.conf").read_text()
+    assert Authority.load(str(target)).account in (target / "server.conf").read_text()
+
+
+def test_a_resumed_session_keeps_its_authority() -> None:
+    assert resumed_auth("/auth", None) == "/auth"
+    assert resumed_auth(None, None) is None
+    assert resumed_auth("/auth", "/auth") == "/auth"
+    for recorded, given in (("/auth", "/other"), (None, "/auth")):
+        with pytest.raises(InvalidArgument, match="--nats-auth"):
+            resumed_auth(recorded, given)
 
 
 def test_making_an_authority_never_overwrites_one(authority_dir: Path) -> None:
