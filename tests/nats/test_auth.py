@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -496,3 +497,48 @@ def test_serve_with_nats_auth_runs_the_canonical_flow_with_one_user_per_agent(
         assert not [name for name in names if name.startswith(sid)], names
     finally:
         serve.stop()
+
+
+def test_a_parent_killed_and_served_again_keeps_its_authority_and_its_agents(
+    isolated_state: Path, auth_server: NatsServer, authority_dir: Path, tmp_path: Path
+) -> None:
+    """The restarted parent logs in with the recorded authority (no option needed); the running
+    agent's user still works, so its `done` reaches the new parent; another authority is
+    refused."""
+    session = tmp_path / "session"
+    first = Serve(
+        session, dict(os.environ), "--transport", auth_server.url, "--nats-auth", str(authority_dir)
+    )
+    try:
+        assert first.wait_for(lambda lines: any("session" in x for x in lines))
+        _spawn(tmp_path, session, "alpha")
+        fifo = tmp_path / "release"
+        _, task = cli("delegate", "alpha", f"BLOCK-UNTIL {fifo} MARK-DONE", session=session)
+        _read_until(session, "alpha", "BLOCKED")
+    finally:
+        first.stop(signal.SIGKILL)
+
+    other = tmp_path / "other"
+    make_authority(other)
+    argv = [sys.executable, "-m", "actors.surfaces.cli", "serve", "--session-dir", str(session)]
+    moved = subprocess.run(
+        [*argv, "--nats-auth", str(other), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    error = json.loads(moved.stdout)["error"]
+    assert (moved.returncode, error["code"]) == (2, "invalid_argument")
+    assert "--nats-auth" in error["message"]
+
+    second = Serve(session, dict(os.environ))  # session.json names the servers and authority
+    try:
+        assert second.wait_for(lambda lines: any("session" in x for x in lines))
+        with open(fifo, "w"):
+            pass  # the agent's `done`, as its own user, to the resumed parent
+        _, waited = cli("wait", task["task_id"], "--timeout", "90", session=session)
+        (result,) = waited["completed"]
+        assert (result["status"], result["text"]) == ("completed", "done by alpha")
+    finally:
+        second.stop()
