@@ -6,6 +6,7 @@ awaited as the server's permissions-violation errors, with a generous ceiling.""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -260,6 +261,30 @@ def test_a_user_signed_by_another_key_is_refused_at_connect(
         asyncio.run(connect(user_credentials=str(forged)))
     with pytest.raises(Exception, match=r"(?i)authorization"):
         asyncio.run(connect())  # no credentials at all
+
+
+def test_a_child_that_widens_its_own_rights_in_its_jwt_is_refused_at_connect(
+    auth_server: NatsServer, authority_dir: Path, tmp_path: Path, session_id: str
+) -> None:
+    """The child edits its JWT's permissions to everything (the signature stays the account's
+    over the old claims): the server checks the signature and refuses it."""
+    creds = child_creds(tmp_path, authority_dir, session_id, ALPHA)
+    text = creds.read_text()
+    jwt = text.split("-----BEGIN NATS USER JWT-----\n")[1].split("\n")[0]
+    header, payload, signature = jwt.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims["nats"]["pub"] = {"allow": [">"]}
+    claims["nats"]["sub"] = {"allow": [">"]}
+    widened = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    forged = tmp_path / "widened.creds"
+    write_private(forged, text.replace(jwt, f"{header}.{widened}.{signature}"))
+
+    async def connect() -> None:
+        conn = await Conn().open(auth_server.url, user_credentials=str(forged))
+        await conn.nc.close()
+
+    with pytest.raises(Exception, match=r"(?i)authorization"):
+        asyncio.run(connect())
 
 
 def test_a_cluster_started_with_the_authority_serves_a_child_through_another_server(
