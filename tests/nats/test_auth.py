@@ -567,3 +567,39 @@ def test_a_parent_killed_and_served_again_keeps_its_authority_and_its_agents(
         assert (result["status"], result["text"]) == ("completed", "done by alpha")
     finally:
         second.stop()
+
+
+@pytest.mark.timeout(300)
+def test_records_on_the_servers_and_a_resume_on_another_host_work_with_the_authority(
+    isolated_state: Path, auth_server: NatsServer, authority_dir: Path, tmp_path: Path
+) -> None:
+    """`--journal nats` writes the records as the parent user; a parent SIGKILLed on host A is
+    resumed on host B (its own state, naming the authority again) and gets the agent's `done`."""
+    url, auth = auth_server.url, str(authority_dir)
+    session_a = tmp_path / "host-a" / "session"
+    first = Serve(
+        session_a, dict(os.environ), "--transport", url, "--journal", "nats", "--nats-auth", auth
+    )
+    try:
+        assert first.wait_for(lambda lines: any("session" in x for x in lines))
+        session_id = json.loads((session_a / "session.json").read_text())["session_id"]
+        _spawn(tmp_path, session_a, "alpha")
+        fifo = tmp_path / "release"
+        _, task = cli("delegate", "alpha", f"BLOCK-UNTIL {fifo} MARK-DONE", session=session_a)
+        _read_until(session_a, "alpha", "BLOCKED")
+    finally:
+        first.stop(signal.SIGKILL)
+
+    host_b = tmp_path / "host-b"
+    env_b = dict(os.environ, XDG_STATE_HOME=str(host_b / "state"))
+    argv = ["--transport", url, "--journal", "nats", "--resume", session_id, "--nats-auth", auth]
+    second = Serve(host_b / "session", env_b, *argv)
+    try:
+        assert second.wait_for(lambda lines: any("session" in x for x in lines))
+        with open(fifo, "w"):
+            pass  # the agent's `done`, as its own user, to the parent resumed on host B
+        _, waited = cli("wait", task["task_id"], "--timeout", "90", session=host_b / "session")
+        (result,) = waited["completed"]
+        assert (result["status"], result["text"]) == ("completed", "done by alpha")
+    finally:
+        second.stop()
