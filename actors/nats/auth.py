@@ -329,6 +329,12 @@ class Authority:
         }
         return self._user(f"shepherd-child {a}", permissions)
 
+    def write_child(self, path: Path, session_id: str, agent_id: str, parent_inbox: str) -> None:
+        """A new user for ``agent_id`` in ``path`` (0600; replacing the one a bridge of it had
+        before)."""
+        path.unlink(missing_ok=True)
+        write_private(path, self.child_credentials(session_id, agent_id, parent_inbox))
+
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv

@@ -321,15 +321,6 @@ class ProcessLauncher:
     def _creds_path(self, spec: AgentSpec) -> Path:
         return self._session_dir / "agents" / spec.agent_id / "nats.creds"
 
-    def _write_creds(self, spec: AgentSpec) -> None:
-        """A new user for this bridge (a restarted one too), readable only by this user."""
-        if self._authority is not None:
-            from actors.nats.auth import write_private
-
-            self._creds_path(spec).unlink(missing_ok=True)
-            creds = self._authority.child_credentials(self._session_id, spec.agent_id, PARENT_INBOX)
-            write_private(self._creds_path(spec), creds)
-
     def spawn_options(
         self, name: str, adapter: str, script: Any, options: dict[str, Any]
     ) -> tuple[str, dict[str, Any]]:
@@ -353,7 +344,9 @@ class ProcessLauncher:
         incarnation = spec.options.get("recovered")
         if isinstance(incarnation, int) and isinstance(inbox, Path):  # serve --recover
             clear_leftovers(self._session_id, spec.agent_id, inbox, agent_dir, incarnation)
-        self._write_creds(spec)
+        if self._authority is not None:  # a new NATS user for this bridge (a restarted one too)
+            path, agent = self._creds_path(spec), spec.agent_id
+            self._authority.write_child(path, self._session_id, agent, PARENT_INBOX)
         cwd = spec.options.get("cwd") or os.getcwd()
         env = {**os.environ, **self.environment(spec)}
         env.pop("SHEPHERD_SESSION_HINT", None)
