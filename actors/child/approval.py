@@ -67,7 +67,9 @@ def ask(
     # the session's transport (its mailbox, or NATS), imported when a request is made
     from actors.runtime.wire import open_reply_inbox, open_transport
 
-    mailbox = open_transport(env.mailbox, env.session_id, env.settings, validate=validate)
+    mailbox = open_transport(
+        env.mailbox, env.session_id, env.settings, validate=validate, login=env.nats_login()
+    )
     acks: list[AckEnvelope] = []
     decisions: list[NoticeEnvelope] = []
     acked, decided = threading.Event(), threading.Event()

@@ -214,6 +214,7 @@ class Bridge:
                 validate=envelope_validator(self.env, forwarded=FORWARDED_KINDS),
                 on_reject=self._inbox.rejected,
                 on_wake_mode=self._inbox.wake_changed,
+                login=self.env.nats_login(),
             )
         except (ShepherdError, OSError) as exc:
             self._log.error("cannot open the session mailbox {}: {}", self.env.mailbox, exc)

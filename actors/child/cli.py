@@ -160,7 +160,9 @@ def send_and_wait(
     # errors never pay for it
     from actors.runtime.wire import open_reply_inbox, open_transport
 
-    mailbox = open_transport(env.mailbox, env.session_id, env.settings, validate=validate_ack)
+    mailbox = open_transport(
+        env.mailbox, env.session_id, env.settings, validate=validate_ack, login=env.nats_login()
+    )
     got: list[AckEnvelope] = []
     arrived = threading.Event()
 

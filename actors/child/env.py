@@ -36,8 +36,10 @@ from protocol.settings import Settings
 
 if TYPE_CHECKING:
     from actors.child.scripted import AgentIdentity
+    from actors.nats.auth import NatsLogin
 
 __all__ = [
+    "ENV_NATS_CREDS",
     "ENV_VARS",
     "FORWARDED_KINDS",
     "INBOX_KINDS",
@@ -58,6 +60,9 @@ ENV_ADAPTER = "SHEPHERD_ADAPTER"
 ENV_AGENT_OPTIONS = "SHEPHERD_AGENT_OPTIONS"
 #: the session's settings as JSON: the child's mailbox keeps the same limits as the parent's
 ENV_SETTINGS = "SHEPHERD_SETTINGS"
+#: the path of this child's own NATS credentials (0600, in its private directory), set only by
+#: a session with ``--nats-auth``: the bridge and its commands connect as that user
+ENV_NATS_CREDS = "SHEPHERD_NATS_CREDS"
 ENV_VARS = (
     ENV_SESSION,
     ENV_SESSION_ID,
@@ -69,6 +74,7 @@ ENV_VARS = (
     ENV_ADAPTER,
     ENV_AGENT_OPTIONS,
     ENV_SETTINGS,
+    ENV_NATS_CREDS,
 )
 
 # Kinds the parent may put into an agent's inbox, and which of them may carry another sender.
@@ -96,6 +102,15 @@ class ChildEnv(msgspec.Struct, frozen=True, kw_only=True):
     adapter: str = "scripted"
     options: dict[str, Any] = {}
     settings: Settings = msgspec.field(default_factory=Settings)
+    nats_creds: str | None = None
+
+    def nats_login(self) -> NatsLogin | None:
+        """Who this child is on the NATS servers (None: no credentials)."""
+        if self.nats_creds is None:
+            return None
+        from actors.nats.auth import NatsLogin
+
+        return NatsLogin(self.nats_creds, owner=self.agent_id)
 
     @property
     def identity(self) -> AgentIdentity:
@@ -172,6 +187,7 @@ def child_env_from(environ: Mapping[str, str], *, bridge: bool) -> ChildEnv:
         adapter=environ.get(ENV_ADAPTER, "").strip() or "scripted",
         options=options,
         settings=settings,
+        nats_creds=environ.get(ENV_NATS_CREDS, "").strip() or None,
     )
 
 

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.js.client import JetStreamContext
 
+    from actors.nats.auth import NatsLogin
+
 __all__ = ["CHUNK_BYTES", "OUTAGE_CEILING_S", "NatsLines", "lines_stream", "lines_subject"]
 
 T = TypeVar("T")
@@ -98,9 +100,11 @@ class NatsLines:
         password: str | None = None,
         create: bool = True,
         outage_s: float = OUTAGE_CEILING_S,
+        login: NatsLogin | None = None,
     ) -> None:
         """``create=False``: the stream must exist already (a session resumed from the
-        servers' records); if it does not, :class:`~protocol.errors.InvalidHandle`."""
+        servers' records); if it does not, :class:`~protocol.errors.InvalidHandle`. ``login``:
+        this process's NATS user (:mod:`actors.nats.auth`)."""
         self._session_id = session_id
         self._stream = lines_stream(session_id, kind)
         self._subject = lines_subject(session_id, kind)
@@ -115,7 +119,7 @@ class NatsLines:
         self._js: JetStreamContext | None = None
         try:
             self._nc, self._js = self._run(
-                connect(list(servers), user, password, session_id, request_timeout_s),
+                connect(list(servers), user, password, session_id, request_timeout_s, login),
                 what="connect",
             )
             if create:

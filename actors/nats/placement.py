@@ -157,8 +157,9 @@ class NodeLauncher(ProcessLauncher):
 
     async def _connect(self) -> None:
         try:
+            login = self._authority.parent_login() if self._authority is not None else None
             self._nc, _ = await setup.connect(
-                self._servers, None, None, f"{self._session_id} nodes", NATS_TIMEOUT_S
+                self._servers, None, None, f"{self._session_id} nodes", NATS_TIMEOUT_S, login
             )
         except Exception as exc:
             raise SessionUnavailable(f"no NATS server answered: {exc!r}") from exc
@@ -266,6 +267,10 @@ class NodeLauncher(ProcessLauncher):
             return args
         if args.worktree:  # it would be made here, on the parent's host
             raise InvalidArgument("spawn: worktree: an agent on a node cannot have one yet")
+        if self._authority is not None:  # its credentials would be written on this host
+            raise InvalidArgument(
+                "spawn: node: a session with --nats-auth cannot place agents on nodes yet"
+            )
         if args.node == nodes.ANY_NODE:
             name = nodes.least_loaded(self._loads())
             if name is None:

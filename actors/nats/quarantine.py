@@ -32,8 +32,10 @@ class QuarantineRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Quarantine:
-    def __init__(self, js: JetStreamContext, session_id: str) -> None:
+    def __init__(self, js: JetStreamContext, session_id: str, owner: str | None = None) -> None:
         self._js = js
+        #: a child with its own credentials records under its agent id, which its rights name
+        self._owner = owner
         self.stream = f"{session_id}_quarantine"
         self._prefix = f"shepherd.{session_id}.quarantine."
 
@@ -61,7 +63,7 @@ class Quarantine:
         )
         try:
             await self._js.publish(
-                self._prefix + inbox,
+                self._prefix + (self._owner or inbox),
                 data,
                 stream=self.stream,
                 headers={"Shepherd-Reason": json.dumps(msgspec.to_builtins(reason))},

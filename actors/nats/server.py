@@ -16,6 +16,10 @@ Rules:
   endpoint's ``/healthz`` until it answers ``ok`` (JetStream current, with a meta leader in a
   cluster) (an event, not a
   guess at how long start-up takes), within a ceiling.
+- ``auth``: the directory of a NATS authority (:mod:`actors.nats.auth`); its ``server.conf``
+  block is written into the server's configuration (the server's ``include`` resolves even an
+  absolute path against the including file's directory, so the text is copied), and then
+  only users of that authority may connect.
 - Ports are found free on 127.0.0.1 by binding port 0, all of one server's (or one cluster's)
   at once so that they differ from each other (ports chosen one after another may repeat).
   Another process may still take a port between the choice and the server's start; a start
@@ -105,6 +109,8 @@ class NatsServer:
     routes: Sequence[int] = ()
     #: extra configuration text appended verbatim (authorization blocks, accounts)
     extra_config: str = ""
+    #: a NATS authority's directory (module rules)
+    auth: Path | None = None
     process: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -136,6 +142,10 @@ class NatsServer:
                 f"  routes: [{routes}]",
                 "}",
             ]
+        if self.auth is not None:
+            from actors.nats.auth import SERVER_CONF
+
+            lines.append((self.auth / SERVER_CONF).read_text())
         if self.extra_config:
             lines.append(self.extra_config)
         return "\n".join(lines) + "\n"
@@ -190,10 +200,10 @@ class NatsServer:
         self.kill(signal.SIGTERM)
 
 
-def start_server(store_dir: Path, name: str = "n1") -> NatsServer:
+def start_server(store_dir: Path, name: str = "n1", auth: Path | None = None) -> NatsServer:
     """One ready server on free ports, tried again on new ports if one was taken meanwhile."""
     for attempt in range(_START_ATTEMPTS):
-        server = NatsServer(store_dir=store_dir, name=name).start()
+        server = NatsServer(store_dir=store_dir, name=name, auth=auth).start()
         try:
             server.wait_ready()
             return server
@@ -208,7 +218,9 @@ def start_server(store_dir: Path, name: str = "n1") -> NatsServer:
     raise AssertionError("unreachable")
 
 
-def start_cluster(root: Path, size: int = 3, name: str = "shepherd") -> list[NatsServer]:
+def start_cluster(
+    root: Path, size: int = 3, name: str = "shepherd", auth: Path | None = None
+) -> list[NatsServer]:
     """``size`` ready servers on 127.0.0.1 routed to each other, each with its own store dir.
 
     Every port of the cluster (client, monitoring, route; three per server) is chosen at once.
@@ -225,6 +237,7 @@ def start_cluster(root: Path, size: int = 3, name: str = "shepherd") -> list[Nat
                 cluster_name=name,
                 cluster_port=route[index],
                 routes=[port for other, port in enumerate(route) if other != index],
+                auth=auth,
             )
             for index in range(size)
         ]

@@ -8,12 +8,16 @@ import contextlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from actors.nats.outage import Outage
 from actors.runtime.log import logger
+from protocol.errors import InboxFull, SessionUnavailable
 from protocol.settings import Settings
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.js.client import JetStreamContext
+
+    from actors.nats.auth import NatsLogin
 
 __all__ = [
     "add_consumer",
@@ -22,14 +26,50 @@ __all__ = [
     "delete_consumer",
     "inbox_stream",
     "make_streams",
+    "publish",
 ]
+
+#: the JetStream error code for "maximum messages per subject exceeded"
+_PER_SUBJECT_LIMIT = 10077
+
+
+async def publish(
+    js: JetStreamContext,
+    place: tuple[str, str],
+    inbox: str,
+    message_id: str,
+    data: bytes,
+    max_queue_depth: int,
+) -> None:
+    """Publish ``data`` for ``inbox`` at ``place`` (its stream and subject); the server's
+    refusals as typed errors (the inbox's limit, an outage that may pass, anything else)."""
+    from nats.js.errors import APIError, ServiceUnavailableError
+
+    try:
+        await js.publish(
+            place[1], data, stream=place[0], headers={"Nats-Msg-Id": f"{inbox}/{message_id}"}
+        )
+    except APIError as exc:
+        if exc.err_code == _PER_SUBJECT_LIMIT:  # a 503 too, but no outage
+            raise InboxFull(
+                f"inbox {inbox!r} already holds its limit of {max_queue_depth} unread envelopes"
+            ) from exc
+        if isinstance(exc, ServiceUnavailableError):  # no leader yet
+            raise Outage(f"the NATS servers have no leader for the session: {exc}") from exc
+        raise SessionUnavailable(f"the NATS server refused the publish: {exc}") from exc
 
 
 async def connect(
-    servers: list[str], user: str | None, password: str | None, session_id: str, timeout: float
+    servers: list[str],
+    user: str | None,
+    password: str | None,
+    session_id: str,
+    timeout: float,
+    login: NatsLogin | None = None,
 ) -> tuple[Client, JetStreamContext]:
     """A connection that reconnects forever (to any server of the list); the caller bounds how
-    long the first connection may take."""
+    long the first connection may take. ``login``: this process's NATS user
+    (:mod:`actors.nats.auth`)."""
     import nats
 
     made: list[Client] = []
@@ -56,6 +96,7 @@ async def connect(
         disconnected_cb=disconnected,
         reconnected_cb=reconnected,
         error_cb=error,
+        **(login.connect_options() if login is not None else {}),
     )
     made.append(nc)
     return nc, nc.jetstream(timeout=timeout)
@@ -135,7 +176,7 @@ async def consumer_exists(js: JetStreamContext, stream: str, inbox: str) -> bool
     return True
 
 
-async def delete_consumer(js: JetStreamContext, stream: str, inbox: str, subject: str) -> None:
+async def delete_consumer(js: JetStreamContext, stream: str, subject: str, inbox: str) -> None:
     """The inbox's consumer and what its subject still holds."""
     from nats.js.errors import NotFoundError
 

@@ -37,6 +37,9 @@ Rules:
   A handler that raises sends the message to quarantine.
 - A process that did not create the session (``create=False``: a bridge, a CLI client) makes
   no stream and only its own one-shot reply inboxes (:mod:`actors.nats.replies`).
+- With a ``login`` (:mod:`actors.nats.auth`) the process is its own NATS user, whose rights the
+  server enforces; a child's one-shot inboxes and quarantine records are then under its agent id
+  (:class:`~actors.nats.replies.Places`). Without one: no credentials, as before.
 - A server that does not answer within ``request_timeout_s`` makes ``publish`` raise
   ``session_unavailable``; the client keeps reconnecting (to any server of a cluster) and the
   pull loops resume where the consumers' ack floors are. The session's creator (the parent)
@@ -65,7 +68,6 @@ from actors.runtime.transport import Handler, NotHandled, SenderGate, Subscripti
 from protocol.envelopes import AnyEnvelope, decode_envelope
 from protocol.errors import (
     ForbiddenSender,
-    InboxFull,
     InvalidEnvelope,
     InvalidHandle,
     SessionUnavailable,
@@ -78,11 +80,10 @@ if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
     from actors.mailbox.drain import RejectCallback, Validator
+    from actors.nats.auth import NatsLogin
 
 __all__ = ["NatsTransport", "QuarantineRecord", "inbox_subject", "stream_name"]
 
-#: the JetStream error code for "maximum messages per subject exceeded"
-_PER_SUBJECT_LIMIT = 10077
 #: messages fetched per pull; the handler sees them one by one, in order
 _FETCH_BATCH = 256
 #: how long one pull waits for messages before asking again (bounds how late a cancel is seen)
@@ -119,6 +120,7 @@ class NatsTransport:
         validate: Validator | None = None,
         on_reject: RejectCallback | None = None,
         outage_s: float = 0.0,  # how long `publish` waits out an outage (module rules)
+        login: NatsLogin | None = None,
     ) -> None:
         self._outage_s = outage_s
         self._ack_wait = ack_wait_s
@@ -130,6 +132,8 @@ class NatsTransport:
         self._session_id = session_id
         self._stream = stream_name(session_id)
         self._prefix = inbox_subject(session_id, "")
+        owner = login.owner if login is not None else None
+        self._places = replies.Places(session_id, owner=owner, agent_replies=login is not None)
         self._replicas = replicas
         self._timeout = request_timeout_s
         self.gate = SenderGate(self._settings.dedup_window)
@@ -144,7 +148,7 @@ class NatsTransport:
         try:
             try:
                 self._nc, self._js = self._thread.run(
-                    setup.connect(self.servers, user, password, session_id, self._timeout),
+                    setup.connect(self.servers, user, password, session_id, self._timeout, login),
                     self._timeout * 2,
                 )
             except Exception as exc:  # the client retries forever: the bounded wait ended it
@@ -153,7 +157,7 @@ class NatsTransport:
                     f"no NATS server answered within {self._timeout * 2:g} s at "
                     f"{', '.join(self.servers)}{why}"
                 ) from exc
-            self._quarantined = Quarantine(self._js, self._session_id)
+            self._quarantined = Quarantine(self._js, self._session_id, owner)
             if create:
                 inbox = setup.inbox_stream(
                     self._stream, inbox_subject(session_id, "*"), self._settings, replicas
@@ -175,20 +179,25 @@ class NatsTransport:
         inbox_name(inbox)
         if not self._create and kind_of(inbox) is not IdKind.MESSAGE:
             raise ForbiddenSender(f"only the session parent creates inbox {inbox!r}")
-        subject = inbox_subject(self._session_id, inbox)
+        stream, subject = self._places.of(inbox)
         wait, replicas = self._ack_wait, self._replicas
-        self._run(setup.add_consumer(self._js, self._stream, inbox, subject, wait, replicas))
+        if self._create and self._places.agent_replies and kind_of(inbox) is IdKind.AGENT:
+            config = self._places.agent_stream(inbox, replicas)
+            self._run(setup.make_streams(self._js, [config], self._timeout))
+        self._run(setup.add_consumer(self._js, stream, inbox, subject, wait, replicas))
         with self._lock:
             self._inboxes.add(inbox)
             if replies.one_shot_threshold(inbox) is not None:
                 self._one_shots.add(inbox)
 
-    def has_inbox(self, inbox: str) -> bool:
+    def has_inbox(self, inbox: str, target: str | None = None) -> bool:
+        """``target``: the agent an answer published there is for (see :class:`Places`)."""
         inbox_name(inbox)
         with self._lock:
             if inbox in self._inboxes:
                 return True
-        found = bool(self._run(setup.consumer_exists(self._js, self._stream, inbox)))
+        stream = self._places.of(inbox, target)[0]
+        found = bool(self._run(setup.consumer_exists(self._js, stream, inbox)))
         if found and replies.one_shot_threshold(inbox) is None:  # a reply inbox: used once
             with self._lock:
                 self._inboxes.add(inbox)
@@ -203,12 +212,7 @@ class NatsTransport:
             loop = self._loops.get(inbox)
         if loop is not None:
             loop.cancel()
-        self._run(self._delete_consumer(inbox))
-
-    def _delete_consumer(self, inbox: str) -> Any:
-        return setup.delete_consumer(
-            self._js, self._stream, inbox, inbox_subject(self._session_id, inbox)
-        )
+        self._run(setup.delete_consumer(self._js, *self._places.of(inbox), inbox))
 
     # ------------------------------------------------------------------ publish
 
@@ -222,33 +226,17 @@ class NatsTransport:
         data = encode_publishable(
             inbox, envelope, self._session_id, self._settings.max_envelope_bytes
         )
-        if not self.has_inbox(inbox):
+        if not self.has_inbox(inbox, envelope.target_id):
             raise InvalidHandle(f"no inbox {inbox!r} in this session")
+        place = self._places.of(inbox, envelope.target_id)
+        depth = self._settings.max_queue_depth
         waiting_out(
-            lambda: self._run(self._publish(inbox, envelope.message_id, data)),
+            lambda: self._run(
+                setup.publish(self._js, place, inbox, envelope.message_id, data, depth)
+            ),
             self._outage_s,
             lambda: self._closed,
         )
-
-    async def _publish(self, inbox: str, message_id: str, data: bytes) -> None:
-        from nats.js.errors import APIError, ServiceUnavailableError
-
-        try:
-            await self._js.publish(
-                inbox_subject(self._session_id, inbox),
-                data,
-                stream=self._stream,
-                headers={"Nats-Msg-Id": f"{inbox}/{message_id}"},
-            )
-        except APIError as exc:
-            if exc.err_code == _PER_SUBJECT_LIMIT:  # a 503 too, but no outage
-                limit = self._settings.max_queue_depth
-                raise InboxFull(
-                    f"inbox {inbox!r} already holds its limit of {limit} unread envelopes"
-                ) from exc
-            if isinstance(exc, ServiceUnavailableError):  # no leader yet
-                raise Outage(f"the NATS servers have no leader for the session: {exc}") from exc
-            raise SessionUnavailable(f"the NATS server refused the publish: {exc}") from exc
 
     def _run(self, coro: Any) -> Any:
         import nats.errors
@@ -287,7 +275,8 @@ class NatsTransport:
         return loop
 
     async def _start(self, loop: PullLoop) -> None:
-        subscription = await self._js.pull_subscribe_bind(durable=loop.inbox, stream=self._stream)
+        stream = self._places.of(loop.inbox)[0]
+        subscription = await self._js.pull_subscribe_bind(durable=loop.inbox, stream=stream)
         loop.task = asyncio.get_running_loop().create_task(self._pull(loop, subscription))
 
     async def _pull(self, loop: PullLoop, subscription: Any) -> None:
@@ -403,7 +392,8 @@ class NatsTransport:
         from nats.js.errors import NotFoundError
 
         async def delete() -> None:
-            for stream in (self._stream, self._quarantined.stream):
+            agents = await self._places.agent_streams(self._nc)
+            for stream in (self._stream, self._quarantined.stream, *agents):
                 with contextlib.suppress(NotFoundError):
                     await self._js.delete_stream(stream)
 
@@ -427,7 +417,7 @@ class NatsTransport:
             loop.cancel()
         for inbox in one_shots:  # not there any more is fine, as a server gone is: swept later
             with contextlib.suppress(Exception):
-                self._run(self._delete_consumer(inbox))
+                self._run(setup.delete_consumer(self._js, *self._places.of(inbox), inbox))
         self._closed = True
         # acknowledgements are sent without waiting: flushed before the connection goes (a
         # drain would also wait for the pulls just cancelled, up to its timeout)

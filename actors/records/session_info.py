@@ -50,6 +50,9 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: where the journal and the record of delivery live: ``file`` (the session directory) or
     #: ``nats`` (the transport's servers; :mod:`actors.session.records`)
     records: str = "file"
+    #: the directory of the session's NATS authority (``serve --nats-auth``), if any: a client
+    #: logs in as the account's parent user
+    nats_auth: str | None = None
 
 
 def load_info(session_dir: Path) -> SessionInfo:

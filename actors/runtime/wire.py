@@ -18,6 +18,8 @@ Rules:
   same on both (see :mod:`actors.mailbox.drain`).
 - Naming three or more servers makes the session's streams replicated on three (R3); one or
   two servers, on one (R1). Name every server of a cluster.
+- ``login`` (NATS only): who this process is on the servers (``serve --nats-auth``,
+  :mod:`actors.nats.auth`); without it, no credentials. A mailbox takes none.
 - A NATS server that does not answer within :data:`NATS_TIMEOUT_S` (twice that for the first
   connection) is ``session_unavailable`` naming the servers; nothing waits forever. The
   session's creator waits out an outage for at most :data:`NATS_OUTAGE_S` before it says so
@@ -31,10 +33,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from actors.runtime.transport import Transport
+from protocol.errors import InvalidArgument
 from protocol.transport_url import is_nats, parse_transport
 
 if TYPE_CHECKING:
     from actors.mailbox.drain import RejectCallback, Validator
+    from actors.nats.auth import NatsLogin
     from protocol.settings import Settings
 
 __all__ = [
@@ -90,6 +94,7 @@ def open_transport(
     validate: Validator | None = None,
     on_reject: RejectCallback | None = None,
     on_wake_mode: Callable[[str, str], None] | None = None,
+    login: NatsLogin | None = None,
 ) -> SessionTransport:
     """The transport ``descriptor`` names (see the module rules); raises the typed error."""
     if is_nats(descriptor):
@@ -107,7 +112,10 @@ def open_transport(
             on_reject=on_reject,
             # the parent waits out a failover; a child's or a CLI call's wait stays bounded
             outage_s=NATS_OUTAGE_S if create else 0.0,
+            login=login,
         )
+    if login is not None:
+        raise InvalidArgument("NATS credentials (--nats-auth) need a nats:// transport")
     from actors.mailbox.mailbox import Mailbox
 
     opener = Mailbox.create if create else Mailbox.open

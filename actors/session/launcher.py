@@ -25,7 +25,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -36,6 +36,7 @@ from actors.child.env import (
     ENV_AGENT_OPTIONS,
     ENV_CAPABILITY,
     ENV_MAILBOX,
+    ENV_NATS_CREDS,
     ENV_PARENT_PID,
     ENV_SESSION,
     ENV_SESSION_ID,
@@ -49,10 +50,14 @@ from actors.runtime.procs import (
     restore_open_files_limit,
     terminate_session,
 )
+from actors.runtime.transport import PARENT_INBOX
 from actors.session.agent import AgentHandle, AgentSpec
 from actors.session.recovery import clear_leftovers
 from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable
 from protocol.settings import Settings
+
+if TYPE_CHECKING:
+    from actors.nats.auth import Authority
 
 __all__ = ["ChildProcess", "ProcessLauncher", "Reaper", "open_private_log", "read_log_tail"]
 
@@ -268,6 +273,7 @@ class ProcessLauncher:
         grace_s: float = STOP_GRACE_S,
         python: str = sys.executable,
         extra_env: Mapping[str, str] | None = None,
+        authority: Authority | None = None,
     ) -> None:
         self._session_dir = session_dir
         self._session_id = session_id
@@ -281,6 +287,8 @@ class ProcessLauncher:
         self._python = python
         #: more for every bridge's environment (the session's trace context)
         self._extra_env = dict(extra_env or {})
+        #: mints each child's own NATS user (``serve --nats-auth``: :mod:`actors.nats.auth`)
+        self._authority = authority
         # one pidfd per agent: 1,000 agents pass the usual soft limit of 1,024 descriptors
         self._open_files_soft = raise_open_files_limit()
         self.reaper = Reaper()
@@ -307,7 +315,11 @@ class ProcessLauncher:
             ENV_AGENT_OPTIONS: json.dumps(options),
             ENV_SETTINGS: msgspec.json.encode(self._settings).decode(),
             **self._extra_env,
+            **({ENV_NATS_CREDS: str(self._creds_path(spec))} if self._authority else {}),
         }
+
+    def _creds_path(self, spec: AgentSpec) -> Path:
+        return self._session_dir / "agents" / spec.agent_id / "nats.creds"
 
     def spawn_options(
         self, name: str, adapter: str, script: Any, options: dict[str, Any]
@@ -332,6 +344,9 @@ class ProcessLauncher:
         incarnation = spec.options.get("recovered")
         if isinstance(incarnation, int) and isinstance(inbox, Path):  # serve --recover
             clear_leftovers(self._session_id, spec.agent_id, inbox, agent_dir, incarnation)
+        if self._authority is not None:  # a new NATS user for this bridge (a restarted one too)
+            path, agent = self._creds_path(spec), spec.agent_id
+            self._authority.write_child(path, self._session_id, agent, PARENT_INBOX)
         cwd = spec.options.get("cwd") or os.getcwd()
         env = {**os.environ, **self.environment(spec)}
         env.pop("SHEPHERD_SESSION_HINT", None)

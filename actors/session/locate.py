@@ -5,9 +5,11 @@ of this host (``serve --resume SESSION_ID``, a restart on another host).
 Rules:
 - An existing directory is resumed; a live supervisor in it is ``invalid_argument``, and so is
   a ``--resume`` id other than the one it holds.
-- A resumed session keeps its recorded transport and records (asking for others is
-  ``invalid_argument``: :func:`~actors.session.parent_transport.resumed_transport`,
-  :func:`~actors.session.records.records_kind`).
+- A resumed session keeps its recorded transport, records and NATS authority (asking for others
+  is ``invalid_argument``: :func:`~actors.session.parent_transport.resumed_transport`,
+  :func:`~actors.session.records.records_kind`,
+  :func:`~actors.session.parent_transport.resumed_auth`). A session resumed from the servers
+  on another host names its authority again (``--nats-auth``: this host's copy of it).
 - A session resumed from the servers gets a new client token on this host (the CLI of this
   host reads it from the new ``session.json``); its agents' capabilities come from its journal.
 """
@@ -21,7 +23,12 @@ from pathlib import Path
 
 from actors.mailbox.mailbox import default_runtime_dir
 from actors.records.session_info import is_live, load_info, state_dir
-from actors.session.parent_transport import given_transport, resumed_transport
+from actors.session.parent_transport import (
+    check_auth,
+    given_transport,
+    resumed_auth,
+    resumed_transport,
+)
 from actors.session.records import records_kind, resumable_id
 from protocol.errors import InvalidArgument
 
@@ -39,6 +46,8 @@ class Located:
     records: str
     #: its records exist already: they are read back (and, on NATS, must be there)
     resumed: bool
+    #: the directory of its NATS authority (``--nats-auth``; kept by a resumed session)
+    nats_auth: str | None = None
 
 
 def locate(
@@ -51,6 +60,7 @@ def locate(
     resume: str | None,
     new_id: Callable[[], str],
     new_secret: Callable[[], str],
+    nats_auth: str | None = None,
 ) -> Located:
     """The session to run (module rules); raises the typed error naming what is wrong."""
     wanted_transport = given_transport(transport, mailbox_root)
@@ -77,6 +87,7 @@ def locate(
             client_token=old.client_token,
             records=records_kind(journal, kept, old.records),
             resumed=True,
+            nats_auth=resumed_auth(old.nats_auth, nats_auth),
         )
     session_id = resume or new_id()
     root = Path(mailbox_root or default_runtime_dir() / session_id).absolute()
@@ -89,4 +100,5 @@ def locate(
         client_token=new_secret(),
         records=records_kind(journal, chosen, None),
         resumed=resume is not None,  # a session of the servers' records, new on this host
+        nats_auth=check_auth(chosen, nats_auth),
     )

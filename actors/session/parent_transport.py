@@ -7,6 +7,9 @@ Rules:
   mailbox directory. A resumed session keeps what it recorded in session.json; another
   ``--transport`` for it is ``invalid_argument`` (its agents and unread envelopes are there),
   and so is ``--recover`` over NATS (not available there yet).
+- ``--nats-auth DIR`` (:mod:`actors.nats.auth`) needs NATS; a resumed session keeps the
+  authority it recorded, and another one given for it is ``invalid_argument``. The parent and
+  its shutdown's own connection log in as the account's parent user.
 - At shutdown, once every agent has exited and the live callers read their answers, the
   session's inboxes are deleted: nothing is left to read them. On NATS that is the session's
   inbox and quarantine streams (their consumers go with them); a server that cannot be reached
@@ -33,9 +36,18 @@ from protocol.settings import Settings
 from protocol.transport_url import is_nats, parse_transport
 
 if TYPE_CHECKING:
+    from actors.nats.auth import Authority, NatsLogin
     from actors.nats.transport import NatsTransport
 
-__all__ = ["ParentTransport", "given_transport", "launcher_class", "resumed_transport"]
+__all__ = [
+    "ParentTransport",
+    "check_auth",
+    "given_transport",
+    "launcher_class",
+    "load_authority",
+    "resumed_auth",
+    "resumed_transport",
+]
 
 
 def given_transport(transport: str | None, mailbox_root: Path | str | None) -> str | None:
@@ -72,6 +84,31 @@ def resumed_transport(session_dir: Path, recorded: str, given: str | None, recov
     return recorded
 
 
+def resumed_auth(recorded: str | None, given: str | None) -> str | None:
+    if given is not None and (recorded is None or Path(given).absolute() != Path(recorded)):
+        raise InvalidArgument(
+            f"--nats-auth: this session runs with {recorded or 'no NATS credentials'}; "
+            "that cannot change"
+        )
+    return recorded
+
+
+def check_auth(descriptor: str, nats_auth: str | None) -> str | None:
+    if nats_auth is not None and not is_nats(descriptor):
+        raise InvalidArgument("--nats-auth needs --transport nats://HOST:PORT")
+    return nats_auth
+
+
+def load_authority(descriptor: str, nats_auth: str | None) -> Authority | None:
+    """The session's NATS authority (:mod:`actors.nats.auth`), checked, or None."""
+    raw = check_auth(descriptor, nats_auth)
+    if raw is None:
+        return None
+    from actors.nats.auth import Authority
+
+    return Authority.load(raw)
+
+
 class ParentTransport:
     def __init__(
         self,
@@ -83,6 +120,7 @@ class ParentTransport:
         validate: Validator,
         on_reject: RejectCallback,
         undo: Callable[[], object],
+        authority: Authority | None = None,
     ) -> None:
         """Open the session's transport as its creator, with the parent's inbox; if that fails
         (a NATS server out of reach), ``undo`` stops what the supervisor had started."""
@@ -92,6 +130,9 @@ class ParentTransport:
         self._root = mailbox_root
         self._late: NatsTransport | None = None  # a connection for after the session closed
         try:
+            self.authority = authority
+            #: what session.json records (absolute)
+            self.nats_auth = str(authority.directory) if authority is not None else None
             self.transport: SessionTransport = open_transport(
                 descriptor,
                 session_id,
@@ -99,6 +140,7 @@ class ParentTransport:
                 create=True,
                 validate=validate,
                 on_reject=on_reject,
+                login=self._login(),
             )
         except BaseException:
             undo()
@@ -110,6 +152,9 @@ class ParentTransport:
             undo()
             raise
         self._nats = cast("NatsTransport", self.transport) if self.nats else None
+
+    def _login(self) -> NatsLogin | None:
+        return self.authority.parent_login() if self.authority is not None else None
 
     def sweeper(
         self, clock: Clock, submit: Callable[[Callable[[], object]], object]
@@ -131,7 +176,7 @@ class ParentTransport:
         """The session closed its transport with its actors: shutdown's last steps (waiting for
         unread answers, deleting the streams) get a connection of their own."""
         if self._late is None:
-            opened = open_transport(self._descriptor, self._session_id)
+            opened = open_transport(self._descriptor, self._session_id, login=self._login())
             self._late = cast("NatsTransport", opened)
         return self._late
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -38,6 +38,9 @@ from protocol.errors import InvalidArgument
 from protocol.ids import IdKind, kind_of
 from protocol.journal import Record
 from protocol.transport_url import is_nats, parse_transport
+
+if TYPE_CHECKING:
+    from actors.nats.auth import NatsLogin
 
 __all__ = ["RECORDS", "Records", "open_records", "records_kind", "resumable_id"]
 
@@ -141,10 +144,17 @@ def resumable_id(session_id: str, journal: str | None, transport: str | None) ->
 
 
 def open_records(
-    kind: str, session_dir: Path, transport: str, session_id: str, *, existing: bool
+    kind: str,
+    session_dir: Path,
+    transport: str,
+    session_id: str,
+    *,
+    existing: bool,
+    login: NatsLogin | None = None,
 ) -> Records:
     """Open the session's records (``existing``: they must be there already, as when resuming
-    from the servers; a file journal is simply opened, its torn tail cut off)."""
+    from the servers; a file journal is simply opened, its torn tail cut off). ``login``: the
+    parent's NATS user (``--nats-auth``)."""
     view = NotificationFile(session_dir / "notifications.jsonl")
     if kind == "file":
         return Records(
@@ -159,6 +169,7 @@ def open_records(
         "request_timeout_s": NATS_TIMEOUT_S,
         "create": not existing,
         "outage_s": NATS_OUTAGE_S,
+        "login": login,
     }
     opened: list[NatsJournal | NatsNotifications] = []
     try:

@@ -47,7 +47,7 @@ from actors.runtime.transport import PARENT_INBOX
 from actors.session import recovery
 from actors.session.agent import AgentSpec
 from actors.session.locate import locate
-from actors.session.parent_transport import ParentTransport, launcher_class
+from actors.session.parent_transport import ParentTransport, launcher_class, load_authority
 from actors.session.records import open_records
 from actors.session.session import Session
 from actors.session.sinks import FanOut, Sink
@@ -85,6 +85,7 @@ class Supervisor:
         workers: int | None = None,
         recover: bool = False,
         transport: str | None = None,
+        nats_auth: str | None = None,
         commands: Callable[[Supervisor, Request], tuple[int, str, str] | None] | None = None,
         journal: str | None = None,
         resume: str | None = None,
@@ -108,7 +109,9 @@ class Supervisor:
                 resume=resume,
                 new_id=lambda: self.runtime.ids.new(IdKind.SESSION),
                 new_secret=self.runtime.ids.secret,
+                nats_auth=nats_auth,
             )
+            self.authority = load_authority(where.transport, where.nats_auth)
         except BaseException:
             self.runtime.shutdown()
             raise
@@ -127,6 +130,7 @@ class Supervisor:
                 self.transport,
                 self.session_id,
                 existing=self.resumed,
+                login=self.authority.parent_login() if self.authority is not None else None,
             )
         except BaseException:
             self.runtime.shutdown()
@@ -161,6 +165,7 @@ class Supervisor:
             validate=self._validate,
             on_reject=self._on_reject,
             undo=undo,
+            authority=self.authority,
         )
         self.mailbox = self._wire.transport
         self.launcher = launcher_class(self.transport)(
@@ -172,6 +177,7 @@ class Supervisor:
             clock=self.runtime.clock,
             settings=self.settings,
             extra_env=self.spans.child_environ() if self.spans is not None else None,
+            authority=self.authority,
         )
         self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shepherd-call")
         self._waiting = threading.BoundedSemaphore(MAX_WAITING_CALLS)
@@ -212,6 +218,7 @@ class Supervisor:
             created_at=self.runtime.clock.now(),
             client_token=self.client_token,
             command_socket=self.commands.address if self.commands is not None else None,
+            nats_auth=self._wire.nats_auth,
         )
         write_private(self.session_dir / "session.json", msgspec.json.encode(self.info))
         private_dir(live_dir())

@@ -77,6 +77,10 @@ def run_serve(args: argparse.Namespace) -> int:
 
         os.environ[ENV_OTEL] = "1"
     settings = session_budget(settings, args.budget_tokens, args.budget_cost)
+    if args.nats_auth is not None:  # refused before anything is made
+        from actors.nats.auth import Authority
+
+        Authority.load(args.nats_auth)
     sup = Supervisor(
         args.session_dir,
         settings=settings,
@@ -86,6 +90,7 @@ def run_serve(args: argparse.Namespace) -> int:
         transport=args.transport,
         journal=args.journal,
         resume=args.resume,
+        nats_auth=args.nats_auth,
         commands=run_forwarded,  # `shepherd` calls run here, without the CLI's start-up
     )
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}

@@ -96,6 +96,13 @@ def _add_serve(sub: Any) -> None:
         help="resume this session from the NATS servers' records (with --journal nats and "
         "--transport; --session-dir is a directory of this host)",
     )
+    p.add_argument(
+        "--nats-auth",
+        metavar="DIR",
+        help="with --transport nats://: connect as the NATS users of the authority in DIR "
+        "(python -m actors.nats.auth DIR), each agent as its own user, whose rights the "
+        "servers enforce",
+    )
     p.add_argument("--json", action="store_true", help="notifications as JSON lines")
     p.add_argument("--verbose", action="store_true", help="also print lifecycle changes")
     p.add_argument(

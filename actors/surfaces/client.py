@@ -161,7 +161,12 @@ class Client:
         # the session's transport (its mailbox, or NATS), imported only when a call is made
         from actors.runtime.wire import open_reply_inbox, open_transport
 
-        mailbox = open_transport(self.info.mailbox, self.info.session_id)
+        login = None
+        if self.info.nats_auth is not None:  # the session's NATS authority: its parent user
+            from actors.nats.auth import Authority
+
+            login = Authority.load(self.info.nats_auth).parent_login()
+        mailbox = open_transport(self.info.mailbox, self.info.session_id, login=login)
         call_id = self._ids.new(IdKind.MESSAGE)
         got: list[ResultEnvelope] = []
         arrived = threading.Event()
