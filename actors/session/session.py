@@ -28,6 +28,7 @@ from actors.runtime.transport import (
     PARENT_INBOX,
     BatchTransport,
     DeliveryFailed,
+    NotHandled,
     Refusals,
     Subscription,
     Transport,
@@ -62,6 +63,8 @@ from protocol.worktrees import WorktreeRef, WorktreeReleased
 __all__ = ["Session"]
 
 ASK_TIMEOUT_S = 30.0
+#: how long the parent's inbox waits for the broker to take what it received (_hand_over)
+INBOUND_CEILING_S = 3600.0
 #: the edge's wait for the git worker (what was asked before, then its own git calls)
 GIT_WAIT_S = 4 * GIT_TIMEOUT_S
 R = TypeVar("R")
@@ -154,11 +157,24 @@ class Session:
             if done:
                 crashpoint("done.before_handle")
             # handled (a done decided and journaled) when the ask returns
-            self.broker.ask(Inbound(envelope=env), timeout=ASK_TIMEOUT_S)
+            self._hand_over(Inbound(envelope=env))
             if done:
                 crashpoint("done.after_handle")
         else:
             tell_quietly(self.broker, Inbound(envelope=env))
+
+    def _hand_over(self, message: Inbound | InboundBatch) -> Any:
+        """Wait until the broker handled what the parent's inbox received. A slow broker is no
+        reason to give up: it may be waiting out an outage of its records or of the servers
+        (a minute at most each), and an envelope given up on would be quarantined, a lost
+        ``done``. Past :data:`INBOUND_CEILING_S` it is not taken (:class:`NotHandled`): the
+        transport keeps it for the parent started next."""
+        try:
+            return self.broker.ask(message, timeout=INBOUND_CEILING_S)
+        except pykka.Timeout:
+            raise NotHandled(
+                f"the session did not take it within {INBOUND_CEILING_S:g} s"
+            ) from None
 
     def _parent_batch(self, envelopes: Sequence[AnyEnvelope]) -> Refusals | None:
         """Runs on the transport's thread: calls go to ``on_call``, the rest to the broker in
@@ -177,7 +193,7 @@ class Session:
             done = any(isinstance(env, TaskDoneEnvelope) for env in inbound)
             if done:
                 crashpoint("done.before_handle")
-            failed = self.broker.ask(InboundBatch(envelopes=tuple(inbound)), timeout=ASK_TIMEOUT_S)
+            failed = self._hand_over(InboundBatch(envelopes=tuple(inbound)))
             if done:
                 crashpoint("done.after_handle")
             if failed:

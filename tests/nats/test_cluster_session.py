@@ -34,15 +34,19 @@ from protocol.script import parse_script
 from protocol.session.restore import fold
 from protocol.session.state import SessionState
 from protocol.settings import Settings
-from tests.nats.test_cluster import FAILOVER_CEILING_S, leader_of
+from tests.nats.test_cluster import leader_of
 
 #: real servers and processes, on a machine that may be busy: waits on events, with ceilings
-pytestmark = [pytest.mark.processes, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(1200)]
 
 AGENTS = 20
 ROUNDS = 50  # AGENTS x ROUNDS = 1,000 tasks
 KILL_AT_ROUND = 20
 QUIET = {"steps": [{"await": "task"}, {"await": "any"}]}
+#: how long one round may take before the test calls it lost: the failover itself takes seconds
+#: (its figure is bench.py's), but every step of the round may wait out the election (the
+#: parent's publishes and appends, for at most a minute each) on a machine that may be busy
+ROUND_CEILING_S = 300.0
 
 
 class NatsSimLauncher(SimLauncher):
@@ -86,7 +90,7 @@ def _publish_retrying(transport: NatsTransport, envelope: TaskDoneEnvelope) -> N
             transport.publish(PARENT_INBOX, envelope)
             return
         except SessionUnavailable:
-            assert time.monotonic() - started < FAILOVER_CEILING_S
+            assert time.monotonic() - started < ROUND_CEILING_S
 
 
 def test_the_stream_leaders_sigkill_during_a_thousand_tasks_loses_and_repeats_nothing(
@@ -143,7 +147,7 @@ def test_the_stream_leaders_sigkill_during_a_thousand_tasks_loses_and_repeats_no
                     ),
                 )
             ids = [task_id for _, task_id in batch]
-            assert shown.wait_for(ids, timeout=FAILOVER_CEILING_S), f"round {round_} never settled"
+            assert shown.wait_for(ids, timeout=ROUND_CEILING_S), f"round {round_} never settled"
             tasks += ids
             rounds_s.append(time.monotonic() - started)
     finally:
@@ -165,5 +169,5 @@ def test_the_stream_leaders_sigkill_during_a_thousand_tasks_loses_and_repeats_no
     settled = {t: r.result.text for t, r in state.tasks.items() if r.result is not None}
     odd = {t: state.tasks[t].result for t in tasks if settled.get(t) != f"{t} done"}
     assert odd == {}
-    assert max(rounds_s) < FAILOVER_CEILING_S  # service came back (the figure: bench.py)
+    assert max(rounds_s) < ROUND_CEILING_S  # service came back (how soon: bench.py's figure)
     assert stream_name(session_id) == session_id
