@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -110,6 +111,7 @@ class NatsLines:
         self._subject = lines_subject(session_id, kind)
         self._timeout = request_timeout_s
         self._outage_s = outage_s
+        self._appending = threading.Lock()
         self._writer = secrets.token_hex(8)
         self._count = 0
         self._last_seq = 0
@@ -187,14 +189,17 @@ class NatsLines:
     # ------------------------------------------------------------------ writing
 
     def append(self, lines: Sequence[bytes]) -> None:
-        """Every line (each ending in a newline) durable before this returns, in order."""
-        for chunk in _chunks(lines):
-            self._count += 1
-            self._last_seq = self._run(
-                self._publish(chunk, f"{self._writer}-{self._count}", self._last_seq),
-                what=f"append to {self._stream}",
-                timeout=self._outage_s + 2 * self._timeout,
-            )
+        """Every line (each ending in a newline) durable before this returns, in order. Appends
+        from several threads (the broker, the courier) go one at a time: each names the
+        sequence the last one left, and two at once would refuse each other."""
+        with self._appending:
+            for chunk in _chunks(lines):
+                self._count += 1
+                self._last_seq = self._run(
+                    self._publish(chunk, f"{self._writer}-{self._count}", self._last_seq),
+                    what=f"append to {self._stream}",
+                    timeout=self._outage_s + 2 * self._timeout,
+                )
 
     async def _publish(self, data: bytes, msg_id: str, expected_last: int) -> int:
         """One message appended, waiting out an outage (a server down, a leader being
@@ -218,15 +223,25 @@ class NatsLines:
                 outage: Exception = exc
             except APIError as exc:
                 if exc.err_code != _WRONG_LAST_SEQUENCE:
-                    raise SessionUnavailable(f"{self._stream} refused an append: {exc}") from None
-                stored = await self._stored_as(msg_id) if tried else None
-                if stored is not None:
-                    return stored
-                raise SessionUnavailable(
-                    f"another process appended to {self._stream} after message "
-                    f"{expected_last} (only one supervisor may write a session's records): "
-                    "this one stops writing"
-                ) from None
+                    if (exc.code or 0) >= 500:  # the servers' own trouble: an outage
+                        outage = exc
+                    else:
+                        raise SessionUnavailable(
+                            f"{self._stream} refused an append: {exc}"
+                        ) from None
+                else:
+                    try:
+                        stored = await self._stored_as(msg_id) if tried else None
+                    except Exception as lookup:  # cannot tell yet: try again, as in an outage
+                        outage = lookup
+                    else:
+                        if stored is not None:
+                            return stored
+                        raise SessionUnavailable(
+                            f"another process appended to {self._stream} after message "
+                            f"{expected_last} (only one supervisor may write a session's "
+                            "records): this one stops writing"
+                        ) from None
             except (TimeoutError, nats.errors.Error) as exc:  # no answer, no connection
                 outage = exc
             tried = True
@@ -239,11 +254,9 @@ class NatsLines:
             pause = min(pause * 2, 1.0)
 
     async def _stored_as(self, msg_id: str) -> int | None:
-        """The stream's sequence of its last message if that message is ``msg_id``."""
-        try:
-            last = await self._require_js().get_last_msg(self._stream, self._subject)
-        except Exception:  # not known to be ours: the caller says so
-            return None
+        """The stream's sequence of its last message if that message is ``msg_id``, else None;
+        raises if the stream cannot be asked now."""
+        last = await self._require_js().get_last_msg(self._stream, self._subject)
         headers = last.headers or {}
         if last.seq is None or headers.get("Nats-Msg-Id") != msg_id:
             return None
@@ -259,7 +272,8 @@ class NatsLines:
         )
         items, problems, last = got
         self._problems.extend(problems)
-        self._last_seq = max(self._last_seq, last)
+        with self._appending:
+            self._last_seq = max(self._last_seq, last)
         return items
 
     async def _read_all(

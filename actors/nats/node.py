@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import os
 import secrets
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass
@@ -44,8 +43,9 @@ from actors.nats import setup
 from actors.nats.loop import LoopThread
 from actors.runtime.clock import SystemClock
 from actors.runtime.log import logger
-from actors.session.launcher import STOP_GRACE_S, ChildProcess, Reaper, open_private_log
-from actors.session.launcher import read_log_tail as read_tail
+from actors.session.bridge_process import read_log_tail as read_tail
+from actors.session.bridge_process import start_bridge
+from actors.session.launcher import STOP_GRACE_S, ChildProcess, Reaper
 from protocol import nodes
 from protocol.errors import (
     InvalidArgument,
@@ -260,19 +260,7 @@ class NodeServer:
         }
         env.pop("SHEPHERD_SESSION_HINT", None)
         log_path = agent_dir / "output.log"
-        log = open_private_log(log_path)
-        try:
-            proc = subprocess.Popen(
-                [self._python, "-m", "actors.child.cli", "run"],
-                cwd=req.cwd or os.getcwd(),
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            os.close(log)
+        proc = start_bridge(self._python, req.cwd or os.getcwd(), env, log_path)
         return _Bridge(req.session_id, ChildProcess(proc, self._clock, self._grace_s), log_path)
 
     def _exit_callback(self, req: nodes.SpawnRequest) -> Any:

@@ -54,8 +54,8 @@ async def publish(
             raise InboxFull(
                 f"inbox {inbox!r} already holds its limit of {max_queue_depth} unread envelopes"
             ) from exc
-        if isinstance(exc, ServiceUnavailableError):  # no leader yet
-            raise Outage(f"the NATS servers have no leader for the session: {exc}") from exc
+        if isinstance(exc, ServiceUnavailableError) or (exc.code or 0) >= 500:  # no leader yet
+            raise Outage(f"the NATS servers cannot take it now: {exc}") from exc
         raise SessionUnavailable(f"the NATS server refused the publish: {exc}") from exc
 
 

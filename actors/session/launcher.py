@@ -52,6 +52,7 @@ from actors.runtime.procs import (
 )
 from actors.runtime.transport import PARENT_INBOX
 from actors.session.agent import AgentHandle, AgentSpec
+from actors.session.bridge_process import read_log_tail, start_bridge
 from actors.session.recovery import clear_leftovers
 from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable
 from protocol.settings import Settings
@@ -59,7 +60,11 @@ from protocol.settings import Settings
 if TYPE_CHECKING:
     from actors.nats.auth import Authority
 
-__all__ = ["ChildProcess", "ProcessLauncher", "Reaper", "open_private_log", "read_log_tail"]
+__all__ = [
+    "ChildProcess",
+    "ProcessLauncher",
+    "Reaper",
+]
 
 STOP_GRACE_S = 3.0
 
@@ -167,37 +172,6 @@ def _kill_group(pgid: int, sig: signal.Signals) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
-
-
-#: How much of the end of an agent's log ``log_tail`` reads.
-LOG_TAIL_BYTES = 8 * 1024
-
-
-def open_private_log(path: Path) -> int:
-    """Open (create) an agent's log for appending, private to this user (0600, also when it
-    already existed with wider permissions), never through a symlink."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def read_log_tail(path: Path, lines: int, max_bytes: int = LOG_TAIL_BYTES) -> list[str]:
-    """The last ``lines`` lines of ``path`` (at most ``max_bytes`` of it are read)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        size = os.fstat(fd).st_size
-        os.lseek(fd, max(0, size - max_bytes), os.SEEK_SET)
-        data = os.read(fd, max_bytes)
-    finally:
-        os.close(fd)
-    text = data.decode("utf-8", errors="replace")
-    if size > max_bytes:
-        text = text.partition("\n")[2]  # the first line read is probably cut
-    return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
 class ChildProcess:
@@ -351,19 +325,7 @@ class ProcessLauncher:
         env = {**os.environ, **self.environment(spec)}
         env.pop("SHEPHERD_SESSION_HINT", None)
         log_path = agent_dir / "output.log"
-        log = open_private_log(log_path)
-        try:
-            proc = subprocess.Popen(
-                [self._python, "-m", "actors.child.cli", "run"],
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            os.close(log)
+        proc = start_bridge(self._python, cwd, env, log_path)
         restore_open_files_limit(proc.pid, self._open_files_soft)
         child = ChildProcess(proc, self._clock, self._grace_s, log_path)
         self.children[spec.agent_id] = child

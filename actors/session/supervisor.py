@@ -390,6 +390,11 @@ class Supervisor:
             why.message,
         )
         self.launcher.close(kill=False)
+        self._stop_serving()
+        self._stopped.set()
+
+    def _stop_serving(self) -> None:
+        """Calls, actors, tracing and records stopped; the session no longer listed as live."""
         self.reply_inboxes.stop()
         self._calls.shutdown(wait=True, cancel_futures=True)
         self.session.shutdown()
@@ -398,7 +403,6 @@ class Supervisor:
         self.records.close()
         with contextlib.suppress(FileNotFoundError):
             self._live_pointer.unlink()
-        self._stopped.set()
 
     def shutdown(self, *, keep: bool = True, grace_s: float = 10.0) -> None:
         """Close every agent, confirm their exits, stop actors and timers, keep the records.
@@ -423,14 +427,7 @@ class Supervisor:
         if not self.launcher.wait_all_exited(grace_s):
             logger.warning("agents still running after {s}s; killing them", s=grace_s)
         self.launcher.close()
-        self.reply_inboxes.stop()
-        self._calls.shutdown(wait=True, cancel_futures=True)
-        self.session.shutdown()
-        if self.spans is not None:
-            self.spans.close()
-        self.records.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._live_pointer.unlink()
+        self._stop_serving()
         # answers still unread by their live callers (the `shutdown` call's own, say) are
         # given a moment to be read before the mailbox goes
         for _ in range(250):  # at most 5 s

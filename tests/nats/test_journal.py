@@ -260,3 +260,35 @@ def test_the_record_of_delivery_is_read_back_as_the_file_reads_it(
     finally:
         again.close()
         on_disk.close()
+
+
+def test_appends_from_several_threads_at_once_are_all_kept(
+    nats_server: NatsServer, session_id: str
+) -> None:
+    """The broker and the courier append to the records from their own threads: appends at
+    once must not refuse each other as a second writer (each names the last sequence)."""
+    journal = NatsJournal([nats_server.url], session_id)
+    failures: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def write(worker: int) -> None:
+        start.wait()
+        for index in range(25):
+            try:
+                journal.append(agent(worker * 100 + index))
+            except BaseException as exc:  # the test reads it
+                failures.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        journal.close()
+    assert failures == []
+    back = reopened(nats_server, session_id)
+    assert sorted(r.agent_id for r in back) == sorted(  # type: ignore[attr-defined]
+        agent(w * 100 + i).agent_id for w in range(8) for i in range(25)
+    )
