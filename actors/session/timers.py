@@ -6,7 +6,7 @@ to the broker, which hands it to the rules (they ignore an event that no longer 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from actors.runtime.clock import Clock, TimerHandle
@@ -41,6 +41,10 @@ class Timers:
         entry = self._timers.pop(key, None)
         if entry is not None:
             entry[1].cancel()
+
+    def __iter__(self) -> Iterator[fx.TimerKey]:
+        """The keys of the pending timers (the windows' one timer apart)."""
+        return iter(list(self._timers))
 
     def fired(self, event: fx.TimerEvent) -> None:
         """``event``'s timer fired: it is no longer pending (unless set again since)."""
