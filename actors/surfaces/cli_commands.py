@@ -49,14 +49,11 @@ TOP_INTERVAL_S = (0.1, 3600.0)
 def run_serve(args: argparse.Namespace) -> int:
     """``shepherd serve``: a session in the foreground until SIGTERM/SIGINT or a remote
     shutdown."""
-    from actors.runtime.log import logger
     from actors.session.sinks import StreamSink
     from actors.session.supervisor import Supervisor
     from actors.surfaces.forwarded import run_forwarded
 
-    logger.enable("actors")
-    logger.remove()
-    logger.add(sys.stderr, level=os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING"))
+    _log_to_stderr()
     tap = None
     if args.verbose:
 
@@ -99,9 +96,7 @@ def run_serve(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(f"session {sup.session_id}\ndirectory {sup.session_dir}\n")
     sys.stdout.flush()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = _stop_on_signals()
 
     def wait_for_remote_shutdown() -> None:
         sup.wait()
@@ -113,18 +108,32 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _log_to_stderr() -> None:
+    """A long-running process's log: warnings and worse on stderr (``SHEPHERD_LOG_LEVEL``)."""
+    from actors.runtime.log import logger
+
+    logger.enable("actors")
+    logger.remove()
+    logger.add(sys.stderr, level=os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING"))
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT: how ``serve`` and ``node`` are asked to stop."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return stop
+
+
 def run_node(args: argparse.Namespace) -> int:
     """``shepherd node``: start the bridges of agents placed on this host, until SIGTERM/SIGINT
     (:mod:`actors.nats.node`)."""
     from actors.nats.node import NodeServer, check_node_name
     from actors.records.live import state_dir
-    from actors.runtime.log import logger
     from actors.runtime.wire import NATS_TIMEOUT_S
     from protocol.transport_url import parse_transport
 
-    logger.enable("actors")
-    logger.remove()
-    logger.add(sys.stderr, level=os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING"))
+    _log_to_stderr()
     name = check_node_name(args.name)
     servers = parse_transport(args.transport).server_urls
     root = Path(args.dir).absolute() if args.dir else state_dir() / "nodes" / name
@@ -135,9 +144,7 @@ def run_node(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(f"node {name} ready (pid {os.getpid()}), files in {root}\n")
     sys.stdout.flush()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = _stop_on_signals()
     stop.wait()
     node.close()
     return 0
