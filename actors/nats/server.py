@@ -111,6 +111,9 @@ class NatsServer:
     extra_config: str = ""
     #: a NATS authority's directory (module rules)
     auth: Path | None = None
+    #: False: a cluster's server does not tell clients the other servers' addresses, so a client
+    #: reconnects only to the servers it was given (a test's proxies)
+    advertise: bool = True
     process: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -140,6 +143,7 @@ class NatsServer:
                 f"  name: {self.cluster_name}",
                 f"  listen: 127.0.0.1:{self.cluster_port}",
                 f"  routes: [{routes}]",
+                *([] if self.advertise else ["  no_advertise: true"]),
                 "}",
             ]
         if self.auth is not None:
@@ -219,7 +223,11 @@ def start_server(store_dir: Path, name: str = "n1", auth: Path | None = None) ->
 
 
 def start_cluster(
-    root: Path, size: int = 3, name: str = "shepherd", auth: Path | None = None
+    root: Path,
+    size: int = 3,
+    name: str = "shepherd",
+    auth: Path | None = None,
+    advertise: bool = True,
 ) -> list[NatsServer]:
     """``size`` ready servers on 127.0.0.1 routed to each other, each with its own store dir.
 
@@ -238,6 +246,7 @@ def start_cluster(
                 cluster_port=route[index],
                 routes=[port for other, port in enumerate(route) if other != index],
                 auth=auth,
+                advertise=advertise,
             )
             for index in range(size)
         ]

@@ -8,7 +8,8 @@ Points: ``settle.before_journal``, ``settle.after_journal``, ``notify.before_wri
 ``notify.after_write``, ``done.before_handle``, ``done.after_handle`` (a ``task_done``
 envelope read from the parent inbox, before / after the broker handled it),
 ``mailbox.before_ack`` (any process's mailbox receiver: a batch handed over and handled, none of
-its files acknowledged yet), and two torn
+its files acknowledged yet), ``spawn.before_launch`` (a spawn accepted and journaled, its bridge
+not started yet), and two torn
 writes: ``settle.torn_journal`` (half of a settlement's journal line written) and
 ``notify.torn_write`` (half of a notification's line written), each then killed.
 """
@@ -28,6 +29,7 @@ POINTS = (
     "done.before_handle",
     "done.after_handle",
     "mailbox.before_ack",
+    "spawn.before_launch",
     "settle.torn_journal",
     "notify.torn_write",
 )

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import msgspec
 import pykka
 
+from actors.runtime.crashpoints import crashpoint
 from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor
 from actors.runtime.transport import Transport
@@ -173,10 +174,14 @@ class AgentActor(ShepherdActor):
             self.exited = True
             self.stop()
             return
+        if self._adopt:
+            self._adopt_bridge()
+        else:
+            self._launch()
+
+    def _launch(self) -> None:
+        crashpoint("spawn.before_launch")
         try:
-            if self._adopt:
-                self._adopt_bridge()
-                return
             self._handle = self._launcher.launch(self.spec, self._exited)
         except Exception as exc:
             self._log.opt(exception=True).error("launch failed")
@@ -192,6 +197,16 @@ class AgentActor(ShepherdActor):
         try:
             self._handle = self._launcher.adopt(self.spec, self._adopt_pid, self._adopted_exited)
         except Exception as exc:
+            if self._adopt_pid is None and isinstance(exc, InvalidHandle):
+                # It never said ready and no process of it runs: the old parent died between
+                # accepting the spawn and starting the bridge. The spawn was accepted, so it is
+                # carried out now (still one process: none is running).
+                self._ready = False
+                self._log.info(
+                    "{name}: never started before the restart; starting it now", name=self.spec.name
+                )
+                self._launch()
+                return
             why = GONE_AT_RESTART
             if isinstance(exc, ShepherdError):
                 self._log.warning(
@@ -204,10 +219,13 @@ class AgentActor(ShepherdActor):
             else:  # a bug, not a missing bridge: keep its traceback
                 self._log.opt(exception=True).error("adopting the bridge failed")
                 why = f"its bridge could not be adopted after the parent restarted: {exc}"
-            self.output.append(f"[shepherd] {why}")
-            self.actor_ref.tell(ProcessExited(exit_code=None, reason=why))
+            self._gone_at_restart(why)
             return
         self.output.append("[shepherd] adopted the running bridge after a parent restart")
+
+    def _gone_at_restart(self, why: str) -> None:
+        self.output.append(f"[shepherd] {why}")
+        self.actor_ref.tell(ProcessExited(exit_code=None, reason=why))
 
     def _exited(self, code: int) -> None:
         if self.actor_ref.is_alive():

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from actors.nats.server import NatsServer
 from tests.nats.test_serve import AGENT
 from tests.processes.conftest import DIE_WITH_PYTEST, Serve, cli
 
@@ -55,11 +54,11 @@ def _isolated(isolated_state: Path) -> Path:
 
 
 @pytest.fixture
-def start_node(nats_server: NatsServer, tmp_path: Path) -> Iterator[Any]:
+def start_node(nats_url: str, tmp_path: Path) -> Iterator[Any]:
     started: list[Node] = []
 
     def start(name: str) -> Node:
-        node = Node(nats_server.url, name, tmp_path / f"host-{name}")
+        node = Node(nats_url, name, tmp_path / f"host-{name}")
         assert node.ready is not None, node.proc.communicate(timeout=30)
         started.append(node)
         return node
@@ -75,16 +74,17 @@ def settings_file(tmp_path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def serve_session(tmp_path: Path, nats_server: NatsServer | None) -> Serve:
-    extra = ("--transport", nats_server.url) if nats_server is not None else ()
+def serve_session(tmp_path: Path, url: str | None) -> Serve:
+    """``serve`` over the servers ``url`` names (``--transport``), or on its file mailbox."""
+    extra = ("--transport", url) if url is not None else ()
     server = Serve(tmp_path / "session", dict(os.environ), *extra)
     assert server.wait_for(lambda lines: any("session" in x for x in lines))
     return server
 
 
 @pytest.fixture
-def serve(tmp_path: Path, nats_server: NatsServer) -> Iterator[Serve]:
-    server = serve_session(tmp_path, nats_server)
+def serve(tmp_path: Path, nats_url: str) -> Iterator[Serve]:
+    server = serve_session(tmp_path, nats_url)
     try:
         yield server
     finally:

@@ -1,7 +1,7 @@
-"""Every TCP connection of a session to its NATS server cut at once (the parent's, the agent's
-bridge's): the clients reconnect by themselves, and the agent's `done`, sent after the cut,
-completes its task once. The session reaches its server through a small proxy the test can
-cut; nothing sleeps."""
+"""Every TCP connection of a session to its cluster of three NATS servers cut at once (the
+parent's, the agent's bridge's): the clients reconnect by themselves, and the agent's `done`,
+sent after the cut, completes its task once. The session reaches each server through a small
+proxy the test can cut; nothing sleeps."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.nats.server import NatsServer
+from actors.nats.server import start_cluster
 from tests.nats.test_serve import _err, _notifications, _read_until, _spawn
 from tests.processes.conftest import Serve, cli
 
@@ -83,19 +83,25 @@ def _isolated(isolated_state: Path) -> Path:
 
 
 @pytest.fixture
-def proxy(nats_server: NatsServer) -> Iterator[CuttableProxy]:
-    made = CuttableProxy(("127.0.0.1", nats_server.port))
+def proxies(tmp_path: Path) -> Iterator[list[CuttableProxy]]:
+    """One proxy before each server of a cluster of three; the servers do not advertise their
+    own addresses, so every client reconnects through a proxy."""
+    cluster = start_cluster(tmp_path / "cluster", advertise=False)
+    made = [CuttableProxy(("127.0.0.1", server.port)) for server in cluster]
     try:
         yield made
     finally:
-        made.close()
+        for proxy in made:
+            proxy.close()
+        for server in cluster:
+            server.kill()
 
 
 def test_every_connection_cut_mid_task_and_the_done_after_it_completes_once(
-    proxy: CuttableProxy, tmp_path: Path
+    proxies: list[CuttableProxy], tmp_path: Path
 ) -> None:
     session = tmp_path / "session"
-    url = f"nats://127.0.0.1:{proxy.port}"
+    url = ",".join(f"nats://127.0.0.1:{proxy.port}" for proxy in proxies)
     server = Serve(session, dict(os.environ), "--transport", url)
     try:
         assert server.wait_for(lambda lines: any("session" in x for x in lines)), _err(server)
@@ -104,14 +110,14 @@ def test_every_connection_cut_mid_task_and_the_done_after_it_completes_once(
         _, task = cli("delegate", "alpha", f"BLOCK-UNTIL {fifo} MARK-DONE", session=session)
         cli("watch", task["task_id"], session=session)
         _read_until(session, "alpha", "BLOCKED")
-        carried = proxy.connections
-        assert proxy.cut() >= 2  # at least the parent's and the bridge's
+        carried = sum(proxy.connections for proxy in proxies)
+        assert sum(proxy.cut() for proxy in proxies) >= 2  # the parent's and the bridge's
         with open(fifo, "w"):
             pass  # the agent's `done` goes out through its bridge's broken connection
         _, waited = cli("wait", task["task_id"], "--timeout", "90", session=session)
         (result,) = waited["completed"]
         assert (result["status"], result["text"]) == ("completed", "done by alpha")
-        assert proxy.connections > carried, "nobody reconnected"
+        assert sum(proxy.connections for proxy in proxies) > carried, "nobody reconnected"
         assert server.wait_for(
             lambda lines: any(x.get("kind") == "task_completion" for x in lines), timeout=60
         )

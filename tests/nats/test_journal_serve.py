@@ -19,6 +19,7 @@ import pytest
 from actors.nats.server import NatsServer, free_port
 from protocol.errors import InvalidArgument, InvalidHandle, SessionUnavailable
 from protocol.ids import IdKind, make_id
+from tests.nats.conftest import OVER_A_CLUSTER
 from tests.nats.test_serve import _err, _notifications, _read_until, _spawn
 from tests.processes.conftest import Serve, cli
 
@@ -53,10 +54,12 @@ def _started(server: Serve) -> Serve:
     return server
 
 
+@OVER_A_CLUSTER
 def test_a_parent_killed_on_one_host_resumes_on_another_with_every_result(
-    nats_server: NatsServer, tmp_path: Path
+    nats_url: str, tmp_path: Path
 ) -> None:
-    url = nats_server.url
+    """Over a cluster of three: the records are replicated streams (R3)."""
+    url = nats_url
     host_a, host_b = tmp_path / "host-a", tmp_path / "host-b"
     session_a = host_a / "session"
     first = _started(Serve(session_a, dict(os.environ), "--transport", url, "--journal", "nats"))

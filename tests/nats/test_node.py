@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from actors.nats.server import NatsServer
+from tests.nats.conftest import OVER_A_CLUSTER
 from tests.nats.nodes import (
     _isolated,
     failed_with,
@@ -37,6 +37,7 @@ pytestmark = pytest.mark.processes
 __all__ = ["_isolated", "serve", "start_node"]  # fixtures used here
 
 
+@OVER_A_CLUSTER
 def test_agents_on_two_nodes_run_the_canonical_flow_and_status_shows_their_node(
     serve: Serve, start_node: Any, tmp_path: Path
 ) -> None:
@@ -103,10 +104,10 @@ def test_node_any_places_on_the_least_loaded_live_node(
 
 
 def test_a_node_killed_fails_its_running_task_with_a_reason_naming_it(
-    nats_server: NatsServer, start_node: Any, tmp_path: Path
+    nats_url: str, start_node: Any, tmp_path: Path
 ) -> None:
     settings_file(tmp_path, "node_lost_s = 3\n")
-    serve = serve_session(tmp_path, nats_server)
+    serve = serve_session(tmp_path, nats_url)
     try:
         session = tmp_path / "session"
         sid = json.loads((session / "session.json").read_text())["session_id"]
@@ -128,10 +129,10 @@ def test_a_node_killed_fails_its_running_task_with_a_reason_naming_it(
 
 
 def test_a_node_restarted_under_its_name_ends_what_it_ran_before(
-    nats_server: NatsServer, start_node: Any, tmp_path: Path
+    nats_url: str, start_node: Any, tmp_path: Path
 ) -> None:
     settings_file(tmp_path, "node_lost_s = 600\n")  # the restart, not the silence, must tell it
-    serve = serve_session(tmp_path, nats_server)
+    serve = serve_session(tmp_path, nats_url)
     try:
         session = tmp_path / "session"
         node = start_node("n1")
@@ -149,10 +150,10 @@ def test_a_node_restarted_under_its_name_ends_what_it_ran_before(
 
 
 def test_a_parent_killed_and_served_again_adopts_its_agent_on_a_node(
-    nats_server: NatsServer, start_node: Any, tmp_path: Path
+    nats_url: str, start_node: Any, tmp_path: Path
 ) -> None:
     settings_file(tmp_path, "node_lost_s = 3\n")
-    serve = serve_session(tmp_path, nats_server)
+    serve = serve_session(tmp_path, nats_url)
     session = tmp_path / "session"
     node = start_node("n1")
     alpha = spawn_command(tmp_path, "alpha", "n1")
@@ -210,11 +211,12 @@ def test_a_node_stopped_with_sigterm_stops_its_agents_and_reports_their_exits(
     assert any("ready: pid" in line for line in lines), lines
 
 
+@OVER_A_CLUSTER
 def test_a_node_cut_off_and_back_has_the_agents_counted_as_gone_killed(
-    nats_server: NatsServer, start_node: Any, tmp_path: Path
+    nats_url: str, start_node: Any, tmp_path: Path
 ) -> None:
     settings_file(tmp_path, "node_lost_s = 3\n")
-    serve = serve_session(tmp_path, nats_server)
+    serve = serve_session(tmp_path, nats_url)
     node = None
     try:
         session = tmp_path / "session"

@@ -93,10 +93,10 @@ def test_a_node_with_a_hostile_name_refuses_to_start(
 
 
 def test_a_second_node_with_a_live_nodes_name_refuses_to_start(
-    nats_server: NatsServer, start_node: Any, tmp_path: Path
+    nats_url: str, start_node: Any, tmp_path: Path
 ) -> None:
     start_node("n1")
-    again = Node(nats_server.url, "n1", tmp_path / "other")
+    again = Node(nats_url, "n1", tmp_path / "other")
     again.proc.communicate(timeout=60)
     assert again.ready is None and again.proc.returncode == 2
     assert "already live" in again.first["error"]["message"]
@@ -150,7 +150,7 @@ def test_a_node_whose_servers_do_not_answer_says_so_within_its_bound(tmp_path: P
 
 
 def test_hostile_requests_on_a_nodes_subjects_get_typed_errors_and_start_nothing(
-    nats_server: NatsServer, start_node: Any, tmp_path: Path
+    nats_url: str, start_node: Any, tmp_path: Path
 ) -> None:
     """What any client of the servers may send a node: malformed, for another session's or
     agent's environment, with ids that would be paths, a stop of what it does not run."""
@@ -189,7 +189,7 @@ def test_hostile_requests_on_a_nodes_subjects_get_typed_errors_and_start_nothing
     async def ask() -> list[nodes.NodeReply]:
         import nats
 
-        nc = await nats.connect(nats_server.url)
+        nc = await nats.connect(nats_url)
         try:
             out = []
             for subject, data in requests:

@@ -150,6 +150,40 @@ def serve(tmp_path: Path) -> Iterator[Any]:
         server.stop()
 
 
+#: the transports a reliability scenario runs over: the file mailbox, and a real cluster of
+#: three ``nats-server``s (R3)
+TRANSPORTS = ("file", "nats-cluster")
+
+
+def _transport_args(kind: str, root: Path, *records: str) -> Iterator[tuple[str, ...]]:
+    if kind == "file":
+        yield ()
+        return
+    from actors.nats.server import start_cluster
+
+    servers = start_cluster(root)
+    try:
+        yield ("--transport", ",".join(s.url for s in servers), *records)
+    finally:
+        for server in servers:
+            server.kill()
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, ...]]:
+    """``serve``'s options for the transport under test (none for the file mailbox; on NATS
+    the records are kept there too, ``--journal nats``); a cluster is started for the test and
+    killed after it."""
+    yield from _transport_args(request.param, tmp_path / "nats-cluster", "--journal", "nats")
+
+
+@pytest.fixture(params=TRANSPORTS)
+def envelope_transport(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, ...]]:
+    """As :func:`transport`, with the records in the session directory on both (a test that
+    reads the journal file)."""
+    yield from _transport_args(request.param, tmp_path / "nats-cluster")
+
+
 def cli(*args: str, session: Path | None = None, check: bool = True) -> tuple[int, Any]:
     """Run `shepherd ARGS --json` (its entry point, as the installed command: a session
     operation goes to the supervisor's command socket); return (exit status, parsed JSON)."""

@@ -17,7 +17,7 @@ import pytest
 
 from actors.runtime.crashpoints import POINTS
 from tests.processes.conftest import Serve, bridge_pids, cli
-from tests.reliability.live import PLANNER, SCOUT, write_script
+from tests.reliability.live import PLANNER, SCOUT, session_pids, write_script
 
 pytestmark = pytest.mark.processes
 
@@ -56,6 +56,7 @@ def _wait_notified(server: Serve, session: Path, watcher_id: str) -> bool:
 #: and the notice saying so would be the session's first notification, reaching the notify
 #: crash points before the settlement whose notification those points are about
 ANSWERER = {"steps": PLANNER["steps"][1:]}
+QUICK = {"steps": [{"await": "task"}, {"done": {"status": "completed", "summary": "quick"}}]}
 
 
 def _spawn_pair(tmp_path: Path, session: Path, planner: dict = PLANNER) -> None:  # type: ignore[type-arg]
@@ -64,12 +65,12 @@ def _spawn_pair(tmp_path: Path, session: Path, planner: dict = PLANNER) -> None:
         cli("spawn", name, "--script", write_script(tmp_path, name, script), session=session)
 
 
-def _start(session: Path, crash_at: str | None) -> Serve:
+def _start(session: Path, crash_at: str | None, *transport: str) -> Serve:
     env = dict(os.environ)
     env.pop("SHEPHERD_CRASH_AT", None)
     if crash_at:
         env["SHEPHERD_CRASH_AT"] = crash_at
-    server = Serve(session, env)
+    server = Serve(session, env, *transport)
     assert server.wait_for(lambda lines: any("session" in x for x in lines))
     return server
 
@@ -79,16 +80,21 @@ TORN = {"settle.torn_journal": "journal.jsonl", "notify.torn_write": "notificati
 
 
 #: the points a settlement reaches; ``mailbox.before_ack`` is reached by the parent's very first
-#: batch (a CLI call), so it is exercised on a mailbox of its own (tests/mailbox/test_batches.py)
-SETTLEMENT_POINTS = tuple(p for p in POINTS if not p.startswith("mailbox."))
+#: batch (a CLI call), so it is exercised on a mailbox of its own (tests/mailbox/test_batches.py),
+#: and ``spawn.before_launch`` by the first spawn (its own test below)
+SETTLEMENT_POINTS = tuple(p for p in POINTS if not p.startswith(("mailbox.", "spawn.")))
 
 
 @pytest.mark.parametrize("point", SETTLEMENT_POINTS)
-def test_kill_at_each_crash_point_then_resume(point: str, tmp_path: Path) -> None:
+def test_kill_at_each_crash_point_then_resume(
+    point: str, envelope_transport: tuple[str, ...], tmp_path: Path
+) -> None:
+    """Once per transport (the journal in files on both: the test reads it)."""
     session = tmp_path / "session"
     servers: list[Serve] = []
+    transport = envelope_transport
     try:
-        first = _start(session, point)
+        first = _start(session, point, *transport)
         servers.append(first)
         _spawn_pair(tmp_path, session, ANSWERER)
         _, task = cli("delegate", "scout", "map", session=session)
@@ -99,7 +105,7 @@ def test_kill_at_each_crash_point_then_resume(point: str, tmp_path: Path) -> Non
         assert first.proc.returncode == -signal.SIGKILL, f"{point} was never reached"
         first.stop()
 
-        second = _start(session, None)
+        second = _start(session, None, *transport)
         servers.append(second)
         _, waited = cli("wait", task["task_id"], "--timeout", "60", session=session)
         assert not waited["timed_out"], f"after a crash at {point} the task never completed"
@@ -125,7 +131,7 @@ def test_kill_at_each_crash_point_then_resume(point: str, tmp_path: Path) -> Non
         assert bridge_pids(session) == [], f"{point}: orphans"
 
         # and once more: what the second parent appended after the repair reads back whole
-        third = _start(session, None)
+        third = _start(session, None, *transport)
         servers.append(third)
         assert third.wait_story("session restored", "0 open tasks", "0 watchers"), point
         _, result = cli("watch", task["task_id"], session=session)
@@ -152,17 +158,20 @@ STEPS = ("after_spawn", "after_delegate", "while_waiting", "after_completion")
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_kill_at_each_step_of_the_canonical_scenario(step: str, tmp_path: Path) -> None:
+def test_kill_at_each_step_of_the_canonical_scenario(
+    step: str, transport: tuple[str, ...], tmp_path: Path
+) -> None:
+    """Once per transport: the file mailbox, and a NATS cluster with the records on it."""
     session = tmp_path / "session"
     servers: list[Serve] = []
 
     def kill_and_restart() -> Serve:
         servers[-1].stop(signal.SIGKILL)
-        servers.append(_start(session, None))
+        servers.append(_start(session, None, *transport))
         return servers[-1]
 
     try:
-        servers.append(_start(session, None))
+        servers.append(_start(session, None, *transport))
         _spawn_pair(tmp_path, session)
         if step == "after_spawn":
             kill_and_restart()
@@ -186,6 +195,38 @@ def test_kill_at_each_step_of_the_canonical_scenario(step: str, tmp_path: Path) 
         cli("shutdown", session=session)
         servers[-1].proc.wait(timeout=30)
         assert bridge_pids(session) == [], f"{step}: orphans"
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_a_spawn_accepted_before_the_kill_is_started_by_the_next_parent(
+    transport: tuple[str, ...], tmp_path: Path
+) -> None:
+    """Killed between accepting a spawn (journaled) and starting its bridge: the restarted
+    parent finds no bridge of the agent and none was ever ready, so it starts it (one process,
+    never "gone"), and the agent works. Once per transport."""
+    session = tmp_path / "session"
+    servers = [_start(session, "spawn.before_launch", *transport)]
+    try:
+        script = write_script(tmp_path, "quick", QUICK)
+        cli("spawn", "quick", "--script", script, session=session, check=False)
+        servers[0].proc.wait(timeout=60)
+        assert servers[0].proc.returncode == -signal.SIGKILL, "the crash point was never reached"
+        sid = json.loads((session / "session.json").read_text())["session_id"]
+        assert session_pids(sid) == [], "a bridge was started before the kill"
+
+        servers.append(_start(session, None, *transport))
+        assert servers[-1].wait_story("quick", "process idle"), "the agent was never started"
+        _, task = cli("delegate", "quick", "go", session=session)
+        _, waited = cli("wait", task["task_id"], "--timeout", "60", session=session)
+        assert [r["text"] for r in waited["completed"]] == ["quick"], waited
+        assert len(session_pids(sid)) == 1  # one bridge, the one the second parent started
+        notices = [n for n in _notifications(session) if n.get("code") == "agent_exited"]
+        assert notices == [], notices
+        cli("shutdown", session=session)
+        servers[-1].proc.wait(timeout=30)
+        assert bridge_pids(session) == []
     finally:
         for server in servers:
             server.stop()
