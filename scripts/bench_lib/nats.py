@@ -9,7 +9,10 @@ difference is the transport alone.
 - ``delivery``: one envelope at a time, 2-8 ms apart: ``publish`` called -> the receiver's
   handler ran (the publish's own durable write and acknowledgement included).
 - ``durable_per_s``: envelopes one after another, each ``publish`` returning only once durable,
-  divided by the wall time until the receiver handled the last.
+  divided by the wall time until the receiver handled the last. Its floor, ``raw``: nats-py
+  alone on the same kind of server, stream and consumer (work queue, explicit acks), the same
+  bytes published one after another, each awaiting its acknowledgement, and a pull consumer in
+  the same process fetching and acking them; no envelope is encoded or checked.
 - ``failover_s``: a 3-server cluster (R3 stream) on 127.0.0.1; the stream leader is killed with
   SIGKILL while a publisher publishes; the time from the kill to the first publish accepted
   after it. Nothing accepted may be lost or handed over twice (``lost``, ``duplicates``).
@@ -17,6 +20,7 @@ difference is the transport alone.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -122,6 +126,57 @@ def _nats(root: Path, params: dict[str, Any]) -> dict[str, Any]:
         server.kill()
 
 
+def _raw(root: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """The floor of ``durable_per_s``: what nats-py itself does on this machine (module doc)."""
+    import asyncio
+
+    import msgspec
+
+    from actors.nats.server import start_server
+    from actors.nats.setup import inbox_stream
+
+    server = start_server(root / "raw")
+    session_id, agent, capability = new_ids()
+    payloads = [
+        msgspec.json.encode(e)
+        for e in _envelopes(session_id, agent, capability, params["throughput_n"])
+    ]
+
+    async def run() -> float:
+        import nats
+        from nats.js.api import AckPolicy, ConsumerConfig
+
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(inbox_stream("RAW", "raw.>", Settings(), 1))
+            config = ConsumerConfig(durable_name="parent", ack_policy=AckPolicy.EXPLICIT)
+            sub = await js.pull_subscribe("raw.parent", "parent", config=config)
+            handled = 0
+
+            async def receive() -> None:
+                nonlocal handled
+                while handled < len(payloads):
+                    with contextlib.suppress(asyncio.TimeoutError, nats.errors.TimeoutError):
+                        for msg in await sub.fetch(256, timeout=1.0):
+                            await msg.ack()
+                            handled += 1
+
+            started = time.perf_counter()
+            receiver = asyncio.create_task(receive())
+            for index, data in enumerate(payloads):
+                await js.publish("raw.parent", data, headers={"Nats-Msg-Id": str(index)})
+            await asyncio.wait_for(receiver, 120)
+            return time.perf_counter() - started
+        finally:
+            await nc.close()
+
+    try:
+        return {"durable_per_s": len(payloads) / asyncio.run(run())}
+    finally:
+        server.kill()
+
+
 def _failover(root: Path, params: dict[str, Any]) -> dict[str, Any]:
     from actors.nats.server import start_cluster
     from actors.nats.transport import NatsTransport, stream_name
@@ -173,7 +228,7 @@ def nats_job(params: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         return {"unavailable": str(exc)}
     with temp_dir("shepherd-bench-nats-") as root:
-        order = [("file", _file), ("nats", _nats)]
+        order = [("file", _file), ("nats", _nats), ("raw", _raw)]
         if params.get("turn", 0) % 2:
             order.reverse()
         out: dict[str, Any] = {name: run(root / name, params) for name, run in order}
