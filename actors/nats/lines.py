@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from actors.nats.loop import LoopThread
+from actors.nats.outage import outage_backoff
 from actors.nats.setup import connect, make_streams
 from actors.records.jsonlines import LineProblem
 from protocol.errors import InvalidHandle, SessionUnavailable
@@ -212,7 +213,7 @@ class NatsLines:
 
         headers = {"Nats-Msg-Id": msg_id, "Nats-Expected-Last-Sequence": str(expected_last)}
         deadline = asyncio.get_running_loop().time() + self._outage_s
-        pause, tried = 0.05, False
+        backoff, tried = outage_backoff(), False
         while True:
             try:
                 ack = await self._require_js().publish(
@@ -245,13 +246,13 @@ class NatsLines:
             except (TimeoutError, nats.errors.Error) as exc:  # no answer, no connection
                 outage = exc
             tried = True
+            pause = backoff.next()
             if asyncio.get_running_loop().time() + pause > deadline:
                 raise SessionUnavailable(
                     f"{self._stream}: the NATS servers took no append for "
                     f"{self._outage_s:g} s ({outage!r})"
                 )
             await asyncio.sleep(pause)  # a backoff between attempts, while the servers recover
-            pause = min(pause * 2, 1.0)
 
     async def _stored_as(self, msg_id: str) -> int | None:
         """The stream's sequence of its last message if that message is ``msg_id``, else None;

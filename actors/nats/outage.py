@@ -8,15 +8,23 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from actors.mailbox.backoff import Backoff
 from protocol.errors import SessionUnavailable
 
-__all__ = ["FIRST_PAUSE_S", "LONGEST_PAUSE_S", "Outage", "waiting_out"]
+__all__ = ["FIRST_PAUSE_S", "LONGEST_PAUSE_S", "Outage", "outage_backoff", "waiting_out"]
 
 T = TypeVar("T")
 
-#: the backoff between attempts: doubling from the first to the longest pause
+#: the backoff between attempts: doubling from the first to the longest pause, each drawn from
+#: its upper half (the producers' schedule, :mod:`actors.mailbox.backoff`, with an outage's
+#: longer pauses), so processes waiting out the same outage do not come back in step
 FIRST_PAUSE_S = 0.05
 LONGEST_PAUSE_S = 1.0
+
+
+def outage_backoff() -> Backoff:
+    """The pauses between the attempts of one wait through an outage (sync or async)."""
+    return Backoff(FIRST_PAUSE_S, LONGEST_PAUSE_S)
 
 
 class Outage(SessionUnavailable):
@@ -27,12 +35,12 @@ def waiting_out(attempt: Callable[[], T], ceiling_s: float, given_up: Callable[[
     """``attempt()``, tried again after each :class:`Outage` until ``ceiling_s`` passed or
     ``given_up()``; then the last outage is raised (``session_unavailable``)."""
     deadline = time.monotonic() + ceiling_s
-    pause = FIRST_PAUSE_S
+    backoff = outage_backoff()
     while True:
         try:
             return attempt()
         except Outage:
+            pause = backoff.next()
             if given_up() or time.monotonic() + pause > deadline:
                 raise
         time.sleep(pause)  # a backoff between attempts, while the servers recover
-        pause = min(pause * 2, LONGEST_PAUSE_S)
