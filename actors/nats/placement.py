@@ -36,10 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from actors.child.env import ENV_PARENT_PID, ENV_SESSION
+from actors.child.env import ENV_NATS_CREDS, ENV_PARENT_PID, ENV_SESSION
 from actors.nats import setup
 from actors.nats.loop import LoopThread
+from actors.nats.remote_agent import RemoteAgent
 from actors.runtime.log import logger
+from actors.runtime.transport import PARENT_INBOX
 from actors.runtime.wire import NATS_TIMEOUT_S
 from actors.session.agent import AgentHandle, AgentSpec
 from actors.session.launcher import ProcessLauncher
@@ -57,69 +59,11 @@ from protocol.transport_url import parse_transport
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
-__all__ = ["NodeLauncher", "RemoteAgent"]
+__all__ = ["NodeLauncher", "RemoteAgent"]  # RemoteAgent: actors.nats.remote_agent
 
 #: a placement not launched within this long (its spawn was refused after it was placed) no
 #: longer counts toward its node's load
 _RESERVED_S = 30.0
-
-
-class RemoteAgent:
-    """The :class:`~actors.session.agent.AgentHandle` of an agent on a node."""
-
-    def __init__(self, launcher: NodeLauncher, spec: AgentSpec, node: str, on_exit: Any) -> None:
-        self._launcher = launcher
-        self.session_id = spec.session_id
-        self.agent_id = spec.agent_id
-        self.node = node
-        self.pid: int | None = None
-        self.boot: str | None = None
-        self.seq = 0
-        #: why it is gone, when its node says nothing more (lost)
-        self.exit_reason: str | None = None
-        self.done = False
-        self._killed = False
-        self._tail: tuple[str, ...] = ()
-        self._on_exit: Callable[[int], None] = on_exit
-        self._lock = threading.Lock()
-
-    def started(self, reply: nodes.NodeReply) -> None:
-        self.pid, self.boot, self.seq = reply.pid, reply.boot, reply.seq
-
-    def exited(self, code: int, tail: tuple[str, ...] = (), reason: str | None = None) -> None:
-        """Report the exit, once."""
-        with self._lock:
-            if self.done:
-                return
-            self.done = True
-            self._tail, self.exit_reason = tail, reason
-        try:
-            self._on_exit(code)
-        except Exception:
-            logger.opt(exception=True).error("on_exit callback failed")
-
-    def log_tail(self, lines: int) -> list[str]:
-        return list(self._tail[-lines:]) if lines > 0 else []
-
-    def running(self) -> bool:
-        return not self.done
-
-    def stop(self) -> None:
-        self._launcher.send_stop(self, "stop")
-
-    def terminate(self) -> None:
-        self.stop()
-
-    def kill(self) -> None:
-        self._launcher.send_stop(self, "kill")
-
-    def kill_once(self) -> None:
-        """Kill what a node still runs of an agent counted as gone (at most once)."""
-        with self._lock:
-            if self._killed:
-                return
-            self._killed = True
-        self.kill()
 
 
 class _Heard(msgspec.Struct, kw_only=True):
@@ -164,7 +108,7 @@ class NodeLauncher(ProcessLauncher):
         except Exception as exc:
             raise SessionUnavailable(f"no NATS server answered: {exc!r}") from exc
         await self._nc.subscribe(nodes.beats_subject(), cb=self._on_beat)
-        await self._nc.subscribe(nodes.exit_subject(self._session_id), cb=self._on_exit_report)
+        await self._nc.subscribe(nodes.exits_subject(self._session_id), cb=self._on_exit_report)
         await self._nc.publish(nodes.NODE_PING, b"")  # the live nodes beat at once
         self._watch = asyncio.get_running_loop().create_task(self._watch_loop())
 
@@ -175,7 +119,8 @@ class NodeLauncher(ProcessLauncher):
             beat = msgspec.json.decode(msg.data, type=nodes.Beat)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return
-        self._heard_from(beat)
+        if nodes.sent_by(msg.subject, beat.name):  # a node speaks only for itself
+            self._heard_from(beat)
 
     def _heard_from(self, beat: nodes.Beat) -> None:
         with self._heard:
@@ -199,7 +144,11 @@ class NodeLauncher(ProcessLauncher):
         except (msgspec.DecodeError, msgspec.ValidationError):
             return
         handle = self._remote.get(report.agent_id)
-        if handle is not None and handle.node == report.node:
+        if (
+            handle is not None
+            and handle.node == report.node
+            and nodes.sent_by(msg.subject, report.node)
+        ):
             handle.exited(report.code, report.log_tail[-nodes.EXIT_LOG_LINES :])
             with self._heard:  # a shutdown waits for these
                 self._heard.notify_all()
@@ -267,10 +216,6 @@ class NodeLauncher(ProcessLauncher):
             return args
         if args.worktree:  # it would be made here, on the parent's host
             raise InvalidArgument("spawn: worktree: an agent on a node cannot have one yet")
-        if self._authority is not None:  # its credentials would be written on this host
-            raise InvalidArgument(
-                "spawn: node: a session with --nats-auth cannot place agents on nodes yet"
-            )
         if args.node == nodes.ANY_NODE:
             name = nodes.least_loaded(self._loads())
             if name is None:
@@ -346,11 +291,16 @@ class NodeLauncher(ProcessLauncher):
         self._remote[spec.agent_id] = handle  # before asking: its exit may come first
         with self._heard:
             self._reserved.pop(spec.name, None)
+        env.pop(ENV_NATS_CREDS, None)  # a path on this host: the node writes its own
+        creds = None
+        if self._authority is not None:  # the child's own user, for that node only
+            creds = self._authority.child_credentials(spec.session_id, spec.agent_id, PARENT_INBOX)
         request = nodes.SpawnRequest(
             session_id=spec.session_id,
             agent_id=spec.agent_id,
             env=env,
             cwd=spec.options.get("cwd"),
+            nats_creds=creds,
         )
         try:
             handle.started(self._request(handle.node, "spawn", request))
