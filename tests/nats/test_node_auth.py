@@ -294,3 +294,58 @@ def test_a_node_refused_by_the_servers_is_a_typed_error_naming_the_option(
         assert node.proc.wait(timeout=60) == 2
     finally:
         node.stop()
+
+
+@pytest.mark.timeout(240)
+def test_a_node_cannot_speak_for_another_on_its_own_subjects(
+    isolated_state: Path, auth_server: NatsServer, authority_dir: Path, tmp_path: Path
+) -> None:
+    """Node n2's user may publish beats and exit reports, but only on subjects naming n2: a
+    beat there naming n1 (restarted, running nothing) and an exit report naming n1 for n1's
+    agent are ignored by the parent; the agent on n1 runs on and finishes its task."""
+    session, url, auth = tmp_path / "session", auth_server.url, str(authority_dir)
+    serve = Serve(session, dict(os.environ), "--transport", url, "--nats-auth", auth)
+    node = Node(
+        url, "n1", tmp_path / "host-n1", "--nats-creds", str(mint_node(authority_dir, "n1"))
+    )
+    try:
+        assert node.ready is not None, node.first
+        assert serve.wait_for(lambda lines: any("session" in x for x in lines))
+        sid = json.loads((session / "session.json").read_text())["session_id"]
+        alpha = spawn_command(tmp_path, "alpha", "n1")
+        fifo = tmp_path / "release"
+        _, task = cli("delegate", "alpha", f"BLOCK-UNTIL {fifo} MARK-DONE", session=session)
+        _read_until(session, "alpha", "BLOCKED")
+
+        login = load_node_login(str(mint_node(authority_dir, "n2")), "n2")
+        forged_beat = nodes.Beat(name="n1", boot="forged", seq=10**6, agents=())
+        forged_exit = nodes.ExitReport(
+            session_id=sid, agent_id=alpha["agent_id"], node="n1", code=3
+        )
+
+        async def forge() -> list[str]:
+            import msgspec
+
+            n2 = await Conn().open(url, **login.connect_options())
+            try:
+                await n2.nc.publish(
+                    nodes.node_subject("n2", "beat"), msgspec.json.encode(forged_beat)
+                )
+                await n2.nc.publish(nodes.exit_subject(sid, "n2"), msgspec.json.encode(forged_exit))
+                await n2.nc.flush(CEILING_S)
+                return n2.errors
+            finally:
+                await n2.nc.close()
+
+        assert asyncio.run(forge()) == []  # its own subjects: the server let them through
+        with open(fifo, "w"):
+            pass  # alpha's `done`, after the forgeries reached the parent
+        _, waited = cli("wait", task["task_id"], "--timeout", "90", session=session)
+        (result,) = waited["completed"]
+        assert (result["status"], result["text"]) == ("completed", "done by alpha"), result
+        _, status = cli("status", session=session)
+        (row,) = status["agents"]
+        assert row["node"] == "n1" and row["process_state"] != "exited", row  # alive
+    finally:
+        serve.stop()
+        node.stop()
