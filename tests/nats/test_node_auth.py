@@ -31,6 +31,7 @@ from protocol.errors import InvalidArgument
 from protocol.ids import PARENT_ID
 from tests.nats.nodes import Node, spawn_command
 from tests.nats.test_auth import (
+    ALPHA,
     BETA,
     CEILING_S,
     Conn,
@@ -349,3 +350,32 @@ def test_a_node_cannot_speak_for_another_on_its_own_subjects(
     finally:
         serve.stop()
         node.stop()
+
+
+def test_a_child_user_can_neither_ask_a_node_nor_listen_to_one(
+    auth_server: NatsServer, authority_dir: Path, session_id: str, tmp_path: Path
+) -> None:
+    """Only the account's parent users may ask a node to run something: a child's user is
+    refused a spawn request to a node, reading one, and speaking as a node."""
+    authority = Authority.load(str(authority_dir))
+    creds = tmp_path / "alpha.creds"
+    write_private(creds, authority.child_credentials(session_id, ALPHA, PARENT_INBOX))
+
+    async def attack() -> None:
+        alpha = await Conn().open(auth_server.url, user_credentials=str(creds))
+        try:
+            for subject in (
+                nodes.node_subject("n1", "spawn"),
+                nodes.node_subject("n1", "beat"),
+                nodes.exit_subject(session_id, "n1"),
+                nodes.NODE_PING,
+            ):
+                await alpha.nc.publish(subject, b"{}")
+                await alpha.violation(subject)
+            for subject in (nodes.node_subject("n1", "spawn"), nodes.beats_subject()):
+                await alpha.nc.subscribe(subject)
+                await alpha.violation(subject)
+        finally:
+            await alpha.nc.close()
+
+    asyncio.run(attack())
