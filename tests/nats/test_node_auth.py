@@ -379,3 +379,22 @@ def test_a_child_user_can_neither_ask_a_node_nor_listen_to_one(
             await alpha.nc.close()
 
     asyncio.run(attack())
+
+
+def test_a_second_node_with_the_same_user_finds_the_first_live_and_does_not_start(
+    auth_server: NatsServer, authority_dir: Path, tmp_path: Path
+) -> None:
+    """The node's one request (is a node of its name live?) needs its own reply prefix and the
+    first node's response permission: both work, so the second is refused."""
+    creds = str(mint_node(authority_dir, "n1"))
+    first = Node(auth_server.url, "n1", tmp_path / "host-1", "--nats-creds", creds)
+    try:
+        assert first.ready is not None, first.first
+        second = Node(auth_server.url, "n1", tmp_path / "host-2", "--nats-creds", creds)
+        try:
+            assert second.first["error"]["code"] == "invalid_argument", second.first
+            assert "already live" in second.first["error"]["message"]
+        finally:
+            second.stop()
+    finally:
+        first.stop()
