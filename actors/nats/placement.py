@@ -20,6 +20,10 @@ Rules:
   again when the parent is back).
 - An agent the parent counts as gone that a node still lists (a node that was only cut off
   for a while) is killed there: nobody would read what it does.
+- A node speaks only for itself: a beat or an exit report is believed only from the subject
+  of the node it names, an ``info`` answer only in the name of the node asked. With
+  ``--nats-auth`` each agent placed on a node gets its own NATS user, minted here and sent in
+  the spawn request to that node only (:mod:`actors.nats.permissions`).
 - The node's answers are awaited with a bound (:data:`~actors.runtime.wire.NATS_TIMEOUT_S`);
   a stop or kill is sent without waiting: if the node never acts on it, its beats or its
   silence end the agent.
@@ -244,13 +248,24 @@ class NodeLauncher(ProcessLauncher):
 
     def _ask_info(self, name: str) -> None:
         try:
-            beat = self._call(name, "info", b"", min(NATS_TIMEOUT_S, 2.0))
+            beat = self._info(name, min(NATS_TIMEOUT_S, 2.0))
         except ShepherdError:
             live = ", ".join(sorted(self._live())) or "none"
             raise InvalidHandle(
                 f"spawn: node: no live node named {name!r} (live nodes: {live})"
             ) from None
-        self._heard_from(msgspec.json.decode(beat, type=nodes.Beat))
+        self._heard_from(beat)
+
+    def _info(self, name: str, timeout: float) -> nodes.Beat:
+        """Node ``name``'s beat, asked; an answer in another node's name is not believed (with
+        credentials only that node may answer, but it may not speak for another)."""
+        try:
+            beat = msgspec.json.decode(self._call(name, "info", b"", timeout), type=nodes.Beat)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise SessionUnavailable(f"node {name} answered with a malformed beat") from None
+        if beat.name != name:
+            raise InvalidHandle(f"node {name} answered in another node's name")
+        return beat
 
     def _call(self, node: str, verb: nodes.Verb, data: bytes, timeout: float) -> bytes:
         from nats.errors import NoRespondersError
@@ -321,9 +336,7 @@ class NodeLauncher(ProcessLauncher):
         node = spec.options.get("node")
         if not node:
             return super().adopt(spec, pid, on_exit)
-        beat = msgspec.json.decode(
-            self._call(str(node), "info", b"", NATS_TIMEOUT_S), type=nodes.Beat
-        )
+        beat = self._info(str(node), NATS_TIMEOUT_S)
         if spec.agent_id not in beat.agents:
             raise InvalidHandle(f"node {node} no longer runs {spec.name}")
         self._register(spec)
