@@ -43,6 +43,7 @@ __all__ = [
     "MAX_DEADLINE_S",
     "MAX_IDS",
     "MAX_NAME_CHARS",
+    "MAX_NATS_CREDS_CHARS",
     "MAX_NODE_NAME_CHARS",
     "MAX_OPTION_CHARS",
     "MAX_PAGE_LINES",
@@ -116,6 +117,10 @@ MAX_TRANSPORT_CHARS: Final = 2048
 #: Python's ``$`` would still allow a final line break)
 MAX_NODE_NAME_CHARS: Final = 63
 NODE_NAME_PATTERN: Final = r"^[a-z0-9][a-z0-9-]{0,62}(?![\s\S])"
+#: a NATS ``.creds`` file (``shepherd node --nats-creds``, and the child's credentials a spawn
+#: request carries to its node): a user JWT with its permissions and a seed; Shepherd's users
+#: are about 2 KiB
+MAX_NATS_CREDS_CHARS: Final = 16 * 1024
 
 #: a deadline: finite, > 0, at most seven days (NaN and infinities fail both comparisons)
 DeadlineMinutes = Annotated[float, msgspec.Meta(gt=0, le=MAX_DEADLINE_MINUTES)]

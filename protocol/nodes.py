@@ -13,9 +13,16 @@ on any live node. On core NATS (not JetStream: nothing here must outlive the pro
   reply); ``shepherd.nodes.<name>.info`` answers a :class:`Beat` at once (a parent that just
   started, or a second node claiming the name, learns of it without waiting for a beat).
 - ``shepherd.nodes.ping``: every node answers with a beat of its own at once.
-- ``shepherd.node-exits.<session>``: a node's :class:`ExitReport` for each bridge of that
-  session that exited. A report lost on the way (the parent was disconnected) is made up for
-  by the next beats: an agent the node no longer lists after its launch is gone.
+- ``shepherd.node-exits.<session>.<name>``: a node's :class:`ExitReport` for each bridge of
+  that session that exited. A report lost on the way (the parent was disconnected) is made up
+  for by the next beats: an agent the node no longer lists after its launch is gone.
+
+Every subject a node publishes on names the node, so that with NATS credentials
+(:mod:`actors.nats.permissions`) a node may publish only its own beats and reports, and the
+parent believes a beat or a report only from the subject of the node it names
+(:func:`sent_by`): a node cannot speak for another. A spawn request carries the child's NATS
+credentials when the session has an authority; its subject is one only that node's user may
+read, and its ``repr`` leaves them out.
 
 Rules (pure: what the parent decides from what it heard):
 - ``--node any`` is the live node running the fewest agents (each node's last beat, with the
@@ -27,12 +34,12 @@ Rules (pure: what the parent decides from what it heard):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 
 from protocol.errors import ErrorInfo
-from protocol.limits import NodeName
+from protocol.limits import MAX_NATS_CREDS_CHARS, NodeName
 
 __all__ = [
     "ANY_NODE",
@@ -48,10 +55,12 @@ __all__ = [
     "StopRequest",
     "beats_subject",
     "exit_subject",
+    "exits_subject",
     "gone_from",
     "least_loaded",
     "lost_reason",
     "node_subject",
+    "sent_by",
 ]
 
 #: ``spawn --node any``: the least-loaded live node
@@ -77,8 +86,24 @@ def beats_subject() -> str:
     return "shepherd.nodes.*.beat"
 
 
-def exit_subject(session_id: str) -> str:
-    return f"shepherd.node-exits.{session_id}"
+def exit_subject(session_id: str, name: str) -> str:
+    return f"shepherd.node-exits.{session_id}.{name}"
+
+
+def exits_subject(session_id: str) -> str:
+    """Every node's exit reports for a session (its parent subscribes once)."""
+    return f"shepherd.node-exits.{session_id}.*"
+
+
+def sent_by(subject: str, name: str) -> bool:
+    """Is ``subject`` (a beat's or an exit report's) one that only node ``name`` may publish
+    on? The name in a payload is believed only when its subject names the same node."""
+    parts = subject.split(".")
+    if len(parts) == 4 and parts[:2] == ["shepherd", "nodes"] and parts[3] == "beat":
+        return parts[2] == name
+    if len(parts) == 4 and parts[:2] == ["shepherd", "node-exits"]:
+        return parts[3] == name
+    return False
 
 
 class Beat(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,6 +130,16 @@ class SpawnRequest(msgspec.Struct, frozen=True, kw_only=True):
     #: (the node sets where its private files go and whose death stops it)
     env: dict[str, str]
     cwd: str | None = None
+    #: the child's own NATS user (a ``.creds`` text, minted by the parent: the session has an
+    #: authority), which the node writes 0600 in the agent's directory on its host
+    nats_creds: Annotated[str, msgspec.Meta(max_length=MAX_NATS_CREDS_CHARS)] | None = None
+
+    def __repr__(self) -> str:  # never the credentials, in a log or a traceback
+        creds = "<hidden>" if self.nats_creds is not None else None
+        return (
+            f"SpawnRequest(session_id={self.session_id!r}, agent_id={self.agent_id!r}, "
+            f"cwd={self.cwd!r}, nats_creds={creds})"
+        )
 
 
 class StopRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Spawn to ready: an agent on a ``shepherd node`` beside one on the parent's host, same run.
+"""Spawn to ready: an agent on a ``shepherd node`` beside one on the parent's host, without and
+with NATS credentials, same run.
 
     python scripts/bench_node.py [--runs N] [--spawns N]
 
-One session over NATS (a ``nats-server`` of the ``nats`` extra, ``sync_interval: always``, on a
-temporary store), its supervisor in this process, and one ``shepherd node`` process on the
-same machine (its own directory standing for another host). Each spawn is a scripted agent
-that waits; the time is from the ``spawn`` call to the moment the session sees the agent's
-process leave ``starting`` (its bridge said ready). Local and node spawns alternate, so a
-change of the machine's load spreads over both; every agent is closed at the end of its run.
+Two sessions over NATS (each its own ``nats-server`` of the ``nats`` extra, ``sync_interval:
+always``, on a temporary store), their supervisors in this process, each with one ``shepherd
+node`` process on the same machine (its own directory standing for another host): ``plain``
+has no credentials; ``auth`` has an authority (``--nats-auth``; the node logs in with
+``--nats-creds``, and each child, local or on the node, as its own user minted at its spawn).
+Each spawn is a scripted agent that waits; the time is from the ``spawn`` call to the moment
+the session sees the agent's process leave ``starting`` (its bridge said ready). The four
+kinds of spawn alternate, so a change of the machine's load spreads over all of them; every
+agent is closed at the end of its run.
 Prints the median of the runs' medians (ms) and asserts nothing.
 """
 
@@ -23,6 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -51,22 +56,46 @@ class ReadyAt:
             return self.at[name]
 
 
-def one_run(run: int, spawns: int, sup: object, tap: ReadyAt, script: Path) -> dict[str, float]:
-    times: dict[str, list[float]] = {"local": [], "node": []}
-    names = []
+#: the two sessions of a run: over a server without credentials, and over one with an
+#: authority (``serve --nats-auth``: a node with ``--nats-creds``, each child its own user)
+MODES = ("plain", "auth")
+WHERE = ("local", "node")
+
+
+def one_run(
+    run: int, spawns: int, sessions: dict[str, tuple[Any, ReadyAt]], script: Path
+) -> dict[str, float]:
+    times: dict[str, list[float]] = {f"{m} {w}": [] for m in MODES for w in WHERE}
+    names: list[tuple[str, str]] = []
     for i in range(spawns):
-        for where in ("local", "node"):
-            name = f"r{run}-{where[0]}{i}"
-            args = {"name": name, "script": str(script)}
-            if where == "node":
-                args["node"] = "bench"
-            start = time.perf_counter()
-            sup.call("spawn", args)  # type: ignore[attr-defined]
-            times[where].append((tap.wait(name, 60) - start) * 1000)
-            names.append(name)
-    for name in names:
-        sup.call("close", {"agent": name})  # type: ignore[attr-defined]
-    return {where: statistics.median(values) for where, values in times.items()}
+        for mode in MODES:
+            sup, tap = sessions[mode]
+            for where in WHERE:
+                name = f"r{run}-{mode[0]}{where[0]}{i}"
+                args = {"name": name, "script": str(script)}
+                if where == "node":
+                    args["node"] = f"bench-{mode}"
+                start = time.perf_counter()
+                sup.call("spawn", args)
+                times[f"{mode} {where}"].append((tap.wait(name, 60) - start) * 1000)
+                names.append((mode, name))
+    for mode, name in names:
+        sessions[mode][0].call("close", {"agent": name})
+    return {key: statistics.median(values) for key, values in times.items()}
+
+
+def start_node(url: str, name: str, root: Path, *extra: str) -> subprocess.Popen[str]:
+    node = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "actors.surfaces.cli", "node", "--json"),
+            *("--transport", url, "--name", name, "--dir", str(root), *extra),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert node.stdout is not None
+    assert "node" in json.loads(node.stdout.readline()), f"the node {name} did not start"
+    return node
 
 
 def main() -> None:
@@ -75,43 +104,53 @@ def main() -> None:
     parser.add_argument("--spawns", type=int, default=5)
     options = parser.parse_args()
 
+    from actors.nats.auth import Authority, make_authority, write_private
     from actors.nats.server import start_server
     from actors.session.supervisor import Supervisor
 
     with temp_dir("shepherd-bench-node-") as tmp:
         os.environ["XDG_STATE_HOME"] = str(tmp / "state")
-        server = start_server(tmp / "nats")
-        node = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "actors.surfaces.cli", "node", "--json"),
-                *("--transport", server.url, "--name", "bench", "--dir", str(tmp / "host-b")),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        make_authority(tmp / "auth")
+        creds = tmp / "bench-auth.creds"
+        write_private(creds, Authority.load(str(tmp / "auth")).node_credentials("bench-auth"))
+        servers = {
+            "plain": start_server(tmp / "nats"),
+            "auth": start_server(tmp / "nats-auth", auth=tmp / "auth"),
+        }
+        nodes = [
+            start_node(servers["plain"].url, "bench-plain", tmp / "host-plain"),
+            start_node(
+                servers["auth"].url, "bench-auth", tmp / "host-auth", "--nats-creds", str(creds)
+            ),
+        ]
+        sessions: dict[str, tuple[Any, ReadyAt]] = {}
         try:
-            assert node.stdout is not None
-            assert "node" in json.loads(node.stdout.readline()), "the node did not start"
             script = tmp / "wait.json"
             script.write_text(json.dumps({"steps": [{"await": "any"}]}))
-            tap = ReadyAt()
-            sup = Supervisor(tmp / "session", tap=tap, transport=server.url)
-            try:
-                one_run(0, 2, sup, tap, script)  # warm-up: imports, first connections
-                medians = [
-                    one_run(r + 1, options.spawns, sup, tap, script) for r in range(options.runs)
-                ]
-            finally:
-                sup.shutdown()
+            for mode in MODES:
+                tap = ReadyAt()
+                auth = {"nats_auth": str(tmp / "auth")} if mode == "auth" else {}
+                sup = Supervisor(
+                    tmp / f"session-{mode}", tap=tap, transport=servers[mode].url, **auth
+                )
+                sessions[mode] = (sup, tap)
+            one_run(0, 2, sessions, script)  # warm-up: imports, first connections
+            medians = [
+                one_run(r + 1, options.spawns, sessions, script) for r in range(options.runs)
+            ]
         finally:
-            node.terminate()
-            node.wait(timeout=30)
-            server.kill()
+            for sup, _ in sessions.values():
+                sup.shutdown()
+            for node in nodes:
+                node.terminate()
+                node.wait(timeout=30)
+            for server in servers.values():
+                server.kill()
     print(f"spawn to ready, ms (median of {options.runs} runs' medians of {options.spawns}):")
-    for where in ("local", "node"):
-        runs = [m[where] for m in medians]
+    for key in medians[0]:
+        runs = [m[key] for m in medians]
         each = ", ".join(f"{x:.1f}" for x in runs)
-        print(f"  {where:<6} {statistics.median(runs):7.1f}   runs: {each}")
+        print(f"  {key:<11} {statistics.median(runs):7.1f}   runs: {each}")
 
 
 if __name__ == "__main__":

@@ -20,19 +20,14 @@ be empty): an operator, a system account and the session account, and writes
 or empty value, a directory or seed readable by others, a seed that is not an account's are
 ``invalid_argument`` naming ``--nats-auth``). The parent and its CLI clients connect as a user
 with every right in the account, minted in memory. Each child gets
-:meth:`Authority.child_credentials`, written 0600 in its private directory, whose permissions
-are exactly (``S`` the session, ``A`` the agent, ``R`` its reply stream ``S_A``):
+:meth:`Authority.child_credentials`, written 0600 in its private directory (on a node's host:
+the parent sends them in the spawn request to that node only). What each user may do is
+:mod:`actors.nats.permissions`.
 
-- publish: its parent's inbox subject ``shepherd.S.in.parent`` and its own quarantine subject;
-  the JetStream API to look up the parent's and its own consumer, to pull from its own consumer
-  and ack what it got; on its own reply stream ``R`` (where its one-shot reply inboxes are:
-  :mod:`actors.nats.transport`) to create, look up, pull from, ack and delete consumers and to
-  purge it;
-- subscribe: its own reply prefix ``_INBOX_A.>`` (publish acknowledgements and pulled messages
-  come there; the client uses it as its inbox prefix).
-
-Everything else - another inbox's subject, another consumer, the streams' management, another
-process's replies - is a permissions violation at the server.
+``python -m actors.nats.auth DIR --node HOST [--out FILE]`` mints the user of the node named
+``HOST`` (``shepherd node --name HOST --nats-creds FILE``; default ``DIR/nodes/HOST.creds``,
+0600, never overwritten): the authority's owner copies it to that host. A node's user can be
+withdrawn only by making a new authority (the account's JWT lists no revocations).
 """
 
 from __future__ import annotations
@@ -48,6 +43,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.nats.permissions import (
+    CHILD_USER,
+    NODE_USER,
+    check_node_name,
+    child_inbox_prefix,
+    child_permissions,
+    node_permissions,
+    reply_stream,
+)
 from protocol.errors import InvalidArgument, ShepherdError
 from protocol.limits import MAX_OPTION_CHARS
 
@@ -83,18 +87,8 @@ _UNLIMITED = {
 _JETSTREAM = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
 
 
-def reply_stream(session_id: str, agent_id: str) -> str:
-    """The stream of ``agent_id``'s one-shot reply inboxes (its own, so that its rights on
-    consumers can be limited to it: a consumer's API subject names only its stream)."""
-    return f"{session_id}_{agent_id}"
-
-
 def reply_subject(session_id: str, agent_id: str, inbox: str) -> str:
     return f"shepherd.{session_id}.reply.{agent_id}.{inbox}"
-
-
-def child_inbox_prefix(agent_id: str) -> str:
-    return f"_INBOX_{agent_id}"
 
 
 @dataclass(frozen=True)
@@ -106,6 +100,11 @@ class NatsLogin:
     credentials: str
     in_memory: bool = False
     owner: str | None = None
+    #: its reply prefix when it is not a child's (a node's)
+    inbox_prefix: str | None = None
+
+    def __repr__(self) -> str:  # never the credentials' text
+        return f"NatsLogin(owner={self.owner!r}, inbox_prefix={self.inbox_prefix!r})"
 
     def connect_options(self) -> dict[str, Any]:
         from nats.aio.client import RawCredentials
@@ -114,6 +113,8 @@ class NatsLogin:
         options: dict[str, Any] = {"user_credentials": creds}
         if self.owner is not None:
             options["inbox_prefix"] = child_inbox_prefix(self.owner)
+        elif self.inbox_prefix is not None:
+            options["inbox_prefix"] = self.inbox_prefix
         return options
 
 
@@ -306,28 +307,13 @@ class Authority:
         return NatsLogin(self.parent_credentials(), in_memory=True)
 
     def child_credentials(self, session_id: str, agent_id: str, parent_inbox: str) -> str:
-        """``agent_id``'s user, allowed only what it needs (module rules)."""
-        s, a, r = session_id, agent_id, reply_stream(session_id, agent_id)
-        publish = [
-            f"shepherd.{s}.in.{parent_inbox}",
-            f"shepherd.{s}.quarantine.{a}",
-            f"$JS.API.CONSUMER.INFO.{s}.{parent_inbox}",
-            f"$JS.API.CONSUMER.INFO.{s}.{a}",
-            f"$JS.API.CONSUMER.MSG.NEXT.{s}.{a}",
-            f"$JS.ACK.{s}.{a}.>",
-            f"$JS.API.CONSUMER.DURABLE.CREATE.{r}.*",
-            f"$JS.API.CONSUMER.CREATE.{r}.>",
-            f"$JS.API.CONSUMER.INFO.{r}.*",
-            f"$JS.API.CONSUMER.MSG.NEXT.{r}.*",
-            f"$JS.API.CONSUMER.DELETE.{r}.*",
-            f"$JS.API.STREAM.PURGE.{r}",
-            f"$JS.ACK.{r}.>",
-        ]
-        permissions = {
-            "pub": {"allow": publish},
-            "sub": {"allow": [f"{child_inbox_prefix(a)}.>"]},
-        }
-        return self._user(f"shepherd-child {a}", permissions)
+        """``agent_id``'s user, allowed only what it needs (:mod:`actors.nats.permissions`)."""
+        permissions = child_permissions(session_id, agent_id, parent_inbox)
+        return self._user(f"{CHILD_USER} {agent_id}", permissions)
+
+    def node_credentials(self, name: str) -> str:
+        """The user of the node named ``name`` (:mod:`actors.nats.permissions`)."""
+        return self._user(f"{NODE_USER} {name}", node_permissions(name))
 
     def write_child(self, path: Path, session_id: str, agent_id: str, parent_inbox: str) -> None:
         """A new user for ``agent_id`` in ``path`` (0600; replacing the one a bridge of it had
@@ -336,22 +322,48 @@ class Authority:
         write_private(path, self.child_credentials(session_id, agent_id, parent_inbox))
 
 
+_USAGE = """usage: python -m actors.nats.auth DIR
+  makes a NATS authority for Shepherd in DIR (new or empty): include
+  DIR/server.conf in each server's configuration, then
+  shepherd serve --transport nats://... --nats-auth DIR
+usage: python -m actors.nats.auth DIR --node HOST [--out FILE]
+  mints the NATS user of the node named HOST (FILE, 0600, default DIR/nodes/HOST.creds):
+  copy it to that host, then shepherd node --name HOST --nats-creds FILE ...
+"""
+
+
+def write_node(raw_dir: str, name: str, out: str | None) -> Path:
+    """Mint node ``name``'s user into ``out`` (never overwriting a file)."""
+    authority = Authority.load(raw_dir)
+    check_node_name(name, "--node")
+    if out is None:
+        (authority.directory / "nodes").mkdir(mode=0o700, exist_ok=True)
+        path = authority.directory / "nodes" / f"{name}.creds"
+    else:
+        path = Path(out).absolute()
+    try:
+        write_private(path, authority.node_credentials(name))
+    except FileExistsError:
+        raise InvalidArgument(
+            f"--out: {path} exists (a node's credentials are never overwritten)"
+        ) from None
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0].startswith("-"):
-        sys.stderr.write(
-            "usage: python -m actors.nats.auth DIR\n"
-            "  makes a NATS authority for Shepherd in DIR (new or empty): include\n"
-            "  DIR/server.conf in each server's configuration, then\n"
-            "  shepherd serve --transport nats://... --nats-auth DIR\n"
-        )
-        return 2
     try:
-        conf = make_authority(Path(args[0]).absolute())
+        if len(args) == 1 and not args[0].startswith("-"):
+            made = make_authority(Path(args[0]).absolute())
+        elif len(args) in (3, 5) and args[1] == "--node" and args[3:4] in ([], ["--out"]):
+            made = write_node(args[0], args[2], args[4] if len(args) == 5 else None)
+        else:
+            sys.stderr.write(_USAGE)
+            return 2
     except (ShepherdError, OSError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
-    sys.stdout.write(f"{conf}\n")
+    sys.stdout.write(f"{made}\n")
     return 0
 
 

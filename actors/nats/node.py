@@ -11,6 +11,11 @@ Rules:
   ``~/.local/state/shepherd/nodes/<name>``), which the bridge is told is its session directory.
   Only the ``SHEPHERD_*`` variables and the trace context are taken from a request: nothing
   else of the node's environment can be set from the wire.
+- With ``--nats-creds`` (:mod:`actors.nats.node_login`) the node logs in as its own NATS user
+  (its rights: :mod:`actors.nats.permissions`); servers that refuse the login end the start
+  at once with ``invalid_argument`` naming the option (the client would retry forever). A
+  spawn that carries the child's own credentials gets them written 0600 as ``nats.creds`` in
+  the agent's directory and named by ``SHEPHERD_NATS_CREDS``; they are never logged.
 - The node is the bridge's parent (its ``SHEPHERD_PARENT_PID``), with no reconnect window: a
   node that dies stops its bridges, whose parent hears of it as a lost node.
 - Every exit is reported once, on the session's exit subject, with the end of the bridge's log;
@@ -38,9 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from actors.child.env import ENV_PARENT_PID, ENV_SESSION, ENV_VARS
+from actors.child.env import ENV_NATS_CREDS, ENV_PARENT_PID, ENV_SESSION, ENV_VARS
 from actors.nats import setup
+from actors.nats.auth import write_private
 from actors.nats.loop import LoopThread
+from actors.nats.permissions import check_node_name
 from actors.runtime.clock import SystemClock
 from actors.runtime.log import logger
 from actors.session.bridge_process import read_log_tail as read_tail
@@ -55,31 +62,18 @@ from protocol.errors import (
     ShepherdError,
 )
 from protocol.ids import IdKind, is_id_of
-from protocol.limits import NodeName
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
-__all__ = ["NodeServer", "check_node_name"]
+    from actors.nats.auth import NatsLogin
+
+__all__ = ["NodeServer"]
 
 #: variables a spawn request may set besides ``SHEPHERD_*`` (the session's trace context)
 _PASSED = frozenset({"TRACEPARENT"})
 #: the bridge's own: the node decides them
-_NODE_SET = frozenset({ENV_SESSION, ENV_PARENT_PID, "SHEPHERD_RECONNECT_S"})
-
-
-def check_node_name(name: str) -> str:
-    """``name`` if it may name a node, else ``invalid_argument`` naming ``--name``."""
-    try:
-        msgspec.convert(name, NodeName)
-    except msgspec.ValidationError:
-        raise InvalidArgument(
-            f"--name: {name[:80]!r} is not a node name (1-63 of a-z, 0-9 and '-', starting "
-            "with a letter or digit)"
-        ) from None
-    if name == nodes.ANY_NODE:
-        raise InvalidArgument("--name: 'any' is not a node name (spawn --node any picks one)")
-    return name
+_NODE_SET = frozenset({ENV_SESSION, ENV_PARENT_PID, ENV_NATS_CREDS, "SHEPHERD_RECONNECT_S"})
 
 
 @dataclass
@@ -101,8 +95,10 @@ class NodeServer:
         timeout_s: float = 5.0,
         python: str = sys.executable,
         grace_s: float = STOP_GRACE_S,
+        login: NatsLogin | None = None,
     ) -> None:
         self.name = check_node_name(name)
+        self._login = login
         self.root = root
         self.boot = secrets.token_hex(8)
         self.seq = 0
@@ -132,10 +128,31 @@ class NodeServer:
             raise
 
     async def _start(self, servers: list[str]) -> None:
-        try:
-            self._nc, _ = await setup.connect(
-                servers, None, None, f"node {self.name}", self._timeout
+        refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        def on_error(exc: Exception) -> None:
+            if "authorization" in str(exc).lower() and not refused.done():
+                refused.set_result(str(exc)[:200])
+
+        connecting = asyncio.ensure_future(
+            setup.connect(
+                servers, None, None, f"node {self.name}", self._timeout, self._login, on_error
             )
+        )
+        either: list[asyncio.Future[Any]] = [connecting, refused]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not connecting.done():  # the servers refused the login: retrying will not help
+            connecting.cancel()
+            with contextlib.suppress(BaseException):
+                await connecting
+            given = "these credentials" if self._login is not None else "no credentials"
+            raise InvalidArgument(
+                f"--nats-creds: the NATS servers refused node {self.name}'s login with {given} "
+                f"({refused.result()}): give it the credentials the session's authority mints "
+                f"for it (python -m actors.nats.auth DIR --node {self.name})"
+            )
+        try:
+            self._nc, _ = connecting.result()
         except Exception as exc:
             raise SessionUnavailable(
                 f"no NATS server answered at {', '.join(servers)}: {exc!r}"
@@ -259,6 +276,12 @@ class NodeServer:
             "SHEPHERD_RECONNECT_S": "0",  # a dead node is a lost node: nothing comes back
         }
         env.pop("SHEPHERD_SESSION_HINT", None)
+        env.pop(ENV_NATS_CREDS, None)
+        if req.nats_creds is not None:  # the child's own user, readable only by this user
+            creds = agent_dir / "nats.creds"
+            creds.unlink(missing_ok=True)  # a bridge of it before had another
+            write_private(creds, req.nats_creds)
+            env[ENV_NATS_CREDS] = str(creds)
         log_path = agent_dir / "output.log"
         proc = start_bridge(self._python, req.cwd or os.getcwd(), env, log_path)
         return _Bridge(req.session_id, ChildProcess(proc, self._clock, self._grace_s), log_path)
@@ -287,7 +310,7 @@ class NodeServer:
             code=code,
             log_tail=tail,
         )
-        subject = nodes.exit_subject(bridge.session_id)
+        subject = nodes.exit_subject(bridge.session_id, self.name)
         with contextlib.suppress(Exception):  # lost: the next beats say the agent is gone
             await self._nc.publish(subject, msgspec.json.encode(report))
         del self.bridges[agent_id]  # only now: a beat never leaves it out before its report

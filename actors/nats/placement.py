@@ -20,6 +20,10 @@ Rules:
   again when the parent is back).
 - An agent the parent counts as gone that a node still lists (a node that was only cut off
   for a while) is killed there: nobody would read what it does.
+- A node speaks only for itself: a beat or an exit report is believed only from the subject
+  of the node it names, an ``info`` answer only in the name of the node asked. With
+  ``--nats-auth`` each agent placed on a node gets its own NATS user, minted here and sent in
+  the spawn request to that node only (:mod:`actors.nats.permissions`).
 - The node's answers are awaited with a bound (:data:`~actors.runtime.wire.NATS_TIMEOUT_S`);
   a stop or kill is sent without waiting: if the node never acts on it, its beats or its
   silence end the agent.
@@ -36,10 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from actors.child.env import ENV_PARENT_PID, ENV_SESSION
+from actors.child.env import ENV_NATS_CREDS, ENV_PARENT_PID, ENV_SESSION
 from actors.nats import setup
 from actors.nats.loop import LoopThread
+from actors.nats.remote_agent import RemoteAgent
 from actors.runtime.log import logger
+from actors.runtime.transport import PARENT_INBOX
 from actors.runtime.wire import NATS_TIMEOUT_S
 from actors.session.agent import AgentHandle, AgentSpec
 from actors.session.launcher import ProcessLauncher
@@ -57,69 +63,11 @@ from protocol.transport_url import parse_transport
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
-__all__ = ["NodeLauncher", "RemoteAgent"]
+__all__ = ["NodeLauncher", "RemoteAgent"]  # RemoteAgent: actors.nats.remote_agent
 
 #: a placement not launched within this long (its spawn was refused after it was placed) no
 #: longer counts toward its node's load
 _RESERVED_S = 30.0
-
-
-class RemoteAgent:
-    """The :class:`~actors.session.agent.AgentHandle` of an agent on a node."""
-
-    def __init__(self, launcher: NodeLauncher, spec: AgentSpec, node: str, on_exit: Any) -> None:
-        self._launcher = launcher
-        self.session_id = spec.session_id
-        self.agent_id = spec.agent_id
-        self.node = node
-        self.pid: int | None = None
-        self.boot: str | None = None
-        self.seq = 0
-        #: why it is gone, when its node says nothing more (lost)
-        self.exit_reason: str | None = None
-        self.done = False
-        self._killed = False
-        self._tail: tuple[str, ...] = ()
-        self._on_exit: Callable[[int], None] = on_exit
-        self._lock = threading.Lock()
-
-    def started(self, reply: nodes.NodeReply) -> None:
-        self.pid, self.boot, self.seq = reply.pid, reply.boot, reply.seq
-
-    def exited(self, code: int, tail: tuple[str, ...] = (), reason: str | None = None) -> None:
-        """Report the exit, once."""
-        with self._lock:
-            if self.done:
-                return
-            self.done = True
-            self._tail, self.exit_reason = tail, reason
-        try:
-            self._on_exit(code)
-        except Exception:
-            logger.opt(exception=True).error("on_exit callback failed")
-
-    def log_tail(self, lines: int) -> list[str]:
-        return list(self._tail[-lines:]) if lines > 0 else []
-
-    def running(self) -> bool:
-        return not self.done
-
-    def stop(self) -> None:
-        self._launcher.send_stop(self, "stop")
-
-    def terminate(self) -> None:
-        self.stop()
-
-    def kill(self) -> None:
-        self._launcher.send_stop(self, "kill")
-
-    def kill_once(self) -> None:
-        """Kill what a node still runs of an agent counted as gone (at most once)."""
-        with self._lock:
-            if self._killed:
-                return
-            self._killed = True
-        self.kill()
 
 
 class _Heard(msgspec.Struct, kw_only=True):
@@ -164,7 +112,7 @@ class NodeLauncher(ProcessLauncher):
         except Exception as exc:
             raise SessionUnavailable(f"no NATS server answered: {exc!r}") from exc
         await self._nc.subscribe(nodes.beats_subject(), cb=self._on_beat)
-        await self._nc.subscribe(nodes.exit_subject(self._session_id), cb=self._on_exit_report)
+        await self._nc.subscribe(nodes.exits_subject(self._session_id), cb=self._on_exit_report)
         await self._nc.publish(nodes.NODE_PING, b"")  # the live nodes beat at once
         self._watch = asyncio.get_running_loop().create_task(self._watch_loop())
 
@@ -175,7 +123,8 @@ class NodeLauncher(ProcessLauncher):
             beat = msgspec.json.decode(msg.data, type=nodes.Beat)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return
-        self._heard_from(beat)
+        if nodes.sent_by(msg.subject, beat.name):  # a node speaks only for itself
+            self._heard_from(beat)
 
     def _heard_from(self, beat: nodes.Beat) -> None:
         with self._heard:
@@ -199,7 +148,11 @@ class NodeLauncher(ProcessLauncher):
         except (msgspec.DecodeError, msgspec.ValidationError):
             return
         handle = self._remote.get(report.agent_id)
-        if handle is not None and handle.node == report.node:
+        if (
+            handle is not None
+            and handle.node == report.node
+            and nodes.sent_by(msg.subject, report.node)
+        ):
             handle.exited(report.code, report.log_tail[-nodes.EXIT_LOG_LINES :])
             with self._heard:  # a shutdown waits for these
                 self._heard.notify_all()
@@ -267,10 +220,6 @@ class NodeLauncher(ProcessLauncher):
             return args
         if args.worktree:  # it would be made here, on the parent's host
             raise InvalidArgument("spawn: worktree: an agent on a node cannot have one yet")
-        if self._authority is not None:  # its credentials would be written on this host
-            raise InvalidArgument(
-                "spawn: node: a session with --nats-auth cannot place agents on nodes yet"
-            )
         if args.node == nodes.ANY_NODE:
             name = nodes.least_loaded(self._loads())
             if name is None:
@@ -299,13 +248,24 @@ class NodeLauncher(ProcessLauncher):
 
     def _ask_info(self, name: str) -> None:
         try:
-            beat = self._call(name, "info", b"", min(NATS_TIMEOUT_S, 2.0))
+            beat = self._info(name, min(NATS_TIMEOUT_S, 2.0))
         except ShepherdError:
             live = ", ".join(sorted(self._live())) or "none"
             raise InvalidHandle(
                 f"spawn: node: no live node named {name!r} (live nodes: {live})"
             ) from None
-        self._heard_from(msgspec.json.decode(beat, type=nodes.Beat))
+        self._heard_from(beat)
+
+    def _info(self, name: str, timeout: float) -> nodes.Beat:
+        """Node ``name``'s beat, asked; an answer in another node's name is not believed (with
+        credentials only that node may answer, but it may not speak for another)."""
+        try:
+            beat = msgspec.json.decode(self._call(name, "info", b"", timeout), type=nodes.Beat)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise SessionUnavailable(f"node {name} answered with a malformed beat") from None
+        if beat.name != name:
+            raise InvalidHandle(f"node {name} answered in another node's name")
+        return beat
 
     def _call(self, node: str, verb: nodes.Verb, data: bytes, timeout: float) -> bytes:
         from nats.errors import NoRespondersError
@@ -346,11 +306,16 @@ class NodeLauncher(ProcessLauncher):
         self._remote[spec.agent_id] = handle  # before asking: its exit may come first
         with self._heard:
             self._reserved.pop(spec.name, None)
+        env.pop(ENV_NATS_CREDS, None)  # a path on this host: the node writes its own
+        creds = None
+        if self._authority is not None:  # the child's own user, for that node only
+            creds = self._authority.child_credentials(spec.session_id, spec.agent_id, PARENT_INBOX)
         request = nodes.SpawnRequest(
             session_id=spec.session_id,
             agent_id=spec.agent_id,
             env=env,
             cwd=spec.options.get("cwd"),
+            nats_creds=creds,
         )
         try:
             handle.started(self._request(handle.node, "spawn", request))
@@ -371,9 +336,7 @@ class NodeLauncher(ProcessLauncher):
         node = spec.options.get("node")
         if not node:
             return super().adopt(spec, pid, on_exit)
-        beat = msgspec.json.decode(
-            self._call(str(node), "info", b"", NATS_TIMEOUT_S), type=nodes.Beat
-        )
+        beat = self._info(str(node), NATS_TIMEOUT_S)
         if spec.agent_id not in beat.agents:
             raise InvalidHandle(f"node {node} no longer runs {spec.name}")
         self._register(spec)

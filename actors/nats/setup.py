@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from actors.nats.outage import Outage
@@ -66,10 +66,12 @@ async def connect(
     session_id: str,
     timeout: float,
     login: NatsLogin | None = None,
+    on_error: Callable[[Exception], None] | None = None,
 ) -> tuple[Client, JetStreamContext]:
     """A connection that reconnects forever (to any server of the list); the caller bounds how
     long the first connection may take. ``login``: this process's NATS user
-    (:mod:`actors.nats.auth`)."""
+    (:mod:`actors.nats.auth`); ``on_error`` hears each error the client reports (a refused
+    login among them, which the client would otherwise retry forever)."""
     import nats
 
     made: list[Client] = []
@@ -84,6 +86,8 @@ async def connect(
 
     async def error(exc: Exception) -> None:
         logger.debug("nats: {!r}", exc)
+        if on_error is not None:
+            on_error(exc)
 
     nc = await nats.connect(
         servers,

@@ -128,7 +128,9 @@ def _stop_on_signals() -> threading.Event:
 def run_node(args: argparse.Namespace) -> int:
     """``shepherd node``: start the bridges of agents placed on this host, until SIGTERM/SIGINT
     (:mod:`actors.nats.node`)."""
-    from actors.nats.node import NodeServer, check_node_name
+    from actors.nats.node import NodeServer
+    from actors.nats.node_login import load_node_login
+    from actors.nats.permissions import check_node_name
     from actors.records.live import state_dir
     from actors.runtime.wire import NATS_TIMEOUT_S
     from protocol.transport_url import parse_transport
@@ -136,8 +138,9 @@ def run_node(args: argparse.Namespace) -> int:
     _log_to_stderr()
     name = check_node_name(args.name)
     servers = parse_transport(args.transport).server_urls
+    login = None if args.nats_creds is None else load_node_login(args.nats_creds, name)
     root = Path(args.dir).absolute() if args.dir else state_dir() / "nodes" / name
-    node = NodeServer(servers, name, root, timeout_s=NATS_TIMEOUT_S)
+    node = NodeServer(servers, name, root, timeout_s=NATS_TIMEOUT_S, login=login)
     ready = {"name": name, "pid": os.getpid(), "dir": str(root)}
     if args.json:
         sys.stdout.write(msgspec.json.encode({"node": ready}).decode() + "\n")

@@ -139,6 +139,12 @@ def _add_node(sub: Any) -> None:
     )
     p.add_argument("--name", required=True, help="this node's name (spawn --node NAME)")
     p.add_argument("--dir", metavar="DIR", help="its agents' files (default: state dir/nodes/NAME)")
+    p.add_argument(
+        "--nats-creds",
+        metavar="FILE",
+        help="log in as this node's NATS user (0600; minted by the session's authority: "
+        "python -m actors.nats.auth DIR --node NAME)",
+    )
     p.add_argument("--json", action="store_true", help="the ready line as JSON")
 
 

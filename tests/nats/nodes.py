@@ -38,14 +38,16 @@ class Node:
         self.first: dict[str, Any] = json.loads(self.proc.stdout.readline() or "{}")
         self.ready: dict[str, Any] | None = self.first.get("node")
 
-    def stop(self) -> None:
+    def stop(self) -> str:
+        """Stop it; what it wrote on stderr."""
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
-            self.proc.communicate(timeout=30)  # reads the rest and closes the pipes
+            _, err = self.proc.communicate(timeout=30)  # reads the rest and closes the pipes
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.communicate(timeout=10)
+            _, err = self.proc.communicate(timeout=10)
+        return err or ""
 
 
 @pytest.fixture(autouse=True)

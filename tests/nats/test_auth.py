@@ -603,19 +603,3 @@ def test_records_on_the_servers_and_a_resume_on_another_host_work_with_the_autho
         assert (result["status"], result["text"]) == ("completed", "done by alpha")
     finally:
         second.stop()
-
-
-def test_a_session_with_an_authority_refuses_to_place_an_agent_on_a_node(
-    isolated_state: Path, tmp_path: Path, auth_server: NatsServer, authority_dir: Path
-) -> None:
-    """Its credentials file would be written on the parent's host, out of the node's reach:
-    refused before any node is asked, naming the option."""
-    from actors.session.supervisor import Supervisor
-
-    sup = Supervisor(tmp_path / "session", transport=auth_server.url, nats_auth=str(authority_dir))
-    try:
-        with pytest.raises(InvalidArgument, match="--nats-auth cannot place agents on nodes"):
-            sup.session.spawn("remote", adapter="command", cmd="true {message}", node="host-b")
-        assert sup.session.status().agents == ()
-    finally:
-        sup.shutdown()

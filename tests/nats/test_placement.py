@@ -81,3 +81,59 @@ def test_beats_end_an_agent_a_restarted_node_or_a_later_beat_no_longer_lists(
     launcher._heard_from(nodes.Beat(name="n2", boot="z", seq=9, agents=()))  # another node
     launcher._heard_from(nodes.Beat(name="n1", boot="b2", seq=1, agents=(two.agent_id,)))
     assert exits == [-1, -1] and two.exit_reason == "node n1 restarted"
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (
+            nodes.Beat(name="n2", boot="b", seq=1, agents=("shepherd-agent-" + "5" * 16,)),
+            "InvalidHandle",
+        ),
+        (b"not a beat", "SessionUnavailable"),
+    ],
+)
+def test_an_info_answer_in_another_nodes_name_or_malformed_is_not_believed(
+    launcher: NodeLauncher, nats_server: NatsServer, answer: object, error: str
+) -> None:
+    """Whatever answers to n1's name speaks for n1 only: a beat naming n2 is refused (an
+    adoption too), never recorded as n2's."""
+    import msgspec
+
+    from actors.nats.loop import LoopThread
+    from protocol.errors import ShepherdError
+
+    data = answer if isinstance(answer, bytes) else msgspec.json.encode(answer)
+    loop = LoopThread("fake-node")
+
+    async def serve() -> object:
+        import nats
+
+        nc = await nats.connect(nats_server.url)
+
+        async def reply(msg: object) -> None:
+            await msg.respond(data)  # type: ignore[attr-defined]
+
+        await nc.subscribe(nodes.node_subject("n1", "info"), cb=reply)
+        await nc.flush()
+        return nc
+
+    nc = loop.run(serve(), 30)
+    try:
+        with pytest.raises(ShepherdError) as caught:
+            launcher._info("n1", 10.0)
+        assert type(caught.value).__name__ == error
+        spec = AgentSpec(
+            agent_id="shepherd-agent-" + "5" * 16,
+            name="a",
+            session_id=SESSION,
+            capability="x",
+            adapter="c",
+            options={"node": "n1"},
+        )
+        with pytest.raises(ShepherdError):
+            launcher.adopt(spec, 1, lambda _code: None)
+        assert "n2" not in launcher._nodes and spec.agent_id not in launcher._remote
+    finally:
+        loop.run(nc.close(), 30)  # type: ignore[attr-defined]
+        loop.stop()

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from protocol import api, nodes
 from protocol.errors import InvalidArgument
-from protocol.limits import MAX_NODE_NAME_CHARS, NodeName
+from protocol.limits import MAX_NATS_CREDS_CHARS, MAX_NODE_NAME_CHARS, NodeName
 from protocol.ops import parent_op
 from protocol.settings import Settings, apply_overrides
 
@@ -118,3 +118,51 @@ def test_node_lost_s_out_of_bounds_is_a_warning_naming_it(value: object) -> None
 def test_node_lost_s_in_bounds_is_taken() -> None:
     settings, warnings = apply_overrides(Settings(), {"node_lost_s": 3}, "config.toml")
     assert settings.node_lost_s == 3.0 and not warnings
+
+
+NAMES = st.from_regex(r"[a-z0-9][a-z0-9-]{0,8}", fullmatch=True)
+
+
+@given(NAMES, NAMES, st.sampled_from(["beat", "exit"]))
+def test_a_beat_or_an_exit_report_is_believed_only_from_its_own_nodes_subject(
+    sender: str, claimed: str, kind: str
+) -> None:
+    """With credentials a node may publish only on subjects naming it: the name in the
+    payload counts only when the subject names the same node."""
+    subject = (
+        nodes.node_subject(sender, "beat") if kind == "beat" else nodes.exit_subject("s1", sender)
+    )
+    assert nodes.sent_by(subject, claimed) == (sender == claimed)
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "",
+        "shepherd.nodes.n1",
+        "shepherd.nodes.n1.spawn",
+        "shepherd.node-exits.s1",
+        "x.nodes.n1.beat",
+    ],
+)
+def test_no_other_subject_speaks_for_a_node(subject: str) -> None:
+    assert not nodes.sent_by(subject, "n1")
+
+
+def test_the_parent_subscribes_to_every_nodes_exit_reports_of_its_session_only() -> None:
+    assert nodes.exits_subject("s1") == "shepherd.node-exits.s1.*"
+    assert nodes.exit_subject("s1", "n1") == "shepherd.node-exits.s1.n1"
+
+
+def test_a_spawn_request_carries_bounded_credentials_and_never_shows_them() -> None:
+    creds = "-----BEGIN NATS USER JWT-----\nSECRETJWT\nSUSEEDSECRET"
+    req = nodes.SpawnRequest(session_id="s", agent_id="a", env={}, nats_creds=creds)
+    for shown in (repr(req), str(req), f"{req}", repr([req])):
+        assert "SECRET" not in shown and "<hidden>" in shown
+    data = msgspec.json.encode(req)
+    assert msgspec.json.decode(data, type=nodes.SpawnRequest).nats_creds == creds
+    too_long = msgspec.json.encode(
+        msgspec.structs.replace(req, nats_creds="x" * (MAX_NATS_CREDS_CHARS + 1))
+    )
+    with pytest.raises(msgspec.ValidationError, match="nats_creds"):
+        msgspec.json.decode(too_long, type=nodes.SpawnRequest)
