@@ -24,6 +24,7 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 import stat
 import threading
 from pathlib import Path
@@ -57,6 +58,7 @@ __all__ = [
     "fsync_dir",
     "inbox_name",
     "make_private_dir",
+    "move_unread",
     "read_file",
     "shown",
     "sweep_abandoned",
@@ -303,3 +305,22 @@ def read_file(path: str, max_bytes: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def move_unread(inbox: Path, aside: Path) -> int:
+    """The file mailbox's set-aside: every file in ``inbox/new`` moved into ``aside``."""
+    new = inbox / "new"
+    try:
+        names = sorted(os.listdir(new))
+    except FileNotFoundError:
+        return 0
+    if names:
+        aside.mkdir(mode=0o700, parents=True, exist_ok=True)
+    moved = 0
+    for name in names:
+        try:
+            shutil.move(os.fspath(new / name), os.fspath(aside / name))
+        except FileNotFoundError:
+            continue
+        moved += 1
+    return moved

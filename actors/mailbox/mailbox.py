@@ -68,6 +68,7 @@ from actors.mailbox.files import (
     fsync_dir,
     inbox_name,
     make_private_dir,
+    move_unread,
     write_all,
     write_error,
 )
@@ -271,6 +272,11 @@ class Mailbox:
             make_private_dir(directory)
         make_bell(path)
         return path
+
+    def set_aside(self, owner: str, aside: Path) -> int:
+        """Move what ``owner``'s inbox holds unread into ``aside`` (``serve --recover``:
+        :mod:`actors.session.recovery`); how many envelopes."""
+        return move_unread(self.inbox_path(owner), aside)
 
     def remove_inbox(self, owner: str) -> None:
         """Remove an inbox nobody reads any more (a finished client's). Refused while it is

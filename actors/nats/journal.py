@@ -73,5 +73,9 @@ class NatsNotifications:
     def read_deliveries(self) -> Deliveries:
         return deliveries(self._lines.read(_NOTE_DECODER.decode))
 
+    def lines(self) -> list[bytes]:
+        """Every line of the record, as it is."""
+        return self._lines.read(bytes)
+
     def close(self) -> None:
         self._lines.close()

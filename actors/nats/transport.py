@@ -77,6 +77,8 @@ from protocol.ids import IdKind, kind_of
 from protocol.settings import Settings
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from nats.aio.msg import Msg
 
     from actors.mailbox.drain import RejectCallback, Validator
@@ -92,6 +94,8 @@ _FETCH_WAIT_S = 1.0
 _ACK_WAIT_S = 30.0
 #: how long set-up keeps asking a cluster that is still electing its leaders
 _SETUP_CEILING_S = 60.0
+#: how long moving a dead agent's unread envelopes aside may take (serve --recover)
+_SET_ASIDE_CEILING_S = 60.0
 
 
 def stream_name(session_id: str) -> str:
@@ -214,6 +218,17 @@ class NatsTransport:
             loop.cancel()
         self._run(setup.delete_consumer(self._js, *self._places.of(inbox), inbox))
 
+    def set_aside(self, inbox: str, aside: Path) -> int:
+        """Move what ``inbox`` holds unread into files in ``aside`` (``serve --recover``:
+        :mod:`actors.nats.aside`); how many envelopes."""
+        from actors.nats.aside import set_aside
+
+        stream, subject = self._places.of(inbox)
+        wait, replicas, timeout = self._ack_wait, self._replicas, self._timeout
+        moving = set_aside(self._js, stream, subject, inbox, aside, wait, replicas, timeout)
+        # a full inbox is max_queue_depth messages, each written and acknowledged in turn
+        return int(self._run(moving, _SET_ASIDE_CEILING_S))
+
     # ------------------------------------------------------------------ publish
 
     def admit(self, sender_id: str, session_id: str, capability: str) -> None:
@@ -238,14 +253,14 @@ class NatsTransport:
             lambda: self._closed,
         )
 
-    def _run(self, coro: Any) -> Any:
+    def _run(self, coro: Any, timeout_s: float | None = None) -> Any:
         import nats.errors
 
         if not self._thread.loop.is_running():
             coro.close()
             raise InvalidHandle("transport is closed")
         try:
-            return self._thread.run(coro, self._timeout)
+            return self._thread.run(coro, timeout_s or self._timeout)
         except ShepherdError:
             raise
         except TimeoutError as exc:

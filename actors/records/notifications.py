@@ -10,7 +10,7 @@ reported by number), so a crash mid-write cannot hide a later delivery.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -85,6 +85,16 @@ class NotificationFile:
     def read_deliveries(self) -> Deliveries:
         """What the file records as handed over (:func:`deliveries`)."""
         return deliveries(self._file.read(_DECODER.decode))
+
+    def lines(self) -> Iterator[bytes]:
+        """Every line of the file as it is, read as it is iterated (it grows with the session);
+        none if there is no file yet."""
+        try:
+            lines = self.path.open("rb")
+        except FileNotFoundError:
+            return
+        with lines:
+            yield from lines
 
     def close(self) -> None:
         self._file.close()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from actors.runtime.transport import Transport
@@ -75,6 +76,8 @@ class SessionTransport(Transport, Protocol):
     def wake_mode(self, inbox: str) -> str | None: ...
 
     def wait_drained(self, timeout_s: float) -> bool: ...
+
+    def set_aside(self, inbox: str, aside: Path) -> int: ...
 
 
 class ReplyBox(Protocol):

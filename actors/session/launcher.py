@@ -16,6 +16,7 @@ The exit is reported exactly once through ``on_exit``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import select
@@ -248,8 +249,11 @@ class ProcessLauncher:
         python: str = sys.executable,
         extra_env: Mapping[str, str] | None = None,
         authority: Authority | None = None,
+        set_aside: Callable[[str, Path], int] | None = None,
     ) -> None:
         self._session_dir = session_dir
+        #: the transport's: what an agent's inbox holds unread, moved aside (serve --recover)
+        self._set_aside = set_aside
         self._session_id = session_id
         self._mailbox_root = mailbox_root
         self._ensure_inbox = ensure_inbox
@@ -312,12 +316,13 @@ class ProcessLauncher:
 
     def _launch(self, spec: AgentSpec, on_exit: Callable[[int], None]) -> AgentHandle:
         self._register(spec)  # the mailbox validator must know the capability first
-        inbox = self._ensure_inbox(spec.agent_id)
+        self._ensure_inbox(spec.agent_id)
         agent_dir = self._session_dir / "agents" / spec.agent_id
         agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         incarnation = spec.options.get("recovered")
-        if isinstance(incarnation, int) and isinstance(inbox, Path):  # serve --recover
-            clear_leftovers(self._session_id, spec.agent_id, inbox, agent_dir, incarnation)
+        if isinstance(incarnation, int) and self._set_aside is not None:  # serve --recover
+            aside = functools.partial(self._set_aside, spec.agent_id)
+            clear_leftovers(self._session_id, spec.agent_id, aside, agent_dir, incarnation)
         if self._authority is not None:  # a new NATS user for this bridge (a restarted one too)
             path, agent = self._creds_path(spec), spec.agent_id
             self._authority.write_child(path, self._session_id, agent, PARENT_INBOX)

@@ -55,7 +55,6 @@ def locate(
     *,
     transport: str | None,
     mailbox_root: Path | str | None,
-    recover: bool,
     journal: str | None,
     resume: str | None,
     new_id: Callable[[], str],
@@ -78,7 +77,7 @@ def locate(
             )
         if resume is not None and resume != old.session_id:
             raise InvalidArgument(f"{wanted} holds session {old.session_id}, not {resume}")
-        kept = resumed_transport(wanted, old.mailbox, wanted_transport, recover)
+        kept = resumed_transport(wanted, old.mailbox, wanted_transport)
         return Located(
             session_id=old.session_id,
             session_dir=wanted,

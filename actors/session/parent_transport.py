@@ -5,8 +5,7 @@ inboxes at shutdown - the file mailbox's directory, or the session's streams on 
 Rules:
 - A new session uses ``--transport`` if given (checked: :mod:`protocol.transport_url`), else a
   mailbox directory. A resumed session keeps what it recorded in session.json; another
-  ``--transport`` for it is ``invalid_argument`` (its agents and unread envelopes are there),
-  and so is ``--recover`` over NATS (not available there yet).
+  ``--transport`` for it is ``invalid_argument`` (its agents and unread envelopes are there).
 - ``--nats-auth DIR`` (:mod:`actors.nats.auth`) needs NATS; a resumed session keeps the
   authority it recorded, and another one given for it is ``invalid_argument``. The parent and
   its shutdown's own connection log in as the account's parent user.
@@ -69,17 +68,10 @@ def launcher_class(descriptor: str) -> type[ProcessLauncher]:
     return NodeLauncher
 
 
-def resumed_transport(session_dir: Path, recorded: str, given: str | None, recover: bool) -> str:
+def resumed_transport(session_dir: Path, recorded: str, given: str | None) -> str:
     if given is not None and given != recorded:
         raise InvalidArgument(
             f"{session_dir} runs over {recorded}; --transport cannot move it to {given}"
-        )
-    if recover and is_nats(recorded):
-        # recovery moves a dead agent's unread envelopes aside from its inbox directory before
-        # handing its open tasks again; on NATS that step does not exist yet
-        raise InvalidArgument(
-            f"{session_dir} runs over NATS: --recover is not available there yet (restart "
-            "without it: running agents are kept and their unread envelopes wait on the server)"
         )
     return recorded
 

@@ -24,7 +24,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -67,6 +67,8 @@ class _Delivered(Protocol):
 
     def read_deliveries(self) -> Deliveries: ...
 
+    def lines(self) -> Iterable[bytes]: ...
+
 
 class Records:
     """A session's journal, its record of delivery (a sink, first of all), and the view other
@@ -96,11 +98,6 @@ class Records:
         """Where the journal is, for ``session.json``."""
         path = getattr(self.journal, "path", None)
         return str(path) if path is not None else str(getattr(self.journal, "where", "nats"))
-
-    @property
-    def notification_file(self) -> NotificationFile | None:
-        """The record of delivery when it is a file on this host (what recovery reads)."""
-        return self.view if self.view is self.record else None
 
     def close(self) -> None:
         self.journal.close()

@@ -13,15 +13,16 @@ Rules:
   bridge's SIGKILL) is killed, so a task never runs twice at once, and the envelopes left
   unread in its inbox (addressed to the dead process; its task is handed again with its
   history) are moved to ``<session>/agents/<agent>/unread-before-recovery-<n>/`` and kept,
-  never delivered to the new process.
+  never delivered to the new process: the transport's ``set_aside`` does it (the mailbox's
+  ``new/`` files; on NATS, what the agent's consumer still holds, also what was handed to the
+  dead process and never acknowledged).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgspec
@@ -29,7 +30,6 @@ import msgspec
 from actors.child.env import ENV_AGENT_ID, ENV_SESSION_ID
 from actors.runtime.log import logger
 from actors.session.records import Records
-from protocol.errors import InvalidArgument
 from protocol.notifications import AgentMessage
 from protocol.session.restore import Restore, fold
 from protocol.session.state import SessionState
@@ -80,39 +80,40 @@ def live_bridges(session_id: str, agent_ids: Iterable[str]) -> frozenset[str]:
     return frozenset(found)
 
 
-def told_per_task(path: Path, task_ids: Iterable[str]) -> dict[str, list[str]]:
+def told_per_task(lines: Iterable[bytes], task_ids: Iterable[str]) -> dict[str, list[str]]:
     """Per task of ``task_ids``, what its agent told the parent (newest
-    :data:`TOLD_PER_TASK`), from the notifications file; an unreadable line is skipped (the
-    file's own reader already counted it)."""
+    :data:`TOLD_PER_TASK`), from the record of delivery's ``lines``; an unreadable line is
+    skipped (the record's own reader already counted it)."""
     wanted = set(task_ids)
     told: dict[str, list[str]] = {}
     if not wanted:
         return told
     decoder = msgspec.json.Decoder(AgentMessage)
-    try:
-        lines = path.open("rb")  # line by line: the file grows with the session
-    except FileNotFoundError:
-        return told
-    with lines:
-        for line in lines:
-            if b'"agent_message"' not in line:
-                continue
-            try:
-                note = decoder.decode(line)
-            except msgspec.DecodeError:
-                continue
-            if note.task_id in wanted:
-                kept = told.setdefault(note.task_id, [])
-                kept.append(note.content)
-                del kept[:-TOLD_PER_TASK]
+    for line in lines:
+        if b'"agent_message"' not in line:
+            continue
+        try:
+            note = decoder.decode(line)
+        except msgspec.DecodeError:
+            continue
+        if note.task_id in wanted:
+            kept = told.setdefault(note.task_id, [])
+            kept.append(note.content)
+            del kept[:-TOLD_PER_TASK]
     return told
 
 
 def clear_leftovers(
-    session_id: str, agent_id: str, inbox: Path, keep: Path, incarnation: int
+    session_id: str,
+    agent_id: str,
+    set_aside: Callable[[Path], int],
+    keep: Path,
+    incarnation: int,
 ) -> None:
     """Before an agent starts again: kill what its previous incarnation left running and move
-    its unread envelopes aside (see the module rules)."""
+    its unread envelopes aside (see the module rules). ``set_aside(directory)``: the
+    transport's (the file mailbox's :func:`~actors.mailbox.files.move_unread`), which makes
+    the directory only when something was left, and says how many envelopes it kept there."""
     tag = (f"{ENV_AGENT_ID}={agent_id}".encode(), f"{ENV_SESSION_ID}={session_id}".encode())
     me = os.getpid()
     for entry in os.listdir("/proc"):
@@ -125,23 +126,12 @@ def clear_leftovers(
                 logger.bind(agent_id=agent_id).warning("killed pid {} left by its last run", entry)
         except (OSError, ProcessLookupError):
             continue
-    new = inbox / "new"
-    try:
-        names = sorted(os.listdir(new))
-    except FileNotFoundError:
-        return
-    if not names:
-        return
     aside = keep / f"unread-before-recovery-{incarnation}"
-    aside.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for name in names:
-        try:
-            shutil.move(os.fspath(new / name), os.fspath(aside / name))
-        except FileNotFoundError:
-            continue
-    logger.bind(agent_id=agent_id).warning(
-        "{} envelopes left unread by its last run kept in {}", len(names), aside
-    )
+    kept = set_aside(aside)
+    if kept:
+        logger.bind(agent_id=agent_id).warning(
+            "{} envelopes left unread by its last run kept in {}", kept, aside
+        )
 
 
 def read_restore(
@@ -160,11 +150,8 @@ def read_restore(
         problems=len(records.journal.problems) + len(records.delivered.problems),
     )
     if recover:
-        notifications = records.notification_file
-        if notifications is None:  # refused before: recovery is not available over NATS
-            raise InvalidArgument("--recover needs the session's records in its directory")
         open_tasks = [t for t, r in state.tasks.items() if not r.terminal]
         restore.recover = True
         restore.live = live_bridges(session_id, state.agents)
-        restore.told = told_per_task(notifications.path, open_tasks)
+        restore.told = told_per_task(records.delivered.lines(), open_tasks)
     return restore

@@ -12,6 +12,7 @@ import os
 import select
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -111,9 +112,12 @@ def _completed(ids: list[str]) -> Any:
     return check
 
 
-def test_kill_the_whole_tree_and_recover_every_open_task(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kill_the_whole_tree_and_recover_every_open_task(  # type: ignore[no-untyped-def]
+    serve, envelope_transport, tmp_path: Path
+) -> None:
+    """Once per transport (the journal in files on both: the test reads it)."""
     session = tmp_path / "session"
-    first = serve(session)
+    first = serve(session, *envelope_transport)
     doomed_dir = tmp_path / "doomed"
     doomed_dir.mkdir()
     record = tmp_path / "worker-runs.txt"
@@ -149,7 +153,7 @@ def test_kill_the_whole_tree_and_recover_every_open_task(serve, tmp_path: Path) 
     _kill_everything(first, session)
     (doomed_dir / "hold.json").unlink()  # this agent cannot start again
 
-    second = serve(session, "--recover")
+    second = serve(session, "--recover", *envelope_transport)
     # a second parent on the live session is refused, --recover or not
     refused = subprocess.run(
         [*SERVE, "--recover", "--session-dir", str(session)],
@@ -279,5 +283,39 @@ def test_what_a_dead_bridge_left_running_is_killed_before_its_agent_starts_again
     assert second.wait_for(_completed([task["task_id"]]), timeout=90), second.lines
     assert _gone(turn, timeout=0.0), "the old turn still runs beside the new incarnation"
     assert [r.split(" ", 1)[0] for r in record.read_text().splitlines()] == ["first", "resume"]
+    cli("shutdown", session=session)
+    second.proc.wait(timeout=30)
+
+
+def test_what_a_dead_agent_left_unread_is_kept_aside_not_delivered_again(  # type: ignore[no-untyped-def]
+    serve, transport, tmp_path: Path
+) -> None:
+    """Messages accepted for an agent whose process then died unread them (stopped, then
+    killed with the whole tree) are kept in `unread-before-recovery-1/`, each whole, and the
+    new incarnation never gets them: its task comes back with its history. Once per transport
+    (on NATS, what its consumer still held)."""
+    session = tmp_path / "session"
+    first = serve(session, *transport)
+    cli("spawn", "hold", "--script", write_script(tmp_path, "hold", HOLD), session=session)
+    _, task = cli("delegate", "hold", "hold on", session=session)
+    assert first.wait_story("hold", "process idle")
+    (bridge,) = [p for p in bridge_pids(session) if os.getsid(p) == p]
+    os.kill(bridge, signal.SIGSTOP)  # it reads nothing more
+    sent = ["first unread", "second unread"]
+    for text in sent:
+        cli("message", "hold", text, session=session)
+    _kill_everything(first, session)
+
+    second = serve(session, "--recover", *transport)
+    assert second.wait_story("hold", "process idle", timeout=90)
+    agent_id = cli("status", session=session)[1]["agents"][0]["agent_id"]
+    aside = session / "agents" / agent_id / "unread-before-recovery-1"
+    kept = [json.loads(p.read_text()) for p in sorted(aside.iterdir())]
+    assert [k["content"] for k in kept if k.get("kind") == "message"] == sent, kept
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in aside.iterdir())
+    # the new incarnation has its task again (resumed), and none of the messages
+    lines = cli("read", "hold", "--lines", "200", session=session)[1]["lines"]
+    assert not any("unread" in x for x in lines), lines
+    cli("cancel", task["task_id"], session=session)
     cli("shutdown", session=session)
     second.proc.wait(timeout=30)

@@ -3,6 +3,7 @@ what agents told the parent) and what it clears before an agent starts again."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ import msgspec
 import pytest
 
 from actors.child.env import ENV_AGENT_ID, ENV_SESSION_ID
+from actors.mailbox.files import move_unread
+from actors.records.notifications import NotificationFile
 from actors.session.recovery import (
     TOLD_PER_TASK,
     clear_leftovers,
@@ -77,11 +80,14 @@ def test_what_an_agent_told_the_parent_is_read_per_task_newest_kept(tmp_path: Pa
     lines.insert(3, b'{"kind": "agent_message", "broken')  # a damaged line is skipped
     lines.append(msgspec.json.encode(Notice(created_at=1.0, code="x", text="agent_message")))
     path.write_bytes(b"\n".join(lines) + b"\n")
-    told = told_per_task(path, ["shepherd-task-00000001", "shepherd-task-00000009"])
+    told = told_per_task(
+        NotificationFile(path).lines(), ["shepherd-task-00000001", "shepherd-task-00000009"]
+    )
     assert list(told) == ["shepherd-task-00000001"]
     kept = told["shepherd-task-00000001"]
     assert len(kept) == TOLD_PER_TASK and kept[-1] == f"note {2 * TOLD_PER_TASK + 9}"
-    assert told_per_task(tmp_path / "missing.jsonl", ["shepherd-task-00000001"]) == {}
+    missing = NotificationFile(tmp_path / "missing.jsonl")
+    assert told_per_task(missing.lines(), ["shepherd-task-00000001"]) == {}
 
 
 def test_leftovers_are_killed_and_unread_envelopes_kept_aside(  # type: ignore[no-untyped-def]
@@ -95,9 +101,10 @@ def test_leftovers_are_killed_and_unread_envelopes_kept_aside(  # type: ignore[n
     for i in range(3):
         (inbox / "new" / f"{i}.json").write_text(json.dumps({"n": i}))
     keep = tmp_path / "agent"
-    clear_leftovers(SESSION, agent, inbox, keep, 2)
+    clear_leftovers(SESSION, agent, functools.partial(move_unread, inbox), keep, 2)
     assert left.wait(timeout=30) == -9
     assert other.poll() is None  # another session's process is none of its business
     assert os.listdir(inbox / "new") == []
     assert sorted(os.listdir(keep / "unread-before-recovery-2")) == ["0.json", "1.json", "2.json"]
-    clear_leftovers(SESSION, agent, tmp_path / "no-inbox", keep, 3)  # nothing there: fine
+    clear_leftovers(SESSION, agent, functools.partial(move_unread, tmp_path / "no-inbox"), keep, 3)
+    assert not (keep / "unread-before-recovery-3").exists()  # nothing there: nothing made
