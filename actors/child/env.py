@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from actors.nats.auth import NatsLogin
 
 __all__ = [
+    "ENV_NATS_CA",
     "ENV_NATS_CREDS",
     "ENV_VARS",
     "FORWARDED_KINDS",
@@ -63,6 +64,9 @@ ENV_SETTINGS = "SHEPHERD_SETTINGS"
 #: the path of this child's own NATS credentials (0600, in its private directory), set only by
 #: a session with ``--nats-auth``: the bridge and its commands connect as that user
 ENV_NATS_CREDS = "SHEPHERD_NATS_CREDS"
+#: the CA bundle that verifies the session's ``tls://`` servers (``serve --nats-ca``; on a node,
+#: the node's own ``--nats-ca``): the bridge and its commands build their TLS context from it
+ENV_NATS_CA = "SHEPHERD_NATS_CA"
 ENV_VARS = (
     ENV_SESSION,
     ENV_SESSION_ID,
@@ -75,6 +79,7 @@ ENV_VARS = (
     ENV_AGENT_OPTIONS,
     ENV_SETTINGS,
     ENV_NATS_CREDS,
+    ENV_NATS_CA,
 )
 
 # Kinds the parent may put into an agent's inbox, and which of them may carry another sender.
@@ -103,6 +108,7 @@ class ChildEnv(msgspec.Struct, frozen=True, kw_only=True):
     options: dict[str, Any] = {}
     settings: Settings = msgspec.field(default_factory=Settings)
     nats_creds: str | None = None
+    nats_ca: str | None = None
 
     def nats_login(self) -> NatsLogin | None:
         """Who this child is on the NATS servers (None: no credentials)."""
@@ -188,6 +194,7 @@ def child_env_from(environ: Mapping[str, str], *, bridge: bool) -> ChildEnv:
         options=options,
         settings=settings,
         nats_creds=environ.get(ENV_NATS_CREDS, "").strip() or None,
+        nats_ca=environ.get(ENV_NATS_CA, "").strip() or None,
     )
 
 

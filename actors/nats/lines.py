@@ -102,10 +102,12 @@ class NatsLines:
         create: bool = True,
         outage_s: float = OUTAGE_CEILING_S,
         login: NatsLogin | None = None,
+        ca: str | None = None,
     ) -> None:
         """``create=False``: the stream must exist already (a session resumed from the
         servers' records); if it does not, :class:`~protocol.errors.InvalidHandle`. ``login``:
-        this process's NATS user (:mod:`actors.nats.auth`)."""
+        this process's NATS user (:mod:`actors.nats.auth`); ``ca``: the CA bundle of ``tls://``
+        servers (:mod:`actors.nats.tls`)."""
         self._session_id = session_id
         self._stream = lines_stream(session_id, kind)
         self._subject = lines_subject(session_id, kind)
@@ -121,7 +123,7 @@ class NatsLines:
         self._js: JetStreamContext | None = None
         try:
             self._nc, self._js = self._run(
-                connect(list(servers), user, password, session_id, request_timeout_s, login),
+                connect(list(servers), user, password, session_id, request_timeout_s, login, ca),
                 what="connect",
             )
             if create:

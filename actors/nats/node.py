@@ -1,6 +1,6 @@
-"""``shepherd node --transport nats://... --name HOST``: one process per host that starts the
-bridges of agents a session places there (``spawn --node HOST``), reports their exits and
-beats (what it says and where: :mod:`protocol.nodes`).
+"""``shepherd node --transport nats://... --name HOST`` (``tls://... --nats-ca FILE`` for TLS):
+one process per host that starts the bridges of agents a session places there (``spawn --node
+HOST``), reports their exits and beats (what it says and where: :mod:`protocol.nodes`).
 
 Rules:
 - A bridge is started as the parent's own launcher starts one (:mod:`actors.session.launcher`):
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from actors.child.env import ENV_PARENT_PID, ENV_SESSION, ENV_VARS
+from actors.child.env import ENV_NATS_CA, ENV_PARENT_PID, ENV_SESSION, ENV_VARS
 from actors.nats import setup
 from actors.nats.loop import LoopThread
 from actors.runtime.clock import SystemClock
@@ -64,8 +64,8 @@ __all__ = ["NodeServer", "check_node_name"]
 
 #: variables a spawn request may set besides ``SHEPHERD_*`` (the session's trace context)
 _PASSED = frozenset({"TRACEPARENT"})
-#: the bridge's own: the node decides them
-_NODE_SET = frozenset({ENV_SESSION, ENV_PARENT_PID, "SHEPHERD_RECONNECT_S"})
+#: the bridge's own: the node decides them (the CA bundle is a path on this host: the node's)
+_NODE_SET = frozenset({ENV_SESSION, ENV_PARENT_PID, "SHEPHERD_RECONNECT_S", ENV_NATS_CA})
 
 
 def check_node_name(name: str) -> str:
@@ -101,8 +101,12 @@ class NodeServer:
         timeout_s: float = 5.0,
         python: str = sys.executable,
         grace_s: float = STOP_GRACE_S,
+        ca: str | None = None,
     ) -> None:
+        """``ca``: the CA bundle of ``tls://`` servers (``--nats-ca``, checked), which the
+        node's bridges are given too."""
         self.name = check_node_name(name)
+        self._ca = ca
         self.root = root
         self.boot = secrets.token_hex(8)
         self.seq = 0
@@ -134,8 +138,10 @@ class NodeServer:
     async def _start(self, servers: list[str]) -> None:
         try:
             self._nc, _ = await setup.connect(
-                servers, None, None, f"node {self.name}", self._timeout
+                servers, None, None, f"node {self.name}", self._timeout, ca=self._ca
             )
+        except SessionUnavailable:  # refused for TLS: the cause is named already
+            raise
         except Exception as exc:
             raise SessionUnavailable(
                 f"no NATS server answered at {', '.join(servers)}: {exc!r}"
@@ -259,6 +265,9 @@ class NodeServer:
             "SHEPHERD_RECONNECT_S": "0",  # a dead node is a lost node: nothing comes back
         }
         env.pop("SHEPHERD_SESSION_HINT", None)
+        env.pop(ENV_NATS_CA, None)
+        if self._ca is not None:
+            env[ENV_NATS_CA] = self._ca
         log_path = agent_dir / "output.log"
         proc = start_bridge(self._python, req.cwd or os.getcwd(), env, log_path)
         return _Bridge(req.session_id, ChildProcess(proc, self._clock, self._grace_s), log_path)

@@ -20,6 +20,10 @@ Rules:
   block is written into the server's configuration (the server's ``include`` resolves even an
   absolute path against the including file's directory, so the text is copied), and then
   only users of that authority may connect.
+- ``tls``: the server's certificate, key and CA (:class:`ServerTls`); clients must then speak
+  TLS (there is no clear-text listener: the ``tls { ... }`` block makes every client
+  connection TLS), the server's URL is ``tls://``, and a cluster's routes are TLS too, each
+  route's certificate verified against the CA.
 - Ports are found free on 127.0.0.1 by binding port 0, all of one server's (or one cluster's)
   at once so that they differ from each other (ports chosen one after another may repeat).
   Another process may still take a port between the choice and the server's start; a start
@@ -47,6 +51,7 @@ from pathlib import Path
 __all__ = [
     "NatsServer",
     "NatsUnavailable",
+    "ServerTls",
     "free_port",
     "free_ports",
     "nats_server_binary",
@@ -91,6 +96,25 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """A server's TLS files (PEM): its certificate and key, and the CA that signed its peers'."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+    def block(self, indent: str = "") -> list[str]:
+        return [
+            f"{indent}tls {{",
+            f"{indent}  cert_file: {json.dumps(str(self.cert))}",
+            f"{indent}  key_file: {json.dumps(str(self.key))}",
+            f"{indent}  ca_file: {json.dumps(str(self.ca))}",
+            f"{indent}  timeout: 5",
+            f"{indent}}}",
+        ]
+
+
 class _PortTaken(RuntimeError):
     """A server exited because one of its ports was taken after it was chosen."""
 
@@ -111,6 +135,8 @@ class NatsServer:
     extra_config: str = ""
     #: a NATS authority's directory (module rules)
     auth: Path | None = None
+    #: TLS for clients and routes (module rules)
+    tls: ServerTls | None = None
     process: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -121,7 +147,8 @@ class NatsServer:
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        scheme = "tls" if self.tls is not None else "nats"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def config_text(self) -> str:
         lines = [
@@ -140,8 +167,11 @@ class NatsServer:
                 f"  name: {self.cluster_name}",
                 f"  listen: 127.0.0.1:{self.cluster_port}",
                 f"  routes: [{routes}]",
+                *(self.tls.block("  ") if self.tls is not None else []),
                 "}",
             ]
+        if self.tls is not None:
+            lines += self.tls.block()
         if self.auth is not None:
             from actors.nats.auth import SERVER_CONF
 
@@ -200,10 +230,12 @@ class NatsServer:
         self.kill(signal.SIGTERM)
 
 
-def start_server(store_dir: Path, name: str = "n1", auth: Path | None = None) -> NatsServer:
+def start_server(
+    store_dir: Path, name: str = "n1", auth: Path | None = None, tls: ServerTls | None = None
+) -> NatsServer:
     """One ready server on free ports, tried again on new ports if one was taken meanwhile."""
     for attempt in range(_START_ATTEMPTS):
-        server = NatsServer(store_dir=store_dir, name=name, auth=auth).start()
+        server = NatsServer(store_dir=store_dir, name=name, auth=auth, tls=tls).start()
         try:
             server.wait_ready()
             return server
@@ -219,7 +251,11 @@ def start_server(store_dir: Path, name: str = "n1", auth: Path | None = None) ->
 
 
 def start_cluster(
-    root: Path, size: int = 3, name: str = "shepherd", auth: Path | None = None
+    root: Path,
+    size: int = 3,
+    name: str = "shepherd",
+    auth: Path | None = None,
+    tls: ServerTls | None = None,
 ) -> list[NatsServer]:
     """``size`` ready servers on 127.0.0.1 routed to each other, each with its own store dir.
 
@@ -238,6 +274,7 @@ def start_cluster(
                 cluster_port=route[index],
                 routes=[port for other, port in enumerate(route) if other != index],
                 auth=auth,
+                tls=tls,
             )
             for index in range(size)
         ]

@@ -12,6 +12,7 @@ from actors.nats.outage import Outage
 from actors.runtime.log import logger
 from protocol.errors import InboxFull, SessionUnavailable
 from protocol.settings import Settings
+from protocol.transport_url import is_tls
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -66,13 +67,21 @@ async def connect(
     session_id: str,
     timeout: float,
     login: NatsLogin | None = None,
+    ca: str | None = None,
 ) -> tuple[Client, JetStreamContext]:
     """A connection that reconnects forever (to any server of the list); the caller bounds how
     long the first connection may take. ``login``: this process's NATS user
-    (:mod:`actors.nats.auth`)."""
-    import nats
+    (:mod:`actors.nats.auth`). ``tls://`` servers: TLS verified against the bundle ``ca``
+    (None: the system's trust store), built here for every process (:mod:`actors.nats.tls`).
 
+    A first connection that every listed server refused for TLS (a certificate that does not
+    verify, a scheme the server does not speak) is ``session_unavailable`` at once, naming the
+    servers and the cause: trying again would not change it."""
+    from actors.nats import tls
+
+    secure = is_tls(servers[0]) if servers else False
     made: list[Client] = []
+    refused: dict[str, BaseException] = {}  # listed server -> why TLS failed there
 
     async def disconnected() -> None:
         if made and made[0].is_closed:  # closed on purpose
@@ -83,21 +92,47 @@ async def connect(
         logger.info("nats: reconnected")
 
     async def error(exc: Exception) -> None:
-        logger.debug("nats: {!r}", exc)
+        if not tls.is_tls_failure(exc):
+            logger.debug("nats: {!r}", exc)
+            return
+        logger.warning("nats: {} ({})", tls.tls_cause(exc), servers)
+        if made:  # connected once: the client goes on trying (a certificate may be renewed)
+            return
+        server = getattr(nc, "_current_server", None)
+        where = getattr(getattr(server, "uri", None), "netloc", None)
+        refused[str(where)] = exc
+        if all(url.split("://", 1)[1] in refused for url in servers):
+            raise SessionUnavailable(
+                f"the NATS servers at {', '.join(servers)} refused the connection: "
+                f"{tls.tls_cause(exc)}"
+            )
 
-    nc = await nats.connect(
-        servers,
-        user=user,
-        password=password,
-        name=f"shepherd {session_id}",
-        connect_timeout=timeout,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.25,
-        disconnected_cb=disconnected,
-        reconnected_cb=reconnected,
-        error_cb=error,
-        **(login.connect_options() if login is not None else {}),
-    )
+    nc = tls.client_class(secure)()
+    options: dict[str, Any] = dict(login.connect_options()) if login is not None else {}
+    if secure:
+        options["tls"] = tls.client_context(ca)
+    try:
+        await nc.connect(
+            servers,
+            user=user,
+            password=password,
+            name=f"shepherd {session_id}",
+            connect_timeout=timeout,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.25,
+            disconnected_cb=disconnected,
+            reconnected_cb=reconnected,
+            error_cb=error,
+            **options,
+        )
+    except BaseException:
+        # a first connection that never completed has only its socket to let go (nats-py's own
+        # close waits for a TLS shutdown that a refused handshake never answers)
+        socket = getattr(nc, "_transport", None)
+        if socket is not None:
+            with contextlib.suppress(Exception):
+                socket.close()
+        raise
     made.append(nc)
     return nc, nc.jetstream(timeout=timeout)
 

@@ -40,6 +40,8 @@ Rules:
 - With a ``login`` (:mod:`actors.nats.auth`) the process is its own NATS user, whose rights the
   server enforces; a child's one-shot inboxes and quarantine records are then under its agent id
   (:class:`~actors.nats.replies.Places`). Without one: no credentials, as before.
+- ``tls://`` servers are reached over TLS only, verified against ``ca`` (the CA bundle's path;
+  None: the system's trust store) by :func:`actors.nats.setup.connect`.
 - A server that does not answer within ``request_timeout_s`` makes ``publish`` raise
   ``session_unavailable``; the client keeps reconnecting (to any server of a cluster) and the
   pull loops resume where the consumers' ack floors are. The session's creator (the parent)
@@ -121,6 +123,7 @@ class NatsTransport:
         on_reject: RejectCallback | None = None,
         outage_s: float = 0.0,  # how long `publish` waits out an outage (module rules)
         login: NatsLogin | None = None,
+        ca: str | None = None,
     ) -> None:
         self._outage_s = outage_s
         self._ack_wait = ack_wait_s
@@ -148,9 +151,13 @@ class NatsTransport:
         try:
             try:
                 self._nc, self._js = self._thread.run(
-                    setup.connect(self.servers, user, password, session_id, self._timeout, login),
+                    setup.connect(
+                        self.servers, user, password, session_id, self._timeout, login, ca
+                    ),
                     self._timeout * 2,
                 )
+            except SessionUnavailable:  # refused for TLS: the cause is named already
+                raise
             except Exception as exc:  # the client retries forever: the bounded wait ended it
                 why = "" if isinstance(exc, TimeoutError) else f": {exc!r}"
                 raise SessionUnavailable(

@@ -53,6 +53,9 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: the directory of the session's NATS authority (``serve --nats-auth``), if any: a client
     #: logs in as the account's parent user
     nats_auth: str | None = None
+    #: the CA bundle that verifies the session's ``tls://`` servers (``serve --nats-ca``), if
+    #: any: a client builds its TLS context from it (:mod:`actors.nats.tls`)
+    nats_ca: str | None = None
 
 
 def load_info(session_dir: Path) -> SessionInfo:

@@ -36,6 +36,7 @@ from actors.child.env import (
     ENV_AGENT_OPTIONS,
     ENV_CAPABILITY,
     ENV_MAILBOX,
+    ENV_NATS_CA,
     ENV_NATS_CREDS,
     ENV_PARENT_PID,
     ENV_SESSION,
@@ -248,6 +249,7 @@ class ProcessLauncher:
         python: str = sys.executable,
         extra_env: Mapping[str, str] | None = None,
         authority: Authority | None = None,
+        nats_ca: str | None = None,
     ) -> None:
         self._session_dir = session_dir
         self._session_id = session_id
@@ -263,6 +265,8 @@ class ProcessLauncher:
         self._extra_env = dict(extra_env or {})
         #: mints each child's own NATS user (``serve --nats-auth``: :mod:`actors.nats.auth`)
         self._authority = authority
+        #: the CA bundle of the session's ``tls://`` servers (``serve --nats-ca``)
+        self._nats_ca = nats_ca
         # one pidfd per agent: 1,000 agents pass the usual soft limit of 1,024 descriptors
         self._open_files_soft = raise_open_files_limit()
         self.reaper = Reaper()
@@ -290,6 +294,7 @@ class ProcessLauncher:
             ENV_SETTINGS: msgspec.json.encode(self._settings).decode(),
             **self._extra_env,
             **({ENV_NATS_CREDS: str(self._creds_path(spec))} if self._authority else {}),
+            **({ENV_NATS_CA: self._nats_ca} if self._nats_ca is not None else {}),
         }
 
     def _creds_path(self, spec: AgentSpec) -> Path:

@@ -9,7 +9,8 @@ Rules:
   is ``invalid_argument``: :func:`~actors.session.parent_transport.resumed_transport`,
   :func:`~actors.session.records.records_kind`,
   :func:`~actors.session.parent_transport.resumed_auth`). A session resumed from the servers
-  on another host names its authority again (``--nats-auth``: this host's copy of it).
+  on another host names its authority again (``--nats-auth``: this host's copy of it), and
+  its CA bundle (``--nats-ca``).
 - A session resumed from the servers gets a new client token on this host (the CLI of this
   host reads it from the new ``session.json``); its agents' capabilities come from its journal.
 """
@@ -25,8 +26,10 @@ from actors.mailbox.mailbox import default_runtime_dir
 from actors.records.session_info import is_live, load_info, state_dir
 from actors.session.parent_transport import (
     check_auth,
+    check_ca,
     given_transport,
     resumed_auth,
+    resumed_ca,
     resumed_transport,
 )
 from actors.session.records import records_kind, resumable_id
@@ -48,6 +51,9 @@ class Located:
     resumed: bool
     #: the directory of its NATS authority (``--nats-auth``; kept by a resumed session)
     nats_auth: str | None = None
+    #: the CA bundle that verifies its ``tls://`` servers (``--nats-ca``; kept by a resumed
+    #: session), absolute
+    nats_ca: str | None = None
 
 
 def locate(
@@ -61,6 +67,7 @@ def locate(
     new_id: Callable[[], str],
     new_secret: Callable[[], str],
     nats_auth: str | None = None,
+    nats_ca: str | None = None,
 ) -> Located:
     """The session to run (module rules); raises the typed error naming what is wrong."""
     wanted_transport = given_transport(transport, mailbox_root)
@@ -88,6 +95,7 @@ def locate(
             records=records_kind(journal, kept, old.records),
             resumed=True,
             nats_auth=resumed_auth(old.nats_auth, nats_auth),
+            nats_ca=check_ca(kept, resumed_ca(old.nats_ca, nats_ca)),
         )
     session_id = resume or new_id()
     root = Path(mailbox_root or default_runtime_dir() / session_id).absolute()
@@ -101,4 +109,5 @@ def locate(
         records=records_kind(journal, chosen, None),
         resumed=resume is not None,  # a session of the servers' records, new on this host
         nats_auth=check_auth(chosen, nats_auth),
+        nats_ca=check_ca(chosen, nats_ca),
     )

@@ -10,6 +10,10 @@ Rules:
 - ``--nats-auth DIR`` (:mod:`actors.nats.auth`) needs NATS; a resumed session keeps the
   authority it recorded, and another one given for it is ``invalid_argument``. The parent and
   its shutdown's own connection log in as the account's parent user.
+- ``--nats-ca FILE`` (:mod:`actors.nats.tls`) needs ``tls://`` and is checked before anything is
+  made; a resumed session keeps the bundle it recorded (checked again: it must still be a
+  PEM bundle), and another one given for it is ``invalid_argument``. Every connection of the
+  parent (its transport, its records, its nodes' channel, its shutdown's) verifies with it.
 - At shutdown, once every agent has exited and the live callers read their answers, the
   session's inboxes are deleted: nothing is left to read them. On NATS that is the session's
   inbox and quarantine streams (their consumers go with them); a server that cannot be reached
@@ -42,10 +46,12 @@ if TYPE_CHECKING:
 __all__ = [
     "ParentTransport",
     "check_auth",
+    "check_ca",
     "given_transport",
     "launcher_class",
     "load_authority",
     "resumed_auth",
+    "resumed_ca",
     "resumed_transport",
 ]
 
@@ -93,6 +99,25 @@ def resumed_auth(recorded: str | None, given: str | None) -> str | None:
     return recorded
 
 
+def resumed_ca(recorded: str | None, given: str | None) -> str | None:
+    if given is not None and (recorded is None or Path(given).absolute() != Path(recorded)):
+        raise InvalidArgument(
+            f"--nats-ca: this session verifies its servers with {recorded or 'the system trust'}"
+            "; that cannot change"
+        )
+    return recorded
+
+
+def check_ca(descriptor: str, nats_ca: str | None) -> str | None:
+    """``--nats-ca`` checked against the transport (:func:`actors.nats.tls.load_ca`): its
+    absolute path, or None."""
+    if nats_ca is None:
+        return None
+    from actors.nats.tls import load_ca
+
+    return load_ca(nats_ca, descriptor)
+
+
 def check_auth(descriptor: str, nats_auth: str | None) -> str | None:
     if nats_auth is not None and not is_nats(descriptor):
         raise InvalidArgument("--nats-auth needs --transport nats://HOST:PORT")
@@ -121,6 +146,7 @@ class ParentTransport:
         on_reject: RejectCallback,
         undo: Callable[[], object],
         authority: Authority | None = None,
+        ca: str | None = None,
     ) -> None:
         """Open the session's transport as its creator, with the parent's inbox; if that fails
         (a NATS server out of reach), ``undo`` stops what the supervisor had started."""
@@ -129,6 +155,7 @@ class ParentTransport:
         self._session_id = session_id
         self._root = mailbox_root
         self._late: NatsTransport | None = None  # a connection for after the session closed
+        self.ca = ca
         try:
             self.authority = authority
             #: what session.json records (absolute)
@@ -141,6 +168,7 @@ class ParentTransport:
                 validate=validate,
                 on_reject=on_reject,
                 login=self._login(),
+                ca=ca,
             )
         except BaseException:
             undo()
@@ -176,7 +204,9 @@ class ParentTransport:
         """The session closed its transport with its actors: shutdown's last steps (waiting for
         unread answers, deleting the streams) get a connection of their own."""
         if self._late is None:
-            opened = open_transport(self._descriptor, self._session_id, login=self._login())
+            opened = open_transport(
+                self._descriptor, self._session_id, login=self._login(), ca=self.ca
+            )
             self._late = cast("NatsTransport", opened)
         return self._late
 

@@ -151,10 +151,12 @@ def open_records(
     *,
     existing: bool,
     login: NatsLogin | None = None,
+    ca: str | None = None,
 ) -> Records:
     """Open the session's records (``existing``: they must be there already, as when resuming
     from the servers; a file journal is simply opened, its torn tail cut off). ``login``: the
-    parent's NATS user (``--nats-auth``)."""
+    parent's NATS user (``--nats-auth``); ``ca``: the CA bundle of ``tls://`` servers
+    (``--nats-ca``)."""
     view = NotificationFile(session_dir / "notifications.jsonl")
     if kind == "file":
         return Records(
@@ -170,6 +172,7 @@ def open_records(
         "create": not existing,
         "outage_s": NATS_OUTAGE_S,
         "login": login,
+        "ca": ca,
     }
     opened: list[NatsJournal | NatsNotifications] = []
     try:

@@ -88,6 +88,7 @@ def run_serve(args: argparse.Namespace) -> int:
         journal=args.journal,
         resume=args.resume,
         nats_auth=args.nats_auth,
+        nats_ca=args.nats_ca,
         commands=run_forwarded,  # `shepherd` calls run here, without the CLI's start-up
     )
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}
@@ -136,8 +137,13 @@ def run_node(args: argparse.Namespace) -> int:
     _log_to_stderr()
     name = check_node_name(args.name)
     servers = parse_transport(args.transport).server_urls
+    ca = None
+    if args.nats_ca is not None:  # refused before anything is made
+        from actors.nats.tls import load_ca
+
+        ca = load_ca(args.nats_ca, args.transport.strip())
     root = Path(args.dir).absolute() if args.dir else state_dir() / "nodes" / name
-    node = NodeServer(servers, name, root, timeout_s=NATS_TIMEOUT_S)
+    node = NodeServer(servers, name, root, timeout_s=NATS_TIMEOUT_S, ca=ca)
     ready = {"name": name, "pid": os.getpid(), "dir": str(root)}
     if args.json:
         sys.stdout.write(msgspec.json.encode({"node": ready}).decode() + "\n")

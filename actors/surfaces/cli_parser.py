@@ -81,8 +81,10 @@ def _add_serve(sub: Any) -> None:
         "--transport",
         metavar="nats://HOST:PORT[,HOST:PORT...]",
         help="carry the session's envelopes on these NATS JetStream servers (extra "
-        "shepherd[nats]; at most 16 servers) instead of the file mailbox",
+        "shepherd[nats]; at most 16 servers) instead of the file mailbox; tls://HOST:PORT"
+        "[,...] connects to every server over TLS only",
     )
+    _add_nats_ca(p)
     p.add_argument(
         "--journal",
         choices=["file", "nats"],
@@ -129,14 +131,24 @@ def _add_serve(sub: Any) -> None:
     )
 
 
+def _add_nats_ca(p: Any) -> None:
+    p.add_argument(
+        "--nats-ca",
+        metavar="FILE",
+        help="with --transport tls://: the PEM bundle of the CA that signed the servers' "
+        "certificates (default: the system's trust store); host names are always verified",
+    )
+
+
 def _add_node(sub: Any) -> None:
     p = sub.add_parser("node", help="start the agents sessions place on this host (over NATS)")
     p.add_argument(
         "--transport",
         required=True,
         metavar="nats://HOST:PORT[,HOST:PORT...]",
-        help="the NATS servers of the sessions that place agents here",
+        help="the NATS servers of the sessions that place agents here (tls://... for TLS)",
     )
+    _add_nats_ca(p)
     p.add_argument("--name", required=True, help="this node's name (spawn --node NAME)")
     p.add_argument("--dir", metavar="DIR", help="its agents' files (default: state dir/nodes/NAME)")
     p.add_argument("--json", action="store_true", help="the ready line as JSON")

@@ -166,7 +166,9 @@ class Client:
             from actors.nats.auth import Authority
 
             login = Authority.load(self.info.nats_auth).parent_login()
-        mailbox = open_transport(self.info.mailbox, self.info.session_id, login=login)
+        mailbox = open_transport(
+            self.info.mailbox, self.info.session_id, login=login, ca=self.info.nats_ca
+        )
         call_id = self._ids.new(IdKind.MESSAGE)
         got: list[ResultEnvelope] = []
         arrived = threading.Event()

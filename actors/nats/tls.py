@@ -1,0 +1,144 @@
+"""TLS to the NATS servers (``--transport tls://...``, ``--nats-ca FILE``): the one place that
+checks the CA bundle and builds the client's SSL context, and the client that holds a
+connection to what its scheme says.
+
+Rules:
+- The setting is one recorded value, the CA bundle's absolute path (or none: the system's
+  trust store), with the transport's scheme: ``session.json`` (``nats_ca``) for the CLI, the
+  agents' ``SHEPHERD_NATS_CA`` beside ``SHEPHERD_MAILBOX``, ``shepherd node --nats-ca`` on
+  another host. Every process builds its context from it here (:func:`client_context`).
+- Verification is always on: the server's certificate must chain to the bundle and name the
+  host the client dialled (an IP address must be in its IP SANs). Nothing here can turn that
+  off; TLS 1.2 at least.
+- ``--nats-ca`` is refused with ``invalid_argument`` naming it, before anything is made:
+  empty, longer than :data:`~protocol.limits.MAX_OPTION_CHARS`, a NUL, a path that does not
+  exist, a directory (or anything but a regular file), unreadable, or a file holding no PEM
+  certificate; and with a ``nats://`` transport (there is nothing to verify).
+- The scheme is held to, on every connection and reconnection: a ``tls://`` client refuses a
+  server that does not offer TLS before it sends anything (nats-py alone would go on in clear
+  text), and a ``nats://`` client refuses a server that requires TLS (nats-py alone would
+  upgrade against the system's trust store, whatever the session asked for). Both are
+  :func:`tls_mismatch` errors, told in the connection's error callback like a failed handshake.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import ssl
+import stat
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import InvalidArgument
+from protocol.transport_url import check_tls_file, is_tls
+
+__all__ = [
+    "CA_OPTION",
+    "client_class",
+    "client_context",
+    "is_tls_failure",
+    "load_ca",
+    "tls_cause",
+    "tls_mismatch",
+]
+
+CA_OPTION = "--nats-ca"
+#: a CA bundle is a few certificates; a file larger than this is not one
+_MAX_CA_BYTES = 4 * 1024 * 1024
+_PEM_CERT = b"-----BEGIN CERTIFICATE-----"
+
+
+def load_ca(raw: str, descriptor: str) -> str:
+    """``--nats-ca`` checked (module rules) for a session over ``descriptor``: its absolute
+    path; raises ``invalid_argument`` naming the option."""
+    check_tls_file(raw, CA_OPTION)
+    if not is_tls(descriptor):
+        raise InvalidArgument(
+            f"{CA_OPTION} needs --transport tls://HOST:PORT[,...] (a nats:// transport is "
+            "clear text: there is no server certificate to verify)"
+        )
+    path = Path(raw).absolute()
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InvalidArgument(f"{CA_OPTION}: {path} cannot be read: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidArgument(f"{CA_OPTION}: {path} is not a file (give a PEM bundle)")
+    if st.st_size > _MAX_CA_BYTES:
+        raise InvalidArgument(f"{CA_OPTION}: {path} is over {_MAX_CA_BYTES} bytes")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidArgument(f"{CA_OPTION}: {path} cannot be read: {exc.strerror}") from None
+    if _PEM_CERT not in data:
+        raise InvalidArgument(f"{CA_OPTION}: {path} holds no PEM certificate")
+    try:
+        ssl.create_default_context().load_verify_locations(cadata=data.decode("ascii"))
+    except (ssl.SSLError, ValueError) as exc:
+        raise InvalidArgument(
+            f"{CA_OPTION}: {path} is not a PEM certificate bundle: {exc}"[:400]
+        ) from None
+    return str(path)
+
+
+def client_context(ca: str | None) -> ssl.SSLContext:
+    """The client's context: the bundle ``ca`` (None: the system's trust store), the server's
+    certificate and host name verified."""
+    context = ssl.create_default_context(cafile=ca)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    assert context.check_hostname  # never turned off (module rules)
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    return context
+
+
+@functools.cache
+def tls_mismatch() -> type[Exception]:
+    """The type of a scheme mismatch (module rules): a nats-py error, so that the client's
+    connect loop counts it as a failed attempt (made on first use: nats-py is imported only
+    when a connection is)."""
+    from nats.errors import Error
+
+    return type("TlsMismatch", (Error,), {"__doc__": "A server that does not match the scheme."})
+
+
+def is_tls_failure(exc: BaseException) -> bool:
+    """A connection refused for TLS: a failed handshake or verification, or a scheme mismatch
+    (a later try is unlikely to fare better)."""
+    return isinstance(exc, (ssl.SSLError, tls_mismatch()))
+
+
+def tls_cause(exc: BaseException) -> str:
+    """One line saying why TLS failed (the verification's reason when there is one)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS: certificate verify failed: {exc.verify_message}"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc.reason or exc}"
+    return f"TLS: {exc}"
+
+
+@functools.cache
+def client_class(tls: bool) -> type[Any]:
+    """A nats-py client that holds a connection to its scheme (module rules)."""
+    from nats.aio.client import Client
+
+    mismatch = tls_mismatch()
+
+    class SchemeClient(Client):
+        async def _process_info(
+            self, info: dict[str, Any], initial_connection: bool = False
+        ) -> None:
+            # called with the server's first INFO, before the client upgrades or sends CONNECT
+            if initial_connection:
+                required = bool(info.get("tls_required"))
+                if tls and not required:
+                    if not info.get("tls_available"):
+                        raise mismatch("the server does not offer TLS (tls:// requires it)")
+                    info["tls_required"] = True  # offered, not required: upgrade all the same
+                if not tls and required:
+                    raise mismatch(
+                        "the server requires TLS: give --transport tls://... (and --nats-ca)"
+                    )
+            await super()._process_info(info, initial_connection)
+
+    return SchemeClient
