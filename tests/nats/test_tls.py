@@ -1,0 +1,344 @@
+"""TLS to the NATS servers (``--transport tls://... --nats-ca FILE``, actors/nats/tls.py): real
+``nats-server`` processes whose only listener is TLS, with certificates minted here (a CA, a
+server certificate for 127.0.0.1 and localhost, a second CA, a certificate for another host).
+Nothing sleeps: sessions are driven by CLI round trips and output lines, with ceilings."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.nats.auth import make_authority
+from actors.nats.server import NatsServer, ServerTls, start_cluster, start_server
+from actors.nats.tls import client_context, load_ca
+from actors.runtime.wire import open_transport
+from actors.session.parent_transport import resumed_ca
+from actors.testing.certs import Minted, mint_ca, mint_leaf
+from protocol.errors import InvalidArgument, SessionUnavailable
+from tests.nats.test_serve import _read_until, _spawn
+from tests.processes.conftest import Serve, cli
+from tests.reliability.live import session_pids, wait_gone
+
+pytestmark = pytest.mark.processes
+
+MIXED = "tls://127.0.0.1:1,nats://127.0.0.1:2"
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Minted
+    server: Minted
+    other_ca: Minted
+    #: signed by ``ca`` for another address (127.0.0.2): dialled at 127.0.0.1, the name is wrong
+    elsewhere: Minted
+
+    def server_tls(self, leaf: Minted | None = None) -> ServerTls:
+        leaf = leaf or self.server
+        return ServerTls(cert=leaf.cert, key=leaf.key, ca=self.ca.cert)
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    ca = mint_ca(tmp_path / "pki")
+    return Pki(
+        ca=ca,
+        server=mint_leaf(ca, tmp_path / "pki"),
+        other_ca=mint_ca(tmp_path / "pki-other", "another CA"),
+        elsewhere=mint_leaf(ca, tmp_path / "pki", "elsewhere", ips=("127.0.0.2",), dns=()),
+    )
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path, pki: Pki) -> Iterator[NatsServer]:
+    server = start_server(tmp_path / "nats-tls", tls=pki.server_tls())
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def _connz(server: NatsServer) -> list[dict[str, Any]]:
+    """The server's own account of its client connections (its monitoring endpoint)."""
+    url = f"http://127.0.0.1:{server.http_port}/connz?limit=1024"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return list(json.load(answer).get("connections") or [])
+
+
+def _nats_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("shepherd-nats")}
+
+
+# ------------------------------------------------------------------ the client really uses TLS
+
+
+def test_a_tls_only_server_refuses_clear_text_and_takes_the_verified_tls_client(
+    tls_server: NatsServer, pki: Pki, session_id: str
+) -> None:
+    assert tls_server.url.startswith("tls://")
+    # a clear-text client: the server says TLS is required and answers CONNECT with an error
+    with socket.create_connection(("127.0.0.1", tls_server.port), timeout=10) as raw:
+        info = json.loads(raw.recv(4096).decode().split(" ", 1)[1])
+        assert info["tls_required"] is True
+        raw.sendall(b'CONNECT {"verbose":false}\r\nPING\r\n')
+        answer = b""
+        while b"\n" not in answer:
+            chunk = raw.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+        assert b"PONG" not in answer  # never served in clear text
+
+    transport = open_transport(tls_server.url, session_id, create=True, ca=str(pki.ca.cert))
+    try:
+        ours = [c for c in _connz(tls_server) if c.get("name") == f"shepherd {session_id}"]
+        assert ours, _connz(tls_server)
+        assert all(c.get("tls_version", "").startswith("1.") for c in ours), ours
+    finally:
+        transport.close()
+
+
+def test_the_context_verifies_the_chain_and_the_host_name_always() -> None:
+    import ssl
+
+    context = client_context(None)
+    assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
+    assert context.minimum_version >= ssl.TLSVersion.TLSv1_2
+
+
+# ------------------------------------------------------------------ refused at connect
+
+
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("wrong CA", "certificate verify failed"),
+        ("wrong host name", "certificate verify failed"),
+        ("system trust store", "certificate verify failed"),
+        ("nats:// against TLS", "requires TLS"),
+        ("tls:// against clear text", "does not offer TLS"),
+    ],
+)
+def test_a_server_that_fails_tls_is_session_unavailable_naming_it_and_the_cause(
+    tmp_path: Path, pki: Pki, session_id: str, case: str, words: str
+) -> None:
+    leaf = pki.elsewhere if case == "wrong host name" else pki.server
+    tls = None if case == "tls:// against clear text" else pki.server_tls(leaf)
+    server = start_server(tmp_path / "n", tls=tls)
+    try:
+        url = server.url.replace("tls://", "nats://") if "nats://" in case else server.url
+        url = url.replace("nats://", "tls://") if "tls://" in case else url
+        ca = {"wrong CA": str(pki.other_ca.cert), "system trust store": None}.get(
+            case, str(pki.ca.cert)
+        )
+        if url.startswith("nats://"):
+            ca = None
+        before = _nats_threads()
+        with pytest.raises(SessionUnavailable) as refused:
+            open_transport(url, session_id, create=True, ca=ca)
+        message = refused.value.message
+        assert url in message and "TLS" in message and words in message, message
+        assert "\n" not in message
+        assert _nats_threads() <= before  # no connection thread left behind
+    finally:
+        server.kill()
+
+
+# ------------------------------------------------------------------ hostile --nats-ca
+
+
+def test_hostile_nats_ca_values_are_invalid_argument_naming_the_option(
+    tmp_path: Path, pki: Pki
+) -> None:
+    def refused(raw: str, descriptor: str = "tls://127.0.0.1:4222") -> str:
+        with pytest.raises(InvalidArgument) as caught:
+            load_ca(raw, descriptor)
+        assert "--nats-ca" in caught.value.message
+        return caught.value.message
+
+    fake = tmp_path / "fake.pem"
+    fake.write_text("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n")
+    binary = tmp_path / "binary.pem"
+    binary.write_bytes(b"\xff\x00" * 100)
+    assert "empty" in refused("")
+    assert "empty" in refused("   ")
+    assert "at most 4096" in refused("x" * 5000)
+    assert "NUL" in refused("ca\0.pem")
+    assert "cannot be read" in refused(str(tmp_path / "missing.pem"))
+    assert "not a file" in refused(str(tmp_path))
+    assert "no PEM certificate" in refused(str(pki.ca.key))  # a key, not a certificate
+    assert "no PEM certificate" in refused(str(binary))
+    assert "not a PEM certificate bundle" in refused(str(fake))
+    assert "needs --transport tls://" in refused(str(pki.ca.cert), "nats://127.0.0.1:4222")
+    assert "needs --transport tls://" in refused(str(pki.ca.cert), "/run/user/1/mailbox")
+    assert load_ca(str(pki.ca.cert), "tls://127.0.0.1:4222") == str(pki.ca.cert)
+
+
+def test_serve_and_node_refuse_a_bad_nats_ca_before_making_anything(
+    isolated_state: Path, tmp_path: Path, pki: Pki
+) -> None:
+    session = tmp_path / "session"
+    cases = [
+        ["--transport", "tls://127.0.0.1:4222", "--nats-ca", ""],
+        ["--transport", "tls://127.0.0.1:4222", "--nats-ca", str(tmp_path / "missing.pem")],
+        ["--transport", "tls://127.0.0.1:4222", "--nats-ca", str(tmp_path)],
+        ["--transport", "tls://127.0.0.1:4222", "--nats-ca", str(pki.ca.key)],
+        ["--transport", "nats://127.0.0.1:4222", "--nats-ca", str(pki.ca.cert)],
+        ["--nats-ca", str(pki.ca.cert)],  # the file mailbox has no server to verify
+    ]
+    base = [sys.executable, "-m", "actors.surfaces.entry"]
+    for extra in cases:
+        for argv in (
+            [*base, "serve", "--json", "--session-dir", str(session), *extra],
+            [*base, "node", "--name", "n1", "--dir", str(tmp_path / "node"), "--json", *extra]
+            if "--transport" in extra
+            else None,
+        ):
+            if argv is None:
+                continue
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+            assert done.returncode == 2, (extra, done.stdout, done.stderr)
+            error = json.loads(done.stdout)["error"]
+            assert error["code"] == "invalid_argument" and "--nats-ca" in error["message"]
+    assert not session.exists() or not (session / "session.json").exists()
+    assert not (tmp_path / "node").exists()
+    mixed = subprocess.run(  # mixing schemes: TLS for some servers only
+        [*base, "serve", "--json", "--session-dir", str(session), "--transport", MIXED],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    error = json.loads(mixed.stdout)["error"]
+    assert (mixed.returncode, error["code"]) == (2, "invalid_argument")
+    assert "--transport" in error["message"] and "mixes schemes" in error["message"]
+
+
+def test_a_resumed_session_keeps_its_ca_bundle() -> None:
+    assert resumed_ca("/ca.pem", None) == "/ca.pem"
+    assert resumed_ca(None, None) is None
+    assert resumed_ca("/ca.pem", "/ca.pem") == "/ca.pem"
+    for recorded, given in (("/ca.pem", "/other.pem"), (None, "/ca.pem")):
+        with pytest.raises(InvalidArgument, match="--nats-ca"):
+            resumed_ca(recorded, given)
+
+
+# ------------------------------------------------------------------ whole sessions over TLS
+
+
+def _bridge_env(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def _canonical_flow(tmp_path: Path, serve: Serve, servers: list[NatsServer], ca: str) -> None:
+    """Two command agents: delegate, a message from one to the other and to the parent, done;
+    status from the CLI (through serve's socket and in a process of its own, which connects
+    over TLS itself), every connection the servers hold is TLS; shutdown."""
+    session = tmp_path / "session"
+    assert serve.wait_for(lambda lines: any("session" in x for x in lines)), serve.proc.poll()
+    info = json.loads((session / "session.json").read_text())
+    assert info["mailbox"].startswith("tls://") and info["nats_ca"] == ca
+    sid = info["session_id"]
+    alpha = _spawn(tmp_path, session, "alpha")
+    beta = _spawn(tmp_path, session, "beta")
+    _, t_alpha = cli("delegate", "alpha", "TELL-BETA MARK-DONE", session=session)
+    _, t_beta = cli("delegate", "beta", "MARK-DONE", session=session)
+    ids = [t_alpha["task_id"], t_beta["task_id"]]
+    _, waited = cli("wait", *ids, "--timeout", "90", session=session)
+    assert waited["pending"] == [] and not waited["timed_out"], waited
+    results = {r["agent_name"]: r for r in waited["completed"]}
+    assert (results["alpha"]["text"], results["beta"]["text"]) == ("done by alpha", "done by beta")
+    _read_until(session, "beta", "hello beta from alpha")
+    alpha_lines = _read_until(session, "alpha", "RC done")
+    assert [line.split()[2] for line in alpha_lines if line.startswith("RC ")] == ["0"] * 3
+    assert serve.wait_for(
+        lambda lines: any(x.get("content") == "progress from alpha" for x in lines)
+    )
+    # the CLI in a process of its own (no command socket): session.json's CA verifies for it
+    dir_ = str(session)
+    direct = subprocess.run(
+        [sys.executable, "-m", "actors.surfaces.cli", "status", "--json", "--session", dir_],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert direct.returncode == 0, direct.stderr
+    status = json.loads(direct.stdout)
+    rows = {a["name"]: a for a in status["agents"]}
+    assert rows["alpha"]["task"]["state"] == rows["beta"]["task"]["state"] == "completed"
+    for row in rows.values():  # each agent's bridge was given the CA beside the transport
+        env = _bridge_env(row["pid"])
+        assert env["SHEPHERD_MAILBOX"] == info["mailbox"] and env["SHEPHERD_NATS_CA"] == ca
+    held = [c for server in servers for c in _connz(server)]
+    assert held and all(c.get("tls_version", "").startswith("1.") for c in held), held
+    for agent in (alpha, beta):
+        cli("close", agent["agent_id"], session=session)
+    assert wait_gone(lambda: session_pids(sid), timeout=60)
+    rc, _ = cli("shutdown", session=session)  # runs here, over its own TLS connection
+    assert rc == 0 and serve.proc.wait(timeout=60) == 0
+
+
+def test_a_session_over_tls_with_its_journal_on_the_servers_runs_the_canonical_flow(
+    isolated_state: Path, tls_server: NatsServer, pki: Pki, tmp_path: Path
+) -> None:
+    ca = str(pki.ca.cert)
+    serve = Serve(
+        tmp_path / "session",
+        dict(os.environ),
+        *("--transport", tls_server.url, "--nats-ca", ca, "--journal", "nats"),
+    )
+    try:
+        _canonical_flow(tmp_path, serve, [tls_server], ca)
+    finally:
+        serve.stop()
+
+
+def test_tls_and_per_agent_credentials_together_run_the_canonical_flow(
+    isolated_state: Path, pki: Pki, tmp_path: Path
+) -> None:
+    authority = tmp_path / "auth"
+    make_authority(authority)
+    server = start_server(tmp_path / "nats-auth-tls", auth=authority, tls=pki.server_tls())
+    ca = str(pki.ca.cert)
+    serve = Serve(
+        tmp_path / "session",
+        dict(os.environ),
+        *("--transport", server.url, "--nats-ca", ca, "--nats-auth", str(authority)),
+    )
+    try:
+        _canonical_flow(tmp_path, serve, [server], ca)
+    finally:
+        serve.stop()
+        server.kill()
+
+
+def test_a_cluster_of_three_tls_servers_with_tls_routes_runs_a_session(
+    isolated_state: Path, pki: Pki, tmp_path: Path
+) -> None:
+    servers = start_cluster(tmp_path / "cluster", tls=pki.server_tls())
+    ca = str(pki.ca.cert)
+    try:
+        for server in servers:  # the routes are TLS too (the cluster formed over them)
+            text = (server.store_dir / f"{server.name}.conf").read_text()
+            assert text.count("tls {") == 2, text
+        url = "tls://" + ",".join(s.url.removeprefix("tls://") for s in servers)
+        serve = Serve(tmp_path / "session", dict(os.environ), "--transport", url, "--nats-ca", ca)
+        try:
+            _canonical_flow(tmp_path, serve, servers, ca)
+        finally:
+            serve.stop()
+    finally:
+        for server in servers:
+            server.kill()
