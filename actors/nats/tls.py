@@ -24,6 +24,7 @@ Rules:
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import ssl
 import stat
@@ -82,9 +83,24 @@ def load_ca(raw: str, descriptor: str) -> str:
     return str(path)
 
 
+class _QuietEof(logging.Filter):
+    """asyncio warns at every close of a TLS connection whose stream protocol (nats-py's) asks
+    to stay half open, which TLS cannot: nothing is wrong, and a warning per connection on
+    every process's stderr would bury the ones that matter."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "eof_received() has no effect when using ssl" not in record.getMessage()
+
+
+@functools.cache
+def _quiet_asyncio() -> None:
+    logging.getLogger("asyncio").addFilter(_QuietEof())
+
+
 def client_context(ca: str | None) -> ssl.SSLContext:
     """The client's context: the bundle ``ca`` (None: the system's trust store), the server's
     certificate and host name verified."""
+    _quiet_asyncio()
     context = ssl.create_default_context(cafile=ca)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     assert context.check_hostname  # never turned off (module rules)

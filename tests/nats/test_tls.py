@@ -342,3 +342,56 @@ def test_a_cluster_of_three_tls_servers_with_tls_routes_runs_a_session(
     finally:
         for server in servers:
             server.kill()
+
+
+def test_an_agent_on_a_node_over_tls_uses_the_nodes_own_ca_bundle(
+    isolated_state: Path, tls_server: NatsServer, pki: Pki, tmp_path: Path
+) -> None:
+    """Host B has its own copy of the CA: the node connects with it and gives it to the bridges
+    it starts (the parent's path means nothing on another host)."""
+    from tests.nats.nodes import Node, spawn_command
+
+    ca = str(pki.ca.cert)
+    host_b = tmp_path / "host-b-etc"
+    host_b.mkdir()
+    node_ca = host_b / "ca.pem"
+    node_ca.write_bytes(pki.ca.cert.read_bytes())
+    serve = Serve(
+        tmp_path / "session", dict(os.environ), "--transport", tls_server.url, "--nats-ca", ca
+    )
+    node = Node(tls_server.url, "n1", tmp_path / "host-n1", "--nats-ca", str(node_ca))
+    try:
+        assert node.ready is not None, node.first
+        assert serve.wait_for(lambda lines: any("session" in x for x in lines))
+        session = tmp_path / "session"
+        sid = json.loads((session / "session.json").read_text())["session_id"]
+        spawn_command(tmp_path, "alpha", "n1")
+        _, task = cli("delegate", "alpha", "MARK-DONE", session=session)
+        _, waited = cli("wait", task["task_id"], "--timeout", "90", session=session)
+        assert [r["text"] for r in waited["completed"]] == ["done by alpha"], waited
+        _, status = cli("status", session=session)
+        row = {a["name"]: a for a in status["agents"]}["alpha"]
+        assert row["node"] == "n1"
+        assert _bridge_env(row["pid"])["SHEPHERD_NATS_CA"] == str(node_ca)
+        assert all(c.get("tls_version", "").startswith("1.") for c in _connz(tls_server))
+        rc, _ = cli("shutdown", session=session)
+        assert rc == 0 and serve.proc.wait(timeout=60) == 0
+        assert wait_gone(lambda: session_pids(sid), timeout=60)
+    finally:
+        serve.stop()
+        node.stop()
+
+
+def test_a_node_whose_ca_does_not_verify_the_servers_does_not_start(
+    isolated_state: Path, tls_server: NatsServer, pki: Pki, tmp_path: Path
+) -> None:
+    from tests.nats.nodes import Node
+
+    node = Node(tls_server.url, "n1", tmp_path / "host-n1", "--nats-ca", str(pki.other_ca.cert))
+    try:
+        assert node.ready is None
+        error = node.first["error"]
+        assert error["code"] == "session_unavailable", error
+        assert tls_server.url in error["message"] and "TLS" in error["message"], error
+    finally:
+        node.stop()
