@@ -2,12 +2,12 @@
 the session recorded.
 
 A session records where its envelopes go in one string, its *descriptor*: the mailbox
-directory (the default), or ``nats://HOST:PORT[,HOST:PORT...]`` (``serve --transport``,
-:mod:`protocol.transport_url`). The supervisor writes it to ``session.json`` (``mailbox``: what
-a CLI client reads) and to every agent's ``SHEPHERD_MAILBOX`` (what the bridge and
-``shepherd-child`` read). Every process opens it through :func:`open_transport` and gets a
-:class:`SessionTransport`: what the supervisor, the CLI client, the bridge and the child
-commands use, and nothing more.
+directory (the default), or ``nats://HOST:PORT[,HOST:PORT...]`` (``tls://`` for TLS;
+``serve --transport``, :mod:`protocol.transport_url`). The supervisor writes it to
+``session.json`` (``mailbox``: what a CLI client reads) and to every agent's
+``SHEPHERD_MAILBOX`` (what the bridge and ``shepherd-child`` read). Every process opens it
+through :func:`open_transport` and gets a :class:`SessionTransport`: what the supervisor, the
+CLI client, the bridge and the child commands use, and nothing more.
 
 Rules:
 - Imports are made here, at the call, never at module top: a CLI that never opens a NATS

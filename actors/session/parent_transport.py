@@ -120,7 +120,7 @@ def check_ca(descriptor: str, nats_ca: str | None) -> str | None:
 
 def check_auth(descriptor: str, nats_auth: str | None) -> str | None:
     if nats_auth is not None and not is_nats(descriptor):
-        raise InvalidArgument("--nats-auth needs --transport nats://HOST:PORT")
+        raise InvalidArgument("--nats-auth needs --transport nats:// or tls://HOST:PORT")
     return nats_auth
 
 

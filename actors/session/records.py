@@ -125,7 +125,7 @@ def records_kind(given: str | None, transport: str, recorded: str | None) -> str
         return recorded
     kind = given or "file"
     if kind == "nats" and not is_nats(transport):
-        raise InvalidArgument("--journal nats needs --transport nats://HOST:PORT[,...]")
+        raise InvalidArgument("--journal nats needs --transport nats:// or tls://HOST:PORT[,...]")
     return kind
 
 
@@ -134,7 +134,7 @@ def resumable_id(session_id: str, journal: str | None, transport: str | None) ->
     if journal != "nats" or transport is None or not is_nats(transport):
         raise InvalidArgument(
             "--resume SESSION_ID resumes a session from the NATS servers' records: it needs "
-            "--journal nats and --transport nats://HOST:PORT[,...]"
+            "--journal nats and --transport nats:// or tls://HOST:PORT[,...]"
         )
     if len(session_id) > 64 or kind_of(session_id) is not IdKind.SESSION:
         raise InvalidArgument(

@@ -79,7 +79,7 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--session-dir", metavar="DIR", help="where the session's records live")
     p.add_argument(
         "--transport",
-        metavar="nats://HOST:PORT[,HOST:PORT...]",
+        metavar="nats|tls://HOST:PORT[,HOST:PORT...]",
         help="carry the session's envelopes on these NATS JetStream servers (extra "
         "shepherd[nats]; at most 16 servers) instead of the file mailbox; tls://HOST:PORT"
         "[,...] connects to every server over TLS only",
@@ -101,8 +101,8 @@ def _add_serve(sub: Any) -> None:
     p.add_argument(
         "--nats-auth",
         metavar="DIR",
-        help="with --transport nats://: connect as the NATS users of the authority in DIR "
-        "(python -m actors.nats.auth DIR), each agent as its own user, whose rights the "
+        help="with --transport nats:// or tls://: connect as the NATS users of the authority in "
+        "DIR (python -m actors.nats.auth DIR), each agent as its own user, whose rights the "
         "servers enforce",
     )
     p.add_argument("--json", action="store_true", help="notifications as JSON lines")
@@ -145,7 +145,7 @@ def _add_node(sub: Any) -> None:
     p.add_argument(
         "--transport",
         required=True,
-        metavar="nats://HOST:PORT[,HOST:PORT...]",
+        metavar="nats|tls://HOST:PORT[,HOST:PORT...]",
         help="the NATS servers of the sessions that place agents here (tls://... for TLS)",
     )
     _add_nats_ca(p)
