@@ -13,10 +13,10 @@ Rules:
   port, a query - is ``invalid_argument`` naming ``--transport`` and what was wrong.
 - The canonical form (:meth:`TransportSpec.url`) is what the session records (session.json,
   the agents' environment): one scheme and the servers in the order given, without repeats.
-- A file option of the TLS settings (``--nats-ca``) is bounded here before any file is
-  opened (:func:`check_tls_file`): not empty, at most
-  :data:`~protocol.limits.MAX_OPTION_CHARS` characters, no NUL (``invalid_argument`` naming
-  the option); that it is a readable PEM certificate is the opener's check.
+- A file option of the TLS settings (``--nats-ca``, ``--nats-cert``, ``--nats-key``:
+  :class:`TlsFiles`) is bounded here before any file is opened (:func:`check_tls_file`): not
+  empty, at most :data:`~protocol.limits.MAX_OPTION_CHARS` characters, no NUL
+  (``invalid_argument`` naming the option); what the file holds is the opener's check.
 
 Sans-IO: parsing only; whether a server answers is the transport's business.
 """
@@ -33,6 +33,7 @@ from protocol.limits import MAX_OPTION_CHARS, MAX_TRANSPORT_CHARS, MAX_TRANSPORT
 __all__ = [
     "NATS_SCHEME",
     "TLS_SCHEME",
+    "TlsFiles",
     "TransportSpec",
     "check_tls_file",
     "is_nats",
@@ -71,6 +72,21 @@ class TransportSpec(msgspec.Struct, frozen=True):
     @property
     def server_urls(self) -> list[str]:
         return [self.scheme + server for server in self.servers]
+
+
+class TlsFiles(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's TLS setting for ``tls://`` servers, as absolute paths (checked by
+    :func:`actors.nats.tls.load_tls`): the CA bundle that verifies the servers (None: the
+    system's trust store), and this client's certificate and key for servers that verify
+    their clients (mutual TLS: both or neither)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def given(self) -> TlsFiles | None:
+        """None when nothing is set (a plain ``tls://`` on the system's trust store)."""
+        return self if (self.ca, self.cert, self.key) != (None, None, None) else None
 
 
 def is_nats(descriptor: str) -> bool:

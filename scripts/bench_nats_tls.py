@@ -40,12 +40,13 @@ def one_run(samples: int, tmp: Path) -> dict[str, float]:
     from actors.nats.server import ServerTls, start_server
     from actors.nats.setup import connect
     from actors.testing.certs import mint_ca, mint_leaf
+    from protocol.transport_url import TlsFiles
 
     ca = mint_ca(tmp / "pki")
     leaf = mint_leaf(ca, tmp / "pki")
     secure = start_server(tmp / "tls", tls=ServerTls(leaf.cert, leaf.key, ca.cert))
     plain = start_server(tmp / "plain", name="n2")
-    ends = {"tls": (secure.url, str(ca.cert)), "plain": (plain.url, None)}
+    ends = {"tls": (secure.url, TlsFiles(ca=str(ca.cert))), "plain": (plain.url, None)}
     try:
 
         async def measure() -> dict[str, float]:

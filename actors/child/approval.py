@@ -73,7 +73,7 @@ def ask(
         env.settings,
         validate=validate,
         login=env.nats_login(),
-        ca=env.nats_ca,
+        tls=env.nats_tls,
     )
     acks: list[AckEnvelope] = []
     decisions: list[NoticeEnvelope] = []

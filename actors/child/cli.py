@@ -166,7 +166,7 @@ def send_and_wait(
         env.settings,
         validate=validate_ack,
         login=env.nats_login(),
-        ca=env.nats_ca,
+        tls=env.nats_tls,
     )
     got: list[AckEnvelope] = []
     arrived = threading.Event()

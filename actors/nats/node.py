@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from actors.child.env import ENV_NATS_CA, ENV_PARENT_PID, ENV_SESSION, ENV_VARS
+from actors.child.env import ENV_NATS_TLS, ENV_PARENT_PID, ENV_SESSION, ENV_VARS, tls_environ
 from actors.nats import setup
 from actors.nats.loop import LoopThread
 from actors.runtime.clock import SystemClock
@@ -56,6 +56,7 @@ from protocol.errors import (
 )
 from protocol.ids import IdKind, is_id_of
 from protocol.limits import NodeName
+from protocol.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
@@ -64,8 +65,8 @@ __all__ = ["NodeServer", "check_node_name"]
 
 #: variables a spawn request may set besides ``SHEPHERD_*`` (the session's trace context)
 _PASSED = frozenset({"TRACEPARENT"})
-#: the bridge's own: the node decides them (the CA bundle is a path on this host: the node's)
-_NODE_SET = frozenset({ENV_SESSION, ENV_PARENT_PID, "SHEPHERD_RECONNECT_S", ENV_NATS_CA})
+#: the bridge's own: the node decides them (the TLS files are paths on this host: the node's)
+_NODE_SET = frozenset({ENV_SESSION, ENV_PARENT_PID, "SHEPHERD_RECONNECT_S", *ENV_NATS_TLS})
 
 
 def check_node_name(name: str) -> str:
@@ -101,12 +102,12 @@ class NodeServer:
         timeout_s: float = 5.0,
         python: str = sys.executable,
         grace_s: float = STOP_GRACE_S,
-        ca: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
-        """``ca``: the CA bundle of ``tls://`` servers (``--nats-ca``, checked), which the
+        """``tls``: the TLS files of ``tls://`` servers (``--nats-ca``..., checked), which the
         node's bridges are given too."""
         self.name = check_node_name(name)
-        self._ca = ca
+        self._tls = tls
         self.root = root
         self.boot = secrets.token_hex(8)
         self.seq = 0
@@ -138,7 +139,7 @@ class NodeServer:
     async def _start(self, servers: list[str]) -> None:
         try:
             self._nc, _ = await setup.connect(
-                servers, None, None, f"node {self.name}", self._timeout, ca=self._ca
+                servers, None, None, f"node {self.name}", self._timeout, files=self._tls
             )
         except SessionUnavailable:  # refused for TLS: the cause is named already
             raise
@@ -265,9 +266,9 @@ class NodeServer:
             "SHEPHERD_RECONNECT_S": "0",  # a dead node is a lost node: nothing comes back
         }
         env.pop("SHEPHERD_SESSION_HINT", None)
-        env.pop(ENV_NATS_CA, None)
-        if self._ca is not None:
-            env[ENV_NATS_CA] = self._ca
+        for variable in ENV_NATS_TLS:
+            env.pop(variable, None)
+        env.update(tls_environ(self._tls))
         log_path = agent_dir / "output.log"
         proc = start_bridge(self._python, req.cwd or os.getcwd(), env, log_path)
         return _Bridge(req.session_id, ChildProcess(proc, self._clock, self._grace_s), log_path)

@@ -165,7 +165,7 @@ class NodeLauncher(ProcessLauncher):
                 f"{self._session_id} nodes",
                 NATS_TIMEOUT_S,
                 login,
-                self._nats_ca,
+                self._nats_tls,
             )
         except SessionUnavailable:  # refused for TLS: the cause is named already
             raise

@@ -20,10 +20,11 @@ Rules:
   block is written into the server's configuration (the server's ``include`` resolves even an
   absolute path against the including file's directory, so the text is copied), and then
   only users of that authority may connect.
-- ``tls``: the server's certificate, key and CA (:class:`ServerTls`); clients must then speak
-  TLS (there is no clear-text listener: the ``tls { ... }`` block makes every client
-  connection TLS), the server's URL is ``tls://``, and a cluster's routes are TLS too, each
-  route's certificate verified against the CA.
+- ``tls``: the server's certificate, key and CA (:class:`ServerTls`; ``verify``: clients must
+  show a certificate of that CA too); clients must then speak TLS (there is no clear-text
+  listener: the ``tls { ... }`` block makes every client connection TLS), the server's URL is
+  ``tls://``, and a cluster's routes are TLS too, each route's certificate verified against
+  the CA.
 - Ports are found free on 127.0.0.1 by binding port 0, all of one server's (or one cluster's)
   at once so that they differ from each other (ports chosen one after another may repeat).
   Another process may still take a port between the choice and the server's start; a start
@@ -103,13 +104,16 @@ class ServerTls:
     cert: Path
     key: Path
     ca: Path
+    #: clients must show a certificate signed by ``ca`` (mutual TLS)
+    verify: bool = False
 
-    def block(self, indent: str = "") -> list[str]:
+    def block(self, indent: str = "", *, route: bool = False) -> list[str]:
         return [
             f"{indent}tls {{",
             f"{indent}  cert_file: {json.dumps(str(self.cert))}",
             f"{indent}  key_file: {json.dumps(str(self.key))}",
             f"{indent}  ca_file: {json.dumps(str(self.ca))}",
+            *([f"{indent}  verify: true"] if self.verify and not route else []),
             f"{indent}  timeout: 5",
             f"{indent}}}",
         ]
@@ -167,7 +171,7 @@ class NatsServer:
                 f"  name: {self.cluster_name}",
                 f"  listen: 127.0.0.1:{self.cluster_port}",
                 f"  routes: [{routes}]",
-                *(self.tls.block("  ") if self.tls is not None else []),
+                *(self.tls.block("  ", route=True) if self.tls is not None else []),
                 "}",
             ]
         if self.tls is not None:

@@ -12,7 +12,7 @@ from actors.nats.outage import Outage
 from actors.runtime.log import logger
 from protocol.errors import InboxFull, SessionUnavailable
 from protocol.settings import Settings
-from protocol.transport_url import is_tls
+from protocol.transport_url import TlsFiles, is_tls
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -67,12 +67,13 @@ async def connect(
     session_id: str,
     timeout: float,
     login: NatsLogin | None = None,
-    ca: str | None = None,
+    files: TlsFiles | None = None,
 ) -> tuple[Client, JetStreamContext]:
     """A connection that reconnects forever (to any server of the list); the caller bounds how
     long the first connection may take. ``login``: this process's NATS user
-    (:mod:`actors.nats.auth`). ``tls://`` servers: TLS verified against the bundle ``ca``
-    (None: the system's trust store), built here for every process (:mod:`actors.nats.tls`).
+    (:mod:`actors.nats.auth`). ``tls://`` servers: TLS with ``files`` (the CA bundle; None:
+    the system's trust store; a client certificate if given), the context built here for every
+    process (:mod:`actors.nats.tls`).
 
     A first connection that every listed server refused for TLS (a certificate that does not
     verify, a scheme the server does not speak) is ``session_unavailable`` at once, naming the
@@ -110,7 +111,7 @@ async def connect(
     nc = tls.client_class(secure)()
     options: dict[str, Any] = dict(login.connect_options()) if login is not None else {}
     if secure:
-        options["tls"] = tls.client_context(ca)
+        options["tls"] = tls.client_context(files)
     try:
         await nc.connect(
             servers,

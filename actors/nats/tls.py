@@ -1,19 +1,25 @@
-"""TLS to the NATS servers (``--transport tls://...``, ``--nats-ca FILE``): the one place that
-checks the CA bundle and builds the client's SSL context, and the client that holds a
-connection to what its scheme says.
+"""TLS to the NATS servers (``--transport tls://...``, ``--nats-ca FILE``, ``--nats-cert FILE
+--nats-key FILE``): the one place that checks the TLS files and builds the client's SSL
+context, and the client that holds a connection to what its scheme says.
 
 Rules:
-- The setting is one recorded value, the CA bundle's absolute path (or none: the system's
-  trust store), with the transport's scheme: ``session.json`` (``nats_ca``) for the CLI, the
-  agents' ``SHEPHERD_NATS_CA`` beside ``SHEPHERD_MAILBOX``, ``shepherd node --nats-ca`` on
-  another host. Every process builds its context from it here (:func:`client_context`).
+- The setting is one recorded value (:class:`~protocol.transport_url.TlsFiles`: the CA
+  bundle's absolute path, or none for the system's trust store; and, for servers that verify
+  their clients, this client's certificate and key), with the transport's scheme:
+  ``session.json`` (``nats_tls``) for the CLI, the agents'
+  ``SHEPHERD_NATS_CA``/``_CERT``/``_KEY`` beside ``SHEPHERD_MAILBOX``, ``shepherd node
+  --nats-ca ...`` on another host. Every process builds its context from it here
+  (:func:`client_context`).
 - Verification is always on: the server's certificate must chain to the bundle and name the
   host the client dialled (an IP address must be in its IP SANs). Nothing here can turn that
   off; TLS 1.2 at least.
-- ``--nats-ca`` is refused with ``invalid_argument`` naming it, before anything is made:
+- Each file option is refused with ``invalid_argument`` naming it, before anything is made:
   empty, longer than :data:`~protocol.limits.MAX_OPTION_CHARS`, a NUL, a path that does not
-  exist, a directory (or anything but a regular file), unreadable, or a file holding no PEM
-  certificate; and with a ``nats://`` transport (there is nothing to verify).
+  exist, a directory (or anything but a regular file), unreadable, over 4 MiB, or a file
+  holding no PEM certificate (the CA, the client's certificate) or no PEM private key (the
+  key, which must also be readable by its owner only); a certificate without its key or the
+  other way round, or a key that is not the certificate's; and any of them with a ``nats://``
+  transport (there is nothing to verify).
 - The scheme is held to, on every connection and reconnection: a ``tls://`` client refuses a
   server that does not offer TLS before it sends anything (nats-py alone would go on in clear
   text), and a ``nats://`` client refuses a server that requires TLS (nats-py alone would
@@ -32,54 +38,108 @@ from pathlib import Path
 from typing import Any
 
 from protocol.errors import InvalidArgument
-from protocol.transport_url import check_tls_file, is_tls
+from protocol.transport_url import TlsFiles, check_tls_file, is_tls
 
 __all__ = [
     "CA_OPTION",
+    "CERT_OPTION",
+    "KEY_OPTION",
     "client_class",
     "client_context",
     "is_tls_failure",
     "load_ca",
+    "load_tls",
     "tls_cause",
     "tls_mismatch",
 ]
 
 CA_OPTION = "--nats-ca"
-#: a CA bundle is a few certificates; a file larger than this is not one
-_MAX_CA_BYTES = 4 * 1024 * 1024
+CERT_OPTION = "--nats-cert"
+KEY_OPTION = "--nats-key"
+#: a CA bundle is a few certificates, a key one block; a file larger than this is neither
+_MAX_PEM_BYTES = 4 * 1024 * 1024
 _PEM_CERT = b"-----BEGIN CERTIFICATE-----"
+#: "-----BEGIN PRIVATE KEY-----", "-----BEGIN EC PRIVATE KEY-----", "... RSA PRIVATE KEY-----"
+_PEM_KEY = b"PRIVATE KEY-----"
+
+
+def load_tls(
+    descriptor: str, ca: str | None, cert: str | None = None, key: str | None = None
+) -> TlsFiles | None:
+    """``--nats-ca``, ``--nats-cert`` and ``--nats-key`` checked (module rules) for a session
+    over ``descriptor``: their absolute paths, or None when none is given; raises
+    ``invalid_argument`` naming the option."""
+    options = ((CA_OPTION, ca), (CERT_OPTION, cert), (KEY_OPTION, key))
+    named = [option for option, raw in options if raw is not None]
+    if not named:
+        return None
+    for option, raw in options:
+        if raw is not None:
+            check_tls_file(raw, option)
+    if not is_tls(descriptor):
+        raise InvalidArgument(
+            f"{' and '.join(named)} {'needs' if len(named) == 1 else 'need'} --transport "
+            "tls://HOST:PORT[,...] (a nats:// "
+            "transport is clear text: there is no server certificate to verify)"
+        )
+    if (cert is None) != (key is None):
+        raise InvalidArgument(
+            f"{CERT_OPTION} and {KEY_OPTION} go together (the client's certificate and its key)"
+        )
+    checked = TlsFiles(
+        ca=_pem(ca, CA_OPTION) if ca is not None else None,
+        cert=_pem(cert, CERT_OPTION) if cert is not None else None,
+        key=_pem(key, KEY_OPTION) if key is not None else None,
+    )
+    if checked.cert is not None:
+        try:
+            client_context(checked)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise InvalidArgument(
+                f"{CERT_OPTION}/{KEY_OPTION}: not a certificate and its key: {exc}"[:400]
+            ) from None
+    return checked
 
 
 def load_ca(raw: str, descriptor: str) -> str:
-    """``--nats-ca`` checked (module rules) for a session over ``descriptor``: its absolute
-    path; raises ``invalid_argument`` naming the option."""
-    check_tls_file(raw, CA_OPTION)
-    if not is_tls(descriptor):
-        raise InvalidArgument(
-            f"{CA_OPTION} needs --transport tls://HOST:PORT[,...] (a nats:// transport is "
-            "clear text: there is no server certificate to verify)"
-        )
+    """``--nats-ca`` alone, checked (:func:`load_tls`): its absolute path."""
+    files = load_tls(descriptor, raw)
+    assert files is not None
+    assert files.ca is not None
+    return files.ca
+
+
+def _pem(raw: str, option: str) -> str:
+    """The file ``raw`` names, checked for ``option`` (module rules): its absolute path."""
     path = Path(raw).absolute()
+    private = option == KEY_OPTION
     try:
         st = os.stat(path)
     except OSError as exc:
-        raise InvalidArgument(f"{CA_OPTION}: {path} cannot be read: {exc.strerror}") from None
+        raise InvalidArgument(f"{option}: {path} cannot be read: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise InvalidArgument(f"{CA_OPTION}: {path} is not a file (give a PEM bundle)")
-    if st.st_size > _MAX_CA_BYTES:
-        raise InvalidArgument(f"{CA_OPTION}: {path} is over {_MAX_CA_BYTES} bytes")
+        raise InvalidArgument(f"{option}: {path} is not a file (give a PEM file)")
+    if st.st_size > _MAX_PEM_BYTES:
+        raise InvalidArgument(f"{option}: {path} is over {_MAX_PEM_BYTES} bytes")
+    if private and st.st_mode & 0o077:
+        raise InvalidArgument(
+            f"{option}: {path} is readable by others (mode {stat.S_IMODE(st.st_mode):o}): "
+            "a private key must be 0600"
+        )
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise InvalidArgument(f"{CA_OPTION}: {path} cannot be read: {exc.strerror}") from None
-    if _PEM_CERT not in data:
-        raise InvalidArgument(f"{CA_OPTION}: {path} holds no PEM certificate")
-    try:
-        ssl.create_default_context().load_verify_locations(cadata=data.decode("ascii"))
-    except (ssl.SSLError, ValueError) as exc:
-        raise InvalidArgument(
-            f"{CA_OPTION}: {path} is not a PEM certificate bundle: {exc}"[:400]
-        ) from None
+        raise InvalidArgument(f"{option}: {path} cannot be read: {exc.strerror}") from None
+    marker, what = (_PEM_KEY, "private key") if private else (_PEM_CERT, "certificate")
+    if marker not in data:
+        raise InvalidArgument(f"{option}: {path} holds no PEM {what}")
+    if option == CA_OPTION:
+        try:
+            ssl.create_default_context().load_verify_locations(cadata=data.decode("ascii"))
+        except (ssl.SSLError, ValueError) as exc:
+            raise InvalidArgument(
+                f"{option}: {path} is not a PEM certificate bundle: {exc}"[:400]
+            ) from None
     return str(path)
 
 
@@ -97,12 +157,16 @@ def _quiet_asyncio() -> None:
     logging.getLogger("asyncio").addFilter(_QuietEof())
 
 
-def client_context(ca: str | None) -> ssl.SSLContext:
-    """The client's context: the bundle ``ca`` (None: the system's trust store), the server's
-    certificate and host name verified."""
+def client_context(files: TlsFiles | None) -> ssl.SSLContext:
+    """The client's context: the CA bundle of ``files`` (none: the system's trust store), the
+    server's certificate and host name verified; its certificate and key, if given, shown to
+    servers that verify their clients."""
     _quiet_asyncio()
-    context = ssl.create_default_context(cafile=ca)
+    files = files or TlsFiles()
+    context = ssl.create_default_context(cafile=files.ca)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if files.cert is not None:
+        context.load_cert_chain(files.cert, files.key)
     assert context.check_hostname  # never turned off (module rules)
     assert context.verify_mode == ssl.CERT_REQUIRED
     return context

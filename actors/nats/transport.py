@@ -40,8 +40,9 @@ Rules:
 - With a ``login`` (:mod:`actors.nats.auth`) the process is its own NATS user, whose rights the
   server enforces; a child's one-shot inboxes and quarantine records are then under its agent id
   (:class:`~actors.nats.replies.Places`). Without one: no credentials, as before.
-- ``tls://`` servers are reached over TLS only, verified against ``ca`` (the CA bundle's path;
-  None: the system's trust store) by :func:`actors.nats.setup.connect`.
+- ``tls://`` servers are reached over TLS only, with the session's ``tls`` files (the CA
+  bundle; none: the system's trust store; a client certificate) by
+  :func:`actors.nats.setup.connect`.
 - A server that does not answer within ``request_timeout_s`` makes ``publish`` raise
   ``session_unavailable``; the client keeps reconnecting (to any server of a cluster) and the
   pull loops resume where the consumers' ack floors are. The session's creator (the parent)
@@ -77,6 +78,7 @@ from protocol.errors import (
 )
 from protocol.ids import IdKind, kind_of
 from protocol.settings import Settings
+from protocol.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
@@ -123,7 +125,7 @@ class NatsTransport:
         on_reject: RejectCallback | None = None,
         outage_s: float = 0.0,  # how long `publish` waits out an outage (module rules)
         login: NatsLogin | None = None,
-        ca: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self._outage_s = outage_s
         self._ack_wait = ack_wait_s
@@ -152,7 +154,7 @@ class NatsTransport:
             try:
                 self._nc, self._js = self._thread.run(
                     setup.connect(
-                        self.servers, user, password, session_id, self._timeout, login, ca
+                        self.servers, user, password, session_id, self._timeout, login, tls
                     ),
                     self._timeout * 2,
                 )

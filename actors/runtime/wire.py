@@ -20,9 +20,9 @@ Rules:
   two servers, on one (R1). Name every server of a cluster.
 - ``login`` (NATS only): who this process is on the servers (``serve --nats-auth``,
   :mod:`actors.nats.auth`); without it, no credentials. A mailbox takes none.
-- ``ca`` (``tls://`` only): the CA bundle that verifies the servers (``serve --nats-ca``,
-  recorded as the session's ``nats_ca`` and the agents' ``SHEPHERD_NATS_CA``); without it, the
-  system's trust store (:mod:`actors.nats.tls`). Any other transport refuses one.
+- ``tls`` (``tls://`` only): the session's TLS files (``serve --nats-ca``, ``--nats-cert``,
+  ``--nats-key``, recorded in session.json and the agents' ``SHEPHERD_NATS_*``); without
+  them, the system's trust store (:mod:`actors.nats.tls`). Any other transport refuses them.
 - A NATS server that does not answer within :data:`NATS_TIMEOUT_S` (twice that for the first
   connection) is ``session_unavailable`` naming the servers; nothing waits forever. The
   session's creator waits out an outage for at most :data:`NATS_OUTAGE_S` before it says so
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from actors.runtime.transport import Transport
 from protocol.errors import InvalidArgument
-from protocol.transport_url import is_nats, is_tls, parse_transport
+from protocol.transport_url import TlsFiles, is_nats, is_tls, parse_transport
 
 if TYPE_CHECKING:
     from actors.mailbox.drain import RejectCallback, Validator
@@ -98,11 +98,11 @@ def open_transport(
     on_reject: RejectCallback | None = None,
     on_wake_mode: Callable[[str, str], None] | None = None,
     login: NatsLogin | None = None,
-    ca: str | None = None,
+    tls: TlsFiles | None = None,
 ) -> SessionTransport:
     """The transport ``descriptor`` names (see the module rules); raises the typed error."""
-    if ca is not None and not is_tls(descriptor):
-        raise InvalidArgument("a CA bundle (--nats-ca) needs a tls:// transport")
+    if tls is not None and not is_tls(descriptor):
+        raise InvalidArgument("TLS files (--nats-ca, --nats-cert) need a tls:// transport")
     if is_nats(descriptor):
         from actors.nats.transport import NatsTransport
 
@@ -119,7 +119,7 @@ def open_transport(
             # the parent waits out a failover; a child's or a CLI call's wait stays bounded
             outage_s=NATS_OUTAGE_S if create else 0.0,
             login=login,
-            ca=ca,
+            tls=tls,
         )
     if login is not None:
         raise InvalidArgument("NATS credentials (--nats-auth) need a nats:// transport")

@@ -36,12 +36,12 @@ from actors.child.env import (
     ENV_AGENT_OPTIONS,
     ENV_CAPABILITY,
     ENV_MAILBOX,
-    ENV_NATS_CA,
     ENV_NATS_CREDS,
     ENV_PARENT_PID,
     ENV_SESSION,
     ENV_SESSION_ID,
     ENV_SETTINGS,
+    tls_environ,
 )
 from actors.runtime.clock import Clock
 from actors.runtime.log import logger
@@ -57,6 +57,7 @@ from actors.session.bridge_process import read_log_tail, start_bridge
 from actors.session.recovery import clear_leftovers
 from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable
 from protocol.settings import Settings
+from protocol.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from actors.nats.auth import Authority
@@ -249,7 +250,7 @@ class ProcessLauncher:
         python: str = sys.executable,
         extra_env: Mapping[str, str] | None = None,
         authority: Authority | None = None,
-        nats_ca: str | None = None,
+        nats_tls: TlsFiles | None = None,
     ) -> None:
         self._session_dir = session_dir
         self._session_id = session_id
@@ -265,8 +266,8 @@ class ProcessLauncher:
         self._extra_env = dict(extra_env or {})
         #: mints each child's own NATS user (``serve --nats-auth``: :mod:`actors.nats.auth`)
         self._authority = authority
-        #: the CA bundle of the session's ``tls://`` servers (``serve --nats-ca``)
-        self._nats_ca = nats_ca
+        #: the TLS files of the session's ``tls://`` servers (``serve --nats-ca``...)
+        self._nats_tls = nats_tls
         # one pidfd per agent: 1,000 agents pass the usual soft limit of 1,024 descriptors
         self._open_files_soft = raise_open_files_limit()
         self.reaper = Reaper()
@@ -294,7 +295,7 @@ class ProcessLauncher:
             ENV_SETTINGS: msgspec.json.encode(self._settings).decode(),
             **self._extra_env,
             **({ENV_NATS_CREDS: str(self._creds_path(spec))} if self._authority else {}),
-            **({ENV_NATS_CA: self._nats_ca} if self._nats_ca is not None else {}),
+            **tls_environ(self._nats_tls),
         }
 
     def _creds_path(self, spec: AgentSpec) -> Path:

@@ -10,10 +10,11 @@ Rules:
 - ``--nats-auth DIR`` (:mod:`actors.nats.auth`) needs NATS; a resumed session keeps the
   authority it recorded, and another one given for it is ``invalid_argument``. The parent and
   its shutdown's own connection log in as the account's parent user.
-- ``--nats-ca FILE`` (:mod:`actors.nats.tls`) needs ``tls://`` and is checked before anything is
-  made; a resumed session keeps the bundle it recorded (checked again: it must still be a
-  PEM bundle), and another one given for it is ``invalid_argument``. Every connection of the
-  parent (its transport, its records, its nodes' channel, its shutdown's) verifies with it.
+- ``--nats-ca FILE`` (and ``--nats-cert``/``--nats-key``: :mod:`actors.nats.tls`) need
+  ``tls://`` and are checked before anything is made; a resumed session keeps the files it
+  recorded (checked again), and another one given for it is ``invalid_argument``. Every
+  connection of the parent (its transport, its records, its nodes' channel, its shutdown's)
+  uses them.
 - At shutdown, once every agent has exited and the live callers read their answers, the
   session's inboxes are deleted: nothing is left to read them. On NATS that is the session's
   inbox and quarantine streams (their consumers go with them); a server that cannot be reached
@@ -37,7 +38,7 @@ from actors.runtime.wire import SessionTransport, open_transport
 from actors.session.launcher import ProcessLauncher
 from protocol.errors import InvalidArgument, ShepherdError
 from protocol.settings import Settings
-from protocol.transport_url import is_nats, parse_transport
+from protocol.transport_url import TlsFiles, is_nats, parse_transport
 
 if TYPE_CHECKING:
     from actors.nats.auth import Authority, NatsLogin
@@ -46,12 +47,12 @@ if TYPE_CHECKING:
 __all__ = [
     "ParentTransport",
     "check_auth",
-    "check_ca",
+    "check_tls",
     "given_transport",
     "launcher_class",
     "load_authority",
     "resumed_auth",
-    "resumed_ca",
+    "resumed_tls",
     "resumed_transport",
 ]
 
@@ -99,23 +100,30 @@ def resumed_auth(recorded: str | None, given: str | None) -> str | None:
     return recorded
 
 
-def resumed_ca(recorded: str | None, given: str | None) -> str | None:
-    if given is not None and (recorded is None or Path(given).absolute() != Path(recorded)):
-        raise InvalidArgument(
-            f"--nats-ca: this session verifies its servers with {recorded or 'the system trust'}"
-            "; that cannot change"
-        )
+def resumed_tls(recorded: TlsFiles | None, given: TlsFiles | None) -> TlsFiles | None:
+    """The TLS files a restarted session keeps; another file named for it is refused."""
+    kept = recorded or TlsFiles()
+    mine = given or TlsFiles()
+    for option, was, now in (
+        ("--nats-ca", kept.ca, mine.ca),
+        ("--nats-cert", kept.cert, mine.cert),
+        ("--nats-key", kept.key, mine.key),
+    ):
+        if now is not None and (was is None or Path(now).absolute() != Path(was)):
+            raise InvalidArgument(
+                f"{option}: this session runs with {was or 'none'}; that cannot change"
+            )
     return recorded
 
 
-def check_ca(descriptor: str, nats_ca: str | None) -> str | None:
-    """``--nats-ca`` checked against the transport (:func:`actors.nats.tls.load_ca`): its
-    absolute path, or None."""
-    if nats_ca is None:
+def check_tls(descriptor: str, files: TlsFiles | None) -> TlsFiles | None:
+    """The TLS files checked against the transport (:func:`actors.nats.tls.load_tls`): their
+    absolute paths, or None."""
+    if files is None or files.given() is None:
         return None
-    from actors.nats.tls import load_ca
+    from actors.nats.tls import load_tls
 
-    return load_ca(nats_ca, descriptor)
+    return load_tls(descriptor, files.ca, files.cert, files.key)
 
 
 def check_auth(descriptor: str, nats_auth: str | None) -> str | None:
@@ -146,7 +154,7 @@ class ParentTransport:
         on_reject: RejectCallback,
         undo: Callable[[], object],
         authority: Authority | None = None,
-        ca: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         """Open the session's transport as its creator, with the parent's inbox; if that fails
         (a NATS server out of reach), ``undo`` stops what the supervisor had started."""
@@ -155,7 +163,7 @@ class ParentTransport:
         self._session_id = session_id
         self._root = mailbox_root
         self._late: NatsTransport | None = None  # a connection for after the session closed
-        self.ca = ca
+        self.tls = tls
         try:
             self.authority = authority
             #: what session.json records (absolute)
@@ -168,7 +176,7 @@ class ParentTransport:
                 validate=validate,
                 on_reject=on_reject,
                 login=self._login(),
-                ca=ca,
+                tls=tls,
             )
         except BaseException:
             undo()
@@ -205,7 +213,7 @@ class ParentTransport:
         unread answers, deleting the streams) get a connection of their own."""
         if self._late is None:
             opened = open_transport(
-                self._descriptor, self._session_id, login=self._login(), ca=self.ca
+                self._descriptor, self._session_id, login=self._login(), tls=self.tls
             )
             self._late = cast("NatsTransport", opened)
         return self._late

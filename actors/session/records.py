@@ -37,7 +37,7 @@ from actors.session.sinks import Sink
 from protocol.errors import InvalidArgument
 from protocol.ids import IdKind, kind_of
 from protocol.journal import Record
-from protocol.transport_url import is_nats, parse_transport
+from protocol.transport_url import TlsFiles, is_nats, parse_transport
 
 if TYPE_CHECKING:
     from actors.nats.auth import NatsLogin
@@ -151,12 +151,12 @@ def open_records(
     *,
     existing: bool,
     login: NatsLogin | None = None,
-    ca: str | None = None,
+    tls: TlsFiles | None = None,
 ) -> Records:
     """Open the session's records (``existing``: they must be there already, as when resuming
     from the servers; a file journal is simply opened, its torn tail cut off). ``login``: the
-    parent's NATS user (``--nats-auth``); ``ca``: the CA bundle of ``tls://`` servers
-    (``--nats-ca``)."""
+    parent's NATS user (``--nats-auth``); ``tls``: the TLS files of ``tls://`` servers
+    (``--nats-ca``...)."""
     view = NotificationFile(session_dir / "notifications.jsonl")
     if kind == "file":
         return Records(
@@ -172,7 +172,7 @@ def open_records(
         "create": not existing,
         "outage_s": NATS_OUTAGE_S,
         "login": login,
-        "ca": ca,
+        "tls": tls,
     }
     opened: list[NatsJournal | NatsNotifications] = []
     try:

@@ -84,7 +84,7 @@ def _add_serve(sub: Any) -> None:
         "shepherd[nats]; at most 16 servers) instead of the file mailbox; tls://HOST:PORT"
         "[,...] connects to every server over TLS only",
     )
-    _add_nats_ca(p)
+    _add_nats_tls(p)
     p.add_argument(
         "--journal",
         choices=["file", "nats"],
@@ -131,12 +131,23 @@ def _add_serve(sub: Any) -> None:
     )
 
 
-def _add_nats_ca(p: Any) -> None:
+def _add_nats_tls(p: Any) -> None:
     p.add_argument(
         "--nats-ca",
         metavar="FILE",
         help="with --transport tls://: the PEM bundle of the CA that signed the servers' "
         "certificates (default: the system's trust store); host names are always verified",
+    )
+    p.add_argument(
+        "--nats-cert",
+        metavar="FILE",
+        help="with --transport tls:// and --nats-key: this client's PEM certificate, for "
+        "servers that verify their clients (mutual TLS)",
+    )
+    p.add_argument(
+        "--nats-key",
+        metavar="FILE",
+        help="the private key of --nats-cert (PEM, readable by its owner only)",
     )
 
 
@@ -148,7 +159,7 @@ def _add_node(sub: Any) -> None:
         metavar="nats|tls://HOST:PORT[,HOST:PORT...]",
         help="the NATS servers of the sessions that place agents here (tls://... for TLS)",
     )
-    _add_nats_ca(p)
+    _add_nats_tls(p)
     p.add_argument("--name", required=True, help="this node's name (spawn --node NAME)")
     p.add_argument("--dir", metavar="DIR", help="its agents' files (default: state dir/nodes/NAME)")
     p.add_argument("--json", action="store_true", help="the ready line as JSON")

@@ -167,7 +167,7 @@ class Client:
 
             login = Authority.load(self.info.nats_auth).parent_login()
         mailbox = open_transport(
-            self.info.mailbox, self.info.session_id, login=login, ca=self.info.nats_ca
+            self.info.mailbox, self.info.session_id, login=login, tls=self.info.nats_tls
         )
         call_id = self._ids.new(IdKind.MESSAGE)
         got: list[ResultEnvelope] = []

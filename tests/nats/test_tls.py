@@ -21,11 +21,12 @@ import pytest
 
 from actors.nats.auth import make_authority
 from actors.nats.server import NatsServer, ServerTls, start_cluster, start_server
-from actors.nats.tls import client_context, load_ca
+from actors.nats.tls import client_context, load_ca, load_tls
 from actors.runtime.wire import open_transport
-from actors.session.parent_transport import resumed_ca
+from actors.session.parent_transport import resumed_tls
 from actors.testing.certs import Minted, mint_ca, mint_leaf
 from protocol.errors import InvalidArgument, SessionUnavailable
+from protocol.transport_url import TlsFiles
 from tests.nats.test_serve import _read_until, _spawn
 from tests.processes.conftest import Serve, cli
 from tests.reliability.live import session_pids, wait_gone
@@ -42,10 +43,12 @@ class Pki:
     other_ca: Minted
     #: signed by ``ca`` for another address (127.0.0.2): dialled at 127.0.0.1, the name is wrong
     elsewhere: Minted
+    #: a client's certificate signed by ``ca`` (mutual TLS)
+    client: Minted
 
-    def server_tls(self, leaf: Minted | None = None) -> ServerTls:
+    def server_tls(self, leaf: Minted | None = None, *, verify: bool = False) -> ServerTls:
         leaf = leaf or self.server
-        return ServerTls(cert=leaf.cert, key=leaf.key, ca=self.ca.cert)
+        return ServerTls(cert=leaf.cert, key=leaf.key, ca=self.ca.cert, verify=verify)
 
 
 @pytest.fixture
@@ -56,6 +59,7 @@ def pki(tmp_path: Path) -> Pki:
         server=mint_leaf(ca, tmp_path / "pki"),
         other_ca=mint_ca(tmp_path / "pki-other", "another CA"),
         elsewhere=mint_leaf(ca, tmp_path / "pki", "elsewhere", ips=("127.0.0.2",), dns=()),
+        client=mint_leaf(ca, tmp_path / "pki", "client"),
     )
 
 
@@ -99,7 +103,8 @@ def test_a_tls_only_server_refuses_clear_text_and_takes_the_verified_tls_client(
             answer += chunk
         assert b"PONG" not in answer  # never served in clear text
 
-    transport = open_transport(tls_server.url, session_id, create=True, ca=str(pki.ca.cert))
+    files = TlsFiles(ca=str(pki.ca.cert))
+    transport = open_transport(tls_server.url, session_id, create=True, tls=files)
     try:
         ours = [c for c in _connz(tls_server) if c.get("name") == f"shepherd {session_id}"]
         assert ours, _connz(tls_server)
@@ -127,13 +132,15 @@ def test_the_context_verifies_the_chain_and_the_host_name_always() -> None:
         ("system trust store", "certificate verify failed"),
         ("nats:// against TLS", "requires TLS"),
         ("tls:// against clear text", "does not offer TLS"),
+        ("no client certificate", "CERTIFICATE_REQUIRED"),
     ],
 )
 def test_a_server_that_fails_tls_is_session_unavailable_naming_it_and_the_cause(
     tmp_path: Path, pki: Pki, session_id: str, case: str, words: str
 ) -> None:
     leaf = pki.elsewhere if case == "wrong host name" else pki.server
-    tls = None if case == "tls:// against clear text" else pki.server_tls(leaf)
+    verify = case == "no client certificate"
+    tls = None if case == "tls:// against clear text" else pki.server_tls(leaf, verify=verify)
     server = start_server(tmp_path / "n", tls=tls)
     try:
         url = server.url.replace("tls://", "nats://") if "nats://" in case else server.url
@@ -145,7 +152,7 @@ def test_a_server_that_fails_tls_is_session_unavailable_naming_it_and_the_cause(
             ca = None
         before = _nats_threads()
         with pytest.raises(SessionUnavailable) as refused:
-            open_transport(url, session_id, create=True, ca=ca)
+            open_transport(url, session_id, create=True, tls=TlsFiles(ca=ca).given())
         message = refused.value.message
         assert url in message and "TLS" in message and words in message, message
         assert "\n" not in message
@@ -184,6 +191,40 @@ def test_hostile_nats_ca_values_are_invalid_argument_naming_the_option(
     assert load_ca(str(pki.ca.cert), "tls://127.0.0.1:4222") == str(pki.ca.cert)
 
 
+def test_hostile_client_certificates_and_keys_are_invalid_argument_naming_the_option(
+    tmp_path: Path, pki: Pki
+) -> None:
+    def refused(cert: str | None, key: str | None, option: str) -> str:
+        with pytest.raises(InvalidArgument) as caught:
+            load_tls("tls://127.0.0.1:4222", None, cert, key)
+        assert option in caught.value.message, caught.value.message
+        return caught.value.message
+
+    cert, key = str(pki.client.cert), str(pki.client.key)
+    loose = tmp_path / "loose.key"
+    loose.write_bytes(pki.client.key.read_bytes())
+    loose.chmod(0o644)
+    assert "go together" in refused(cert, None, "--nats-key")
+    assert "go together" in refused(None, key, "--nats-cert")
+    assert "empty" in refused("", key, "--nats-cert")
+    assert "NUL" in refused(cert, "k\0", "--nats-key")
+    assert "at most 4096" in refused("c" * 5000, key, "--nats-cert")
+    assert "cannot be read" in refused(cert, str(tmp_path / "missing.key"), "--nats-key")
+    assert "not a file" in refused(str(tmp_path), key, "--nats-cert")
+    assert "no PEM certificate" in refused(key, key, "--nats-cert")
+    private_cert = tmp_path / "cert-as-key.pem"
+    private_cert.write_bytes(pki.client.cert.read_bytes())
+    private_cert.chmod(0o600)
+    assert "no PEM private key" in refused(cert, str(private_cert), "--nats-key")
+    assert "readable by others" in refused(cert, str(loose), "--nats-key")
+    # another certificate's key: the pair does not load
+    assert "not a certificate and its key" in refused(str(pki.server.cert), key, "--nats-cert")
+    with pytest.raises(InvalidArgument, match="need --transport tls://"):
+        load_tls("nats://127.0.0.1:4222", None, cert, key)
+    files = load_tls("tls://127.0.0.1:4222", str(pki.ca.cert), cert, key)
+    assert files == TlsFiles(ca=str(pki.ca.cert), cert=cert, key=key)
+
+
 def test_serve_and_node_refuse_a_bad_nats_ca_before_making_anything(
     isolated_state: Path, tmp_path: Path, pki: Pki
 ) -> None:
@@ -195,6 +236,8 @@ def test_serve_and_node_refuse_a_bad_nats_ca_before_making_anything(
         ["--transport", "tls://127.0.0.1:4222", "--nats-ca", str(pki.ca.key)],
         ["--transport", "nats://127.0.0.1:4222", "--nats-ca", str(pki.ca.cert)],
         ["--nats-ca", str(pki.ca.cert)],  # the file mailbox has no server to verify
+        ["--transport", "tls://127.0.0.1:4222", "--nats-cert", str(pki.client.cert)],
+        ["--transport", "tls://127.0.0.1:4222", "--nats-key", str(pki.client.key)],
     ]
     base = [sys.executable, "-m", "actors.surfaces.entry"]
     for extra in cases:
@@ -209,7 +252,8 @@ def test_serve_and_node_refuse_a_bad_nats_ca_before_making_anything(
             done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
             assert done.returncode == 2, (extra, done.stdout, done.stderr)
             error = json.loads(done.stdout)["error"]
-            assert error["code"] == "invalid_argument" and "--nats-ca" in error["message"]
+            assert error["code"] == "invalid_argument", error
+            assert "--nats-" in error["message"], error
     assert not session.exists() or not (session / "session.json").exists()
     assert not (tmp_path / "node").exists()
     mixed = subprocess.run(  # mixing schemes: TLS for some servers only
@@ -224,13 +268,20 @@ def test_serve_and_node_refuse_a_bad_nats_ca_before_making_anything(
     assert "--transport" in error["message"] and "mixes schemes" in error["message"]
 
 
-def test_a_resumed_session_keeps_its_ca_bundle() -> None:
-    assert resumed_ca("/ca.pem", None) == "/ca.pem"
-    assert resumed_ca(None, None) is None
-    assert resumed_ca("/ca.pem", "/ca.pem") == "/ca.pem"
-    for recorded, given in (("/ca.pem", "/other.pem"), (None, "/ca.pem")):
-        with pytest.raises(InvalidArgument, match="--nats-ca"):
-            resumed_ca(recorded, given)
+def test_a_resumed_session_keeps_its_tls_files() -> None:
+    kept = TlsFiles(ca="/ca.pem", cert="/c.pem", key="/c.key")
+    assert resumed_tls(kept, None) == kept
+    assert resumed_tls(None, None) is None
+    assert resumed_tls(kept, TlsFiles(ca="/ca.pem")) == kept
+    assert resumed_tls(kept, kept) == kept
+    for recorded, given, option in (
+        (kept, TlsFiles(ca="/other.pem"), "--nats-ca"),
+        (None, TlsFiles(ca="/ca.pem"), "--nats-ca"),
+        (TlsFiles(ca="/ca.pem"), TlsFiles(cert="/c.pem", key="/c.key"), "--nats-cert"),
+        (kept, TlsFiles(key="/other.key"), "--nats-key"),
+    ):
+        with pytest.raises(InvalidArgument, match=option):
+            resumed_tls(recorded, given)
 
 
 # ------------------------------------------------------------------ whole sessions over TLS
@@ -241,14 +292,16 @@ def _bridge_env(pid: int) -> dict[str, str]:
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
 
 
-def _canonical_flow(tmp_path: Path, serve: Serve, servers: list[NatsServer], ca: str) -> None:
+def _canonical_flow(
+    tmp_path: Path, serve: Serve, servers: list[NatsServer], ca: str, client: Minted | None = None
+) -> None:
     """Two command agents: delegate, a message from one to the other and to the parent, done;
     status from the CLI (through serve's socket and in a process of its own, which connects
     over TLS itself), every connection the servers hold is TLS; shutdown."""
     session = tmp_path / "session"
     assert serve.wait_for(lambda lines: any("session" in x for x in lines)), serve.proc.poll()
     info = json.loads((session / "session.json").read_text())
-    assert info["mailbox"].startswith("tls://") and info["nats_ca"] == ca
+    assert info["mailbox"].startswith("tls://") and info["nats_tls"]["ca"] == ca
     sid = info["session_id"]
     alpha = _spawn(tmp_path, session, "alpha")
     beta = _spawn(tmp_path, session, "beta")
@@ -281,6 +334,9 @@ def _canonical_flow(tmp_path: Path, serve: Serve, servers: list[NatsServer], ca:
     for row in rows.values():  # each agent's bridge was given the CA beside the transport
         env = _bridge_env(row["pid"])
         assert env["SHEPHERD_MAILBOX"] == info["mailbox"] and env["SHEPHERD_NATS_CA"] == ca
+        if client is not None:
+            assert env["SHEPHERD_NATS_CERT"] == str(client.cert)
+            assert env["SHEPHERD_NATS_KEY"] == str(client.key)
     held = [c for server in servers for c in _connz(server)]
     assert held and all(c.get("tls_version", "").startswith("1.") for c in held), held
     for agent in (alpha, beta):
@@ -319,6 +375,25 @@ def test_tls_and_per_agent_credentials_together_run_the_canonical_flow(
     )
     try:
         _canonical_flow(tmp_path, serve, [server], ca)
+    finally:
+        serve.stop()
+        server.kill()
+
+
+def test_a_server_that_verifies_its_clients_runs_a_session_with_the_client_certificate(
+    isolated_state: Path, pki: Pki, tmp_path: Path
+) -> None:
+    """Mutual TLS: the server refuses a client without a certificate of its CA (above); every
+    process of the session shows the one given to serve."""
+    server = start_server(tmp_path / "nats-mtls", tls=pki.server_tls(verify=True))
+    ca, cert, key = str(pki.ca.cert), str(pki.client.cert), str(pki.client.key)
+    serve = Serve(
+        tmp_path / "session",
+        dict(os.environ),
+        *("--transport", server.url, "--nats-ca", ca, "--nats-cert", cert, "--nats-key", key),
+    )
+    try:
+        _canonical_flow(tmp_path, serve, [server], ca, pki.client)
     finally:
         serve.stop()
         server.kill()
