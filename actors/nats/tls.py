@@ -96,7 +96,8 @@ def load_tls(
             client_context(checked)
         except (ssl.SSLError, OSError, ValueError) as exc:
             raise InvalidArgument(
-                f"{CERT_OPTION}/{KEY_OPTION}: not a certificate and its key: {exc}"[:400]
+                f"{CERT_OPTION}/{KEY_OPTION}: not a certificate and its key (an encrypted key "
+                f"is not supported): {exc}"[:400]
             ) from None
     return checked
 
@@ -166,7 +167,9 @@ def client_context(files: TlsFiles | None) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=files.ca)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if files.cert is not None:
-        context.load_cert_chain(files.cert, files.key)
+        # an encrypted key would make OpenSSL prompt on the terminal, and a session's
+        # processes have none to answer: no password, so such a key is refused instead
+        context.load_cert_chain(files.cert, files.key, password=lambda: b"")
     assert context.check_hostname  # never turned off (module rules)
     assert context.verify_mode == ssl.CERT_REQUIRED
     return context

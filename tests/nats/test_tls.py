@@ -219,6 +219,19 @@ def test_hostile_client_certificates_and_keys_are_invalid_argument_naming_the_op
     assert "readable by others" in refused(cert, str(loose), "--nats-key")
     # another certificate's key: the pair does not load
     assert "not a certificate and its key" in refused(str(pki.server.cert), key, "--nats-cert")
+    # a key with a passphrase: refused, never a prompt on a terminal nobody watches
+    from cryptography.hazmat.primitives import serialization
+
+    locked = tmp_path / "locked.key"
+    locked.write_bytes(
+        pki.client._key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    locked.chmod(0o600)
+    assert "encrypted key" in refused(cert, str(locked), "--nats-cert")
     with pytest.raises(InvalidArgument, match="need --transport tls://"):
         load_tls("nats://127.0.0.1:4222", None, cert, key)
     files = load_tls("tls://127.0.0.1:4222", str(pki.ca.cert), cert, key)
