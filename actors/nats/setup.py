@@ -83,6 +83,7 @@ async def connect(
     secure = is_tls(servers[0]) if servers else False
     made: list[Client] = []
     refused: dict[str, BaseException] = {}  # listed server -> why TLS failed there
+    warned: set[str] = set()
 
     async def disconnected() -> None:
         if made and made[0].is_closed:  # closed on purpose
@@ -96,9 +97,14 @@ async def connect(
         if not tls.is_tls_failure(exc):
             logger.debug("nats: {!r}", exc)
             return
-        logger.warning("nats: {} ({})", tls.tls_cause(exc), servers)
+        cause = tls.tls_cause(exc)
+        if cause not in warned:  # once per cause: a reconnecting client retries 4 times a second
+            warned.add(cause)
+            logger.warning("nats: {} ({})", cause, servers)
         if made:  # connected once: the client goes on trying (a certificate may be renewed)
             return
+        # nats-py names the server it is handshaking with before the handshake; raising here
+        # ends its first-connection loop (it awaits this callback in its except clause)
         server = getattr(nc, "_current_server", None)
         where = getattr(getattr(server, "uri", None), "netloc", None)
         refused[str(where)] = exc
