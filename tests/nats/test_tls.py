@@ -483,3 +483,27 @@ def test_a_node_whose_ca_does_not_verify_the_servers_does_not_start(
         assert tls_server.url in error["message"] and "TLS" in error["message"], error
     finally:
         node.stop()
+
+
+def test_serve_against_a_server_it_cannot_verify_is_session_unavailable_naming_tls(
+    isolated_state: Path, tls_server: NatsServer, pki: Pki, tmp_path: Path
+) -> None:
+    """From the command line: another CA, and clear text against the TLS server, each end
+    `serve` with the typed error naming the servers and the TLS cause."""
+    plain_url = tls_server.url.replace("tls://", "nats://")
+    serve = [sys.executable, "-m", "actors.surfaces.entry", "serve", "--json"]
+    for extra in (
+        ["--transport", tls_server.url, "--nats-ca", str(pki.other_ca.cert)],
+        ["--transport", plain_url],
+    ):
+        done = subprocess.run(
+            [*serve, "--session-dir", str(tmp_path / "session"), *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, (extra, done.stdout, done.stderr)
+        error = json.loads(done.stdout)["error"]
+        assert error["code"] == "session_unavailable", error
+        assert extra[1] in error["message"] and "TLS" in error["message"], error
