@@ -68,7 +68,12 @@ def ask(
     from actors.runtime.wire import open_reply_inbox, open_transport
 
     mailbox = open_transport(
-        env.mailbox, env.session_id, env.settings, validate=validate, login=env.nats_login()
+        env.mailbox,
+        env.session_id,
+        env.settings,
+        validate=validate,
+        login=env.nats_login(),
+        tls=env.nats_tls,
     )
     acks: list[AckEnvelope] = []
     decisions: list[NoticeEnvelope] = []

@@ -215,6 +215,7 @@ class Bridge:
                 on_reject=self._inbox.rejected,
                 on_wake_mode=self._inbox.wake_changed,
                 login=self.env.nats_login(),
+                tls=self.env.nats_tls,
             )
         except (ShepherdError, OSError) as exc:
             self._log.error("cannot open the session mailbox {}: {}", self.env.mailbox, exc)

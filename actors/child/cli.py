@@ -161,7 +161,12 @@ def send_and_wait(
     from actors.runtime.wire import open_reply_inbox, open_transport
 
     mailbox = open_transport(
-        env.mailbox, env.session_id, env.settings, validate=validate_ack, login=env.nats_login()
+        env.mailbox,
+        env.session_id,
+        env.settings,
+        validate=validate_ack,
+        login=env.nats_login(),
+        tls=env.nats_tls,
     )
     got: list[AckEnvelope] = []
     arrived = threading.Event()

@@ -33,19 +33,25 @@ from protocol.envelopes import (
 from protocol.errors import ForbiddenSender, InvalidArgument, InvalidEnvelope, SessionUnavailable
 from protocol.ids import PARENT_ID, IdKind, kind_of
 from protocol.settings import Settings
+from protocol.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from actors.child.scripted import AgentIdentity
     from actors.nats.auth import NatsLogin
 
 __all__ = [
+    "ENV_NATS_CA",
+    "ENV_NATS_CERT",
     "ENV_NATS_CREDS",
+    "ENV_NATS_KEY",
+    "ENV_NATS_TLS",
     "ENV_VARS",
     "FORWARDED_KINDS",
     "INBOX_KINDS",
     "ChildEnv",
     "child_env_from",
     "envelope_validator",
+    "tls_environ",
 ]
 
 #: The environment contract between the parent's launcher and this bridge.
@@ -63,6 +69,13 @@ ENV_SETTINGS = "SHEPHERD_SETTINGS"
 #: the path of this child's own NATS credentials (0600, in its private directory), set only by
 #: a session with ``--nats-auth``: the bridge and its commands connect as that user
 ENV_NATS_CREDS = "SHEPHERD_NATS_CREDS"
+#: the TLS files of the session's ``tls://`` servers (``serve --nats-ca``, ``--nats-cert``,
+#: ``--nats-key``; on a node, the node's own): the bridge and its commands build their TLS
+#: context from them
+ENV_NATS_CA = "SHEPHERD_NATS_CA"
+ENV_NATS_CERT = "SHEPHERD_NATS_CERT"
+ENV_NATS_KEY = "SHEPHERD_NATS_KEY"
+ENV_NATS_TLS = (ENV_NATS_CA, ENV_NATS_CERT, ENV_NATS_KEY)
 ENV_VARS = (
     ENV_SESSION,
     ENV_SESSION_ID,
@@ -75,7 +88,16 @@ ENV_VARS = (
     ENV_AGENT_OPTIONS,
     ENV_SETTINGS,
     ENV_NATS_CREDS,
+    *ENV_NATS_TLS,
 )
+
+
+def tls_environ(files: TlsFiles | None) -> dict[str, str]:
+    """The ``SHEPHERD_NATS_*`` variables for the TLS files ``files`` (those set)."""
+    files = files or TlsFiles()
+    named = zip(ENV_NATS_TLS, (files.ca, files.cert, files.key), strict=True)
+    return {name: value for name, value in named if value is not None}
+
 
 # Kinds the parent may put into an agent's inbox, and which of them may carry another sender.
 INBOX_KINDS = (
@@ -103,6 +125,7 @@ class ChildEnv(msgspec.Struct, frozen=True, kw_only=True):
     options: dict[str, Any] = {}
     settings: Settings = msgspec.field(default_factory=Settings)
     nats_creds: str | None = None
+    nats_tls: TlsFiles | None = None
 
     def nats_login(self) -> NatsLogin | None:
         """Who this child is on the NATS servers (None: no credentials)."""
@@ -188,6 +211,11 @@ def child_env_from(environ: Mapping[str, str], *, bridge: bool) -> ChildEnv:
         options=options,
         settings=settings,
         nats_creds=environ.get(ENV_NATS_CREDS, "").strip() or None,
+        nats_tls=TlsFiles(
+            ca=environ.get(ENV_NATS_CA, "").strip() or None,
+            cert=environ.get(ENV_NATS_CERT, "").strip() or None,
+            key=environ.get(ENV_NATS_KEY, "").strip() or None,
+        ).given(),
     )
 
 

@@ -25,10 +25,13 @@ from actors.nats.setup import add_consumer
 if TYPE_CHECKING:
     from nats.js.client import JetStreamContext
 
-__all__ = ["set_aside"]
+__all__ = ["CEILING_S", "set_aside"]
 
 #: messages fetched at once
 _BATCH = 256
+#: how long it may take: a full inbox is ``max_queue_depth`` messages, each written and
+#: acknowledged in turn
+CEILING_S = 60.0
 
 
 async def set_aside(

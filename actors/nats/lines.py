@@ -41,6 +41,7 @@ from actors.nats.outage import outage_backoff
 from actors.nats.setup import connect, make_streams
 from actors.records.jsonlines import LineProblem
 from protocol.errors import InvalidHandle, SessionUnavailable
+from protocol.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -103,10 +104,12 @@ class NatsLines:
         create: bool = True,
         outage_s: float = OUTAGE_CEILING_S,
         login: NatsLogin | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         """``create=False``: the stream must exist already (a session resumed from the
         servers' records); if it does not, :class:`~protocol.errors.InvalidHandle`. ``login``:
-        this process's NATS user (:mod:`actors.nats.auth`)."""
+        this process's NATS user (:mod:`actors.nats.auth`); ``tls``: the TLS files of ``tls://``
+        servers (:mod:`actors.nats.tls`)."""
         self._session_id = session_id
         self._stream = lines_stream(session_id, kind)
         self._subject = lines_subject(session_id, kind)
@@ -122,7 +125,7 @@ class NatsLines:
         self._js: JetStreamContext | None = None
         try:
             self._nc, self._js = self._run(
-                connect(list(servers), user, password, session_id, request_timeout_s, login),
+                connect(list(servers), user, password, session_id, request_timeout_s, login, tls),
                 what="connect",
             )
             if create:

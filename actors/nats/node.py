@@ -1,6 +1,6 @@
-"""``shepherd node --transport nats://... --name HOST``: one process per host that starts the
-bridges of agents a session places there (``spawn --node HOST``), reports their exits and
-beats (what it says and where: :mod:`protocol.nodes`).
+"""``shepherd node --transport nats://... --name HOST`` (``tls://... --nats-ca FILE`` for TLS):
+one process per host that starts the bridges of agents a session places there (``spawn --node
+HOST``), reports their exits and beats (what it says and where: :mod:`protocol.nodes`).
 
 Rules:
 - A bridge is started as the parent's own launcher starts one (:mod:`actors.session.launcher`):
@@ -43,7 +43,14 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from actors.child.env import ENV_NATS_CREDS, ENV_PARENT_PID, ENV_SESSION, ENV_VARS
+from actors.child.env import (
+    ENV_NATS_CREDS,
+    ENV_NATS_TLS,
+    ENV_PARENT_PID,
+    ENV_SESSION,
+    ENV_VARS,
+    tls_environ,
+)
 from actors.nats import setup
 from actors.nats.auth import write_private
 from actors.nats.loop import LoopThread
@@ -62,6 +69,7 @@ from protocol.errors import (
     ShepherdError,
 )
 from protocol.ids import IdKind, is_id_of
+from protocol.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
@@ -72,8 +80,10 @@ __all__ = ["NodeServer"]
 
 #: variables a spawn request may set besides ``SHEPHERD_*`` (the session's trace context)
 _PASSED = frozenset({"TRACEPARENT"})
-#: the bridge's own: the node decides them
-_NODE_SET = frozenset({ENV_SESSION, ENV_PARENT_PID, ENV_NATS_CREDS, "SHEPHERD_RECONNECT_S"})
+#: the bridge's own: the node decides them (the TLS files are paths on this host: the node's)
+_NODE_SET = frozenset(
+    {ENV_SESSION, ENV_PARENT_PID, ENV_NATS_CREDS, "SHEPHERD_RECONNECT_S", *ENV_NATS_TLS}
+)
 
 
 @dataclass
@@ -96,9 +106,13 @@ class NodeServer:
         python: str = sys.executable,
         grace_s: float = STOP_GRACE_S,
         login: NatsLogin | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
+        """``tls``: the TLS files of ``tls://`` servers (``--nats-ca``..., checked), which the
+        node's bridges are given too."""
         self.name = check_node_name(name)
         self._login = login
+        self._tls = tls
         self.root = root
         self.boot = secrets.token_hex(8)
         self.seq = 0
@@ -136,7 +150,14 @@ class NodeServer:
 
         connecting = asyncio.ensure_future(
             setup.connect(
-                servers, None, None, f"node {self.name}", self._timeout, self._login, on_error
+                servers,
+                None,
+                None,
+                f"node {self.name}",
+                self._timeout,
+                self._login,
+                files=self._tls,
+                on_error=on_error,
             )
         )
         either: list[asyncio.Future[Any]] = [connecting, refused]
@@ -153,6 +174,8 @@ class NodeServer:
             )
         try:
             self._nc, _ = connecting.result()
+        except SessionUnavailable:  # refused for TLS: the cause is named already
+            raise
         except Exception as exc:
             raise SessionUnavailable(
                 f"no NATS server answered at {', '.join(servers)}: {exc!r}"
@@ -282,6 +305,9 @@ class NodeServer:
             creds.unlink(missing_ok=True)  # a bridge of it before had another
             write_private(creds, req.nats_creds)
             env[ENV_NATS_CREDS] = str(creds)
+        for variable in ENV_NATS_TLS:
+            env.pop(variable, None)
+        env.update(tls_environ(self._tls))
         log_path = agent_dir / "output.log"
         proc = start_bridge(self._python, req.cwd or os.getcwd(), env, log_path)
         return _Bridge(req.session_id, ChildProcess(proc, self._clock, self._grace_s), log_path)

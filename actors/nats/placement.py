@@ -107,8 +107,16 @@ class NodeLauncher(ProcessLauncher):
         try:
             login = self._authority.parent_login() if self._authority is not None else None
             self._nc, _ = await setup.connect(
-                self._servers, None, None, f"{self._session_id} nodes", NATS_TIMEOUT_S, login
+                self._servers,
+                None,
+                None,
+                f"{self._session_id} nodes",
+                NATS_TIMEOUT_S,
+                login,
+                self._nats_tls,
             )
+        except SessionUnavailable:  # refused for TLS: the cause is named already
+            raise
         except Exception as exc:
             raise SessionUnavailable(f"no NATS server answered: {exc!r}") from exc
         await self._nc.subscribe(nodes.beats_subject(), cb=self._on_beat)

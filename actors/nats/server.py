@@ -20,6 +20,11 @@ Rules:
   block is written into the server's configuration (the server's ``include`` resolves even an
   absolute path against the including file's directory, so the text is copied), and then
   only users of that authority may connect.
+- ``tls``: the server's certificate, key and CA (:class:`ServerTls`; ``verify``: clients must
+  show a certificate of that CA too); clients must then speak TLS (there is no clear-text
+  listener: the ``tls { ... }`` block makes every client connection TLS), the server's URL is
+  ``tls://``, and a cluster's routes are TLS too, each route's certificate verified against
+  the CA.
 - Ports are found free on 127.0.0.1 by binding port 0, all of one server's (or one cluster's)
   at once so that they differ from each other (ports chosen one after another may repeat).
   Another process may still take a port between the choice and the server's start; a start
@@ -47,6 +52,7 @@ from pathlib import Path
 __all__ = [
     "NatsServer",
     "NatsUnavailable",
+    "ServerTls",
     "free_port",
     "free_ports",
     "nats_server_binary",
@@ -91,6 +97,28 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """A server's TLS files (PEM): its certificate and key, and the CA that signed its peers'."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    #: clients must show a certificate signed by ``ca`` (mutual TLS)
+    verify: bool = False
+
+    def block(self, indent: str = "", *, route: bool = False) -> list[str]:
+        return [
+            f"{indent}tls {{",
+            f"{indent}  cert_file: {json.dumps(str(self.cert))}",
+            f"{indent}  key_file: {json.dumps(str(self.key))}",
+            f"{indent}  ca_file: {json.dumps(str(self.ca))}",
+            *([f"{indent}  verify: true"] if self.verify and not route else []),
+            f"{indent}  timeout: 5",
+            f"{indent}}}",
+        ]
+
+
 class _PortTaken(RuntimeError):
     """A server exited because one of its ports was taken after it was chosen."""
 
@@ -114,6 +142,8 @@ class NatsServer:
     #: False: a cluster's server does not tell clients the other servers' addresses, so a client
     #: reconnects only to the servers it was given (a test's proxies)
     advertise: bool = True
+    #: TLS for clients and routes (module rules)
+    tls: ServerTls | None = None
     process: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -124,7 +154,8 @@ class NatsServer:
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        scheme = "tls" if self.tls is not None else "nats"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def config_text(self) -> str:
         lines = [
@@ -144,8 +175,11 @@ class NatsServer:
                 f"  listen: 127.0.0.1:{self.cluster_port}",
                 f"  routes: [{routes}]",
                 *([] if self.advertise else ["  no_advertise: true"]),
+                *(self.tls.block("  ", route=True) if self.tls is not None else []),
                 "}",
             ]
+        if self.tls is not None:
+            lines += self.tls.block()
         if self.auth is not None:
             from actors.nats.auth import SERVER_CONF
 
@@ -204,10 +238,12 @@ class NatsServer:
         self.kill(signal.SIGTERM)
 
 
-def start_server(store_dir: Path, name: str = "n1", auth: Path | None = None) -> NatsServer:
+def start_server(
+    store_dir: Path, name: str = "n1", auth: Path | None = None, tls: ServerTls | None = None
+) -> NatsServer:
     """One ready server on free ports, tried again on new ports if one was taken meanwhile."""
     for attempt in range(_START_ATTEMPTS):
-        server = NatsServer(store_dir=store_dir, name=name, auth=auth).start()
+        server = NatsServer(store_dir=store_dir, name=name, auth=auth, tls=tls).start()
         try:
             server.wait_ready()
             return server
@@ -228,6 +264,7 @@ def start_cluster(
     name: str = "shepherd",
     auth: Path | None = None,
     advertise: bool = True,
+    tls: ServerTls | None = None,
 ) -> list[NatsServer]:
     """``size`` ready servers on 127.0.0.1 routed to each other, each with its own store dir.
 
@@ -247,6 +284,7 @@ def start_cluster(
                 routes=[port for other, port in enumerate(route) if other != index],
                 auth=auth,
                 advertise=advertise,
+                tls=tls,
             )
             for index in range(size)
         ]

@@ -12,6 +12,7 @@ from actors.nats.outage import Outage
 from actors.runtime.log import logger
 from protocol.errors import InboxFull, SessionUnavailable
 from protocol.settings import Settings
+from protocol.transport_url import TlsFiles, is_tls
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -66,15 +67,25 @@ async def connect(
     session_id: str,
     timeout: float,
     login: NatsLogin | None = None,
+    files: TlsFiles | None = None,
     on_error: Callable[[Exception], None] | None = None,
 ) -> tuple[Client, JetStreamContext]:
     """A connection that reconnects forever (to any server of the list); the caller bounds how
     long the first connection may take. ``login``: this process's NATS user
     (:mod:`actors.nats.auth`); ``on_error`` hears each error the client reports (a refused
-    login among them, which the client would otherwise retry forever)."""
-    import nats
+    login among them, which the client would otherwise retry forever). ``tls://`` servers:
+    TLS with ``files`` (the CA bundle; None: the system's trust store; a client certificate if
+    given), the context built here for every process (:mod:`actors.nats.tls`).
 
+    A first connection that every listed server refused for TLS (a certificate that does not
+    verify, a scheme the server does not speak) is ``session_unavailable`` at once, naming the
+    servers and the cause: trying again would not change it."""
+    from actors.nats import tls
+
+    secure = is_tls(servers[0]) if servers else False
     made: list[Client] = []
+    refused: dict[str, BaseException] = {}  # listed server -> why TLS failed there
+    warned: set[str] = set()
 
     async def disconnected() -> None:
         if made and made[0].is_closed:  # closed on purpose
@@ -85,23 +96,54 @@ async def connect(
         logger.info("nats: reconnected")
 
     async def error(exc: Exception) -> None:
-        logger.debug("nats: {!r}", exc)
         if on_error is not None:
             on_error(exc)
+        if not tls.is_tls_failure(exc):
+            logger.debug("nats: {!r}", exc)
+            return
+        cause = tls.tls_cause(exc)
+        if cause not in warned:  # once per cause: a reconnecting client retries 4 times a second
+            warned.add(cause)
+            logger.warning("nats: {} ({})", cause, servers)
+        if made:  # connected once: the client goes on trying (a certificate may be renewed)
+            return
+        # nats-py names the server it is handshaking with before the handshake; raising here
+        # ends its first-connection loop (it awaits this callback in its except clause)
+        server = getattr(nc, "_current_server", None)
+        where = getattr(getattr(server, "uri", None), "netloc", None)
+        refused[str(where)] = exc
+        if all(url.split("://", 1)[1] in refused for url in servers):
+            raise SessionUnavailable(
+                f"the NATS servers at {', '.join(servers)} refused the connection: "
+                f"{tls.tls_cause(exc)}"
+            )
 
-    nc = await nats.connect(
-        servers,
-        user=user,
-        password=password,
-        name=f"shepherd {session_id}",
-        connect_timeout=timeout,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.25,
-        disconnected_cb=disconnected,
-        reconnected_cb=reconnected,
-        error_cb=error,
-        **(login.connect_options() if login is not None else {}),
-    )
+    nc = tls.client_class(secure)()
+    options: dict[str, Any] = dict(login.connect_options()) if login is not None else {}
+    if secure:
+        options["tls"] = tls.client_context(files)
+    try:
+        await nc.connect(
+            servers,
+            user=user,
+            password=password,
+            name=f"shepherd {session_id}",
+            connect_timeout=timeout,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.25,
+            disconnected_cb=disconnected,
+            reconnected_cb=reconnected,
+            error_cb=error,
+            **options,
+        )
+    except BaseException:
+        # a first connection that never completed has only its socket to let go (nats-py's own
+        # close waits for a TLS shutdown that a refused handshake never answers)
+        socket = getattr(nc, "_transport", None)
+        if socket is not None:
+            with contextlib.suppress(Exception):
+                socket.close()
+        raise
     made.append(nc)
     return nc, nc.jetstream(timeout=timeout)
 

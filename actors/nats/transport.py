@@ -40,6 +40,9 @@ Rules:
 - With a ``login`` (:mod:`actors.nats.auth`) the process is its own NATS user, whose rights the
   server enforces; a child's one-shot inboxes and quarantine records are then under its agent id
   (:class:`~actors.nats.replies.Places`). Without one: no credentials, as before.
+- ``tls://`` servers are reached over TLS only, with the session's ``tls`` files (the CA
+  bundle; none: the system's trust store; a client certificate) by
+  :func:`actors.nats.setup.connect`.
 - A server that does not answer within ``request_timeout_s`` makes ``publish`` raise
   ``session_unavailable``; the client keeps reconnecting (to any server of a cluster) and the
   pull loops resume where the consumers' ack floors are. The session's creator (the parent)
@@ -75,6 +78,7 @@ from protocol.errors import (
 )
 from protocol.ids import IdKind, kind_of
 from protocol.settings import Settings
+from protocol.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -94,8 +98,6 @@ _FETCH_WAIT_S = 1.0
 _ACK_WAIT_S = 30.0
 #: how long set-up keeps asking a cluster that is still electing its leaders
 _SETUP_CEILING_S = 60.0
-#: how long moving a dead agent's unread envelopes aside may take (serve --recover)
-_SET_ASIDE_CEILING_S = 60.0
 
 
 def stream_name(session_id: str) -> str:
@@ -125,6 +127,7 @@ class NatsTransport:
         on_reject: RejectCallback | None = None,
         outage_s: float = 0.0,  # how long `publish` waits out an outage (module rules)
         login: NatsLogin | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self._outage_s = outage_s
         self._ack_wait = ack_wait_s
@@ -152,9 +155,13 @@ class NatsTransport:
         try:
             try:
                 self._nc, self._js = self._thread.run(
-                    setup.connect(self.servers, user, password, session_id, self._timeout, login),
+                    setup.connect(
+                        self.servers, user, password, session_id, self._timeout, login, tls
+                    ),
                     self._timeout * 2,
                 )
+            except SessionUnavailable:  # refused for TLS: the cause is named already
+                raise
             except Exception as exc:  # the client retries forever: the bounded wait ended it
                 why = "" if isinstance(exc, TimeoutError) else f": {exc!r}"
                 raise SessionUnavailable(
@@ -219,15 +226,14 @@ class NatsTransport:
         self._run(setup.delete_consumer(self._js, *self._places.of(inbox), inbox))
 
     def set_aside(self, inbox: str, aside: Path) -> int:
-        """Move what ``inbox`` holds unread into files in ``aside`` (``serve --recover``:
-        :mod:`actors.nats.aside`); how many envelopes."""
-        from actors.nats.aside import set_aside
+        """What ``inbox`` holds unread, into files in ``aside`` (:mod:`actors.nats.aside`)."""
+        from actors.nats.aside import CEILING_S, set_aside
 
-        stream, subject = self._places.of(inbox)
-        wait, replicas, timeout = self._ack_wait, self._replicas, self._timeout
-        moving = set_aside(self._js, stream, subject, inbox, aside, wait, replicas, timeout)
-        # a full inbox is max_queue_depth messages, each written and acknowledged in turn
-        return int(self._run(moving, _SET_ASIDE_CEILING_S))
+        (stream, subject), wait = self._places.of(inbox), self._ack_wait
+        moving = set_aside(
+            self._js, stream, subject, inbox, aside, wait, self._replicas, self._timeout
+        )
+        return int(self._run(moving, CEILING_S))
 
     # ------------------------------------------------------------------ publish
 

@@ -19,6 +19,7 @@ import msgspec
 from actors.records.live import live_dir, state_dir
 from actors.runtime import procs
 from protocol.errors import InvalidArgument
+from protocol.transport_url import TlsFiles
 
 __all__ = [
     "SessionInfo",
@@ -53,6 +54,10 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: the directory of the session's NATS authority (``serve --nats-auth``), if any: a client
     #: logs in as the account's parent user
     nats_auth: str | None = None
+    #: the TLS files of the session's ``tls://`` servers (``serve --nats-ca``, ``--nats-cert``,
+    #: ``--nats-key``), if any: a client builds its TLS context from them
+    #: (:mod:`actors.nats.tls`)
+    nats_tls: TlsFiles | None = None
 
 
 def load_info(session_dir: Path) -> SessionInfo:

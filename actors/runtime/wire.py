@@ -2,12 +2,12 @@
 the session recorded.
 
 A session records where its envelopes go in one string, its *descriptor*: the mailbox
-directory (the default), or ``nats://HOST:PORT[,HOST:PORT...]`` (``serve --transport``,
-:mod:`protocol.transport_url`). The supervisor writes it to ``session.json`` (``mailbox``: what
-a CLI client reads) and to every agent's ``SHEPHERD_MAILBOX`` (what the bridge and
-``shepherd-child`` read). Every process opens it through :func:`open_transport` and gets a
-:class:`SessionTransport`: what the supervisor, the CLI client, the bridge and the child
-commands use, and nothing more.
+directory (the default), or ``nats://HOST:PORT[,HOST:PORT...]`` (``tls://`` for TLS;
+``serve --transport``, :mod:`protocol.transport_url`). The supervisor writes it to
+``session.json`` (``mailbox``: what a CLI client reads) and to every agent's
+``SHEPHERD_MAILBOX`` (what the bridge and ``shepherd-child`` read). Every process opens it
+through :func:`open_transport` and gets a :class:`SessionTransport`: what the supervisor, the
+CLI client, the bridge and the child commands use, and nothing more.
 
 Rules:
 - Imports are made here, at the call, never at module top: a CLI that never opens a NATS
@@ -20,6 +20,9 @@ Rules:
   two servers, on one (R1). Name every server of a cluster.
 - ``login`` (NATS only): who this process is on the servers (``serve --nats-auth``,
   :mod:`actors.nats.auth`); without it, no credentials. A mailbox takes none.
+- ``tls`` (``tls://`` only): the session's TLS files (``serve --nats-ca``, ``--nats-cert``,
+  ``--nats-key``, recorded in session.json and the agents' ``SHEPHERD_NATS_*``); without
+  them, the system's trust store (:mod:`actors.nats.tls`). Any other transport refuses them.
 - A NATS server that does not answer within :data:`NATS_TIMEOUT_S` (twice that for the first
   connection) is ``session_unavailable`` naming the servers; nothing waits forever. The
   session's creator waits out an outage for at most :data:`NATS_OUTAGE_S` before it says so
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from actors.runtime.transport import Transport
 from protocol.errors import InvalidArgument
-from protocol.transport_url import is_nats, parse_transport
+from protocol.transport_url import TlsFiles, is_nats, is_tls, parse_transport
 
 if TYPE_CHECKING:
     from actors.mailbox.drain import RejectCallback, Validator
@@ -98,8 +101,11 @@ def open_transport(
     on_reject: RejectCallback | None = None,
     on_wake_mode: Callable[[str, str], None] | None = None,
     login: NatsLogin | None = None,
+    tls: TlsFiles | None = None,
 ) -> SessionTransport:
     """The transport ``descriptor`` names (see the module rules); raises the typed error."""
+    if tls is not None and not is_tls(descriptor):
+        raise InvalidArgument("TLS files (--nats-ca, --nats-cert) need a tls:// transport")
     if is_nats(descriptor):
         from actors.nats.transport import NatsTransport
 
@@ -116,6 +122,7 @@ def open_transport(
             # the parent waits out a failover; a child's or a CLI call's wait stays bounded
             outage_s=NATS_OUTAGE_S if create else 0.0,
             login=login,
+            tls=tls,
         )
     if login is not None:
         raise InvalidArgument("NATS credentials (--nats-auth) need a nats:// transport")

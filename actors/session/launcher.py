@@ -42,6 +42,7 @@ from actors.child.env import (
     ENV_SESSION,
     ENV_SESSION_ID,
     ENV_SETTINGS,
+    tls_environ,
 )
 from actors.runtime.clock import Clock
 from actors.runtime.log import logger
@@ -57,6 +58,7 @@ from actors.session.bridge_process import read_log_tail, start_bridge
 from actors.session.recovery import clear_leftovers
 from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable
 from protocol.settings import Settings
+from protocol.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from actors.nats.auth import Authority
@@ -250,6 +252,7 @@ class ProcessLauncher:
         extra_env: Mapping[str, str] | None = None,
         authority: Authority | None = None,
         set_aside: Callable[[str, Path], int] | None = None,
+        nats_tls: TlsFiles | None = None,
     ) -> None:
         self._session_dir = session_dir
         #: the transport's: what an agent's inbox holds unread, moved aside (serve --recover)
@@ -267,6 +270,8 @@ class ProcessLauncher:
         self._extra_env = dict(extra_env or {})
         #: mints each child's own NATS user (``serve --nats-auth``: :mod:`actors.nats.auth`)
         self._authority = authority
+        #: the TLS files of the session's ``tls://`` servers (``serve --nats-ca``...)
+        self._nats_tls = nats_tls
         # one pidfd per agent: 1,000 agents pass the usual soft limit of 1,024 descriptors
         self._open_files_soft = raise_open_files_limit()
         self.reaper = Reaper()
@@ -294,6 +299,7 @@ class ProcessLauncher:
             ENV_SETTINGS: msgspec.json.encode(self._settings).decode(),
             **self._extra_env,
             **({ENV_NATS_CREDS: str(self._creds_path(spec))} if self._authority else {}),
+            **tls_environ(self._nats_tls),
         }
 
     def _creds_path(self, spec: AgentSpec) -> Path:

@@ -9,7 +9,8 @@ Rules:
   is ``invalid_argument``: :func:`~actors.session.parent_transport.resumed_transport`,
   :func:`~actors.session.records.records_kind`,
   :func:`~actors.session.parent_transport.resumed_auth`). A session resumed from the servers
-  on another host names its authority again (``--nats-auth``: this host's copy of it).
+  on another host names its authority again (``--nats-auth``: this host's copy of it), and
+  its TLS files (``--nats-ca``...).
 - A session resumed from the servers gets a new client token on this host (the CLI of this
   host reads it from the new ``session.json``); its agents' capabilities come from its journal.
 """
@@ -25,12 +26,15 @@ from actors.mailbox.mailbox import default_runtime_dir
 from actors.records.session_info import is_live, load_info, state_dir
 from actors.session.parent_transport import (
     check_auth,
+    check_tls,
     given_transport,
     resumed_auth,
+    resumed_tls,
     resumed_transport,
 )
 from actors.session.records import records_kind, resumable_id
 from protocol.errors import InvalidArgument
+from protocol.transport_url import TlsFiles
 
 __all__ = ["Located", "locate"]
 
@@ -48,6 +52,9 @@ class Located:
     resumed: bool
     #: the directory of its NATS authority (``--nats-auth``; kept by a resumed session)
     nats_auth: str | None = None
+    #: the TLS files of its ``tls://`` servers (``--nats-ca``...; kept by a resumed session),
+    #: absolute
+    nats_tls: TlsFiles | None = None
 
 
 def locate(
@@ -60,6 +67,7 @@ def locate(
     new_id: Callable[[], str],
     new_secret: Callable[[], str],
     nats_auth: str | None = None,
+    nats_tls: TlsFiles | None = None,
 ) -> Located:
     """The session to run (module rules); raises the typed error naming what is wrong."""
     wanted_transport = given_transport(transport, mailbox_root)
@@ -87,6 +95,7 @@ def locate(
             records=records_kind(journal, kept, old.records),
             resumed=True,
             nats_auth=resumed_auth(old.nats_auth, nats_auth),
+            nats_tls=check_tls(kept, resumed_tls(old.nats_tls, nats_tls)),
         )
     session_id = resume or new_id()
     root = Path(mailbox_root or default_runtime_dir() / session_id).absolute()
@@ -100,4 +109,5 @@ def locate(
         records=records_kind(journal, chosen, None),
         resumed=resume is not None,  # a session of the servers' records, new on this host
         nats_auth=check_auth(chosen, nats_auth),
+        nats_tls=check_tls(chosen, nats_tls),
     )

@@ -9,6 +9,11 @@ Rules:
 - ``--nats-auth DIR`` (:mod:`actors.nats.auth`) needs NATS; a resumed session keeps the
   authority it recorded, and another one given for it is ``invalid_argument``. The parent and
   its shutdown's own connection log in as the account's parent user.
+- ``--nats-ca FILE`` (and ``--nats-cert``/``--nats-key``: :mod:`actors.nats.tls`) need
+  ``tls://`` and are checked before anything is made; a resumed session keeps the files it
+  recorded (checked again), and another one given for it is ``invalid_argument``. Every
+  connection of the parent (its transport, its records, its nodes' channel, its shutdown's)
+  uses them.
 - At shutdown, once every agent has exited and the live callers read their answers, the
   session's inboxes are deleted: nothing is left to read them. On NATS that is the session's
   inbox and quarantine streams (their consumers go with them); a server that cannot be reached
@@ -32,7 +37,7 @@ from actors.runtime.wire import SessionTransport, open_transport
 from actors.session.launcher import ProcessLauncher
 from protocol.errors import InvalidArgument, ShepherdError
 from protocol.settings import Settings
-from protocol.transport_url import is_nats, parse_transport
+from protocol.transport_url import TlsFiles, is_nats, parse_transport
 
 if TYPE_CHECKING:
     from actors.nats.auth import Authority, NatsLogin
@@ -41,10 +46,12 @@ if TYPE_CHECKING:
 __all__ = [
     "ParentTransport",
     "check_auth",
+    "check_tls",
     "given_transport",
     "launcher_class",
     "load_authority",
     "resumed_auth",
+    "resumed_tls",
     "resumed_transport",
 ]
 
@@ -85,9 +92,35 @@ def resumed_auth(recorded: str | None, given: str | None) -> str | None:
     return recorded
 
 
+def resumed_tls(recorded: TlsFiles | None, given: TlsFiles | None) -> TlsFiles | None:
+    """The TLS files a restarted session keeps; another file named for it is refused."""
+    kept = recorded or TlsFiles()
+    mine = given or TlsFiles()
+    for option, was, now in (
+        ("--nats-ca", kept.ca, mine.ca),
+        ("--nats-cert", kept.cert, mine.cert),
+        ("--nats-key", kept.key, mine.key),
+    ):
+        if now is not None and (was is None or Path(now).absolute() != Path(was)):
+            raise InvalidArgument(
+                f"{option}: this session runs with {was or 'none'}; that cannot change"
+            )
+    return recorded
+
+
+def check_tls(descriptor: str, files: TlsFiles | None) -> TlsFiles | None:
+    """The TLS files checked against the transport (:func:`actors.nats.tls.load_tls`): their
+    absolute paths, or None."""
+    if files is None or files.given() is None:
+        return None
+    from actors.nats.tls import load_tls
+
+    return load_tls(descriptor, files.ca, files.cert, files.key)
+
+
 def check_auth(descriptor: str, nats_auth: str | None) -> str | None:
     if nats_auth is not None and not is_nats(descriptor):
-        raise InvalidArgument("--nats-auth needs --transport nats://HOST:PORT")
+        raise InvalidArgument("--nats-auth needs --transport nats:// or tls://HOST:PORT")
     return nats_auth
 
 
@@ -113,6 +146,7 @@ class ParentTransport:
         on_reject: RejectCallback,
         undo: Callable[[], object],
         authority: Authority | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         """Open the session's transport as its creator, with the parent's inbox; if that fails
         (a NATS server out of reach), ``undo`` stops what the supervisor had started."""
@@ -121,6 +155,7 @@ class ParentTransport:
         self._session_id = session_id
         self._root = mailbox_root
         self._late: NatsTransport | None = None  # a connection for after the session closed
+        self.tls = tls
         try:
             self.authority = authority
             #: what session.json records (absolute)
@@ -133,6 +168,7 @@ class ParentTransport:
                 validate=validate,
                 on_reject=on_reject,
                 login=self._login(),
+                tls=tls,
             )
         except BaseException:
             undo()
@@ -168,7 +204,9 @@ class ParentTransport:
         """The session closed its transport with its actors: shutdown's last steps (waiting for
         unread answers, deleting the streams) get a connection of their own."""
         if self._late is None:
-            opened = open_transport(self._descriptor, self._session_id, login=self._login())
+            opened = open_transport(
+                self._descriptor, self._session_id, login=self._login(), tls=self.tls
+            )
             self._late = cast("NatsTransport", opened)
         return self._late
 

@@ -37,7 +37,7 @@ from actors.session.sinks import Sink
 from protocol.errors import InvalidArgument
 from protocol.ids import IdKind, kind_of
 from protocol.journal import Record
-from protocol.transport_url import is_nats, parse_transport
+from protocol.transport_url import TlsFiles, is_nats, parse_transport
 
 if TYPE_CHECKING:
     from actors.nats.auth import NatsLogin
@@ -122,7 +122,7 @@ def records_kind(given: str | None, transport: str, recorded: str | None) -> str
         return recorded
     kind = given or "file"
     if kind == "nats" and not is_nats(transport):
-        raise InvalidArgument("--journal nats needs --transport nats://HOST:PORT[,...]")
+        raise InvalidArgument("--journal nats needs --transport nats:// or tls://HOST:PORT[,...]")
     return kind
 
 
@@ -131,7 +131,7 @@ def resumable_id(session_id: str, journal: str | None, transport: str | None) ->
     if journal != "nats" or transport is None or not is_nats(transport):
         raise InvalidArgument(
             "--resume SESSION_ID resumes a session from the NATS servers' records: it needs "
-            "--journal nats and --transport nats://HOST:PORT[,...]"
+            "--journal nats and --transport nats:// or tls://HOST:PORT[,...]"
         )
     if len(session_id) > 64 or kind_of(session_id) is not IdKind.SESSION:
         raise InvalidArgument(
@@ -148,10 +148,12 @@ def open_records(
     *,
     existing: bool,
     login: NatsLogin | None = None,
+    tls: TlsFiles | None = None,
 ) -> Records:
     """Open the session's records (``existing``: they must be there already, as when resuming
     from the servers; a file journal is simply opened, its torn tail cut off). ``login``: the
-    parent's NATS user (``--nats-auth``)."""
+    parent's NATS user (``--nats-auth``); ``tls``: the TLS files of ``tls://`` servers
+    (``--nats-ca``...)."""
     view = NotificationFile(session_dir / "notifications.jsonl")
     if kind == "file":
         return Records(
@@ -167,6 +169,7 @@ def open_records(
         "create": not existing,
         "outage_s": NATS_OUTAGE_S,
         "login": login,
+        "tls": tls,
     }
     opened: list[NatsJournal | NatsNotifications] = []
     try:

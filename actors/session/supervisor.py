@@ -66,6 +66,7 @@ from protocol.errors import (
 from protocol.ids import PARENT_ID, IdKind
 from protocol.limits import answer_budget
 from protocol.settings import Settings, check_settings
+from protocol.transport_url import TlsFiles
 
 __all__ = ["MAX_WAITING_CALLS", "Supervisor"]
 
@@ -86,14 +87,16 @@ class Supervisor:
         recover: bool = False,
         transport: str | None = None,
         nats_auth: str | None = None,
+        nats_tls: TlsFiles | None = None,
         commands: Callable[[Supervisor, Request], tuple[int, str, str] | None] | None = None,
         journal: str | None = None,
         resume: str | None = None,
     ) -> None:
         """``recover``: on an existing session, start again the agents whose bridges are gone
         and hand them their open tasks (``serve --recover``; :mod:`protocol.session.recover`);
-        ``transport``: ``nats://...`` (:mod:`actors.session.parent_transport`); ``commands``:
-        runs ``shepherd`` calls on a command socket named in ``session.json`` (``serve``'s
+        ``transport``: ``nats://...`` or ``tls://...`` (``nats_tls``: its TLS files;
+        :mod:`actors.session.parent_transport`); ``commands``: runs ``shepherd`` calls on a
+        command socket named in ``session.json`` (``serve``'s
         :func:`actors.surfaces.forwarded.run_forwarded`); ``journal``: where the records live,
         ``file`` or ``nats``, and ``resume``: a session id to resume from the NATS servers'
         records (:mod:`actors.session.records`)."""
@@ -109,6 +112,7 @@ class Supervisor:
                 new_id=lambda: self.runtime.ids.new(IdKind.SESSION),
                 new_secret=self.runtime.ids.secret,
                 nats_auth=nats_auth,
+                nats_tls=nats_tls,
             )
             self.authority = load_authority(where.transport, where.nats_auth)
         except BaseException:
@@ -117,6 +121,7 @@ class Supervisor:
         self.session_id, self.session_dir = where.session_id, where.session_dir
         self.transport, self.mailbox_root = where.transport, where.mailbox_root
         self.client_token, self.resumed = where.client_token, where.resumed
+        self.nats_tls = where.nats_tls
         # tracing, when OTEL_* or `serve --otel` ask for it (refused here if it cannot be)
         self.spans = tracing.parent_spans(self.session_id, os.environ)
         private_dir(self.session_dir)
@@ -130,6 +135,7 @@ class Supervisor:
                 self.session_id,
                 existing=self.resumed,
                 login=self.authority.parent_login() if self.authority is not None else None,
+                tls=self.nats_tls,
             )
         except BaseException:
             self.runtime.shutdown()
@@ -165,6 +171,7 @@ class Supervisor:
             on_reject=self._on_reject,
             undo=undo,
             authority=self.authority,
+            tls=self.nats_tls,
         )
         self.mailbox = self._wire.transport
         self.launcher = launcher_class(self.transport)(
@@ -178,6 +185,7 @@ class Supervisor:
             settings=self.settings,
             extra_env=self.spans.child_environ() if self.spans is not None else None,
             authority=self.authority,
+            nats_tls=self.nats_tls,
         )
         self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shepherd-call")
         self._waiting = threading.BoundedSemaphore(MAX_WAITING_CALLS)
@@ -219,6 +227,7 @@ class Supervisor:
             client_token=self.client_token,
             command_socket=self.commands.address if self.commands is not None else None,
             nats_auth=self._wire.nats_auth,
+            nats_tls=self.nats_tls,
         )
         write_private(self.session_dir / "session.json", msgspec.json.encode(self.info))
         private_dir(live_dir())

@@ -29,6 +29,7 @@ from actors.surfaces.cli_ops import absolute
 from actors.surfaces.cli_output import emit, session_of
 from protocol.errors import InvalidArgument, ShepherdError
 from protocol.settings import Settings, check_settings
+from protocol.transport_url import TlsFiles
 
 __all__ = [
     "TOP_INTERVAL_S",
@@ -88,6 +89,7 @@ def run_serve(args: argparse.Namespace) -> int:
         journal=args.journal,
         resume=args.resume,
         nats_auth=args.nats_auth,
+        nats_tls=_tls_files(args),
         commands=run_forwarded,  # `shepherd` calls run here, without the CLI's start-up
     )
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}
@@ -106,6 +108,11 @@ def run_serve(args: argparse.Namespace) -> int:
     stop.wait()
     sup.shutdown()
     return 0
+
+
+def _tls_files(args: argparse.Namespace) -> TlsFiles | None:
+    """``--nats-ca``, ``--nats-cert``, ``--nats-key`` as given (checked by who takes them)."""
+    return TlsFiles(ca=args.nats_ca, cert=args.nats_cert, key=args.nats_key).given()
 
 
 def _log_to_stderr() -> None:
@@ -139,8 +146,13 @@ def run_node(args: argparse.Namespace) -> int:
     name = check_node_name(args.name)
     servers = parse_transport(args.transport).server_urls
     login = None if args.nats_creds is None else load_node_login(args.nats_creds, name)
+    tls = None
+    if _tls_files(args) is not None:  # refused before anything is made
+        from actors.nats.tls import load_tls
+
+        tls = load_tls(args.transport.strip(), args.nats_ca, args.nats_cert, args.nats_key)
     root = Path(args.dir).absolute() if args.dir else state_dir() / "nodes" / name
-    node = NodeServer(servers, name, root, timeout_s=NATS_TIMEOUT_S, login=login)
+    node = NodeServer(servers, name, root, timeout_s=NATS_TIMEOUT_S, login=login, tls=tls)
     ready = {"name": name, "pid": os.getpid(), "dir": str(root)}
     if args.json:
         sys.stdout.write(msgspec.json.encode({"node": ready}).decode() + "\n")

@@ -79,10 +79,12 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--session-dir", metavar="DIR", help="where the session's records live")
     p.add_argument(
         "--transport",
-        metavar="nats://HOST:PORT[,HOST:PORT...]",
+        metavar="nats|tls://HOST:PORT[,HOST:PORT...]",
         help="carry the session's envelopes on these NATS JetStream servers (extra "
-        "shepherd[nats]; at most 16 servers) instead of the file mailbox",
+        "shepherd[nats]; at most 16 servers) instead of the file mailbox; tls://HOST:PORT"
+        "[,...] connects to every server over TLS only",
     )
+    _add_nats_tls(p)
     p.add_argument(
         "--journal",
         choices=["file", "nats"],
@@ -99,8 +101,8 @@ def _add_serve(sub: Any) -> None:
     p.add_argument(
         "--nats-auth",
         metavar="DIR",
-        help="with --transport nats://: connect as the NATS users of the authority in DIR "
-        "(python -m actors.nats.auth DIR), each agent as its own user, whose rights the "
+        help="with --transport nats:// or tls://: connect as the NATS users of the authority in "
+        "DIR (python -m actors.nats.auth DIR), each agent as its own user, whose rights the "
         "servers enforce",
     )
     p.add_argument("--json", action="store_true", help="notifications as JSON lines")
@@ -129,14 +131,35 @@ def _add_serve(sub: Any) -> None:
     )
 
 
+def _add_nats_tls(p: Any) -> None:
+    p.add_argument(
+        "--nats-ca",
+        metavar="FILE",
+        help="with --transport tls://: the PEM bundle of the CA that signed the servers' "
+        "certificates (default: the system's trust store); host names are always verified",
+    )
+    p.add_argument(
+        "--nats-cert",
+        metavar="FILE",
+        help="with --transport tls:// and --nats-key: this client's PEM certificate, for "
+        "servers that verify their clients (mutual TLS)",
+    )
+    p.add_argument(
+        "--nats-key",
+        metavar="FILE",
+        help="the private key of --nats-cert (PEM, readable by its owner only)",
+    )
+
+
 def _add_node(sub: Any) -> None:
     p = sub.add_parser("node", help="start the agents sessions place on this host (over NATS)")
     p.add_argument(
         "--transport",
         required=True,
-        metavar="nats://HOST:PORT[,HOST:PORT...]",
-        help="the NATS servers of the sessions that place agents here",
+        metavar="nats|tls://HOST:PORT[,HOST:PORT...]",
+        help="the NATS servers of the sessions that place agents here (tls://... for TLS)",
     )
+    _add_nats_tls(p)
     p.add_argument("--name", required=True, help="this node's name (spawn --node NAME)")
     p.add_argument("--dir", metavar="DIR", help="its agents' files (default: state dir/nodes/NAME)")
     p.add_argument(

@@ -166,7 +166,9 @@ class Client:
             from actors.nats.auth import Authority
 
             login = Authority.load(self.info.nats_auth).parent_login()
-        mailbox = open_transport(self.info.mailbox, self.info.session_id, login=login)
+        mailbox = open_transport(
+            self.info.mailbox, self.info.session_id, login=login, tls=self.info.nats_tls
+        )
         call_id = self._ids.new(IdKind.MESSAGE)
         got: list[ResultEnvelope] = []
         arrived = threading.Event()
