@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -468,6 +469,55 @@ def test_an_agent_on_a_node_over_tls_uses_the_nodes_own_ca_bundle(
     finally:
         serve.stop()
         node.stop()
+
+
+def test_tls_credentials_and_a_node_together_run_an_agent_on_the_node(
+    isolated_state: Path, pki: Pki, tmp_path: Path
+) -> None:
+    """Everything at once: TLS servers that require credentials of the session's authority, a
+    node with its own user and its own copy of the CA; the agent it starts has both its own
+    user (sent by the parent) and the node's CA, and every connection is TLS."""
+    from tests.nats.nodes import Node, spawn_command
+    from tests.nats.test_node_auth import mint_node
+
+    authority = tmp_path / "auth"
+    make_authority(authority)
+    server = start_server(tmp_path / "nats-all", auth=authority, tls=pki.server_tls())
+    node_ca = tmp_path / "host-b-etc" / "ca.pem"
+    node_ca.parent.mkdir()
+    node_ca.write_bytes(pki.ca.cert.read_bytes())
+    argv = ("--transport", server.url, "--nats-ca", str(pki.ca.cert))
+    serve = Serve(tmp_path / "session", dict(os.environ), *argv, "--nats-auth", str(authority))
+    node = Node(
+        server.url,
+        "n1",
+        tmp_path / "host-n1",
+        *("--nats-ca", str(node_ca), "--nats-creds", str(mint_node(authority, "n1"))),
+    )
+    try:
+        assert node.ready is not None, node.first
+        assert serve.wait_for(lambda lines: any("session" in x for x in lines))
+        session = tmp_path / "session"
+        sid = json.loads((session / "session.json").read_text())["session_id"]
+        alpha = spawn_command(tmp_path, "alpha", "n1")
+        _, task = cli("delegate", "alpha", "MARK-DONE", session=session)
+        _, waited = cli("wait", task["task_id"], "--timeout", "90", session=session)
+        assert [r["text"] for r in waited["completed"]] == ["done by alpha"], waited
+        _, status = cli("status", session=session)
+        row = {a["name"]: a for a in status["agents"]}["alpha"]
+        env = _bridge_env(row["pid"])
+        assert env["SHEPHERD_NATS_CA"] == str(node_ca)
+        creds = tmp_path / "host-n1" / sid / "agents" / alpha["agent_id"] / "nats.creds"
+        assert env["SHEPHERD_NATS_CREDS"] == str(creds)
+        assert stat.S_IMODE(creds.stat().st_mode) == 0o600
+        assert all(c.get("tls_version", "").startswith("1.") for c in _connz(server))
+        rc, _ = cli("shutdown", session=session)
+        assert rc == 0 and serve.proc.wait(timeout=60) == 0
+        assert wait_gone(lambda: session_pids(sid), timeout=60)
+    finally:
+        serve.stop()
+        node.stop()
+        server.kill()
 
 
 def test_a_node_whose_ca_does_not_verify_the_servers_does_not_start(
