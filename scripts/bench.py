@@ -586,6 +586,8 @@ def bench_nats(sizes: Sizes, results: Results) -> None:
                 results.add(f"nats.delivery.{q}_ms", subject, figures["delivery"][f"{q}_ms"])
             results.add("nats.durable_per_s", subject, figures["durable_per_s"])
         results.add("nats.durable_per_s", "nats-py", got["raw"]["durable_per_s"])
+        for q in ("p50", "p99"):
+            results.add(f"nats.delivery.{q}_ms", "nats-py", got["raw"]["delivery"][f"{q}_ms"])
         failover = got["failover"]
         if failover["lost"] or failover["duplicates"]:
             results.error(

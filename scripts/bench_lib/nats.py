@@ -9,10 +9,11 @@ difference is the transport alone.
 - ``delivery``: one envelope at a time, 2-8 ms apart: ``publish`` called -> the receiver's
   handler ran (the publish's own durable write and acknowledgement included).
 - ``durable_per_s``: envelopes one after another, each ``publish`` returning only once durable,
-  divided by the wall time until the receiver handled the last. Its floor, ``raw``: nats-py
-  alone on the same kind of server, stream and consumer (work queue, explicit acks), the same
-  bytes published one after another, each awaiting its acknowledgement, and a pull consumer in
-  the same process fetching and acking them; no envelope is encoded or checked.
+  divided by the wall time until the receiver handled the last.
+- The floor of both, ``raw``: nats-py alone on the same kind of server, stream and consumer
+  (work queue, explicit acks), the same bytes published the same way, each awaiting its
+  acknowledgement, and a pull consumer in the same process (and event loop) fetching and
+  acking them; no envelope is encoded or checked, no thread is crossed.
 - ``failover_s``: a 3-server cluster (R3 stream) on 127.0.0.1; the stream leader is killed with
   SIGKILL while a publisher publishes; the time from the kill to the first publish accepted
   after it. Nothing accepted may be lost or handed over twice (``lost``, ``duplicates``).
@@ -127,7 +128,9 @@ def _nats(root: Path, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _raw(root: Path, params: dict[str, Any]) -> dict[str, Any]:
-    """The floor of ``durable_per_s``: what nats-py itself does on this machine (module doc)."""
+    """The floors of ``delivery`` and ``durable_per_s``: what nats-py itself does on this
+    machine (module doc), measured as Shepherd's are: one publish at a time, 2-8 ms apart,
+    until the receiver has it; then one after another until the receiver had the last."""
     import asyncio
 
     import msgspec
@@ -137,12 +140,13 @@ def _raw(root: Path, params: dict[str, Any]) -> dict[str, Any]:
 
     server = start_server(root / "raw")
     session_id, agent, capability = new_ids()
+    n_latency, n_throughput = params["latency_n"], params["throughput_n"]
     payloads = [
         msgspec.json.encode(e)
-        for e in _envelopes(session_id, agent, capability, params["throughput_n"])
+        for e in _envelopes(session_id, agent, capability, n_latency + n_throughput)
     ]
 
-    async def run() -> float:
+    async def run() -> tuple[list[int], float]:
         import nats
         from nats.js.api import AckPolicy, ConsumerConfig
 
@@ -152,27 +156,43 @@ def _raw(root: Path, params: dict[str, Any]) -> dict[str, Any]:
             await js.add_stream(inbox_stream("RAW", "raw.>", Settings(), 1))
             config = ConsumerConfig(durable_name="parent", ack_policy=AckPolicy.EXPLICIT)
             sub = await js.pull_subscribe("raw.parent", "parent", config=config)
-            handled = 0
+            arrived: dict[int, int] = {}
+            got = asyncio.Condition()
 
             async def receive() -> None:
-                nonlocal handled
-                while handled < len(payloads):
+                while len(arrived) < len(payloads):
                     with contextlib.suppress(asyncio.TimeoutError, nats.errors.TimeoutError):
                         for msg in await sub.fetch(256, timeout=1.0):
+                            arrived[int(msg.headers["Nats-Msg-Id"])] = time.perf_counter_ns()
                             await msg.ack()
-                            handled += 1
+                        async with got:
+                            got.notify_all()
 
-            started = time.perf_counter()
-            receiver = asyncio.create_task(receive())
-            for index, data in enumerate(payloads):
+            async def publish(index: int) -> None:
+                data = payloads[index]
                 await js.publish("raw.parent", data, headers={"Nats-Msg-Id": str(index)})
+
+            receiver = asyncio.create_task(receive())
+            rng = random.Random(7)
+            latencies = []
+            for index in range(n_latency):
+                await asyncio.sleep(rng.uniform(0.002, 0.008))  # the pace of an idle session
+                started = time.perf_counter_ns()
+                await publish(index)
+                async with got:
+                    await asyncio.wait_for(got.wait_for(lambda i=index: i in arrived), 60)
+                latencies.append(arrived[index] - started)
+            started_s = time.perf_counter()
+            for index in range(n_latency, len(payloads)):
+                await publish(index)
             await asyncio.wait_for(receiver, 120)
-            return time.perf_counter() - started
+            return latencies, time.perf_counter() - started_s
         finally:
             await nc.close()
 
     try:
-        return {"durable_per_s": len(payloads) / asyncio.run(run())}
+        latencies, elapsed = asyncio.run(run())
+        return {"delivery": latency_summary(latencies), "durable_per_s": n_throughput / elapsed}
     finally:
         server.kill()
 

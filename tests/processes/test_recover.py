@@ -149,6 +149,13 @@ def test_kill_the_whole_tree_and_recover_every_open_task(  # type: ignore[no-unt
     assert [r["task_id"] for r in watch["completed"]] == [tasks["quick"]]  # carried inline
     assert first.wait_story("request", "replied"), "the scout's question was never answered"
     assert first.wait_story("worker", "process working")
+    # the turn's process wrote its first line (a turn that is working may not have yet)
+    pid_file = Path(str(record) + ".pid")
+    changes = Changes(tmp_path)
+    try:
+        assert changes.wait_until(pid_file.exists, timeout=60), "the first turn never started"
+    finally:
+        changes.close()
     assert first.wait_story("doomed", "process idle")
     _kill_everything(first, session)
     (doomed_dir / "hold.json").unlink()  # this agent cannot start again
