@@ -65,16 +65,9 @@ def ask(
     )
     validate = envelope_validator(env, kinds=(AckEnvelope, NoticeEnvelope))
     # the session's transport (its mailbox, or NATS), imported when a request is made
-    from actors.runtime.wire import open_reply_inbox, open_transport
+    from actors.runtime.wire import open_reply_inbox
 
-    mailbox = open_transport(
-        env.mailbox,
-        env.session_id,
-        env.settings,
-        validate=validate,
-        login=env.nats_login(),
-        tls=env.nats_tls,
-    )
+    mailbox = env.open_transport(validate=validate)
     acks: list[AckEnvelope] = []
     decisions: list[NoticeEnvelope] = []
     acked, decided = threading.Event(), threading.Event()

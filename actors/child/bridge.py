@@ -77,7 +77,7 @@ from actors.runtime.log import logger, use_plain
 from actors.runtime.plain_log import PlainLogger
 from actors.runtime.procs import KILL_GRACE_S, terminate_session
 from actors.runtime.transport import Subscription
-from actors.runtime.wire import SessionTransport, open_transport
+from actors.runtime.wire import SessionTransport
 from protocol.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent
 from protocol.errors import ShepherdError
 from protocol.ids import PARENT_ID, IdKind
@@ -207,15 +207,11 @@ class Bridge:
     def run(self) -> int:
         """Run until close, parent death, a signal or the agent's exit; return the exit code."""
         try:
-            self._mailbox = open_transport(
-                self.env.mailbox,
-                self.env.session_id,
+            self._mailbox = self.env.open_transport(
                 self.settings,
                 validate=envelope_validator(self.env, forwarded=FORWARDED_KINDS),
                 on_reject=self._inbox.rejected,
                 on_wake_mode=self._inbox.wake_changed,
-                login=self.env.nats_login(),
-                tls=self.env.nats_tls,
             )
         except (ShepherdError, OSError) as exc:
             self._log.error("cannot open the session mailbox {}: {}", self.env.mailbox, exc)

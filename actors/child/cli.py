@@ -158,16 +158,9 @@ def send_and_wait(
     validate_ack = envelope_validator(env, kinds=(AckEnvelope,))
     # the session's transport (its mailbox, or NATS), imported at the call: help and usage
     # errors never pay for it
-    from actors.runtime.wire import open_reply_inbox, open_transport
+    from actors.runtime.wire import open_reply_inbox
 
-    mailbox = open_transport(
-        env.mailbox,
-        env.session_id,
-        env.settings,
-        validate=validate_ack,
-        login=env.nats_login(),
-        tls=env.nats_tls,
-    )
+    mailbox = env.open_transport(validate=validate_ack)
     got: list[AckEnvelope] = []
     arrived = threading.Event()
 

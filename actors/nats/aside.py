@@ -6,8 +6,8 @@ Rules:
   and never acknowledged is then readable at once (the stream keeps every message of a work
   queue until it is acknowledged), not after the acknowledgement wait, when it would reach the
   new process.
-- Each message is written as ``<stream sequence>.json`` (0600, fsynced, never through a
-  symlink: the name is the server's number, never a sender's) before it is acknowledged, so a
+- Each message is written as ``<stream sequence>.json`` (0600, whole or not at all, fsynced:
+  the name is the server's number, never a sender's) before it is acknowledged, so a
   parent killed in the middle keeps it on the server and writes the same file again at the
   next recovery.
 - Nothing left: nothing is made.
@@ -16,11 +16,11 @@ Rules:
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from actors.nats.setup import add_consumer
+from actors.records.session_info import write_private
 
 if TYPE_CHECKING:
     from nats.js.client import JetStreamContext
@@ -59,19 +59,10 @@ async def set_aside(
     try:
         while kept < left:
             for message in await subscription.fetch(min(_BATCH, left - kept), timeout=timeout):
-                _write(aside / f"{message.metadata.sequence.stream:020d}.json", message.data)
+                write_private(aside / f"{message.metadata.sequence.stream:020d}.json", message.data)
                 await message.ack_sync(timeout=timeout)
                 kept += 1
     finally:
         with contextlib.suppress(Exception):
             await subscription.unsubscribe()
     return kept
-
-
-def _write(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)

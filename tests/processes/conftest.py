@@ -89,6 +89,8 @@ class Serve:
             start_new_session=True,
         )
         self.lines: list[dict[str, Any]] = []
+        #: its output ended (it exited, or closed stdout): nothing more will come
+        self.ended = False
         self._cond = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -104,11 +106,15 @@ class Serve:
                 self.lines.append(item)
                 self._cond.notify_all()
         with self._cond:
+            self.ended = True
             self._cond.notify_all()
 
     def wait_for(self, predicate: Any, timeout: float = 90.0) -> bool:
+        """Until ``predicate(lines)`` holds, or nothing more can come (its output ended), or
+        ``timeout``; whether it holds."""
         with self._cond:
-            return self._cond.wait_for(lambda: predicate(self.lines), timeout=timeout)
+            self._cond.wait_for(lambda: self.ended or predicate(self.lines), timeout=timeout)
+            return bool(predicate(self.lines))
 
     def wait_story(self, *words: str, timeout: float = 60.0) -> bool:
         """Wait for a lifecycle line containing every word (e.g. "scout", "waiting")."""
@@ -133,6 +139,10 @@ class Serve:
         self._reader.join(timeout=5)
 
 
+#: how long a test waits for `serve` to say its session is up (it ends sooner if serve exits)
+START_S = 300.0
+
+
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Any]:
     started: list[Serve] = []
@@ -140,7 +150,9 @@ def serve(tmp_path: Path) -> Iterator[Any]:
     def start(session_dir: Path | None = None, *extra: str) -> Serve:
         server = Serve(session_dir or tmp_path / "session", dict(os.environ), *extra)
         started.append(server)
-        assert server.wait_for(lambda lines: any("session" in x for x in lines)), (
+        # a ceiling, not a pace: over a cluster of three on a busy machine, making the
+        # session's streams may wait out the servers' own elections
+        assert server.wait_for(lambda lines: any("session" in x for x in lines), START_S), (
             "serve did not start"
         )
         return server

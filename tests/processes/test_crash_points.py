@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from actors.runtime.crashpoints import POINTS
-from tests.processes.conftest import Serve, bridge_pids, cli
+from tests.processes.conftest import START_S, Serve, bridge_pids, cli
 from tests.reliability.live import PLANNER, SCOUT, session_pids, write_script
 
-pytestmark = pytest.mark.processes
+#: several `serve` starts over a cluster of three, each with its own ceiling
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(900)]
 
 
 def _notifications(session: Path) -> list[dict]:  # type: ignore[type-arg]
@@ -71,8 +72,24 @@ def _start(session: Path, crash_at: str | None, *transport: str) -> Serve:
     if crash_at:
         env["SHEPHERD_CRASH_AT"] = crash_at
     server = Serve(session, env, *transport)
-    assert server.wait_for(lambda lines: any("session" in x for x in lines))
+    if not server.wait_for(lambda lines: any("session" in x for x in lines), START_S):
+        said = _stopped_saying(server)  # never left running behind a failed test
+        raise AssertionError(f"serve did not start: {server.lines[-5:]} {said}")
     return server
+
+
+def _stopped_saying(server: Serve) -> str:
+    """Stop ``server`` (SIGKILL); the end of what it wrote on stderr (what is there: a process
+    it started may still hold the pipe)."""
+    if server.proc.poll() is None:
+        os.killpg(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(timeout=30)
+    said = b""
+    if server.proc.stderr is not None:
+        os.set_blocking(server.proc.stderr.fileno(), False)
+        said = server.proc.stderr.read() or b""
+    server.stop()
+    return said.decode(errors="replace")[-3000:]
 
 
 #: the file a torn-write crash point leaves a half line in

@@ -24,7 +24,8 @@ import pytest
 from tests.processes.conftest import Serve, bridge_pids, cli, write_script
 from tests.reliability.live import Changes, wait_gone
 
-pytestmark = pytest.mark.processes
+#: `serve` started twice over a cluster of three, each start with its own ceiling
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(600)]
 
 SERVE = [sys.executable, "-m", "actors.surfaces.cli", "serve"]
 

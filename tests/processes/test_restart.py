@@ -16,7 +16,7 @@ from tests.reliability.live import wait_gone
 
 #: each test restarts `serve` and waits on several real processes: a busy machine may need more
 #: than the default 120 s for all of them (every wait is an event with its own ceiling)
-pytestmark = [pytest.mark.processes, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(600)]
 
 SLOW_PLANNER = {  # answers only after the test's go-ahead, which comes after the restart
     "steps": [
