@@ -236,23 +236,32 @@ def make_authority(directory: Path) -> Path:
     return directory / SERVER_CONF
 
 
-def _private(path: Path, what: str) -> os.stat_result:
+def private_stat(path: Path, prefix: str, must: str, *, file_only: bool = False) -> os.stat_result:
+    """``path``'s own status if it is this user's and nobody else's (never through a symbolic
+    link; ``file_only``: a regular file), else ``invalid_argument`` starting with ``prefix``
+    and saying the mode it ``must`` have."""
     try:
         info = path.lstat()
     except FileNotFoundError:
-        raise InvalidArgument(f"{OPTION}: {what} {path} does not exist") from None
+        raise InvalidArgument(f"{prefix}{path} does not exist") from None
     except OSError as exc:
-        raise InvalidArgument(f"{OPTION}: {what} {path} cannot be read: {exc}") from None
+        raise InvalidArgument(f"{prefix}{path} cannot be read: {exc.strerror or exc}") from None
     if stat.S_ISLNK(info.st_mode):
-        raise InvalidArgument(f"{OPTION}: {what} {path} is a symbolic link")
+        raise InvalidArgument(f"{prefix}{path} is a symbolic link")
+    if file_only and not stat.S_ISREG(info.st_mode):
+        raise InvalidArgument(f"{prefix}{path} is not a file")
     if info.st_uid != os.getuid():
-        raise InvalidArgument(f"{OPTION}: {what} {path} belongs to another user")
+        raise InvalidArgument(f"{prefix}{path} belongs to another user")
     if info.st_mode & 0o077:
+        mode = stat.S_IMODE(info.st_mode)
         raise InvalidArgument(
-            f"{OPTION}: {what} {path} is readable by others (mode {stat.S_IMODE(info.st_mode):o};"
-            " it must be 0700 for the directory, 0600 for the seed)"
+            f"{prefix}{path} is readable by others (mode {mode:o}; it must be {must})"
         )
     return info
+
+
+def _private(path: Path, what: str) -> os.stat_result:
+    return private_stat(path, f"{OPTION}: {what} ", "0700 for the directory, 0600 for the seed")
 
 
 class Authority:

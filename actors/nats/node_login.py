@@ -20,11 +20,10 @@ import base64
 import json
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
-from actors.nats.auth import NatsLogin
+from actors.nats.auth import NatsLogin, private_stat
 from actors.nats.permissions import NODE_USER, node_inbox_prefix
 from protocol.errors import InvalidArgument
 from protocol.limits import MAX_NATS_CREDS_CHARS, MAX_OPTION_CHARS
@@ -50,22 +49,7 @@ def _read_private(raw: str) -> str:
     if "\0" in raw:
         raise _refuse("contains a NUL character")
     path = Path(raw).absolute()
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        raise _refuse(f"{path} does not exist") from None
-    except OSError as exc:
-        raise _refuse(f"{path} cannot be read: {exc.strerror}") from None
-    if stat.S_ISLNK(info.st_mode):
-        raise _refuse(f"{path} is a symbolic link")
-    if not stat.S_ISREG(info.st_mode):
-        raise _refuse(f"{path} is not a file")
-    if info.st_uid != os.getuid():
-        raise _refuse(f"{path} belongs to another user")
-    if info.st_mode & 0o077:
-        raise _refuse(
-            f"{path} is readable by others (mode {stat.S_IMODE(info.st_mode):o}; it must be 0600)"
-        )
+    info = private_stat(path, f"{OPTION}: ", "0600", file_only=True)
     if info.st_size > MAX_NATS_CREDS_CHARS:
         raise _refuse(f"{path} is larger than {MAX_NATS_CREDS_CHARS} bytes: not a .creds file")
     try:
