@@ -37,6 +37,9 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
 
 
 class TaskCompletion(Notification, frozen=True, kw_only=True, tag="task_completion"):
+    """Results for one watcher: each watched task's result once, those settling within the
+    coalescing window together, in the order the watcher named the ids."""
+
     watcher_id: str
     #: the ids the watcher was registered with, normalised, in the caller's order
     ids: tuple[str, ...]
@@ -47,6 +50,9 @@ class TaskCompletion(Notification, frozen=True, kw_only=True, tag="task_completi
 
 
 class AgentMessage(Notification, frozen=True, kw_only=True, tag="agent_message"):
+    """A child's message addressed to the parent (answer one that expects a reply with
+    ``message --reply-to``)."""
+
     message_id: str
     sender_id: str
     content: str
@@ -58,6 +64,8 @@ class AgentMessage(Notification, frozen=True, kw_only=True, tag="agent_message")
 
 
 class Notice(Notification, frozen=True, kw_only=True, tag="notice"):
+    """Something the parent should know, named by ``code`` (the codes are listed above)."""
+
     code: str
     text: str
     agent_id: str | None = None

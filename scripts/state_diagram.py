@@ -9,8 +9,9 @@ Every edge comes from the code: the task machine from ``protocol.tasks.TRANSITIO
 request machine from ``protocol.requests.REQUEST_TRANSITIONS``, the agent's process machine
 from ``protocol.session.agents.PROCESS_TRANSITIONS``; the start state is the default of the
 record's ``state`` field, and a state with no way out is drawn as final. Nothing is copied by
-hand, so a diagram cannot disagree with its machine. The README's "State machines" section is
-the ``--markdown`` output; ``tests/protocol/test_state_diagram.py`` fails when it is stale.
+hand, so a diagram cannot disagree with its machine. The "State machines" section of
+``docs/concepts.md`` is the ``--markdown`` output; ``tests/protocol/test_state_diagram.py``
+fails when it is stale.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class Rule(NamedTuple):
     fallback: Literal["repeat_threshold", "typecheck_repeat_threshold"]
     #: what the threshold counts
     unit: str
-    #: where the default comes from (shown by the README's table)
+    #: where the default comes from (shown by the watchdog guide's table, docs/guides/watchdog.md)
     source: str
 
 

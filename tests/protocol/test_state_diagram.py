@@ -1,5 +1,6 @@
-"""``scripts/state_diagram.py`` draws every transition of each machine's table, and the README's
-"State machines" section is exactly what it prints now (so the README cannot go stale)."""
+"""``scripts/state_diagram.py`` draws every transition of each machine's table, and the manual's
+"State machines" section (``docs/concepts.md``) is exactly what it prints now (so it cannot go
+stale)."""
 
 from __future__ import annotations
 
@@ -73,9 +74,11 @@ def test_one_machine_or_all(script: ModuleType, capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().out.count("stateDiagram-v2") == 3
 
 
-def test_readme_section_is_the_script_output(script: ModuleType) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## State machines\n", 1)[1].split("\n## ", 1)[0]
+def test_manual_section_is_the_script_output(script: ModuleType) -> None:
+    concepts = (ROOT / "docs" / "concepts.md").read_text()
+    section = concepts.split("\n## State machines\n", 1)[1].split("\n## ", 1)[0]
     generated = script.render(list(script.machines()), markdown=True)
     body = section[section.index("\n### ") + 1 :].rstrip("\n") + "\n"
-    assert body == generated, "README is stale: run python scripts/state_diagram.py --markdown"
+    assert body == generated, (
+        "docs/concepts.md is stale: run python scripts/state_diagram.py --markdown"
+    )
