@@ -64,7 +64,8 @@ class AgentMessage(Notification, frozen=True, kw_only=True, tag="agent_message")
 
 
 class Notice(Notification, frozen=True, kw_only=True, tag="notice"):
-    """Something the parent should know, named by ``code`` (the codes are listed above)."""
+    """Something the parent should know, named by ``code`` (``agent_exited``,
+    ``turn_ended_without_done``, ``not_delivered``, ``approval_requested``, ...)."""
 
     code: str
     text: str
