@@ -44,6 +44,7 @@ from protocol import errors, notifications, ops, tools  # noqa: E402
 from protocol.settings import Settings  # noqa: E402
 from protocol.watchdog import api as watchdog_api  # noqa: E402
 from protocol.watchdog.config import WatchdogConfig  # noqa: E402
+from protocol.watchdog.rules import RULES  # noqa: E402
 
 #: where the pages go, relative to the repository
 OUT = Path("docs/reference")
@@ -400,7 +401,7 @@ def _comments(struct: type[msgspec.Struct]) -> dict[str, str]:
             continue
         match = re.match(r"([a-z_]+)\s*:", line)
         if match:
-            found[match.group(1)] = " ".join(pending)
+            found[match.group(1)] = " ".join(pending).replace("``", "`")
             pending = []
         elif not line:
             pending = []
@@ -420,6 +421,11 @@ def _default(field: msgspec.structs.FieldInfo) -> str:
 
 def _settings_table(struct: type[msgspec.Struct], prefix: str) -> list[str]:
     comments = _comments(struct)
+    # a rule's threshold says what it counts (protocol.watchdog.rules)
+    comments |= {
+        f"{r.code}_threshold": f"`{r.code}` fires at this many {r.unit}; none: `{r.fallback}`"
+        for r in RULES
+    }
     rows = ["| key | default | bounds | what |", "|---|---|---|---|"]
     for f in msgspec.structs.fields(struct):
         if isinstance(f.type, type) and issubclass(f.type, msgspec.Struct):

@@ -86,14 +86,24 @@ class WatchdogConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     :func:`apply_watchdog_overrides`, which warns instead.
     """
 
+    #: false: alerts are suppressed
     enabled: bool = True
+    #: what an agent is told when an alert is sent to it (``alert_mode``) or it is steered
     rescue_message: NonEmptyStr = DEFAULT_RESCUE_MESSAGE
+    #: the threshold of every rule that has none of its own
     repeat_threshold: PositiveInt = 3
+    #: the threshold of ``repeated_typecheck_error`` when it has none of its own
     typecheck_repeat_threshold: PositiveInt = 2
+    #: no write for this long counts towards ``no_progress``
     idle_no_progress_s: PositiveSeconds = 300.0
+    #: at least this long between two alerts about one agent
     cooldown_s: NonNegativeSeconds = 60.0
+    #: lines of a tool's output kept as the preview an alert quotes
     max_preview_lines: PositiveInt = 20
+    #: events kept per agent (the window the rules judge)
     max_events_per_agent: PositiveInt = 200
+    #: where an alert goes: ``main_only`` the parent, ``direct_subagent`` the agent (as a
+    #: steer with the rescue message), ``both``
     alert_mode: AlertMode = "main_only"
     # One threshold per rule (protocol.watchdog.rules gives each default its source); None:
     # the rule has no threshold of its own and uses its fallback setting.
@@ -118,6 +128,7 @@ class WatchdogConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     monologue_threshold: PositiveInt | None = msgspec.field(
         default=rule("monologue").default, name="monologue.threshold"
     )
+    #: ``any``: agent messages in a row make a monologue; ``identical``: only the same text
     monologue_match: MonologueMatch = msgspec.field(default="any", name="monologue.match")
     empty_responses_threshold: PositiveInt | None = msgspec.field(
         default=rule("empty_responses").default, name="empty_responses.threshold"
