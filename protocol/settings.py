@@ -70,6 +70,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # --- budgets
     #: the session's budget of tokens and of cost (US dollars) over every task (None: none)
     budget_tokens: BudgetTokens | None = None
+    #: the session's budget of cost, US dollars (None: none)
     budget_cost: BudgetCost | None = None
     #: the share of a budget at which the parent is warned, once per task (or session) and limit
     budget_soft_fraction: SoftFraction = 0.8

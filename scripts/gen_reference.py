@@ -275,6 +275,9 @@ def _schema_bounds(prop: dict[str, Any]) -> str:
 
 
 def _schema_type(prop: dict[str, Any]) -> str:
+    if "enum" in prop and "type" not in prop:
+        kinds = {"string" if isinstance(v, str) else type(v).__name__ for v in prop["enum"]}
+        return " or ".join(sorted(kinds))
     if "type" in prop:
         kind = prop["type"]
         if kind == "array" and isinstance(prop.get("items"), dict):
