@@ -55,6 +55,7 @@ from actors.nats import setup
 from actors.nats.auth import write_private
 from actors.nats.loop import LoopThread
 from actors.nats.permissions import check_node_name
+from actors.records.session_info import os_failure
 from actors.runtime.clock import SystemClock
 from actors.runtime.log import logger
 from actors.session.bridge_process import read_log_tail as read_tail
@@ -127,8 +128,11 @@ class NodeServer:
         self.reaper = Reaper()
         self._thread = LoopThread("shepherd-node")
         try:
-            root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(root, 0o700)
+            try:
+                root.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.chmod(root, 0o700)
+            except OSError as exc:
+                raise os_failure(exc, root) from None
             self._thread.run(self._start(servers), timeout_s * 3)
         except TimeoutError:  # the client retries forever: the bounded wait ended it
             self.reaper.close()
