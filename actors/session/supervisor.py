@@ -55,7 +55,7 @@ from actors.session import recovery
 from actors.session.agent import AgentSpec
 from actors.session.locate import locate
 from actors.session.parent_transport import ParentTransport, launcher_class, load_authority
-from actors.session.records import open_records
+from actors.session.records import Records, open_records
 from actors.session.session import Session
 from actors.session.sinks import FanOut, Sink
 from actors.session.watchdog import is_watchdog_call
@@ -130,8 +130,7 @@ class Supervisor:
                 resume=resume,
             )
         except BaseException as exc:
-            if self._lock is not None:
-                self._lock.release()
+            self._release()
             if isinstance(exc, OSError):
                 raise os_failure(exc) from None
             raise
@@ -468,7 +467,7 @@ class Supervisor:
         self.session.shutdown()
         if self.spans is not None:
             self.spans.close()
-        self.records.close()
+        self.records.close(keep_claim=True)  # given up last (_release)
         with contextlib.suppress(FileNotFoundError):
             self._live_pointer.unlink()
 
@@ -509,7 +508,11 @@ class Supervisor:
         self._stopped.set()
 
     def _release(self) -> None:
-        """The session directory unlocked: last, once nothing of this parent uses it (its
-        mailbox included), so the next parent finds it as this one left it."""
+        """The session given up (its directory unlocked, its claim on the NATS servers ended):
+        last, once nothing of this parent uses it (its mailbox included), so the next parent
+        finds it as this one left it."""
+        records: Records | None = getattr(self, "records", None)
+        if records is not None:
+            records.release()
         if self._lock is not None:
             self._lock.release()
