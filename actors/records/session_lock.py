@@ -1,5 +1,6 @@
 """One parent per session directory: the supervisor holds an exclusive ``flock`` on the directory
-for its whole life, taken before anything of the session is read or written.
+for its whole life, taken before anything of the session is read or written (and one node per
+node directory: ``shepherd node`` holds its ``--dir`` the same way).
 
 Rules:
 
@@ -20,25 +21,27 @@ import contextlib
 import errno
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from actors.records.session_info import os_failure, private_dir
-from protocol.errors import SessionBusy
+from protocol.errors import SessionBusy, ShepherdError
 
-__all__ = ["SessionLock", "lock_holder"]
+__all__ = ["DirectoryLock", "lock_holder", "lock_session"]
 
 _LOCKS = Path("/proc/locks")
 
 
-class SessionLock:
-    """The exclusive lock on one session directory (module rules); :meth:`release` ends it
-    early (the process's end ends it anyway)."""
+class DirectoryLock:
+    """The exclusive lock on one directory (module rules), made if missing; a directory held
+    by another process is the error ``busy`` makes of its holder's pid (None: not known).
+    :meth:`release` ends it early (the process's end ends it anyway)."""
 
-    def __init__(self, session_dir: Path) -> None:
-        self.path = session_dir
-        private_dir(session_dir)
+    def __init__(self, path: Path, busy: Callable[[int | None], ShepherdError]) -> None:
+        self.path = path
+        private_dir(path)
         try:
-            fd = _open_dir(session_dir)
+            fd = _open_dir(path)
         except OSError as exc:
             raise os_failure(exc) from None
         try:
@@ -46,11 +49,7 @@ class SessionLock:
         except BlockingIOError:
             holder = lock_holder(fd)
             os.close(fd)
-            who = f"supervisor pid {holder}" if holder is not None else "another supervisor"
-            raise SessionBusy(
-                f"{session_dir} is a live session ({who}); stop it first or use another "
-                "--session-dir"
-            ) from None
+            raise busy(holder) from None
         except BaseException:
             os.close(fd)
             raise
@@ -61,6 +60,18 @@ class SessionLock:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)  # the lock goes with its last descriptor
+
+
+def lock_session(session_dir: Path) -> DirectoryLock:
+    """A supervisor's lock on its session directory: another one's is ``session_busy``."""
+
+    def busy(holder: int | None) -> ShepherdError:
+        who = f"supervisor pid {holder}" if holder is not None else "another supervisor"
+        return SessionBusy(
+            f"{session_dir} is a live session ({who}); stop it first or use another --session-dir"
+        )
+
+    return DirectoryLock(session_dir, busy)
 
 
 def _open_dir(path: Path) -> int:

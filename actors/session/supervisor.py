@@ -44,7 +44,7 @@ from actors.records.session_info import (
     private_dir,
     write_private,
 )
-from actors.records.session_lock import SessionLock
+from actors.records.session_lock import DirectoryLock, lock_session
 from actors.runtime import procs
 from actors.runtime.command_socket import CommandServer, Request
 from actors.runtime.command_wire import PARENT_COMMANDS
@@ -112,7 +112,7 @@ class Supervisor:
         is read (:mod:`actors.records.session_lock`): a session another supervisor serves is
         ``session_busy`` naming it. An OS error while starting (a directory that cannot be
         made, a read-only file system) is ``invalid_argument`` naming the path and the cause."""
-        self._lock: SessionLock | None = None
+        self._lock: DirectoryLock | None = None
         try:
             self._start(
                 session_dir,
@@ -137,7 +137,7 @@ class Supervisor:
 
     def _lock_dir(self, session_dir: Path) -> None:
         """Called by :func:`locate` on the session's directory before it reads anything."""
-        self._lock = SessionLock(session_dir)
+        self._lock = lock_session(session_dir)
 
     def _start(
         self,

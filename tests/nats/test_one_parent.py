@@ -92,3 +92,33 @@ def test_a_second_parent_on_another_host_is_refused_naming_the_live_one(
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_nodes_started_at_once_on_one_directory_one_runs_the_others_are_refused(
+    nats_url: str, tmp_path: Path, count: int
+) -> None:
+    """`shepherd node` holds its directory as `serve` holds a session's: several started at once
+    under one name on one host (so on one directory), exactly one runs; the others exit 2
+    naming the live one's pid, without a traceback."""
+    from tests.nats.nodes import Node
+
+    root = tmp_path / "node-files"
+    nodes = [Node(nats_url, "n1", root, read=False) for _ in range(count)]  # all at once
+    try:
+        for node in nodes:
+            node.read_first()
+        ready = [n for n in nodes if n.ready is not None]
+        assert len(ready) == 1, [n.first for n in nodes]
+        (live,) = ready
+        for node in nodes:
+            if node is live:
+                continue
+            assert node.proc.wait(timeout=60) == 2
+            assert node.first["error"]["code"] == "invalid_argument", node.first
+            assert f"pid {live.proc.pid})" in node.first["error"]["message"], node.first
+            err = node.stop()
+            assert "Traceback" not in err, err
+    finally:
+        errs = [node.stop() for node in nodes]
+    assert live.proc.returncode == 0 and "Traceback" not in errs[nodes.index(live)]
