@@ -150,3 +150,23 @@ def test_a_node_directory_that_cannot_be_made_is_a_typed_error(tmp_path: Path) -
         assert out["error"]["code"] == "invalid_argument", out
         assert str(path) in out["error"]["message"] and cause in out["error"]["message"]
         assert "Traceback" not in err, err
+
+
+def test_the_python_api_refuses_a_second_supervisor_and_an_unmakeable_directory(
+    tmp_path: Path,
+) -> None:
+    """``Supervisor(...)``, the Python surface: the same typed errors as ``serve``."""
+    from actors.session.supervisor import Supervisor
+    from protocol.errors import InvalidArgument, SessionBusy
+
+    first = Supervisor(tmp_path / "session", mailbox_root=tmp_path / "mailbox")
+    try:
+        with pytest.raises(SessionBusy, match=f"supervisor pid {os.getpid()}"):
+            Supervisor(tmp_path / "session", mailbox_root=tmp_path / "mailbox")
+    finally:
+        first.shutdown()
+    again = Supervisor(tmp_path / "session", mailbox_root=tmp_path / "mailbox")
+    again.shutdown()  # a clean shutdown gave the session up
+    for path, cause in _unmakeable(tmp_path):
+        with pytest.raises(InvalidArgument, match=cause):
+            Supervisor(path, mailbox_root=tmp_path / "mailbox")
