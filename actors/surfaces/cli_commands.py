@@ -20,7 +20,6 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,32 +67,31 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from actors.surfaces.config import load_settings
 
-    with starting():
-        settings, warnings = load_settings()
-        for warning in warnings:
-            sys.stderr.write(f"shepherd: warning: {warning}\n")
-        if args.otel:  # in the environment: the agents' bridges inherit it and trace too
-            from actors.tracing import ENV_OTEL
+    settings, warnings = load_settings()
+    for warning in warnings:
+        sys.stderr.write(f"shepherd: warning: {warning}\n")
+    if args.otel:  # in the environment: the agents' bridges inherit it and trace too
+        from actors.tracing import ENV_OTEL
 
-            os.environ[ENV_OTEL] = "1"
-        settings = session_budget(settings, args.budget_tokens, args.budget_cost)
-        if args.nats_auth is not None:  # refused before anything is made
-            from actors.nats.auth import Authority
+        os.environ[ENV_OTEL] = "1"
+    settings = session_budget(settings, args.budget_tokens, args.budget_cost)
+    if args.nats_auth is not None:  # refused before anything is made
+        from actors.nats.auth import Authority
 
-            Authority.load(args.nats_auth)
-        sup = Supervisor(
-            args.session_dir,
-            settings=settings,
-            sinks=[StreamSink(sys.stdout, json=args.json)],
-            tap=tap,
-            recover=args.recover,
-            transport=args.transport,
-            journal=args.journal,
-            resume=args.resume,
-            nats_auth=args.nats_auth,
-            nats_tls=_tls_files(args),
-            commands=run_forwarded,  # `shepherd` calls run here, without the CLI's start-up
-        )
+        Authority.load(args.nats_auth)
+    sup = Supervisor(
+        args.session_dir,
+        settings=settings,
+        sinks=[StreamSink(sys.stdout, json=args.json)],
+        tap=tap,
+        recover=args.recover,
+        transport=args.transport,
+        journal=args.journal,
+        resume=args.resume,
+        nats_auth=args.nats_auth,
+        nats_tls=_tls_files(args),
+        commands=run_forwarded,  # `shepherd` calls run here, without the CLI's start-up
+    )
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}
     if args.json:
         sys.stdout.write(msgspec.json.encode({"session": header}).decode() + "\n")
@@ -110,18 +108,6 @@ def run_serve(args: argparse.Namespace) -> int:
     stop.wait()
     sup.shutdown()
     return 0
-
-
-@contextlib.contextmanager
-def starting() -> Iterator[None]:
-    """While a command starts, an OS error (a directory that cannot be made, a read-only file
-    system ...) is ``invalid_argument`` naming the path and the cause, never a traceback."""
-    try:
-        yield
-    except OSError as exc:
-        from actors.records.session_info import os_failure
-
-        raise os_failure(exc) from None
 
 
 def _tls_files(args: argparse.Namespace) -> TlsFiles | None:
@@ -159,15 +145,14 @@ def run_node(args: argparse.Namespace) -> int:
     _log_to_stderr()
     name = check_node_name(args.name)
     servers = parse_transport(args.transport).server_urls
-    with starting():
-        login = None if args.nats_creds is None else load_node_login(args.nats_creds, name)
-        tls = None
-        if _tls_files(args) is not None:  # refused before anything is made
-            from actors.nats.tls import load_tls
+    login = None if args.nats_creds is None else load_node_login(args.nats_creds, name)
+    tls = None
+    if _tls_files(args) is not None:  # refused before anything is made
+        from actors.nats.tls import load_tls
 
-            tls = load_tls(args.transport.strip(), args.nats_ca, args.nats_cert, args.nats_key)
-        root = Path(args.dir).absolute() if args.dir else state_dir() / "nodes" / name
-        node = NodeServer(servers, name, root, timeout_s=NATS_TIMEOUT_S, login=login, tls=tls)
+        tls = load_tls(args.transport.strip(), args.nats_ca, args.nats_cert, args.nats_key)
+    root = Path(args.dir).absolute() if args.dir else state_dir() / "nodes" / name
+    node = NodeServer(servers, name, root, timeout_s=NATS_TIMEOUT_S, login=login, tls=tls)
     ready = {"name": name, "pid": os.getpid(), "dir": str(root)}
     if args.json:
         sys.stdout.write(msgspec.json.encode({"node": ready}).decode() + "\n")
@@ -332,11 +317,6 @@ def check_interval(value: float) -> float:
 
 def run_demo(args: argparse.Namespace) -> int:
     """``shepherd demo``: the canonical scenario (``--loop``: the watchdog's loop demo)."""
-    with starting():  # a demo is its own start-up: it makes its session and ends it
-        return _demo(args)
-
-
-def _demo(args: argparse.Namespace) -> int:
     out: Any = _JsonLines(sys.stdout) if args.json else sys.stdout
     if args.loop:
         from actors.surfaces.loop_demo import run_loop_demo

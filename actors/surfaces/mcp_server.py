@@ -69,7 +69,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from actors.records.mcp_cursor import DEFAULT_CLIENT, Batch, CursorStore, check_client_name
-from actors.records.session_info import SessionInfo, os_failure
+from actors.records.session_info import SessionInfo
 from actors.runtime.log import logger
 from actors.surfaces.client import Client, find_session, session_alive
 from actors.surfaces.mcp_elicit import ApprovalElicitor
@@ -300,10 +300,7 @@ def serve_stdio(session_dir: str | None, client: str | None = None) -> int:
     logger.remove()
     logger.add(sys.stderr, level=os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING"))
     try:
-        try:
-            app.session()
-        except OSError as exc:  # a session directory that cannot be read: typed, as any
-            raise os_failure(exc) from None
+        app.session()
     except ShepherdError as exc:  # not fatal: the session may be started (or chosen) later
         logger.warning("{msg}; tools will report {code} until then", msg=exc.message, code=exc.code)
     try:

@@ -170,3 +170,7 @@ def test_the_python_api_refuses_a_second_supervisor_and_an_unmakeable_directory(
     for path, cause in _unmakeable(tmp_path):
         with pytest.raises(InvalidArgument, match=cause):
             Supervisor(path, mailbox_root=tmp_path / "mailbox")
+        # any OS error while it starts, not only its directory's: here, its mailbox's
+        with pytest.raises(InvalidArgument, match=cause) as refused:
+            Supervisor(tmp_path / "elsewhere", mailbox_root=path)
+        assert refused.value.message.startswith(str(path.parent))  # the path that failed
