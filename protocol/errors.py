@@ -24,6 +24,7 @@ __all__ = [
     "InvalidTransition",
     "LimitExceeded",
     "MixedIds",
+    "SessionBusy",
     "SessionUnavailable",
     "ShepherdError",
     "UnresolvedRequests",
@@ -122,6 +123,13 @@ class SessionUnavailable(ShepherdError):
     code = "session_unavailable"
 
 
+class SessionBusy(ShepherdError):
+    """The session already has a live parent supervisor (named in the message): a second one
+    is refused before it read or wrote anything of the session. One parent per session."""
+
+    code = "session_busy"
+
+
 _BY_CODE: dict[str, type[ShepherdError]] = {
     cls.code: cls
     for cls in (
@@ -136,6 +144,7 @@ _BY_CODE: dict[str, type[ShepherdError]] = {
         InvalidEnvelope,
         LimitExceeded,
         SessionUnavailable,
+        SessionBusy,
     )
 }
 

@@ -49,7 +49,14 @@ if TYPE_CHECKING:
 
     from actors.nats.auth import NatsLogin
 
-__all__ = ["CHUNK_BYTES", "OUTAGE_CEILING_S", "NatsLines", "lines_stream", "lines_subject"]
+__all__ = [
+    "CHUNK_BYTES",
+    "OUTAGE_CEILING_S",
+    "WRONG_LAST_SEQUENCE",
+    "NatsLines",
+    "lines_stream",
+    "lines_subject",
+]
 
 T = TypeVar("T")
 
@@ -57,7 +64,7 @@ T = TypeVar("T")
 #: servers' default 1 MiB payload limit
 CHUNK_BYTES = 512 * 1024
 #: the JetStream error code for "wrong last sequence"
-_WRONG_LAST_SEQUENCE = 10071
+WRONG_LAST_SEQUENCE = 10071
 #: messages asked for per fetch when reading back
 _READ_BATCH = 1000
 #: how long an append waits out an outage (a server's death, a new leader's election: seconds
@@ -226,7 +233,7 @@ class NatsLines:
             except ServiceUnavailableError as exc:  # no leader yet: an outage
                 outage: Exception = exc
             except APIError as exc:
-                if exc.err_code != _WRONG_LAST_SEQUENCE:
+                if exc.err_code != WRONG_LAST_SEQUENCE:
                     if (exc.code or 0) >= 500:  # the servers' own trouble: an outage
                         outage = exc
                     else:

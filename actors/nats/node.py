@@ -55,6 +55,7 @@ from actors.nats import setup
 from actors.nats.auth import write_private
 from actors.nats.loop import LoopThread
 from actors.nats.permissions import check_node_name
+from actors.records.session_lock import DirectoryLock
 from actors.runtime.clock import SystemClock
 from actors.runtime.log import logger
 from actors.session.bridge_process import read_log_tail as read_tail
@@ -126,9 +127,11 @@ class NodeServer:
         self._done = threading.Event()
         self.reaper = Reaper()
         self._thread = LoopThread("shepherd-node")
+        self._dir_lock: DirectoryLock | None = None
         try:
-            root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(root, 0o700)
+            # the node's files are its own for its whole life: a second node on them (the same
+            # name on this host, or the same --dir) is refused before it touches any
+            self._dir_lock = DirectoryLock(root, self._dir_busy)
             self._thread.run(self._start(servers), timeout_s * 3)
         except TimeoutError:  # the client retries forever: the bounded wait ended it
             self.reaper.close()
@@ -139,7 +142,16 @@ class NodeServer:
         except BaseException:
             self.reaper.close()
             self._thread.stop()
+            if self._dir_lock is not None:
+                self._dir_lock.release()
             raise
+
+    def _dir_busy(self, holder: int | None) -> ShepherdError:
+        who = f"pid {holder}" if holder is not None else "another process"
+        return InvalidArgument(
+            f"--dir: {self.root} is the directory of a live node ({who}): a node named "
+            f"{self.name} is already live on this host, or give this one a --dir of its own"
+        )
 
     async def _start(self, servers: list[str]) -> None:
         refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -375,6 +387,8 @@ class NodeServer:
         self._thread.stop()
         self.reaper.close()
         self._clock.close()
+        if self._dir_lock is not None:
+            self._dir_lock.release()
         self._done.set()
 
     async def _reported(self) -> None:

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from actors.records.session_info import SessionInfo
+from actors.records.session_info import SessionInfo, write_private
 from actors.runtime.log import logger
 from protocol.errors import InvalidArgument
 from protocol.tools import NOTIFICATIONS_PER_CALL
@@ -223,19 +223,7 @@ class CursorStore:
         return 0, True
 
     def _write(self, cursor: Cursor) -> None:
-        tmp = self._path.with_name(f"{self._path.name}.{os.getpid()}.tmp")
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
-        try:
-            data = msgspec.json.encode(cursor)
-            written = 0
-            while written < len(data):
-                written += os.write(fd, data[written:])
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self._path)
+        write_private(self._path, msgspec.json.encode(cursor))
         dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(dir_fd)  # the rename itself survives a crash too

@@ -11,7 +11,9 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 from pathlib import Path
 
 import msgspec
@@ -26,6 +28,7 @@ __all__ = [
     "is_live",
     "live_dir",
     "load_info",
+    "os_failure",
     "private_dir",
     "state_dir",
     "write_private",
@@ -76,23 +79,46 @@ def is_live(info: SessionInfo) -> bool:
     return started == info.parent_start
 
 
+def os_failure(exc: OSError, wanted: Path | None = None) -> InvalidArgument:
+    """What a caller is told of an OS error on a path it gave or implied (a session directory
+    under a regular file, on a read-only file system, ...): the path and the cause, typed.
+    ``wanted``: the path asked for, when the error is about another (a parent of it)."""
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    if wanted is not None and str(wanted) not in paths:
+        paths.insert(0, str(wanted))
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    head, *others = paths or ["a path"]
+    return InvalidArgument(f"{head} cannot be used: {': '.join([*others, cause])}")
+
+
 def private_dir(path: Path) -> None:
     """``path`` (and its parents) made if missing, ours and 0700: a session's records are
-    nobody else's to read."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = os.lstat(path)
-    if st.st_uid != os.getuid():
-        raise InvalidArgument(f"{path} belongs to another user")
-    os.chmod(path, 0o700)
+    nobody else's to read. One that cannot be made is ``invalid_argument`` (:func:`os_failure`)."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
+        if st.st_uid != os.getuid():
+            raise InvalidArgument(f"{path} belongs to another user")
+        os.chmod(path, 0o700)
+    except OSError as exc:
+        raise os_failure(exc, path) from None
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """``data`` in ``path`` (0600), whole or not at all: written beside it, synced, renamed."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    """``data`` in ``path`` (0600), whole or not at all: written beside it under a name of its
+    own (two writers of one path never share a temporary file), synced, renamed."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -3,8 +3,9 @@ holds (a restart on the same host), or one resumed from the NATS servers' record
 of this host (``serve --resume SESSION_ID``, a restart on another host).
 
 Rules:
-- An existing directory is resumed; a live supervisor in it is ``invalid_argument``, and so is
-  a ``--resume`` id other than the one it holds.
+- The directory is locked (the caller's ``lock``) before anything of it is read: a live
+  supervisor in it is ``session_busy`` (:mod:`actors.records.session_lock`). An existing
+  directory is resumed; a ``--resume`` id other than the one it holds is ``invalid_argument``.
 - A resumed session keeps its recorded transport, records and NATS authority (asking for others
   is ``invalid_argument``: :func:`~actors.session.parent_transport.resumed_transport`,
   :func:`~actors.session.records.records_kind`,
@@ -33,7 +34,7 @@ from actors.session.parent_transport import (
     resumed_transport,
 )
 from actors.session.records import records_kind, resumable_id
-from protocol.errors import InvalidArgument
+from protocol.errors import InvalidArgument, SessionBusy
 from protocol.transport_url import TlsFiles
 
 __all__ = ["Located", "locate"]
@@ -68,18 +69,23 @@ def locate(
     new_secret: Callable[[], str],
     nats_auth: str | None = None,
     nats_tls: TlsFiles | None = None,
+    lock: Callable[[Path], None] = lambda _: None,
 ) -> Located:
-    """The session to run (module rules); raises the typed error naming what is wrong."""
+    """The session to run (module rules); raises the typed error naming what is wrong.
+    ``lock``: called on the session's directory before anything of it is read (the
+    supervisor's lock, held for its life: :mod:`actors.records.session_lock`)."""
     wanted_transport = given_transport(transport, mailbox_root)
     if resume is not None:
         resume = resumable_id(resume, journal, wanted_transport)
     wanted = Path(session_dir).absolute() if session_dir else None
     if resume is not None and wanted is None:
         wanted = (state_dir() / "sessions" / resume).absolute()
+    if wanted is not None:
+        lock(wanted)
     if wanted is not None and (wanted / "session.json").exists():
         old = load_info(wanted)
         if old.parent_pid != os.getpid() and is_live(old):
-            raise InvalidArgument(
+            raise SessionBusy(
                 f"{wanted} is a live session (supervisor pid {old.parent_pid}); "
                 "stop it first or use another --session-dir"
             )
@@ -98,11 +104,14 @@ def locate(
             nats_tls=check_tls(kept, resumed_tls(old.nats_tls, nats_tls)),
         )
     session_id = resume or new_id()
+    if wanted is None:
+        wanted = (state_dir() / "sessions" / session_id).absolute()
+        lock(wanted)
     root = Path(mailbox_root or default_runtime_dir() / session_id).absolute()
     chosen = wanted_transport or str(root)
     return Located(
         session_id=session_id,
-        session_dir=wanted or (state_dir() / "sessions" / session_id).absolute(),
+        session_dir=wanted,
         transport=chosen,
         mailbox_root=root,
         client_token=new_secret(),

@@ -15,9 +15,11 @@ Rules:
   that view empty: what was delivered before is on record, and is not delivered again.
 - **Resuming from the servers** needs the session's streams to exist: a session id with no
   records there is ``invalid_handle``, and nothing is created for it.
-- **One writer.** Two supervisors of one session cannot both write its records on NATS (the
-  stream refuses the second, :mod:`actors.nats.lines`); the records are kept after the session
-  ends, as a session directory is.
+- **One writer.** Two supervisors of one session cannot both write its records on NATS: the
+  second is refused at its start (``session_busy`` naming the live one,
+  :mod:`actors.nats.claim`), and any append that does not follow the last one is refused
+  (:mod:`actors.nats.lines`); the records are kept after the session ends, as a session
+  directory is.
 - What a session uses is recorded in ``session.json`` (``records``); a resumed session keeps it,
   and asking for the other is ``invalid_argument``.
 """
@@ -41,6 +43,7 @@ from protocol.transport_url import TlsFiles, is_nats, parse_transport
 
 if TYPE_CHECKING:
     from actors.nats.auth import NatsLogin
+    from actors.nats.claim import ParentClaim
 
 __all__ = ["RECORDS", "Records", "open_records", "records_kind", "resumable_id"]
 
@@ -81,12 +84,15 @@ class Records:
         record: Sink,
         delivered: _Delivered,
         view: NotificationFile,
+        claim: ParentClaim | None = None,
     ) -> None:
         self.kind = kind
         self.journal = journal
         self.record = record
         self.delivered = delivered
         self.view = view
+        #: this supervisor's claim on the session, with records on the NATS servers
+        self.claim = claim
 
     @property
     def sinks_after_record(self) -> list[Sink]:
@@ -99,13 +105,22 @@ class Records:
         path = getattr(self.journal, "path", None)
         return str(path) if path is not None else str(getattr(self.journal, "where", "nats"))
 
-    def close(self) -> None:
+    def close(self, *, keep_claim: bool = False) -> None:
+        """``keep_claim``: the session stays this supervisor's until :meth:`release` (its
+        last use of the session's other resources)."""
         self.journal.close()
         close = getattr(self.record, "close", None)
         if callable(close):
             close()
         if self.view is not self.record:
             self.view.close()
+        if not keep_claim:
+            self.release()
+
+    def release(self) -> None:
+        """The claim on the session given up (with records on NATS): another may take it."""
+        if self.claim is not None:
+            self.claim.close()
 
 
 def records_kind(given: str | None, transport: str, recorded: str | None) -> str:
@@ -159,26 +174,40 @@ def open_records(
         return Records(
             kind, FileJournal(session_dir / "journal.jsonl", fsync=True), view, view, view
         )
+    from actors.nats.claim import ParentClaim
     from actors.nats.journal import NatsJournal, NatsNotifications
     from actors.runtime.wire import CLUSTER_REPLICAS, NATS_OUTAGE_S, NATS_TIMEOUT_S
 
     servers = parse_transport(transport).server_urls
+    replicas = CLUSTER_REPLICAS if len(servers) >= CLUSTER_REPLICAS else 1
     options = {
-        "replicas": CLUSTER_REPLICAS if len(servers) >= CLUSTER_REPLICAS else 1,
+        "replicas": replicas,
         "request_timeout_s": NATS_TIMEOUT_S,
         "create": not existing,
         "outage_s": NATS_OUTAGE_S,
         "login": login,
         "tls": tls,
     }
-    opened: list[NatsJournal | NatsNotifications] = []
+    opened: list[ParentClaim | NatsJournal | NatsNotifications] = []
     try:
+        # opened (the streams found, or made), then claimed before any record is read: a live
+        # parent elsewhere refuses this one
         journal = NatsJournal(servers, session_id, **options)
         opened.append(journal)
         record = NatsNotifications(servers, session_id, **options)
+        opened.append(record)
+        claim = ParentClaim(
+            servers,
+            session_id,
+            str(session_dir),
+            replicas=replicas,
+            request_timeout_s=NATS_TIMEOUT_S,
+            login=login,
+            tls=tls,
+        )
     except BaseException:
-        for done in opened:
+        for done in reversed(opened):
             done.close()
         view.close()
         raise
-    return Records(kind, journal, record, record, view)
+    return Records(kind, journal, record, record, view, claim)

@@ -37,7 +37,14 @@ import msgspec
 
 from actors import tracing
 from actors.records.notes import FileTaskNotes
-from actors.records.session_info import SessionInfo, live_dir, private_dir, write_private
+from actors.records.session_info import (
+    SessionInfo,
+    live_dir,
+    os_failure,
+    private_dir,
+    write_private,
+)
+from actors.records.session_lock import DirectoryLock, lock_session
 from actors.runtime import procs
 from actors.runtime.command_socket import CommandServer, Request
 from actors.runtime.command_wire import PARENT_COMMANDS
@@ -48,7 +55,7 @@ from actors.session import recovery
 from actors.session.agent import AgentSpec
 from actors.session.locate import locate
 from actors.session.parent_transport import ParentTransport, launcher_class, load_authority
-from actors.session.records import open_records
+from actors.session.records import Records, open_records
 from actors.session.session import Session
 from actors.session.sinks import FanOut, Sink
 from actors.session.watchdog import is_watchdog_call
@@ -99,7 +106,56 @@ class Supervisor:
         command socket named in ``session.json`` (``serve``'s
         :func:`actors.surfaces.forwarded.run_forwarded`); ``journal``: where the records live,
         ``file`` or ``nats``, and ``resume``: a session id to resume from the NATS servers'
-        records (:mod:`actors.session.records`)."""
+        records (:mod:`actors.session.records`).
+
+        The session directory is locked for this supervisor's whole life before anything of it
+        is read (:mod:`actors.records.session_lock`): a session another supervisor serves is
+        ``session_busy`` naming it. An OS error while starting (a directory that cannot be
+        made, a read-only file system) is ``invalid_argument`` naming the path and the cause."""
+        self._lock: DirectoryLock | None = None
+        try:
+            self._start(
+                session_dir,
+                settings=settings,
+                sinks=sinks,
+                tap=tap,
+                mailbox_root=mailbox_root,
+                workers=workers,
+                recover=recover,
+                transport=transport,
+                nats_auth=nats_auth,
+                nats_tls=nats_tls,
+                commands=commands,
+                journal=journal,
+                resume=resume,
+            )
+        except BaseException as exc:
+            self._release()
+            if isinstance(exc, OSError):
+                raise os_failure(exc) from None
+            raise
+
+    def _lock_dir(self, session_dir: Path) -> None:
+        """Called by :func:`locate` on the session's directory before it reads anything."""
+        self._lock = lock_session(session_dir)
+
+    def _start(
+        self,
+        session_dir: Path | str | None,
+        *,
+        settings: Settings | None,
+        sinks: Iterable[Sink],
+        tap: Callable[[str], None] | None,
+        mailbox_root: Path | str | None,
+        workers: int | None,
+        recover: bool,
+        transport: str | None,
+        nats_auth: str | None,
+        nats_tls: TlsFiles | None,
+        commands: Callable[[Supervisor, Request], tuple[int, str, str] | None] | None,
+        journal: str | None,
+        resume: str | None,
+    ) -> None:
         self.settings = check_settings(settings or Settings())
         self.runtime = ThreadedRuntime(workers=workers)
         try:
@@ -113,6 +169,7 @@ class Supervisor:
                 new_secret=self.runtime.ids.secret,
                 nats_auth=nats_auth,
                 nats_tls=nats_tls,
+                lock=self._lock_dir,
             )
             self.authority = load_authority(where.transport, where.nats_auth)
         except BaseException:
@@ -400,6 +457,7 @@ class Supervisor:
         )
         self.launcher.close(kill=False)
         self._stop_serving()
+        self._release()
         self._stopped.set()
 
     def _stop_serving(self) -> None:
@@ -409,7 +467,7 @@ class Supervisor:
         self.session.shutdown()
         if self.spans is not None:
             self.spans.close()
-        self.records.close()
+        self.records.close(keep_claim=True)  # given up last (_release)
         with contextlib.suppress(FileNotFoundError):
             self._live_pointer.unlink()
 
@@ -446,4 +504,15 @@ class Supervisor:
         self._wire.remove()
         if not keep:
             shutil.rmtree(self.session_dir, ignore_errors=True)
+        self._release()
         self._stopped.set()
+
+    def _release(self) -> None:
+        """The session given up (its directory unlocked, its claim on the NATS servers ended):
+        last, once nothing of this parent uses it (its mailbox included), so the next parent
+        finds it as this one left it."""
+        records: Records | None = getattr(self, "records", None)
+        if records is not None:
+            records.release()
+        if self._lock is not None:
+            self._lock.release()

@@ -92,13 +92,14 @@ def run_serve(args: argparse.Namespace) -> int:
         nats_tls=_tls_files(args),
         commands=run_forwarded,  # `shepherd` calls run here, without the CLI's start-up
     )
+    # before the header: whoever reads it may stop serve at once, and must get a clean stop
+    stop = _stop_on_signals()
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}
     if args.json:
         sys.stdout.write(msgspec.json.encode({"session": header}).decode() + "\n")
     else:
         sys.stdout.write(f"session {sup.session_id}\ndirectory {sup.session_dir}\n")
     sys.stdout.flush()
-    stop = _stop_on_signals()
 
     def wait_for_remote_shutdown() -> None:
         sup.wait()
@@ -153,13 +154,13 @@ def run_node(args: argparse.Namespace) -> int:
         tls = load_tls(args.transport.strip(), args.nats_ca, args.nats_cert, args.nats_key)
     root = Path(args.dir).absolute() if args.dir else state_dir() / "nodes" / name
     node = NodeServer(servers, name, root, timeout_s=NATS_TIMEOUT_S, login=login, tls=tls)
+    stop = _stop_on_signals()  # before the ready line, as serve's header
     ready = {"name": name, "pid": os.getpid(), "dir": str(root)}
     if args.json:
         sys.stdout.write(msgspec.json.encode({"node": ready}).decode() + "\n")
     else:
         sys.stdout.write(f"node {name} ready (pid {os.getpid()}), files in {root}\n")
     sys.stdout.flush()
-    stop = _stop_on_signals()
     stop.wait()
     node.close()
     return 0

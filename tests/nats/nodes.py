@@ -23,7 +23,8 @@ WAIT_ANY = json.dumps({"steps": [{"await": "any"}]})
 class Node:
     """A `shepherd node` process (in its own process group, as on a host of its own)."""
 
-    def __init__(self, url: str, name: str, root: Path, *extra: str) -> None:
+    def __init__(self, url: str, name: str, root: Path, *extra: str, read: bool = True) -> None:
+        """``read=False``: returns at once; :meth:`read_first` then waits for its first line."""
         self.name, self.root = name, root
         argv = ["node", "--transport", url, "--name", name, "--dir", str(root), "--json", *extra]
         self.proc = subprocess.Popen(
@@ -33,10 +34,16 @@ class Node:
             text=True,
             start_new_session=True,
         )
+        self.first: dict[str, Any] = {}
+        self.ready: dict[str, Any] | None = None
+        if read:
+            self.read_first()
+
+    def read_first(self) -> None:
+        """Its first line: the ready line, or the error when it refused to start."""
         assert self.proc.stdout is not None
-        # the ready line, or the error when it refused to start
-        self.first: dict[str, Any] = json.loads(self.proc.stdout.readline() or "{}")
-        self.ready: dict[str, Any] | None = self.first.get("node")
+        self.first = json.loads(self.proc.stdout.readline() or "{}")
+        self.ready = self.first.get("node")
 
     def stop(self) -> str:
         """Stop it; what it wrote on stderr."""

@@ -50,6 +50,7 @@ def abandon(sup: Supervisor) -> list[subprocess.Popen[bytes]]:
     sup.launcher.reaper.close()
     sup.journal.close()
     sup.notifications.close()
+    sup._release()  # as the kernel releases a killed parent's lock on its session
     return bridges_of(sup)
 
 

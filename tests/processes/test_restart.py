@@ -115,7 +115,7 @@ def test_a_live_session_cannot_be_claimed_by_a_second_parent(serve, tmp_path: Pa
         timeout=60,
         check=False,
     )
-    assert done.returncode == 2 and "live session" in done.stderr
+    assert done.returncode == 2 and "session_busy" in done.stderr and "live session" in done.stderr
 
 
 ONE_SHOT = {"steps": [{"await": "task"}, {"done": {"status": "completed", "summary": "one"}}]}
