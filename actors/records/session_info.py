@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 from pathlib import Path
 
 import msgspec
@@ -93,12 +94,24 @@ def os_failure(exc: OSError, wanted: Path | None = None) -> InvalidArgument:
 
 def private_dir(path: Path) -> None:
     """``path`` (and its parents) made if missing, ours and 0700: a session's records are
-    nobody else's to read. One that cannot be made is ``invalid_argument`` (:func:`os_failure`)."""
+    nobody else's to read. One that cannot be made is ``invalid_argument`` (:func:`os_failure`).
+
+    An existing directory is made private only when that cannot take anything from anyone:
+    it is already 0700, empty, or a session's (it has ``session.json``). Any other, say
+    ``--session-dir /etc`` given by mistake as root, is refused and left as it was."""
     try:
+        existed = path.is_dir()
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.lstat(path)
         if st.st_uid != os.getuid():
             raise InvalidArgument(f"{path} belongs to another user")
+        if stat.S_IMODE(st.st_mode) == 0o700:
+            return
+        if existed and any(path.iterdir()) and not (path / "session.json").exists():
+            raise InvalidArgument(
+                f"{path} is a directory that is neither empty nor a session's: it would be "
+                "made private (0700); give a new or empty directory"
+            )
         os.chmod(path, 0o700)
     except OSError as exc:
         raise os_failure(exc, path) from None

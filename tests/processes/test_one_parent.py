@@ -174,3 +174,19 @@ def test_the_python_api_refuses_a_second_supervisor_and_an_unmakeable_directory(
         with pytest.raises(InvalidArgument, match=cause) as refused:
             Supervisor(tmp_path / "elsewhere", mailbox_root=path)
         assert refused.value.message.startswith(str(path.parent))  # the path that failed
+
+
+def test_a_directory_that_is_not_a_session_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """``serve --session-dir`` on a directory full of someone else's files (``/etc`` given
+    by mistake, as root) never makes it private: it is refused, its mode unchanged."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    theirs.chmod(0o755)
+    (theirs / "notes.txt").write_text("not a session\n")
+    rc, out, err = _shepherd("serve", "--session-dir", str(theirs))
+    assert rc == 2, (out, err)
+    assert out["error"]["code"] == "invalid_argument", out
+    assert str(theirs) in out["error"]["message"], out
+    assert (theirs.stat().st_mode & 0o777) == 0o755
+    assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
+    assert "Traceback" not in err, err
