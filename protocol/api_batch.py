@@ -9,13 +9,11 @@ from typing import Annotated
 
 import msgspec
 
-from protocol.api import Adapter, Arguments, SpawnArgs
+from protocol.api import Arguments, SpawnArgs, SpawnOptions
 from protocol.limits import (
     MAX_BATCH,
     DeadlineMinutes,
     Handle,
-    OptionalText,
-    OptionText,
     Text,
 )
 
@@ -73,21 +71,14 @@ class SpawnManyResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class SpawnManyArgs(
-    Arguments[SpawnManyResult], frozen=True, kw_only=True, forbid_unknown_fields=True
+    Arguments[SpawnManyResult], SpawnOptions, frozen=True, kw_only=True, forbid_unknown_fields=True
 ):
-    """Several agents of one kind: each name is a ``spawn`` with the same options."""
+    """Several agents of one kind: each name is a ``spawn`` with the same options, every
+    option of ``spawn`` (:class:`SpawnOptions`). A worktree is each agent's own (its default
+    branch is named after the agent), so a ``branch`` is refused for more than one name
+    (:func:`protocol.session.batch.check_spawn_many`)."""
 
     names: Annotated[tuple[Handle, ...], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
-    adapter: Adapter = "scripted"
-    script: OptionText | None = None
-    cmd: OptionText | None = None
-    resume_cmd: OptionText | None = None
-    cwd: OptionText | None = None
-    description: OptionalText | None = None
-    pi: OptionText | None = None
-    models_json: OptionText | None = None
-    provider: OptionText | None = None
-    model: OptionText | None = None
 
     def one(self, name: str) -> SpawnArgs:
         """The spawn of ``name`` with this call's options."""

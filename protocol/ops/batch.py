@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from protocol import api_batch, views
 from protocol.ops.parent import SPAWN
-from protocol.ops.spec import Param, Tool, entry
+from protocol.ops.spec import Param, Tool, entry, respell
 
 __all__ = ["DELEGATE_MANY", "SPAWN_MANY"]
 
@@ -16,7 +16,8 @@ SPAWN_MANY = entry(
     api_batch.SpawnManyArgs,
     help="start several agents of one kind, in one call",
     description=(
-        "Each NAME is one spawn with the options given (at most 100 per call); a name that "
+        "Each NAME is one spawn with the options given, any option of spawn (at most 100 "
+        "per call); with --worktree each agent gets a worktree of its own. A name that "
         "cannot be used (taken, malformed) is reported by its index and the others are "
         "started. Exits 1 when any name was refused."
     ),
@@ -31,8 +32,17 @@ SPAWN_MANY = entry(
             cli="names",
             metavar="NAME",
         ),
-        # spawn's options that a batch takes (not a worktree: each agent needs its own)
-        **{k: v for k, v in SPAWN.params.items() if k in api_batch.SpawnManyArgs.__struct_fields__},
+        # every option of spawn, as spawn says it (both Structs take api.SpawnOptions, so
+        # entry() refuses a field without its Param here)
+        **{k: v for k, v in SPAWN.params.items() if k != "name"},
+        "branch": respell(
+            SPAWN.params["branch"],
+            description=(
+                "The worktree's branch (with worktree and one name only: each agent's worktree "
+                "needs its own branch; default shepherd/<session>/<name>)"
+            ),
+            help="the worktree's branch (--worktree, one NAME only)",
+        ),
     },
     tool=Tool(
         description=(
