@@ -92,6 +92,9 @@ def run_serve(args: argparse.Namespace) -> int:
         nats_tls=_tls_files(args),
         commands=run_forwarded,  # `shepherd` calls run here, without the CLI's start-up
     )
+    for line in sup.limits_changed:  # a restart that gave other limits says so
+        sys.stderr.write(f"shepherd: warning: {line}\n")
+    sys.stderr.flush()
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}
     if args.json:
         sys.stdout.write(msgspec.json.encode({"session": header}).decode() + "\n")
