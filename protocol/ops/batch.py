@@ -5,7 +5,7 @@ journal write; see :mod:`protocol.session.batch`). Entries of the table like tho
 from __future__ import annotations
 
 from protocol import api_batch, views
-from protocol.ops.parent import SPAWN
+from protocol.ops.parent import DELEGATE, SPAWN
 from protocol.ops.spec import Param, Tool, entry, respell
 
 __all__ = ["DELEGATE_MANY", "SPAWN_MANY"]
@@ -72,7 +72,8 @@ DELEGATE_MANY = entry(
         "items": Param(
             description=(
                 "The tasks, at least one and at most 100: each names its agent (target: name "
-                "or id), its task text, and optionally its own timeout_minutes"
+                "or id), its task text, and optionally its own timeout_minutes and budgets "
+                "(max_turns, max_tokens, max_cost, max_minutes, as shepherd_delegate's)"
             ),
             cli="--task",
             metavar="AGENT TEXT",
@@ -87,6 +88,13 @@ DELEGATE_MANY = entry(
             metavar="MINUTES",
             help="deadline of each task without its own (at most 10080)",
         ),
+        # delegate's other fields the call takes, as delegate says them: each item's, unless
+        # the item gives its own
+        **{
+            k: v
+            for k, v in DELEGATE.params.items()
+            if k in api_batch.DelegateManyArgs.__struct_fields__ and k != "timeout_minutes"
+        },
         "watch": Param(
             description=(
                 "Also watch every accepted task with one watcher (default false): its "

@@ -29,10 +29,9 @@ from protocol.answers import encoded_size
 from protocol.errors import InvalidArgument, LimitExceeded, ShepherdError
 from protocol.ids import IdKind, make_id
 from protocol.limits import answer_budget, preview
-from protocol.session import agents, approvals, budgets, tasks, watchers
+from protocol.session import agents, approvals, budgets, watchers
 from protocol.session.effects import Answer, Effect, Journal
 from protocol.session.state import Ctx, SessionState
-from protocol.usage import Budget
 
 __all__ = [
     "ERROR_CHARS",
@@ -139,23 +138,18 @@ def delegate_many(s: SessionState, args: api_batch.DelegateManyArgs, cx: Ctx) ->
     task_ids: list[str | None] = []
     errors: list[api_batch.ItemError] = []
     for index, item in enumerate(args.items):
-        timeout = (
-            args.timeout_minutes
-            if isinstance(item.timeout_minutes, msgspec.UnsetType)
-            else item.timeout_minutes
-        )
-        single = api.DelegateArgs(target=item.target, task=item.task, timeout_minutes=timeout)
         try:
-            # each item takes its share of the session's budget as a single delegate would
-            budget, _ = budgets.grant(s, Budget())
-            result, effects = tasks.delegate_one(s, single, cx, budget)
+            # each item is a delegate: its budget within the session's, its timers, its answer
+            effects = budgets.delegate(s, args.single(item), cx)
         except ShepherdError as exc:  # refused before anything changed (rule 1)
             errors.append(item_error(index, exc))
             task_ids.append(None)
             continue
-        task_ids.append(result.task_id)
         for effect in effects:
-            (journal if isinstance(effect, Journal) else rest).append(effect)
+            if isinstance(effect, Answer):
+                task_ids.append(effect.value.task_id)
+            else:
+                (journal if isinstance(effect, Journal) else rest).append(effect)
     watcher_id = None
     accepted = tuple(t for t in task_ids if t is not None)
     if args.watch and accepted:

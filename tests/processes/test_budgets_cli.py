@@ -226,3 +226,28 @@ def test_a_restart_keeps_the_session_budget_and_says_when_it_changes(
     _, status = cli("status", session=session)
     assert status["summary"]["budget_tokens"] == 500
     assert "changed" not in _stopped(fourth, session)
+
+
+def test_delegate_many_takes_the_budgets_of_delegate(serve: Any, tmp_path: Path) -> None:
+    """``delegate-many`` takes delegate's budgets: the call's for every item, and an item's
+    own (as JSON to its tool) over the call's; each task gets them as a delegate would."""
+    serve()
+    session = tmp_path / "session"
+    cli("spawn-many", "a", "b", "c", "--script", str(_idle(tmp_path)), session=session)
+    args = ["--task", "a", "x", "--task", "b", "y", "--max-tokens", "5", "--max-minutes", "30"]
+    _, many = cli("delegate-many", *args, session=session)
+    assert many["errors"] == [] and all(many["task_ids"]), many
+    payload = {"items": [{"target": "c", "task": "z", "max_turns": 2}], "max_tokens": 9}
+    argv = [sys.executable, "-m", "actors.surfaces.entry", "tool", "shepherd_delegate_many"]
+    argv += ["--args", "-", "--json", "--session", str(session)]
+    done = subprocess.run(
+        argv, input=json.dumps(payload), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    _, status = cli("status", session=session)
+    budgets = {row["name"]: row["task"]["budget"] for row in status["agents"]}
+    assert budgets == {
+        "a": {"max_tokens": 5, "max_minutes": 30},
+        "b": {"max_tokens": 5, "max_minutes": 30},
+        "c": {"max_turns": 2, "max_tokens": 9},
+    }

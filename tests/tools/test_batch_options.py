@@ -1,7 +1,8 @@
 """A batch operation takes every option of its single operation, on every surface: each of
 ``spawn``'s options reaches ``spawn-many`` on the command line (parsed to the same value), in
 its tool's schema (the same property) and in the Python API (its Struct's field); each of
-``delegate``'s per-task fields is a field of a ``delegate_many`` item or of the call. Adding an
+``delegate``'s fields is a field of a ``delegate_many`` item, and each of its options the
+call's (on the command line too). Adding an
 option to the single operation without its batch fails here."""
 
 from __future__ import annotations
@@ -14,10 +15,7 @@ import pytest
 from actors.surfaces.cli_parser import build_parser
 from protocol import api, api_batch, tools
 from protocol.errors import InvalidArgument
-from protocol.ops.parent import SPAWN
-
-#: delegate's fields that delegate_many does not take yet (its budgets)
-DELEGATE_NOT_IN_BATCH = {"max_turns", "max_tokens", "max_cost", "max_minutes"}
+from protocol.ops.parent import DELEGATE, SPAWN
 
 
 def _spawn_options() -> list[tuple[str, dict[str, Any]]]:
@@ -102,9 +100,40 @@ def test_one_branch_for_several_worktrees_is_refused_whole() -> None:
     check_spawn_many(one)  # one name may name its branch
 
 
-def test_delegate_many_items_take_delegate_fields_or_say_which_not() -> None:
+def test_each_delegate_many_item_is_a_delegate_with_every_field_of_delegate() -> None:
     single = set(api.DelegateArgs.__struct_fields__)
     item = set(api_batch.DelegateItem.__struct_fields__)
     call = set(api_batch.DelegateManyArgs.__struct_fields__) - {"items", "watch"}
-    # every field of delegate is an item's, the call's, or listed as not taken (with why)
-    assert single - item - call == DELEGATE_NOT_IN_BATCH
+    assert item == single  # an item may give each field of delegate
+    assert call == single - {"target", "task"}  # the call gives each optional one
+    # an item's own value wins; one it left out is the call's
+    many = api.build_args(
+        api_batch.DelegateManyArgs,
+        items=[{"target": "a", "task": "x", "max_tokens": 7}, {"target": "b", "task": "y"}],
+        max_tokens=100,
+        max_turns=3,
+        max_cost=0.5,
+        max_minutes=9,
+        timeout_minutes=60,
+    )
+    first, second = (many.single(i) for i in many.items)
+    assert (first.max_tokens, second.max_tokens) == (7, 100)
+    for one in (first, second):
+        assert (one.max_turns, one.max_cost, one.max_minutes, one.timeout_minutes) == (
+            3,
+            0.5,
+            9,
+            60,
+        )
+
+
+def test_delegate_many_parses_each_option_of_delegate_as_delegate_does() -> None:
+    flags = [(f, spec) for f, spec in DELEGATE.arguments() if f.startswith("-")]
+    assert {f for f, _ in flags} >= {"--max-turns", "--max-tokens", "--max-cost", "--max-minutes"}
+    for flag, spec in flags:
+        given = _values(flag, spec)
+        single = build_parser(["delegate"]).parse_args(["delegate", "a", "x", *given])
+        many = build_parser(["delegate-many"]).parse_args(
+            ["delegate-many", "--task", "a", "x", *given]
+        )
+        assert getattr(many, spec["dest"]) == getattr(single, spec["dest"]) is not None, flag
