@@ -427,7 +427,7 @@ def test_spawn_many_takes_spawns_options_from_the_cli(
         "spawn-many", "a", "b", *options, "--branch", "feature", session=session, check=False
     )
     assert rc == 2 and err["error"]["code"] == "invalid_argument", err
-    assert "branch" in err["error"]["message"]
+    assert "cannot share the branch 'feature'" in err["error"]["message"], err
     assert worktree_list(repo) == before and "feature" not in git(repo, "branch", "--list")
     _, status = cli("status", session=session)
     assert status["agents"] == []
