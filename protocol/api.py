@@ -57,6 +57,7 @@ __all__ = [
     "ResultArgs",
     "SettleResult",
     "SpawnArgs",
+    "SpawnOptions",
     "SpawnResult",
     "StatusArgs",
     "StatusResult",
@@ -268,8 +269,10 @@ class Arguments(msgspec.Struct, Generic[R], frozen=True, kw_only=True, forbid_un
     for it), so the Struct alone says what the operation takes and gives."""
 
 
-class SpawnArgs(Arguments[SpawnResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: Handle
+class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What ``spawn`` takes beside the name: the one list of them, so ``spawn_many``
+    (:mod:`protocol.api_batch`), which takes each for all its names, cannot drift from it."""
+
     adapter: Adapter = "scripted"
     script: OptionText | None = None  # path of a script file (scripted adapter)
     cmd: OptionText | None = None  # command template (command adapter), with {message}
@@ -292,6 +295,12 @@ class SpawnArgs(Arguments[SpawnResult], frozen=True, kw_only=True, forbid_unknow
     #: the ``shepherd node`` to start it on (``any``: the least-loaded live node; None: this
     #: host, as the parent's own child). Only over NATS (protocol.nodes)
     node: NodeName | None = None
+
+
+class SpawnArgs(
+    Arguments[SpawnResult], SpawnOptions, frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    name: Handle
 
 
 class DelegateArgs(

@@ -5,17 +5,19 @@ operation and refused on its own (see :mod:`protocol.session.batch`). Beside
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
-from protocol.api import Adapter, Arguments, SpawnArgs
+from protocol.api import Arguments, DelegateArgs, SpawnArgs, SpawnOptions
 from protocol.limits import (
     MAX_BATCH,
+    BudgetCost,
+    BudgetMinutes,
+    BudgetTokens,
+    BudgetTurns,
     DeadlineMinutes,
     Handle,
-    OptionalText,
-    OptionText,
     Text,
 )
 
@@ -30,7 +32,8 @@ __all__ = [
 
 
 class DelegateItem(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One task of a ``delegate_many``: the fields of ``delegate``."""
+    """One task of a ``delegate_many``: the fields of ``delegate``; each optional one left out
+    is the call's (:meth:`DelegateManyArgs.single`)."""
 
     target: Handle  # agent id or name
     task: Text
@@ -38,6 +41,11 @@ class DelegateItem(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: JSON clients send NaN and infinities as null, which must be refused, never read as
     #: "no deadline"
     timeout_minutes: DeadlineMinutes | msgspec.UnsetType = msgspec.UNSET
+    #: delegate's budgets of this task (left out: the call's; see ``DelegateArgs``)
+    max_turns: BudgetTurns | msgspec.UnsetType = msgspec.UNSET
+    max_tokens: BudgetTokens | msgspec.UnsetType = msgspec.UNSET
+    max_cost: BudgetCost | msgspec.UnsetType = msgspec.UNSET
+    max_minutes: BudgetMinutes | msgspec.UnsetType = msgspec.UNSET
 
 
 class ItemError(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,8 +70,24 @@ class DelegateManyArgs(
     items: Annotated[tuple[DelegateItem, ...], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
     #: the deadline of every item that gives none (None: the session's default)
     timeout_minutes: DeadlineMinutes | None = None
+    #: the budgets of every item that gives none (None: no limit of that kind; the session's
+    #: budget still caps tokens and cost)
+    max_turns: BudgetTurns | None = None
+    max_tokens: BudgetTokens | None = None
+    max_cost: BudgetCost | None = None
+    max_minutes: BudgetMinutes | None = None
     #: also register one watcher of every accepted task (in the same journal write)
     watch: bool = False
+
+    def single(self, item: DelegateItem) -> DelegateArgs:
+        """The ``delegate`` of ``item``: each field of delegate the item left out is the
+        call's (a field of delegate that is neither's fails here: they must not drift)."""
+        fields: dict[str, Any] = {"target": item.target, "task": item.task}
+        for name in DelegateArgs.__struct_fields__:
+            if name not in fields:
+                mine = getattr(item, name)
+                fields[name] = getattr(self, name) if mine is msgspec.UNSET else mine
+        return DelegateArgs(**fields)
 
 
 class SpawnManyResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,21 +97,14 @@ class SpawnManyResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class SpawnManyArgs(
-    Arguments[SpawnManyResult], frozen=True, kw_only=True, forbid_unknown_fields=True
+    Arguments[SpawnManyResult], SpawnOptions, frozen=True, kw_only=True, forbid_unknown_fields=True
 ):
-    """Several agents of one kind: each name is a ``spawn`` with the same options."""
+    """Several agents of one kind: each name is a ``spawn`` with the same options, every
+    option of ``spawn`` (:class:`SpawnOptions`). A worktree is each agent's own (its default
+    branch is named after the agent), so a ``branch`` is refused for more than one name
+    (:func:`protocol.session.batch.check_spawn_many`)."""
 
     names: Annotated[tuple[Handle, ...], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
-    adapter: Adapter = "scripted"
-    script: OptionText | None = None
-    cmd: OptionText | None = None
-    resume_cmd: OptionText | None = None
-    cwd: OptionText | None = None
-    description: OptionalText | None = None
-    pi: OptionText | None = None
-    models_json: OptionText | None = None
-    provider: OptionText | None = None
-    model: OptionText | None = None
 
     def one(self, name: str) -> SpawnArgs:
         """The spawn of ``name`` with this call's options."""

@@ -15,6 +15,9 @@ The journal is append-only; the latest record of a thing wins. Records:
   counted for: the fold adds them up again
 - ``agent_recover`` ``serve --recover`` started the agent again: its new incarnation
 - ``task_resume`` an open task was handed again to that incarnation (written before it is)
+- ``session_limits`` the settings that bound the session (its budgets, default deadlines):
+  written when it is made, and by a restart that changes them; a restart that gives none
+  runs with the last (:mod:`protocol.session.limits`)
 - ``task_changes`` the files a worktree agent's task changed (its result's ``changes``),
   written once they were listed, after the task's settlement
 - ``worktree_removed`` a close removed the agent's (clean) git worktree. Where an agent's
@@ -38,6 +41,7 @@ from typing import Any, Final
 import msgspec
 
 from protocol.requests import RequestRecord
+from protocol.settings import SessionLimits
 from protocol.tasks import TaskRecord
 from protocol.worktrees import WorktreeChanges
 
@@ -49,6 +53,7 @@ __all__ = [
     "Entry",
     "PromptRecord",
     "Record",
+    "SessionLimitsRecord",
     "TaskChangesRecord",
     "TaskResumeRecord",
     "UsageRecord",
@@ -155,6 +160,17 @@ class TaskChangesRecord(msgspec.Struct, frozen=True, kw_only=True):
     changes: WorktreeChanges
 
 
+# --- the session's own bounds (protocol.session.limits)
+
+
+class SessionLimitsRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The session's limits from now on; ``previous``: what they were (None: first record)."""
+
+    limits: SessionLimits
+    previous: SessionLimits | None = None
+    at: float
+
+
 Record = (
     AgentRecord
     | AgentExitRecord
@@ -168,6 +184,7 @@ Record = (
     | TaskResumeRecord
     | WorktreeRemovedRecord
     | TaskChangesRecord
+    | SessionLimitsRecord
 )
 
 
@@ -223,6 +240,10 @@ class TaskChangesEntry(_Entry, frozen=True, kw_only=True, tag="task_changes"):
     record: TaskChangesRecord
 
 
+class SessionLimitsEntry(_Entry, frozen=True, kw_only=True, tag="session_limits"):
+    record: SessionLimitsRecord
+
+
 #: One journal line.
 Entry = (
     AgentEntry
@@ -237,6 +258,7 @@ Entry = (
     | TaskResumeEntry
     | WorktreeRemovedEntry
     | TaskChangesEntry
+    | SessionLimitsEntry
 )
 
 _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
@@ -252,6 +274,7 @@ _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
     TaskResumeRecord: TaskResumeEntry,
     WorktreeRemovedRecord: WorktreeRemovedEntry,
     TaskChangesRecord: TaskChangesEntry,
+    SessionLimitsRecord: SessionLimitsEntry,
 }
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(Entry)

@@ -28,7 +28,7 @@ from protocol.errors import InvalidArgument
 from protocol.limits import BudgetCost, BudgetTokens, DeadlineSeconds, SoftFraction
 from protocol.watchdog.config import WatchdogConfig, apply_watchdog_overrides
 
-__all__ = ["Settings", "apply_overrides", "check_settings", "parse_value"]
+__all__ = ["SessionLimits", "Settings", "apply_overrides", "check_settings", "parse_value"]
 
 
 #: 1 KiB to 16 MiB
@@ -78,6 +78,32 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     #: a node not heard from for this long (it beats every second) is lost: its agents are
     #: gone, and their tasks fail with a reason naming the node
     node_lost_s: Annotated[float, msgspec.Meta(ge=3, le=3600)] = 10.0
+
+
+class SessionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The settings that bound what a session may do (None: no bound of that kind), each a
+    field of :class:`Settings` of the same name and type: recorded with the session, and
+    restored by a restart that gives none (:mod:`protocol.session.limits`)."""
+
+    #: the session's budget of tokens and of cost over every task
+    budget_tokens: BudgetTokens | None = None
+    budget_cost: BudgetCost | None = None
+    #: the deadline of a task, and of a reply, when the call gives none
+    default_task_timeout_s: DeadlineSeconds | None = None
+    default_reply_timeout_s: DeadlineSeconds | None = None
+
+
+def _same_fields(part: type[msgspec.Struct], whole: type[msgspec.Struct]) -> None:
+    """``part``'s fields are ``whole``'s, with the same types and defaults (checked once, at
+    import: a change to one that the other misses fails at once)."""
+    fields = {f.name: f for f in msgspec.structs.fields(whole)}
+    for f in msgspec.structs.fields(part):
+        mine = fields.get(f.name)
+        if mine is None or (mine.type, mine.default) != (f.type, f.default):
+            raise TypeError(f"{part.__name__}.{f.name} is not {whole.__name__}.{f.name}")
+
+
+_same_fields(SessionLimits, Settings)
 
 
 S = TypeVar("S", bound=msgspec.Struct)

@@ -71,7 +71,16 @@ from protocol import api, api_batch
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import ShepherdError
 from protocol.notifications import Notice, TaskCompletion
-from protocol.session import agents, calls, inbound, status, watchers, worktree_events, worktrees
+from protocol.session import (
+    agents,
+    batch,
+    calls,
+    inbound,
+    status,
+    watchers,
+    worktree_events,
+    worktrees,
+)
 from protocol.session import effects as fx
 from protocol.session.restore import Restore, resume
 from protocol.session.state import Ctx, SessionState
@@ -250,16 +259,12 @@ class BrokerActor(ShepherdActor):
             return status.view(self.state, args.agent, now, cursor=args.cursor, parent_wake=wake)
         if isinstance(args, api.SpawnArgs):
             agents.check_spawn(self.state, args)
-        on_node = isinstance(args, api.SpawnArgs) and args.node is not None  # checked there
-        if (
-            isinstance(args, api.SpawnArgs | api_batch.SpawnManyArgs)
-            and args.adapter != "simulated"
-            and not on_node
-        ):
-            # the child's own checks, run here first: what spawn accepts, the child can run
-            # (a spawn_many's options are the same for every name: checked once)
-            one = args if isinstance(args, api.SpawnArgs) else args.one(args.names[0])
-            check_spawn_options(args.adapter, agents.options_of(one), os.getcwd())
+        one = _first_spawn(args)
+        # the child's own checks, run here first: what spawn accepts, the child can run (a
+        # spawn_many's options are the same for every name: checked once); a node checks
+        # its own
+        if one is not None and one.adapter != "simulated" and one.node is None:
+            check_spawn_options(one.adapter, agents.options_of(one), os.getcwd())
         return self._run(calls.call(self.state, args, self._ctx()))
 
     def capability_of(self, agent_id: str) -> str | None:
@@ -447,3 +452,14 @@ class BrokerActor(ShepherdActor):
             self._tap(text)
         except Exception:
             self._log.opt(exception=True).error("story tap failed")
+
+
+def _first_spawn(args: Any) -> api.SpawnArgs | None:
+    """The (first) spawn ``args`` asks for, if it is one."""
+    if isinstance(args, api.SpawnArgs):
+        return args
+    if isinstance(args, api_batch.SpawnManyArgs):
+        return args.one(args.names[0])
+    if isinstance(args, batch.SpawnEach) and args.items:
+        return args.items[0]
+    return None

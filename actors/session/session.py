@@ -56,6 +56,7 @@ from protocol.ops import Method, batch, parent
 from protocol.ops import approvals as approval_ops
 from protocol.ops import worktrees as worktree_ops
 from protocol.script import Script
+from protocol.session import batch as batch_rules
 from protocol.session.restore import Restore
 from protocol.settings import Settings, check_settings
 from protocol.worktrees import WorktreeRef, WorktreeReleased
@@ -225,6 +226,8 @@ class Session:
                 answer = self._read(args)
             case api.SpawnArgs():
                 answer = self._spawn(args)
+            case api_batch.SpawnManyArgs():
+                answer = self._spawn_many(args)
             case api.CloseArgs():
                 answer = self._close(args)
             case api.WorktreesArgs():
@@ -279,17 +282,57 @@ class Session:
     # runs git, or waits for the git worker: never the broker)
 
     def _spawn(self, args: api.SpawnArgs) -> api.SpawnResult:
-        args = self._placed(args)
-        if self.worktrees_root is None:
-            if args.worktree:
-                raise InvalidArgument("spawn: worktree: this session makes no worktrees")
-            return self._ask(args)  # type: ignore[no-any-return]
-        made, new_branch = wt.prepare(args, self.worktrees_root, self.session_id)
+        made, new_branch = self._made(args)
         try:
             return self._ask(made)  # type: ignore[no-any-return]
         except BaseException:
             wt.undo(made, new_branch)
             raise
+
+    def _made(self, args: api.SpawnArgs) -> tuple[api.SpawnArgs, bool]:
+        """``args`` ready for the broker: placed on its node, its worktree made (the args
+        then say where); and whether a new branch was made (:func:`wt.undo` needs it)."""
+        args = self._placed(args)
+        if self.worktrees_root is None:
+            if args.worktree:
+                raise InvalidArgument("spawn: worktree: this session makes no worktrees")
+            return args, False
+        return wt.prepare(args, self.worktrees_root, self.session_id)
+
+    def _spawn_many(self, args: api_batch.SpawnManyArgs) -> api_batch.SpawnManyResult:
+        """Each name made ready as :meth:`_spawn` makes one (its node, its own worktree), then
+        all spawned in one broker message; a name refused here is refused by its index and
+        the others go on (a worktree made for a name the broker refused is removed)."""
+        batch_rules.check_spawn_many(args)
+        ready: list[tuple[int, api.SpawnArgs, bool]] = []
+        refused: list[api_batch.ItemError] = []
+        try:
+            for index, name in enumerate(args.names):
+                try:
+                    ready.append((index, *self._made(args.one(name))))
+                except ShepherdError as exc:
+                    refused.append(batch_rules.item_error(index, exc))
+            done: api_batch.SpawnManyResult = (
+                self._ask(batch_rules.SpawnEach(items=tuple(made for _, made, _ in ready)))
+                if ready
+                else api_batch.SpawnManyResult(agent_ids=())
+            )
+        except BaseException:
+            for _, made, new_branch in ready:
+                wt.undo(made, new_branch)
+            raise
+        # the broker's answer is by the place among the ready ones: back to the call's places
+        agent_ids: list[str | None] = [None] * len(args.names)
+        for (index, made, new_branch), agent_id in zip(ready, done.agent_ids, strict=True):
+            agent_ids[index] = agent_id
+            if agent_id is None:
+                wt.undo(made, new_branch)
+        errors = refused + [
+            msgspec.structs.replace(error, index=ready[error.index][0]) for error in done.errors
+        ]
+        return api_batch.SpawnManyResult(
+            agent_ids=tuple(agent_ids), errors=tuple(sorted(errors, key=lambda e: e.index))
+        )
 
     def _placed(self, args: api.SpawnArgs) -> api.SpawnArgs:
         """``node``: a launcher that places agents on other hosts resolves it (``any``), checks

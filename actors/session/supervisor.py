@@ -72,6 +72,8 @@ from protocol.errors import (
 )
 from protocol.ids import PARENT_ID, IdKind
 from protocol.limits import answer_budget
+from protocol.session import limits as session_limits
+from protocol.session.restore import Restore
 from protocol.settings import Settings, check_settings
 from protocol.transport_url import TlsFiles
 
@@ -205,11 +207,7 @@ class Supervisor:
             self.records.close()
 
         try:
-            restore = (
-                recovery.read_restore(self.records, self.session_id, self.settings, recover)
-                if self.resumed
-                else None
-            )
+            restore = self._restored(recover)
         except BaseException:
             undo()
             raise
@@ -296,6 +294,30 @@ class Supervisor:
         self._closed = False
         self._stopped = threading.Event()
         logger.bind(session=self.session_id).info("session at {dir}", dir=self.session_dir)
+
+    def _restored(self, recover: bool) -> Restore | None:
+        """What the session's records say (None for a new session), and its limits: recorded,
+        restored, or changed aloud (:mod:`protocol.session.limits`): ``self.settings`` becomes
+        what the session runs with, and ``self.limits_changed`` says what this start changed
+        of the recorded limits (one line each; ``serve`` prints them on stderr). Journaled
+        before the session runs (nothing else writes yet)."""
+        restore = (
+            recovery.read_restore(self.records, self.session_id, self.settings, recover)
+            if self.resumed
+            else None
+        )
+        recorded = restore.state.limits if restore is not None else None
+        self.settings, changes, record = session_limits.restart(
+            self.settings, recorded, self.runtime.clock.now()
+        )
+        if restore is not None:
+            restore.state.settings = self.settings
+        if record is not None:
+            self.journal.append(record)
+        self.limits_changed = tuple(session_limits.told(c) for c in changes)
+        for line in self.limits_changed:
+            logger.bind(session=self.session_id).info("{line}", line=line)
+        return restore
 
     # ------------------------------------------------------------------ mailbox checks
 

@@ -92,6 +92,9 @@ def run_serve(args: argparse.Namespace) -> int:
         nats_tls=_tls_files(args),
         commands=run_forwarded,  # `shepherd` calls run here, without the CLI's start-up
     )
+    for line in sup.limits_changed:  # a restart that gave other limits says so
+        sys.stderr.write(f"shepherd: warning: {line}\n")
+    sys.stderr.flush()
     # before the header: whoever reads it may stop serve at once, and must get a clean stop
     stop = _stop_on_signals()
     header = {"session_dir": str(sup.session_dir), "session_id": sup.session_id}

@@ -5,8 +5,8 @@ journal write; see :mod:`protocol.session.batch`). Entries of the table like tho
 from __future__ import annotations
 
 from protocol import api_batch, views
-from protocol.ops.parent import SPAWN
-from protocol.ops.spec import Param, Tool, entry
+from protocol.ops.parent import DELEGATE, SPAWN
+from protocol.ops.spec import Param, Tool, entry, respell
 
 __all__ = ["DELEGATE_MANY", "SPAWN_MANY"]
 
@@ -16,7 +16,8 @@ SPAWN_MANY = entry(
     api_batch.SpawnManyArgs,
     help="start several agents of one kind, in one call",
     description=(
-        "Each NAME is one spawn with the options given (at most 100 per call); a name that "
+        "Each NAME is one spawn with the options given, any option of spawn (at most 100 "
+        "per call); with --worktree each agent gets a worktree of its own. A name that "
         "cannot be used (taken, malformed) is reported by its index and the others are "
         "started. Exits 1 when any name was refused."
     ),
@@ -31,8 +32,17 @@ SPAWN_MANY = entry(
             cli="names",
             metavar="NAME",
         ),
-        # spawn's options that a batch takes (not a worktree: each agent needs its own)
-        **{k: v for k, v in SPAWN.params.items() if k in api_batch.SpawnManyArgs.__struct_fields__},
+        # every option of spawn, as spawn says it (both Structs take api.SpawnOptions, so
+        # entry() refuses a field without its Param here)
+        **{k: v for k, v in SPAWN.params.items() if k != "name"},
+        "branch": respell(
+            SPAWN.params["branch"],
+            description=(
+                "The worktree's branch (with worktree and one name only: each agent's worktree "
+                "needs its own branch; default shepherd/<session>/<name>)"
+            ),
+            help="the worktree's branch (--worktree, one NAME only)",
+        ),
     },
     tool=Tool(
         description=(
@@ -62,7 +72,8 @@ DELEGATE_MANY = entry(
         "items": Param(
             description=(
                 "The tasks, at least one and at most 100: each names its agent (target: name "
-                "or id), its task text, and optionally its own timeout_minutes"
+                "or id), its task text, and optionally its own timeout_minutes and budgets "
+                "(max_turns, max_tokens, max_cost, max_minutes, as shepherd_delegate's)"
             ),
             cli="--task",
             metavar="AGENT TEXT",
@@ -77,6 +88,13 @@ DELEGATE_MANY = entry(
             metavar="MINUTES",
             help="deadline of each task without its own (at most 10080)",
         ),
+        # delegate's other fields the call takes, as delegate says them: each item's, unless
+        # the item gives its own
+        **{
+            k: v
+            for k, v in DELEGATE.params.items()
+            if k in api_batch.DelegateManyArgs.__struct_fields__ and k != "timeout_minutes"
+        },
         "watch": Param(
             description=(
                 "Also watch every accepted task with one watcher (default false): its "

@@ -26,15 +26,23 @@ import msgspec
 
 from protocol import api, api_batch
 from protocol.answers import encoded_size
-from protocol.errors import LimitExceeded, ShepherdError
+from protocol.errors import InvalidArgument, LimitExceeded, ShepherdError
 from protocol.ids import IdKind, make_id
 from protocol.limits import answer_budget, preview
-from protocol.session import agents, budgets, tasks, watchers
+from protocol.session import agents, approvals, budgets, watchers
 from protocol.session.effects import Answer, Effect, Journal
 from protocol.session.state import Ctx, SessionState
-from protocol.usage import Budget
 
-__all__ = ["ERROR_CHARS", "delegate_many", "largest_answer", "spawn_many"]
+__all__ = [
+    "ERROR_CHARS",
+    "SpawnEach",
+    "check_spawn_many",
+    "delegate_many",
+    "item_error",
+    "largest_answer",
+    "spawn_many",
+    "spawn_one",
+]
 
 #: an item's error message in a batch's answer is cut to this many characters
 ERROR_CHARS = 300
@@ -62,24 +70,56 @@ def _check_fits(s: SessionState, what: str, count: int, kind: IdKind) -> None:
         )
 
 
-def _refused(index: int, exc: ShepherdError) -> api_batch.ItemError:
+def item_error(index: int, exc: ShepherdError) -> api_batch.ItemError:
+    """How an answer tells of item ``index`` refused by ``exc`` (its message cut, rule 4)."""
     message = preview(exc.message, ERROR_CHARS) or ""
     return api_batch.ItemError(index=index, code=exc.code, message=message)
 
 
-def spawn_many(s: SessionState, args: api_batch.SpawnManyArgs, cx: Ctx) -> list[Effect]:
+class SpawnEach(msgspec.Struct, frozen=True, kw_only=True):
+    """A ``spawn_many`` whose names the session's edge made ready one by one (each its own
+    worktree, its own node): each item a ``spawn``, with the call's options."""
+
+    items: tuple[api.SpawnArgs, ...]
+
+
+def check_spawn_many(args: api_batch.SpawnManyArgs) -> None:
+    """What refuses a whole ``spawn_many`` beyond its Struct: one ``branch`` cannot be every
+    name's (a branch is checked out in one worktree only, and each agent has its own)."""
+    if args.worktree and args.branch is not None and len(args.names) > 1:
+        raise InvalidArgument(
+            f"spawn_many: branch: {len(args.names)} agents cannot share the branch "
+            f"{args.branch!r} (each worktree needs its own branch); leave branch out (each "
+            "gets shepherd/<session>/<name>) or spawn them one at a time"
+        )
+
+
+def spawn_one(s: SessionState, args: api.SpawnArgs, cx: Ctx) -> list[Effect]:
+    """One ``spawn``'s rules: an agent's own (:func:`protocol.session.agents.spawn`) and its
+    approval rules' (:func:`protocol.session.approvals.check_spawn`); each name of a
+    ``spawn_many`` follows them too."""
+    approvals.check_spawn(args)
+    return agents.spawn(s, args, cx)
+
+
+def spawn_many(s: SessionState, args: api_batch.SpawnManyArgs | SpawnEach, cx: Ctx) -> list[Effect]:
     """Each name is a ``spawn`` with the call's options (rules 1, 2, 4); the options were
     checked once by the caller (they name files and programs: the same for every name)."""
-    _check_fits(s, "spawn_many", len(args.names), IdKind.AGENT)
+    if isinstance(args, api_batch.SpawnManyArgs):
+        check_spawn_many(args)
+        items = tuple(args.one(name) for name in args.names)
+    else:
+        items = args.items
+    _check_fits(s, "spawn_many", len(items), IdKind.AGENT)
     journal: list[Effect] = []
     rest: list[Effect] = []
     agent_ids: list[str | None] = []
     errors: list[api_batch.ItemError] = []
-    for index, name in enumerate(args.names):
+    for index, one in enumerate(items):
         try:
-            effects = agents.spawn(s, args.one(name), cx)
+            effects = spawn_one(s, one, cx)
         except ShepherdError as exc:  # refused before anything changed (rule 1)
-            errors.append(_refused(index, exc))
+            errors.append(item_error(index, exc))
             agent_ids.append(None)
             continue
         for effect in effects:
@@ -98,23 +138,18 @@ def delegate_many(s: SessionState, args: api_batch.DelegateManyArgs, cx: Ctx) ->
     task_ids: list[str | None] = []
     errors: list[api_batch.ItemError] = []
     for index, item in enumerate(args.items):
-        timeout = (
-            args.timeout_minutes
-            if isinstance(item.timeout_minutes, msgspec.UnsetType)
-            else item.timeout_minutes
-        )
-        single = api.DelegateArgs(target=item.target, task=item.task, timeout_minutes=timeout)
         try:
-            # each item takes its share of the session's budget as a single delegate would
-            budget, _ = budgets.grant(s, Budget())
-            result, effects = tasks.delegate_one(s, single, cx, budget)
+            # each item is a delegate: its budget within the session's, its timers, its answer
+            effects = budgets.delegate(s, args.single(item), cx)
         except ShepherdError as exc:  # refused before anything changed (rule 1)
-            errors.append(_refused(index, exc))
+            errors.append(item_error(index, exc))
             task_ids.append(None)
             continue
-        task_ids.append(result.task_id)
         for effect in effects:
-            (journal if isinstance(effect, Journal) else rest).append(effect)
+            if isinstance(effect, Answer):
+                task_ids.append(effect.value.task_id)
+            else:
+                (journal if isinstance(effect, Journal) else rest).append(effect)
     watcher_id = None
     accepted = tuple(t for t in task_ids if t is not None)
     if args.watch and accepted:

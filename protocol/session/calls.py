@@ -45,13 +45,12 @@ __all__ = ["call", "fire"]
 def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
     match args:
         case api.SpawnArgs():
-            approvals.check_spawn(args)
-            return agents.spawn(s, args, cx)
+            return batch.spawn_one(s, args, cx)
         case api.DelegateArgs():
             return budgets.delegate(s, args, cx)
         case api_batch.DelegateManyArgs():
             return batch.delegate_many(s, args, cx)
-        case api_batch.SpawnManyArgs():
+        case api_batch.SpawnManyArgs() | batch.SpawnEach():
             return batch.spawn_many(s, args, cx)
         case api.MessageArgs():
             return routing.parent_message(s, args, cx)

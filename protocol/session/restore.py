@@ -38,6 +38,7 @@ from protocol.journal import (
     AgentRecord,
     AgentRecoverRecord,
     PromptRecord,
+    SessionLimitsRecord,
     TaskChangesRecord,
     TaskResumeRecord,
     UsageRecord,
@@ -120,6 +121,8 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
                 worktrees.replay_removed(s, record)
             case TaskChangesRecord():
                 worktree_events.replay_changes(s, record)
+            case SessionLimitsRecord():
+                s.limits = record.limits
     return s
 
 

@@ -37,7 +37,7 @@ from protocol.envelopes import MailboxWake
 from protocol.errors import InvalidHandle
 from protocol.ids import PARENT_ID, IdKind, an_id_of, kind_of
 from protocol.request_table import RequestTable
-from protocol.settings import Settings
+from protocol.settings import SessionLimits, Settings
 from protocol.tasks import TaskRecord, TaskResult
 from protocol.usage import Usage
 from protocol.worktrees import Snapshot
@@ -180,6 +180,9 @@ class SessionState:
         self.session_usage = Usage()
         #: (task id or SESSION_SCOPE, limit) whose soft limit the parent was warned of
         self.budget_warned: set[tuple[str, str]] = set()
+        #: the limits the session's records hold (their latest ``session_limits`` record; None:
+        #: none yet), set by the fold (protocol.session.limits)
+        self.limits: SessionLimits | None = None
         # --- agents' git worktrees (protocol.session.worktrees)
         #: agent id -> paths its worktree changed since its branch's base (last counted)
         self.worktree_changed: dict[str, int] = {}

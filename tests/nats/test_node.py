@@ -103,6 +103,24 @@ def test_node_any_places_on_the_least_loaded_live_node(
     assert placed == {"a": "n1", "b": "n2", "c": "n1", "d": "n2"}
 
 
+def test_spawn_many_places_each_name_on_a_node(
+    serve: Serve, start_node: Any, tmp_path: Path
+) -> None:
+    """``spawn-many --node any``: each name placed as a spawn is (the least-loaded live node,
+    counting the names placed before it in the call)."""
+    start_node("n1")
+    start_node("n2")
+    script = tmp_path / "wait.json"
+    script.write_text(json.dumps({"steps": [{"await": "any"}]}))
+    session = tmp_path / "session"
+    _, spawned = cli(
+        "spawn-many", "a", "b", "--script", str(script), "--node", "any", session=session
+    )
+    assert spawned["errors"] == [] and all(spawned["agent_ids"]), spawned
+    placed = rows(tmp_path)
+    assert sorted(placed[name]["node"] for name in ("a", "b")) == ["n1", "n2"]
+
+
 def test_a_node_killed_fails_its_running_task_with_a_reason_naming_it(
     nats_url: str, start_node: Any, tmp_path: Path
 ) -> None:

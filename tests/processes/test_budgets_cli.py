@@ -5,6 +5,7 @@ delegation; and every new flag refuses hostile values before anything is sent.""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -148,3 +149,105 @@ def test_child_usage_and_serve_budgets_refuse_hostile_values() -> None:
                 timeout=60,
             )
             assert done.returncode == 2 and "invalid_argument" in done.stderr, (flag, bad, done)
+
+
+#: a command agent that reports 80 tokens, then says it is done
+SPENDER = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    child = os.path.join(os.path.dirname(sys.executable), "shepherd-child")
+    subprocess.run([child, "usage", "--tokens", "80", "--json"], check=True)
+    subprocess.run([child, "done", "--status", "completed", "--summary", "spent"])
+    """
+)
+
+
+def _journal_limits(session: Path) -> list[dict[str, Any]]:
+    lines = (session / "journal.jsonl").read_text().splitlines()
+    records = [json.loads(x) for x in lines]
+    return [r["record"] for r in records if r["type"] == "session_limits"]
+
+
+def _stopped(server: Any, session: Path) -> str:
+    """``shutdown``, and serve's stderr once it exited."""
+    cli("shutdown", session=session)
+    assert server.proc.wait(timeout=60) == 0
+    assert server.proc.stderr is not None
+    return str(server.proc.stderr.read().decode())
+
+
+def test_a_restart_keeps_the_session_budget_and_says_when_it_changes(
+    serve: Any, tmp_path: Path
+) -> None:
+    """``serve --budget-tokens 50``, 80 spent, a plain restart: the budget is the session's
+    (recorded with it), so new work is refused; a restart giving 500 runs with 500, says so on
+    stderr (old -> new) and journals the change."""
+    session = tmp_path / "session"
+    first = serve(session, "--budget-tokens", "50")
+    agent = tmp_path / "spender.py"
+    agent.write_text(SPENDER)
+    cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(agent))} {{message}}"
+    cli("spawn", "spender", "--adapter", "command", "--cmd", cmd, session=session)
+    _, task = cli("delegate", "spender", "spend", session=session)
+    assert task["budget"] == {"max_tokens": 50}
+    _, waited = cli("wait", task["task_id"], "--timeout", "60", session=session)
+    assert waited["completed"][0]["usage"]["tokens"] == 80
+    assert "changed" not in _stopped(first, session)
+
+    # a plain restart: the budget is restored, and it is spent
+    second = serve(session)
+    cli("spawn", "idle", "--script", str(_idle(tmp_path)), session=session)
+    rc, refused = cli("delegate", "idle", "more", session=session, check=False)
+    assert rc == 2 and refused["error"]["code"] == "limit_exceeded", refused
+    assert "budget is spent: 80 of 50 tokens" in refused["error"]["message"]
+    _, status = cli("status", session=session)
+    assert status["summary"]["budget_tokens"] == 50
+    assert "changed" not in _stopped(second, session)
+
+    # a restart with another budget runs with it, and says so
+    third = serve(session, "--budget-tokens", "500")
+    cli("spawn", "idle2", "--script", str(_idle(tmp_path)), session=session)
+    _, accepted = cli("delegate", "idle2", "more", session=session)
+    assert accepted["budget"] == {"max_tokens": 420}
+    err = _stopped(third, session)
+    changed = [x for x in err.splitlines() if "budget_tokens" in x]
+    assert len(changed) == 1 and "50 -> 500" in changed[0], err
+    limits = _journal_limits(session)
+    assert [
+        (x["limits"]["budget_tokens"], (x.get("previous") or {}).get("budget_tokens"))
+        for x in limits
+    ] == [
+        (50, None),
+        (500, 50),
+    ]
+
+    # and the next plain restart keeps the new one
+    fourth = serve(session)
+    _, status = cli("status", session=session)
+    assert status["summary"]["budget_tokens"] == 500
+    assert "changed" not in _stopped(fourth, session)
+
+
+def test_delegate_many_takes_the_budgets_of_delegate(serve: Any, tmp_path: Path) -> None:
+    """``delegate-many`` takes delegate's budgets: the call's for every item, and an item's
+    own (as JSON to its tool) over the call's; each task gets them as a delegate would."""
+    serve()
+    session = tmp_path / "session"
+    cli("spawn-many", "a", "b", "c", "--script", str(_idle(tmp_path)), session=session)
+    args = ["--task", "a", "x", "--task", "b", "y", "--max-tokens", "5", "--max-minutes", "30"]
+    _, many = cli("delegate-many", *args, session=session)
+    assert many["errors"] == [] and all(many["task_ids"]), many
+    payload = {"items": [{"target": "c", "task": "z", "max_turns": 2}], "max_tokens": 9}
+    argv = [sys.executable, "-m", "actors.surfaces.entry", "tool", "shepherd_delegate_many"]
+    argv += ["--args", "-", "--json", "--session", str(session)]
+    done = subprocess.run(
+        argv, input=json.dumps(payload), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    _, status = cli("status", session=session)
+    budgets = {row["name"]: row["task"]["budget"] for row in status["agents"]}
+    assert budgets == {
+        "a": {"max_tokens": 5, "max_minutes": 30},
+        "b": {"max_tokens": 5, "max_minutes": 30},
+        "c": {"max_turns": 2, "max_tokens": 9},
+    }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -402,3 +403,90 @@ def test_an_agent_in_a_worktree_is_recovered_in_the_same_worktree(
     assert [(w["agent"], w["changed_files"]) for w in trees["worktrees"]] == [("worker", 2)]
     cli("shutdown", session=session)
     second.proc.wait(timeout=30)
+
+
+#: a Pi that starts and says nothing: spawn returns at once, before Pi would answer
+SILENT_PI = "import sys\nfor _ in sys.stdin:\n    pass\n"
+
+
+def test_spawn_many_takes_spawns_options_from_the_cli(
+    serve: Any, repo: Path, tmp_path: Path
+) -> None:
+    """``spawn-many`` takes every option of ``spawn``: two Pi agents, each in a worktree of
+    its own made from one repository, each with the same approval rule; one ``--branch`` for
+    two names is refused whole, before anything is made."""
+    session = tmp_path / "session"
+    serve(session)
+    pi = tmp_path / "silent-pi"
+    pi.write_text(f"#!{sys.executable}\n{SILENT_PI}")
+    pi.chmod(0o755)
+    options = ["--adapter", "pi-rpc", "--pi", str(pi), "--provider", "p", "--model", "m"]
+    options += ["--worktree", "--repo", str(repo), "--approve", "bash:git push*"]
+    before = worktree_list(repo)
+    rc, err = cli(
+        "spawn-many", "a", "b", *options, "--branch", "feature", session=session, check=False
+    )
+    assert rc == 2 and err["error"]["code"] == "invalid_argument", err
+    assert "cannot share the branch 'feature'" in err["error"]["message"], err
+    assert worktree_list(repo) == before and "feature" not in git(repo, "branch", "--list")
+    _, status = cli("status", session=session)
+    assert status["agents"] == []
+
+    _, spawned = cli("spawn-many", "a", "b", *options, session=session)
+    assert spawned["errors"] == [] and all(spawned["agent_ids"]), spawned
+    _, status = cli("status", session=session)
+    sid = status["session_id"]
+    branches = {row["name"]: row["branch"] for row in status["agents"]}
+    assert branches == {"a": f"shepherd/{sid}/a", "b": f"shepherd/{sid}/b"}
+    _, trees = cli("worktrees", session=session)
+    assert sorted((w["agent"], Path(w["path"]).name) for w in trees["worktrees"]) == [
+        ("a", "a"),
+        ("b", "b"),
+    ]
+    listed = worktree_list(repo)
+    assert f"branch refs/heads/shepherd/{sid}/a" in listed
+    assert f"branch refs/heads/shepherd/{sid}/b" in listed
+    # each agent's approval rule is journaled with its options (what recovery starts it with)
+    options = {
+        r["record"]["name"]: r["record"]["options"]
+        for r in _journal(session)
+        if r["type"] == "agent"
+    }
+    assert {n: o["approve"] for n, o in options.items()} == {
+        "a": ["bash:git push*"],
+        "b": ["bash:git push*"],
+    }
+    cli("shutdown", session=session)
+
+
+def _journal(session: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (session / "journal.jsonl").read_text().splitlines()]
+
+
+def test_spawn_many_refuses_a_name_alone_and_undoes_its_worktree(
+    supervisor: tuple[Supervisor, CollectingSink], repo: Path, tmp_path: Path
+) -> None:
+    """A name refused among several (taken by the session after its worktree was made, or
+    refused while its worktree is made) is refused by its index; its worktree is undone and
+    the others are spawned in theirs."""
+    sup, _ = supervisor
+    a = script(tmp_path, "alpha", "true")
+    sup.call("spawn", {"name": "beta", "script": a})
+    (sup.session_dir / "worktrees" / "delta").mkdir(parents=True)  # a kept worktree's place
+    names = ["alpha", "beta", "gamma", "delta"]
+    many = sup.call(
+        "spawn_many", {"names": names, "script": a, "worktree": True, "repo": str(repo)}
+    )
+    assert [i is not None for i in many.agent_ids] == [True, False, True, False]
+    assert [(e.index, e.code) for e in many.errors] == [
+        (1, "invalid_argument"),
+        (3, "invalid_argument"),
+    ]
+    assert "already exists" in many.errors[0].message
+    assert "exists already" in many.errors[1].message
+    branches = git(repo, "branch", "--list")
+    assert "alpha" in branches and "gamma" in branches
+    assert "beta" not in branches and "delta" not in branches
+    assert not (sup.session_dir / "worktrees" / "beta").exists()
+    trees = {w.agent for w in sup.call("worktrees", {}).worktrees}
+    assert trees == {"alpha", "gamma"}

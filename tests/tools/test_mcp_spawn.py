@@ -3,11 +3,13 @@ refuse, checks the name first, and never speaks of command-line flags."""
 
 from __future__ import annotations
 
+import subprocess
+
 import anyio
 import pytest
 
 from .conftest import Running
-from .test_mcp_server import DEADLINE_S, call_error, mcp_session
+from .test_mcp_server import DEADLINE_S, call, call_error, mcp_session
 
 pytestmark = pytest.mark.processes
 
@@ -37,3 +39,41 @@ def test_mcp_spawn_checks_the_name_first_then_the_adapters_options(running: Runn
 
     anyio.run(scenario)
     assert running.supervisor.session.status().agents == ()  # nothing was started
+
+
+def test_mcp_spawn_many_takes_spawns_worktree_options(running: Running) -> None:
+    """``shepherd_spawn_many`` takes spawn's options: each agent in a worktree of its own made
+    from ``repo`` (relative to the caller); one ``branch`` for two names is refused whole."""
+    repo = running.root / "repo"
+    repo.mkdir()
+    identity = ["-c", "user.name=Test", "-c", "user.email=test@example.invalid"]
+    for argv in (
+        ["init", "-q", "-b", "main"],
+        [*identity, "commit", "-q", "--allow-empty", "-m", "start"],
+    ):
+        subprocess.run(["git", *argv], cwd=repo, check=True, capture_output=True, timeout=60)
+    (running.root / "idle.json").write_text('{"steps": [{"await": "any"}]}')
+    given = {"names": ["a", "b"], "script": "idle.json", "worktree": True, "repo": "repo"}
+
+    async def scenario() -> None:
+        with anyio.fail_after(DEADLINE_S):
+            async with mcp_session(running.root, running.supervisor.session_dir) as session:
+                err = await call_error(session, "shepherd_spawn_many", {**given, "branch": "x"})
+                assert err["code"] == "invalid_argument", err
+                assert "cannot share the branch 'x'" in err["message"], err
+                spawned = await call(session, "shepherd_spawn_many", given)
+                assert spawned["errors"] == [] and all(spawned["agent_ids"]), spawned
+
+    anyio.run(scenario)
+    sup = running.supervisor
+    trees = {w.agent: w.path for w in sup.call("worktrees", {}).worktrees}
+    assert trees == {n: str(sup.session_dir / "worktrees" / n) for n in ("a", "b")}
+    branches = subprocess.run(
+        ["git", "branch", "--list"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert f"shepherd/{sup.session_id}/a" in branches and "x" not in branches.split()
