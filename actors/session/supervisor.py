@@ -141,6 +141,12 @@ class Supervisor:
         """Called by :func:`locate` on the session's directory before it reads anything."""
         self._lock = lock_session(session_dir)
 
+    def _not_started(self, traced: Any) -> None:
+        """What a start that failed before the session was found had made, stopped."""
+        self.runtime.shutdown()
+        if traced is not None:
+            traced.close()
+
     def _start(
         self,
         session_dir: Path | str | None,
@@ -159,6 +165,9 @@ class Supervisor:
         resume: str | None,
     ) -> None:
         self.settings = check_settings(settings or Settings())
+        # tracing, when OTEL_* or `serve --otel` ask for it: refused here, before the session's
+        # directory is made or locked, if it cannot be
+        traced = tracing.parent_tracing(os.environ)
         self.runtime = ThreadedRuntime(workers=workers)
         try:
             where = locate(
@@ -175,14 +184,13 @@ class Supervisor:
             )
             self.authority = load_authority(where.transport, where.nats_auth)
         except BaseException:
-            self.runtime.shutdown()
+            self._not_started(traced)
             raise
         self.session_id, self.session_dir = where.session_id, where.session_dir
         self.transport, self.mailbox_root = where.transport, where.mailbox_root
         self.client_token, self.resumed = where.client_token, where.resumed
         self.nats_tls = where.nats_tls
-        # tracing, when OTEL_* or `serve --otel` ask for it (refused here if it cannot be)
-        self.spans = tracing.parent_spans(self.session_id, os.environ)
+        self.spans = tracing.parent_spans(self.session_id, os.environ, traced)
         private_dir(self.session_dir)
         private_dir(self.session_dir / "agents")
         # Opened (a torn tail cut off) before they are read or appended to.

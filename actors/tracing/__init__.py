@@ -43,6 +43,7 @@ __all__ = [
     "child_spans",
     "command_span",
     "parent_spans",
+    "parent_tracing",
     "reason",
     "require",
     "wanted",
@@ -79,17 +80,29 @@ def require(environ: Mapping[str, str]) -> None:
         ) from None
 
 
-def parent_spans(session_id: str, environ: Mapping[str, str]) -> Any:
-    """The session's :class:`~actors.tracing.parent.ParentSpans` when tracing is on, else None
-    (and nothing of OpenTelemetry imported). Raises ``invalid_argument`` when it is on and
-    cannot be: the package missing (naming the extra), an exporter unknown."""
+def parent_tracing(environ: Mapping[str, str]) -> Any:
+    """The parent's tracing (its provider and exporters) when tracing is on, else None (and
+    nothing of OpenTelemetry imported). Raises ``invalid_argument`` when it is on and cannot
+    be: the package missing (naming the extra), an exporter unknown. Made before the session
+    is touched, so that a refusal leaves nothing behind."""
     if not wanted(environ):
         return None
     require(environ)
-    from actors.tracing.parent import ParentSpans
     from actors.tracing.sdk import make_tracing
 
-    return ParentSpans(make_tracing(environ, "shepherd"), session_id)
+    return make_tracing(environ, "shepherd")
+
+
+def parent_spans(session_id: str, environ: Mapping[str, str], made: Any = None) -> Any:
+    """The session's :class:`~actors.tracing.parent.ParentSpans` over ``made`` (what
+    :func:`parent_tracing` gave) or over a new :func:`parent_tracing`; None when tracing is
+    off."""
+    made = made if made is not None else parent_tracing(environ)
+    if made is None:
+        return None
+    from actors.tracing.parent import ParentSpans
+
+    return ParentSpans(made, session_id)
 
 
 def _off(who: str, exc: BaseException) -> None:
