@@ -8,6 +8,10 @@ Rules:
 2. **A limit is passed when usage goes over it**, not when it reaches it: a task with
    ``max_turns=2`` may run two turns, and the third one's start passes the limit.
 3. A limit left out (``None``) is no limit.
+4. **Money is counted in whole micro-dollars.** A cost arrives as US dollars (a float, as the
+   agent's adapter reported it) and is rounded to the micro-dollar once, where it is added;
+   sums, remainders and comparisons are integer arithmetic, so ten reports of $0.10 are
+   exactly $1 (never ``0.9999999999999999``) and a budget of $1 is reached, not missed.
 """
 
 from __future__ import annotations
@@ -18,7 +22,32 @@ import msgspec
 
 from protocol.limits import BudgetCost, BudgetMinutes, BudgetTokens, BudgetTurns
 
-__all__ = ["LIMITS", "Budget", "Usage", "over", "spent"]
+__all__ = [
+    "LIMITS",
+    "MICROS_PER_USD",
+    "Budget",
+    "Usage",
+    "dollars",
+    "left",
+    "micros",
+    "over",
+    "spent",
+]
+
+
+#: money's unit of account (rule 4)
+MICROS_PER_USD: Final = 1_000_000
+
+
+def micros(usd: float) -> int:
+    """``usd`` in whole micro-dollars (rule 4)."""
+    return round(usd * MICROS_PER_USD)
+
+
+def dollars(amount: int) -> float:
+    """Whole micro-dollars as US dollars: the float nearest the exact amount, which prints as
+    the amount (``300000`` -> ``0.3``)."""
+    return amount / MICROS_PER_USD
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,7 +61,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
         return Usage(
             turns=self.turns + other.turns,
             tokens=self.tokens + other.tokens,
-            cost=self.cost + other.cost,
+            cost=dollars(micros(self.cost) + micros(other.cost)),
         )
 
 
@@ -69,7 +98,19 @@ def over(usage: Usage, budget: Budget, fraction: float = 1.0) -> list[str]:
         bound = getattr(budget, limit)
         if bound is None:
             continue
-        used = spent(usage, limit)
+        used, bound = _exact(limit, spent(usage, limit)), _exact(limit, bound)
         if (used > bound) if fraction >= 1.0 else (used >= bound * fraction):
             found.append(limit)
     return found
+
+
+def left(limit: str, bound: float, used: float) -> float:
+    """What a counted ``limit`` of ``bound`` has left after ``used`` (money exactly, rule 4)."""
+    if limit == "max_cost":
+        return dollars(micros(bound) - micros(used))
+    return bound - used
+
+
+def _exact(limit: str, value: float) -> float:
+    """A counted value as compared: money in micro-dollars (rule 4), the others as they are."""
+    return micros(value) if limit == "max_cost" else value

@@ -57,6 +57,7 @@ from actors.child.command_options import CommandOptions, check_command_options
 from actors.runtime.clock import TimerHandle
 from actors.runtime.log import logger
 from actors.runtime.procs import OutputTail, exit_status, pump_process, signal_group
+from actors.tracing.variables import ENV_TASK_ID
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -278,7 +279,12 @@ class CommandAdapter:
             proc = subprocess.Popen(
                 ["bash", "-c", command],
                 cwd=self._cwd,
-                env={**self._environ, **self._ctx.trace_environ(), "SHEPHERD_TURN": str(number)},
+                env={
+                    **self._environ,
+                    **self._ctx.trace_environ(),
+                    "SHEPHERD_TURN": str(number),
+                    **({ENV_TASK_ID: self._task_id} if self._task_id else {}),
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -33,14 +33,24 @@ class Outage(SessionUnavailable):
 
 def waiting_out(attempt: Callable[[], T], ceiling_s: float, given_up: Callable[[], bool]) -> T:
     """``attempt()``, tried again after each :class:`Outage` until ``ceiling_s`` passed or
-    ``given_up()``; then the last outage is raised (``session_unavailable``)."""
-    deadline = time.monotonic() + ceiling_s
+    ``given_up()``; then an :class:`Outage` (``session_unavailable``) naming how long it was
+    waited out and the last attempt's failure (whose own text names only that attempt's
+    bound, a few seconds, not the whole wait)."""
+    started = time.monotonic()
+    deadline = started + ceiling_s
     backoff = outage_backoff()
+    attempts = 0
     while True:
+        attempts += 1
         try:
             return attempt()
-        except Outage:
+        except Outage as exc:
             pause = backoff.next()
             if given_up() or time.monotonic() + pause > deadline:
-                raise
+                waited = time.monotonic() - started
+                tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+                raise Outage(
+                    f"the NATS servers were out of reach for {waited:.1f} s ({tries}, up to "
+                    f"{ceiling_s:g} s); the last: {exc.message}"
+                ) from exc
         time.sleep(pause)  # a backoff between attempts, while the servers recover

@@ -38,6 +38,7 @@ from actors.tracing.sdk import (
     make_tracing,
     traceparent_of,
 )
+from actors.tracing.variables import ENV_TASK_ID
 from protocol.envelopes import (
     AnyEnvelope,
     ControlEnvelope,
@@ -207,6 +208,7 @@ class CommandSpan:
                 n.GEN_AI_CONVERSATION_ID: session_id,
                 n.GEN_AI_AGENT_ID: agent_id,
                 **({n.GEN_AI_AGENT_NAME: agent_name} if agent_name else {}),
+                **({n.SHEPHERD_TASK_ID: task_id} if (task_id := environ.get(ENV_TASK_ID)) else {}),
             },
         )
         self.traceparent = traceparent_of(self._span)

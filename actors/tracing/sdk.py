@@ -11,14 +11,19 @@ own.
 
 What is batched (OTLP) is sent when the process ends normally (:meth:`Tracing.close`); a
 process killed with SIGKILL loses what it had not sent yet.
+
+A collector that does not answer is told once per outage on stderr, then counted
+(:class:`OutageToldExporter`): the exporter's own messages for it (a warning per retry, an error
+per batch) are filtered out of the standard ``logging`` loggers it writes to.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,6 +45,7 @@ from protocol.tracecontext import format_traceparent, parse_traceparent
 
 __all__ = [
     "JsonLinesExporter",
+    "OutageToldExporter",
     "Tracing",
     "context_of",
     "make_tracing",
@@ -79,6 +85,95 @@ class JsonLinesExporter(SpanExporter):
             if self._file is not None:
                 self._file.close()
                 self._file = None
+
+
+#: the OTLP exporters' loggers, and the beginnings of their lines about a collector that does
+#: not answer (told by :class:`OutageToldExporter` instead)
+_EXPORT_LOGGERS = (
+    "opentelemetry.exporter.otlp.common.http",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+)
+_EXPORT_FAILURES = (
+    "Transient error",
+    "Failed to export",
+    "Shutdown in progress, aborting retry",
+)
+
+
+class _QuietExportFailures(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_EXPORT_FAILURES)
+
+
+_QUIET = _QuietExportFailures()
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class OutageToldExporter(SpanExporter):
+    """An exporter to a collector (OTLP) whose failures are told once per outage, then
+    counted: the first failed batch says the collector does not answer; the next ones are
+    counted; the first batch that goes through again says how many were dropped, and so does
+    :meth:`shutdown` while the collector is still out of reach. Never raises."""
+
+    def __init__(self, inner: SpanExporter, where: str, say: Callable[[str], None] = _say) -> None:
+        self._inner, self._where, self._say = inner, where, say
+        self._lock = threading.Lock()
+        self._down = False
+        self._batches = self._spans = 0
+        for name in _EXPORT_LOGGERS:
+            logging.getLogger(name).addFilter(_QUIET)  # one filter object: added once
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        why = ""
+        try:
+            result = self._inner.export(spans)
+        except Exception as exc:
+            result, why = SpanExportResult.FAILURE, f" ({exc!r:.200})"
+        with self._lock:
+            if result is SpanExportResult.SUCCESS:
+                if self._down:
+                    self._say(f"traces: {self._where} answers again; {self._lost()}")
+                self._down, self._batches, self._spans = False, 0, 0
+                return result
+            if not self._down:
+                self._say(
+                    f"traces: {self._where} does not answer{why}; spans are "
+                    "dropped until it does (told once; a count follows when it answers again or "
+                    "at exit)"
+                )
+            self._down = True
+            self._batches += 1
+            self._spans += len(spans)
+        return result
+
+    def _lost(self) -> str:
+        batches = f"{self._batches} batch{'es' if self._batches != 1 else ''}"
+        return f"{batches} ({self._spans} spans) were dropped while it did not answer"
+
+    def shutdown(self) -> None:
+        try:
+            self._inner.shutdown()
+        except Exception as exc:
+            self._say(f"traces: the exporter failed to stop: {exc!r:.200}")
+        with self._lock:
+            if self._down:
+                self._say(f"traces: {self._where} never answered again; {self._lost()}")
+                self._down = False
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+def _collector(environ: Mapping[str, str]) -> str:
+    """Where the OTLP exporter sends spans, as its own variables say (for the messages)."""
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        if environ.get(name, "").strip():
+            return f"the collector at {environ[name].strip()[:200]}"
+    return "the collector at the default endpoint (localhost:4318)"
 
 
 class Tracing:
@@ -155,7 +250,8 @@ def make_tracing(
             continue
         if name == "otlp":
             exporter = _otlp_exporter(environ, export_timeout_s)
-            provider.add_span_processor(BatchSpanProcessor(exporter))
+            told = OutageToldExporter(exporter, _collector(environ))
+            provider.add_span_processor(BatchSpanProcessor(told))
         elif name == "console":
             provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
         else:

@@ -52,6 +52,7 @@ from protocol.session.effects import (
 from protocol.session.state import AgentRow, Ctx, SessionState
 from protocol.tasks import TaskEvent, TaskRecord
 from protocol.usage import Budget, Usage, over, spent
+from protocol.usage import left as usage_left
 
 __all__ = [
     "BUDGET_EXCEEDED",
@@ -93,7 +94,7 @@ def grant(s: SessionState, asked: Budget) -> tuple[Budget | None, tuple[str, ...
         bound = getattr(session, limit)
         if bound is None:
             continue
-        left = bound - spent(s.session_usage, limit)
+        left = usage_left(limit, bound, spent(s.session_usage, limit))
         nothing_left = left < 1 if limit == "max_tokens" else left <= 0  # whole tokens only
         if nothing_left:
             raise LimitExceeded(

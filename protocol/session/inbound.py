@@ -70,7 +70,14 @@ def delivery_failed(s: SessionState, env: AnyEnvelope, error: ErrorInfo, cx: Ctx
         if record is not None and not record.terminal:
             effects += tasks.settle(s, env.task_id, TaskEvent.FAIL, cx, error=why)
         text = f"task {env.task_id} to {s.name_of(env.target_id)} failed: {why}"
-        note = Notice(created_at=cx.now, code="not_delivered", text=text, refs=(env.task_id,))
+        note = Notice(
+            created_at=cx.now,
+            code="not_delivered",
+            text=text,
+            agent_id=env.target_id,
+            task_id=env.task_id,
+            refs=(env.task_id,),
+        )
         effects.append(Notify(note=note))
     elif isinstance(env, MessageEnvelope | ReplyEnvelope):
         # the request closes (journaled) before its sender hears of it: told is durable
@@ -82,10 +89,21 @@ def delivery_failed(s: SessionState, env: AnyEnvelope, error: ErrorInfo, cx: Ctx
                 f"delivered: {error.message}"
             )
             note = Notice(
-                created_at=cx.now, code="not_delivered", text=text, refs=(env.message_id,)
+                created_at=cx.now,
+                code="not_delivered",
+                text=text,
+                agent_id=env.target_id,
+                task_id=env.task_id or _active_task(s, env.target_id),
+                refs=(env.message_id,),
             )
             effects.append(Notify(note=note))
         else:
             text = f"message {env.message_id} could not be delivered: {error.message}"
             effects += outbox.notice(s, cx, env.sender_id, "not_delivered", text, env.message_id)
     return effects
+
+
+def _active_task(s: SessionState, agent_id: str) -> str | None:
+    """The task the agent was working on when a message without one was meant for it."""
+    row = s.agents.get(agent_id)
+    return row.active_task if row is not None else None

@@ -161,7 +161,14 @@ def close(
         )
         code = f"request_{state.value}"
         if closed.sender_id == PARENT_ID:
-            note = Notice(created_at=cx.now, code=code, text=text, refs=(request_id,))
+            note = Notice(
+                created_at=cx.now,
+                code=code,
+                text=text,
+                agent_id=closed.target_id,
+                task_id=closed.task_id,
+                refs=(request_id,),
+            )
             effects.append(Notify(note=note))
         else:
             effects += outbox.notice(s, cx, closed.sender_id, code, text, request_id)

@@ -251,3 +251,35 @@ def test_delegate_many_takes_the_budgets_of_delegate(serve: Any, tmp_path: Path)
         "b": {"max_tokens": 5, "max_minutes": 30},
         "c": {"max_turns": 2, "max_tokens": 9},
     }
+
+
+#: a command agent that reports three dimes, then says it is done
+DIMES = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    child = os.path.join(os.path.dirname(sys.executable), "shepherd-child")
+    for _ in range(3):
+        subprocess.run([child, "usage", "--tokens", "1", "--cost", "0.1"], check=True)
+    subprocess.run([child, "done", "--status", "completed", "--summary", "spent"], check=True)
+    """
+)
+
+
+def test_money_is_summed_exactly_and_shown_rounded(serve: Any, tmp_path: Path) -> None:
+    """Three reports of $0.10 are $0.30 in every answer: `wait`, `status --json`, `status`
+    (with float sums they were 0.30000000000000004)."""
+    serve()
+    session = tmp_path / "session"
+    agent = tmp_path / "dimes.py"
+    agent.write_text(DIMES)
+    cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(agent))} {{message}}"
+    cli("spawn", "spender", "--adapter", "command", "--cmd", cmd, session=session)
+    _, task = cli("delegate", "spender", "spend three dimes", session=session)
+    _, waited = cli("wait", task["task_id"], "--timeout", "60", session=session)
+    (result,) = waited["completed"]
+    assert result["status"] == "completed" and result["usage"]["cost"] == 0.3
+    _, status = cli("status", session=session)
+    assert status["agents"][0]["usage"]["cost"] == 0.3
+    assert status["summary"]["usage"]["cost"] == 0.3
+    _, text = _text("status", session=session)
+    assert "$0.3000" in text and "0.30000000000000004" not in text

@@ -180,6 +180,9 @@ def test_a_command_agents_shepherd_child_call_joins_its_tasks_trace(
     assert (call.trace_id, call.parent_id) == (first.trace_id, first.span_id)
     assert call.attributes["gen_ai.tool.name"] == "shepherd_done"
     assert call.attributes["gen_ai.agent.name"] == "worker"
+    # the span names its task, as every span of the agent's tools does (the turn was given
+    # its task's id in SHEPHERD_TASK_ID)
+    assert call.attributes["shepherd.task.id"] == task.task_id
     assert call.status == "UNSET"
     # the turn got its task's context as TRACEPARENT
     turns = [line.removeprefix("TP=")[:-3] for line in printed if line.startswith("TP=")]

@@ -470,3 +470,60 @@ def test_session_budget_settings_out_of_range_are_warnings_and_ignored() -> None
         Settings(), {"budget_tokens": 5000, "budget_soft_fraction": 0.5}, "config.toml"
     )
     assert (settings.budget_tokens, settings.budget_soft_fraction, warnings) == (5000, 0.5, [])
+
+
+# ------------------------------------------------------------------ money is exact
+
+
+_CENTS = st.integers(min_value=1, max_value=10_000_000).map(lambda m: m / 1_000_000)
+
+
+@given(costs=st.lists(_CENTS, min_size=1, max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_a_sum_of_costs_is_exact_and_prints_as_the_amount(costs: list[float]) -> None:
+    """Whatever costs are reported, their sum is the exact amount (counted in micro-dollars):
+    it prints without float noise and equals the same amount written directly."""
+    total = Usage()
+    for cost in costs:
+        total = total + Usage(cost=cost)
+    exact = sum(round(c * 1_000_000) for c in costs)
+    assert total.cost == exact / 1_000_000
+    assert repr(total.cost) == repr(float(f"{exact / 1_000_000:.6f}"))
+
+
+def test_three_dimes_are_thirty_cents_in_status() -> None:
+    s, a = one_agent()
+    for _ in range(3):
+        usage(s, a, cost=0.1)
+    status = view(s.state, None, s.now)
+    (row,) = status.agents
+    assert row.usage.cost == 0.3  # not 0.30000000000000004
+    assert status.summary is not None and status.summary.usage.cost == 0.3
+    assert msgspec.json.encode(status.summary.usage) == b'{"turns":0,"tokens":0,"cost":0.3}'
+
+
+def test_a_cost_budget_reached_exactly_is_not_passed_and_one_micro_dollar_more_is() -> None:
+    """Rule 2 with money: ten reports of $0.10 reach a $1 limit (not over it); the next
+    micro-dollar passes it. With float sums the ten came to 0.9999999999999999."""
+    s, a = one_agent()
+    task = s.delegate(a, max_cost=1.0)
+    for _ in range(10):
+        usage(s, a, cost=0.1)
+    assert s.state.tasks[task].state is TaskState.RUNNING
+    assert_ended_by_budget(s, task, usage(s, a, cost=0.000001))
+
+
+@given(costs=st.lists(_CENTS, min_size=1, max_size=20))
+@settings(max_examples=200, deadline=None)
+def test_a_session_budget_left_is_exact(costs: list[float]) -> None:
+    """What the session has left for a new task is the budget less the exact sum."""
+    budget = 100.0
+    s = Session(Settings(budget_cost=budget))
+    a = s.spawn("a")
+    for cost in costs:
+        usage(s, a, cost=cost)
+    spent = sum(round(c * 1_000_000) for c in costs)
+    granted, _ = budgets.grant(s.state, Budget())
+    if spent >= 100_000_000:
+        return  # nothing left: refused, as the tests above show
+    assert granted is not None and granted.max_cost == (100_000_000 - spent) / 1_000_000

@@ -170,11 +170,12 @@ def test_a_reply_deadline_times_the_request_out_and_tells_the_agent_asker() -> N
 
 
 def test_a_reply_deadline_of_the_parents_question_tells_the_parent() -> None:
-    s, _, _, _ = three()
+    s, _, b, _ = three()
     result = answer(s.parent_says("b", "?", expects_reply=True, reply_timeout_s=1.0))
     effects = s.fire(RequestTimeout(request_id=result.request_id))
     (note,) = notes(effects, Notice)
     assert note.code == "request_timed_out" and note.refs == (result.request_id,)
+    assert note.agent_id == b  # whom the unanswered question was for
 
 
 def test_a_reply_cancels_the_reply_deadline_and_a_late_timer_changes_nothing() -> None:
@@ -233,6 +234,7 @@ def test_the_parents_question_not_delivered_is_cancelled_durably_before_it_is_to
     assert s.state.requests[env.message_id].state is RequestState.CANCELLED
     (note,) = notes(failed, Notice)
     assert note.code == "not_delivered" and note.refs == (env.message_id,)
+    assert note.agent_id == b  # whom it was for (the parent's follow-up named no task)
     kinds = [type(e) for e in failed]
     assert Journal in kinds and kinds.index(Journal) < kinds.index(Notify)
 

@@ -251,6 +251,8 @@ def test_a_task_not_delivered_fails_and_the_parent_hears_of_it() -> None:
     assert isinstance(effects, list)
     (note,) = notes(effects, Notice)
     assert note.code == "not_delivered" and note.refs == (task_id,)
+    # the notice names whom it was for and which task, not only its refs
+    assert (note.agent_id, note.task_id) == (a, task_id)
     assert s.state.results[task_id].error == "task could not be delivered: inbox full"
 
 

@@ -1,0 +1,48 @@
+"""Waiting out an outage of the NATS servers: what the failure says when the wait is over."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from actors.nats.outage import Outage, waiting_out
+
+
+def test_a_wait_given_up_names_how_long_it_waited_not_one_attempts_bound() -> None:
+    """Each attempt fails after its own bound (here said to be 5 s); the failure at the end of
+    the wait names the wait itself, its attempts and its ceiling, and then the last cause."""
+    calls: list[int] = []
+
+    def attempt() -> None:
+        calls.append(1)
+        raise Outage("no answer from the NATS servers within 5 s")
+
+    with pytest.raises(Outage) as failed:
+        waiting_out(attempt, 0.4, lambda: False)
+    message = failed.value.message
+    match = re.search(r"out of reach for ([0-9.]+) s \((\d+) attempts, up to 0.4 s\)", message)
+    assert match, message
+    assert float(match[1]) <= 0.4 and int(match[2]) == len(calls) >= 2
+    assert message.endswith("the last: no answer from the NATS servers within 5 s")
+    assert failed.value.code == "session_unavailable"
+
+
+def test_a_wait_given_up_by_its_owner_says_so_the_same_way() -> None:
+    def attempt() -> None:
+        raise Outage("NATS: NoRespondersError()")
+
+    with pytest.raises(Outage, match=r"\(1 attempt, up to 60 s\); the last: NATS: NoResp"):
+        waiting_out(attempt, 60.0, lambda: True)
+
+
+def test_an_attempt_that_succeeds_after_an_outage_returns_its_value() -> None:
+    results = iter([Outage("no leader"), Outage("no leader"), 42])
+
+    def attempt() -> int:
+        result = next(results)
+        if isinstance(result, Outage):
+            raise result
+        return result
+
+    assert waiting_out(attempt, 30.0, lambda: False) == 42
