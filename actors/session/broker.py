@@ -67,21 +67,13 @@ from actors.session.timers import Timers
 from actors.session.watcher import Courier, Handed
 from actors.session.windows import WindowsDue
 from actors.session.worktrees import GitWorker
-from protocol import api, api_batch
+from protocol import api
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import ShepherdError
 from protocol.notifications import Notice, TaskCompletion
-from protocol.session import (
-    agents,
-    batch,
-    calls,
-    inbound,
-    status,
-    watchers,
-    worktree_events,
-    worktrees,
-)
+from protocol.session import agents, calls, inbound, status, watchers, worktree_events, worktrees
 from protocol.session import effects as fx
+from protocol.session.batch import first_spawn
 from protocol.session.restore import Restore, resume
 from protocol.session.state import Ctx, SessionState
 from protocol.settings import Settings
@@ -259,7 +251,7 @@ class BrokerActor(ShepherdActor):
             return status.view(self.state, args.agent, now, cursor=args.cursor, parent_wake=wake)
         if isinstance(args, api.SpawnArgs):
             agents.check_spawn(self.state, args)
-        one = _first_spawn(args)
+        one = first_spawn(args)
         # the child's own checks, run here first: what spawn accepts, the child can run (a
         # spawn_many's options are the same for every name: checked once); a node checks
         # its own
@@ -452,14 +444,3 @@ class BrokerActor(ShepherdActor):
             self._tap(text)
         except Exception:
             self._log.opt(exception=True).error("story tap failed")
-
-
-def _first_spawn(args: Any) -> api.SpawnArgs | None:
-    """The (first) spawn ``args`` asks for, if it is one."""
-    if isinstance(args, api.SpawnArgs):
-        return args
-    if isinstance(args, api_batch.SpawnManyArgs):
-        return args.one(args.names[0])
-    if isinstance(args, batch.SpawnEach) and args.items:
-        return args.items[0]
-    return None

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hmac
 import json
 import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,37 +48,29 @@ from actors.runtime.command_socket import CommandServer, Request
 from actors.runtime.command_wire import PARENT_COMMANDS
 from actors.runtime.log import logger
 from actors.runtime.runtime import ThreadedRuntime
-from actors.runtime.transport import PARENT_INBOX
 from actors.session import recovery
-from actors.session.agent import AgentSpec
+from actors.session.call_desk import MAX_WAITING_CALLS, CallDesk
 from actors.session.locate import locate
 from actors.session.parent_transport import ParentTransport, launcher_class, load_authority
 from actors.session.records import Records, open_records
+from actors.session.sender_gate import SenderGate
 from actors.session.session import Session
 from actors.session.sinks import FanOut, Sink
 from actors.session.watchdog import is_watchdog_call
 from actors.session.watchdog import session_call as watchdog_session_call
 from protocol import ops
-from protocol.answers import fit_answer
-from protocol.envelopes import AnyEnvelope, CallEnvelope, NoticeEnvelope, ResultEnvelope
 from protocol.errors import (
-    ForbiddenSender,
     InvalidArgument,
-    LimitExceeded,
     SessionUnavailable,
     ShepherdError,
 )
-from protocol.ids import PARENT_ID, IdKind
-from protocol.limits import answer_budget
+from protocol.ids import IdKind
 from protocol.session import limits as session_limits
 from protocol.session.restore import Restore
 from protocol.settings import Settings, check_settings
 from protocol.transport_url import TlsFiles
 
 __all__ = ["MAX_WAITING_CALLS", "Supervisor"]
-
-#: ``wait`` calls that may block at once (each on a thread of its own, off the call pool)
-MAX_WAITING_CALLS = 64
 
 
 class Supervisor:
@@ -219,41 +209,49 @@ class Supervisor:
         except BaseException:
             undo()
             raise
-        # The mailbox validator must know every agent's capability before the parent inbox is
-        # drained: after a restart, envelopes the bridges sent meanwhile wait in new/, and an
-        # unknown sender would be quarantined (a lost `done`).
-        self._capabilities: dict[str, str] = (
-            {a.agent_id: a.capability for a in restore.state.agents.values()} if restore else {}
+        self.gate = gate = SenderGate(
+            self.client_token,
+            {a.agent_id: a.capability for a in restore.state.agents.values()} if restore else {},
+            session_id=self.session_id,
+            ids=self.runtime.ids,
+            clock=self.runtime.clock,
         )
         self._wire = ParentTransport(
             self.transport,
             self.mailbox_root,
             self.session_id,
             self.settings,
-            validate=self._validate,
-            on_reject=self._on_reject,
+            validate=gate.validate,
+            on_reject=gate.on_reject,
             undo=undo,
             authority=self.authority,
             tls=self.nats_tls,
         )
-        self.mailbox = self._wire.transport
+        self.mailbox = gate.mailbox = self._wire.transport
         self.launcher = launcher_class(self.transport)(
             session_dir=self.session_dir,
             session_id=self.session_id,
             mailbox_root=self.transport,
             ensure_inbox=self.mailbox.ensure_inbox,
             set_aside=self.mailbox.set_aside,
-            register=self._register,
+            register=gate.register,
             clock=self.runtime.clock,
             settings=self.settings,
             extra_env=self.spans.child_environ() if self.spans is not None else None,
             authority=self.authority,
             nats_tls=self.nats_tls,
         )
-        self._calls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shepherd-call")
-        self._waiting = threading.BoundedSemaphore(MAX_WAITING_CALLS)
+        self._calls = CallDesk(
+            self.call,
+            self.mailbox,
+            session_id=self.session_id,
+            ids=self.runtime.ids,
+            clock=self.runtime.clock,
+            max_envelope_bytes=self.settings.max_envelope_bytes,
+            shutdown=self.shutdown,
+        )
         # reply inboxes of calls whose caller was killed: now (a restart) and periodically
-        self.reply_inboxes = self._wire.sweeper(self.runtime.clock, self._calls.submit)
+        self.reply_inboxes = self._wire.sweeper(self.runtime.clock, self._calls.pool.submit)
         self.reply_inboxes.sweep()
         self.reply_inboxes.start()
         self.session = Session(
@@ -265,7 +263,7 @@ class Supervisor:
             journal=self.journal,
             session_id=self.session_id,
             tap=tap,
-            on_call=self._on_call,
+            on_call=self._calls.on_call,
             notes=FileTaskNotes(self.session_dir / "artifacts"),
             restore=restore,
             sync_inbound=True,
@@ -327,131 +325,7 @@ class Supervisor:
             logger.bind(session=self.session_id).info("{line}", line=line)
         return restore
 
-    # ------------------------------------------------------------------ mailbox checks
-
-    def _register(self, spec: AgentSpec) -> None:
-        self._capabilities[spec.agent_id] = spec.capability
-
-    def _validate(self, inbox: str, env: AnyEnvelope) -> None:
-        if inbox != PARENT_INBOX:
-            raise ForbiddenSender(f"the parent does not read inbox {inbox!r}")
-        if isinstance(env, CallEnvelope):
-            if not hmac.compare_digest(env.capability.encode(), self.client_token.encode()):
-                raise ForbiddenSender("call without this session's client token")
-            return
-        expected = self._capabilities.get(env.sender_id)
-        if expected is None:
-            raise ForbiddenSender(f"unknown sender {env.sender_id!r}")
-        if not hmac.compare_digest(env.capability.encode(), expected.encode()):
-            raise ForbiddenSender(f"capability does not match sender {env.sender_id}")
-
-    def _on_reject(
-        self, inbox: str, env: AnyEnvelope | None, error: ShepherdError, authenticated: bool
-    ) -> None:
-        """An authenticated sender gets a non-delivery notice; nothing is dropped silently. A
-        sender that did not prove its id gets none: the id may be a forger's claim, and telling
-        the victim would end a wait it never started (the quarantine reason names the forgery)."""
-        if not authenticated or env is None or env.sender_id not in self._capabilities:
-            return
-        notice = NoticeEnvelope(
-            message_id=self.runtime.ids.new(IdKind.MESSAGE),
-            session_id=self.session_id,
-            sender_id=PARENT_ID,
-            target_id=env.sender_id,
-            created_at=self.runtime.clock.now(),
-            capability=self._capabilities[env.sender_id],
-            code="not_delivered",
-            text=f"envelope {env.message_id} was refused: {error.code}: {error.message}",
-            ref_id=env.message_id,
-        )
-        with contextlib.suppress(ShepherdError):
-            self.mailbox.publish(env.sender_id, notice)
-
     # ------------------------------------------------------------------ CLI calls
-
-    def _on_call(self, env: CallEnvelope) -> None:
-        if env.op != "wait":
-            self._calls.submit(self._answer, env)
-            return
-        # A wait blocks until its tasks settle: on the pool, four of them would starve every
-        # other call (and the sweep). Each gets a thread of its own, up to a bound.
-        if not self._waiting.acquire(blocking=False):
-            if env.reply_inbox is not None:
-                self._answer_error(
-                    env,
-                    LimitExceeded(
-                        f"{MAX_WAITING_CALLS} wait calls are already waiting; use watch (it "
-                        "returns at once and notifies), or wait with a timeout"
-                    ),
-                )
-            return
-        threading.Thread(
-            target=self._answer_then_release, args=(env,), name="shepherd-wait", daemon=True
-        ).start()
-
-    def _answer_then_release(self, env: CallEnvelope) -> None:
-        try:
-            self._answer(env)
-        finally:
-            self._waiting.release()
-
-    def _answer(self, env: CallEnvelope) -> None:
-        """Run a CLI call and send its answer, bounded to one envelope (an answer that cannot
-        be cut to fit is ``limit_exceeded``, sent at once: the caller never waits in vain)."""
-        budget = answer_budget(self.settings.max_envelope_bytes)
-        if env.op == "shutdown":  # answer first: the shutdown removes the caller's inbox
-            if env.reply_inbox is not None:
-                with contextlib.suppress(ShepherdError):
-                    self.mailbox.publish(
-                        env.reply_inbox, self._result(env, {"shutting_down": True})
-                    )
-            threading.Thread(target=self.shutdown, name="shepherd-shutdown").start()
-            return
-        try:
-            data = msgspec.to_builtins(fit_answer(self.call(env.op, env.args), budget))
-            result = self._result(env, data)
-        except ShepherdError as exc:
-            result = self._result(env, error=exc)
-        except Exception as exc:  # a bug must still answer the caller
-            logger.opt(exception=True).error("call {op} failed", op=env.op)
-            result = self._result(env, error=ShepherdError(f"internal error: {exc!r}"))
-        if env.reply_inbox is None:
-            return
-        try:
-            self.mailbox.publish(env.reply_inbox, result)
-        except ShepherdError as exc:
-            if not result.ok:
-                logger.warning(
-                    "could not answer call {id}: {err}", id=env.message_id, err=exc.message
-                )
-                return
-            # the answer itself could not be sent (too big, the inbox gone or full): say why
-            self._answer_error(env, exc)
-
-    def _result(
-        self, env: CallEnvelope, data: Any = None, error: ShepherdError | None = None
-    ) -> ResultEnvelope:
-        """The answer to ``env``: its data, or the error that refused it."""
-        return ResultEnvelope(
-            message_id=self.runtime.ids.new(IdKind.MESSAGE),
-            session_id=self.session_id,
-            sender_id=PARENT_ID,
-            target_id=env.sender_id,
-            created_at=self.runtime.clock.now(),
-            call_id=env.message_id,
-            ok=error is None,
-            data=data,
-            error=error.info() if error is not None else None,
-        )
-
-    def _answer_error(self, env: CallEnvelope, exc: ShepherdError) -> None:
-        assert env.reply_inbox is not None
-        try:
-            self.mailbox.publish(env.reply_inbox, self._result(env, error=exc))
-        except ShepherdError as again:
-            logger.warning(
-                "could not answer call {id}: {err}", id=env.message_id, err=again.message
-            )
 
     def call(self, op: str, args: dict[str, Any]) -> Any:
         """Run one operation by name, as the CLI and tools name them. The arguments are
@@ -493,7 +367,7 @@ class Supervisor:
     def _stop_serving(self) -> None:
         """Calls, actors, tracing and records stopped; the session no longer listed as live."""
         self.reply_inboxes.stop()
-        self._calls.shutdown(wait=True, cancel_futures=True)
+        self._calls.close()
         self.session.shutdown()
         if self.spans is not None:
             self.spans.close()

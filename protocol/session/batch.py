@@ -38,6 +38,7 @@ __all__ = [
     "SpawnEach",
     "check_spawn_many",
     "delegate_many",
+    "first_spawn",
     "item_error",
     "largest_answer",
     "spawn_many",
@@ -162,3 +163,15 @@ def delegate_many(s: SessionState, args: api_batch.DelegateManyArgs, cx: Ctx) ->
         task_ids=tuple(task_ids), errors=tuple(errors), watcher_id=watcher_id
     )
     return [*journal, *rest, Answer(value=answer)]
+
+
+def first_spawn(args: object) -> api.SpawnArgs | None:
+    """The (first) spawn a call asks for, if it is one: a spawn's options are the same for
+    every name of a batch, so the edge checks them once, on this one."""
+    if isinstance(args, api.SpawnArgs):
+        return args
+    if isinstance(args, api_batch.SpawnManyArgs):
+        return args.one(args.names[0])
+    if isinstance(args, SpawnEach) and args.items:
+        return args.items[0]
+    return None

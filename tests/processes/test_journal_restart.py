@@ -46,7 +46,7 @@ def abandon(sup: Supervisor) -> list[subprocess.Popen[bytes]]:
     bridges it started (still this process's children, to be reaped at the end)."""
     sup._closed = True  # the fixture must not shut it down cleanly later
     sup.session.shutdown()
-    sup._calls.shutdown(wait=True, cancel_futures=True)
+    sup._calls.close()
     sup.launcher.reaper.close()
     sup.journal.close()
     sup.notifications.close()

@@ -198,6 +198,13 @@ def child_argv(op: str, args: dict[str, Any]) -> list[str]:
             if args.get(key) is True:
                 argv.append(flag)
         argv += ["--json", "--", text.get("target", ""), text.get("message", "")]
+    elif op == "approve-request":
+        # Nobody answers approvals here: a valid request waits for its deadline, so the round
+        # gives it at most a second (a valid value stays valid; a hostile one is kept as it is).
+        timeout = args.get("timeout_s")
+        valid = isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0
+        argv += ["--timeout", str(min(timeout, 1.0)) if valid else text.get("timeout_s", "1")]
+        argv += ["--json", "--", text.get("message", "")]
     else:
         if "status" in text:
             argv += ["--status", text["status"]]

@@ -321,7 +321,8 @@ def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_
     reasons = Reasons(sup.mailbox_root)
     new_dir = sup.mailbox.inbox_path(PARENT_INBOX) / "new"
     target = sup.session.spawn("target", script=write_script(tmp_path, "idle", IDLE))
-    capability = sup._capabilities[target.agent_id]
+    capability = sup.gate.capability(target.agent_id)
+    assert capability is not None
 
     # a client of our own, with a one-shot inbox for receipts (as `shepherd-child` makes);
     # a wait for "a receipt or a quarantine reason" wakes on either

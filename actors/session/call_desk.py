@@ -1,0 +1,144 @@
+"""Where the parent answers the calls of its clients (``shepherd ...``, MCP, a node): each call
+envelope is run on a small pool, its answer published to the caller's reply inbox.
+
+Rules:
+
+1. Every call with a reply inbox gets exactly one answer: its data, or the typed error that
+   refused it. An answer too big for one envelope is cut to fit or, if it cannot be, is
+   ``limit_exceeded``, sent at once: the caller never waits in vain. A bug still answers
+   (``internal error``), logged with its traceback.
+2. A ``wait`` blocks until its tasks settle: on the pool, a few of them would starve every other
+   call. Each gets a thread of its own, up to :data:`MAX_WAITING_CALLS`; past that a wait is
+   refused at once (``limit_exceeded``, saying to use ``watch``).
+3. ``shutdown`` is answered first, then done: the shutdown removes the caller's inbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import msgspec
+
+from actors.runtime.clock import Clock
+from actors.runtime.ids import IdSource
+from actors.runtime.log import logger
+from actors.runtime.transport import Transport
+from protocol.answers import fit_answer
+from protocol.envelopes import CallEnvelope, ResultEnvelope
+from protocol.errors import LimitExceeded, ShepherdError
+from protocol.ids import PARENT_ID, IdKind
+from protocol.limits import answer_budget
+
+__all__ = ["MAX_WAITING_CALLS", "CallDesk"]
+
+#: ``wait`` calls that may block at once (each on a thread of its own, off the call pool)
+MAX_WAITING_CALLS = 64
+
+
+class CallDesk:
+    """Runs calls with ``run(op, args)`` and answers them through ``mailbox`` (module rules)."""
+
+    def __init__(
+        self,
+        run: Callable[[str, dict[str, Any]], Any],
+        mailbox: Transport,
+        *,
+        session_id: str,
+        ids: IdSource,
+        clock: Clock,
+        max_envelope_bytes: int,
+        shutdown: Callable[[], None],
+    ) -> None:
+        self._run, self._mailbox = run, mailbox
+        self._session_id, self._ids, self._clock = session_id, ids, clock
+        self._budget = answer_budget(max_envelope_bytes)
+        self._shutdown = shutdown
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="shepherd-call")
+        self._waiting = threading.BoundedSemaphore(MAX_WAITING_CALLS)
+
+    def on_call(self, env: CallEnvelope) -> None:
+        if env.op != "wait":
+            self.pool.submit(self._answer, env)
+            return
+        if not self._waiting.acquire(blocking=False):  # rule 2
+            if env.reply_inbox is not None:
+                self._answer_error(
+                    env,
+                    LimitExceeded(
+                        f"{MAX_WAITING_CALLS} wait calls are already waiting; use watch (it "
+                        "returns at once and notifies), or wait with a timeout"
+                    ),
+                )
+            return
+        threading.Thread(
+            target=self._answer_then_release, args=(env,), name="shepherd-wait", daemon=True
+        ).start()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _answer_then_release(self, env: CallEnvelope) -> None:
+        try:
+            self._answer(env)
+        finally:
+            self._waiting.release()
+
+    def _answer(self, env: CallEnvelope) -> None:
+        """Rules 1 and 3."""
+        if env.op == "shutdown":
+            if env.reply_inbox is not None:
+                with contextlib.suppress(ShepherdError):
+                    self._mailbox.publish(
+                        env.reply_inbox, self._result(env, {"shutting_down": True})
+                    )
+            threading.Thread(target=self._shutdown, name="shepherd-shutdown").start()
+            return
+        try:
+            data = msgspec.to_builtins(fit_answer(self._run(env.op, env.args), self._budget))
+            result = self._result(env, data)
+        except ShepherdError as exc:
+            result = self._result(env, error=exc)
+        except Exception as exc:  # a bug must still answer the caller
+            logger.opt(exception=True).error("call {op} failed", op=env.op)
+            result = self._result(env, error=ShepherdError(f"internal error: {exc!r}"))
+        if env.reply_inbox is None:
+            return
+        try:
+            self._mailbox.publish(env.reply_inbox, result)
+        except ShepherdError as exc:
+            if not result.ok:
+                logger.warning(
+                    "could not answer call {id}: {err}", id=env.message_id, err=exc.message
+                )
+                return
+            # the answer itself could not be sent (too big, the inbox gone or full): say why
+            self._answer_error(env, exc)
+
+    def _result(
+        self, env: CallEnvelope, data: Any = None, error: ShepherdError | None = None
+    ) -> ResultEnvelope:
+        """The answer to ``env``: its data, or the error that refused it."""
+        return ResultEnvelope(
+            message_id=self._ids.new(IdKind.MESSAGE),
+            session_id=self._session_id,
+            sender_id=PARENT_ID,
+            target_id=env.sender_id,
+            created_at=self._clock.now(),
+            call_id=env.message_id,
+            ok=error is None,
+            data=data,
+            error=error.info() if error is not None else None,
+        )
+
+    def _answer_error(self, env: CallEnvelope, exc: ShepherdError) -> None:
+        assert env.reply_inbox is not None
+        try:
+            self._mailbox.publish(env.reply_inbox, self._result(env, error=exc))
+        except ShepherdError as again:
+            logger.warning(
+                "could not answer call {id}: {err}", id=env.message_id, err=again.message
+            )
