@@ -83,17 +83,21 @@ def close_and_wait(parent: FakeParent, after: int = 0) -> None:
 def test_the_agent_calls_done_from_its_shell(parent: FakeParent) -> None:
     bridge_pid = start_command_agent(parent)
     task = parent.delegate("please MARK-DONE")
-    i, _ = parent.wait_event("turn_start")
-    i, first = parent.wait_event("output", after=i, text=has("MSG:[Shepherd delegated task]"))
+    t, _ = parent.wait_event("turn_start")
+    i, first = parent.wait_event("output", after=t, text=has("MSG:[Shepherd delegated task]"))
     assert f"Task ID: {task.task_id}" in (first.text or "")
     assert "FIRST" in (first.text or "")
     # its shell has the bridge's command socket: `shepherd-child done` ran in the bridge
     assert "SOCKET:@" in (first.text or "")
-    j, done = parent.wait_for(lambda e: isinstance(e, TaskDoneEnvelope), after=i)
+    # The turn's output and its `done` travel separately (the output through the bridge's
+    # output pump, the done through its command socket): either may reach the parent first.
+    d, done = parent.wait_for(lambda e: isinstance(e, TaskDoneEnvelope), after=t)
     assert isinstance(done, TaskDoneEnvelope)
     assert (done.status, done.summary, done.task_id) == ("completed", "X", None)
     assert done.reply_inbox == done.message_id
-    j, receipt = parent.wait_event("output", after=j, text=has("DONE-RC"))
+    # the receipt is printed after `shepherd-child done` returned, which is after the parent
+    # received the done and answered it: it follows both the first line and the done
+    j, receipt = parent.wait_event("output", after=max(i, d), text=has("DONE-RC"))
     assert "DONE-RC 0 accepted done" in (receipt.text or "")
     assert task.task_id in (receipt.text or "")
     k, end = parent.wait_event("turn_end", after=i)
