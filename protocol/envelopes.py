@@ -84,6 +84,7 @@ RuntimeEvent = Literal[
     "error",  # the bridge hit an error it could not hand to the agent
     "condensation",  # the agent's context was summarised (Pi's compaction); text: what
     "usage",  # what the agent spent since its last report (tokens, cost): counted, not settled
+    "not_sent",  # text: what the bridge gave up sending while the session was unreachable
 ]
 ControlAction = Literal["cancel_task", "close", "abort"]
 #: How a process's inbox reader is woken: an inotify watch, the inbox's doorbell, watchfiles,

@@ -27,6 +27,7 @@ __all__ = [
     "SessionBusy",
     "SessionUnavailable",
     "ShepherdError",
+    "Unreachable",
     "UnresolvedRequests",
     "error_from_info",
 ]
@@ -121,6 +122,12 @@ class SessionUnavailable(ShepherdError):
     """No live session could be found or reached."""
 
     code = "session_unavailable"
+
+
+class Unreachable(SessionUnavailable):
+    """The session cannot be reached for a moment (a NATS stream electing its leader, a server
+    restarting, no file descriptor free): the same envelope may be tried again, and a sender
+    waits it out for a bounded time before it gives up. The same code as any unavailability."""
 
 
 class SessionBusy(ShepherdError):

@@ -77,7 +77,7 @@ from actors.runtime.log import logger, use_plain
 from actors.runtime.plain_log import PlainLogger
 from actors.runtime.procs import KILL_GRACE_S, terminate_session
 from actors.runtime.transport import Subscription
-from actors.runtime.wire import SessionTransport
+from actors.runtime.wire import NATS_OUTAGE_S, SessionTransport
 from protocol.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent
 from protocol.errors import ShepherdError
 from protocol.ids import PARENT_ID, IdKind
@@ -154,18 +154,23 @@ class Bridge:
         if self._outbox is not None:
             self._outbox.publish(envelope)
 
+    def _not_sent(self, text: str) -> RuntimeEnvelope:
+        """The report of what the outbox gave up (it publishes it itself, first in line)."""
+        return self._runtime_envelope("not_sent", text=text, is_error=True)
+
     def runtime(self, event: RuntimeEvent, **fields: Any) -> None:
-        self.publish(
-            RuntimeEnvelope(
-                message_id=self.ids.new(IdKind.MESSAGE),
-                session_id=self.env.session_id,
-                sender_id=self.env.agent_id,
-                target_id=PARENT_ID,
-                created_at=self.clock.now(),
-                capability=self.env.capability,
-                event=event,
-                **fields,
-            )
+        self.publish(self._runtime_envelope(event, **fields))
+
+    def _runtime_envelope(self, event: RuntimeEvent, **fields: Any) -> RuntimeEnvelope:
+        return RuntimeEnvelope(
+            message_id=self.ids.new(IdKind.MESSAGE),
+            session_id=self.env.session_id,
+            sender_id=self.env.agent_id,
+            target_id=PARENT_ID,
+            created_at=self.clock.now(),
+            capability=self.env.capability,
+            event=event,
+            **fields,
         )
 
     def finish(self, code: int, reason: str = "the agent exited") -> None:
@@ -223,7 +228,14 @@ class Bridge:
             agent_id=self.env.agent_id,
             agent_name=self.env.name,
         )
-        self._outbox = ParentOutbox(self._mailbox, self.clock, self.post, self._log)
+        self._outbox = ParentOutbox(
+            self._mailbox,
+            self.clock,
+            self.post,
+            self._log,
+            give_up_s=NATS_OUTAGE_S,
+            report=self._not_sent,
+        )
         try:
             if self._run_command is not None:
                 self._commands = CommandServer(

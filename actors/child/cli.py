@@ -48,6 +48,7 @@ import msgspec
 from actors import tracing
 from actors.child.approval import ask
 from actors.child.env import ChildEnv, child_env_from, envelope_validator
+from actors.child.outbox import retryable
 from actors.mailbox.backoff import Backoff
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.command_wire import wants_json
@@ -202,9 +203,10 @@ def _publish_with_backoff(
     deadline: float,
     err: TextIO | None = None,
 ) -> None:
-    """Publish to the parent; while its inbox is full, try again on the producers' schedule
-    (:mod:`actors.mailbox.backoff`) until ``deadline``, then let the last :class:`InboxFull`
-    out."""
+    """Publish to the parent; while its inbox is full or the session cannot be reached for a
+    moment (:func:`~actors.child.outbox.retryable`: a NATS stream electing its leader), try the
+    same envelope again on the producers' schedule (:mod:`actors.mailbox.backoff`) until
+    ``deadline``, then let the last refusal out: the caller hears of it."""
     backoff = Backoff()
     pause = threading.Event()  # never set: a bounded pause between attempts
     told = False
@@ -212,14 +214,15 @@ def _publish_with_backoff(
         try:
             mailbox.publish(PARENT_INBOX, envelope)
             return
-        except InboxFull:
+        except ShepherdError as exc:
             left = deadline - clock.monotonic()
-            if left <= 0:
+            if not retryable(exc) or left <= 0:
                 raise
             if not told:
                 told = True
+                why = "the parent inbox is full" if isinstance(exc, InboxFull) else exc.message
                 print(
-                    "shepherd-child: the parent inbox is full; retrying",
+                    f"shepherd-child: {why}; retrying",
                     file=sys.stderr if err is None else err,
                 )
             pause.wait(min(backoff.next(), left))

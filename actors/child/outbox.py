@@ -1,16 +1,25 @@
-"""What the child bridge publishes to the parent: in order, never dropped for back-pressure.
+"""What the child bridge publishes to the parent: in order, never dropped for a passing failure.
 
 Rules:
 - Every envelope goes to the ``parent`` inbox, in the order it was published.
-- When the parent inbox is full (:class:`~protocol.errors.InboxFull`) the envelope and
-  everything published after it wait in a backlog, retried on the bridge's loop on the
-  producers' schedule (:mod:`actors.mailbox.backoff`: doubling, jittered, started over once
-  one gets through): a ``done`` or a message is never dropped for that.
+- When the parent inbox is full (:class:`~protocol.errors.InboxFull`), or the session cannot be
+  reached for a moment (:class:`~protocol.errors.Unreachable`: a NATS stream electing its
+  leader, a server restarting, no file descriptor free), the envelope and everything published
+  after it wait in a backlog, retried on the bridge's loop on the producers' schedule
+  (:mod:`actors.mailbox.backoff`: doubling, jittered, started over once one gets through), as
+  the same envelope (the same message id: a transport that got an earlier try keeps one). A
+  ``done`` or a message is never dropped for that.
+- A full inbox is waited for as long as it takes. An unreachable session is waited out for at
+  most ``give_up_s`` (:data:`~actors.runtime.wire.NATS_OUTAGE_S`, as the parent waits one out)
+  from the first failed try of the envelope at the head; past it that envelope is given up,
+  with an ERROR in the log, and the parent is told as soon as it can be reached again: a
+  ``not_sent`` runtime event naming what was given up comes first once a publish gets through
+  (it becomes a ``not_sent`` notice to the parent).
 - The backlog holds at most :data:`BACKLOG_LIMIT` envelopes; beyond it a new one is dropped,
-  with an ERROR in the log.
+  with an ERROR in the log, and counted in the next ``not_sent`` report.
 - Any other refusal of the mailbox drops that one envelope (a WARNING in the log) and the
   next is tried: one bad envelope never blocks the ones after it.
-- At exit (:meth:`ParentOutbox.close`) the backlog gets a last try; what still finds no room
+- At exit (:meth:`ParentOutbox.close`) the backlog gets a last try; what still cannot be sent
   is counted in the log.
 """
 
@@ -23,16 +32,23 @@ from typing import TYPE_CHECKING
 from actors.mailbox.backoff import Backoff
 from actors.runtime.clock import Clock
 from actors.runtime.transport import PARENT_INBOX, Transport
-from protocol.envelopes import AnyEnvelope
-from protocol.errors import InboxFull, ShepherdError
+from protocol.envelopes import AnyEnvelope, RuntimeEnvelope
+from protocol.errors import InboxFull, ShepherdError, Unreachable
 
 if TYPE_CHECKING:
     from loguru import Logger
 
-__all__ = ["BACKLOG_LIMIT", "ParentOutbox"]
+__all__ = ["BACKLOG_LIMIT", "ParentOutbox", "retryable"]
 
 #: envelopes that may wait for room in a full parent inbox before new ones are dropped
 BACKLOG_LIMIT = 10_000
+#: at most this many given-up envelopes are named in one ``not_sent`` report (the rest counted)
+NAMED_IN_REPORT = 20
+
+
+def retryable(exc: ShepherdError) -> bool:
+    """A refusal that may pass by itself: the same envelope is tried again (module rules)."""
+    return isinstance(exc, InboxFull | Unreachable)
 
 
 class ParentOutbox:
@@ -45,24 +61,33 @@ class ParentOutbox:
         clock: Clock,
         post: Callable[[Callable[[], None]], None],
         log: Logger,
+        *,
+        give_up_s: float,
+        report: Callable[[str], RuntimeEnvelope],
     ) -> None:
         self._mailbox = mailbox
         self._clock = clock
         self._post = post
         self._log = log
-        self._backlog: deque[AnyEnvelope] = deque()  # waiting for room in the parent inbox
+        self._give_up_s = give_up_s
+        self._report = report  # builds the `not_sent` runtime event from its text
+        self._backlog: deque[AnyEnvelope] = deque()  # waiting for room or for the session
         self._backoff = Backoff()
         self._retry_pending = False
+        self._failing_since: float | None = None  # the head's first failed try (unreachable)
+        self._given_up: list[str] = []  # not yet told to the parent
+        self._dropped = 0  # for a full backlog, not yet told
 
     def publish(self, envelope: AnyEnvelope) -> None:
         """Publish to the parent, after everything that waits; or wait in the backlog."""
         if self._backlog:
             if len(self._backlog) >= BACKLOG_LIMIT:
                 self._log.error(
-                    "dropping {}: {} envelopes already wait for room in the parent inbox",
+                    "dropping {}: {} envelopes already wait to be sent to the parent",
                     envelope.__struct_config__.tag,
                     len(self._backlog),
                 )
+                self._dropped += 1
                 return
             self._backlog.append(envelope)
             return
@@ -70,31 +95,81 @@ class ParentOutbox:
         self._flush()
 
     def _flush(self) -> None:
-        """Publish what waits, oldest first, until done or the parent inbox is full again."""
+        """Publish what waits, oldest first, until done or a passing failure stops it again."""
         self._retry_pending = False
         while self._backlog:
+            if not self._tell_losses():
+                return
             envelope = self._backlog[0]
             try:
                 self._mailbox.publish(PARENT_INBOX, envelope)
-            except InboxFull:
-                if not self._retry_pending:
-                    self._retry_pending = True
-                    self._clock.call_later(self._backoff.next(), lambda: self._post(self._flush))
-                return
             except ShepherdError as exc:
-                self._log.warning(
-                    "cannot publish {} to the parent: {} ({})",
-                    envelope.__struct_config__.tag,
-                    exc.message,
-                    exc.code,
-                )
+                if retryable(exc) and not self._past_bound(exc):
+                    self._retry_later()
+                    return
+                if retryable(exc):
+                    self._log.error(
+                        "giving up {} {} to the parent after {:g} s: {} ({})",
+                        envelope.__struct_config__.tag,
+                        envelope.message_id,
+                        self._give_up_s,
+                        exc.message,
+                        exc.code,
+                    )
+                    self._given_up.append(
+                        f"{envelope.__struct_config__.tag} {envelope.message_id} ({exc.message})"
+                    )
+                else:
+                    self._log.warning(
+                        "cannot publish {} to the parent: {} ({})",
+                        envelope.__struct_config__.tag,
+                        exc.message,
+                        exc.code,
+                    )
             self._backlog.popleft()
+            self._failing_since = None
             self._backoff.reset()
+
+    def _past_bound(self, exc: ShepherdError) -> bool:
+        """Whether the head has been waiting longer than it may (a full inbox: never)."""
+        if isinstance(exc, InboxFull):
+            return False
+        now = self._clock.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        return now - self._failing_since >= self._give_up_s
+
+    def _retry_later(self) -> None:
+        if not self._retry_pending:
+            self._retry_pending = True
+            self._clock.call_later(self._backoff.next(), lambda: self._post(self._flush))
+
+    def _tell_losses(self) -> bool:
+        """What was given up, told to the parent before anything else is sent (module rules);
+        False while the session still cannot be reached (tried again later)."""
+        if not self._given_up and not self._dropped:
+            return True
+        named = self._given_up[:NAMED_IN_REPORT]
+        more = len(self._given_up) - len(named) + self._dropped
+        text = "given up while the session could not be reached: " + "; ".join(named)
+        if more:
+            text += f"; and {more} more"
+        try:
+            self._mailbox.publish(PARENT_INBOX, self._report(text))
+        except ShepherdError as exc:
+            if retryable(exc):
+                self._retry_later()
+                return False
+            self._log.error("cannot tell the parent what was not sent: {}", exc.message)
+        self._given_up.clear()
+        self._dropped = 0
+        return True
 
     def close(self) -> None:
         """A last try at what waits (the loop that retried it is gone), then say what is lost."""
         self._flush()
         if self._backlog:
             self._log.error(
-                "{} envelope(s) never found room in the parent inbox", len(self._backlog)
+                "{} envelope(s) could not be sent to the parent before the bridge exited",
+                len(self._backlog),
             )

@@ -38,6 +38,7 @@ from protocol.errors import (
     LimitExceeded,
     SessionUnavailable,
     ShepherdError,
+    Unreachable,
 )
 
 __all__ = [
@@ -275,7 +276,16 @@ def write_error(inbox: str, exc: OSError) -> ShepherdError:
         return InvalidHandle(f"no inbox {inbox!r} in this session")
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return LimitExceeded(f"no space left for inbox {inbox!r}: {exc.strerror}")
+    if exc.errno in _PASSING:
+        return Unreachable(f"cannot write to inbox {inbox!r} now: {exc}")
     return SessionUnavailable(f"cannot write to inbox {inbox!r}: {exc}")
+
+
+#: errors of a write that may pass by themselves (descriptors, memory, an interrupted call): a
+#: publisher tries the same envelope again for a while
+_PASSING = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.EINTR, errno.ENOMEM, errno.ENOBUFS}
+)
 
 
 def read_file(path: str, max_bytes: int) -> bytes:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from actors.mailbox.backoff import Backoff
-from protocol.errors import SessionUnavailable
+from protocol.errors import Unreachable
 
 __all__ = ["FIRST_PAUSE_S", "LONGEST_PAUSE_S", "Outage", "outage_backoff", "waiting_out"]
 
@@ -27,7 +27,7 @@ def outage_backoff() -> Backoff:
     return Backoff(FIRST_PAUSE_S, LONGEST_PAUSE_S)
 
 
-class Outage(SessionUnavailable):
+class Outage(Unreachable):
     """No server answered, or the session's stream has no leader: it may pass."""
 
 

@@ -273,6 +273,8 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
                 effects += tasks.turn_ended(
                     s, agent_id, turn, cx, exit_code=env.exit_code, is_error=env.is_error
                 )
+        case "not_sent":
+            effects += _not_sent(s, row, env, cx)
         case "output" | "error" if env.text:
             lines = env.text.splitlines() or [""]
             s.turns[agent_id] = _tail(turn, lines[-TURN_TAIL_LINES:])
@@ -283,6 +285,23 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
                 shown = [f"{prefix}{x}" for x in line.splitlines()[-20:]]
                 s.turns[agent_id] = _tail(turn, shown[-TURN_TAIL_LINES:])
     return effects
+
+
+def _not_sent(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) -> list[Effect]:
+    """The agent's bridge gave up sending something while the session was unreachable: the
+    parent is told (a done among it leaves its task open: the parent decides)."""
+    text = (
+        f"{row.name}'s bridge could not send to the session for too long and gave up: "
+        f"{env.text or 'something'}"
+    )
+    note = Notice(
+        created_at=cx.now,
+        code="not_sent",
+        text=text,
+        agent_id=row.agent_id,
+        task_id=row.active_task,
+    )
+    return [Story(text=f"{row.name}: {text}"), Notify(note=note)]
 
 
 def _tail(turn: Turn, lines: Iterable[str]) -> Turn:

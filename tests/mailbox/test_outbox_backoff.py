@@ -1,6 +1,8 @@
-"""A child bridge's way to a full parent inbox (actors/child/outbox.py) on virtual time: it
-retries on the producers' schedule (no busy loop: attempts bounded), keeps its order, and
-gets through as soon as there is room."""
+"""A child bridge's way to the parent (actors/child/outbox.py) on virtual time: a full parent
+inbox, or a session that cannot be reached for a moment (a NATS leader election), is retried on
+the producers' schedule (no busy loop: attempts bounded), as the same envelopes in their order,
+and they get through as soon as they can; an unreachable session is waited out for a bounded
+time, then what was given up is told to the parent first once it can be reached again."""
 
 from __future__ import annotations
 
@@ -12,7 +14,26 @@ from loguru import logger
 from actors.child.outbox import ParentOutbox
 from actors.mailbox.backoff import FIRST_S, LONGEST_S
 from actors.runtime.clock import VirtualClock
-from protocol.errors import InboxFull
+from protocol.errors import InboxFull, InvalidEnvelope, SessionUnavailable, Unreachable
+
+OUTAGE_S = 60.0
+
+
+def _report(text: str) -> str:
+    return f"NOT SENT: {text}"
+
+
+class Envelope:
+    """What the outbox needs of an envelope: a tag and a message id."""
+
+    class __struct_config__:
+        tag = "task_done"
+
+    def __init__(self, message_id: str) -> None:
+        self.message_id = message_id
+
+    def __repr__(self) -> str:
+        return self.message_id
 
 
 class FullInbox:
@@ -33,7 +54,14 @@ class FullInbox:
 def test_a_full_parent_inbox_is_retried_a_bounded_number_of_times_then_drained_in_order() -> None:
     clock = VirtualClock()
     inbox = FullInbox()
-    outbox = ParentOutbox(inbox, clock, lambda fn: fn(), logger)  # type: ignore[arg-type]
+    outbox = ParentOutbox(
+        inbox,  # type: ignore[arg-type]
+        clock,
+        lambda fn: fn(),
+        logger,
+        give_up_s=OUTAGE_S,
+        report=_report,  # type: ignore[arg-type]
+    )
     envelopes = [f"envelope {i}" for i in range(5)]
     for envelope in envelopes:
         outbox.publish(envelope)  # type: ignore[arg-type]
@@ -46,3 +74,92 @@ def test_a_full_parent_inbox_is_retried_a_bounded_number_of_times_then_drained_i
     inbox.room = True
     clock.fire_next(clock.now() + LONGEST_S)  # the next retry comes within the longest wait
     assert inbox.published == envelopes
+
+
+class Session:
+    """A parent inbox behind a transport that fails as told: ``failure`` (an exception) is
+    raised by every publish while set. Every attempt is recorded, with its message id."""
+
+    def __init__(self) -> None:
+        self.failure: Exception | None = None
+        self.tried: list[str] = []
+        self.published: list[Any] = []
+
+    def publish(self, inbox: str, envelope: Any) -> None:
+        self.tried.append(str(envelope))
+        if self.failure is not None:
+            raise self.failure
+        self.published.append(envelope)
+
+
+def _outbox(session: Session, clock: VirtualClock) -> ParentOutbox:
+    return ParentOutbox(
+        session,  # type: ignore[arg-type]
+        clock,
+        lambda fn: fn(),
+        logger,
+        give_up_s=OUTAGE_S,
+        report=_report,  # type: ignore[arg-type]
+    )
+
+
+def test_a_leader_election_is_waited_out_and_the_same_envelopes_get_through_in_order() -> None:
+    clock, session = VirtualClock(), Session()
+    outbox = _outbox(session, clock)
+    session.failure = Unreachable("NATS: NoStreamResponseError()")
+    dones = [Envelope(f"m{i}") for i in range(3)]
+    for done in dones:
+        outbox.publish(done)  # type: ignore[arg-type]
+    start = clock.now()
+    while clock.fire_next(start + 5.0):  # an election of a few seconds
+        pass
+    assert session.published == [] and set(session.tried) == {"m0"}  # only the head, retried
+    session.failure = None
+    clock.fire_next(clock.now() + LONGEST_S)
+    assert session.published == dones  # the same envelopes (ids), once each, in order
+
+
+def test_an_outage_past_the_bound_gives_the_head_up_and_tells_the_parent_first() -> None:
+    clock, session = VirtualClock(), Session()
+    outbox = _outbox(session, clock)
+    session.failure = Unreachable("no answer from the NATS servers within 5 s")
+    first, second = Envelope("m1"), Envelope("m2")
+    outbox.publish(first)  # type: ignore[arg-type]
+    outbox.publish(second)  # type: ignore[arg-type]
+    start = clock.now()
+    while clock.fire_next(start + OUTAGE_S + 2 * LONGEST_S):
+        pass
+    assert "m1" in session.tried and session.published == []
+    session.failure = None  # the servers are back
+    while clock.fire_next(clock.now() + OUTAGE_S + 2 * LONGEST_S) and not session.published:
+        pass
+    # m1 waited past the bound and was given up; the parent hears of it before m2 arrives
+    (report, *rest) = session.published
+    assert report.startswith("NOT SENT: given up while the session could not be reached: ")
+    assert "task_done m1" in report
+    assert rest == [second]
+
+
+def test_a_full_inbox_is_waited_for_without_a_bound() -> None:
+    clock, session = VirtualClock(), Session()
+    outbox = _outbox(session, clock)
+    session.failure = InboxFull("inbox 'parent' already holds 1000 unread envelopes")
+    outbox.publish(Envelope("m1"))  # type: ignore[arg-type]
+    start = clock.now()
+    while clock.fire_next(start + 5 * OUTAGE_S):
+        pass
+    session.failure = None
+    clock.fire_next(clock.now() + LONGEST_S)
+    assert [str(e) for e in session.published] == ["m1"]  # never given up for back-pressure
+
+
+def test_a_refusal_that_will_not_pass_drops_that_envelope_only() -> None:
+    clock, session = VirtualClock(), Session()
+    outbox = _outbox(session, clock)
+    for failure in (InvalidEnvelope("bad"), SessionUnavailable("the session is gone")):
+        session.failure = failure
+        outbox.publish(Envelope("bad"))  # type: ignore[arg-type]
+        assert session.tried[-1] == "bad" and not clock.fire_next(clock.now() + OUTAGE_S)
+    session.failure = None
+    outbox.publish(Envelope("good"))  # type: ignore[arg-type]
+    assert [str(e) for e in session.published] == ["good"]  # no report: nothing passing was lost
