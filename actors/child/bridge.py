@@ -142,8 +142,7 @@ class Bridge:
         self._queue.put(fn)  # SimpleQueue.put is reentrant: safe from a signal handler
 
     def publish(self, envelope: AnyEnvelope) -> None:
-        """Publish to the parent, in order, through :class:`ParentOutbox` (a full parent inbox
-        makes it wait, never drops it)."""
+        """Publish to the parent, in order, through :class:`ParentOutbox` (its rules)."""
         if self._spans is not None:
             envelope = self._traced(self._spans.published, envelope) or envelope
         if isinstance(envelope, RuntimeEnvelope):

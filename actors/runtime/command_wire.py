@@ -9,6 +9,11 @@ Rules:
   runs only what it read whole); a server that greets ``busy`` or answers ``elsewhere`` ran
   nothing, so the call runs here; once sent, a server that ends without answering is
   ``session_unavailable`` ("it may or may not have been done"), never a second try.
+- Every wait is bounded: a server that does not greet within :data:`GREETING_TIMEOUT_S`
+  (stopped, wedged, a debugger) ran nothing, and the call is ``session_unavailable`` naming
+  the socket at once (running it here would only wait on the same stopped process); an answer
+  is awaited for the caller's bound (``answer_within``: :data:`ANSWER_TIMEOUT_S`, or a
+  ``wait``'s ``--timeout`` and :data:`WAIT_MARGIN_S`), then the call is unanswered.
 - Standard library only, ``json`` and ``socket`` imported when a call is forwarded: this is
   what the entry points load on that path.
 
@@ -28,12 +33,16 @@ if TYPE_CHECKING:
     import socket
 
 __all__ = [
+    "ANSWER_TIMEOUT_S",
     "CHILD_COMMANDS",
     "ENV_COMMAND_SOCKET",
+    "GREETING_TIMEOUT_S",
     "MAX_REQUEST_BYTES",
     "PARENT_COMMANDS",
     "READY",
     "UNANSWERED_CODE",
+    "WAIT_MARGIN_S",
+    "answer_bound",
     "forward",
     "option_value",
     "socket_address",
@@ -44,6 +53,12 @@ __all__ = [
 
 #: the greeting of a server that takes the call
 READY = b'{"ready": true}\n'
+#: how long a caller waits for a server's greeting: it greets as soon as it accepts
+GREETING_TIMEOUT_S = 5.0
+#: how long a caller waits for the answer to a call (the same over the session's mailbox)
+ANSWER_TIMEOUT_S = 30.0
+#: what a blocking call (``wait --timeout S``) waits beyond its own S for the answer
+WAIT_MARGIN_S = 10.0
 #: where an agent's bridge takes its commands: an abstract Unix socket name, ``@`` for its NUL
 ENV_COMMAND_SOCKET = "SHEPHERD_COMMAND_SOCKET"
 #: the commands an agent's bridge runs for it (``run`` is the bridge itself)
@@ -135,6 +150,22 @@ def unanswered(argv: Sequence[str], message: str, line: str) -> Callable[[], int
     return report
 
 
+def answer_bound(argv: Sequence[str]) -> float | None:
+    """How long a ``shepherd`` call may wait for its answer: a ``wait`` its ``--timeout`` and
+    :data:`WAIT_MARGIN_S` (None: it waits as long as it was told, without one), any other
+    call :data:`ANSWER_TIMEOUT_S`."""
+    if not argv or argv[0] != "wait":
+        return ANSWER_TIMEOUT_S
+    given = option_value(argv, "--timeout")
+    if given is None:
+        return None
+    try:
+        seconds = float(given)
+    except ValueError:
+        return ANSWER_TIMEOUT_S  # refused by the server at once
+    return seconds + WAIT_MARGIN_S if 0 <= seconds < 10**9 else ANSWER_TIMEOUT_S
+
+
 def _greeting(conn: socket.socket) -> bytes:
     line = b""
     while not line.endswith(b"\n") and len(line) < _GREETING_MAX:
@@ -145,10 +176,18 @@ def _greeting(conn: socket.socket) -> bytes:
     return line
 
 
-def forward(address: str, request: Mapping[str, Any], unanswered: Callable[[], int]) -> int | None:
+def forward(
+    address: str,
+    request: Mapping[str, Any],
+    unanswered: Callable[[], int],
+    *,
+    silent: Callable[[], int],
+    answer_within: float | None,
+) -> int | None:
     """Run a call through the server at ``address``: its exit status once its output is
-    printed, ``unanswered()`` if the server took it and ended without an answer, or None if
-    it ran nothing there (module rules)."""
+    printed, ``unanswered()`` if the server took it and ended (or stayed silent past
+    ``answer_within`` seconds) without an answer, ``silent()`` if it did not greet in time, or
+    None if it ran nothing there (module rules)."""
     import json
     import socket
     import sys
@@ -158,18 +197,23 @@ def forward(address: str, request: Mapping[str, Any], unanswered: Callable[[], i
         return None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         try:
+            conn.settimeout(GREETING_TIMEOUT_S)
             conn.connect(address)
             if _greeting(conn) != READY:
                 return None  # busy, or not a server of ours: nothing was sent
+            conn.settimeout(None)
             conn.sendall(data)
             conn.shutdown(socket.SHUT_WR)
+        except TimeoutError:
+            return silent()  # stopped or wedged: nothing was sent
         except OSError:
             return None  # not sent whole: the server runs nothing it did not read whole
         chunks = []
         try:
+            conn.settimeout(answer_within)
             while chunk := conn.recv(1 << 16):
                 chunks.append(chunk)
-        except OSError:
+        except OSError:  # a timeout too: taken, and not answered in time
             chunks = []
     try:
         answer = json.loads(b"".join(chunks))

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from actors.runtime.command_wire import ANSWER_TIMEOUT_S, WAIT_MARGIN_S
 from actors.surfaces.cli_output import emit
 from protocol import ops
 
@@ -19,6 +20,7 @@ __all__ = [
     "MAX_PAGES",
     "Caller",
     "absolute",
+    "answer_timeout",
     "run_operation",
 ]
 
@@ -38,10 +40,19 @@ def absolute(path: str | None, base: str | None = None, home: str | None = None)
 #: pages one paged command fetches at most (a session cannot outgrow it: 1000 agents per page
 #: is far more than a frame holds, and read lines are bounded by the agent's buffer)
 MAX_PAGES = 10_000
-#: how long the CLI waits for an answer; an operation that blocks (``wait``) waits for its
-#: ``timeout_s`` and this much more, or, without one, a year
-ANSWER_TIMEOUT_S = 30.0
+#: how long the CLI waits for an answer (the same over the command socket); an operation that
+#: blocks (``wait``) waits for its ``timeout_s`` and WAIT_MARGIN_S more, or, without one, a year
 BLOCKING_TIMEOUT_S = 365 * 86_400.0
+
+
+def answer_timeout(op: ops.Op[Any], call_args: dict[str, Any]) -> float:
+    """How long a client waits for the answer to ``op`` (the command line and MCP alike):
+    ANSWER_TIMEOUT_S, or for an operation that blocks (``wait``) its ``timeout_s`` and
+    WAIT_MARGIN_S (a year without one); past it the call is ``session_unavailable``."""
+    if not op.blocks:
+        return ANSWER_TIMEOUT_S
+    limit = call_args.get("timeout_s")
+    return BLOCKING_TIMEOUT_S if limit is None else float(limit) + WAIT_MARGIN_S
 
 
 #: runs one call of the session: (operation, arguments, timeout) -> its answer's data
@@ -69,10 +80,6 @@ def run_operation(
     runs forwarded calls itself (:mod:`actors.surfaces.forwarded`)."""
     op = ops.parent_op(args.command.replace("-", "_"))
     call_args = op.given(vars(args), resolve)
-    timeout = ANSWER_TIMEOUT_S
-    if op.blocks:
-        limit = call_args.get("timeout_s")
-        timeout = BLOCKING_TIMEOUT_S if limit is None else limit + ANSWER_TIMEOUT_S
-    data = _fetch(caller(), op, call_args, timeout)
+    data = _fetch(caller(), op, call_args, answer_timeout(op, call_args))
     emit(args, data, op.view(data))
     return op.exit_status(data) if op.exit_status is not None else 0

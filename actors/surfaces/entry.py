@@ -22,8 +22,10 @@ from pathlib import Path
 
 from actors.records.live import ENV_SESSION, pointed_sessions
 from actors.runtime.command_wire import (
+    GREETING_TIMEOUT_S,
     PARENT_COMMANDS,
     UNANSWERED_CODE,
+    answer_bound,
     forward,
     option_value,
     socket_address,
@@ -34,8 +36,17 @@ from actors.runtime.command_wire import (
 __all__ = ["main"]
 
 #: the call was taken and not answered (:func:`~actors.runtime.command_wire.unanswered`)
-MESSAGE = "the session ended during the call: it may or may not have been done"
+MESSAGE = (
+    "the session took the call and did not answer (it ended, or did not answer in time): it "
+    "may or may not have been done"
+)
 LINE = f"shepherd: {UNANSWERED_CODE}: {MESSAGE}"
+#: the supervisor did not greet (stopped, wedged, in a debugger): nothing was sent
+SILENT = (
+    f"the session's supervisor did not answer its command socket within {GREETING_TIMEOUT_S:g} s"
+    " (stopped or wedged?); nothing was sent"
+)
+SILENT_LINE = f"shepherd: {UNANSWERED_CODE}: {SILENT}"
 
 #: ``session.json`` is a few hundred bytes; a larger one is not read here
 _INFO_MAX_BYTES = 64 * 1024
@@ -82,7 +93,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         cwd = _cwd()
         if found is not None and address is not None and cwd is not None:
             request = {"argv": arguments, "env": dict(environ), "cwd": cwd, "announce": found[1]}
-            code = forward(address, request, unanswered(arguments, MESSAGE, LINE))
+            code = forward(
+                address,
+                request,
+                unanswered(arguments, MESSAGE, LINE),
+                silent=unanswered(arguments, SILENT, SILENT_LINE),
+                answer_within=answer_bound(arguments),
+            )
             if code is not None:
                 return code
     from actors.surfaces.cli import main as run_here

@@ -71,8 +71,10 @@ from mcp.server.stdio import stdio_server
 from actors.records.mcp_cursor import DEFAULT_CLIENT, Batch, CursorStore, check_client_name
 from actors.records.session_info import SessionInfo
 from actors.runtime.log import logger
+from actors.surfaces.cli_ops import ANSWER_TIMEOUT_S, answer_timeout
 from actors.surfaces.client import Client, find_session, session_alive
 from actors.surfaces.mcp_elicit import ApprovalElicitor
+from protocol import ops
 from protocol.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.tools import (
     NOTIFICATIONS,
@@ -185,7 +187,10 @@ class ShepherdMcp:
             if isinstance(fields.get(name), str):
                 # the session runs elsewhere: a relative path means *our* directory
                 fields[name] = str(Path(fields[name]).expanduser().absolute())
-        return client.call(spec.op, fields)
+        op = next((o for o in ops.PARENT if o.name == spec.op), None)  # watchdog: at once
+        return client.call(
+            spec.op, fields, timeout=answer_timeout(op, fields) if op else ANSWER_TIMEOUT_S
+        )
 
     # ------------------------------------------------------------------ notifications
 

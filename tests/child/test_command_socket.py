@@ -6,6 +6,7 @@ line."""
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import subprocess
@@ -152,7 +153,9 @@ def test_a_busy_bridge_leaves_the_call_to_its_caller(parent: FakeParent, tmp_pat
     busy = CommandServer(stuck, CHILD_COMMANDS, max_running=1)
     holding = {"argv": ["done"], "env": {}}
     holder = threading.Thread(
-        target=forward, args=(socket_address(busy.address), holding, lambda: 2), daemon=True
+        target=functools.partial(forward, silent=lambda: 3, answer_within=None),
+        args=(socket_address(busy.address), holding, lambda: 2),
+        daemon=True,
     )
     try:
         holder.start()
@@ -239,4 +242,5 @@ def test_an_oversized_request_is_refused_unread_and_runs_nothing(
     assert ran == []
     # the entry point does not even send one: it runs the call itself (refused there)
     request = {"argv": ["message", "x" * MAX_REQUEST_BYTES], "env": {}}
-    assert forward(socket_address(commands.address) or "", request, lambda: 2) is None
+    address = socket_address(commands.address) or ""
+    assert forward(address, request, lambda: 2, silent=lambda: 3, answer_within=None) is None
