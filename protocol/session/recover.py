@@ -26,6 +26,14 @@ Rules:
    ``--recover``: the fold knows each task's incarnation from the journal's order.
 5. An agent that cannot start again (its script, directory or Pi binary gone) exits before
    it is ready, and the usual exit rule fails its task with the reason (watchers are told).
+6. **No request outlives the incarnation that knew it** (:func:`orphan`). When an agent starts
+   again, every request still open that it asked (a question, an approval) is closed as
+   cancelled, ``orphaned``, journaled before the new process starts: its task is ``running``
+   again (a recovered task can always complete), the resumed history quotes each one ("->
+   cancelled"), and the agent asks again if it still needs to; a late reply to the old id
+   finds the request closed and reopens nothing. Every request still open that was asked *of*
+   it is closed the same way, its asker told (the new process never saw the question, which
+   was set aside with its dead process's unread envelopes), so nobody waits on it for ever.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from protocol.errors import LimitExceeded
 from protocol.ids import IdKind
 from protocol.journal import AgentRecoverRecord, TaskResumeRecord
 from protocol.requests import RequestState
-from protocol.session import outbox, tasks
+from protocol.session import outbox, requests, tasks
 from protocol.session.effects import Deliver, Effect, Journal, SpawnAgent, Story
 from protocol.session.state import AgentRow, Ctx, SessionState
 from protocol.tasks import TaskRecord
@@ -47,8 +55,10 @@ from protocol.tasks import TaskRecord
 __all__ = [
     "HISTORY_CHARS",
     "HISTORY_LINE_CHARS",
+    "ORPHANED",
     "hand",
     "history",
+    "orphan",
     "replay_delegation",
     "replay_recover",
     "replay_resume",
@@ -82,6 +92,7 @@ def respawn(s: SessionState, row: AgentRow, cx: Ctx) -> list[Effect]:
     row = s.agents[row.agent_id]
     return [
         Journal(record=record),
+        *orphan(s, row.agent_id, cx),
         SpawnAgent(
             agent_id=row.agent_id,
             name=row.name,
@@ -91,6 +102,29 @@ def respawn(s: SessionState, row: AgentRow, cx: Ctx) -> list[Effect]:
         ),
         Story(text=f"{row.name}: its bridge was gone; started again (incarnation {incarnation})"),
     ]
+
+
+#: why an orphaned request was closed (rule 6), as its asker and the history read it
+ORPHANED = "orphaned: {name}'s process was gone when the session restarted; ask again if needed"
+
+
+def orphan(s: SessionState, agent_id: str, cx: Ctx) -> list[Effect]:
+    """Rule 6: the open requests asked by or of ``agent_id``, closed as cancelled (orphaned)."""
+    effects: list[Effect] = []
+    why = ORPHANED.format(name=s.name_of(agent_id))
+    for request in list(s.requests.pending()):
+        if agent_id not in (request.sender_id, request.target_id):
+            continue
+        asked_of_it = request.target_id == agent_id and request.sender_id != agent_id
+        effects += requests.close(
+            s,
+            request.request_id,
+            RequestState.CANCELLED,
+            cx,
+            notify_sender=asked_of_it,
+            why=why,
+        )
+    return effects
 
 
 def replay_recover(s: SessionState, record: AgentRecoverRecord) -> None:

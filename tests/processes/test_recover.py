@@ -327,3 +327,47 @@ def test_what_a_dead_agent_left_unread_is_kept_aside_not_delivered_again(  # typ
     cli("cancel", task["task_id"], session=session)
     cli("shutdown", session=session)
     second.proc.wait(timeout=30)
+
+
+ASKER = {  # asks the parent, waits for the answer, then is done (in any incarnation)
+    "steps": [
+        {"await": "task"},
+        {"message": {"to": "shepherd", "text": "which branch?", "expects_reply": True}},
+        {"await": "reply"},
+        {"done": {"status": "completed", "summary": "on {last}"}},
+        {"await": "any"},
+    ]
+}
+
+
+def _questions(lines: list[dict[str, Any]]) -> list[str]:
+    return [
+        x["message_id"] for x in lines if x.get("kind") == "agent_message" and x["expects_reply"]
+    ]
+
+
+def test_a_question_open_when_the_tree_was_killed_never_blocks_the_resumed_task(
+    serve: Any, tmp_path: Path
+) -> None:
+    """The dead incarnation's question is closed (orphaned) by the recovery: the new one asks
+    again, gets its answer, and its plain `done --status completed` is accepted (it was
+    refused with `unresolved_requests` naming the old question, and the task never ended)."""
+    session = tmp_path / "session"
+    first = serve(session)
+    cli("spawn", "asker", "--script", write_script(tmp_path, "asker", ASKER), session=session)
+    task = cli("delegate", "asker", "pick a branch", session=session)[1]["task_id"]
+    assert first.wait_for(lambda lines: len(_questions(lines)) == 1), first.lines
+    (old,) = _questions(first.lines)
+    _kill_everything(first, session)
+
+    second = serve(session, "--recover")
+    asked_again = lambda lines: [q for q in _questions(lines) if q != old]  # noqa: E731
+    assert second.wait_for(asked_again, timeout=90), second.lines
+    (new,) = asked_again(second.lines)
+    cli("message", "asker", "main", "--reply-to", new, session=session)
+    _, waited = cli("wait", task, "--timeout", "45", session=session)
+    (result,) = waited["completed"]
+    assert (result["status"], result["text"]) == ("completed", "on main"), result
+    # the old question is closed as orphaned, on the record
+    closed = [r for r in _journal(session, "request") if r["request_id"] == old]
+    assert closed[-1]["state"] == "cancelled", closed

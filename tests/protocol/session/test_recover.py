@@ -4,6 +4,7 @@ once per incarnation; a bridge found running is adopted, never started twice."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 
 import msgspec
@@ -12,9 +13,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
 from protocol import api
-from protocol.envelopes import TaskEnvelope
+from protocol.envelopes import NoticeEnvelope, TaskEnvelope
 from protocol.journal import AgentRecoverRecord, TaskResumeRecord
 from protocol.notifications import StaleWait, TaskCompletion
+from protocol.requests import RequestRecord, RequestState
 from protocol.session import recover
 from protocol.session.effects import Deliver, Effect, Journal, SpawnAgent
 from protocol.session.restore import Restore, fold, resume
@@ -124,7 +126,8 @@ def test_an_open_task_is_handed_again_resumed_with_its_history() -> None:
     assert env.content.startswith("[resumed]")
     assert "write the parser" in env.content
     assert f"a asked b ({ids['q']}): which grammar? -> replied: the PEG one" in env.content
-    assert "which style? -> no reply yet" in env.content
+    # the question a's dead process asked c was orphaned: closed, quoted, asked again if needed
+    assert "which style? -> cancelled" in env.content
     assert "told the parent: halfway: the tokens are done" in env.content
     (resume_record,) = journaled(effects, TaskResumeRecord)
     assert (resume_record.task_id, resume_record.incarnation) == (ids["ta"], 1)
@@ -138,8 +141,8 @@ def test_an_open_task_is_handed_again_resumed_with_its_history() -> None:
     # the live agent's task: today's envelope, its old id (its inbox drops it)
     (old,) = delivered(effects, TaskEnvelope, ids["b"])
     assert not old.resumed and old.message_id == s.state.tasks[ids["tb"]].message_id
-    # the task is still open, and still waits on its question
-    assert t.state.tasks[ids["ta"]].state is TaskState.WAITING
+    # the task is still open, and running: nothing of the dead incarnation is left to wait on
+    assert t.state.tasks[ids["ta"]].state is TaskState.RUNNING
 
 
 def test_the_history_is_bounded_newest_kept() -> None:
@@ -294,6 +297,22 @@ class RecoveringMachine(SessionMachine):
         assert started.isdisjoint(live)
         for agent_id in started:
             assert new.state.agents[agent_id].incarnation == before[agent_id] + 1
+            # rule 6: nothing of the dead incarnation is left open, asked by it or of it ...
+            left = [
+                r.request_id
+                for r in new.state.requests.pending()
+                if agent_id in (r.sender_id, r.target_id)
+            ]
+            assert left == [], (agent_id, left)
+            # ... so its open task can always be completed by a plain done (no cancelling)
+            for record in new.state.tasks.values():
+                if record.agent_id == agent_id and not record.terminal:
+                    assert record.state is not TaskState.WAITING
+                    probe = copy.deepcopy(new)  # tried aside: the program goes on as it was
+                    probe.runtime(agent_id, "ready", pid=999)
+                    probe.done(agent_id, task_id=record.task_id, summary="done after recovery")
+                    result = probe.state.tasks[record.task_id].result
+                    assert result is not None and result.status == "completed", result
 
     def keep(self, effects: list[Effect]) -> None:
         super().keep(effects)
@@ -322,6 +341,47 @@ class RecoveringMachine(SessionMachine):
 
 TestRecoveringMachine = RecoveringMachine.TestCase
 TestRecoveringMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+def test_a_recovered_agents_open_requests_are_orphaned_and_its_task_can_complete() -> None:
+    """Rule 6, from every side: a asked c (pending) and a's bridge is gone: the question is
+    closed (cancelled, orphaned) before a starts again, journaled, a's task runs again, and a
+    plain done completes it; a late reply to the old question reopens nothing. A question
+    asked *of* a recovered agent is closed too, and its asker told."""
+    s, ids = team()
+    t, effects = restart(s, live=(ids["b"], ids["c"]))
+    (orphaned,) = [
+        r for r in journaled(effects, RequestRecord) if r.state is RequestState.CANCELLED
+    ]
+    assert orphaned.sender_id == ids["a"] and orphaned.target_id == ids["c"]
+    spawn_at = next(i for i, e in enumerate(effects) if isinstance(e, SpawnAgent))
+    assert effects.index(Journal(record=orphaned)) < spawn_at  # closed before it starts
+    assert t.state.tasks[ids["ta"]].state is TaskState.RUNNING
+    late = t.reply(ids["c"], orphaned.request_id, "too late")
+    assert t.state.tasks[ids["ta"]].state is TaskState.RUNNING
+    assert late  # the late reply was answered (refused or delivered), and reopened nothing
+    t.runtime(ids["a"], "ready", pid=201)
+    t.done(ids["a"], summary="parsed")  # no cancel_requests needed
+    assert t.state.tasks[ids["ta"]].result is not None
+    assert t.state.tasks[ids["ta"]].result.status == "completed"
+    # a second restart agrees (it was journaled)
+    again = fold(t.journal, SessionState(SESSION, SETTINGS))
+    assert again.requests.get(orphaned.request_id).state is RequestState.CANCELLED
+
+    # asked of it: b asks a, then a's bridge is gone: b is told, and b's task runs again
+    s, ids = team()
+    s.runtime(ids["a"], "ready", pid=101)
+    question = s.ask(ids["b"], "a", "is the parser ready?")
+    assert s.state.tasks[ids["tb"]].state is TaskState.WAITING
+    t, effects = restart(s, live=(ids["b"], ids["c"]))
+    assert t.state.tasks[ids["tb"]].state is TaskState.RUNNING
+    told = [
+        e.envelope
+        for e in of(effects, Deliver)
+        if e.agent_id == ids["b"] and isinstance(e.envelope, NoticeEnvelope)
+    ]
+    assert [n.ref_id for n in told] == [question]
+    assert "orphaned" in told[0].text
 
 
 def test_a_task_delegated_to_a_recovered_agent_is_not_resumed_at_the_next_restart() -> None:
