@@ -16,8 +16,8 @@ Rules:
   If the servers say nobody listens there (its process is gone), the new claim is appended
   naming the sequence of the one read (``Nats-Expected-Last-Sequence``): of two supervisors
   claiming at once, the servers take one; the other reads the winner's claim and is refused.
-- A writer that does not answer within the wait (its host lost, which the servers notice only
-  after their pings go unanswered) is taken as live: ``session_busy``, saying so. Nothing is
+- A writer that does not answer, asked three times (its host lost, which the servers notice
+  only after their pings go unanswered) is taken as live: ``session_busy``, saying so. Nothing is
   taken over while its owner may still write.
 - The journal's own one-writer rule (:mod:`actors.nats.lines`) still refuses any append that
   does not follow the last one: the claim refuses the second parent at its start, before it
@@ -54,6 +54,9 @@ __all__ = ["CLAIM", "Claim", "ParentClaim"]
 CLAIM = "parent"
 #: claims tried at most (each lost one was lost to a claim made meanwhile, which is read next)
 _TRIES = 5
+#: a claim's writer is asked this many times whether it is present before a silence is taken
+#: as a live writer that cannot answer (each ask waits the request timeout)
+_ASKS = 3
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,7 +107,11 @@ class ParentClaim:
                 connect(list(servers), None, None, session_id, request_timeout_s, login, tls),
                 what="connect",
             )
-            self._run(self._take(js, replicas), what=f"claim the session in {self._stream}")
+            self._run(
+                self._take(js, replicas),
+                what=f"claim the session in {self._stream}",
+                limit=self._timeout * (4 + _ASKS),  # a silent writer is asked _ASKS times
+            )
         except ShepherdError:
             self.close()
             raise
@@ -117,8 +124,8 @@ class ParentClaim:
             self.close()
             raise
 
-    def _run(self, coro: Any, *, what: str) -> Any:
-        limit = self._timeout * 4
+    def _run(self, coro: Any, *, what: str, limit: float | None = None) -> Any:
+        limit = self._timeout * 4 if limit is None else limit
         try:
             return self._loop.run(coro, limit)
         except TimeoutError:
@@ -184,16 +191,26 @@ class ParentClaim:
             held = _DECODER.decode(last.data or b"")
         except (msgspec.DecodeError, msgspec.ValidationError):
             return int(last.seq)  # not a claim this code made: nobody answers for it
-        try:
-            answer = await self._nc.request(self._presence(held.writer), b"", timeout=self._timeout)
-        except NoRespondersError:
-            return int(last.seq)  # its writer is gone
-        except (NatsTimeout, TimeoutError):
+        for _ in range(_ASKS):
+            try:
+                answer = await self._nc.request(
+                    self._presence(held.writer), b"", timeout=self._timeout
+                )
+                break
+            except NoRespondersError:
+                return int(last.seq)  # its writer is gone
+            except (NatsTimeout, TimeoutError):
+                # Just after its process ended, a server of a cluster may still route the
+                # question to it for a moment (or the servers are slow): asked again, its
+                # absence shows as "no responders"
+                continue
+        else:
             raise SessionBusy(
                 f"session {self._session_id} was claimed by a supervisor ({held.named()}) that "
-                f"did not answer within {self._timeout:g} s: it is taken as live (if its host "
+                f"did not answer, asked {_ASKS} times ({self._timeout:g} s each): it is taken as "
+                "live (if its host "
                 "is gone, the NATS servers forget it within minutes; try again then)"
-            ) from None
+            )
         # it answered: live, named by its answer (else as its claim names it)
         with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
             held = _DECODER.decode(answer.data)
