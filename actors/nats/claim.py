@@ -16,9 +16,11 @@ Rules:
   If the servers say nobody listens there (its process is gone), the new claim is appended
   naming the sequence of the one read (``Nats-Expected-Last-Sequence``): of two supervisors
   claiming at once, the servers take one; the other reads the winner's claim and is refused.
-- A writer that does not answer, asked three times (its host lost, which the servers notice
-  only after their pings go unanswered) is taken as live: ``session_busy``, saying so. Nothing is
-  taken over while its owner may still write.
+- A writer is believed gone only when the servers say twice, a moment apart, that nobody
+  listens on its presence subject (what a cluster knows of who listens travels between its
+  servers in a moment). One that does not answer, asked four times (its host lost, which the
+  servers notice only after their pings go unanswered), is taken as live: ``session_busy``,
+  saying so. Nothing is taken over while its owner may still write.
 - The journal's own one-writer rule (:mod:`actors.nats.lines`) still refuses any append that
   does not follow the last one: the claim refuses the second parent at its start, before it
   read or wrote any record.
@@ -26,6 +28,7 @@ Rules:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -53,10 +56,12 @@ __all__ = ["CLAIM", "Claim", "ParentClaim"]
 #: the kind of the claims' stream (:func:`actors.nats.lines.lines_stream`)
 CLAIM = "parent"
 #: claims tried at most (each lost one was lost to a claim made meanwhile, which is read next)
-_TRIES = 5
+_TRIES = 10
 #: a claim's writer is asked this many times whether it is present before a silence is taken
 #: as a live writer that cannot answer (each ask waits the request timeout)
-_ASKS = 3
+_ASKS = 4
+#: the pause between two "no responders" before a writer is believed gone
+_ABSENT_PAUSE_S = 0.25
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
@@ -191,6 +196,11 @@ class ParentClaim:
             held = _DECODER.decode(last.data or b"")
         except (msgspec.DecodeError, msgspec.ValidationError):
             return int(last.seq)  # not a claim this code made: nobody answers for it
+        # On a cluster, who listens where travels between the servers in a moment: just after
+        # a writer subscribed elsewhere, a server may not know it yet ("no responders"), and
+        # just after one ended, a server may still route to it (a time-out). So absence is
+        # believed only when said twice in a row, a moment apart, and a silence is asked again.
+        absent = 0
         for _ in range(_ASKS):
             try:
                 answer = await self._nc.request(
@@ -198,12 +208,12 @@ class ParentClaim:
                 )
                 break
             except NoRespondersError:
-                return int(last.seq)  # its writer is gone
+                absent += 1
+                if absent == 2:
+                    return int(last.seq)  # its writer is gone
+                await asyncio.sleep(_ABSENT_PAUSE_S)
             except (NatsTimeout, TimeoutError):
-                # Just after its process ended, a server of a cluster may still route the
-                # question to it for a moment (or the servers are slow): asked again, its
-                # absence shows as "no responders"
-                continue
+                absent = 0
         else:
             raise SessionBusy(
                 f"session {self._session_id} was claimed by a supervisor ({held.named()}) that "
