@@ -13,11 +13,14 @@ an agent has events in its window, for the no-progress rule) it runs the detecto
 that passes the gate becomes one ``[Watchdog Alert]`` to the parent (``alert_mode``
 ``main_only``, the default). With ``direct_subagent``/``both`` the rescue message is also sent
 to the agent as a steer — the only automatic action, and only when configured. ``steer`` on
-request is dry-run by default.
+request is dry-run by default. A steer the watchdog sent comes back as the agent's next
+message; it is kept as a rescue message (source ``watchdog``), not as a new instruction, so
+an agent that goes on looping after the nudge keeps its counts.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,7 +48,7 @@ __all__ = ["WatchdogActor", "is_watchdog_call", "session_call"]
 
 
 class _Agent:
-    __slots__ = ("adapter", "gate", "name", "seq", "task_id", "timer", "window")
+    __slots__ = ("adapter", "gate", "name", "rescues", "seq", "task_id", "timer", "window")
 
     def __init__(self, agent_id: str, name: str, max_events: int) -> None:
         self.name = name
@@ -55,6 +58,8 @@ class _Agent:
         self.task_id: str | None = None
         self.timer: TimerHandle | None = None
         self.seq = 0
+        #: rescue messages steered to the agent that have not reached it yet
+        self.rescues: deque[str] = deque(maxlen=8)
 
 
 class WatchdogActor(ShepherdActor):
@@ -129,6 +134,12 @@ class WatchdogActor(ShepherdActor):
             return
         if msg.kind == "task":
             agent.task_id = msg.task_id
+        if msg.kind == "message" and msg.text in agent.rescues:
+            # our own nudge coming back through the broker: not an instruction, the episode
+            # goes on until the agent does something new
+            agent.rescues.remove(msg.text)
+            self._event(agent, ts=msg.at, kind="message", output=msg.text, source="watchdog")
+            return
         # a new instruction opens a new evidence window
         self._event(agent, ts=msg.at, kind="message", output=msg.text, source="user")
         agent.gate = wd.reset_episode(agent.gate)
@@ -232,6 +243,8 @@ class WatchdogActor(ShepherdActor):
         return alert
 
     def _steer(self, agent_id: str, text: str) -> None:
+        if agent_id in self._agents:
+            self._agents[agent_id].rescues.append(text)
         tell_quietly(
             self._broker,
             ParentCall(args=api.MessageArgs(target=agent_id, message=text, steer=True)),

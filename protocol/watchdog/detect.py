@@ -3,7 +3,8 @@
 Rules (T = the rule's threshold, ``RULE.threshold``; see :mod:`protocol.watchdog.rules` for
 the defaults; I = ``idle_no_progress_s``)
 -----------------------------------------------------------------------------------------
-Only the episode is considered: events since the agent last received an instruction.
+Only the episode is considered: events since the agent last received an instruction, and,
+after a rescue message, since the agent's first new call (:func:`current_episode`).
 Calls are logical calls (a call and its result count once); pending calls have no output.
 Each rule has a stable reason code; ``->`` gives its confidence.
 
@@ -61,8 +62,8 @@ from protocol.watchdog.config import WatchdogConfig, rule_threshold
 from protocol.watchdog.events import (
     LogicalCall,
     ToolEvent,
+    current_episode,
     pair_calls,
-    since_last_instruction,
 )
 from protocol.watchdog.evidence import (
     CONFIDENCE_LEVELS,
@@ -392,7 +393,7 @@ def _combine(found: list[Evidence]) -> tuple[Confidence, list[str]]:
 
 def detect_stuck(events: Sequence[ToolEvent], config: WatchdogConfig, now: float) -> Verdict:
     """Judge one agent's events (the episode since its last instruction) at time ``now``."""
-    episode = since_last_instruction(events)
+    episode = current_episode(events)
     calls = pair_calls(episode)
     done = [c for c in calls if not c.pending]
     classes = [classify_call(c.tool, c.command) for c in calls]

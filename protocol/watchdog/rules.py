@@ -97,7 +97,7 @@ RULES: Final[tuple[Rule, ...]] = (
         "monologue",
         3,
         "repeat_threshold",
-        "agent messages in a row with no tool call (monologue.match: any or identical text)",
+        "agent messages in a row with no tool result (monologue.match: any or identical text)",
         f"{_OPENHANDS}: 3 agent messages in a row",
     ),
     Rule(
