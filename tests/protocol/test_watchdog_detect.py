@@ -593,3 +593,19 @@ def test_thresholds_are_respected_exactly(threshold: int) -> None:
     assert "repeated_command" not in script.verdict().reasons
     script.run("make run", "same")
     assert "repeated_command" in script.verdict().reasons
+
+
+def test_calls_running_side_by_side_count_their_time_once() -> None:
+    """Three calls running together for 200 s are 200 s of tools, not 600."""
+    script = Script()
+    for i in range(3):
+        script._add(
+            1.0, kind="tool_call", tool="bash", command=f"python job_{i}.py", call_id=f"c{i}"
+        )
+    script.now = 200.0
+    for i in range(3):
+        script._add(1.0, kind="tool_result", tool="bash", output=f"done {i}", call_id=f"c{i}")
+    assert "no_progress" not in script.verdict().reasons
+    script.run("python job_3.py", "done 3", took=120.0)  # 202 s + 120 s of tools
+    (item,) = evidence(script.verdict(), "no_progress")
+    assert "ran 322s" in item.detail  # type: ignore[attr-defined]
