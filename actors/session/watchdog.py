@@ -8,23 +8,26 @@ happens; it never changes a task. The rules are the pure functions of ``protocol
 Runtime events become watchdog events through :func:`protocol.watchdog.runtime_kind`, which
 knows the agent's adapter: a ``command`` agent's printed lines and the bridge's notes are
 kept as ``output``, not as agent messages; a condensation (Pi's compaction) is its own kind.
-On each tool result, agent message and condensation (and on an idle timer, armed only while
-an agent has events in its window, for the no-progress rule) it runs the detector; a verdict
+On each tool result, agent message and condensation it runs the detector (no timer: every
+rule, ``no_progress`` too, measures what the events say, so only an event can make a verdict
+worse); a verdict
 that passes the gate becomes one ``[Watchdog Alert]`` to the parent (``alert_mode``
 ``main_only``, the default). With ``direct_subagent``/``both`` the rescue message is also sent
 to the agent as a steer — the only automatic action, and only when configured. ``steer`` on
-request is dry-run by default.
+request is dry-run by default. A steer the watchdog sent comes back as the agent's next
+message; it is kept as a rescue message (source ``watchdog``), not as a new instruction, so
+an agent that goes on looping after the nudge keeps its counts.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 import pykka
 
-from actors.runtime.clock import TimerHandle
 from actors.runtime.runtime import ShepherdActor, tell_quietly
 from actors.session.messages import (
     ParentCall,
@@ -45,7 +48,7 @@ __all__ = ["WatchdogActor", "is_watchdog_call", "session_call"]
 
 
 class _Agent:
-    __slots__ = ("adapter", "gate", "name", "seq", "task_id", "timer", "window")
+    __slots__ = ("adapter", "gate", "name", "rescues", "seq", "task_id", "window")
 
     def __init__(self, agent_id: str, name: str, max_events: int) -> None:
         self.name = name
@@ -53,8 +56,9 @@ class _Agent:
         self.window = wd.EventWindow(agent_id, max_events)
         self.gate = wd.AlertGate()
         self.task_id: str | None = None
-        self.timer: TimerHandle | None = None
         self.seq = 0
+        #: rescue messages steered to the agent that have not reached it yet
+        self.rescues: deque[str] = deque(maxlen=8)
 
 
 class WatchdogActor(ShepherdActor):
@@ -83,8 +87,6 @@ class WatchdogActor(ShepherdActor):
                 self._instruction(message)
             case WatchdogRuntime():
                 self._runtime(message)
-            case ("idle_check", agent_id):
-                self._check(str(agent_id))
             case WatchdogCall(op=op, args=args):
                 return self._call(op, dict(args))
             case list():  # what one run of the broker's effects told, in order (one message)
@@ -129,6 +131,12 @@ class WatchdogActor(ShepherdActor):
             return
         if msg.kind == "task":
             agent.task_id = msg.task_id
+        if msg.kind == "message" and msg.text in agent.rescues:
+            # our own nudge coming back through the broker: not an instruction, the episode
+            # goes on until the agent does something new
+            agent.rescues.remove(msg.text)
+            self._event(agent, ts=msg.at, kind="message", output=msg.text, source="watchdog")
+            return
         # a new instruction opens a new evidence window
         self._event(agent, ts=msg.at, kind="message", output=msg.text, source="user")
         agent.gate = wd.reset_episode(agent.gate)
@@ -169,22 +177,11 @@ class WatchdogActor(ShepherdActor):
                 )
                 self._check(msg.agent_id)
             case "output":
-                # kept for inspection; no rule counts it, so nothing to check or time
+                # kept for inspection; no rule counts it, so nothing to check
                 self._event(agent, ts=msg.at, kind="output", output=env.text or "")
                 self._target_event(msg.agent_id, msg.at)
-                return
             case _:
                 self._target_event(msg.agent_id, msg.at)
-                return
-        self._arm_idle_timer(msg.agent_id, agent)
-
-    def _arm_idle_timer(self, agent_id: str, agent: _Agent) -> None:
-        if agent.timer is not None:
-            agent.timer.cancel()
-        ref = self.actor_ref
-        agent.timer = self.clock.call_later(
-            self.config.idle_no_progress_s, lambda: tell_quietly(ref, ("idle_check", agent_id))
-        )
 
     # ------------------------------------------------------------------ detection
 
@@ -232,6 +229,8 @@ class WatchdogActor(ShepherdActor):
         return alert
 
     def _steer(self, agent_id: str, text: str) -> None:
+        if agent_id in self._agents:
+            self._agents[agent_id].rescues.append(text)
         tell_quietly(
             self._broker,
             ParentCall(args=api.MessageArgs(target=agent_id, message=text, steer=True)),

@@ -115,9 +115,9 @@ def add_watchdog_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="run the detector over a JSON-lines transcript (no session needed)",
         description=(
             "One event per line: {kind: tool_call|tool_result|error|message|user_input|"
-            "condensation|output, tool, command?, args?, output?, text?, exit_code?, is_error?, "
-            "source?: user|agent, ts?}. Prints the verdict after each event, then the final "
-            "verdict. FILE '-' reads standard input."
+            "rescue|condensation|output, tool, command?, args?, output?, text?, exit_code?, "
+            "is_error?, source?: user|agent|watchdog, ts?}. Prints the verdict after each "
+            "event, then the final verdict. FILE '-' reads standard input."
         ),
     )
     p.add_argument("file", metavar="FILE")

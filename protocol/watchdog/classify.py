@@ -10,8 +10,10 @@ Rules
 * Classification is by tool name first, then by the shell command: ``write`` (edit tools,
   ``sed -i``, ``>`` to a file, ``tee``, ``git apply``, ``patch``, ``mv``/``cp``/``rm`` ...),
   ``read`` (cat/head/tail/rg/grep/find/ls/read tools with no write), else ``other``.
-* A read's target key is its verb's family (read, search, list) and its non-option arguments,
-  order-free, so ``cat f`` and ``head f`` look at the same thing.
+* A read's target key is the region it looks at: its verb's family (read, search, list) and
+  the words that pick what it reads (operands, line ranges, counts), order-free. So ``cat f``
+  and ``read f`` look at the same thing, but ``sed -n 1,40p f`` and ``sed -n 90,130p f`` read
+  different parts of one file, as ``head -n 40 f`` and ``cat f`` do.
 * A typecheck/compile error signature is the sorted set of error lines with line and column
   numbers removed (an error that moves when code is edited is still the same error).
 
@@ -109,7 +111,6 @@ _READ_VERBS: Final = frozenset(
 _NEUTRAL_VERBS: Final = frozenset(
     {"cd", "pwd", "echo", "printf", "true", ":", "sleep", "clear", "which", "type", "export"}
 )
-_SCRIPT_FIRST: Final = frozenset({"sed", "awk", "jq"})
 
 
 def _tokens(segment: str) -> list[str]:
@@ -187,9 +188,28 @@ def classify_call(tool: str, command: str) -> CallClass:
     return "other"
 
 
+_COUNT_OPTION = re.compile(r"-(\d+)")  # ``head -40 f``: the count is the region
+
+
+def _region_words(tokens: list[str]) -> list[str]:
+    """The words of one simple command that say what it reads: its operands, and the numbers
+    and scripts that pick a part of them (``-n 40``, ``sed -n 90,130p``, ``offset=100``)."""
+    words = []
+    for token in tokens[1:]:
+        count = _COUNT_OPTION.fullmatch(token)
+        if count:
+            words.append(count.group(1))
+        elif not token.startswith("-") and token != "|":
+            words.append(token)
+    return words
+
+
 @lru_cache(maxsize=4096)  # pure; the detector asks again on every event
 def read_target_key(tool: str, command: str) -> str:
-    """What a read-only call looks at: verbs and their non-option arguments, order-free."""
+    """What region a read-only call looks at: verbs and the words that pick what they read
+    (operands, line ranges, counts), order-free. Spellings of one region share a key (``cat
+    f`` = ``read f``); different parts of one file do not (``sed -n 1,40p f`` is not ``sed -n
+    90,130p f``, ``read f offset=1`` is not ``read f offset=200``)."""
     keys: set[str] = set()
     name = tool.lower()
     segments = _segments(command)
@@ -199,13 +219,7 @@ def read_target_key(tool: str, command: str) -> str:
         if tokens[0] in _NEUTRAL_VERBS:
             continue
         verb = tokens[0].rsplit("/", 1)[-1]
-        args = [
-            t
-            for t in tokens[1:]
-            if not t.startswith("-") and "=" not in t and not t.isdigit() and t != "|"
-        ]
-        if verb in _SCRIPT_FIRST and args:
-            args = args[1:]
+        args = _region_words(tokens)
         if verb == "git" and args:
             verb, args = f"git {args[0]}", args[1:]
         if args or not keys:

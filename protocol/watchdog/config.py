@@ -94,7 +94,8 @@ class WatchdogConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     repeat_threshold: PositiveInt = 3
     #: the threshold of ``repeated_typecheck_error`` when it has none of its own
     typecheck_repeat_threshold: PositiveInt = 2
-    #: no write for this long counts towards ``no_progress``
+    #: tools running this long in all with no write count towards ``no_progress`` (the model's
+    #: think time between a result and its next call is not counted)
     idle_no_progress_s: PositiveSeconds = 300.0
     #: at least this long between two alerts about one agent
     cooldown_s: NonNegativeSeconds = 60.0

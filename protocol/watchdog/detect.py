@@ -3,14 +3,15 @@
 Rules (T = the rule's threshold, ``RULE.threshold``; see :mod:`protocol.watchdog.rules` for
 the defaults; I = ``idle_no_progress_s``)
 -----------------------------------------------------------------------------------------
-Only the episode is considered: events since the agent last received an instruction.
+Only the episode is considered: events since the agent last received an instruction, and,
+after a rescue message, since the agent's first new call (:func:`current_episode`).
 Calls are logical calls (a call and its result count once); pending calls have no output.
 Each rule has a stable reason code; ``->`` gives its confidence.
 
 ``repeated_command``
     the same command key with the same output hash >= T times with no write between them; a
-    failing result counts across writes too (the edits are not changing the failure), a
-    passing one does not (edit, tests green, edit, tests green is healthy)
+    write resets the count, whether the result passes or fails (edit, re-run the tests, edit,
+    re-run is test-driven work, even while the same test keeps failing)
     -> medium; high at >= T+2.
 ``repeated_failure``
     the same command key (the same tool and normalised arguments) failing >= T times in a
@@ -20,8 +21,10 @@ Each rule has a stable reason code; ``->`` gives its confidence.
 ``repeated_typecheck_error``
     the same typecheck/compile error signature in >= T results -> medium; high at >= T+2.
 ``no_progress``
-    >= T calls since the last write (or the episode start), no write for >= I seconds, and a
-    call within the last I seconds (a quiet agent is idle, not looping) -> low; medium at 2*I.
+    >= T calls since the last write (or the episode start) whose tools ran >= I seconds in all
+    (each call from its start to its result; the model's think time between a result and the
+    next call is not counted: a slow model is not a loop), and a call within the last I
+    seconds (a quiet agent is idle, not looping) -> low; medium at 2*I.
 ``read_only_loop``
     since the last write, read-only calls revisit the same targets (files, searches, however
     spelled: ``cat f`` = ``head f`` = ``read f``) >= T times -> low; medium at 2T; high at 3T.
@@ -59,8 +62,8 @@ from protocol.watchdog.config import WatchdogConfig, rule_threshold
 from protocol.watchdog.events import (
     LogicalCall,
     ToolEvent,
+    current_episode,
     pair_calls,
-    since_last_instruction,
 )
 from protocol.watchdog.evidence import (
     CONFIDENCE_LEVELS,
@@ -116,31 +119,26 @@ def _output(call: LogicalCall) -> str:
 def _repeated_command(
     calls: Sequence[LogicalCall], classes: Sequence[CallClass], config: WatchdogConfig
 ) -> list[Evidence]:
-    """Same command, same output. A write between repeats is progress (edit, tests green,
-    edit, tests green is healthy), unless the output is a failure: the same failure after
-    edits means the edits are not helping."""
-    groups: dict[tuple[str, str], list[tuple[int, LogicalCall]]] = {}
+    """Same command, same output, no write between. A write between two runs makes them
+    different attempts, passing or failing: edit, tests green, edit, tests green is healthy,
+    and so is edit, the same test still failing, edit (test-driven work re-runs the test
+    after each edit). The same typecheck error across edits is ``repeated_typecheck_error``'s."""
+    groups: dict[tuple[str, str, int], list[LogicalCall]] = {}
     segment = 0  # number of writes before the call
     for call, cls in zip(calls, classes, strict=True):
         if call.command and not call.pending:
-            groups.setdefault((call.command, _output(call)), []).append((segment, call))
+            groups.setdefault((call.command, _output(call), segment), []).append(call)
         if cls == "write":
             segment += 1
+    longest: dict[tuple[str, str], list[LogicalCall]] = {}
+    for (command, output, _), run in groups.items():
+        if len(run) > len(longest.get((command, output), [])):
+            longest[(command, output)] = run
     found = []
-    for (command, output), members in groups.items():
-        failing = all(call.is_error for _, call in members)
-        if failing:
-            run = [call for _, call in members]
-        else:
-            by_segment: dict[int, list[LogicalCall]] = {}
-            for seg, call in members:
-                by_segment.setdefault(seg, []).append(call)
-            run = max(by_segment.values(), key=len)
+    for (command, output), run in longest.items():
         level = by_count(len(run), rule_threshold(config, "repeated_command"))
         if level == "none":
             continue
-        spans_writes = len({seg for seg, _ in members}) > 1
-        how = "failing the same way even after edits" if failing and spans_writes else "no edit"
         found.append(
             Evidence(
                 code="repeated_command",
@@ -148,7 +146,7 @@ def _repeated_command(
                 commands=[short(command)],
                 hashes=[output],
                 count=len(run),
-                detail=f"ran {len(run)} times with the same output ({how} between)",
+                detail=f"ran {len(run)} times with the same output (no edit between)",
                 confidence=level,
                 seqs=[c.seq for c in run],
             )
@@ -233,14 +231,12 @@ def _no_progress(
     write, after = _after_last_write(calls, classes)
     since = [calls[i] for i in after]
     if write is not None:
-        anchor_ts = write.end_ts if write.end_ts is not None else write.ts
         anchor, what = f"write:{write.seq}", "the last edit or write"
     else:
-        anchor_ts = episode[0].ts
         anchor, what = f"start:{episode[0].seq}", "the episode started"
-    elapsed = now - anchor_ts
+    busy = _tool_time(since)
     idle = config.idle_no_progress_s
-    if len(since) < rule_threshold(config, "no_progress") or elapsed < idle:
+    if len(since) < rule_threshold(config, "no_progress") or busy < idle:
         return []
     last_active = max(c.end_ts if c.end_ts is not None else c.ts for c in since)
     if now - last_active > idle:
@@ -251,11 +247,26 @@ def _no_progress(
             key=evidence_key("no_progress", anchor),
             commands=_commands(since),
             count=len(since),
-            detail=f"{len(since)} tool calls in {elapsed:.0f}s since {what}, none of them a write",
-            confidence="medium" if elapsed >= 2 * idle else "low",
+            detail=f"{len(since)} tool calls ran {busy:.0f}s in all since {what}, "
+            "none of them a write",
+            confidence="medium" if busy >= 2 * idle else "low",
             seqs=[c.seq for c in since],
         )
     ]
+
+
+def _tool_time(calls: Sequence[LogicalCall]) -> float:
+    """Seconds during which at least one of these calls was running, each from its call to its
+    result. The time between a result and the next call is the model thinking: a slow model
+    is not an agent whose tools keep running without effect. A call still running counts
+    when its result arrives (a long build is not a loop)."""
+    spans = sorted((c.ts, c.end_ts) for c in calls if c.end_ts is not None)
+    total, reached = 0.0, float("-inf")
+    for start, end in spans:
+        if end > reached:
+            total += end - max(start, reached)
+            reached = end
+    return total
 
 
 def _read_only_loop(
@@ -382,7 +393,7 @@ def _combine(found: list[Evidence]) -> tuple[Confidence, list[str]]:
 
 def detect_stuck(events: Sequence[ToolEvent], config: WatchdogConfig, now: float) -> Verdict:
     """Judge one agent's events (the episode since its last instruction) at time ``now``."""
-    episode = since_last_instruction(events)
+    episode = current_episode(events)
     calls = pair_calls(episode)
     done = [c for c in calls if not c.pending]
     classes = [classify_call(c.tool, c.command) for c in calls]

@@ -6,7 +6,13 @@ Rules
   (for typecheck/compile failures) an error signature; never the whole output.
 * An *instruction* is a ``message`` event whose source is ``user`` (the parent's delegated
   task, a message from the parent or a peer, a user prompt). The detector only looks at
-  events since the last instruction: a new instruction opens a new episode. An instruction
+  events since the last instruction: a new instruction opens a new episode.
+* A *rescue message* is a ``message`` whose source is ``watchdog``: the watchdog's rescue
+  message reaching the agent (a nudge). It is not an instruction and no rule counts it: an
+  agent that goes on with its loop after the nudge is still in the same episode, and its
+  counts go on. The episode ends at the agent's first *new* call after the nudge — another
+  command, or a success with an output not seen just before (the same command now passing) —
+  and a new episode starts with that call (:func:`current_episode`). An instruction
   is not hashed (``output_hash`` None): no rule compares instructions, they only open
   episodes, and normalising and hashing every delegated task's text was a quarter of the
   watchdog's time when thousands of tasks were delegated at once.
@@ -46,7 +52,9 @@ __all__ = [
     "EventWindow",
     "LogicalCall",
     "ToolEvent",
+    "current_episode",
     "is_instruction",
+    "is_rescue",
     "make_event",
     "pair_calls",
     "runtime_kind",
@@ -54,7 +62,7 @@ __all__ = [
 ]
 
 EventKind = Literal["tool_call", "tool_result", "error", "message", "condensation", "output"]
-EventSource = Literal["user", "agent"]
+EventSource = Literal["user", "agent", "watchdog"]
 TOOL_EVENT_KINDS: Final = frozenset({"tool_call", "tool_result", "error"})
 
 #: how the bridge marks the notes it adds to an agent's output stream
@@ -132,7 +140,7 @@ def make_event(
     )
     key = render_call(tool, command, args) if kind in TOOL_EVENT_KINDS else ""
     hashed = output is not None or kind in {"message", "tool_result", "error"}
-    instruction = kind == "message" and source == "user"
+    instruction = kind == "message" and source != "agent"  # nothing compares them
     signature = None
     if kind in {"tool_result", "error"} and text:
         signature = error_signature(key, text)
@@ -160,12 +168,52 @@ def is_instruction(event: ToolEvent) -> bool:
     return event.kind == "message" and event.source == "user"
 
 
+def is_rescue(event: ToolEvent) -> bool:
+    """The watchdog's rescue message reaches the agent: a ``message`` from ``watchdog``."""
+    return event.kind == "message" and event.source == "watchdog"
+
+
 def since_last_instruction(events: Sequence[ToolEvent]) -> list[ToolEvent]:
-    """The current episode: from the last instruction (included) to the end."""
+    """Events from the last instruction (included) to the end."""
     for index in range(len(events) - 1, -1, -1):
         if is_instruction(events[index]):
             return list(events[index:])
     return list(events)
+
+
+def _is_new(call: LogicalCall, before: LogicalCall | None) -> bool:
+    """Is ``call`` something new after a nudge, compared with the agent's call before it:
+    another command, or a success whose output is not the one before (a failure with a new
+    error text is the same action failing again)."""
+    if before is None or call.command != before.command:
+        return True
+    return not call.pending and not call.is_error and call.output_hash != before.output_hash
+
+
+def current_episode(events: Sequence[ToolEvent]) -> list[ToolEvent]:
+    """The episode the rules judge: since the last instruction, and after a rescue message
+    from the agent's first new call on (the nudge itself ends nothing)."""
+    episode = since_last_instruction(events)
+    rescues = [i for i, event in enumerate(episode) if is_rescue(event)]
+    if not rescues:
+        return episode
+    index_of = {event.seq: i for i, event in enumerate(episode)}
+    calls = pair_calls(episode)
+    start = 0
+    for rescue in rescues:
+        if rescue < start:
+            continue
+        before = None
+        for call in calls:
+            at = index_of[call.seq]
+            if at < start:
+                continue
+            if at < rescue:
+                before = call
+            elif _is_new(call, before):
+                start = at
+                break
+    return episode[start:]
 
 
 class EventWindow:

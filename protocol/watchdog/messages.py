@@ -4,22 +4,24 @@ condensation loops.
 Rules (thresholds are the rules' ``.threshold`` settings, see :mod:`protocol.watchdog.rules`)
 --------------------------------------------------------------------------------------------
 Only the episode counts (events since the last instruction, so no user input falls inside a
-streak). A streak is a run of events with no tool call or tool result inside it.
+streak). A streak is a run of events with no tool result inside it: a result is the agent
+getting something new to think about, which a bare tool call (one that never answered) is not.
 
 ``monologue``
-    >= T non-empty agent messages in a row with no tool call between, whatever their text
+    >= T non-empty agent messages in a row with no tool result between, whatever their text
     (``monologue.match = "any"``, the default) or all with the same text (``"identical"``:
     a different text starts a new streak) -> medium; high at T+2. Empty messages neither
     count nor break it (they are the next rule's).
 ``empty_responses``
-    >= T empty or whitespace-only agent messages in a row: a tool call or a real
+    >= T empty or whitespace-only agent messages in a row: a tool result or a real
     (non-empty) agent message breaks the streak -> medium; high at T+2.
 ``condensation_loop``
-    >= T context condensations in a row with no tool call and no agent message between (the
+    >= T context condensations in a row with no tool result and no agent message between (the
     agent does nothing but summarise its memory) -> medium; high at T+2.
 
 Transparent to all three, as to every other rule: ``output`` (a command's printed lines,
-bridge notes), and a condensation to the first two (it is neither progress nor a failure).
+bridge notes), the watchdog's rescue message, and a condensation to the first two (it is
+neither progress nor a failure).
 
 Sans-IO: pure functions.
 """
@@ -27,9 +29,10 @@ Sans-IO: pure functions.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from protocol.watchdog.config import WatchdogConfig, rule_threshold
-from protocol.watchdog.events import TOOL_EVENT_KINDS, ToolEvent
+from protocol.watchdog.events import ToolEvent
 from protocol.watchdog.evidence import (
     MAX_EVIDENCE_COMMANDS,
     Evidence,
@@ -39,6 +42,8 @@ from protocol.watchdog.evidence import (
 )
 
 __all__ = ["message_rules"]
+
+_RESULT_KINDS: Final = frozenset({"tool_result", "error"})
 
 
 def _first_line(event: ToolEvent) -> str:
@@ -59,7 +64,9 @@ def _streaks(
                 streak.append([])
 
     for event in episode:
-        if event.kind in TOOL_EVENT_KINDS or (event.kind == "message" and event.source == "user"):
+        if event.kind == "message" and event.source == "watchdog":
+            continue  # the rescue message: the agent did not say it, and it ends nothing
+        if event.kind in _RESULT_KINDS or (event.kind == "message" and event.source == "user"):
             cut(talk, empty, condensed)
         elif event.kind == "message":
             cut(condensed)
@@ -101,7 +108,7 @@ def message_rules(episode: Sequence[ToolEvent], config: WatchdogConfig) -> list[
                 key=evidence_key("monologue", config.monologue_match, str(streak[0].seq)),
                 hashes=hashes[:MAX_EVIDENCE_COMMANDS],
                 count=len(streak),
-                detail=f"{what}, no tool call between: {_first_line(streak[-1])}",
+                detail=f"{what}, no tool result between: {_first_line(streak[-1])}",
                 confidence=level,
                 seqs=[m.seq for m in streak],
             )
@@ -115,7 +122,7 @@ def message_rules(episode: Sequence[ToolEvent], config: WatchdogConfig) -> list[
                     code="empty_responses",
                     key=evidence_key("empty_responses", str(streak[0].seq)),
                     count=len(streak),
-                    detail=f"{len(streak)} empty responses in a row, no tool call between",
+                    detail=f"{len(streak)} empty responses in a row, no tool result between",
                     confidence=level,
                     seqs=[m.seq for m in streak],
                 )
@@ -129,7 +136,7 @@ def message_rules(episode: Sequence[ToolEvent], config: WatchdogConfig) -> list[
                     code="condensation_loop",
                     key=evidence_key("condensation_loop", str(streak[0].seq)),
                     count=len(streak),
-                    detail=f"{len(streak)} context condensations in a row, no tool call or "
+                    detail=f"{len(streak)} context condensations in a row, no tool result or "
                     "message between",
                     confidence=level,
                     seqs=[c.seq for c in streak],

@@ -2,15 +2,20 @@
 
 Format (one JSON object per line; blank lines are skipped)::
 
-    {"kind": "tool_call"|"tool_result"|"error"|"message"|"user_input"|"condensation"|"output",
+    {"kind": "tool_call"|"tool_result"|"error"|"message"|"user_input"|"rescue"|"condensation"
+             |"output",
      "tool": str, "command"?: str, "args"?: object, "output"?: str, "exit_code"?: int,
-     "is_error"?: bool, "source"?: "user"|"agent", "ts"?: float, "call_id"?: str, "text"?: str}
+     "is_error"?: bool, "source"?: "user"|"agent"|"watchdog", "ts"?: float, "call_id"?: str,
+     "text"?: str}
 
 * ``tool`` is required for tool events; the other kinds may leave it out. The text of a
   message, condensation or output line is ``text`` or else ``output``.
 * ``user_input`` is a new instruction (user input: a task, a message to the agent), the same
   as a ``message`` with ``source: "user"``. ``condensation`` is the agent's context being
   summarised (Pi's compaction; ``is_error`` when it failed): neither progress nor a failure.
+  ``rescue`` is the watchdog's rescue message reaching the agent, the same as a ``message``
+  with ``source: "watchdog"``: not an instruction (the episode goes on until the agent does
+  something new, :func:`~protocol.watchdog.events.current_episode`).
   ``output`` is text that is not the agent speaking (a command agent's printed lines).
 * ``error`` is a failed result; a ``tool_result`` with a non-zero ``exit_code`` or
   ``is_error: true`` fails too.
@@ -49,7 +54,7 @@ __all__ = ["ReplayEvent", "ReplayLineError", "decode_replay_line", "replay"]
 
 _PATH = re.compile(r" - at `(\$[^`]*)`$")
 TOOL_KINDS: Final = frozenset({"tool_call", "tool_result", "error"})
-ReplayKind = EventKind | Literal["user_input"]
+ReplayKind = EventKind | Literal["user_input", "rescue"]
 
 
 class ReplayEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -125,8 +130,14 @@ def replay(
         ts = entry.ts if entry.ts is not None else float(index)
         now = ts if now is None else max(now, ts)
         body = entry.text if entry.text is not None else entry.output
-        kind: EventKind = "message" if entry.kind == "user_input" else entry.kind
-        user = entry.kind == "user_input"
+        kind: EventKind
+        source: EventSource = entry.source
+        if entry.kind == "user_input":
+            kind, source = "message", "user"
+        elif entry.kind == "rescue":
+            kind, source = "message", "watchdog"
+        else:
+            kind = entry.kind
         event = make_event(
             agent_id=agent_id,
             seq=index + 1,
@@ -139,7 +150,7 @@ def replay(
             output=body,
             exit_code=entry.exit_code,
             is_error=entry.is_error,
-            source="user" if user else entry.source,
+            source=source,
             call_id=entry.call_id,
         )
         window.append(event)

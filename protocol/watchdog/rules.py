@@ -55,7 +55,7 @@ RULES: Final[tuple[Rule, ...]] = (
         "repeated_command",
         None,
         "repeat_threshold",
-        "runs of one command with the same output",
+        "runs of one command with the same output, no write between",
         "Shepherd's spec (repeat_threshold 3); OpenHands waits for 4 identical pairs",
     ),
     Rule(
@@ -76,14 +76,14 @@ RULES: Final[tuple[Rule, ...]] = (
         "no_progress",
         None,
         "repeat_threshold",
-        "calls since the last write (with idle_no_progress_s)",
+        "calls since the last write (with idle_no_progress_s of tools running)",
         "Shepherd's spec (repeat_threshold 3)",
     ),
     Rule(
         "read_only_loop",
         None,
         "repeat_threshold",
-        "reads of the same target since the last write",
+        "reads of the same region (file and range) since the last write",
         "Shepherd's spec (repeat_threshold 3)",
     ),
     Rule(
@@ -97,7 +97,7 @@ RULES: Final[tuple[Rule, ...]] = (
         "monologue",
         3,
         "repeat_threshold",
-        "agent messages in a row with no tool call (monologue.match: any or identical text)",
+        "agent messages in a row with no tool result (monologue.match: any or identical text)",
         f"{_OPENHANDS}: 3 agent messages in a row",
     ),
     Rule(

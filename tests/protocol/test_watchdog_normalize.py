@@ -206,13 +206,32 @@ def test_classify_call(tool: str, command: str, expected: str) -> None:
 
 def test_read_target_key_treats_different_spellings_of_one_read_alike() -> None:
     key = read_target_key("bash", "cat src/a.py")
-    assert read_target_key("bash", "head -n 50 src/a.py") == key
-    assert read_target_key("bash", "sed -n 1,80p src/a.py") == key
+    assert read_target_key("bash", "nl -ba src/a.py") == key
     assert read_target_key("read", render_call("read", args={"path": "src/a.py"})) == key
     assert read_target_key("read", "src/a.py") == key
     assert read_target_key("bash", "cat src/b.py") != key
     assert read_target_key("bash", "rg -n foo src") == read_target_key("bash", "rg foo src")
     assert read_target_key("bash", "rg foo src") != read_target_key("bash", "rg bar src")
+    head = read_target_key("bash", "head -n 50 src/a.py")
+    assert read_target_key("bash", "head -50 src/a.py") == head
+
+
+def test_read_target_key_tells_parts_of_one_file_apart() -> None:
+    whole = read_target_key("bash", "cat src/a.py")
+    part = read_target_key("bash", "sed -n '1090,1130p' src/a.py")
+    assert part == read_target_key("bash", "sed -n 1090,1130p src/a.py")
+    assert len({whole, part, read_target_key("bash", "sed -n 335,350p src/a.py")}) == 3
+    assert read_target_key("bash", "head -n 50 src/a.py") != whole
+    assert read_target_key("bash", "head -n 50 src/a.py") != read_target_key(
+        "bash", "head -n 80 src/a.py"
+    )
+    assert read_target_key("bash", "nl -ba src/a.py | sed -n 10,20p") != read_target_key(
+        "bash", "nl -ba src/a.py | sed -n 30,40p"
+    )
+    read = render_call("read", args={"path": "src/a.py", "offset": 1, "limit": 40})
+    later = render_call("read", args={"path": "src/a.py", "offset": 200, "limit": 40})
+    assert read_target_key("read", read) != read_target_key("read", later)
+    assert read_target_key("read", read) != whole
 
 
 # --- typecheck / compile errors -------------------------------------------------------------

@@ -243,7 +243,7 @@ def test_a_condensation_between_repeats_is_not_progress() -> None:
 def test_a_condensation_does_not_reset_no_progress() -> None:
     agent = Agent()
     for i in range(6):
-        agent.run(f"python experiment_{i}.py", f"result {i}", dt=80.0)
+        agent.run(f"python experiment_{i}.py", f"result {i}", took=80.0)
         agent.condense()
     assert "no_progress" in agent.verdict().reasons
 

@@ -164,11 +164,13 @@ def test_missing_ts_uses_the_line_index_as_seconds() -> None:
 
 def test_final_now_lets_time_pass_after_the_last_event() -> None:
     lines: list[dict[str, object]] = []
-    for i in range(4):
+    for i in range(4):  # four experiments running 90 s each: 360 s of tools, no write
         lines.append(
             {"kind": "tool_call", "tool": "bash", "command": f"python exp{i}.py", "ts": 100.0 * i}
         )
-        lines.append({"kind": "tool_result", "tool": "bash", "output": str(i), "ts": 100.0 * i + 1})
+        lines.append(
+            {"kind": "tool_result", "tool": "bash", "output": str(i), "ts": 100.0 * i + 90}
+        )
     reasons = replay(lines)[-1]["reasons"]
     assert isinstance(reasons, list) and "no_progress" in reasons
     late = replay(lines, final_now=2000.0)[-1]

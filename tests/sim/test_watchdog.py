@@ -111,3 +111,32 @@ def test_operations_steer_is_dry_run_by_default_and_unknown_agents_are_refused()
         s.watchdog("inspect", agent="nobody")
     targets = s.watchdog("list_targets")
     assert [t["name"] for t in targets] == ["scout"] and targets[0]["kind"] == "task"
+
+
+def test_the_watchdogs_own_nudge_is_not_a_new_instruction() -> None:
+    """With ``alert_mode = both`` the agent is nudged with the rescue message at the
+    threshold; the nudge does not reset its counts, so going on with the loop is stuck beyond
+    the threshold. A parent's message is an instruction and does reset them."""
+    script = {
+        "steps": [
+            {"await": "task"},
+            {"repeat": {"times": 3, "steps": [{"run": "rg -n TODO src"}, {"sleep": 1.0}]}},
+            {"await": "message"},
+            {"run": "rg -n TODO src"},
+            {"await": "any"},
+        ]
+    }
+    s, sink = new_session(7, settings=Settings(watchdog=WatchdogConfig(alert_mode="both")))
+    s.spawn("scout", script=script)
+    s.delegate("scout", "find the TODOs")
+    s.sim.run_all(max_time=30)
+    (alert,) = _alerts(sink)
+    got = [getattr(e, "content", "") for e in s.sim_launcher.driver("scout").received]
+    assert alert.rescue_message in got  # nudged
+    inspected = s.watchdog("inspect", agent="scout")
+    nudges = [e for e in inspected["events"] if e["kind"] == "message" and e["source"] != "agent"]
+    assert [e["source"] for e in nudges] == ["user", "watchdog"]  # the task, then the nudge
+    verdict = inspected["verdict"]
+    assert verdict["likely_stuck"] is True
+    (item,) = [e for e in verdict["evidence"] if e["code"] == "repeated_command"]
+    assert item["count"] == 4  # beyond the threshold: the nudge did not start a new episode
