@@ -1,29 +1,35 @@
 """One parent per session across hosts: a supervisor that keeps its records on the NATS servers
-(``serve --journal nats``) claims the session there before it reads them, and answers for its
-claim for as long as it runs. A second supervisor of the session, on any host, is refused
+(``serve --journal nats``) claims the session there before it reads them, and holds the claim as
+a lease for as long as it runs. A second supervisor of the session, on any host, is refused
 (``session_busy``) naming the live one; a dead one's claim is taken over.
 
-Layout: stream ``<session>_parent`` (subject ``shepherd.<session>.parent``, kept as the records
-are), one message per claim: who made it (:class:`Claim`). The holder answers requests on
+Layout: stream ``<session>_parent`` (subject ``shepherd.<session>.parent``, one message kept),
+whose message says who holds the session (:class:`Claim`). The holder answers requests on
 ``shepherd.<session>.parent.<writer>`` with its claim.
 
 Rules:
-- **Whole-life presence.** Before it claims, a supervisor answers on its own presence subject;
-  it stops answering when its connection to the servers ends (its process ends, however: the
-  servers drop the connection) or when it closes the claim (shutdown).
-- **Claim by compare-and-set.** The newest claim is read; if its writer answers on its
-  presence subject, the session is ``session_busy`` naming it (its host, pid and directory).
-  If the servers say nobody listens there (its process is gone), the new claim is appended
-  naming the sequence of the one read (``Nats-Expected-Last-Sequence``): of two supervisors
-  claiming at once, the servers take one; the other reads the winner's claim and is refused.
-- A writer is believed gone only when the servers say twice, a moment apart, that nobody
-  listens on its presence subject (what a cluster knows of who listens travels between its
-  servers in a moment). One that does not answer, asked four times (its host lost, which the
-  servers notice only after their pings go unanswered), is taken as live: ``session_busy``,
-  saying so. Nothing is taken over while its owner may still write.
-- The journal's own one-writer rule (:mod:`actors.nats.lines`) still refuses any append that
-  does not follow the last one: the claim refuses the second parent at its start, before it
-  read or wrote any record.
+- **Claim by compare-and-set.** The newest claim is read, and the new one is appended naming
+  that claim's sequence (``Nats-Expected-Last-Sequence``): of two supervisors claiming at once,
+  the servers take one; the other reads the winner's claim and is refused.
+- **A lease, renewed.** The holder appends its claim again every :data:`RENEW_EVERY_S`, each
+  naming the sequence of its last (so a holder whose claim was taken over finds out at its next
+  renewal, and its records refuse it from then on: :meth:`ParentClaim.lost`). A supervisor that
+  stops cleanly appends a *released* claim, which the next one takes at once.
+- **Taken over only when both say gone.** A claim is held while its writer answers on its
+  presence subject (``session_busy`` at once), and while it was renewed less than
+  :data:`LEASE_S` ago. A claim is taken over only when the servers say nobody listens on its
+  presence subject *and* it is not renewed for :data:`LEASE_S` (watched from the moment it was
+  read; on the same host, from the moment its writer last renewed it, by the one clock they
+  share). Either alone can be wrong for a moment on a loaded cluster: what the servers know of
+  who listens travels between them (a live writer may look absent), and a loaded holder may
+  renew late; both wrong at once is what it would take to run two parents, and even then the
+  journal's own one-writer rule (:mod:`actors.nats.lines`) refuses every append that does not
+  follow the last one.
+- A writer that neither answers nor is said gone (asked :data:`_ASKS` times: its host lost,
+  which the servers notice only after their pings go unanswered) is taken as live:
+  ``session_busy``, saying so.
+- The servers' own trouble (no stream leader yet, no answer) is waited out as an outage, up to
+  the bound the caller gives, then ``session_unavailable``.
 """
 
 from __future__ import annotations
@@ -33,13 +39,16 @@ import contextlib
 import os
 import secrets
 import socket
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
+from loguru import logger
 
 from actors.nats.lines import WRONG_LAST_SEQUENCE, lines_stream, lines_subject
 from actors.nats.loop import LoopThread
+from actors.nats.outage import outage_backoff
 from actors.nats.setup import connect, make_streams
 from protocol.errors import SessionBusy, SessionUnavailable, ShepherdError
 from protocol.transport_url import TlsFiles
@@ -47,21 +56,29 @@ from protocol.transport_url import TlsFiles
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.aio.msg import Msg
+    from nats.aio.subscription import Subscription
+    from nats.js.api import RawStreamMsg
     from nats.js.client import JetStreamContext
 
     from actors.nats.auth import NatsLogin
 
-__all__ = ["CLAIM", "Claim", "ParentClaim"]
+__all__ = ["CLAIM", "LEASE_S", "RENEW_EVERY_S", "Claim", "ParentClaim", "waited_out"]
+
+T = TypeVar("T")
 
 #: the kind of the claims' stream (:func:`actors.nats.lines.lines_stream`)
 CLAIM = "parent"
+#: how often the holder renews its claim
+RENEW_EVERY_S = 0.5
+#: a claim not renewed for this long, whose writer nobody listens for, is taken over
+LEASE_S = 3.0
 #: claims tried at most (each lost one was lost to a claim made meanwhile, which is read next)
 _TRIES = 10
 #: a claim's writer is asked this many times whether it is present before a silence is taken
 #: as a live writer that cannot answer (each ask waits the request timeout)
 _ASKS = 4
-#: the pause between two "no responders" before a writer is believed gone
-_ABSENT_PAUSE_S = 0.25
+#: how often a claim is read again while its lease is watched
+_WATCH_EVERY_S = 0.2
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,6 +88,10 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     host: str
     pid: int
     session_dir: str
+    #: when its writer last renewed it, by its writer's clock (seconds since the epoch)
+    renewed_at: float = 0.0
+    #: given up by its writer (a clean stop): the next supervisor takes it at once
+    released: bool = False
 
     def named(self) -> str:
         return f"pid {self.pid} on host {self.host}, session directory {self.session_dir}"
@@ -79,10 +100,47 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
 _DECODER = msgspec.json.Decoder(Claim)
 
 
+async def waited_out(attempt: Callable[[], Awaitable[T]], outage_s: float, whose: str) -> T:
+    """``await attempt()``, tried again while the servers have trouble of their own (no stream
+    leader yet, no answer, no connection) for at most ``outage_s``; then
+    ``session_unavailable`` naming the last trouble. A refusal (an API error below 500) is
+    ``session_unavailable`` at once."""
+    import nats.errors
+    from nats.js.errors import APIError
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + outage_s
+    backoff = outage_backoff()
+    while True:
+        try:
+            return await attempt()
+        except APIError as exc:
+            if (exc.code or 0) < 500 or exc.err_code == WRONG_LAST_SEQUENCE:
+                raise SessionUnavailable(
+                    f"the NATS servers refused the claim on {whose}: {exc}"
+                ) from None
+            outage: Exception = exc
+        except (TimeoutError, nats.errors.Error) as exc:
+            outage = exc
+        pause = backoff.next()
+        if loop.time() + pause > deadline:
+            raise SessionUnavailable(
+                f"the NATS servers could not be asked who serves {whose} (waited "
+                f"{outage_s:g} s): {outage!r}"
+            )
+        await asyncio.sleep(pause)  # a backoff while the servers recover
+
+
+class _Moved(Exception):
+    """The claim read changed meanwhile (another supervisor claimed): it is read again."""
+
+
 class ParentClaim:
     """This supervisor's claim on a session whose records are on the NATS servers (module
     rules); raises ``session_busy`` naming the live parent, ``session_unavailable`` if the
-    servers cannot be asked. :meth:`close` gives it up."""
+    servers cannot be asked within ``outage_s``. ``lost`` is called (once, on the claim's own
+    thread) if the claim is ever taken over while this supervisor runs. :meth:`close` gives it
+    up."""
 
     def __init__(
         self,
@@ -92,35 +150,45 @@ class ParentClaim:
         *,
         replicas: int = 1,
         request_timeout_s: float = 5.0,
+        outage_s: float = 0.0,
         login: NatsLogin | None = None,
         tls: TlsFiles | None = None,
+        lost: Callable[[str], None] | None = None,
     ) -> None:
         self._session_id = session_id
         self._stream = lines_stream(session_id, CLAIM)
         self._subject = lines_subject(session_id, CLAIM)
         self._timeout = request_timeout_s
+        self._outage_s = outage_s
+        self._lost = lost
         self.claim = Claim(
             writer=secrets.token_hex(8),
             host=socket.gethostname(),
             pid=os.getpid(),
             session_dir=session_dir,
         )
+        #: the sequence of this supervisor's newest claim (0: none yet)
+        self._seq = 0
+        self._renewing: asyncio.Task[None] | None = None
+        self._answering: Subscription | None = None
         self._loop = LoopThread("shepherd-nats-claim")
         self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
         try:
-            self._nc, js = self._run(
+            self._nc, self._js = self._run(
                 connect(list(servers), None, None, session_id, request_timeout_s, login, tls),
                 what="connect",
             )
             self._run(
-                self._take(js, replicas),
+                self._take(replicas),
                 what=f"claim the session in {self._stream}",
-                limit=self._timeout * (4 + _ASKS),  # a silent writer is asked _ASKS times
+                # a silent writer is asked _ASKS times; a lease watched; an outage waited out
+                limit=self._timeout * (4 + _ASKS) + LEASE_S * 2 + outage_s,
             )
         except ShepherdError:
             self.close()
             raise
-        except Exception as exc:  # the servers' trouble (a connection lost, no leader yet)
+        except Exception as exc:  # the servers' trouble, past what was waited out
             self.close()
             raise SessionUnavailable(
                 f"the NATS servers could not be asked who serves session {session_id}: {exc!r}"
@@ -141,9 +209,15 @@ class ParentClaim:
     def _presence(self, writer: str) -> str:
         return f"{self._subject}.{writer}"
 
-    async def _take(self, js: JetStreamContext, replicas: int) -> None:
+    def _require_js(self) -> JetStreamContext:
+        if self._js is None:
+            raise SessionUnavailable(f"{self._stream} is closed")
+        return self._js
+
+    # ------------------------------------------------------------------ claiming
+
+    async def _take(self, replicas: int) -> None:
         from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-        from nats.js.errors import APIError
 
         assert self._nc is not None
         config = StreamConfig(
@@ -153,86 +227,193 @@ class ParentClaim:
             storage=StorageType.FILE,
             num_replicas=replicas,
             discard=DiscardPolicy.NEW,
+            max_msgs_per_subject=1,  # the newest claim is all that counts
         )
-        await make_streams(js, [config], self._timeout * 2)
         mine = msgspec.json.encode(self.claim)
 
         async def answer(msg: Msg) -> None:
             await msg.respond(mine)
 
         # answering before claiming: whoever reads this claim finds its writer present
-        await self._nc.subscribe(self._presence(self.claim.writer), cb=answer)
+        self._answering = await self._nc.subscribe(self._presence(self.claim.writer), cb=answer)
         await self._nc.flush()  # bounded by _run
-        for _ in range(_TRIES):
-            last_seq = await self._refuse_if_held(js)
-            headers = {"Nats-Expected-Last-Sequence": str(last_seq)}
+        await self._waited_out(lambda: make_streams(self._require_js(), [config], 0.0))
+        tries = 0
+        while True:
             try:
-                await js.publish(
-                    self._subject, mine, timeout=self._timeout, stream=self._stream, headers=headers
-                )
-                return
-            except APIError as exc:
-                if exc.err_code != WRONG_LAST_SEQUENCE:
-                    raise SessionUnavailable(f"{self._stream} refused the claim: {exc}") from None
-                # another supervisor claimed meanwhile: its claim is read next
-        raise SessionBusy(
-            f"session {self._session_id}: other supervisors kept claiming it at the same time"
-        )
+                self._seq = await self._waited_out(self._claim_once)
+                break
+            except _Moved:
+                tries += 1
+                if tries >= _TRIES:
+                    raise SessionBusy(
+                        f"session {self._session_id}: other supervisors kept claiming it at "
+                        "the same time"
+                    ) from None
+        self._renewing = asyncio.get_running_loop().create_task(self._renew())
 
-    async def _refuse_if_held(self, js: JetStreamContext) -> int:
-        """The sequence of the newest claim (0: none), whose writer is gone; ``session_busy``
-        naming it if it is present (or cannot be told gone)."""
-        from nats.errors import NoRespondersError
-        from nats.errors import TimeoutError as NatsTimeout
+    async def _claim_once(self) -> int:
+        """The new claim appended after the newest one, whose writer is gone; its sequence."""
+        from nats.js.errors import APIError
+
+        last_seq = await self._refuse_if_held()
+        try:
+            claim = msgspec.structs.replace(self.claim, renewed_at=time.time())
+            return await self._append(claim, last_seq)
+        except APIError as exc:
+            if exc.err_code == WRONG_LAST_SEQUENCE:
+                raise _Moved from None  # another supervisor claimed meanwhile
+            raise
+
+    async def _append(self, claim: Claim, after: int) -> int:
+        ack = await self._require_js().publish(
+            self._subject,
+            msgspec.json.encode(claim),
+            timeout=self._timeout,
+            stream=self._stream,
+            headers={"Nats-Expected-Last-Sequence": str(after)},
+        )
+        return int(ack.seq)
+
+    async def _waited_out(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        return await waited_out(attempt, self._outage_s, f"session {self._session_id}")
+
+    async def _last(self) -> tuple[int, Claim | None]:
+        """The newest claim's sequence (0: none) and the claim (None: not one this code
+        made, or released: nobody answers for it)."""
         from nats.js.errors import NotFoundError
 
-        assert self._nc is not None
         try:
-            last = await js.get_last_msg(self._stream, self._subject)
+            last: RawStreamMsg = await self._require_js().get_last_msg(self._stream, self._subject)
         except NotFoundError:
-            return 0
+            return 0, None
         assert last.seq is not None
         try:
             held = _DECODER.decode(last.data or b"")
         except (msgspec.DecodeError, msgspec.ValidationError):
-            return int(last.seq)  # not a claim this code made: nobody answers for it
-        # On a cluster, who listens where travels between the servers in a moment: just after
-        # a writer subscribed elsewhere, a server may not know it yet ("no responders"), and
-        # just after one ended, a server may still route to it (a time-out). So absence is
-        # believed only when said twice in a row, a moment apart, and a silence is asked again.
-        absent = 0
+            return int(last.seq), None
+        return int(last.seq), None if held.released else held
+
+    async def _refuse_if_held(self) -> int:
+        """The sequence of the newest claim (0: none), whose writer is gone; ``session_busy``
+        naming it if it is held (or cannot be told gone)."""
+        seq, held = await self._last()
+        if held is None:
+            return seq
+        answer = await self._ask(held)
+        if answer is not None:  # it answered: live, named by its answer
+            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                held = _DECODER.decode(answer)
+            raise self._busy(held)
+        await self._watch_lease(seq, held)
+        return seq
+
+    async def _ask(self, held: Claim) -> bytes | None:
+        """Its writer's answer, or None when the servers say nobody listens for it."""
+        from nats.errors import NoRespondersError
+        from nats.errors import TimeoutError as NatsTimeout
+
+        assert self._nc is not None
         for _ in range(_ASKS):
             try:
-                answer = await self._nc.request(
+                reply = await self._nc.request(
                     self._presence(held.writer), b"", timeout=self._timeout
                 )
-                break
+                return bytes(reply.data)
             except NoRespondersError:
-                absent += 1
-                if absent == 2:
-                    return int(last.seq)  # its writer is gone
-                await asyncio.sleep(_ABSENT_PAUSE_S)
+                return None
             except (NatsTimeout, TimeoutError):
-                absent = 0
-        else:
-            raise SessionBusy(
-                f"session {self._session_id} was claimed by a supervisor ({held.named()}) that "
-                f"did not answer, asked {_ASKS} times ({self._timeout:g} s each): it is taken as "
-                "live (if its host "
-                "is gone, the NATS servers forget it within minutes; try again then)"
-            )
-        # it answered: live, named by its answer (else as its claim names it)
-        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-            held = _DECODER.decode(answer.data)
+                continue  # just after one ended, a server may still route to it: ask again
         raise SessionBusy(
+            f"session {self._session_id} was claimed by a supervisor ({held.named()}) that "
+            f"did not answer, asked {_ASKS} times ({self._timeout:g} s each): it is taken as "
+            "live (if its host is gone, the NATS servers forget it within minutes; try again "
+            "then)"
+        )
+
+    async def _watch_lease(self, seq: int, held: Claim) -> None:
+        """Returns once the claim at ``seq`` went :data:`LEASE_S` without a renewal;
+        ``session_busy`` if its writer renews it meanwhile; :class:`_Moved` if another claim
+        replaced it."""
+        wait = LEASE_S
+        if held.host == self.claim.host:  # one clock: the lease counts from its last renewal
+            wait = min(LEASE_S, max(0.0, LEASE_S - (time.time() - held.renewed_at)))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(_WATCH_EVERY_S, left))
+            now_seq, now = await self._last()
+            if now_seq == seq:
+                continue
+            if now is not None and now.writer == held.writer:
+                raise self._busy(now)  # renewed: live, though the servers said otherwise
+            raise _Moved
+
+    def _busy(self, held: Claim) -> SessionBusy:
+        return SessionBusy(
             f"session {self._session_id} has a live parent supervisor ({held.named()}); stop "
             "it first"
         )
 
+    # ------------------------------------------------------------------ holding
+
+    async def _renew(self) -> None:
+        """The lease renewed every :data:`RENEW_EVERY_S` until the claim is given up, or found
+        taken over (then :attr:`lost`)."""
+        while True:
+            await asyncio.sleep(RENEW_EVERY_S)
+            if not await self._renew_once():
+                return
+
+    async def _renew_once(self) -> bool:
+        """One renewal; False once the claim is found taken over (:attr:`lost` told). A
+        renewal the servers cannot take now (an outage) is tried at the next one."""
+        from nats.js.errors import APIError
+
+        renewed = msgspec.structs.replace(self.claim, renewed_at=time.time())
+        try:
+            self._seq = await self._append(renewed, self._seq)
+            return True
+        except APIError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                return True
+        except Exception:  # an outage: the next renewal tries again
+            return True
+        # not after its own last claim: an acknowledgement lost, or taken over
+        try:
+            seq, now = await self._last()
+        except Exception:  # cannot tell now: the next renewal asks again
+            return True
+        if now is not None and now.writer == self.claim.writer:
+            self._seq = seq
+            return True
+        taker = f" by a supervisor ({now.named()})" if now is not None else ""
+        self._on_lost(f"session {self._session_id} was taken over{taker}")
+        return False
+
+    def _on_lost(self, why: str) -> None:
+        logger.error("{}: this supervisor writes none of its records from now on", why)
+        if self._lost is not None:
+            with contextlib.suppress(Exception):
+                self._lost(why)
+
     def close(self) -> None:
-        """The claim given up: nobody answers for it any more (a next supervisor takes over)."""
+        """The claim given up: nobody answers for it, and it is marked released (a next
+        supervisor takes over at once)."""
         if self._nc is not None:
             nc, self._nc = self._nc, None
             with contextlib.suppress(Exception):  # the servers may be gone, and it with them
+                self._loop.run(self._release(), self._timeout)
+            with contextlib.suppress(Exception):
                 self._loop.run(nc.close(), self._timeout)
+        self._js = None
         self._loop.stop()
+
+    async def _release(self) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewing
+        if self._seq:  # only its own claim, and only if nobody took it over since
+            released = msgspec.structs.replace(self.claim, released=True, renewed_at=time.time())
+            await self._append(released, self._seq)

@@ -52,6 +52,9 @@ class NatsJournal:
     def read(self) -> list[Record]:
         return self._lines.read(decode_line)
 
+    def fence(self, why: str) -> None:
+        self._lines.fence(why)
+
     def close(self) -> None:
         self._lines.close()
 
@@ -72,6 +75,9 @@ class NatsNotifications:
 
     def read_deliveries(self) -> Deliveries:
         return deliveries(self._lines.read(_NOTE_DECODER.decode))
+
+    def fence(self, why: str) -> None:
+        self._lines.fence(why)
 
     def lines(self) -> list[bytes]:
         """Every line of the record, as it is."""

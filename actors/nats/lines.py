@@ -127,6 +127,8 @@ class NatsLines:
         self._count = 0
         self._last_seq = 0
         self._problems: list[LineProblem] = []
+        #: why this writer may append no more (its session's claim was taken over)
+        self._fenced: str | None = None
         self._loop = LoopThread(f"shepherd-nats-{kind}")
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
@@ -204,6 +206,8 @@ class NatsLines:
         from several threads (the broker, the courier) go one at a time: each names the
         sequence the last one left, and two at once would refuse each other."""
         with self._appending:
+            if self._fenced is not None:
+                raise SessionUnavailable(self._fenced)
             for chunk in _chunks(lines):
                 self._count += 1
                 self._last_seq = self._run(
@@ -272,6 +276,10 @@ class NatsLines:
         if last.seq is None or headers.get("Nats-Msg-Id") != msg_id:
             return None
         return int(last.seq)
+
+    def fence(self, why: str) -> None:
+        """Every later append refused with ``why`` (another supervisor holds the session now)."""
+        self._fenced = why
 
     # ------------------------------------------------------------------ reading
 

@@ -27,6 +27,7 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -44,6 +45,7 @@ from protocol.transport_url import TlsFiles, is_nats, parse_transport
 if TYPE_CHECKING:
     from actors.nats.auth import NatsLogin
     from actors.nats.claim import ParentClaim
+    from actors.nats.journal import NatsJournal, NatsNotifications
 
 __all__ = ["RECORDS", "Records", "open_records", "records_kind", "resumable_id"]
 
@@ -121,6 +123,12 @@ class Records:
         """The claim on the session given up (with records on NATS): another may take it."""
         if self.claim is not None:
             self.claim.close()
+
+
+def _fence(journal: NatsJournal, record: NatsNotifications, why: str) -> None:
+    """The records refuse every later append: another supervisor holds the session now."""
+    journal.fence(why)
+    record.fence(why)
 
 
 def records_kind(given: str | None, transport: str, recorded: str | None) -> str:
@@ -202,8 +210,10 @@ def open_records(
             str(session_dir),
             replicas=replicas,
             request_timeout_s=NATS_TIMEOUT_S,
+            outage_s=NATS_OUTAGE_S,
             login=login,
             tls=tls,
+            lost=partial(_fence, journal, record),
         )
     except BaseException:
         for done in reversed(opened):
