@@ -2,14 +2,22 @@
 ``--journal nats``, the session stream's leader is SIGKILLed while the agents' ``done``s are in
 flight. Real ``serve``, real bridges of scripted agents (their ``done`` goes out through the
 bridge's outbox, as any agent's does), real servers. Every task completes, and each completion
-is notified exactly once."""
+is notified exactly once.
+
+Each agent waits at a gate of its own (a FIFO its ``run`` step reads one line from) between
+its task and its ``done``: in the round of the kill, the test opens every gate (which returns
+only once each agent is there, its task in hand), kills the leader, and only then lets them
+say done: the ``done``s are sent during the election, whatever the machine's speed."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,23 +33,58 @@ pytestmark = [pytest.mark.processes, pytest.mark.timeout(900)]
 AGENTS = 3
 ROUNDS = 20  # AGENTS x ROUNDS = 60 tasks
 KILL_AT_ROUND = 6
-#: a worker that says done a moment after it gets a task, ROUNDS times: in the round whose
-#: delegations are followed at once by the leader's SIGKILL, its done is sent during the election
-WORKER = {
-    "steps": [
-        {
-            "repeat": {
-                "times": ROUNDS,
-                "steps": [
-                    {"await": "task"},
-                    {"sleep": 0.5},
-                    {"done": {"status": "completed", "summary": "did {last}"}},
-                ],
-            }
-        },
-        {"await": "any"},
-    ]
-}
+#: how long a gate waits for its agent to reach it
+GATE_S = 120.0
+
+
+def _worker(gate: Path) -> dict[str, object]:
+    """A worker that, ROUNDS times, takes a task, waits at its gate, and says done."""
+    return {
+        "steps": [
+            {
+                "repeat": {
+                    "times": ROUNDS,
+                    "steps": [
+                        {"await": "task"},
+                        {"run": f"read line < {gate}"},
+                        {"done": {"status": "completed", "summary": "did {last}"}},
+                    ],
+                }
+            },
+            {"await": "any"},
+        ]
+    }
+
+
+def _open_gate(gate: Path) -> int:
+    """The gate's write end, opened once its agent waits there (bounded)."""
+    opened: list[int] = []
+    opener = threading.Thread(target=lambda: opened.append(os.open(gate, os.O_WRONLY)))
+    opener.start()
+    opener.join(GATE_S)
+    if not opened:
+        with contextlib.suppress(OSError):  # the opener is let go: a reader of its own
+            os.close(os.open(gate, os.O_RDONLY | os.O_NONBLOCK))
+        opener.join(GATE_S)
+        for fd in opened:
+            os.close(fd)
+        raise AssertionError(f"no agent reached {gate.name} within {GATE_S:g} s")
+    return opened[0]
+
+
+@contextlib.contextmanager
+def _at_their_gates(gates: list[Path]) -> Iterator[None]:
+    """Every agent waits at its gate inside the block; let go at its end."""
+    fds: list[int] = []
+    try:
+        for gate in gates:
+            fds.append(_open_gate(gate))
+        yield
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.write(fd, b"go\n")
+            os.close(fd)
 
 
 @pytest.fixture(autouse=True)
@@ -74,10 +117,12 @@ def test_agents_dones_in_flight_survive_the_stream_leaders_sigkill(
     )
     try:
         session_id = json.loads((session / "session.json").read_text())["session_id"]
-        script = tmp_path / "worker.json"
-        script.write_text(json.dumps(WORKER))
         names = [f"w{i}" for i in range(AGENTS)]
-        for name in names:
+        gates = [tmp_path / f"gate-{name}" for name in names]
+        for name, gate in zip(names, gates, strict=True):
+            os.mkfifo(gate)
+            script = tmp_path / f"{name}.json"
+            script.write_text(json.dumps(_worker(gate)))
             cli("spawn", name, "--script", str(script), session=session)
         tasks: list[str] = []
         already: list[str] = []  # settled before its watch: in the watch's answer, never notified
@@ -87,9 +132,10 @@ def test_agents_dones_in_flight_survive_the_stream_leaders_sigkill(
                 cli("delegate", name, f"round {round_}", session=session)[1]["task_id"]
                 for name in names
             ]
-            if round_ == KILL_AT_ROUND:  # the agents are about to say done
-                victim = _leader(nats_cluster[0].url, session_id)
-                next(s for s in nats_cluster if s.name == victim).kill()
+            with _at_their_gates(gates):  # each has its task; none said done yet
+                if round_ == KILL_AT_ROUND:
+                    victim = _leader(nats_cluster[0].url, session_id)
+                    next(s for s in nats_cluster if s.name == victim).kill()
             _, watched = cli("watch", *ids, session=session)
             already += [r["task_id"] for r in watched["completed"]]
             _, waited = cli("wait", *ids, "--timeout", "50", session=session)
