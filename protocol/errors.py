@@ -118,6 +118,12 @@ class InboxFull(LimitExceeded):
     envelope. The same code as any limit; a publisher may try again once the reader caught up."""
 
 
+class DiskFull(LimitExceeded):
+    """No space left where the envelope was to be written (``ENOSPC``, ``EDQUOT``): it may pass
+    once space is freed, so a sender that must not lose what it sends (a child's ``done``)
+    tries the same envelope again for a bounded time. The same code as any limit."""
+
+
 class SessionUnavailable(ShepherdError):
     """No live session could be found or reached."""
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.child.env import ChildEnv, envelope_validator
+from actors.child.outbox import until_reachable
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.ids import IdSource
 from actors.runtime.transport import Transport
@@ -85,15 +86,17 @@ def ask(
             decided.set()
             acked.set()  # a decision implies the request was accepted
 
-    try:
-        inbox = open_reply_inbox(mailbox, message_id)
+    deadline = clock.monotonic() + ack_timeout_s
+    try:  # each step waits out an outage (a NATS leader election) within the call's bound
+        inbox = until_reachable(lambda: open_reply_inbox(mailbox, message_id), clock, deadline)
     except BaseException:
         mailbox.close()
         raise
     try:
-        subscription = mailbox.subscribe(message_id, on_envelope)
+        subscription = until_reachable(
+            lambda: mailbox.subscribe(message_id, on_envelope), clock, deadline
+        )
         try:
-            deadline = clock.monotonic() + ack_timeout_s
             publish(mailbox, envelope, clock, deadline)
             if not acked.wait(max(0.0, deadline - clock.monotonic())):
                 raise SessionUnavailable(

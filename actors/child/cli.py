@@ -48,8 +48,7 @@ import msgspec
 from actors import tracing
 from actors.child.approval import ask
 from actors.child.env import ChildEnv, child_env_from, envelope_validator
-from actors.child.outbox import retryable
-from actors.mailbox.backoff import Backoff
+from actors.child.outbox import until_reachable
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.command_wire import wants_json
 from actors.runtime.ids import IdSource
@@ -66,7 +65,6 @@ from protocol.envelopes import (
 )
 from protocol.errors import (
     ErrorInfo,
-    InboxFull,
     InvalidArgument,
     InvalidHandle,
     SessionUnavailable,
@@ -170,15 +168,17 @@ def send_and_wait(
             got.append(received)
             arrived.set()
 
-    try:
-        inbox = open_reply_inbox(mailbox, message_id)
+    clock = SystemClock()
+    deadline = clock.monotonic() + timeout_s
+    try:  # each step waits out an outage (a NATS leader election) within the call's bound
+        inbox = until_reachable(lambda: open_reply_inbox(mailbox, message_id), clock, deadline, err)
     except BaseException:
         mailbox.close()
         raise
     try:
-        subscription = mailbox.subscribe(message_id, on_ack)
-        clock = SystemClock()
-        deadline = clock.monotonic() + timeout_s
+        subscription = until_reachable(
+            lambda: mailbox.subscribe(message_id, on_ack), clock, deadline, err
+        )
         try:
             _publish_with_backoff(mailbox, envelope, clock, deadline, err)
             if not arrived.wait(max(0.0, deadline - clock.monotonic())):
@@ -204,28 +204,9 @@ def _publish_with_backoff(
     err: TextIO | None = None,
 ) -> None:
     """Publish to the parent; while its inbox is full or the session cannot be reached for a
-    moment (:func:`~actors.child.outbox.retryable`: a NATS stream electing its leader), try the
-    same envelope again on the producers' schedule (:mod:`actors.mailbox.backoff`) until
-    ``deadline``, then let the last refusal out: the caller hears of it."""
-    backoff = Backoff()
-    pause = threading.Event()  # never set: a bounded pause between attempts
-    told = False
-    while True:
-        try:
-            mailbox.publish(PARENT_INBOX, envelope)
-            return
-        except ShepherdError as exc:
-            left = deadline - clock.monotonic()
-            if not retryable(exc) or left <= 0:
-                raise
-            if not told:
-                told = True
-                why = "the parent inbox is full" if isinstance(exc, InboxFull) else exc.message
-                print(
-                    f"shepherd-child: {why}; retrying",
-                    file=sys.stderr if err is None else err,
-                )
-            pause.wait(min(backoff.next(), left))
+    moment (a NATS stream electing its leader), the same envelope is tried again until
+    ``deadline`` (:func:`~actors.child.outbox.until_reachable`); then the caller hears of it."""
+    until_reachable(lambda: mailbox.publish(PARENT_INBOX, envelope), clock, deadline, err)
 
 
 # ---------------------------------------------------------------------- commands

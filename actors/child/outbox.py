@@ -4,17 +4,19 @@ Rules:
 - Every envelope goes to the ``parent`` inbox, in the order it was published.
 - When the parent inbox is full (:class:`~protocol.errors.InboxFull`), or the session cannot be
   reached for a moment (:class:`~protocol.errors.Unreachable`: a NATS stream electing its
-  leader, a server restarting, no file descriptor free), the envelope and everything published
-  after it wait in a backlog, retried on the bridge's loop on the producers' schedule
-  (:mod:`actors.mailbox.backoff`: doubling, jittered, started over once one gets through), as
-  the same envelope (the same message id: a transport that got an earlier try keeps one). A
-  ``done`` or a message is never dropped for that.
-- A full inbox is waited for as long as it takes. An unreachable session is waited out for at
-  most ``give_up_s`` (:data:`~actors.runtime.wire.NATS_OUTAGE_S`, as the parent waits one out)
-  from the first failed try of the envelope at the head; past it that envelope is given up,
-  with an ERROR in the log, and the parent is told as soon as it can be reached again: a
-  ``not_sent`` runtime event naming what was given up comes first once a publish gets through
-  (it becomes a ``not_sent`` notice to the parent).
+  leader, a server restarting, no file descriptor free), or its disk is full for a moment
+  (:class:`~protocol.errors.DiskFull`), the envelope and everything published
+  after it wait in a backlog, retried on the bridge's loop (:mod:`actors.mailbox.backoff`:
+  doubling, jittered, started over once one gets through; a full inbox on the producers'
+  schedule, an outage on an outage's longer one), as the same envelope (the same message id:
+  a transport that got an earlier try keeps one). A ``done`` or a message is never dropped
+  for that.
+- A full inbox is waited for as long as it takes. An unreachable session (or a full disk) is
+  waited out for at most ``give_up_s`` (:data:`~actors.runtime.wire.NATS_OUTAGE_S`, as the
+  parent waits one out) from the first failed try of the envelope at the head; past it that
+  envelope is given up, with an ERROR in the log, and the parent is told as soon as it can be
+  reached again: a ``not_sent`` runtime event naming what was given up comes first once a
+  publish gets through (it becomes a ``not_sent`` notice to the parent).
 - The backlog holds at most :data:`BACKLOG_LIMIT` envelopes; beyond it a new one is dropped,
   with an ERROR in the log, and counted in the next ``not_sent`` report.
 - Any other refusal of the mailbox drops that one envelope (a WARNING in the log) and the
@@ -25,20 +27,24 @@ Rules:
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
-from actors.mailbox.backoff import Backoff
+from actors.mailbox.backoff import Backoff, outage_backoff
 from actors.runtime.clock import Clock
 from actors.runtime.transport import PARENT_INBOX, Transport
 from protocol.envelopes import AnyEnvelope, RuntimeEnvelope
-from protocol.errors import InboxFull, ShepherdError, Unreachable
+from protocol.errors import DiskFull, InboxFull, ShepherdError, Unreachable
 
 if TYPE_CHECKING:
     from loguru import Logger
 
-__all__ = ["BACKLOG_LIMIT", "ParentOutbox", "retryable"]
+__all__ = ["BACKLOG_LIMIT", "ParentOutbox", "Pauses", "retryable", "until_reachable"]
+
+T = TypeVar("T")
 
 #: envelopes that may wait for room in a full parent inbox before new ones are dropped
 BACKLOG_LIMIT = 10_000
@@ -48,7 +54,49 @@ NAMED_IN_REPORT = 20
 
 def retryable(exc: ShepherdError) -> bool:
     """A refusal that may pass by itself: the same envelope is tried again (module rules)."""
-    return isinstance(exc, InboxFull | Unreachable)
+    return isinstance(exc, InboxFull | Unreachable | DiskFull)
+
+
+class Pauses:
+    """The pause after a retryable refusal, by its kind: a full inbox drains in milliseconds
+    (the producers' schedule), an outage passes in seconds (an outage's schedule)."""
+
+    __slots__ = ("_full", "_outage")
+
+    def __init__(self) -> None:
+        self._full = Backoff()
+        self._outage = outage_backoff()
+
+    def next(self, exc: ShepherdError) -> float:
+        return (self._full if isinstance(exc, InboxFull) else self._outage).next()
+
+    def reset(self) -> None:
+        self._full.reset()
+        self._outage.reset()
+
+
+def until_reachable(
+    attempt: Callable[[], T], clock: Clock, deadline: float, err: TextIO | None = None
+) -> T:
+    """``attempt()`` (a publish, opening a reply inbox, subscribing), tried again while it is
+    refused for a reason that may pass (:func:`retryable`) until the monotonic ``deadline``;
+    then the last refusal goes out: the caller hears of it. The first retry is said once on
+    ``err`` (stderr)."""
+    pauses = Pauses()
+    pause = threading.Event()  # never set: a bounded pause between attempts
+    told = False
+    while True:
+        try:
+            return attempt()
+        except ShepherdError as exc:
+            left = deadline - clock.monotonic()
+            if not retryable(exc) or left <= 0:
+                raise
+            if not told:
+                told = True
+                why = "the parent inbox is full" if isinstance(exc, InboxFull) else exc.message
+                print(f"shepherd-child: {why}; retrying", file=sys.stderr if err is None else err)
+            pause.wait(min(pauses.next(exc), left))
 
 
 class ParentOutbox:
@@ -72,7 +120,7 @@ class ParentOutbox:
         self._give_up_s = give_up_s
         self._report = report  # builds the `not_sent` runtime event from its text
         self._backlog: deque[AnyEnvelope] = deque()  # waiting for room or for the session
-        self._backoff = Backoff()
+        self._pauses = Pauses()
         self._retry_pending = False
         self._failing_since: float | None = None  # the head's first failed try (unreachable)
         self._given_up: list[str] = []  # not yet told to the parent
@@ -105,7 +153,7 @@ class ParentOutbox:
                 self._mailbox.publish(PARENT_INBOX, envelope)
             except ShepherdError as exc:
                 if retryable(exc) and not self._past_bound(exc):
-                    self._retry_later()
+                    self._retry_later(exc)
                     return
                 if retryable(exc):
                     self._log.error(
@@ -128,7 +176,7 @@ class ParentOutbox:
                     )
             self._backlog.popleft()
             self._failing_since = None
-            self._backoff.reset()
+            self._pauses.reset()
 
     def _past_bound(self, exc: ShepherdError) -> bool:
         """Whether the head has been waiting longer than it may (a full inbox: never)."""
@@ -139,10 +187,10 @@ class ParentOutbox:
             self._failing_since = now
         return now - self._failing_since >= self._give_up_s
 
-    def _retry_later(self) -> None:
+    def _retry_later(self, exc: ShepherdError) -> None:
         if not self._retry_pending:
             self._retry_pending = True
-            self._clock.call_later(self._backoff.next(), lambda: self._post(self._flush))
+            self._clock.call_later(self._pauses.next(exc), lambda: self._post(self._flush))
 
     def _tell_losses(self) -> bool:
         """What was given up, told to the parent before anything else is sent (module rules);
@@ -158,7 +206,7 @@ class ParentOutbox:
             self._mailbox.publish(PARENT_INBOX, self._report(text))
         except ShepherdError as exc:
             if retryable(exc):
-                self._retry_later()
+                self._retry_later(exc)
                 return False
             self._log.error("cannot tell the parent what was not sent: {}", exc.message)
         self._given_up.clear()

@@ -25,12 +25,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import random
 
-__all__ = ["FIRST_S", "LONGEST_S", "Backoff"]
+__all__ = [
+    "FIRST_S",
+    "LONGEST_S",
+    "OUTAGE_FIRST_S",
+    "OUTAGE_LONGEST_S",
+    "Backoff",
+    "outage_backoff",
+]
 
 #: the first wait after a refusal
 FIRST_S = 0.001
 #: the longest wait between two attempts
 LONGEST_S = 0.025
+#: an outage's schedule (the session out of reach: a NATS stream electing its leader, a server
+#: restarting): it passes in seconds, not in the milliseconds a full inbox takes to drain
+OUTAGE_FIRST_S = 0.05
+OUTAGE_LONGEST_S = 1.0
 
 
 class Backoff:
@@ -66,3 +77,8 @@ class Backoff:
     def waiting(self) -> bool:
         """True after a refusal, until :meth:`reset`."""
         return self._ceiling > 0.0
+
+
+def outage_backoff() -> Backoff:
+    """The pauses between the attempts of one wait through an outage."""
+    return Backoff(OUTAGE_FIRST_S, OUTAGE_LONGEST_S)

@@ -32,6 +32,7 @@ from pathlib import Path
 from actors.runtime.transport import PARENT_INBOX
 from protocol.envelopes import AnyEnvelope, encode_envelope, validate_addresses
 from protocol.errors import (
+    DiskFull,
     InvalidArgument,
     InvalidEnvelope,
     InvalidHandle,
@@ -275,7 +276,7 @@ def write_error(inbox: str, exc: OSError) -> ShepherdError:
     if exc.errno == errno.ENOENT:
         return InvalidHandle(f"no inbox {inbox!r} in this session")
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return LimitExceeded(f"no space left for inbox {inbox!r}: {exc.strerror}")
+        return DiskFull(f"no space left for inbox {inbox!r}: {exc.strerror}")
     if exc.errno in _PASSING:
         return Unreachable(f"cannot write to inbox {inbox!r} now: {exc}")
     return SessionUnavailable(f"cannot write to inbox {inbox!r}: {exc}")

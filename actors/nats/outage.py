@@ -8,23 +8,16 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from actors.mailbox.backoff import Backoff
+from actors.mailbox.backoff import outage_backoff
 from protocol.errors import Unreachable
 
-__all__ = ["FIRST_PAUSE_S", "LONGEST_PAUSE_S", "Outage", "outage_backoff", "waiting_out"]
+__all__ = ["Outage", "outage_backoff", "waiting_out"]
 
 T = TypeVar("T")
 
-#: the backoff between attempts: doubling from the first to the longest pause, each drawn from
-#: its upper half (the producers' schedule, :mod:`actors.mailbox.backoff`, with an outage's
-#: longer pauses), so processes waiting out the same outage do not come back in step
-FIRST_PAUSE_S = 0.05
-LONGEST_PAUSE_S = 1.0
-
-
-def outage_backoff() -> Backoff:
-    """The pauses between the attempts of one wait through an outage (sync or async)."""
-    return Backoff(FIRST_PAUSE_S, LONGEST_PAUSE_S)
+# the backoff between attempts is an outage's (:func:`actors.mailbox.backoff.outage_backoff`):
+# doubling, each pause drawn from its upper half, so processes waiting out the same outage do
+# not come back in step
 
 
 class Outage(Unreachable):

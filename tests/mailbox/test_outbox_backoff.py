@@ -11,10 +11,16 @@ from typing import Any
 
 from loguru import logger
 
-from actors.child.outbox import ParentOutbox
-from actors.mailbox.backoff import FIRST_S, LONGEST_S
-from actors.runtime.clock import VirtualClock
-from protocol.errors import InboxFull, InvalidEnvelope, SessionUnavailable, Unreachable
+from actors.child.outbox import ParentOutbox, until_reachable
+from actors.mailbox.backoff import FIRST_S, LONGEST_S, OUTAGE_FIRST_S, OUTAGE_LONGEST_S
+from actors.runtime.clock import SystemClock, VirtualClock
+from protocol.errors import (
+    DiskFull,
+    InboxFull,
+    InvalidEnvelope,
+    SessionUnavailable,
+    Unreachable,
+)
 
 OUTAGE_S = 60.0
 
@@ -114,8 +120,11 @@ def test_a_leader_election_is_waited_out_and_the_same_envelopes_get_through_in_o
     while clock.fire_next(start + 5.0):  # an election of a few seconds
         pass
     assert session.published == [] and set(session.tried) == {"m0"}  # only the head, retried
+    # on an outage's schedule, not a full inbox's: seconds pass, not milliseconds
+    bound = 1 + math.log2(OUTAGE_LONGEST_S / OUTAGE_FIRST_S) + 1 + 2 * 5.0 / OUTAGE_LONGEST_S
+    assert len(session.tried) <= bound
     session.failure = None
-    clock.fire_next(clock.now() + LONGEST_S)
+    clock.fire_next(clock.now() + OUTAGE_LONGEST_S)
     assert session.published == dones  # the same envelopes (ids), once each, in order
 
 
@@ -127,11 +136,11 @@ def test_an_outage_past_the_bound_gives_the_head_up_and_tells_the_parent_first()
     outbox.publish(first)  # type: ignore[arg-type]
     outbox.publish(second)  # type: ignore[arg-type]
     start = clock.now()
-    while clock.fire_next(start + OUTAGE_S + 2 * LONGEST_S):
+    while clock.fire_next(start + OUTAGE_S + 2 * OUTAGE_LONGEST_S):
         pass
     assert "m1" in session.tried and session.published == []
     session.failure = None  # the servers are back
-    while clock.fire_next(clock.now() + OUTAGE_S + 2 * LONGEST_S) and not session.published:
+    while clock.fire_next(clock.now() + OUTAGE_S + 2 * OUTAGE_LONGEST_S) and not session.published:
         pass
     # m1 waited past the bound and was given up; the parent hears of it before m2 arrives
     (report, *rest) = session.published
@@ -163,3 +172,64 @@ def test_a_refusal_that_will_not_pass_drops_that_envelope_only() -> None:
     session.failure = None
     outbox.publish(Envelope("good"))  # type: ignore[arg-type]
     assert [str(e) for e in session.published] == ["good"]  # no report: nothing passing was lost
+
+
+def test_a_one_shot_step_waits_out_an_outage_within_its_bound_then_says_so() -> None:
+    """``shepherd-child``'s steps (opening its reply inbox, subscribing, publishing) wait out
+    an outage until the call's deadline; the first retry is said once; past the deadline, or
+    for a refusal that will not pass, the caller hears of it."""
+    clock = SystemClock()
+    failures: list[Exception] = [Unreachable("NATS: NoStreamResponseError()")] * 2
+    said: list[str] = []
+
+    class Err:
+        def write(self, text: str) -> None:
+            said.append(text)
+
+        def flush(self) -> None:
+            pass
+
+    def flaky() -> str:
+        if failures:
+            raise failures.pop()
+        return "opened"
+
+    deadline = clock.monotonic() + 30.0
+    assert until_reachable(flaky, clock, deadline, Err()) == "opened"  # type: ignore[arg-type]
+    assert "".join(said).count("retrying") == 1
+
+    def down() -> str:
+        raise Unreachable("no NATS server answered")
+
+    try:
+        until_reachable(down, clock, clock.monotonic() + 0.2, Err())  # type: ignore[arg-type]
+    except Unreachable as exc:
+        assert "no NATS server answered" in exc.message
+    else:
+        raise AssertionError("an outage past the deadline was not said")
+
+    def refused() -> str:
+        raise InvalidEnvelope("bad")
+
+    tries = []
+    try:
+        until_reachable(lambda: tries.append(1) or refused(), clock, deadline, Err())  # type: ignore[arg-type]
+    except InvalidEnvelope:
+        assert tries == [1]  # never tried again
+    else:
+        raise AssertionError("a refusal that will not pass was retried")
+
+
+def test_a_full_disk_is_waited_out_like_an_outage_and_nothing_is_dropped() -> None:
+    clock, session = VirtualClock(), Session()
+    outbox = _outbox(session, clock)
+    session.failure = DiskFull("no space left for inbox 'parent': No space left on device")
+    done = Envelope("m0")
+    outbox.publish(done)  # type: ignore[arg-type]
+    start = clock.now()
+    while clock.fire_next(start + 10.0):  # someone frees space within seconds
+        pass
+    assert session.published == [] and set(session.tried) == {"m0"}
+    session.failure = None
+    clock.fire_next(clock.now() + OUTAGE_LONGEST_S)
+    assert session.published == [done]

@@ -10,7 +10,13 @@ import pytest
 
 from actors.mailbox.mailbox import Mailbox
 from actors.runtime.transport import PARENT_INBOX
-from protocol.errors import InvalidEnvelope, InvalidHandle, LimitExceeded, SessionUnavailable
+from protocol.errors import (
+    DiskFull,
+    InvalidEnvelope,
+    InvalidHandle,
+    LimitExceeded,
+    SessionUnavailable,
+)
 from protocol.ids import IdKind
 from protocol.settings import Settings
 
@@ -57,15 +63,16 @@ def test_a_failed_publish_leaves_no_partial_file(
     assert parent.stats().published == 0
 
 
-def test_a_full_disk_is_limit_exceeded(
+def test_a_full_disk_is_limit_exceeded_that_may_pass(
     parent: Mailbox, session_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def full(fd: int, data: object) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "write", full)
-    with pytest.raises(LimitExceeded, match="no space"):
+    with pytest.raises(LimitExceeded, match="no space") as refused:
         parent.publish(PARENT_INBOX, message(session_id))
+    assert isinstance(refused.value, DiskFull)  # a sender that must not lose it tries again
     monkeypatch.undo()
     assert listing(parent.inbox_path(PARENT_INBOX) / "tmp") == []
 
