@@ -21,8 +21,9 @@ Rules:
   with an ERROR in the log, and counted in the next ``not_sent`` report.
 - Any other refusal of the mailbox drops that one envelope (a WARNING in the log) and the
   next is tried: one bad envelope never blocks the ones after it.
-- At exit (:meth:`ParentOutbox.close`) the backlog gets a last try; what still cannot be sent
-  is counted in the log.
+- At exit (:meth:`ParentOutbox.close`) the backlog is tried again for a bounded time (the
+  bridge's :data:`~actors.child.bridge.EXIT_LINGER_S`); what still cannot be sent is counted
+  in the log (the parent learns of the bridge's exit from its process, and ends its task).
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class ParentOutbox:
         self._report = report  # builds the `not_sent` runtime event from its text
         self._backlog: deque[AnyEnvelope] = deque()  # waiting for room or for the session
         self._pauses = Pauses()
+        self._last_refusal: ShepherdError | None = None  # why the head waits
         self._retry_pending = False
         self._failing_since: float | None = None  # the head's first failed try (unreachable)
         self._given_up: list[str] = []  # not yet told to the parent
@@ -188,6 +190,7 @@ class ParentOutbox:
         return now - self._failing_since >= self._give_up_s
 
     def _retry_later(self, exc: ShepherdError) -> None:
+        self._last_refusal = exc
         if not self._retry_pending:
             self._retry_pending = True
             self._clock.call_later(self._pauses.next(exc), lambda: self._post(self._flush))
@@ -213,9 +216,19 @@ class ParentOutbox:
         self._dropped = 0
         return True
 
-    def close(self) -> None:
-        """A last try at what waits (the loop that retried it is gone), then say what is lost."""
+    def close(self, linger_s: float = 0.0) -> None:
+        """What waits is tried again (the loop that retried it is gone) for at most
+        ``linger_s`` (an agent that said done and exited during an outage: its done still goes
+        out once the session can be reached), then what is lost is said."""
+        deadline = self._clock.monotonic() + linger_s
+        pause = threading.Event()  # never set: a bounded pause between attempts
         self._flush()
+        while self._backlog and self._last_refusal is not None:
+            left = deadline - self._clock.monotonic()
+            if left <= 0:
+                break
+            pause.wait(min(self._pauses.next(self._last_refusal), left))
+            self._flush()
         if self._backlog:
             self._log.error(
                 "{} envelope(s) could not be sent to the parent before the bridge exited",

@@ -208,12 +208,14 @@ def test_a_one_shot_step_waits_out_an_outage_within_its_bound_then_says_so() -> 
     else:
         raise AssertionError("an outage past the deadline was not said")
 
+    tries: list[int] = []
+
     def refused() -> str:
+        tries.append(1)
         raise InvalidEnvelope("bad")
 
-    tries = []
     try:
-        until_reachable(lambda: tries.append(1) or refused(), clock, deadline, Err())  # type: ignore[arg-type]
+        until_reachable(refused, clock, deadline, Err())  # type: ignore[arg-type]
     except InvalidEnvelope:
         assert tries == [1]  # never tried again
     else:
@@ -233,3 +235,38 @@ def test_a_full_disk_is_waited_out_like_an_outage_and_nothing_is_dropped() -> No
     session.failure = None
     clock.fire_next(clock.now() + OUTAGE_LONGEST_S)
     assert session.published == [done]
+
+
+class Recovering(Session):
+    """A session that cannot be reached until its ``attempts``-th publish."""
+
+    def __init__(self, attempts: int) -> None:
+        super().__init__()
+        self.left = attempts
+        self.failure = Unreachable("NATS: NoStreamResponseError()")
+
+    def publish(self, inbox: str, envelope: Any) -> None:
+        self.left -= 1
+        if self.left <= 0:
+            self.failure = None
+        super().publish(inbox, envelope)
+
+
+def test_at_exit_what_waits_is_tried_again_for_a_bounded_time() -> None:
+    """An agent that said done and exited during an outage: its done still goes out."""
+    session = Recovering(attempts=4)
+    outbox = _outbox(session, VirtualClock())
+    outbox._clock = SystemClock()  # close waits on real time
+    done = Envelope("m0")
+    outbox.publish(done)  # type: ignore[arg-type]
+    assert session.published == []
+    outbox.close(linger_s=30.0)
+    assert session.published == [done]
+
+    down = Session()
+    down.failure = Unreachable("no NATS server answered")
+    outbox = _outbox(down, VirtualClock())
+    outbox._clock = SystemClock()
+    outbox.publish(Envelope("m1"))  # type: ignore[arg-type]
+    outbox.close(linger_s=0.2)  # bounded: returns, the loss said in the log
+    assert down.published == []
