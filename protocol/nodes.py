@@ -1,6 +1,6 @@
 """Agents placed on other hosts: what a session's parent and a ``shepherd node`` say to each
-other over NATS (the node's process is :mod:`actors.nats.node`, the parent's side
-:mod:`actors.nats.placement`).
+other over NATS (the node's process is :mod:`actors.nodes.node`, the parent's side
+:mod:`actors.session.placement`).
 
 A node is named by its operator (``shepherd node --name HOST``, a :data:`NodeName`); nodes
 belong to the NATS servers, not to one session: any session on those servers may place agents
@@ -18,8 +18,8 @@ on any live node. On core NATS (not JetStream: nothing here must outlive the pro
   for by the next beats: an agent the node no longer lists after its launch is gone.
 
 Every subject a node publishes on names the node, so that with NATS credentials
-(:mod:`actors.nats.permissions`) a node may publish only its own beats and reports, and the
-parent believes a beat or a report only from the subject of the node it names
+(:mod:`actors.transports.nats.permissions`) a node may publish only its own beats and reports, and
+the parent believes a beat or a report only from the subject of the node it names
 (:func:`sent_by`): a node cannot speak for another. A spawn request carries the child's NATS
 credentials when the session has an authority; its subject is one only that node's user may
 read, and its ``repr`` leaves them out.

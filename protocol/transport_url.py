@@ -76,7 +76,7 @@ class TransportSpec(msgspec.Struct, frozen=True):
 
 class TlsFiles(msgspec.Struct, frozen=True, kw_only=True):
     """A session's TLS setting for ``tls://`` servers, as absolute paths (checked by
-    :func:`actors.nats.tls.load_tls`): the CA bundle that verifies the servers (None: the
+    :func:`actors.transports.nats.tls.load_tls`): the CA bundle that verifies the servers (None: the
     system's trust store), and this client's certificate and key for servers that verify
     their clients (mutual TLS: both or neither)."""
 

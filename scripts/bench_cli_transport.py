@@ -28,9 +28,9 @@ from bench_lib.common import ReadyTap, temp_dir
 
 
 def one_run(calls: int) -> dict[str, float]:
-    from actors.nats.server import start_server
     from actors.session.supervisor import Supervisor
     from actors.surfaces.forwarded import run_forwarded  # as `shepherd serve` runs it
+    from actors.transports.nats.server import start_server
 
     with temp_dir("shepherd-bench-transport-") as tmp:
         env = {k: v for k, v in os.environ.items() if k != "SHEPHERD_SESSION"}

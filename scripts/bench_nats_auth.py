@@ -34,8 +34,8 @@ def _ms(samples: list[float]) -> float:
 
 
 def one_run(samples: int, tmp: Path) -> dict[str, float]:
-    from actors.nats.auth import Authority, make_authority, write_private
-    from actors.nats.server import start_server
+    from actors.transports.nats.auth import Authority, make_authority, write_private
+    from actors.transports.nats.server import start_server
 
     auth_dir = tmp / "auth"
     make_authority(auth_dir)

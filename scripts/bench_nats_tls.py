@@ -9,7 +9,7 @@ whose only listener is TLS (a CA and a certificate for 127.0.0.1 minted for the 
 clear text. Samples alternate between them.
 
 - **connect**: a connection opened and closed as every Shepherd process opens it
-  (:func:`actors.nats.setup.connect`: the verified context, the scheme held to).
+  (:func:`actors.transports.nats.setup.connect`: the verified context, the scheme held to).
 - **publish→ack**: one JetStream publish of a 256-byte message to a file stream, until the
   server's acknowledgement (written and synced on the server); p50 and p99.
 
@@ -37,9 +37,9 @@ def _quantile(samples: list[float], q: float) -> float:
 
 
 def one_run(samples: int, tmp: Path) -> dict[str, float]:
-    from actors.nats.server import ServerTls, start_server
-    from actors.nats.setup import connect
     from actors.testing.certs import mint_ca, mint_leaf
+    from actors.transports.nats.server import ServerTls, start_server
+    from actors.transports.nats.setup import connect
     from protocol.transport_url import TlsFiles
 
     ca = mint_ca(tmp / "pki")

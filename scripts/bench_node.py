@@ -104,9 +104,9 @@ def main() -> None:
     parser.add_argument("--spawns", type=int, default=5)
     options = parser.parse_args()
 
-    from actors.nats.auth import Authority, make_authority, write_private
-    from actors.nats.server import start_server
     from actors.session.supervisor import Supervisor
+    from actors.transports.nats.auth import Authority, make_authority, write_private
+    from actors.transports.nats.server import start_server
 
     with temp_dir("shepherd-bench-node-") as tmp:
         os.environ["XDG_STATE_HOME"] = str(tmp / "state")

@@ -4,10 +4,10 @@ Rules:
 - The request is one ``message`` envelope to the parent with ``approval`` (and
   ``reply_timeout_s`` from ``--timeout``), published as this agent like ``message`` (with the
   same back-pressure retries), naming a one-shot inbox that this call creates and locks first
-  (:mod:`actors.mailbox.reply_inboxes`). The parent's receipt arrives there within the child
-  timeout (30 s, ``SHEPHERD_CHILD_TIMEOUT_S``), then, whenever the parent decides, the decision
-  (a ``notice`` ``approval_approved`` / ``approval_denied`` naming the request). A refusal or
-  no receipt exits 2 as every child command does.
+  (:mod:`actors.transports.mailbox.reply_inboxes`). The parent's receipt arrives there within the
+  child timeout (30 s, ``SHEPHERD_CHILD_TIMEOUT_S``), then, whenever the parent decides, the
+  decision (a ``notice`` ``approval_approved`` / ``approval_denied`` naming the request). A refusal
+  or no receipt exits 2 as every child command does.
 - The call waits for the decision as long as the request lives: with ``--timeout S`` the
   parent denies it at S with reason ``timeout``; this call gives up by itself only
   :data:`GRACE_S` later (the parent gone for good), denied with reason ``timeout`` too.
@@ -66,7 +66,7 @@ def ask(
     )
     validate = envelope_validator(env, kinds=(AckEnvelope, NoticeEnvelope))
     # the session's transport (its mailbox, or NATS), imported when a request is made
-    from actors.runtime.wire import open_reply_inbox
+    from actors.transports.wire import open_reply_inbox
 
     mailbox = env.open_transport(validate=validate)
     acks: list[AckEnvelope] = []

@@ -77,7 +77,7 @@ from actors.runtime.log import logger, use_plain
 from actors.runtime.plain_log import PlainLogger
 from actors.runtime.procs import KILL_GRACE_S, terminate_session
 from actors.runtime.transport import Subscription
-from actors.runtime.wire import NATS_OUTAGE_S, SessionTransport
+from actors.transports.wire import NATS_OUTAGE_S, SessionTransport
 from protocol.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent
 from protocol.errors import ShepherdError
 from protocol.ids import PARENT_ID, IdKind

@@ -18,7 +18,7 @@ as the same Structs as the child's tools ``shepherd_message`` / ``shepherd_done`
 same ``SHEPHERD_*`` environment as the bridge, publish one envelope to the parent as this agent
 (capability included) and wait for the parent's honest receipt in a one-shot inbox named by
 the envelope's own message id (``reply_inbox``), created and locked before publishing and
-removed after (:mod:`actors.mailbox.reply_inboxes`).
+removed after (:mod:`actors.transports.mailbox.reply_inboxes`).
 Options take ``--opt value`` or ``--opt=value``; ``--`` ends the options, so a TARGET or TEXT
 starting with ``-`` is never read as one.
 
@@ -157,7 +157,7 @@ def send_and_wait(
     validate_ack = envelope_validator(env, kinds=(AckEnvelope,))
     # the session's transport (its mailbox, or NATS), imported at the call: help and usage
     # errors never pay for it
-    from actors.runtime.wire import open_reply_inbox
+    from actors.transports.wire import open_reply_inbox
 
     mailbox = env.open_transport(validate=validate_ack)
     got: list[AckEnvelope] = []
@@ -189,8 +189,8 @@ def send_and_wait(
         finally:
             subscription.cancel()
     finally:
-        # the receiver stops first, then the inbox goes (see actors.mailbox.reply_inboxes); a late
-        # receipt keeps it until the parent's sweep
+        # the receiver stops first, then the inbox goes (see
+        # actors.transports.mailbox.reply_inboxes); a late receipt keeps it until the parent's sweep
         mailbox.close()
         inbox.remove()
     return got[0]

@@ -37,8 +37,8 @@ from protocol.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from actors.child.scripted import AgentIdentity
-    from actors.nats.auth import NatsLogin
-    from actors.runtime.wire import SessionTransport
+    from actors.transports.nats.auth import NatsLogin
+    from actors.transports.wire import SessionTransport
 
 __all__ = [
     "ENV_NATS_CA",
@@ -132,16 +132,16 @@ class ChildEnv(msgspec.Struct, frozen=True, kw_only=True):
         """Who this child is on the NATS servers (None: no credentials)."""
         if self.nats_creds is None:
             return None
-        from actors.nats.auth import NatsLogin
+        from actors.transports.nats.auth import NatsLogin
 
         return NatsLogin(self.nats_creds, owner=self.agent_id)
 
     def open_transport(self, settings: Settings | None = None, **options: Any) -> SessionTransport:
         """The session's transport as this child opens it (its mailbox, or NATS with this
-        child's user and TLS files); ``options``: :func:`~actors.runtime.wire.open_transport`'s
+        child's user and TLS files); ``options``: :func:`~actors.transports.wire.open_transport`'s
         (``validate``, ``on_reject``, ...). Imported at the call: help and usage errors never
         pay for it."""
-        from actors.runtime.wire import open_transport
+        from actors.transports.wire import open_transport
 
         return open_transport(
             self.mailbox,

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from loguru import Logger
 
     from actors.child.adapters import AgentContext
-    from actors.runtime.wire import SessionTransport
+    from actors.transports.wire import SessionTransport
 
 __all__ = ["REFUSALS_REPORTED", "WAKE_REPORT_WAIT_S", "InboxReports"]
 

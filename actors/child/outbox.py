@@ -6,13 +6,13 @@ Rules:
   reached for a moment (:class:`~protocol.errors.Unreachable`: a NATS stream electing its
   leader, a server restarting, no file descriptor free), or its disk is full for a moment
   (:class:`~protocol.errors.DiskFull`), the envelope and everything published
-  after it wait in a backlog, retried on the bridge's loop (:mod:`actors.mailbox.backoff`:
-  doubling, jittered, started over once one gets through; a full inbox on the producers'
-  schedule, an outage on an outage's longer one), as the same envelope (the same message id:
-  a transport that got an earlier try keeps one). A ``done`` or a message is never dropped
-  for that.
+  after it wait in a backlog, retried on the bridge's loop
+  (:mod:`actors.transports.mailbox.backoff`: doubling, jittered, started over once one gets through;
+  a full inbox on the producers' schedule, an outage on an outage's longer one), as the same
+  envelope (the same message id: a transport that got an earlier try keeps one). A ``done`` or a
+  message is never dropped for that.
 - A full inbox is waited for as long as it takes. An unreachable session (or a full disk) is
-  waited out for at most ``give_up_s`` (:data:`~actors.runtime.wire.NATS_OUTAGE_S`, as the
+  waited out for at most ``give_up_s`` (:data:`~actors.transports.wire.NATS_OUTAGE_S`, as the
   parent waits one out) from the first failed try of the envelope at the head; past it that
   envelope is given up, with an ERROR in the log, and the parent is told as soon as it can be
   reached again: a ``not_sent`` runtime event naming what was given up comes first once a
@@ -34,9 +34,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO, TypeVar
 
-from actors.mailbox.backoff import Backoff, outage_backoff
 from actors.runtime.clock import Clock
 from actors.runtime.transport import PARENT_INBOX, Transport
+from actors.transports.mailbox.backoff import Backoff, outage_backoff
 from protocol.envelopes import AnyEnvelope, RuntimeEnvelope
 from protocol.errors import DiskFull, InboxFull, ShepherdError, Unreachable
 

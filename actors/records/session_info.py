@@ -60,7 +60,7 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     nats_auth: str | None = None
     #: the TLS files of the session's ``tls://`` servers (``serve --nats-ca``, ``--nats-cert``,
     #: ``--nats-key``), if any: a client builds its TLS context from them
-    #: (:mod:`actors.nats.tls`)
+    #: (:mod:`actors.transports.nats.tls`)
     nats_tls: TlsFiles | None = None
 
 

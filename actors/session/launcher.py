@@ -61,7 +61,7 @@ from protocol.settings import Settings
 from protocol.transport_url import TlsFiles
 
 if TYPE_CHECKING:
-    from actors.nats.auth import Authority
+    from actors.transports.nats.auth import Authority
 
 __all__ = [
     "ChildProcess",
@@ -268,7 +268,8 @@ class ProcessLauncher:
         self._python = python
         #: more for every bridge's environment (the session's trace context)
         self._extra_env = dict(extra_env or {})
-        #: mints each child's own NATS user (``serve --nats-auth``: :mod:`actors.nats.auth`)
+        #: mints each child's own NATS user (``serve --nats-auth``:
+        #: :mod:`actors.transports.nats.auth`)
         self._authority = authority
         #: the TLS files of the session's ``tls://`` servers (``serve --nats-ca``...)
         self._nats_tls = nats_tls

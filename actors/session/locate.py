@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from actors.mailbox.mailbox import default_runtime_dir
 from actors.records.session_info import is_live, load_info, state_dir
 from actors.session.parent_transport import (
     check_auth,
@@ -34,6 +33,7 @@ from actors.session.parent_transport import (
     resumed_transport,
 )
 from actors.session.records import records_kind, resumable_id
+from actors.transports.mailbox.mailbox import default_runtime_dir
 from protocol.errors import InvalidArgument, SessionBusy
 from protocol.transport_url import TlsFiles
 

@@ -6,10 +6,10 @@ Rules:
 - A new session uses ``--transport`` if given (checked: :mod:`protocol.transport_url`), else a
   mailbox directory. A resumed session keeps what it recorded in session.json; another
   ``--transport`` for it is ``invalid_argument`` (its agents and unread envelopes are there).
-- ``--nats-auth DIR`` (:mod:`actors.nats.auth`) needs NATS; a resumed session keeps the
+- ``--nats-auth DIR`` (:mod:`actors.transports.nats.auth`) needs NATS; a resumed session keeps the
   authority it recorded, and another one given for it is ``invalid_argument``. The parent and
   its shutdown's own connection log in as the account's parent user.
-- ``--nats-ca FILE`` (and ``--nats-cert``/``--nats-key``: :mod:`actors.nats.tls`) need
+- ``--nats-ca FILE`` (and ``--nats-cert``/``--nats-key``: :mod:`actors.transports.nats.tls`) need
   ``tls://`` and are checked before anything is made; a resumed session keeps the files it
   recorded (checked again), and another one given for it is ``invalid_argument``. Every
   connection of the parent (its transport, its records, its nodes' channel, its shutdown's)
@@ -28,20 +28,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from actors.mailbox.drain import RejectCallback, Validator
-from actors.mailbox.reply_inboxes import ReplyInboxSweeper, unread_answers
 from actors.runtime.clock import Clock
 from actors.runtime.log import logger
 from actors.runtime.transport import PARENT_INBOX
-from actors.runtime.wire import SessionTransport, open_transport
 from actors.session.launcher import ProcessLauncher
+from actors.transports.mailbox.drain import RejectCallback, Validator
+from actors.transports.mailbox.reply_inboxes import ReplyInboxSweeper, unread_answers
+from actors.transports.wire import SessionTransport, open_transport
 from protocol.errors import InvalidArgument, ShepherdError
 from protocol.settings import Settings
 from protocol.transport_url import TlsFiles, is_nats, parse_transport
 
 if TYPE_CHECKING:
-    from actors.nats.auth import Authority, NatsLogin
-    from actors.nats.transport import NatsTransport
+    from actors.transports.nats.auth import Authority, NatsLogin
+    from actors.transports.nats.transport import NatsTransport
 
 __all__ = [
     "ParentTransport",
@@ -70,7 +70,7 @@ def launcher_class(descriptor: str) -> type[ProcessLauncher]:
     then: a session on its file mailbox never loads NATS)."""
     if not is_nats(descriptor):
         return ProcessLauncher
-    from actors.nats.placement import NodeLauncher
+    from actors.session.placement import NodeLauncher
 
     return NodeLauncher
 
@@ -109,11 +109,11 @@ def resumed_tls(recorded: TlsFiles | None, given: TlsFiles | None) -> TlsFiles |
 
 
 def check_tls(descriptor: str, files: TlsFiles | None) -> TlsFiles | None:
-    """The TLS files checked against the transport (:func:`actors.nats.tls.load_tls`): their
-    absolute paths, or None."""
+    """The TLS files checked against the transport (:func:`actors.transports.nats.tls.load_tls`):
+    their absolute paths, or None."""
     if files is None or files.given() is None:
         return None
-    from actors.nats.tls import load_tls
+    from actors.transports.nats.tls import load_tls
 
     return load_tls(descriptor, files.ca, files.cert, files.key)
 
@@ -125,11 +125,11 @@ def check_auth(descriptor: str, nats_auth: str | None) -> str | None:
 
 
 def load_authority(descriptor: str, nats_auth: str | None) -> Authority | None:
-    """The session's NATS authority (:mod:`actors.nats.auth`), checked, or None."""
+    """The session's NATS authority (:mod:`actors.transports.nats.auth`), checked, or None."""
     raw = check_auth(descriptor, nats_auth)
     if raw is None:
         return None
-    from actors.nats.auth import Authority
+    from actors.transports.nats.auth import Authority
 
     return Authority.load(raw)
 
@@ -187,8 +187,8 @@ class ParentTransport:
     def sweeper(
         self, clock: Clock, submit: Callable[[Callable[[], object]], object]
     ) -> ReplyInboxSweeper:
-        """The periodic sweep of the reply inboxes of ended calls (:mod:`actors.nats.replies`
-        on NATS)."""
+        """The periodic sweep of the reply inboxes of ended calls
+        (:mod:`actors.transports.nats.replies` on NATS)."""
         sweep = self._nats.sweep_reply_inboxes if self._nats is not None else None
         return ReplyInboxSweeper(self._root, clock, submit, sweep=sweep)
 

@@ -3,8 +3,8 @@ every restart must not hand over again), in the session directory or on the NATS
 
 ``serve --journal file`` (the default) keeps ``journal.jsonl`` and ``notifications.jsonl`` in
 the session directory. ``serve --journal nats`` (with ``--transport nats://...``) keeps both as
-streams on the session's servers (:mod:`actors.nats.journal`), so that a parent started again
-on **another host** (``serve --resume SESSION_ID``, in a directory of that host) finds every
+streams on the session's servers (:mod:`actors.transports.nats.journal`), so that a parent started
+again on **another host** (``serve --resume SESSION_ID``, in a directory of that host) finds every
 result and hands no notification over twice.
 
 Rules:
@@ -17,8 +17,8 @@ Rules:
   records there is ``invalid_handle``, and nothing is created for it.
 - **One writer.** Two supervisors of one session cannot both write its records on NATS: the
   second is refused at its start (``session_busy`` naming the live one,
-  :mod:`actors.nats.claim`), and any append that does not follow the last one is refused
-  (:mod:`actors.nats.lines`); the records are kept after the session ends, as a session
+  :mod:`actors.transports.nats.claim`), and any append that does not follow the last one is refused
+  (:mod:`actors.transports.nats.lines`); the records are kept after the session ends, as a session
   directory is.
 - What a session uses is recorded in ``session.json`` (``records``); a resumed session keeps it,
   and asking for the other is ``invalid_argument``.
@@ -43,9 +43,9 @@ from protocol.journal import Record
 from protocol.transport_url import TlsFiles, is_nats, parse_transport
 
 if TYPE_CHECKING:
-    from actors.nats.auth import NatsLogin
-    from actors.nats.claim import ParentClaim
-    from actors.nats.journal import NatsJournal, NatsNotifications
+    from actors.transports.nats.auth import NatsLogin
+    from actors.transports.nats.claim import ParentClaim
+    from actors.transports.nats.journal import NatsJournal, NatsNotifications
 
 __all__ = ["RECORDS", "Records", "open_records", "records_kind", "resumable_id"]
 
@@ -182,9 +182,9 @@ def open_records(
         return Records(
             kind, FileJournal(session_dir / "journal.jsonl", fsync=True), view, view, view
         )
-    from actors.nats.claim import ParentClaim
-    from actors.nats.journal import NatsJournal, NatsNotifications
-    from actors.runtime.wire import CLUSTER_REPLICAS, NATS_OUTAGE_S, NATS_TIMEOUT_S
+    from actors.transports.nats.claim import ParentClaim
+    from actors.transports.nats.journal import NatsJournal, NatsNotifications
+    from actors.transports.wire import CLUSTER_REPLICAS, NATS_OUTAGE_S, NATS_TIMEOUT_S
 
     servers = parse_transport(transport).server_urls
     replicas = CLUSTER_REPLICAS if len(servers) >= CLUSTER_REPLICAS else 1

@@ -112,8 +112,8 @@ def clear_leftovers(
 ) -> None:
     """Before an agent starts again: kill what its previous incarnation left running and move
     its unread envelopes aside (see the module rules). ``set_aside(directory)``: the
-    transport's (the file mailbox's :func:`~actors.mailbox.files.move_unread`), which makes
-    the directory only when something was left, and says how many envelopes it kept there."""
+    transport's (the file mailbox's :func:`~actors.transports.mailbox.files.move_unread`), which
+    makes the directory only when something was left, and says how many envelopes it kept there."""
     tag = (f"{ENV_AGENT_ID}={agent_id}".encode(), f"{ENV_SESSION_ID}={session_id}".encode())
     me = os.getpid()
     for entry in os.listdir("/proc"):

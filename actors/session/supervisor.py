@@ -16,7 +16,7 @@ and a pointer in ``<state>/shepherd/live/`` so the CLI can find the newest live 
 CLI clients send ``call`` envelopes into the parent inbox (authenticated by the session's client
 token, kept in the 0600 ``session.json``); each call runs on a small thread pool, never on the
 mailbox receiver, and its ``result`` goes back to the client's one-shot inbox (a leftover of a
-killed client is swept: :mod:`actors.mailbox.reply_inboxes`).
+killed client is swept: :mod:`actors.transports.mailbox.reply_inboxes`).
 """
 
 from __future__ import annotations

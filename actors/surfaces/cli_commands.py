@@ -76,7 +76,7 @@ def run_serve(args: argparse.Namespace) -> int:
         os.environ[ENV_OTEL] = "1"
     settings = session_budget(settings, args.budget_tokens, args.budget_cost)
     if args.nats_auth is not None:  # refused before anything is made
-        from actors.nats.auth import Authority
+        from actors.transports.nats.auth import Authority
 
         Authority.load(args.nats_auth)
     sup = Supervisor(
@@ -138,12 +138,12 @@ def _stop_on_signals() -> threading.Event:
 
 def run_node(args: argparse.Namespace) -> int:
     """``shepherd node``: start the bridges of agents placed on this host, until SIGTERM/SIGINT
-    (:mod:`actors.nats.node`)."""
-    from actors.nats.node import NodeServer
-    from actors.nats.node_login import load_node_login
-    from actors.nats.permissions import check_node_name
+    (:mod:`actors.nodes.node`)."""
+    from actors.nodes.node import NodeServer
     from actors.records.live import state_dir
-    from actors.runtime.wire import NATS_TIMEOUT_S
+    from actors.transports.nats.node_login import load_node_login
+    from actors.transports.nats.permissions import check_node_name
+    from actors.transports.wire import NATS_TIMEOUT_S
     from protocol.transport_url import parse_transport
 
     _log_to_stderr()
@@ -152,7 +152,7 @@ def run_node(args: argparse.Namespace) -> int:
     login = None if args.nats_creds is None else load_node_login(args.nats_creds, name)
     tls = None
     if _tls_files(args) is not None:  # refused before anything is made
-        from actors.nats.tls import load_tls
+        from actors.transports.nats.tls import load_tls
 
         tls = load_tls(args.transport.strip(), args.nats_ca, args.nats_cert, args.nats_key)
     root = Path(args.dir).absolute() if args.dir else state_dir() / "nodes" / name

@@ -102,8 +102,8 @@ def _add_serve(sub: Any) -> None:
         "--nats-auth",
         metavar="DIR",
         help="with --transport nats:// or tls://: connect as the NATS users of the authority in "
-        "DIR (python -m actors.nats.auth DIR), each agent as its own user, whose rights the "
-        "servers enforce",
+        "DIR (python -m actors.transports.nats.auth DIR), each agent as its own user, whose "
+        "rights the servers enforce",
     )
     p.add_argument("--json", action="store_true", help="notifications as JSON lines")
     p.add_argument("--verbose", action="store_true", help="also print lifecycle changes")
@@ -166,7 +166,7 @@ def _add_node(sub: Any) -> None:
         "--nats-creds",
         metavar="FILE",
         help="log in as this node's NATS user (0600; minted by the session's authority: "
-        "python -m actors.nats.auth DIR --node NAME)",
+        "python -m actors.transports.nats.auth DIR --node NAME)",
     )
     p.add_argument("--json", action="store_true", help="the ready line as JSON")
 

@@ -9,7 +9,7 @@ may be another project's): ``invalid_argument`` lists them and says how to choos
 ``--session``, or one that is not a directory, is ``invalid_argument`` naming the option.
 
 A call's answer comes back in a one-shot reply inbox, removed when the call ends
-(:mod:`actors.mailbox.reply_inboxes`).
+(:mod:`actors.transports.mailbox.reply_inboxes`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Any
 
 import msgspec
 
-from actors.mailbox.files import describe
 from actors.records.live import ENV_SESSION, pointed_sessions
 from actors.records.session_info import SessionInfo, is_live
 from actors.runtime.clock import SystemClock
 from actors.runtime.ids import IdSource
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox.files import describe
 from protocol.envelopes import AnyEnvelope, CallEnvelope, ResultEnvelope
 from protocol.errors import InvalidArgument, SessionUnavailable, ShepherdError, error_from_info
 from protocol.ids import PARENT_ID, IdKind
@@ -51,8 +51,8 @@ MAX_LISTED = 10
 def session_alive(info: SessionInfo) -> bool:
     """The supervisor runs and has not shut down (shutdown removes the mailbox; checked too
     because a session embedded in a still-running program keeps its pid; a session over NATS
-    is judged by its supervisor alone: :func:`actors.runtime.wire.transport_exists`)."""
-    from actors.runtime.wire import transport_exists
+    is judged by its supervisor alone: :func:`actors.transports.wire.transport_exists`)."""
+    from actors.transports.wire import transport_exists
 
     return is_live(info) and transport_exists(info.mailbox)
 
@@ -159,11 +159,11 @@ class Client:
     ) -> Any:
         """Run ``op`` in the session and return its data; a refusal raises the typed error."""
         # the session's transport (its mailbox, or NATS), imported only when a call is made
-        from actors.runtime.wire import open_reply_inbox, open_transport
+        from actors.transports.wire import open_reply_inbox, open_transport
 
         login = None
         if self.info.nats_auth is not None:  # the session's NATS authority: its parent user
-            from actors.nats.auth import Authority
+            from actors.transports.nats.auth import Authority
 
             login = Authority.load(self.info.nats_auth).parent_login()
         mailbox = open_transport(
@@ -209,7 +209,7 @@ class Client:
             result = got[0]
         finally:
             # the receiver stops first: the answer it handed over is then out of new/, and the
-            # inbox can go (see actors.mailbox.reply_inboxes)
+            # inbox can go (see actors.transports.mailbox.reply_inboxes)
             mailbox.close()
             inbox.remove()
         if not result.ok:

@@ -65,7 +65,7 @@ def latency_summary(samples_ns: Sequence[int]) -> dict[str, float]:
 def memory_base_dir() -> Path:
     """Where benchmark mailboxes go: the filesystem Shepherd itself would use for its inboxes
     (``$XDG_RUNTIME_DIR``, else ``/dev/shm``, else the temp dir), never a fixed path."""
-    from actors.mailbox.mailbox import default_runtime_dir
+    from actors.transports.mailbox.mailbox import default_runtime_dir
 
     return default_runtime_dir().parent
 
@@ -143,12 +143,12 @@ def shepherd_waker() -> str:
     process (each built once on a scratch directory)."""
     import threading
 
-    from actors.mailbox.wakers import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
+    from actors.transports.mailbox.wakers import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
 
     try:
-        from actors.mailbox.bell import default_waker
+        from actors.transports.mailbox.bell import default_waker
     except ImportError:
-        return "unknown (no actors.mailbox.bell)"
+        return "unknown (no actors.transports.mailbox.bell)"
     shown = []
     try:
         for who, creator in (("parent", True), ("others", False)):
@@ -168,7 +168,7 @@ def shepherd_waker() -> str:
 
 
 def machine_facts(mailbox_dir: Path) -> dict[str, Any]:
-    from actors.mailbox.wakers import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
+    from actors.transports.mailbox.wakers import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS
 
     return {
         "cpu_count": os.cpu_count(),

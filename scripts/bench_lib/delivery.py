@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Any
 
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox.mailbox import Mailbox
 from bench_lib.common import (
     Publisher,
     latency_summary,

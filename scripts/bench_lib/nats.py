@@ -99,7 +99,7 @@ def _measure(transport: Any, session_id: str, agent: str, capability: str, param
 
 
 def _file(root: Path, params: dict[str, Any]) -> dict[str, Any]:
-    from actors.mailbox.mailbox import Mailbox
+    from actors.transports.mailbox.mailbox import Mailbox
 
     session_id, agent, _ = new_ids()
     mailbox = Mailbox.create(root / "mailbox", session_id, Settings(fsync=True))
@@ -111,8 +111,8 @@ def _file(root: Path, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _nats(root: Path, params: dict[str, Any]) -> dict[str, Any]:
-    from actors.nats.server import start_server
-    from actors.nats.transport import NatsTransport
+    from actors.transports.nats.server import start_server
+    from actors.transports.nats.transport import NatsTransport
 
     server = start_server(root / "nats")
     try:
@@ -135,8 +135,8 @@ def _raw(root: Path, params: dict[str, Any]) -> dict[str, Any]:
 
     import msgspec
 
-    from actors.nats.server import start_server
-    from actors.nats.setup import inbox_stream
+    from actors.transports.nats.server import start_server
+    from actors.transports.nats.setup import inbox_stream
 
     server = start_server(root / "raw")
     session_id, agent, capability = new_ids()
@@ -198,8 +198,8 @@ def _raw(root: Path, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _failover(root: Path, params: dict[str, Any]) -> dict[str, Any]:
-    from actors.nats.server import start_cluster
-    from actors.nats.transport import NatsTransport, stream_name
+    from actors.transports.nats.server import start_cluster
+    from actors.transports.nats.transport import NatsTransport, stream_name
 
     servers = start_cluster(root / "cluster")
     try:
@@ -242,7 +242,7 @@ def _failover(root: Path, params: dict[str, Any]) -> dict[str, Any]:
 
 def nats_job(params: dict[str, Any]) -> dict[str, Any]:
     try:
-        from actors.nats.server import nats_server_binary
+        from actors.transports.nats.server import nats_server_binary
 
         nats_server_binary()
     except Exception as exc:

@@ -15,8 +15,8 @@ is slept before each envelope (the pacing is the workload); ``null`` publishes f
 ``raw``: true writes the same files with bare system calls instead (the throughput floor).
 A phase may override ``root``, ``session_id``, ``inbox`` and ``raw``: one producer process then
 serves several mailboxes in turn. When the inbox is full (``limit_exceeded``) the publisher
-backs off on the producers' schedule (``actors.mailbox.backoff``, as a child bridge does) and
-retries, counting each wait: the shipped ``max_queue_depth`` applies, as it would to a child.
+backs off on the producers' schedule (``actors.transports.mailbox.backoff``, as a child bridge does)
+and retries, counting each wait: the shipped ``max_queue_depth`` applies, as it would to a child.
 
 Result: per phase, envelopes published, back-pressure waits, elapsed time, and the duration of
 the ``publish`` calls themselves (p50 / p99 / max / mean).
@@ -36,9 +36,9 @@ from bench_lib.common import GO_LINE, READY_LINE, emit_result, latency_summary, 
 
 def main(argv: list[str]) -> int:
     params = json.loads(argv[0])
-    from actors.mailbox.backoff import Backoff
-    from actors.mailbox.mailbox import Mailbox
     from actors.runtime.ids import IdSource
+    from actors.transports.mailbox.backoff import Backoff
+    from actors.transports.mailbox.mailbox import Mailbox
     from protocol.envelopes import MessageEnvelope, encode_envelope
     from protocol.errors import LimitExceeded
     from protocol.ids import PARENT_ID, IdKind

@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.runtime import ShepherdActor, ThreadedRuntime
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.envelopes import AnyEnvelope, decode_envelope
 
 OnEnvelope = Callable[[AnyEnvelope], None]
@@ -52,11 +52,11 @@ def mailbox_options(variant: str) -> dict[str, Any]:
     """``Mailbox.create`` keyword arguments for a Shepherd variant's waker (none: the default,
     which is the session parent's)."""
     if variant == "shepherd_bell":
-        from actors.mailbox.bell import bell_waker
+        from actors.transports.mailbox.bell import bell_waker
 
         return {"waker_factory": bell_waker(inotify="never")}
     if variant == "shepherd_inotify":
-        from actors.mailbox.inotify import inotify_waker
+        from actors.transports.mailbox.inotify import inotify_waker
 
         return {"waker_factory": inotify_waker()}
     return {}
@@ -257,8 +257,8 @@ class ShepherdReceiver:
 
         for inbox in self._inboxes:
             self._subscriptions.append(self._mailbox.subscribe_batch(inbox, hand_over))
-        # Answered by a full pass made after the watch exists (actors/mailbox/watch.py); a
-        # second request covers a rebuild caused by the last subscriptions.
+        # Answered by a full pass made after the watch exists (actors/transports/mailbox/watch.py);
+        # a second request covers a rebuild caused by the last subscriptions.
         for _ in range(2):
             if not self._mailbox.wait_drained(30):
                 raise RuntimeError("the mailbox receiver did not start")

@@ -20,9 +20,9 @@ from typing import IO, Any
 import msgspec
 import pytest
 
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.procs import session_members
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,

@@ -93,7 +93,7 @@ def test_a_call_through_the_socket_reaches_the_parent_and_loads_nothing_heavy(
         parent.agent_id,  # the caller's identity, from the environment it sent
     )
     # the caller ran neither the command line, nor the mailbox, nor msgspec
-    heavy = ("msgspec", "actors.child.cli", "actors.mailbox", "argparse")
+    heavy = ("msgspec", "actors.child.cli", "actors.transports.mailbox", "argparse")
     assert [m for m in modules if m.startswith(heavy)] == []
 
 

@@ -73,7 +73,9 @@ def test_a_child_command_loads_no_runtime_no_watchfiles_no_session(
     else:
         args = ["message", "planner", "hello", "--json"]
     modules = _loaded_by(parent, tmp_path, *args)
-    assert "actors.mailbox.mailbox" in modules  # the call really went through the mailbox
+    assert (
+        "actors.transports.mailbox.mailbox" in modules
+    )  # the call really went through the mailbox
     assert [m for m in modules if m.split(".")[0] in HEAVY or m.startswith(HEAVY)] == []
     # the settings need the watchdog's settings and rules, never its detector, alerts or replay
     assert {m for m in modules if m.startswith("protocol.watchdog")} <= WATCHDOG_SETTINGS

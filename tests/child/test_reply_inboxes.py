@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from actors.mailbox.reply_inboxes import ONE_SHOT_PREFIX
+from actors.transports.mailbox.reply_inboxes import ONE_SHOT_PREFIX
 from protocol.envelopes import MessageEnvelope
 from protocol.errors import ErrorInfo
 from protocol.ids import IdKind

@@ -13,8 +13,8 @@ import msgspec
 import pytest
 
 from actors.child.inbox_reports import REFUSALS_REPORTED
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.procs import session_members
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.envelopes import (
     ControlEnvelope,
     MessageEnvelope,

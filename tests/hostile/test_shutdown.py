@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.reply_inboxes import ReplyInbox
 from actors.runtime.ids import IdSource
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
+from actors.transports.mailbox.mailbox import Mailbox
+from actors.transports.mailbox.reply_inboxes import ReplyInbox
 from protocol.envelopes import ResultEnvelope
 from protocol.ids import IdKind
 from tests.processes.conftest import Serve, cli

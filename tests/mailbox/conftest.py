@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.envelopes import AnyEnvelope, MessageEnvelope, encode_envelope
 from protocol.errors import ShepherdError
 from protocol.ids import PARENT_ID, IdKind, make_id

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox.drain import BATCH_MAX
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.transport import PARENT_INBOX, DeliveryFailed, NotHandled, Refusals
+from actors.transports.mailbox.drain import BATCH_MAX
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.envelopes import AnyEnvelope, MessageEnvelope, encode_envelope
 from protocol.errors import ForbiddenSender, InvalidArgument
 
@@ -273,7 +273,7 @@ READER = textwrap.dedent(
     """
     import os, sys
     sys.path.insert(0, {repo!r})
-    from actors.mailbox.mailbox import Mailbox
+    from actors.transports.mailbox.mailbox import Mailbox
 
     journal = open({journal!r}, "a")
 

@@ -1,5 +1,5 @@
-"""The doorbell (actors/mailbox/bell.py): a publish rings the inbox's FIFO and wakes a reader
-that holds no inotify instance; a thing planted at the bell's path is refused, never written
+"""The doorbell (actors/transports/mailbox/bell.py): a publish rings the inbox's FIFO and wakes a
+reader that holds no inotify instance; a thing planted at the bell's path is refused, never written
 through, and the reader falls back (and says so); the bell goes with its inbox; and no ring is
 lost between a rescan and the next wait.
 
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox import bell as mailbox_bell
-from actors.mailbox.bell import (
+from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox import bell as mailbox_bell
+from actors.transports.mailbox.bell import (
     BELL_NAME,
     BellRinger,
     BellWaker,
@@ -26,11 +27,10 @@ from actors.mailbox.bell import (
     bell_waker,
     make_bell,
 )
-from actors.mailbox.files import envelope_file_name
-from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.wakers import InterruptEvent, Waker
-from actors.mailbox.watch import Receiver
-from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox.files import envelope_file_name
+from actors.transports.mailbox.mailbox import Mailbox
+from actors.transports.mailbox.wakers import InterruptEvent, Waker
+from actors.transports.mailbox.watch import Receiver
 from protocol.ids import IdKind
 from protocol.settings import Settings
 from tests.mailbox.conftest import (

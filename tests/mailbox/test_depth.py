@@ -1,6 +1,6 @@
-"""The inbox depth as publish checks it (actors/mailbox/depth.py): read from the directory's
-size on tmpfs, else counted incrementally and re-synced; both under concurrent publishers;
-and the producers' backoff (actors/mailbox/backoff.py)."""
+"""The inbox depth as publish checks it (actors/transports/mailbox/depth.py): read from the
+directory's size on tmpfs, else counted incrementally and re-synced; both under concurrent
+publishers; and the producers' backoff (actors/transports/mailbox/backoff.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox import depth as depth_module
-from actors.mailbox.backoff import FIRST_S, LONGEST_S, Backoff
-from actors.mailbox.depth import RESYNC_EVERY, size_counts
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox import depth as depth_module
+from actors.transports.mailbox.backoff import FIRST_S, LONGEST_S, Backoff
+from actors.transports.mailbox.depth import RESYNC_EVERY, size_counts
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.errors import InboxFull
 from protocol.ids import IdKind
 from protocol.settings import Settings

@@ -9,8 +9,8 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.envelopes import encode_envelope
 from protocol.ids import IdKind, kind_of, make_id
 from protocol.settings import Settings

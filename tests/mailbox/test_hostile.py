@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox.files import ABANDONED_TMP_S
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox.files import ABANDONED_TMP_S
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.envelopes import AnyEnvelope, encode_envelope
 from protocol.errors import ForbiddenSender, InvalidHandle
 from protocol.ids import IdKind

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox.mailbox import Mailbox, default_runtime_dir
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox.mailbox import Mailbox, default_runtime_dir
 from protocol.errors import (
     ForbiddenSender,
     InvalidArgument,

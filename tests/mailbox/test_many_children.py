@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox.bell import BELL_NAME
-from actors.mailbox.inotify import InotifyWatch, inotify_available
 from actors.runtime.transport import PARENT_INBOX
 from actors.session.supervisor import Supervisor
 from actors.surfaces.client import Client
+from actors.transports.mailbox.bell import BELL_NAME
+from actors.transports.mailbox.inotify import InotifyWatch, inotify_available
 from protocol.settings import Settings
 from tests.reliability.live import Changes, Story
 

@@ -12,8 +12,8 @@ from typing import Any
 from loguru import logger
 
 from actors.child.outbox import ParentOutbox, until_reachable
-from actors.mailbox.backoff import FIRST_S, LONGEST_S, OUTAGE_FIRST_S, OUTAGE_LONGEST_S
 from actors.runtime.clock import SystemClock, VirtualClock
+from actors.transports.mailbox.backoff import FIRST_S, LONGEST_S, OUTAGE_FIRST_S, OUTAGE_LONGEST_S
 from protocol.errors import (
     DiskFull,
     InboxFull,

@@ -7,8 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.envelopes import MessageEnvelope
 
 from .conftest import AGENT, Collector, message
@@ -19,7 +19,7 @@ CHILD = textwrap.dedent(
     """
     import secrets, sys, threading
     sys.path.insert(0, {repo!r})
-    from actors.mailbox.mailbox import Mailbox
+    from actors.transports.mailbox.mailbox import Mailbox
     from protocol.envelopes import MessageEnvelope
     from protocol.ids import IdKind, make_id
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.errors import (
     DiskFull,
     InvalidEnvelope,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.wakers import polling_waker
 from actors.runtime.transport import PARENT_INBOX, Transport
+from actors.transports.mailbox.mailbox import Mailbox
+from actors.transports.mailbox.wakers import polling_waker
 from protocol.envelopes import AnyEnvelope, MessageEnvelope
 from protocol.ids import IdKind
 from protocol.settings import Settings
@@ -342,7 +342,7 @@ def test_each_delivery_stage_logs_one_debug_record_naming_inbox_and_message(
     sink = logger.add(
         lambda m: records.append((m.record["name"], m.record["message"], dict(m.record["extra"]))),
         level="DEBUG",
-        filter=lambda record: str(record["name"]).startswith("actors.mailbox."),
+        filter=lambda record: str(record["name"]).startswith("actors.transports.mailbox."),
     )
     try:
         envelope = message(session_id, content="once")
@@ -362,11 +362,11 @@ def test_each_delivery_stage_logs_one_debug_record_naming_inbox_and_message(
         if text.startswith("mailbox: ") and fields.get("message_id") == envelope.message_id
     ]
     assert stages == [
-        ("actors.mailbox.mailbox", "published", extra),
-        ("actors.mailbox.mailbox", "published", extra),
-        ("actors.mailbox.drain", "received", extra),
-        ("actors.mailbox.drain", "delivered", extra),
-        ("actors.mailbox.drain", "acknowledged", extra),
-        ("actors.mailbox.drain", "received", extra),
-        ("actors.mailbox.drain", "duplicate", extra),
+        ("actors.transports.mailbox.mailbox", "published", extra),
+        ("actors.transports.mailbox.mailbox", "published", extra),
+        ("actors.transports.mailbox.drain", "received", extra),
+        ("actors.transports.mailbox.drain", "delivered", extra),
+        ("actors.transports.mailbox.drain", "acknowledged", extra),
+        ("actors.transports.mailbox.drain", "received", extra),
+        ("actors.transports.mailbox.drain", "duplicate", extra),
     ]

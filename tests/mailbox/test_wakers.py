@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox.bell import BellWaker, bell_waker, default_waker
-from actors.mailbox.inotify import InotifyWaker, inotify_available, inotify_waker
-from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.wakers import (
+from actors.transports.mailbox.bell import BellWaker, bell_waker, default_waker
+from actors.transports.mailbox.inotify import InotifyWaker, inotify_available, inotify_waker
+from actors.transports.mailbox.mailbox import Mailbox
+from actors.transports.mailbox.wakers import (
     InterruptEvent,
     PollingWaker,
     WakerFactory,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.nats.server import NatsServer, start_cluster, start_server
+from actors.transports.nats.server import NatsServer, start_cluster, start_server
 from protocol.ids import IdKind, make_id
 
 

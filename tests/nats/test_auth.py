@@ -1,5 +1,5 @@
-"""Identity on the wire (actors/nats/auth.py): with a NATS authority, each child connects as its
-own user and the SERVER refuses what its permissions do not name; the victim is undisturbed.
+"""Identity on the wire (actors/transports/nats/auth.py): with a NATS authority, each child connects
+as its own user and the SERVER refuses what its permissions do not name; the victim is undisturbed.
 Real ``nats-server`` processes started with the authority's block; nothing sleeps: refusals are
 awaited as the server's permissions-violation errors, with a generous ceiling."""
 
@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from actors.nats.auth import (
+from actors.runtime.transport import PARENT_INBOX
+from actors.session.parent_transport import resumed_auth
+from actors.transports.nats.auth import (
     ACCOUNT_SEED,
     Authority,
     NatsLogin,
@@ -28,11 +30,9 @@ from actors.nats.auth import (
     reply_stream,
     write_private,
 )
-from actors.nats.replies import NatsReplyInbox
-from actors.nats.server import NatsServer, start_cluster, start_server
-from actors.nats.transport import NatsTransport, inbox_subject
-from actors.runtime.transport import PARENT_INBOX
-from actors.session.parent_transport import resumed_auth
+from actors.transports.nats.replies import NatsReplyInbox
+from actors.transports.nats.server import NatsServer, start_cluster, start_server
+from actors.transports.nats.transport import NatsTransport, inbox_subject
 from protocol.errors import InvalidArgument
 from protocol.ids import PARENT_ID, IdKind, make_id
 from tests.nats.test_serve import _read_until, _spawn
@@ -367,7 +367,7 @@ def test_the_module_makes_a_private_authority_whose_server_block_names_no_secret
 ) -> None:
     target = tmp_path / "new"
     done = subprocess.run(
-        [sys.executable, "-m", "actors.nats.auth", str(target)],
+        [sys.executable, "-m", "actors.transports.nats.auth", str(target)],
         capture_output=True,
         text=True,
         check=False,
@@ -396,7 +396,7 @@ def test_making_an_authority_never_overwrites_one(authority_dir: Path) -> None:
         make_authority(authority_dir)
     assert (authority_dir / "server.conf").read_text() == conf
     done = subprocess.run(
-        [sys.executable, "-m", "actors.nats.auth", str(authority_dir)],
+        [sys.executable, "-m", "actors.transports.nats.auth", str(authority_dir)],
         capture_output=True,
         text=True,
         check=False,

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.nats.server import NatsServer
-from actors.nats.transport import stream_name
+from actors.transports.nats.server import NatsServer
+from actors.transports.nats.transport import stream_name
 from tests.nats.test_journal_serve import _completed, _started
 from tests.nats.test_serve import _notifications
 from tests.processes.conftest import Serve, cli

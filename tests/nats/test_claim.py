@@ -1,5 +1,5 @@
-"""The parent claim's lease (:mod:`actors.nats.claim`) against a real ``nats-server``: a claim
-is taken over only when the servers say nobody listens for its writer *and* it goes a lease
+"""The parent claim's lease (:mod:`actors.transports.nats.claim`) against a real ``nats-server``: a
+claim is taken over only when the servers say nobody listens for its writer *and* it goes a lease
 without renewal; a holder that was taken over is told; a released claim is taken at once; the
 servers' own trouble at the start is waited out. Nothing sleeps: each step waits on the claim's
 own answers."""
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from actors.nats import claim as claim_module
-from actors.nats.claim import ParentClaim, waited_out
+from actors.transports.nats import claim as claim_module
+from actors.transports.nats.claim import ParentClaim, waited_out
 from protocol.errors import SessionBusy, SessionUnavailable
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(120)]

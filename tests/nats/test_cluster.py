@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from actors.nats.server import NatsServer
-from actors.nats.transport import NatsTransport, stream_name
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.nats.server import NatsServer
+from actors.transports.nats.transport import NatsTransport, stream_name
 from protocol.errors import SessionUnavailable
 from tests.nats.test_transport import AGENT, CAPABILITY, Collector, message
 

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from actors.nats.journal import NatsJournal
-from actors.nats.server import NatsServer
-from actors.nats.transport import NatsTransport, stream_name
 from actors.runtime.runtime import ThreadedRuntime
 from actors.runtime.transport import PARENT_INBOX
-from actors.runtime.wire import NATS_OUTAGE_S
 from actors.session.agent import AgentHandle, AgentSpec
 from actors.session.records import open_records
 from actors.session.session import Session
 from actors.session.sinks import FanOut
 from actors.testing.simagent import SimLauncher
+from actors.transports.nats.journal import NatsJournal
+from actors.transports.nats.server import NatsServer
+from actors.transports.nats.transport import NatsTransport, stream_name
+from actors.transports.wire import NATS_OUTAGE_S
 from protocol.envelopes import TaskDoneEnvelope
 from protocol.errors import SessionUnavailable
 from protocol.ids import PARENT_ID, IdKind
@@ -101,7 +101,7 @@ def test_the_stream_leaders_sigkill_during_a_thousand_tasks_loses_and_repeats_no
     runtime = ThreadedRuntime()
     transport = NatsTransport(
         urls, session_id, replicas=3, request_timeout_s=1.0, create=True, outage_s=NATS_OUTAGE_S
-    )  # as `serve` opens it (actors.runtime.wire.open_transport)
+    )  # as `serve` opens it (actors.transports.wire.open_transport)
     transport.ensure_inbox(PARENT_INBOX)
     records = open_records("nats", tmp_path, descriptor, session_id, existing=False)
     launcher = NatsSimLauncher(runtime, transport)

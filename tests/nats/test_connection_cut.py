@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.nats.server import start_cluster
+from actors.transports.nats.server import start_cluster
 from tests.nats.test_serve import _err, _notifications, _read_until, _spawn
 from tests.processes.conftest import Serve, cli
 

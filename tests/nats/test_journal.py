@@ -1,7 +1,7 @@
-"""The session's records on JetStream (``actors.nats.journal``, ``actors.nats.lines``), against
-a real ``nats-server``: records read back in order by another process's journal, batches larger
-than a message, one writer only, damage reported, nothing acknowledged lost across a server
-SIGKILL, the record of delivery read back as the file's is."""
+"""The session's records on JetStream (``actors.transports.nats.journal``,
+``actors.transports.nats.lines``), against a real ``nats-server``: records read back in order by
+another process's journal, batches larger than a message, one writer only, damage reported, nothing
+acknowledged lost across a server SIGKILL, the record of delivery read back as the file's is."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.nats.journal import JOURNAL, NatsJournal, NatsNotifications
-from actors.nats.lines import CHUNK_BYTES, OUTAGE_CEILING_S, lines_stream, lines_subject
-from actors.nats.server import NatsServer, free_port
 from actors.records.notifications import NotificationFile
+from actors.transports.nats.journal import JOURNAL, NatsJournal, NatsNotifications
+from actors.transports.nats.lines import CHUNK_BYTES, OUTAGE_CEILING_S, lines_stream, lines_subject
+from actors.transports.nats.server import NatsServer, free_port
 from protocol.errors import SessionUnavailable
 from protocol.journal import AgentRecord
 from protocol.notifications import Notice, TaskCompletion

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from actors.nats.server import NatsServer, free_port
+from actors.transports.nats.server import NatsServer, free_port
 from protocol.errors import InvalidArgument, InvalidHandle, SessionUnavailable
 from protocol.ids import IdKind, make_id
 from tests.nats.conftest import OVER_A_CLUSTER

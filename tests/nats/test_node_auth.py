@@ -1,8 +1,9 @@
-"""Nodes with NATS credentials (actors/nats/node_login.py, actors/nats/permissions.py): a session
-with an authority places agents on a `shepherd node --nats-creds`; the node's user may only
-serve its own requests, and the SERVER refuses the rest, the victim undisturbed. Real
-`nats-server` processes started with the authority's block, real `serve` and `node` processes;
-nothing sleeps (refusals are awaited as the server's permissions-violation errors)."""
+"""Nodes with NATS credentials (actors/transports/nats/node_login.py,
+actors/transports/nats/permissions.py): a session with an authority places agents on a `shepherd
+node --nats-creds`; the node's user may only serve its own requests, and the SERVER refuses the
+rest, the victim undisturbed. Real `nats-server` processes started with the authority's block, real
+`serve` and `node` processes; nothing sleeps (refusals are awaited as the server's
+permissions-violation errors)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from actors.nats.auth import Authority, make_authority, write_private
-from actors.nats.node import NodeServer
-from actors.nats.node_login import load_node_login
-from actors.nats.permissions import child_permissions
-from actors.nats.server import NatsServer
-from actors.nats.transport import NatsTransport, inbox_subject
+from actors.nodes.node import NodeServer
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.nats.auth import Authority, make_authority, write_private
+from actors.transports.nats.node_login import load_node_login
+from actors.transports.nats.permissions import child_permissions
+from actors.transports.nats.server import NatsServer
+from actors.transports.nats.transport import NatsTransport, inbox_subject
 from protocol import nodes
 from protocol.errors import InvalidArgument
 from protocol.ids import PARENT_ID
@@ -51,9 +52,9 @@ __all__ = ["auth_server", "authority_dir", "parent"]  # fixtures used here
 
 
 def mint_node(authority: Path, name: str) -> Path:
-    """The README's command: ``python -m actors.nats.auth DIR --node NAME``."""
+    """The README's command: ``python -m actors.transports.nats.auth DIR --node NAME``."""
     done = subprocess.run(
-        [sys.executable, "-m", "actors.nats.auth", str(authority), "--node", name],
+        [sys.executable, "-m", "actors.transports.nats.auth", str(authority), "--node", name],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,6 +1,7 @@
-"""``shepherd node --nats-creds FILE`` and ``python -m actors.nats.auth DIR --node HOST``: hostile
-values are refused naming the option before anything connects (actors/nats/node_login.py);
-minting never overwrites and names its own bad values (actors/nats/auth.py)."""
+"""``shepherd node --nats-creds FILE`` and ``python -m actors.transports.nats.auth DIR --node
+HOST``: hostile values are refused naming the option before anything connects
+(actors/transports/nats/node_login.py); minting never overwrites and names its own bad values
+(actors/transports/nats/auth.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.nats.auth import Authority, main, make_authority, write_private
-from actors.nats.node_login import load_node_login
-from actors.nats.server import free_port
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.nats.auth import Authority, main, make_authority, write_private
+from actors.transports.nats.node_login import load_node_login
+from actors.transports.nats.server import free_port
 from protocol.errors import InvalidArgument
 from protocol.ids import IdKind, make_id
 from protocol.limits import MAX_NATS_CREDS_CHARS, MAX_OPTION_CHARS

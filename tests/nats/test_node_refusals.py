@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from actors.nats.server import NatsServer
+from actors.transports.nats.server import NatsServer
 from tests.nats.nodes import (
     WAIT_ANY,
     Node,

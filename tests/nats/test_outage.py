@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from actors.nats.outage import Outage, waiting_out
+from actors.transports.nats.outage import Outage, waiting_out
 
 
 def test_a_wait_given_up_names_how_long_it_waited_not_one_attempts_bound() -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.nats.placement import NodeLauncher, RemoteAgent
-from actors.nats.server import NatsServer
 from actors.runtime.clock import SystemClock
 from actors.session.agent import AgentSpec
+from actors.session.placement import NodeLauncher, RemoteAgent
+from actors.transports.nats.server import NatsServer
 from protocol import nodes
 from protocol.settings import Settings
 
@@ -100,7 +100,7 @@ def test_an_info_answer_in_another_nodes_name_or_malformed_is_not_believed(
     adoption too), never recorded as n2's."""
     import msgspec
 
-    from actors.nats.loop import LoopThread
+    from actors.transports.nats.loop import LoopThread
     from protocol.errors import ShepherdError
 
     data = answer if isinstance(answer, bytes) else msgspec.json.encode(answer)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from actors.nats.server import NatsServer
+from actors.transports.nats.server import NatsServer
 from tests.processes.conftest import DIE_WITH_PYTEST, Serve, cli
 from tests.reliability.live import session_pids, wait_gone
 
@@ -275,7 +275,7 @@ def test_a_bad_transport_is_refused_before_anything_is_made(
 def test_an_unreachable_server_is_session_unavailable_naming_it_within_a_bound(
     tmp_path: Path,
 ) -> None:
-    from actors.nats.server import free_port
+    from actors.transports.nats.server import free_port
 
     url = f"nats://127.0.0.1:{free_port()}"  # nobody listens there
     started = time.monotonic()

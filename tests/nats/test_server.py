@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.nats import server as server_module
-from actors.nats.server import free_ports, start_cluster, start_server
+from actors.transports.nats import server as server_module
+from actors.transports.nats.server import free_ports, start_cluster, start_server
 
 
 def test_ports_chosen_together_all_differ() -> None:

@@ -1,7 +1,8 @@
-"""TLS to the NATS servers (``--transport tls://... --nats-ca FILE``, actors/nats/tls.py): real
-``nats-server`` processes whose only listener is TLS, with certificates minted here (a CA, a
-server certificate for 127.0.0.1 and localhost, a second CA, a certificate for another host).
-Nothing sleeps: sessions are driven by CLI round trips and output lines, with ceilings."""
+"""TLS to the NATS servers (``--transport tls://... --nats-ca FILE``,
+actors/transports/nats/tls.py): real ``nats-server`` processes whose only listener is TLS, with
+certificates minted here (a CA, a server certificate for 127.0.0.1 and localhost, a second CA, a
+certificate for another host). Nothing sleeps: sessions are driven by CLI round trips and
+output lines, with ceilings."""
 
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from actors.nats.auth import make_authority
-from actors.nats.server import NatsServer, ServerTls, start_cluster, start_server
-from actors.nats.tls import client_context, load_ca, load_tls
-from actors.runtime.wire import open_transport
 from actors.session.parent_transport import resumed_tls
 from actors.testing.certs import Minted, mint_ca, mint_leaf
+from actors.transports.nats.auth import make_authority
+from actors.transports.nats.server import NatsServer, ServerTls, start_cluster, start_server
+from actors.transports.nats.tls import client_context, load_ca, load_tls
+from actors.transports.wire import open_transport
 from protocol.errors import InvalidArgument, SessionUnavailable
 from protocol.transport_url import TlsFiles
 from tests.nats.test_serve import _read_until, _spawn

@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from actors.nats.server import NatsServer
-from actors.nats.transport import NatsTransport, inbox_subject
 from actors.runtime.transport import PARENT_INBOX, NotHandled
+from actors.transports.nats.server import NatsServer
+from actors.transports.nats.transport import NatsTransport, inbox_subject
 from protocol.envelopes import AnyEnvelope, MessageEnvelope
 from protocol.errors import InboxFull, InvalidHandle, LimitExceeded, SessionUnavailable
 from protocol.ids import PARENT_ID, IdKind, make_id

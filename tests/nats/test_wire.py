@@ -1,4 +1,4 @@
-"""The transport seam every Shepherd process opens (:mod:`actors.runtime.wire`) when the session
+"""The transport seam every Shepherd process opens (:mod:`actors.transports.wire`) when the session
 runs over NATS: the owner's validator, handlers off the event loop, what a process that did not
 create the session may do, one-shot reply inboxes and their sweep, a server out of reach."""
 
@@ -15,10 +15,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.nats.server import NatsServer, free_port
-from actors.nats.transport import NatsTransport
 from actors.runtime.transport import PARENT_INBOX
-from actors.runtime.wire import open_reply_inbox, open_transport
+from actors.transports.nats.server import NatsServer, free_port
+from actors.transports.nats.transport import NatsTransport
+from actors.transports.wire import open_reply_inbox, open_transport
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable, ShepherdError
 from protocol.ids import IdKind, make_id

@@ -171,7 +171,7 @@ def _transport_args(kind: str, root: Path, *records: str) -> Iterator[tuple[str,
     if kind == "file":
         yield ()
         return
-    from actors.nats.server import start_cluster
+    from actors.transports.nats.server import start_cluster
 
     servers = start_cluster(root)
     try:

@@ -20,7 +20,7 @@ from tests.entrypoints import run_entry
 from tests.processes.conftest import bridge_pids
 
 #: what a forwarded call must not load: the command line, the mailbox, msgspec
-HEAVY = ("msgspec", "actors.surfaces.cli", "actors.mailbox", "protocol.ops", "argparse")
+HEAVY = ("msgspec", "actors.surfaces.cli", "actors.transports.mailbox", "protocol.ops", "argparse")
 
 
 def _entry(

@@ -48,7 +48,9 @@ def test_status_loads_no_runtime_no_watchfiles_no_session(serve: Any, tmp_path: 
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["agents"] == []
     modules = json.loads(listing.read_text())
-    assert "actors.mailbox.mailbox" in modules  # the call really went through the mailbox
+    assert (
+        "actors.transports.mailbox.mailbox" in modules
+    )  # the call really went through the mailbox
     assert [m for m in modules if m.split(".")[0] in HEAVY or m.startswith(HEAVY)] == []
     # the settings need the watchdog's settings and rules, never its detector, alerts or replay
     assert {m for m in modules if m.startswith("protocol.watchdog")} <= WATCHDOG_SETTINGS

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.mailbox.inotify import inotify_available
 from actors.session.supervisor import Supervisor
+from actors.transports.mailbox.inotify import inotify_available
 from protocol.settings import Settings
 from tests.reliability.live import Story
 

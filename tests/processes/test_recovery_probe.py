@@ -15,7 +15,6 @@ import msgspec
 import pytest
 
 from actors.child.env import ENV_AGENT_ID, ENV_SESSION_ID
-from actors.mailbox.files import move_unread
 from actors.records.notifications import NotificationFile
 from actors.session.recovery import (
     TOLD_PER_TASK,
@@ -23,6 +22,7 @@ from actors.session.recovery import (
     live_bridges,
     told_per_task,
 )
+from actors.transports.mailbox.files import move_unread
 from protocol.notifications import AgentMessage, Notice
 
 pytestmark = pytest.mark.processes

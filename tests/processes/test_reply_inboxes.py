@@ -15,13 +15,18 @@ from typing import Any
 
 import pytest
 
-from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.reply_inboxes import MIN_AGE_S, SWEEP_EVERY_S, ReplyInbox, ReplyInboxSweeper
 from actors.runtime.clock import VirtualClock
 from actors.runtime.ids import IdSource
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
 from actors.surfaces.client import Client
+from actors.transports.mailbox.mailbox import Mailbox
+from actors.transports.mailbox.reply_inboxes import (
+    MIN_AGE_S,
+    SWEEP_EVERY_S,
+    ReplyInbox,
+    ReplyInboxSweeper,
+)
 from protocol.envelopes import ResultEnvelope
 from protocol.ids import PARENT_ID, IdKind
 from tests.processes.conftest import cli, write_script

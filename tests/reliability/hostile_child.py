@@ -23,9 +23,9 @@ from typing import Any, NoReturn
 
 from actors.child.cli import send_and_wait
 from actors.child.env import child_env_from
-from actors.mailbox.files import write_all
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.transport import PARENT_INBOX
+from actors.transports.mailbox.files import write_all
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.envelopes import (
     MessageEnvelope,
     TaskDoneEnvelope,

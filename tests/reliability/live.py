@@ -5,8 +5,8 @@ Nothing here sleeps. Every wait blocks on an event, bounded by a timeout:
 
 - a process exiting: a pidfd becoming readable (:func:`wait_gone`);
 - a file created in, or renamed into, a directory: inotify, through the mailbox's own
-  :class:`~actors.mailbox.inotify.InotifyWaker` (:class:`Changes`), which can also be nudged
-  by in-process news (a receipt arriving);
+  :class:`~actors.transports.mailbox.inotify.InotifyWaker` (:class:`Changes`), which can also be
+  nudged by in-process news (a receipt arriving);
 - the supervisor's lifecycle (a task waiting, a process idle or exited): the broker's story
   tap, kept under a condition (:class:`Story`).
 """
@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from actors.mailbox.inotify import InotifyWaker
-from actors.mailbox.wakers import InterruptEvent
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
+from actors.transports.mailbox.inotify import InotifyWaker
+from actors.transports.mailbox.wakers import InterruptEvent
 
 __all__ = [
     "PLANNER",

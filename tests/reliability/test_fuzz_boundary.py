@@ -32,11 +32,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from actors.mailbox.files import write_all
-from actors.mailbox.mailbox import Mailbox
-from actors.mailbox.reply_inboxes import ReplyInbox
 from actors.runtime.transport import PARENT_INBOX
 from actors.surfaces.config import load_settings
+from actors.transports.mailbox.files import write_all
+from actors.transports.mailbox.mailbox import Mailbox
+from actors.transports.mailbox.reply_inboxes import ReplyInbox
 from protocol.envelopes import (
     AckEnvelope,
     AnyEnvelope,

@@ -3,8 +3,8 @@ settle and watchers register — then the supervisor's memory must come back to 
 
 Runtime: the production :class:`~actors.runtime.runtime.ThreadedRuntime` (a worker pool, real
 threads)
-with the :class:`~actors.runtime.transport.InMemoryTransport` and simulated scripted agents. Why not
-the simulation: the claims under test — exactly once, per-sender order, nothing left behind —
+with the :class:`~actors.runtime.transport.InMemoryTransport` and simulated scripted agents. Why
+not the simulation: the claims under test — exactly once, per-sender order, nothing left behind —
 are about concurrency, and only real threads publishing at once (100 of them here) and a
 worker pool interleaving actors exercise them; the mailbox is left out so that what is measured
 is the supervisor, not the file system (the mailbox has load tests of its own).

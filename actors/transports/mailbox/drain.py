@@ -1,6 +1,6 @@
 """What draining one inbox of the session mailbox does, on the mailbox's receiver thread.
-*When* an inbox is drained is the :class:`~actors.mailbox.watch.Receiver`'s business; *what*
-draining does is this module's.
+*When* an inbox is drained is the :class:`~actors.transports.mailbox.watch.Receiver`'s business;
+*what* draining does is this module's.
 
 Rules:
 - Every file in ``new/`` is, in name order, either handed to the handler once and moved to
@@ -11,7 +11,7 @@ Rules:
   behind it.
 - A non-regular entry (symlink, FIFO, directory, device) is quarantined without being opened.
 - The reason file is written before the rename into ``quarantine/``
-  (:mod:`actors.mailbox.quarantine`).
+  (:mod:`actors.transports.mailbox.quarantine`).
 - A capability never leaves this layer: the handler and ``on_reject`` get the envelope
   without it.
 
@@ -51,11 +51,11 @@ from pathlib import Path
 
 import msgspec
 
-from actors.mailbox.files import NAME_RE, describe, read_file, shown, sweep_abandoned
-from actors.mailbox.quarantine import QuarantineReason, quarantine_file
 from actors.runtime.crashpoints import crashpoint
 from actors.runtime.log import logger
 from actors.runtime.transport import BatchHandler, DeliveryFailed, NotHandled, Refusals
+from actors.transports.mailbox.files import NAME_RE, describe, read_file, shown, sweep_abandoned
+from actors.transports.mailbox.quarantine import QuarantineReason, quarantine_file
 from protocol.envelopes import AnyEnvelope, decode_envelope
 from protocol.errors import InvalidEnvelope, ShepherdError
 from protocol.settings import Settings
@@ -151,8 +151,8 @@ class SubscribedInbox:
 
 
 class Drainer:
-    """Drains the subscribed inboxes of one :class:`~actors.mailbox.mailbox.Mailbox`; owns the
-    duplicate window and the delivery counters. Runs on the receiver thread only."""
+    """Drains the subscribed inboxes of one :class:`~actors.transports.mailbox.mailbox.Mailbox`;
+    owns the duplicate window and the delivery counters. Runs on the receiver thread only."""
 
     def __init__(
         self,

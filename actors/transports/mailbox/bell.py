@@ -55,9 +55,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from actors.mailbox.files import FILE_MODE, describe
-from actors.mailbox.inotify import InotifyWatch, inotify_available
-from actors.mailbox.wakers import (
+from actors.runtime.log import logger
+from actors.transports.mailbox.files import FILE_MODE, describe
+from actors.transports.mailbox.inotify import InotifyWatch, inotify_available
+from actors.transports.mailbox.wakers import (
     WAKE_BELL,
     WAKE_INOTIFY,
     WAKE_POLLING,
@@ -67,7 +68,6 @@ from actors.mailbox.wakers import (
     polling_waker,
     watchfiles_waker,
 )
-from actors.runtime.log import logger
 
 __all__ = [
     "BELL_NAME",
@@ -352,8 +352,8 @@ def default_waker(*, creator: bool, debounce_ms: int, step_ms: int) -> WakerFact
     inotify: watchfiles for the parent, bells for the others). ``SHEPHERD_WAKER`` forces
     one: ``bell`` (bells only), ``inotify``, ``watchfiles`` or ``polling``.
 
-    Where Linux's inotify is there, it is used through :mod:`actors.mailbox.inotify` (the three
-    libc calls over ctypes: no compiled dependency, and small enough to own), not through
+    Where Linux's inotify is there, it is used through :mod:`actors.transports.mailbox.inotify` (the
+    three libc calls over ctypes: no compiled dependency, and small enough to own), not through
     watchfiles, which is the fallback elsewhere. The reason is this measurement
     (``scripts/bench.py --quick --only delivery,idle``, 2 cores, medians of 3 runs; the tuned
     watchfiles row with ``SHEPHERD_WAKER=watchfiles``). watchfiles cannot block until an event
@@ -374,7 +374,7 @@ def default_waker(*, creator: bool, debounce_ms: int, step_ms: int) -> WakerFact
         case "bell":
             return bell_waker(inotify="never")
         case "inotify":
-            from actors.mailbox.inotify import inotify_waker
+            from actors.transports.mailbox.inotify import inotify_waker
 
             return inotify_waker()
         case "watchfiles":

@@ -11,18 +11,20 @@ CLI client, the bridge and the child commands use, and nothing more.
 
 Rules:
 - Imports are made here, at the call, never at module top: a CLI that never opens a NATS
-  transport never imports ``nats-py`` or :mod:`actors.nats` (nor the mailbox until it opens one).
+  transport never imports ``nats-py`` or :mod:`actors.transports.nats` (nor the mailbox until it
+  opens one).
 - The parent creates (``create=True``); every other process opens what exists and may create
   only its own one-shot reply inbox (:func:`open_reply_inbox`).
 - Authentication stays the transport's: the owner's ``validate`` and ``on_reject`` mean the
-  same on both (see :mod:`actors.mailbox.drain`).
+  same on both (see :mod:`actors.transports.mailbox.drain`).
 - Naming three or more servers makes the session's streams replicated on three (R3); one or
   two servers, on one (R1). Name every server of a cluster.
 - ``login`` (NATS only): who this process is on the servers (``serve --nats-auth``,
-  :mod:`actors.nats.auth`); without it, no credentials. A mailbox takes none.
+  :mod:`actors.transports.nats.auth`); without it, no credentials. A mailbox takes none.
 - ``tls`` (``tls://`` only): the session's TLS files (``serve --nats-ca``, ``--nats-cert``,
   ``--nats-key``, recorded in session.json and the agents' ``SHEPHERD_NATS_*``); without
-  them, the system's trust store (:mod:`actors.nats.tls`). Any other transport refuses them.
+  them, the system's trust store (:mod:`actors.transports.nats.tls`). Any other transport refuses
+  them.
 - A NATS server that does not answer within :data:`NATS_TIMEOUT_S` (twice that for the first
   connection) is ``session_unavailable`` naming the servers; nothing waits forever. The
   session's creator waits out an outage for at most :data:`NATS_OUTAGE_S` before it says so
@@ -41,8 +43,8 @@ from protocol.errors import InvalidArgument
 from protocol.transport_url import TlsFiles, is_nats, is_tls, parse_transport
 
 if TYPE_CHECKING:
-    from actors.mailbox.drain import RejectCallback, Validator
-    from actors.nats.auth import NatsLogin
+    from actors.transports.mailbox.drain import RejectCallback, Validator
+    from actors.transports.nats.auth import NatsLogin
     from protocol.settings import Settings
 
 __all__ = [
@@ -107,7 +109,7 @@ def open_transport(
     if tls is not None and not is_tls(descriptor):
         raise InvalidArgument("TLS files (--nats-ca, --nats-cert) need a tls:// transport")
     if is_nats(descriptor):
-        from actors.nats.transport import NatsTransport
+        from actors.transports.nats.transport import NatsTransport
 
         servers = parse_transport(descriptor).server_urls
         return NatsTransport(
@@ -126,7 +128,7 @@ def open_transport(
         )
     if login is not None:
         raise InvalidArgument("NATS credentials (--nats-auth) need a nats:// transport")
-    from actors.mailbox.mailbox import Mailbox
+    from actors.transports.mailbox.mailbox import Mailbox
 
     opener = Mailbox.create if create else Mailbox.open
     return opener(
@@ -145,8 +147,8 @@ def open_reply_inbox(transport: SessionTransport, owner: str) -> ReplyBox:
     if callable(make):
         box: ReplyBox = make(owner)
         return box
-    from actors.mailbox.mailbox import Mailbox
-    from actors.mailbox.reply_inboxes import ReplyInbox
+    from actors.transports.mailbox.mailbox import Mailbox
+    from actors.transports.mailbox.reply_inboxes import ReplyInbox
 
     assert isinstance(transport, Mailbox)
     return ReplyInbox(transport, owner)

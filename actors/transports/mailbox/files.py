@@ -3,7 +3,7 @@ private and safe against planted entries.
 
 Rules:
 - Layout: ``<root>/inbox/<owner>/{tmp,new,cur}``, the inbox's doorbell ``<owner>/bell`` (a
-  FIFO, :mod:`actors.mailbox.bell`) and ``<root>/quarantine/``; every directory 0700
+  FIFO, :mod:`actors.transports.mailbox.bell`) and ``<root>/quarantine/``; every directory 0700
   (:data:`DIR_MODE`), every file 0600 (:data:`FILE_MODE`). ``owner`` is ``parent``, an
   agent id, or a client's message id (:data:`INBOX_RE`).
 - Names are ``<stamp:020d>.<pid>.<seq>.<message_id>.json`` (:data:`NAME_RE`); the stamp

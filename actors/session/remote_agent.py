@@ -1,4 +1,4 @@
-"""The handle of an agent placed on a node (:mod:`actors.nats.placement`): what the session's
+"""The handle of an agent placed on a node (:mod:`actors.session.placement`): what the session's
 agent actor holds, as it holds a local bridge's :class:`~actors.session.launcher.ChildProcess`.
 Its exit is reported once, whatever says it first (the node's report, a beat, a lost node)."""
 
@@ -16,7 +16,7 @@ __all__ = ["RemoteAgent", "Stopper"]
 
 
 class Stopper(Protocol):
-    """What sends a stop to the node (:class:`actors.nats.placement.NodeLauncher`)."""
+    """What sends a stop to the node (:class:`actors.session.placement.NodeLauncher`)."""
 
     def send_stop(self, handle: RemoteAgent, how: str) -> None: ...
 

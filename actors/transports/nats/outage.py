@@ -8,16 +8,16 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from actors.mailbox.backoff import outage_backoff
+from actors.transports.mailbox.backoff import outage_backoff
 from protocol.errors import Unreachable
 
 __all__ = ["Outage", "outage_backoff", "waiting_out"]
 
 T = TypeVar("T")
 
-# the backoff between attempts is an outage's (:func:`actors.mailbox.backoff.outage_backoff`):
-# doubling, each pause drawn from its upper half, so processes waiting out the same outage do
-# not come back in step
+# the backoff between attempts is an outage's
+# (:func:`actors.transports.mailbox.backoff.outage_backoff`): doubling, each pause drawn from its
+# upper half, so processes waiting out the same outage do not come back in step
 
 
 class Outage(Unreachable):

@@ -21,9 +21,9 @@ sets the stop event the waker polls, and joins.
 How each key is woken (a ``WAKE_*`` name: the waker's ``modes``, or ``polling`` when no waker
 could be built) is kept for :meth:`Receiver.mode_of`; each change is logged (a warning when a
 key is only polled) and told to the ``on_mode`` callback, so a degraded inbox is reported,
-not only logged. The wakers themselves, and the :class:`~actors.mailbox.wakers.Waker` protocol
-they share, are :mod:`actors.mailbox.wakers`; which waker each process uses is
-:func:`actors.mailbox.bell.default_waker`'s choice.
+not only logged. The wakers themselves, and the :class:`~actors.transports.mailbox.wakers.Waker`
+protocol they share, are :mod:`actors.transports.mailbox.wakers`; which waker each process uses is
+:func:`actors.transports.mailbox.bell.default_waker`'s choice.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from actors.mailbox.wakers import (
+from actors.runtime.log import logger
+from actors.transports.mailbox.wakers import (
     WAKE_POLLING,
     InterruptEvent,
     ModeCallback,
@@ -41,7 +42,6 @@ from actors.mailbox.wakers import (
     Waker,
     WakerFactory,
 )
-from actors.runtime.log import logger
 
 __all__ = ["REBUILD_DEGRADED_S", "Receiver"]
 

@@ -3,8 +3,8 @@
 delivery (what :class:`~actors.records.notifications.NotificationFile` keeps in
 ``notifications.jsonl``), kept by the servers, so that a parent started again on another host
 finds every result and hands nothing over twice. Each is a stream of lines with one writer:
-the rules are :mod:`actors.nats.lines`'s (durable before told; a second supervisor's append is
-refused before it told anyone; damage reported by message and line)."""
+the rules are :mod:`actors.transports.nats.lines`'s (durable before told; a second supervisor's
+append is refused before it told anyone; damage reported by message and line)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Any
 
 import msgspec
 
-from actors.nats.lines import NatsLines
 from actors.records.jsonlines import LineProblem
 from actors.records.notifications import Deliveries, deliveries, encode_note
+from actors.transports.nats.lines import NatsLines
 from protocol.journal import Record, decode_line, encode_line
 from protocol.notifications import AnyNotification
 
 __all__ = ["JOURNAL", "NOTIFICATIONS", "NatsJournal", "NatsNotifications"]
 
-#: the kinds of lines (:func:`actors.nats.lines.lines_stream`)
+#: the kinds of lines (:func:`actors.transports.nats.lines.lines_stream`)
 JOURNAL = "journal"
 NOTIFICATIONS = "notifications"
 

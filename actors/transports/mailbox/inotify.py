@@ -1,6 +1,6 @@
 """A Linux inotify waker for the mailbox: the physical floor of a file mailbox's latency, and
 no CPU at all while idle (the measurement that made it the Linux default is in
-:func:`actors.mailbox.bell.default_waker`).
+:func:`actors.transports.mailbox.bell.default_waker`).
 
 It watches each ``new/`` directory for files renamed in (a publish) or created there (a
 planted file, which the receiver then judges), and blocks in ``poll`` on the inotify
@@ -9,9 +9,10 @@ do. watchfiles stays the portable waker.
 
 An inotify *instance* is a per-user kernel budget (``fs.inotify.max_user_instances``, 128 by
 default, shared with every other program of the user), so only the session parent takes one
-(:class:`InotifyWatch`, inside :class:`~actors.mailbox.bell.BellWaker`); every other process
-is woken by its inbox's doorbell (:mod:`actors.mailbox.bell`). :class:`InotifyWaker` alone is
-what ``SHEPHERD_WAKER=inotify`` forces (the previous default of every process).
+(:class:`InotifyWatch`, inside :class:`~actors.transports.mailbox.bell.BellWaker`); every other
+process is woken by its inbox's doorbell (:mod:`actors.transports.mailbox.bell`).
+:class:`InotifyWaker` alone is what ``SHEPHERD_WAKER=inotify`` forces (the previous default of every
+process).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import struct
 import threading
 from collections.abc import Sequence
 
-from actors.mailbox.wakers import Wake, Waker, WakerFactory
+from actors.transports.mailbox.wakers import Wake, Waker, WakerFactory
 
 __all__ = ["InotifyWaker", "InotifyWatch", "inotify_available", "inotify_waker"]
 

@@ -20,8 +20,8 @@ from typing import Literal
 
 import msgspec
 
-from actors.mailbox.files import FILE_MODE, NAME_RE, WRITE_FLAGS, shown, write_all
 from actors.runtime.log import logger
+from actors.transports.mailbox.files import FILE_MODE, NAME_RE, WRITE_FLAGS, shown, write_all
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import ShepherdError
 

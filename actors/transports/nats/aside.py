@@ -19,8 +19,8 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from actors.nats.setup import add_consumer
 from actors.records.session_info import write_private
+from actors.transports.nats.setup import add_consumer
 
 if TYPE_CHECKING:
     from nats.js.client import JetStreamContext

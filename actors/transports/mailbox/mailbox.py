@@ -3,8 +3,8 @@ directory.
 
 Rules (nothing a publish accepted is lost; a wake-up is only a hint):
 - Layout: ``<root>/inbox/<owner>/{tmp,new,cur}``, the inbox's doorbell ``<owner>/bell`` (a
-  FIFO, :mod:`actors.mailbox.bell`), and ``<root>/quarantine/``; every directory 0700, every
-  file 0600. ``owner`` is ``parent``, an agent id, or a client's message id.
+  FIFO, :mod:`actors.transports.mailbox.bell`), and ``<root>/quarantine/``; every directory 0700,
+  every file 0600. ``owner`` is ``parent``, an agent id, or a client's message id.
 - An inbox exists only if someone created it on purpose (:meth:`Mailbox.ensure_inbox`): a
   publish to a missing inbox is ``invalid_handle``, never an implicit ``mkdir``.
 - Publish = exclusive create in ``tmp/`` (0600, ``O_NOFOLLOW``) → write → fsync if asked →
@@ -19,18 +19,19 @@ Rules (nothing a publish accepted is lost; a wake-up is only a hint):
   dropped silently; one bad file never blocks the files behind it.
 - A non-regular entry (symlink, FIFO, directory, device) is quarantined without being opened;
   regular files are opened ``O_NOFOLLOW | O_NONBLOCK`` and re-checked with ``fstat``.
-- Bounded: envelope size, unread files per inbox (checked at publish, :mod:`actors.mailbox.depth`:
+- Bounded: envelope size, unread files per inbox (checked at publish,
+  :mod:`actors.transports.mailbox.depth`:
   exact on tmpfs, else within ``RESYNC_EVERY`` per concurrent publisher), ``cur/`` retention,
   the duplicate window.
 
-Theory of operation: one :class:`~actors.mailbox.watch.Receiver` thread per :class:`Mailbox`
-(one per process) serves every inbox the process subscribed to: it decides *when* an inbox is
-drained (after the watch exists, on a wake-up, on the fallback interval), woken as
-:func:`~actors.mailbox.bell.default_waker` chooses (:meth:`Mailbox.wake_mode` says how);
-:class:`~actors.mailbox.drain.Drainer` decides *what* draining does (per-file pipeline,
+Theory of operation: one :class:`~actors.transports.mailbox.watch.Receiver` thread per
+:class:`Mailbox` (one per process) serves every inbox the process subscribed to: it decides *when*
+an inbox is drained (after the watch exists, on a wake-up, on the fallback interval), woken as
+:func:`~actors.transports.mailbox.bell.default_waker` chooses (:meth:`Mailbox.wake_mode` says how);
+:class:`~actors.transports.mailbox.drain.Drainer` decides *what* draining does (per-file pipeline,
 duplicate window, quarantine). This module owns the mailbox's life, inboxes and publishing;
-:mod:`actors.mailbox.subscriptions` the subscribed inboxes (receiver and drainer);
-:mod:`actors.mailbox.files` the layout, names and safe file operations.
+:mod:`actors.transports.mailbox.subscriptions` the subscribed inboxes (receiver and drainer);
+:mod:`actors.transports.mailbox.files` the layout, names and safe file operations.
 
 Log levels: ``debug`` one event per delivery stage (published, received, delivered,
 acknowledged, duplicate); ``warning`` each quarantine and each degraded watch; ``error`` a file
@@ -47,16 +48,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from actors.mailbox.bell import BellRinger, default_waker, make_bell, remove_bell
-from actors.mailbox.depth import InboxDepth
-from actors.mailbox.drain import (
+from actors.runtime.log import logger
+from actors.runtime.transport import BatchHandler, Handler, Subscription
+from actors.transports.mailbox.bell import BellRinger, default_waker, make_bell, remove_bell
+from actors.transports.mailbox.depth import InboxDepth
+from actors.transports.mailbox.drain import (
     BATCH_MAX,
     DeliveryFailed,
     QuarantineReason,
     RejectCallback,
     Validator,
 )
-from actors.mailbox.files import (
+from actors.transports.mailbox.files import (
     FILE_MODE,
     WRITE_FLAGS,
     check_inbox_dirs,
@@ -72,10 +75,13 @@ from actors.mailbox.files import (
     write_all,
     write_error,
 )
-from actors.mailbox.subscriptions import Subscriptions
-from actors.mailbox.wakers import DEFAULT_DEBOUNCE_MS, DEFAULT_STEP_MS, ModeCallback, WakerFactory
-from actors.runtime.log import logger
-from actors.runtime.transport import BatchHandler, Handler, Subscription
+from actors.transports.mailbox.subscriptions import Subscriptions
+from actors.transports.mailbox.wakers import (
+    DEFAULT_DEBOUNCE_MS,
+    DEFAULT_STEP_MS,
+    ModeCallback,
+    WakerFactory,
+)
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import (
     ForbiddenSender,
@@ -372,7 +378,7 @@ class Mailbox:
     ) -> Subscription:
         """Like :meth:`subscribe`, but ``handler`` gets what one receiving pass accepted, up to
         ``batch_max`` envelopes a call, and answers which it refused; the batch is acknowledged
-        once the call returned (:mod:`actors.mailbox.drain`)."""
+        once the call returned (:mod:`actors.transports.mailbox.drain`)."""
         if not 1 <= batch_max <= BATCH_MAX:
             raise InvalidArgument(f"batch_max must be 1..{BATCH_MAX}, not {batch_max!r}")
         return self._subscriptions.subscribe_batch(inbox, handler, batch_max=batch_max)

@@ -1,6 +1,6 @@
-"""What each NATS user of a session's authority may do (:mod:`actors.nats.auth` signs them):
-the permission sets, derived from the subjects the processes use (the inboxes:
-:mod:`actors.nats.transport`; the nodes: :mod:`protocol.nodes`). Anything not named is a
+"""What each NATS user of a session's authority may do (:mod:`actors.transports.nats.auth` signs
+them): the permission sets, derived from the subjects the processes use (the inboxes:
+:mod:`actors.transports.nats.transport`; the nodes: :mod:`protocol.nodes`). Anything not named is a
 permissions violation at the server.
 
 A child (``S`` the session, ``A`` the agent, ``R`` its reply stream ``S_A``):

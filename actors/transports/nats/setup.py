@@ -1,5 +1,5 @@
 """Connecting to the NATS servers and making a session's streams (see
-:mod:`actors.nats.transport` for the layout and its rules)."""
+:mod:`actors.transports.nats.transport` for the layout and its rules)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from actors.nats.outage import Outage
 from actors.runtime.log import logger
+from actors.transports.nats.outage import Outage
 from protocol.errors import InboxFull, SessionUnavailable
 from protocol.settings import Settings
 from protocol.transport_url import TlsFiles, is_tls
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.js.client import JetStreamContext
 
-    from actors.nats.auth import NatsLogin
+    from actors.transports.nats.auth import NatsLogin
 
 __all__ = [
     "add_consumer",
@@ -72,15 +72,15 @@ async def connect(
 ) -> tuple[Client, JetStreamContext]:
     """A connection that reconnects forever (to any server of the list); the caller bounds how
     long the first connection may take. ``login``: this process's NATS user
-    (:mod:`actors.nats.auth`); ``on_error`` hears each error the client reports (a refused
-    login among them, which the client would otherwise retry forever). ``tls://`` servers:
+    (:mod:`actors.transports.nats.auth`); ``on_error`` hears each error the client reports (a
+    refused login among them, which the client would otherwise retry forever). ``tls://`` servers:
     TLS with ``files`` (the CA bundle; None: the system's trust store; a client certificate if
-    given), the context built here for every process (:mod:`actors.nats.tls`).
+    given), the context built here for every process (:mod:`actors.transports.nats.tls`).
 
     A first connection that every listed server refused for TLS (a certificate that does not
     verify, a scheme the server does not speak) is ``session_unavailable`` at once, naming the
     servers and the cause: trying again would not change it."""
-    from actors.nats import tls
+    from actors.transports.nats import tls
 
     secure = is_tls(servers[0]) if servers else False
     made: list[Client] = []
@@ -193,7 +193,7 @@ async def add_consumer(
     """The inbox's durable pull consumer (creating it again with the same config is harmless)."""
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-    from actors.nats.replies import one_shot_threshold
+    from actors.transports.nats.replies import one_shot_threshold
 
     await js.add_consumer(
         stream,

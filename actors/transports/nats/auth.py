@@ -7,8 +7,8 @@ account's key, checked by the server at connect without asking anyone. So the pa
 holds the account's seed, mints a user per child when it spawns it: no server restart and no
 server change per child.
 
-``python -m actors.nats.auth DIR`` makes an authority in ``DIR`` (0700, which must not exist or
-be empty): an operator, a system account and the session account, and writes
+``python -m actors.transports.nats.auth DIR`` makes an authority in ``DIR`` (0700, which must not
+exist or be empty): an operator, a system account and the session account, and writes
 
 - ``DIR/server.conf``: the block to include in every server's configuration (``include``), with
   the operator's JWT and the two accounts' JWTs (public: no secret in it);
@@ -22,10 +22,10 @@ or empty value, a directory or seed readable by others, a seed that is not an ac
 with every right in the account, minted in memory. Each child gets
 :meth:`Authority.child_credentials`, written 0600 in its private directory (on a node's host:
 the parent sends them in the spawn request to that node only). What each user may do is
-:mod:`actors.nats.permissions`.
+:mod:`actors.transports.nats.permissions`.
 
-``python -m actors.nats.auth DIR --node HOST [--out FILE]`` mints the user of the node named
-``HOST`` (``shepherd node --name HOST --nats-creds FILE``; default ``DIR/nodes/HOST.creds``,
+``python -m actors.transports.nats.auth DIR --node HOST [--out FILE]`` mints the user of the node
+named ``HOST`` (``shepherd node --name HOST --nats-creds FILE``; default ``DIR/nodes/HOST.creds``,
 0600, never overwritten): the authority's owner copies it to that host. A node's user can be
 withdrawn only by making a new authority (the account's JWT lists no revocations).
 """
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.nats.permissions import (
+from actors.transports.nats.permissions import (
     CHILD_USER,
     NODE_USER,
     check_node_name,
@@ -95,7 +95,7 @@ def reply_subject(session_id: str, agent_id: str, inbox: str) -> str:
 class NatsLogin:
     """Who a process is on the servers: its ``.creds`` (a child: the path of its file; the
     parent: the text, minted in memory) and, for a child, its agent id (its inbox prefix, and
-    where its one-shot inboxes are: :class:`actors.nats.replies.Places`)."""
+    where its one-shot inboxes are: :class:`actors.transports.nats.replies.Places`)."""
 
     credentials: str
     in_memory: bool = False
@@ -221,8 +221,9 @@ def make_authority(directory: Path) -> Path:
         return encode_jwt(operator, _public(key), name, {**nats, "type": "account", "version": 2})
 
     conf = (
-        "# Shepherd's NATS authority (python -m actors.nats.auth): include it in each server's\n"
-        "# configuration. Public keys and signed JWTs only; the account's seed is account.nk.\n"
+        "# Shepherd's NATS authority (python -m actors.transports.nats.auth): include it in each "
+        "server's\n# configuration. Public keys and signed JWTs only; the account's seed is "
+        "account.nk.\n"
         f"operator: {operator_jwt}\n"
         f"system_account: {_public(system)}\n"
         "resolver: MEMORY\n"
@@ -316,12 +317,13 @@ class Authority:
         return NatsLogin(self.parent_credentials(), in_memory=True)
 
     def child_credentials(self, session_id: str, agent_id: str, parent_inbox: str) -> str:
-        """``agent_id``'s user, allowed only what it needs (:mod:`actors.nats.permissions`)."""
+        """``agent_id``'s user, allowed only what it needs
+        (:mod:`actors.transports.nats.permissions`)."""
         permissions = child_permissions(session_id, agent_id, parent_inbox)
         return self._user(f"{CHILD_USER} {agent_id}", permissions)
 
     def node_credentials(self, name: str) -> str:
-        """The user of the node named ``name`` (:mod:`actors.nats.permissions`)."""
+        """The user of the node named ``name`` (:mod:`actors.transports.nats.permissions`)."""
         return self._user(f"{NODE_USER} {name}", node_permissions(name))
 
     def write_child(self, path: Path, session_id: str, agent_id: str, parent_inbox: str) -> None:
@@ -331,11 +333,11 @@ class Authority:
         write_private(path, self.child_credentials(session_id, agent_id, parent_inbox))
 
 
-_USAGE = """usage: python -m actors.nats.auth DIR
+_USAGE = """usage: python -m actors.transports.nats.auth DIR
   makes a NATS authority for Shepherd in DIR (new or empty): include
   DIR/server.conf in each server's configuration, then
   shepherd serve --transport nats://... --nats-auth DIR
-usage: python -m actors.nats.auth DIR --node HOST [--out FILE]
+usage: python -m actors.transports.nats.auth DIR --node HOST [--out FILE]
   mints the NATS user of the node named HOST (FILE, 0600, default DIR/nodes/HOST.creds):
   copy it to that host, then shepherd node --name HOST --nats-creds FILE ...
 """

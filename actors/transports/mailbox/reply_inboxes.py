@@ -30,9 +30,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from actors.mailbox.mailbox import Mailbox
 from actors.runtime.clock import Clock, TimerHandle
 from actors.runtime.log import logger
+from actors.transports.mailbox.mailbox import Mailbox
 from protocol.errors import SessionUnavailable, ShepherdError
 
 __all__ = [
@@ -177,7 +177,8 @@ class ReplyInboxSweeper:
         sweep: Callable[[], list[str]] | None = None,
     ) -> None:
         """``mailbox``: the mailbox, or its root directory; ``sweep``: another transport's own
-        sweep (NATS: :func:`actors.nats.replies.sweep`), run on the same schedule instead."""
+        sweep (NATS: :func:`actors.transports.nats.replies.sweep`), run on the same schedule
+        instead."""
         root = mailbox.root if isinstance(mailbox, Mailbox) else mailbox
         self._inbox_root = root / "inbox"
         self._other = sweep

@@ -23,8 +23,8 @@ Rules:
   share). Either alone can be wrong for a moment on a loaded cluster: what the servers know of
   who listens travels between them (a live writer may look absent), and a loaded holder may
   renew late; both wrong at once is what it would take to run two parents, and even then the
-  journal's own one-writer rule (:mod:`actors.nats.lines`) refuses every append that does not
-  follow the last one.
+  journal's own one-writer rule (:mod:`actors.transports.nats.lines`) refuses every append that does
+  not follow the last one.
 - A writer that neither answers nor is said gone (asked :data:`_ASKS` times: its host lost,
   which the servers notice only after their pings go unanswered) is taken as live:
   ``session_busy``, saying so.
@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 from loguru import logger
 
-from actors.nats.lines import WRONG_LAST_SEQUENCE, lines_stream, lines_subject
-from actors.nats.loop import LoopThread
-from actors.nats.outage import outage_backoff
-from actors.nats.setup import connect, make_streams
+from actors.transports.nats.lines import WRONG_LAST_SEQUENCE, lines_stream, lines_subject
+from actors.transports.nats.loop import LoopThread
+from actors.transports.nats.outage import outage_backoff
+from actors.transports.nats.setup import connect, make_streams
 from protocol.errors import SessionBusy, SessionUnavailable, ShepherdError
 from protocol.transport_url import TlsFiles
 
@@ -60,13 +60,13 @@ if TYPE_CHECKING:
     from nats.js.api import RawStreamMsg
     from nats.js.client import JetStreamContext
 
-    from actors.nats.auth import NatsLogin
+    from actors.transports.nats.auth import NatsLogin
 
 __all__ = ["CLAIM", "LEASE_S", "RENEW_EVERY_S", "Claim", "ParentClaim", "waited_out"]
 
 T = TypeVar("T")
 
-#: the kind of the claims' stream (:func:`actors.nats.lines.lines_stream`)
+#: the kind of the claims' stream (:func:`actors.transports.nats.lines.lines_stream`)
 CLAIM = "parent"
 #: how often the holder renews its claim
 RENEW_EVERY_S = 0.5

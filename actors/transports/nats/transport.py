@@ -16,8 +16,8 @@ Layout on the server, per session (``S`` is the session id):
 
 Rules:
 - **Accepted means never lost.** ``publish`` returns only once the stream acknowledged the
-  message, which with ``sync_interval: always`` (:mod:`actors.nats.server`) means it is on disk;
-  else it raises a typed error. The inbox and the envelope's message id make the
+  message, which with ``sync_interval: always`` (:mod:`actors.transports.nats.server`) means it is
+  on disk; else it raises a typed error. The inbox and the envelope's message id make the
   ``Nats-Msg-Id``, so a publish retried after a lost acknowledgement is stored once (the
   server's duplicate window, two minutes by default). The inbox is part of it because the
   window is the whole stream's: a message the parent forwards keeps its id, and with the id
@@ -36,17 +36,18 @@ Rules:
   that publishes through this same transport), one inbox's messages at a time in stream order.
   A handler that raises sends the message to quarantine.
 - A process that did not create the session (``create=False``: a bridge, a CLI client) makes
-  no stream and only its own one-shot reply inboxes (:mod:`actors.nats.replies`).
-- With a ``login`` (:mod:`actors.nats.auth`) the process is its own NATS user, whose rights the
+  no stream and only its own one-shot reply inboxes (:mod:`actors.transports.nats.replies`).
+- With a ``login`` (:mod:`actors.transports.nats.auth`) the process is its own NATS user, whose
+  rights the
   server enforces; a child's one-shot inboxes and quarantine records are then under its agent id
-  (:class:`~actors.nats.replies.Places`). Without one: no credentials, as before.
+  (:class:`~actors.transports.nats.replies.Places`). Without one: no credentials, as before.
 - ``tls://`` servers are reached over TLS only, with the session's ``tls`` files (the CA
   bundle; none: the system's trust store; a client certificate) by
-  :func:`actors.nats.setup.connect`.
+  :func:`actors.transports.nats.setup.connect`.
 - A server that does not answer within ``request_timeout_s`` makes ``publish`` raise
   ``session_unavailable``; the client keeps reconnecting (to any server of a cluster) and the
   pull loops resume where the consumers' ack floors are. The session's creator (the parent)
-  waits an outage out instead, for at most ``outage_s`` (:mod:`actors.nats.outage`), so a
+  waits an outage out instead, for at most ``outage_s`` (:mod:`actors.transports.nats.outage`), so a
   task handed over during a failover is not failed for it.
 """
 
@@ -61,13 +62,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from actors.mailbox.files import encode_publishable, inbox_name
-from actors.nats import replies, setup
-from actors.nats.loop import LoopThread, PullLoop
-from actors.nats.outage import Outage, waiting_out
-from actors.nats.quarantine import Quarantine, QuarantineRecord
 from actors.runtime.log import logger
 from actors.runtime.transport import Handler, NotHandled, SenderGate, Subscription
+from actors.transports.mailbox.files import encode_publishable, inbox_name
+from actors.transports.nats import replies, setup
+from actors.transports.nats.loop import LoopThread, PullLoop
+from actors.transports.nats.outage import Outage, waiting_out
+from actors.transports.nats.quarantine import Quarantine, QuarantineRecord
 from protocol.envelopes import AnyEnvelope, decode_envelope
 from protocol.errors import (
     ForbiddenSender,
@@ -85,8 +86,8 @@ if TYPE_CHECKING:
 
     from nats.aio.msg import Msg
 
-    from actors.mailbox.drain import RejectCallback, Validator
-    from actors.nats.auth import NatsLogin
+    from actors.transports.mailbox.drain import RejectCallback, Validator
+    from actors.transports.nats.auth import NatsLogin
 
 __all__ = ["NatsTransport", "QuarantineRecord", "inbox_subject", "stream_name"]
 
@@ -226,8 +227,9 @@ class NatsTransport:
         self._run(setup.delete_consumer(self._js, *self._places.of(inbox), inbox))
 
     def set_aside(self, inbox: str, aside: Path) -> int:
-        """What ``inbox`` holds unread, into files in ``aside`` (:mod:`actors.nats.aside`)."""
-        from actors.nats.aside import CEILING_S, set_aside
+        """What ``inbox`` holds unread, into files in ``aside``
+        (:mod:`actors.transports.nats.aside`)."""
+        from actors.transports.nats.aside import CEILING_S, set_aside
 
         (stream, subject), wait = self._places.of(inbox), self._ack_wait
         moving = set_aside(

@@ -1,5 +1,6 @@
 """``shepherd node --nats-creds FILE``: the node's own NATS user, minted by the authority's
-owner (``python -m actors.nats.auth DIR --node HOST``; its rights: :mod:`actors.nats.permissions`).
+owner (``python -m actors.transports.nats.auth DIR --node HOST``; its rights:
+:mod:`actors.transports.nats.permissions`).
 
 Rules:
 - The file is checked before anything connects, each refusal ``invalid_argument`` naming
@@ -11,7 +12,7 @@ Rules:
   what the servers let it read).
 - It is read once: the node logs in with the text it checked (a file changed afterwards changes
   nothing until the node is started again). Whether the servers trust its signer is theirs to
-  say, at connect (:class:`actors.nats.node.NodeServer`).
+  say, at connect (:class:`actors.nodes.node.NodeServer`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from actors.nats.auth import NatsLogin, private_stat
-from actors.nats.permissions import NODE_USER, node_inbox_prefix
+from actors.transports.nats.auth import NatsLogin, private_stat
+from actors.transports.nats.permissions import NODE_USER, node_inbox_prefix
 from protocol.errors import InvalidArgument
 from protocol.limits import MAX_NATS_CREDS_CHARS, MAX_OPTION_CHARS
 
@@ -42,7 +43,8 @@ def _refuse(why: str) -> InvalidArgument:
 def _read_private(raw: str) -> str:
     if not raw or not raw.strip():
         raise _refuse(
-            "is empty: name the node's .creds file (python -m actors.nats.auth DIR --node HOST)"
+            "is empty: name the node's .creds file "
+            "(python -m actors.transports.nats.auth DIR --node HOST)"
         )
     if len(raw) > MAX_OPTION_CHARS:
         raise _refuse(f"is longer than {MAX_OPTION_CHARS} characters")
@@ -96,6 +98,6 @@ def load_node_login(raw: str, name: str) -> NatsLogin:
         whose = "a child's" if user.startswith("shepherd-child") else f"{user!r}'s"
         raise _refuse(
             f"these are {whose} credentials, not node {name}'s "
-            f"(python -m actors.nats.auth DIR --node {name})"
+            f"(python -m actors.transports.nats.auth DIR --node {name})"
         )
     return NatsLogin(text, in_memory=True, inbox_prefix=node_inbox_prefix(name))

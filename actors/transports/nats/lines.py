@@ -1,7 +1,7 @@
 """A session's append-only JSON lines on NATS JetStream: what a
 :class:`~actors.records.jsonlines.JsonLinesFile` keeps on disk, kept by the servers instead, so
 that a parent started again on another host finds every line (the journal and the
-notifications on top: :mod:`actors.nats.journal`).
+notifications on top: :mod:`actors.transports.nats.journal`).
 
 Layout: stream ``<session>_<kind>`` (limits retention, nothing expires, file storage, R3 on a
 cluster of three or more), one subject ``shepherd.<session>.<kind>``. A message holds one or
@@ -9,8 +9,8 @@ more lines (the lines of one append, up to :data:`CHUNK_BYTES` a message), in or
 
 Rules:
 - **Durable before told.** ``append`` returns once the stream acknowledged every message, which
-  with the servers' ``sync_interval: always`` (:mod:`actors.nats.server`) means on disk (on a
-  majority of a cluster). An outage (a server's death, a leader's election) is waited out for
+  with the servers' ``sync_interval: always`` (:mod:`actors.transports.nats.server`) means on disk
+  (on a majority of a cluster). An outage (a server's death, a leader's election) is waited out for
   at most :data:`OUTAGE_CEILING_S`, trying the same message again; past that it raises
   ``session_unavailable`` and the caller tells nobody, as when a file's ``fsync`` fails.
 - **One writer.** Each message is published with the sequence the writer expects to be the
@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from actors.nats.loop import LoopThread
-from actors.nats.outage import outage_backoff
-from actors.nats.setup import connect, make_streams
 from actors.records.jsonlines import LineProblem
+from actors.transports.nats.loop import LoopThread
+from actors.transports.nats.outage import outage_backoff
+from actors.transports.nats.setup import connect, make_streams
 from protocol.errors import InvalidHandle, SessionUnavailable
 from protocol.transport_url import TlsFiles
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.js.client import JetStreamContext
 
-    from actors.nats.auth import NatsLogin
+    from actors.transports.nats.auth import NatsLogin
 
 __all__ = [
     "CHUNK_BYTES",
@@ -115,8 +115,8 @@ class NatsLines:
     ) -> None:
         """``create=False``: the stream must exist already (a session resumed from the
         servers' records); if it does not, :class:`~protocol.errors.InvalidHandle`. ``login``:
-        this process's NATS user (:mod:`actors.nats.auth`); ``tls``: the TLS files of ``tls://``
-        servers (:mod:`actors.nats.tls`)."""
+        this process's NATS user (:mod:`actors.transports.nats.auth`); ``tls``: the TLS files of ``tls://``
+        servers (:mod:`actors.transports.nats.tls`)."""
         self._session_id = session_id
         self._stream = lines_stream(session_id, kind)
         self._subject = lines_subject(session_id, kind)

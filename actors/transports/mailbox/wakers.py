@@ -3,8 +3,8 @@
 Rules:
 - A wake-up is only a hint: a waker says which watched directories had files added, that its
   timeout passed, or that it was interrupted; it never says what arrived, so the receiver
-  (:class:`~actors.mailbox.watch.Receiver`) always rescans after one. A spurious wake, or a
-  missed or merged event, costs latency, never a message.
+  (:class:`~actors.transports.mailbox.watch.Receiver`) always rescans after one. A spurious wake, or
+  a missed or merged event, costs latency, never a message.
 - A waker watches its directories non-recursively (``new/`` only, never ``tmp/`` or
   ``cur/``), and its watch exists once it is *constructed* (the receiver drains after that).
 - ``wait`` returns promptly when the interrupt event is set (close, a subscription change, a
@@ -14,8 +14,8 @@ Rules:
   reported; one that cannot watch raises ``OSError`` from its factory, and the receiver polls.
 
 This module holds the protocol and the portable wakers (watchfiles, polling); the Linux ones
-are :mod:`actors.mailbox.inotify` and :mod:`actors.mailbox.bell`, which also chooses each
-process's waker (:func:`~actors.mailbox.bell.default_waker`).
+are :mod:`actors.transports.mailbox.inotify` and :mod:`actors.transports.mailbox.bell`, which also
+chooses each process's waker (:func:`~actors.transports.mailbox.bell.default_waker`).
 
 :class:`WatchfilesWaker` drives watchfiles' ``RustNotify`` (the
 object ``watchfiles.watch`` itself wraps) directly instead of the ``watchfiles.watch``
@@ -66,7 +66,7 @@ DEFAULT_DEBOUNCE_MS = 10
 #: How often the watcher looks at its change set (idle wake latency is ~1.5 x step).
 DEFAULT_STEP_MS = 1
 #: How an inbox is woken (``Mailbox.wake_mode``, and ``status``): by an inotify watch, by its
-#: doorbell (:mod:`actors.mailbox.bell`), by watchfiles, or only by the fallback rescan.
+#: doorbell (:mod:`actors.transports.mailbox.bell`), by watchfiles, or only by the fallback rescan.
 WAKE_INOTIFY = "inotify"
 WAKE_BELL = "bell"
 WAKE_WATCHFILES = "watchfiles"

@@ -9,9 +9,10 @@ Rules:
 - A drain only runs for an inbox that is still subscribed; once closed, nothing subscribes.
 - ``wait_drained`` from a handler raises ``RuntimeError`` (it would wait for itself).
 
-Theory of operation: one :class:`~actors.mailbox.watch.Receiver` thread serves every subscribed
-inbox of one :class:`~actors.mailbox.mailbox.Mailbox` (one per process) and decides *when* an
-inbox is drained; the :class:`~actors.mailbox.drain.Drainer` decides *what* draining does.
+Theory of operation: one :class:`~actors.transports.mailbox.watch.Receiver` thread serves every
+subscribed inbox of one :class:`~actors.transports.mailbox.mailbox.Mailbox` (one per process) and
+decides *when* an inbox is drained; the :class:`~actors.transports.mailbox.drain.Drainer` decides
+*what* draining does.
 :class:`Subscriptions` owns both and the table of subscribed inboxes between them.
 """
 
@@ -23,7 +24,8 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from actors.mailbox.drain import (
+from actors.runtime.transport import BatchHandler, Handler, Refusals, Subscription
+from actors.transports.mailbox.drain import (
     BATCH_MAX,
     DeliveryFailed,
     Drainer,
@@ -31,10 +33,9 @@ from actors.mailbox.drain import (
     SubscribedInbox,
     Validator,
 )
-from actors.mailbox.files import describe, inbox_name
-from actors.mailbox.wakers import ModeCallback, WakerFactory
-from actors.mailbox.watch import Receiver
-from actors.runtime.transport import BatchHandler, Handler, Refusals, Subscription
+from actors.transports.mailbox.files import describe, inbox_name
+from actors.transports.mailbox.wakers import ModeCallback, WakerFactory
+from actors.transports.mailbox.watch import Receiver
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import InvalidHandle
 from protocol.settings import Settings
@@ -44,7 +45,7 @@ __all__ = ["Subscriptions"]
 
 def _one_at_a_time(handler: Handler) -> BatchHandler:
     """``handler`` as a batch handler (its batches hold one envelope): what it raises refuses
-    that envelope alone, as :class:`~actors.mailbox.drain.DeliveryFailed`."""
+    that envelope alone, as :class:`~actors.transports.mailbox.drain.DeliveryFailed`."""
 
     def handle(envelopes: Sequence[AnyEnvelope]) -> Refusals | None:
         refused: dict[str, DeliveryFailed] | None = None
@@ -181,7 +182,7 @@ class Subscriptions:
 
     def _drain(self, inbox: str) -> bool:
         """The receiver's ``drain(inbox)``: :meth:`Drainer.drain
-        <actors.mailbox.drain.Drainer.drain>` if ``inbox`` is still subscribed."""
+        <actors.transports.mailbox.drain.Drainer.drain>` if ``inbox`` is still subscribed."""
         with self._lock:
             box = self._inboxes.get(inbox)
         if box is None or not box.active:

@@ -1,8 +1,8 @@
 """One-shot reply inboxes on NATS, and what the session parent does with them.
 
 A CLI call or a child command (``shepherd-child message|done``) gets its one answer in an inbox
-named by its message id, as with the file mailbox (:mod:`actors.mailbox.reply_inboxes`); here
-it is a durable consumer on the session's stream. Rules:
+named by its message id, as with the file mailbox (:mod:`actors.transports.mailbox.reply_inboxes`);
+here it is a durable consumer on the session's stream. Rules:
 
 - Proof that the owner is alive is the server's, not a file lock: the consumer is made with an
   ``inactive_threshold`` (:data:`ONE_SHOT_INACTIVE_S`), so the server deletes it once nobody
@@ -15,7 +15,8 @@ it is a durable consumer on the session's stream. Rules:
   (:func:`sweep`, on the same schedule as the file mailbox's) purges every one-shot subject
   without a consumer. :func:`unread_answers` is what a shutdown waits for before it deletes
   the session's streams.
-- With per-process credentials (:mod:`actors.nats.auth`), a child's one-shot inboxes are on a
+- With per-process credentials (:mod:`actors.transports.nats.auth`), a child's one-shot inboxes are
+  on a
   stream of its own (:class:`Places`), since a consumer's rights can be limited only by its
   stream's name: the child may create, pull and delete consumers there and nowhere else. The
   parent finds that stream by the answer's target (the agent). Nobody sweeps it: it keeps at
@@ -29,8 +30,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Protocol
 
-from actors.nats.auth import reply_stream, reply_subject
 from actors.runtime.log import logger
+from actors.transports.nats.auth import reply_stream, reply_subject
 from protocol.errors import ShepherdError
 from protocol.ids import IdKind, kind_of
 

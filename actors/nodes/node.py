@@ -11,9 +11,9 @@ Rules:
   ``~/.local/state/shepherd/nodes/<name>``), which the bridge is told is its session directory.
   Only the ``SHEPHERD_*`` variables and the trace context are taken from a request: nothing
   else of the node's environment can be set from the wire.
-- With ``--nats-creds`` (:mod:`actors.nats.node_login`) the node logs in as its own NATS user
-  (its rights: :mod:`actors.nats.permissions`); servers that refuse the login end the start
-  at once with ``invalid_argument`` naming the option (the client would retry forever). A
+- With ``--nats-creds`` (:mod:`actors.transports.nats.node_login`) the node logs in as its own NATS
+  user (its rights: :mod:`actors.transports.nats.permissions`); servers that refuse the login end
+  the start at once with ``invalid_argument`` naming the option (the client would retry forever). A
   spawn that carries the child's own credentials gets them written 0600 as ``nats.creds`` in
   the agent's directory and named by ``SHEPHERD_NATS_CREDS``; they are never logged.
 - The node is the bridge's parent (its ``SHEPHERD_PARENT_PID``), with no reconnect window: a
@@ -51,16 +51,16 @@ from actors.child.env import (
     ENV_VARS,
     tls_environ,
 )
-from actors.nats import setup
-from actors.nats.auth import write_private
-from actors.nats.loop import LoopThread
-from actors.nats.permissions import check_node_name
 from actors.records.session_lock import DirectoryLock
 from actors.runtime.clock import SystemClock
 from actors.runtime.log import logger
 from actors.session.bridge_process import read_log_tail as read_tail
 from actors.session.bridge_process import start_bridge
 from actors.session.launcher import STOP_GRACE_S, ChildProcess, Reaper
+from actors.transports.nats import setup
+from actors.transports.nats.auth import write_private
+from actors.transports.nats.loop import LoopThread
+from actors.transports.nats.permissions import check_node_name
 from protocol import nodes
 from protocol.errors import (
     InvalidArgument,
@@ -75,7 +75,7 @@ from protocol.transport_url import TlsFiles
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
-    from actors.nats.auth import NatsLogin
+    from actors.transports.nats.auth import NatsLogin
 
 __all__ = ["NodeServer"]
 
@@ -182,7 +182,7 @@ class NodeServer:
             raise InvalidArgument(
                 f"--nats-creds: the NATS servers refused node {self.name}'s login with {given} "
                 f"({refused.result()}): give it the credentials the session's authority mints "
-                f"for it (python -m actors.nats.auth DIR --node {self.name})"
+                f"for it (python -m actors.transports.nats.auth DIR --node {self.name})"
             )
         try:
             self._nc, _ = connecting.result()

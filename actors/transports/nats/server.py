@@ -16,7 +16,8 @@ Rules:
   endpoint's ``/healthz`` until it answers ``ok`` (JetStream current, with a meta leader in a
   cluster) (an event, not a
   guess at how long start-up takes), within a ceiling.
-- ``auth``: the directory of a NATS authority (:mod:`actors.nats.auth`); its ``server.conf``
+- ``auth``: the directory of a NATS authority (:mod:`actors.transports.nats.auth`); its
+  ``server.conf``
   block is written into the server's configuration (the server's ``include`` resolves even an
   absolute path against the including file's directory, so the text is copied), and then
   only users of that authority may connect.
@@ -181,7 +182,7 @@ class NatsServer:
         if self.tls is not None:
             lines += self.tls.block()
         if self.auth is not None:
-            from actors.nats.auth import SERVER_CONF
+            from actors.transports.nats.auth import SERVER_CONF
 
             lines.append((self.auth / SERVER_CONF).read_text())
         if self.extra_config:

@@ -1,7 +1,7 @@
 """The parent's side of agents placed on other hosts: a launcher that starts an agent on a
 ``shepherd node`` (``spawn --node HOST``) behind the same ``launch(spec, on_exit)`` seam as the
 local one, and everything else where the local one does it (what the node says, and where:
-:mod:`protocol.nodes`; the node: :mod:`actors.nats.node`).
+:mod:`protocol.nodes`; the node: :mod:`actors.nodes.node`).
 
 Rules:
 - What a node is told is what the local launcher gives its own bridge (the same environment,
@@ -23,8 +23,8 @@ Rules:
 - A node speaks only for itself: a beat or an exit report is believed only from the subject
   of the node it names, an ``info`` answer only in the name of the node asked. With
   ``--nats-auth`` each agent placed on a node gets its own NATS user, minted here and sent in
-  the spawn request to that node only (:mod:`actors.nats.permissions`).
-- The node's answers are awaited with a bound (:data:`~actors.runtime.wire.NATS_TIMEOUT_S`);
+  the spawn request to that node only (:mod:`actors.transports.nats.permissions`).
+- The node's answers are awaited with a bound (:data:`~actors.transports.wire.NATS_TIMEOUT_S`);
   a stop or kill is sent without waiting: if the node never acts on it, its beats or its
   silence end the agent.
 """
@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from actors.child.env import ENV_NATS_CREDS, ENV_PARENT_PID, ENV_SESSION
-from actors.nats import setup
-from actors.nats.loop import LoopThread
-from actors.nats.remote_agent import RemoteAgent
 from actors.runtime.log import logger
 from actors.runtime.transport import PARENT_INBOX
-from actors.runtime.wire import NATS_TIMEOUT_S
 from actors.session.agent import AgentHandle, AgentSpec
 from actors.session.launcher import ProcessLauncher
+from actors.session.remote_agent import RemoteAgent
+from actors.transports.nats import setup
+from actors.transports.nats.loop import LoopThread
+from actors.transports.wire import NATS_TIMEOUT_S
 from protocol import api, nodes
 from protocol.errors import (
     InvalidArgument,
@@ -63,7 +63,7 @@ from protocol.transport_url import parse_transport
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
-__all__ = ["NodeLauncher", "RemoteAgent"]  # RemoteAgent: actors.nats.remote_agent
+__all__ = ["NodeLauncher", "RemoteAgent"]  # RemoteAgent: actors.session.remote_agent
 
 #: a placement not launched within this long (its spawn was refused after it was placed) no
 #: longer counts toward its node's load
