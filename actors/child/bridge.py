@@ -87,9 +87,6 @@ from protocol.tracecontext import ENV_TRACEPARENT
 
 __all__ = ["Bridge", "configure_logging", "run_bridge"]
 
-#: how long an exiting bridge keeps trying what it could not yet send to the parent
-EXIT_LINGER_S = 30.0
-
 
 @dataclass(slots=True)
 class _Exit:
@@ -345,8 +342,7 @@ class Bridge:
         if self._spans is not None:
             self._traced(self._spans.close)
         if self._outbox is not None:
-            # what waits (a done said just before the exit, during an outage) is tried again
-            self._outbox.close(EXIT_LINGER_S)
+            self._outbox.close()  # what waits is tried again for a while (an outage at exit)
         if self._mailbox is not None:
             self._mailbox.close()
         self.clock.close()

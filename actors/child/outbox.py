@@ -22,7 +22,7 @@ Rules:
 - Any other refusal of the mailbox drops that one envelope (a WARNING in the log) and the
   next is tried: one bad envelope never blocks the ones after it.
 - At exit (:meth:`ParentOutbox.close`) the backlog is tried again for a bounded time (the
-  bridge's :data:`~actors.child.bridge.EXIT_LINGER_S`); what still cannot be sent is counted
+  :data:`EXIT_LINGER_S`); what still cannot be sent is counted
   in the log (the parent learns of the bridge's exit from its process, and ends its task).
 """
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO, TypeVar
@@ -49,6 +50,9 @@ T = TypeVar("T")
 
 #: envelopes that may wait for room in a full parent inbox before new ones are dropped
 BACKLOG_LIMIT = 10_000
+#: how long an exiting bridge keeps trying what it could not send yet (a done said just before
+#: the exit, during an outage)
+EXIT_LINGER_S = 30.0
 #: at most this many given-up envelopes are named in one ``not_sent`` report (the rest counted)
 NAMED_IN_REPORT = 20
 
@@ -216,15 +220,15 @@ class ParentOutbox:
         self._dropped = 0
         return True
 
-    def close(self, linger_s: float = 0.0) -> None:
+    def close(self, linger_s: float = EXIT_LINGER_S) -> None:
         """What waits is tried again (the loop that retried it is gone) for at most
         ``linger_s`` (an agent that said done and exited during an outage: its done still goes
         out once the session can be reached), then what is lost is said."""
-        deadline = self._clock.monotonic() + linger_s
+        deadline = time.monotonic() + linger_s  # real time: the loop that ran the clock is gone
         pause = threading.Event()  # never set: a bounded pause between attempts
         self._flush()
         while self._backlog and self._last_refusal is not None:
-            left = deadline - self._clock.monotonic()
+            left = deadline - time.monotonic()
             if left <= 0:
                 break
             pause.wait(min(self._pauses.next(self._last_refusal), left))

@@ -227,8 +227,7 @@ class NatsTransport:
         self._run(setup.delete_consumer(self._js, *self._places.of(inbox), inbox))
 
     def set_aside(self, inbox: str, aside: Path) -> int:
-        """What ``inbox`` holds unread, into files in ``aside``
-        (:mod:`actors.transports.nats.aside`)."""
+        """What ``inbox`` holds unread, into files in ``aside`` (see its module, ``aside``)."""
         from actors.transports.nats.aside import CEILING_S, set_aside
 
         (stream, subject), wait = self._places.of(inbox), self._ack_wait
