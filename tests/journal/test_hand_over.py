@@ -59,6 +59,10 @@ def _session(journal: HeldJournal, sink: CollectingSink) -> tuple[Session, Any, 
     agent = session.spawn("worker", script=parse_script(QUIET))
     task = session.delegate(agent.agent_id, "finish it").task_id
     session.watch(task)
+    # the agent's process starts on the runtime's threads, after spawn answered: wait for it
+    started, deadline = threading.Event(), time.monotonic() + 60
+    while "worker" not in launcher.agents and time.monotonic() < deadline:
+        started.wait(0.01)  # a bounded poll of a condition another thread makes true
     capability = launcher.driver("worker").identity.capability
     done = TaskDoneEnvelope(
         message_id=runtime.ids.new(IdKind.MESSAGE),

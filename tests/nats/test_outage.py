@@ -46,3 +46,35 @@ def test_an_attempt_that_succeeds_after_an_outage_returns_its_value() -> None:
         return result
 
     assert waiting_out(attempt, 30.0, lambda: False) == 42
+
+
+def test_a_read_waits_out_a_leader_election_and_a_refusal_goes_out_at_once() -> None:
+    """What a session's records reader does when a cluster has no stream leader yet (the
+    servers answer 503, a consumer cannot be made): it reads again, within a bound."""
+    import asyncio
+
+    import pytest
+    from nats.js.errors import NotFoundError, ServiceUnavailableError
+
+    from actors.transports.nats.outage import Outage, through_outage
+
+    troubles: list[Exception] = [ServiceUnavailableError(), Outage("stopped answering")]
+
+    async def read() -> str:
+        if troubles:
+            raise troubles.pop(0)
+        return "records"
+
+    assert asyncio.run(through_outage(read, 30.0, "read s_journal")) == "records"
+
+    async def missing() -> str:
+        raise NotFoundError(code=404, description="stream not found")
+
+    with pytest.raises(NotFoundError):
+        asyncio.run(through_outage(missing, 30.0, "read s_journal"))
+
+    async def down() -> str:
+        raise ServiceUnavailableError()
+
+    with pytest.raises(Outage, match="read s_journal"):
+        asyncio.run(through_outage(down, 0.2, "read s_journal"))

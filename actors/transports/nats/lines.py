@@ -38,7 +38,7 @@ import msgspec
 
 from actors.records.jsonlines import LineProblem
 from actors.transports.nats.loop import LoopThread
-from actors.transports.nats.outage import outage_backoff
+from actors.transports.nats.outage import Outage, outage_backoff, through_outage
 from actors.transports.nats.setup import connect, make_streams
 from protocol.errors import InvalidHandle, SessionUnavailable
 from protocol.transport_url import TlsFiles
@@ -286,8 +286,12 @@ class NatsLines:
     def read(self, decode: Callable[[bytes], T]) -> list[T]:
         """Every line ``decode`` takes, in order (each one it cannot is reported); also where
         this writer's next append must follow."""
+        # a read may be made again: a cluster electing a leader (a consumer not made yet, no
+        # answer) is waited out as an outage
         got: tuple[list[T], list[LineProblem], int] = self._run(
-            self._read_all(decode), what=f"read {self._stream}", timeout=_READ_CEILING_S
+            through_outage(lambda: self._read_all(decode), self._outage_s, f"read {self._stream}"),
+            what=f"read {self._stream}",
+            timeout=_READ_CEILING_S + self._outage_s,
         )
         items, problems, last = got
         self._problems.extend(problems)
@@ -320,7 +324,7 @@ class NatsLines:
                 try:
                     messages = await subscription.fetch(_READ_BATCH, timeout=self._timeout)
                 except (TimeoutError, NatsTimeout):
-                    raise SessionUnavailable(
+                    raise Outage(
                         f"{self._stream} stopped answering at message {seen} of {last}"
                     ) from None
                 for message in messages:

@@ -5,13 +5,13 @@ same message (its ``Nats-Msg-Id``), so the servers store it once however often i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from actors.transports.mailbox.backoff import outage_backoff
 from protocol.errors import Unreachable
 
-__all__ = ["Outage", "outage_backoff", "waiting_out"]
+__all__ = ["Outage", "outage_backoff", "through_outage", "waiting_out"]
 
 T = TypeVar("T")
 
@@ -47,3 +47,34 @@ def waiting_out(attempt: Callable[[], T], ceiling_s: float, given_up: Callable[[
                     f"{ceiling_s:g} s); the last: {exc.message}"
                 ) from exc
         time.sleep(pause)  # a backoff between attempts, while the servers recover
+
+
+async def through_outage(attempt: Callable[[], Awaitable[T]], ceiling_s: float, what: str) -> T:
+    """``await attempt()`` (something that may be done again: a read, a stream made), tried
+    again while the servers have trouble of their own (no stream leader yet, a consumer not
+    made yet, no answer, no connection: an :class:`Outage`, a time-out, a client error, an API
+    error of 500 or more) for at most ``ceiling_s``; then ``session_unavailable`` naming
+    ``what`` and the last trouble. A refusal (an API error below 500) goes out at once."""
+    import asyncio
+
+    import nats.errors
+    from nats.js.errors import APIError
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ceiling_s
+    backoff = outage_backoff()
+    while True:
+        try:
+            return await attempt()
+        except APIError as exc:
+            if exc.code is not None and exc.code < 500:  # None: no leader (503 said no code)
+                raise
+            trouble: Exception = exc
+        except (Outage, TimeoutError, nats.errors.Error) as exc:
+            trouble = exc
+        pause = backoff.next()
+        if loop.time() + pause > deadline:
+            raise Outage(
+                f"{what}: the NATS servers had trouble for {ceiling_s:g} s ({trouble!r})"
+            ) from None
+        await asyncio.sleep(pause)  # a backoff while the servers recover
