@@ -56,6 +56,8 @@ import asyncio
 import contextlib
 import hmac
 import ipaddress
+import json
+import logging
 import os
 import secrets
 import signal
@@ -68,8 +70,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers import RequestHandler
+from a2a.server.request_handlers import RequestHandler, build_error_response
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.constants import PROTOCOL_VERSION_1_0
@@ -85,18 +88,20 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 
 from actors.records.session_info import SessionInfo
+from actors.runtime.log import logger
 from actors.surfaces.cli_ops import ANSWER_TIMEOUT_S
 from actors.surfaces.client import Client
 from protocol import a2a, ops
+from protocol.envelopes import nested_deeper
 from protocol.errors import InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.limits import (
     A2A_FILE_POLL_S,
     A2A_REFRESH_S,
     MAX_A2A_REQUEST_BYTES,
     MAX_A2A_STREAMS,
+    MAX_NESTING,
 )
 
 __all__ = ["TOKEN_FILE", "FrontDoor", "ShepherdHandler", "build_app", "check_listen", "serve"]
@@ -329,22 +334,32 @@ class Monitor:
     async def _refresh(self) -> None:
         followers = list(self._followers)
         ids = list(dict.fromkeys(f.task_id for f in followers))
+        failed: dict[str, A2AError] = {}
         try:
             for task_id in ids:
                 if task_id not in self._watched:
-                    await self._door.call("watch", {"ids": [task_id]})
+                    try:
+                        await self._door.call("watch", {"ids": [task_id]})
+                    except (InvalidParamsError, TaskNotFoundError) as exc:  # this task's alone
+                        failed[task_id] = exc
+                        continue
                     self._watched.add(task_id)
-            seen = await self._door.look(ids)
-        except A2AError as exc:
+            seen = await self._door.look([t for t in ids if t not in failed])
+        except A2AError as exc:  # the session's: every follower is told
             for f in followers:
                 f.queue.put_nowait(exc)
             return
         for f in followers:
             task = seen.get(f.task_id)
             if task is None:
-                f.queue.put_nowait(TaskNotFoundError(f"no task {f.task_id} in this session"))
+                f.queue.put_nowait(
+                    failed.get(f.task_id)
+                    or TaskNotFoundError(f"no task {f.task_id} in this session")
+                )
                 continue
             obj = task_object(task)
+            if task.a2a_state in a2a.TERMINAL:
+                self._watched.discard(task.task_id)  # its watcher is used up
             key = _key(obj)
             if key != f.told:
                 f.told = key
@@ -440,6 +455,7 @@ class ShepherdHandler(RequestHandler):
             }
             if question is not None:
                 fields["reply_to"] = question["request_id"]
+                message.metadata.update({"replyTo": question["request_id"]})
             elif task.a2a_state == a2a.INPUT_REQUIRED:
                 raise InvalidParamsError(
                     f"task {task.task_id} waits for an approval: answer it with shepherd "
@@ -480,9 +496,15 @@ class ShepherdHandler(RequestHandler):
         history = [message]
         if params.configuration.return_immediately:
             return task_object(await self.door.one(task.task_id), history)
+        # the question this message answered is not one to stop at (a snapshot taken as the
+        # answer arrived may still show it)
+        answered = message.metadata.fields.get("replyTo")
         last: pb.Task | None = None
         async for last in self.monitor.follow(task.task_id):
-            if pb.TaskState.Name(last.status.state) == a2a.INPUT_REQUIRED:
+            state = pb.TaskState.Name(last.status.state)
+            if state == a2a.INPUT_REQUIRED and (
+                answered is None or last.status.message.message_id != answered.string_value
+            ):
                 break
         assert last is not None
         last.history.extend(history)
@@ -686,67 +708,103 @@ def _version() -> str:
 # ---------------------------------------------------------------------- the guard
 
 
-def _refuse(status: int, code: str, message: str, headers: list[tuple[bytes, bytes]]) -> Any:
-    import json
-
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    start = {
-        "type": "http.response.start",
-        "status": status,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            *headers,
-        ],
-    }
-    return start, {"type": "http.response.body", "body": body}
+def _answer(status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()) -> list[Any]:
+    return [
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        },
+        {"type": "http.response.body", "body": body},
+    ]
 
 
 class Guard:
-    """Rule 5, as ASGI middleware in front of every route: the token, and the body bound (one
-    place: a body over the bound raises the HTTP 413 the SDK's dispatcher answers with its
-    typed error)."""
+    """Rule 5, as ASGI middleware in front of every route: the token, then the request's
+    bounds, all in this one place: a body is read up to :data:`MAX_A2A_REQUEST_BYTES` (a
+    longer one, or one that says it is, is refused unread) and its JSON may nest
+    :data:`~protocol.limits.MAX_NESTING` levels (the SDK's parser would otherwise recurse
+    until Python's limit). Refusals of a frame are the SDK's JSON-RPC ``InvalidRequestError``;
+    a body that is not JSON is left to the SDK, which says so (``JSONParseError``)."""
 
     def __init__(self, app: _Asgi, token: str) -> None:
         self._app = app
-        self._expected = f"Bearer {token}".encode()
+        self._token = token.encode()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or ())
-        given = headers.get(b"authorization", b"")
-        if not hmac.compare_digest(given, self._expected):
-            start, body = _refuse(
-                401,
-                "unauthorized",
-                f"every request needs Authorization: Bearer TOKEN (the token is in the "
-                f"session directory's {TOKEN_FILE})",
-                [(b"www-authenticate", b'Bearer realm="shepherd"')],
-            )
-            await send(start)
-            await send(body)
+        scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._token):
+            body = json.dumps(
+                {
+                    "error": {
+                        "code": "unauthorized",
+                        "message": "every request needs Authorization: Bearer TOKEN (the "
+                        f"token is in the session directory's {TOKEN_FILE})",
+                    }
+                }
+            ).encode()
+            for part in _answer(401, body, ((b"www-authenticate", b'Bearer realm="shepherd"'),)):
+                await send(part)
             return
-        declared = headers.get(b"content-length")
-        too_big = f"the request body is over {MAX_A2A_REQUEST_BYTES} bytes"
-        too_long = (
-            declared is not None and declared.isdigit() and int(declared) > MAX_A2A_REQUEST_BYTES
-        )
-        read = 0
+        if scope.get("method") != "POST":
+            await self._app(scope, receive, send)
+            return
+        body_or_why = await self._read(headers.get(b"content-length"), receive)
+        if isinstance(body_or_why, str):
+            refusal = build_error_response(None, InvalidRequestError(message=body_or_why))
+            for part in _answer(200, json.dumps(refusal).encode()):
+                await send(part)
+            return
+        replayed = False
 
-        async def bounded() -> Any:
-            nonlocal read
-            if too_long:
-                raise HTTPException(413, too_big)
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:  # the body was given whole: what follows is the client leaving
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body_or_why, "more_body": False}
+
+        await self._app(scope, replay, send)
+
+    @staticmethod
+    async def _read(declared: bytes | None, receive: Any) -> bytes | str:
+        """The body, or why it is refused."""
+        too_big = f"Payload too large: a request body is at most {MAX_A2A_REQUEST_BYTES} bytes"
+        if declared is not None and (
+            not declared.isdigit() or int(declared) > MAX_A2A_REQUEST_BYTES
+        ):
+            return too_big
+        chunks: list[bytes] = []
+        size = 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                read += len(message.get("body", b""))
-                if read > MAX_A2A_REQUEST_BYTES:
-                    raise HTTPException(413, too_big)
-            return message
-
-        await self._app(scope, bounded, send)
+            if message["type"] != "http.request":
+                return "the client left before its request was read"
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_A2A_REQUEST_BYTES:
+                return too_big
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        try:
+            frame = msgspec.json.decode(body)
+        except RecursionError:
+            return f"the request nests more than {MAX_NESTING} levels deep"
+        except msgspec.DecodeError:
+            return body  # the SDK answers it with its parse error
+        if nested_deeper(frame, MAX_NESTING):
+            return f"the request nests more than {MAX_NESTING} levels deep"
+        return body
 
 
 # ---------------------------------------------------------------------- the app
@@ -827,6 +885,13 @@ def serve(
     from actors.surfaces.client import find_session, session_alive
 
     host, port = check_listen(listen, allow_remote=allow_remote)
+    level = os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING").upper()
+    logger.enable("actors")
+    logger.remove()
+    logger.add(sys.stderr, level=level)
+    # the SDK logs every refused request (with a traceback for a malformed one): the client
+    # was answered with its typed error, so only SHEPHERD_LOG_LEVEL=DEBUG or INFO shows them
+    logging.getLogger("a2a").setLevel(level if level in ("DEBUG", "INFO") else "CRITICAL")
 
     def announce(text: str) -> None:
         sys.stderr.write(f"shepherd: {text}\n")
@@ -857,15 +922,13 @@ def serve(
             "pid": os.getpid(),
         }
         if json_out:
-            import msgspec
-
             sys.stdout.write(msgspec.json.encode({"a2a": header}).decode() + "\n")
         else:
             sys.stdout.write(f"a2a {url}\ntoken {token}\ntoken file {token_path}\n")
         sys.stdout.flush()
         config = uvicorn.Config(
             app,
-            log_level=os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING").lower(),
+            log_level=level.lower(),
             lifespan="on",
             timeout_graceful_shutdown=5,
         )

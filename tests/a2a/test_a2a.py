@@ -23,7 +23,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from protocol.limits import MAX_A2A_REQUEST_BYTES
+from protocol.limits import MAX_A2A_REQUEST_BYTES, MAX_NESTING
 from tests.a2a.conftest import Team
 
 pytestmark = pytest.mark.processes
@@ -112,10 +112,15 @@ def test_an_agent_missing_or_unknown_is_a_typed_error(team: Team) -> None:
         client = await _client(team, http)
         with pytest.raises(InvalidParamsError) as missing:
             await _send(client, _message("anything"))
-        assert missing.value.data == {"code": "agent_required"} or "agent" in str(missing.value)
+        assert "metadata.agent" in str(missing.value)
+        assert missing.value.data == {"code": "agent_required"}
         with pytest.raises(InvalidParamsError) as unknown:
             await _send(client, _message("anything", agent="nobody"))
-        assert "nobody" in str(unknown.value)
+        assert "no agent 'nobody'" in str(unknown.value)
+        assert unknown.value.data == {"code": "invalid_handle"}
+        # nothing was delegated
+        _, status = team.cli("status")
+        assert all(row.get("task") is None for row in status["agents"])
 
     team.run(body)
 
@@ -286,7 +291,14 @@ def test_hostile_frames_get_typed_errors_and_the_server_keeps_serving(team: Team
         assert error_of(b"[]")["code"] == -32600
         assert error_of(json.dumps([_rpc("GetTask", {"id": "x"})]).encode())["code"] == -32600
         assert error_of(json.dumps(_rpc("NoSuchMethod", {})).encode())["code"] == -32601
-        assert error_of(json.dumps(_rpc("GetTask", {"id": 5})).encode())["code"] in (-32602, -32001)
+        assert error_of(json.dumps(_rpc("GetTask", {"id": 5})).encode())["code"] == -32602
+        # nested past the bound (and past Python's own recursion limit): refused, typed
+        for deep in (
+            b"[" * (MAX_NESTING + 1) + b"]" * (MAX_NESTING + 1),
+            b"[" * 100_000 + b"]" * 100_000,
+        ):
+            nested = error_of(deep)
+            assert nested["code"] == -32600 and f"{MAX_NESTING} levels" in nested["message"]
         unknown = error_of(json.dumps(_rpc("GetTask", {"id": "shepherd-task-0123"})).encode())
         assert unknown["code"] == -32001
         image = {
