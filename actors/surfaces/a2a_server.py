@@ -818,7 +818,10 @@ def build_app(info: SessionInfo, token: str, url: str) -> tuple[Guard, Monitor]:
     base = agent_card(url, info, [])
 
     async def current(card: pb.AgentCard) -> pb.AgentCard:
-        return agent_card(url, info, await door.agents())
+        try:
+            return agent_card(url, info, await door.agents())
+        except A2AError:  # the session is gone or not answering: a card without skills
+            return card
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
