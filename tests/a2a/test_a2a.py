@@ -323,7 +323,8 @@ def test_hostile_frames_get_typed_errors_and_the_server_keeps_serving(team: Team
 
         frame = _rpc("SendMessage", {"message": MessageToDict(long)})
         refused = error_of(json.dumps(frame).encode())
-        assert refused["code"] == -32602
+        assert refused["code"] == -32602 and "max_envelope_bytes" in refused["message"]
+        assert refused["data"][0]["metadata"] == {"code": "limit_exceeded"}
         # nothing above was taken: the worker's first task is still to come
         _, status = team.cli("status", "worker")
         assert status["agents"][0].get("task") is None
