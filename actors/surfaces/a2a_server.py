@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler, build_error_response
@@ -303,6 +304,13 @@ class _Follower:
         self.told: bytes | None = None
 
 
+def _stopping() -> A2AError:
+    return InternalError(
+        "shepherd a2a is stopping; the task goes on in the session (GetTask it later)",
+        {"code": "session_unavailable"},
+    )
+
+
 class Monitor:
     """Rule 4: one refresh loop for every task followed."""
 
@@ -311,11 +319,24 @@ class Monitor:
         self._followers: list[_Follower] = []
         self._watched: set[str] = set()
         self._kick = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+
+    def stop_soon(self) -> None:
+        """The front door is stopping (called from a signal handler): every follow ends now
+        with a typed error, and none starts, so no client waits out the server's grace."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._end_all)
+
+    def _end_all(self) -> None:
+        self._stopping = True
+        for f in self._followers:
+            f.queue.put_nowait(_stopping())
 
     async def run(self) -> None:
         size = -1
         last = 0.0
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), A2A_FILE_POLL_S)
@@ -371,6 +392,8 @@ class Monitor:
 
     async def follow(self, task_id: str) -> AsyncIterator[pb.Task]:
         """The task now, then each change of it, until it is terminal (ends the iteration)."""
+        if self._stopping:
+            raise _stopping()
         if len(self._followers) >= MAX_A2A_STREAMS:
             raise InvalidRequestError(
                 f"{MAX_A2A_STREAMS} requests already follow tasks here; poll with GetTask",
@@ -772,7 +795,18 @@ class Guard:
             replayed = True
             return {"type": "http.request", "body": body_or_why, "more_body": False}
 
-        await self._app(scope, replay, send)
+        # a client that leaves ends what it waits on: a stream's own listener sees it too,
+        # but a waiting SendMessage reads nothing more of its request, so it is watched here
+        async with anyio.create_task_group() as group:
+
+            async def until_gone() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                group.cancel_scope.cancel()
+
+            group.start_soon(until_gone)
+            await self._app(scope, replay, send)
+            group.cancel_scope.cancel()
 
     @staticmethod
     async def _read(declared: bytes | None, receive: Any) -> bytes | str:
@@ -867,6 +901,23 @@ def check_listen(listen: str, *, allow_remote: bool) -> tuple[str, int]:
     return host, int(port_text)
 
 
+def _server_class() -> type[Any]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, whose stop also ends the follows at once (rule 4)."""
+
+        def __init__(self, config: uvicorn.Config, monitor: Monitor) -> None:
+            super().__init__(config)
+            self._monitor = monitor
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self._monitor.stop_soon()
+            super().handle_exit(sig, frame)
+
+    return Server
+
+
 def _write_token(session_dir: Path, token: str) -> Path:
     """The token, mode 0600 from its creation (never readable by others for a moment)."""
     path = session_dir / TOKEN_FILE
@@ -916,7 +967,7 @@ def serve(
     token = secrets.token_urlsafe(32)
     token_path = _write_token(Path(info.session_dir), token)
     try:
-        app, _ = build_app(info, token, url)
+        app, monitor = build_app(info, token, url)
         header = {
             "url": url,
             "token": token,
@@ -940,7 +991,7 @@ def serve(
         # file removed), not a death
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: None)
-        uvicorn.Server(config).run(sockets=[sock])
+        _server_class()(config, monitor).run(sockets=[sock])
     finally:
         sock.close()
         with contextlib.suppress(OSError):

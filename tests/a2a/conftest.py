@@ -24,7 +24,7 @@ from tests.processes.conftest import DIE_WITH_PYTEST, START_S, Serve, cli
 from tests.reliability.live import write_script
 
 #: each test does a handful of calls; a ceiling, not a pace
-CALL_S = 60.0
+CALL_S = 30.0
 
 SCRIPTS: dict[str, dict[str, Any]] = {
     "worker": {
@@ -54,6 +54,19 @@ SCRIPTS: dict[str, dict[str, Any]] = {
         ]
     },
     "idle": {"steps": [{"await": "task"}, {"await": "any"}]},
+    # takes a task, then reads follow-ups without end
+    "listener": {
+        "steps": [{"await": "task"}, {"repeat": {"times": 10000, "steps": [{"await": "message"}]}}]
+    },
+    # asks a peer that never answers: its task waits on the peer only
+    "consulter": {
+        "steps": [
+            {"await": "task"},
+            {"message": {"to": "idle", "text": "any idea?", "expects_reply": True}},
+            {"await": "reply"},
+            {"done": {"status": "completed", "summary": "consulted"}},
+        ]
+    },
 }
 
 
@@ -127,7 +140,9 @@ class Team:
 
         async def main() -> Any:
             async with httpx.AsyncClient(headers=self.door.headers(), timeout=CALL_S) as http:
-                return await asyncio.wait_for(body(http), CALL_S * 2)
+                # under the test's own timeout: a wait that never ends fails here, and the
+                # fixtures still stop every process
+                return await asyncio.wait_for(body(http), CALL_S * 1.5)
 
         return asyncio.run(main())
 
@@ -145,6 +160,8 @@ def team(tmp_path: Path) -> Iterator[Team]:
         door = FrontDoor(session_dir)
         yield Team(serve, session_dir, door)
     finally:
-        if door is not None:
-            door.stop()
-        serve.stop()
+        try:
+            if door is not None:
+                door.stop()
+        finally:
+            serve.stop()

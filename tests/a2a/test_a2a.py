@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import stat
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from a2a.utils.errors import (
 )
 
 from protocol.limits import MAX_A2A_REQUEST_BYTES, MAX_A2A_STREAMS, MAX_NESTING
-from tests.a2a.conftest import Team
+from tests.a2a.conftest import SCRIPTS, Team
 
 pytestmark = pytest.mark.processes
 
@@ -79,7 +80,7 @@ VERSION = {"A2A-Version": "1.0"}
 def test_card_names_every_agent_and_a_completed_task_carries_its_summary(team: Team) -> None:
     async def body(http: httpx.AsyncClient) -> None:
         card = await A2ACardResolver(http, team.door.url).get_agent_card()
-        assert {s.id for s in card.skills} == {"worker", "refuser", "asker", "idle"}
+        assert {s.id for s in card.skills} == set(SCRIPTS)
         assert card.capabilities.streaming
         assert "bearer" in card.security_schemes
         client = await _client(team, http)
@@ -158,6 +159,22 @@ def test_a_question_to_the_parent_is_input_required_and_a_message_answers_it(tea
         assert answered.id == task.id
         assert answered.status.state == State.TASK_STATE_COMPLETED
         assert _summary(answered) == "went with main"
+
+    team.run(body)
+
+
+def test_a_task_waiting_on_a_peer_stays_working(team: Team) -> None:
+    async def send(http: httpx.AsyncClient) -> pb.Task:
+        return await _send(await _client(team, http), _message("ask", agent="consulter"), now=True)
+
+    task_id = team.run(send).id
+    assert team.serve.wait_story(task_id, "waiting"), "the consulter never asked its peer"
+
+    async def body(http: httpx.AsyncClient) -> None:
+        client = await _client(team, http)
+        task = await client.get_task(pb.GetTaskRequest(id=task_id))
+        assert task.metadata["shepherdState"] == "waiting"
+        assert task.status.state == State.TASK_STATE_WORKING
 
     team.run(body)
 
@@ -373,20 +390,98 @@ def test_a_client_gone_mid_stream_leaves_the_task_and_the_server_whole(team: Tea
     assert not team.door.token_file.exists()
 
 
-def test_sigterm_stops_it_cleanly_while_a_stream_is_open(team: Team) -> None:
+def _subscribe_until_taken(team: Team, task_id: str) -> list[int]:
+    """Follow the task to its end (cancelled once the stream began); a stream refused for
+    the bound (``limit_exceeded``) is asked again until a deadline: the hang-ups before it
+    may still be being seen."""
+
+    async def body(http: httpx.AsyncClient) -> list[int]:
+        streamer = await _client(team, http, streaming=True)
+        plain = await _client(team, http)
+        deadline = time.monotonic() + 30
+        while True:
+            states: list[int] = []
+            try:
+                async for event in streamer.subscribe(pb.SubscribeToTaskRequest(id=task_id)):
+                    if event.HasField("task"):
+                        states.append(event.task.status.state)
+                        await plain.cancel_task(pb.CancelTaskRequest(id=task_id))
+                    elif event.HasField("status_update"):
+                        states.append(event.status_update.status.state)
+                return states
+            except InvalidRequestError as exc:
+                assert exc.data == {"code": "limit_exceeded"}
+                assert time.monotonic() < deadline, "the hung-up clients' follows were kept"
+
+    result: list[int] = team.run(body)
+    return result
+
+
+def _address(team: Team) -> tuple[str, int]:
+    host, port = team.door.url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    return host, int(port)
+
+
+def _raw_send(team: Team, task_id: str, text: str) -> bytes:
+    """A waiting SendMessage naming an open task (a follow-up to it), as raw HTTP."""
+    message = {"messageId": "m-follow", "role": "ROLE_USER", "taskId": task_id}
+    return _raw(team, _rpc("SendMessage", {"message": {**message, "parts": [{"text": text}]}}))
+
+
+def _raw(team: Team, frame: dict[str, Any]) -> bytes:
+    body = json.dumps(frame).encode()
+    head = (
+        f"POST / HTTP/1.1\r\nHost: {_address(team)[0]}\r\n"
+        f"Authorization: Bearer {team.door.token}\r\nA2A-Version: 1.0\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def test_a_client_gone_from_a_waiting_send_is_let_go(team: Team) -> None:
+    _, given = team.cli("delegate", "listener", "listen")
+    task_id = given["task_id"]
+    # twice as many clients as may follow at once send a waiting SendMessage (a follow-up
+    # to the open task), then hang up without reading the answer
+    for _ in range(2 * MAX_A2A_STREAMS):
+        with socket.create_connection(_address(team), timeout=30) as conn:
+            conn.sendall(_raw_send(team, task_id, "and another thing"))
+    states = _subscribe_until_taken(team, task_id)
+    assert states[0] == State.TASK_STATE_WORKING
+    assert states[-1] == State.TASK_STATE_CANCELED
+
+
+def test_sigterm_stops_it_cleanly_while_a_stream_and_a_send_wait(team: Team) -> None:
     _, given = team.cli("delegate", "idle", "long")
     headers = {**team.door.headers(), **VERSION, "Accept": "text/event-stream"}
     frame = _rpc("SubscribeToTask", {"id": given["task_id"]})
+    new_task = {"messageId": "m-wait", "role": "ROLE_USER", "metadata": {"agent": "listener"}}
+    send = _rpc("SendMessage", {"message": {**new_task, "parts": [{"text": "listen"}]}})
     with (
         httpx.Client(timeout=30, headers=headers) as http,
         http.stream("POST", team.door.url, json=frame) as stream,
+        socket.create_connection(_address(team), timeout=30) as waiting,
     ):
-        next(line for line in stream.iter_lines() if line.startswith("data:"))
+        lines = stream.iter_lines()
+        next(line for line in lines if line.startswith("data:"))
+        waiting.sendall(_raw(team, send))
+        # the send was taken: its task runs (it waits for the task's end from then on)
+        assert team.serve.wait_story("listener", "process working")
         assert team.door.stop(signal.SIGTERM) == 0
+        # both were answered with a typed error, not dropped
+        answer = b""
+        while chunk := waiting.recv(65536):
+            answer += chunk
+        assert b"200 OK" in answer.split(b"\r\n", 1)[0], answer
+        error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+        assert error["code"] == -32603 and "stopping" in error["message"]
+        rest = "\n".join(lines)
+        assert "stopping" in rest
     assert not team.door.token_file.exists()
-    # the session is untouched: the task is still open
-    _, status = team.cli("status", "idle")
-    assert status["agents"][0]["task"]["state"] in ("created", "running")
+    # the session is untouched: the tasks are still open
+    for agent in ("idle", "listener"):
+        _, status = team.cli("status", agent)
+        assert status["agents"][0]["task"]["state"] in ("created", "running")
 
 
 def test_a_session_that_ended_is_a_typed_error(team: Team) -> None:
