@@ -36,9 +36,11 @@ Rules:
    session); one refresh loop asks the session for their state when the notifications file
    grows (a question to the parent, a completion) and at least every
    :data:`~protocol.limits.A2A_REFRESH_S`, and hands each change to each follower. A client
-   that goes away ends its follow at once: no thread is kept for it (the session's calls run
-   on the event loop's worker threads, each bounded by its own timeout). At most
-   :data:`~protocol.limits.MAX_A2A_STREAMS` follow at once; one more is refused.
+   that goes away ends its follow at once, a stream's or a waiting send's (the guard watches
+   for the disconnect): no thread is kept for it (the session's calls run on the event
+   loop's worker threads, each bounded by its own timeout). At most
+   :data:`~protocol.limits.MAX_A2A_STREAMS` follow at once; one more is refused. A stop
+   (SIGTERM, SIGINT) ends every follow at once with a typed error.
 5. **Guard.** Every request, the card included, needs ``Authorization: Bearer TOKEN``: a
    token made at start, printed once and written (mode 0600) to ``a2a.token`` in the session
    directory, removed at a clean stop. Without it: HTTP 401. A body over
@@ -366,7 +368,10 @@ class Monitor:
                         continue
                     self._watched.add(task_id)
             seen = await self._door.look([t for t in ids if t not in failed])
-        except A2AError as exc:  # the session's: every follower is told
+        except Exception as exc:  # the session's (or a bug): every follower is told
+            if not isinstance(exc, A2AError):
+                logger.opt(exception=True).error("refreshing the followed tasks failed")
+                exc = InternalError(f"refreshing the task failed: {exc!r}")
             for f in followers:
                 f.queue.put_nowait(exc)
             return
