@@ -48,8 +48,8 @@ Rules:
    SDK's ``InvalidRequestError``, "Payload too large"). The listening address must be a
    loopback one unless ``--allow-remote`` says otherwise.
 6. **Errors.** A refusal of the session is an A2A error whose ``data`` holds the Shepherd
-   ``code``: an unknown task ``TaskNotFoundError``, a refused argument ``InvalidParamsError``,
-   a session that cannot be reached ``InternalError``.
+   ``code``: a refused argument ``InvalidParamsError``, a session that cannot be reached
+   ``InternalError``; a task id the session does not know is ``TaskNotFoundError``.
 """
 
 from __future__ import annotations
@@ -139,8 +139,6 @@ class Seen:
 def _a2a_error(exc: ShepherdError) -> A2AError:
     """Rule 6."""
     data = {"code": exc.code}
-    if exc.code == "invalid_handle" and "task" in exc.message:
-        return TaskNotFoundError(exc.message, data)
     if isinstance(exc, SessionUnavailable):
         return InternalError(exc.message, data)
     return InvalidParamsError(exc.message, data)
@@ -363,7 +361,7 @@ class Monitor:
                 if task_id not in self._watched:
                     try:
                         await self._door.call("watch", {"ids": [task_id]})
-                    except (InvalidParamsError, TaskNotFoundError) as exc:  # this task's alone
+                    except InvalidParamsError as exc:  # this task's alone
                         failed[task_id] = exc
                         continue
                     self._watched.add(task_id)
