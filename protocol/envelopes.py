@@ -69,6 +69,7 @@ __all__ = [
     "TaskEnvelope",
     "decode_envelope",
     "encode_envelope",
+    "nested_deeper",
     "validate_addresses",
 ]
 
@@ -255,7 +256,7 @@ def decode_envelope(data: bytes, *, max_bytes: int | None = None) -> AnyEnvelope
         if isinstance(envelope, ResultEnvelope)
         else None
     )
-    if _nested_deeper(free_form, MAX_NESTING):
+    if nested_deeper(free_form, MAX_NESTING):
         raise InvalidEnvelope(f"envelope is nested more than {MAX_NESTING} levels deep")
     validate_addresses(envelope)
     if envelope.traceparent is not None and parse_traceparent(envelope.traceparent) is None:
@@ -263,7 +264,7 @@ def decode_envelope(data: bytes, *, max_bytes: int | None = None) -> AnyEnvelope
     return envelope
 
 
-def _nested_deeper(value: object, limit: int) -> bool:
+def nested_deeper(value: object, limit: int) -> bool:
     """Whether ``value``'s lists and dicts nest more than ``limit`` levels (no recursion)."""
     stack = [(value, 0)]
     while stack:

@@ -33,6 +33,10 @@ from typing import Annotated, Final
 import msgspec
 
 __all__ = [
+    "A2A_FILE_POLL_S",
+    "A2A_REFRESH_S",
+    "MAX_A2A_REQUEST_BYTES",
+    "MAX_A2A_STREAMS",
     "MAX_APPROVE_RULES",
     "MAX_APPROVE_RULE_CHARS",
     "MAX_BATCH",
@@ -215,3 +219,21 @@ ApproveRule = Annotated[
     ),
 ]
 ApproveRules = Annotated[tuple[ApproveRule, ...], msgspec.Meta(max_length=MAX_APPROVE_RULES)]
+
+
+# ------------------------------------------------------------------ the A2A front door
+# (``shepherd a2a``: :mod:`actors.surfaces.a2a_server`)
+
+#: the largest request body the front door reads, in bytes (a JSON-RPC frame): a task's text
+#: is bounded again as every task is (``Text``, then the envelope's ``max_envelope_bytes``);
+#: a body over this is refused before it is read whole
+MAX_A2A_REQUEST_BYTES: Final = 2 * 1024 * 1024
+#: requests that follow a task at once (streams, and SendMessage calls waiting for their
+#: task): each holds an open connection and a place in the front door's refresh
+MAX_A2A_STREAMS: Final = 64
+#: how often the front door looks at the size of the session's notifications file while it
+#: follows tasks (a question to the parent, a watched completion: told at once)
+A2A_FILE_POLL_S: Final = 0.025
+#: how often it asks the session for the state of the tasks it follows when nothing was
+#: written there (a reply given from another surface, a peer's answer)
+A2A_REFRESH_S: Final = 0.5

@@ -16,15 +16,15 @@ The session's operations (``spawn``, ``delegate``, ``message`` ...) are generate
 operation table (:mod:`protocol.ops`): each one's positional arguments, options, help, the
 flags-to-arguments mapping, its paging and its human view; only the commands that are not
 operations of the session (``serve``, ``node``, ``demo``, ``top``, ``notifications``, ``tools``,
-``tool``, ``mcp``, ``watchdog``) are written by hand. An operation's arguments are checked against
-its Args Struct (types and bounds) before anything is sent: a value JSON cannot carry
-faithfully (NaN, an infinity) is refused, never sent as ``null``. Answers that are paged
+``tool``, ``mcp``, ``a2a``, ``watchdog``) are written by hand. An operation's arguments are
+checked against its Args Struct (types and bounds) before anything is sent: a value JSON cannot
+carry faithfully (NaN, an infinity) is refused, never sent as ``null``. Answers that are paged
 (``status``, ``read``) are fetched page by page until complete.
 
 This module is the entry point (``shepherd = actors.surfaces.cli:main``, ``python -m
 actors.surfaces.cli``) and runs the operations; the parser is
 :mod:`actors.surfaces.cli_parser`, the other commands are :mod:`actors.surfaces.cli_commands`
-(``mcp`` and ``watchdog`` their own modules), and what is printed where, with which exit
+(``mcp``, ``a2a`` and ``watchdog`` their own modules), and what is printed where, with which exit
 status, is :mod:`actors.surfaces.cli_output`.
 """
 
@@ -88,6 +88,16 @@ def main(argv: list[str] | None = None) -> int:
             from actors.surfaces.mcp_server import serve_stdio
 
             return serve_stdio(args.session, args.client)
+        if args.command == "a2a":
+            try:
+                from actors.surfaces.a2a_server import serve as serve_a2a
+            except ImportError as exc:
+                raise InvalidArgument(
+                    f"a2a needs the a2a extra ({exc.name} is missing): pip install 'shepherd[a2a]'"
+                ) from None
+            return serve_a2a(
+                args.session, args.listen, allow_remote=args.allow_remote, json_out=args.json
+            )
         return run_operation(args, lambda: _client_caller(args), absolute)
     except ShepherdError as exc:
         return fail(args, exc.code, exc.message)

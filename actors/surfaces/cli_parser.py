@@ -3,7 +3,7 @@
 Rules: the session's operations are generated from the operation table (:mod:`protocol.ops`):
 their positional arguments, options and help are never written here; only the commands that
 are not operations (``serve``, ``demo``, ``top``, ``notifications``, ``tools``, ``tool``,
-``mcp``; ``watchdog`` from :mod:`actors.surfaces.watchdog_cli`) are. Every command takes
+``mcp``, ``a2a``; ``watchdog`` from :mod:`actors.surfaces.watchdog_cli`) are. Every command takes
 ``--json`` and, when it talks to a session, ``--session DIR``. Parsing never prints or exits: a
 usage error raises ``invalid_argument``, so :func:`actors.surfaces.cli.main` reports it like
 every other error (as JSON under ``--json``). Nothing here touches a session.
@@ -226,6 +226,35 @@ def _add_mcp(sub: Any) -> None:
     )
 
 
+def _add_a2a(sub: Any) -> None:
+    p = sub.add_parser(
+        "a2a",
+        help="an A2A server (HTTP, JSON-RPC) for a running session",
+        description=(
+            "Serves the running session over the A2A protocol v1.0 (the a2a extra: pip install "
+            "'shepherd[a2a]') until SIGTERM or SIGINT. Prints its URL and a bearer token made "
+            "now (also written, mode 0600, to a2a.token in the session directory); every "
+            "request needs the token."
+        ),
+    )
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:0",
+        help="where to listen (default 127.0.0.1:0: a free port); a loopback address only, "
+        "unless --allow-remote",
+    )
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --listen address that is not a loopback one",
+    )
+    p.add_argument(
+        "--session", "--session-dir", dest="session", metavar="DIR", help="the session directory"
+    )
+    p.add_argument("--json", action="store_true", help="print the URL and token as one JSON object")
+
+
 def _add_watchdog(sub: Any) -> None:
     from actors.surfaces.watchdog_cli import add_watchdog_parser
 
@@ -244,7 +273,7 @@ def _commands() -> list[tuple[str, Callable[[Any], None]]]:
             out.append((op.command, functools.partial(_add_operation, op=op)))
         if op.name in _AFTER:
             out.append(_AFTER[op.name])
-    out += [("tools", _add_tools), ("tool", _add_tool), ("mcp", _add_mcp)]
+    out += [("tools", _add_tools), ("tool", _add_tool), ("mcp", _add_mcp), ("a2a", _add_a2a)]
     return [*out, ("watchdog", _add_watchdog)]
 
 

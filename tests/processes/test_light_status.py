@@ -1,5 +1,5 @@
 """``shepherd status`` imports only what the call needs: no actor runtime, watchfiles, loguru,
-session, MCP server or rich in the client (checked on the modules a real
+session, MCP or A2A server or rich in the client (checked on the modules a real
 call against a real ``shepherd serve`` has loaded when it ends, never on a timing)."""
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ HEAVY = (
     "loguru",
     "rich",
     "mcp",
+    "a2a",
+    "uvicorn",
+    "actors.surfaces.a2a_server",
     "actors.session",
     "actors.child",
 )
