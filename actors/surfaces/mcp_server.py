@@ -28,6 +28,8 @@ How a tool call maps:
   that changes program (or version) would be handed every notification again.
 - An agent's approval request is also put to the user at once as an MCP elicitation when the
   client supports them (:mod:`actors.surfaces.mcp_elicit`); else the notification path only.
+- ``shepherd_delegate`` / ``shepherd_delegate_many`` called task-augmented (``task`` in the
+  params) answer with an MCP task at once, served by :mod:`actors.surfaces.mcp_tasks`.
 - Any :class:`~protocol.errors.ShepherdError` becomes an MCP tool error (``isError``) whose
   text and structured content are ``{"error": {"code", "message"}}`` — what ``--json`` prints.
 

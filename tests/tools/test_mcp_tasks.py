@@ -7,6 +7,8 @@ cancels the Shepherd task; an unknown task id is a typed error; a plain call is 
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from typing import Any
 
 import anyio
@@ -15,8 +17,11 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
+from tests.processes.test_approvals import ASKING_AGENT
+
 from .conftest import Running
 from .mcp_stdio import McpProcess
+from .test_mcp_approvals import SLOW_S
 from .test_mcp_server import DEADLINE_S, call, mcp_session
 
 #: asks the parent a question, waits for the reply, then is done with it as its summary
@@ -283,3 +288,62 @@ def test_a_client_with_the_tasks_capability_is_sent_each_status(running: Running
         assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task_id}
     finally:
         mcp.close()
+
+
+def test_an_approval_for_the_parent_makes_the_task_input_required(running: Running) -> None:
+    agent = running.root / "asking_agent.py"
+    agent.write_text(ASKING_AGENT)
+    cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(agent))} {{message}}"
+    running.supervisor.session.spawn("pusher", adapter="command", cmd=cmd)
+
+    async def scenario() -> None:
+        with anyio.fail_after(SLOW_S):
+            async with mcp_session(running.root, running.supervisor.session_dir) as session:
+                task = await _delegate_as_task(session, "pusher", "release 2")
+                await _until(session, task.task_id, "input_required")
+                status = await call(session, "shepherd_status", {"agent": "pusher"})
+                (request,) = status["agents"][0]["task"]["pending_requests"]
+                await call(session, "shepherd_approve", {"request_id": request["request_id"]})
+                result = await _result(session, task.task_id)
+                assert not result.is_error and result.structured_content is not None
+                assert result.structured_content["status"] == "completed"
+                assert (await _get(session, task.task_id)).status == "completed"
+
+    anyio.run(scenario)
+
+
+def test_delegate_many_as_a_task_ends_when_every_item_settled(running: Running) -> None:
+    _spawn(running, "one", HOLDING)
+    _spawn(running, "two", HOLDING)
+
+    async def scenario() -> None:
+        with anyio.fail_after(DEADLINE_S):
+            async with mcp_session(running.root, running.supervisor.session_dir) as session:
+                params = types.CallToolRequestParams(
+                    name="shepherd_delegate_many",
+                    arguments={
+                        "items": [{"target": "one", "task": "a"}, {"target": "two", "task": "b"}]
+                    },
+                    task=types.TaskMetadata(),
+                ).model_dump(by_alias=True, mode="json", exclude_none=True)
+                raw = await session._dispatcher.send_raw_request("tools/call", params)
+                task = types.CreateTaskResult.model_validate(raw, by_name=False).task
+                await call(session, "shepherd_message", {"target": "one", "message": "stop"})
+                # one item settled (blocked), the other still open: still working
+                while await _state(session, "one") != "blocked":
+                    await anyio.sleep(0.05)  # polling a condition, under fail_after
+                assert (await _get(session, task.task_id)).status == "working"
+                await call(session, "shepherd_message", {"target": "two", "message": "stop"})
+                result = await _result(session, task.task_id)
+                assert result.is_error and result.structured_content is not None
+                settled = result.structured_content["results"]
+                assert [r["status"] for r in settled] == ["blocked", "blocked"]
+                assert [r["text"] for r in settled] == ["blocked: stop"] * 2
+                assert (await _get(session, task.task_id)).status == "failed"
+
+    anyio.run(scenario)
+
+
+async def _state(session: ClientSession, agent: str) -> str:
+    status = await call(session, "shepherd_status", {"agent": agent})
+    return str(status["agents"][0]["task"]["state"])
