@@ -204,7 +204,10 @@ class ShepherdMcp:
 
     @staticmethod
     def _settled_result(data: Any) -> types.CallToolResult:
-        return _error(data.info()) if isinstance(data, ShepherdError) else _ok(data)
+        """An MCP task's tool result: a settled result, or the error that ended the task."""
+        if isinstance(data, ShepherdError):
+            data = data.info()
+        return _error(data) if isinstance(data, ErrorInfo) else _ok(data)
 
     # ------------------------------------------------------------------ notifications
 

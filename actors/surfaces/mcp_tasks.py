@@ -61,7 +61,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from actors.runtime.log import logger
-from protocol.errors import ShepherdError
+from protocol.errors import ErrorInfo, ShepherdError
 from protocol.ids import PARENT_ID
 
 __all__ = ["DEFAULT_TTL_MS", "MAX_RECORDS", "MAX_TTL_MS", "PAGE", "TASK_TOOLS", "McpTasks"]
@@ -301,8 +301,11 @@ class McpTasks:
                     functools.partial(self._look, record)
                 )
             except ShepherdError as exc:  # the session is gone, say: the task cannot end
-                status, message, settled = "failed", f"{exc.code}: {exc.message}", []
-                self._finish(record, status, self._to_result(exc), message)
+                self._finish(record, "failed", self._to_result(exc), f"{exc.code}: {exc.message}")
+            except Exception as exc:  # a bug ends this task, never the server's other work
+                logger.opt(exception=True).error("task {tid}: watching failed", tid=record.task_id)
+                info = ErrorInfo(code="internal_error", message=repr(exc))
+                self._finish(record, "failed", self._to_result(info), None)
             else:
                 if status in _TERMINAL:
                     many = record.tool == "shepherd_delegate_many"

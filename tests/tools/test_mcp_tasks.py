@@ -17,6 +17,7 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
+from actors.surfaces.mcp_tasks import MAX_RECORDS, PAGE, McpTasks, _Record
 from tests.processes.test_approvals import ASKING_AGENT
 
 from .conftest import Running
@@ -347,3 +348,57 @@ def test_delegate_many_as_a_task_ends_when_every_item_settled(running: Running) 
 async def _state(session: ClientSession, agent: str) -> str:
     status = await call(session, "shepherd_status", {"agent": agent})
     return str(status["agents"][0]["task"]["state"])
+
+
+def test_finished_records_expire_after_their_ttl_and_lists_are_paged() -> None:
+    """The records' bounds on a clock of our own: a finished task is forgotten ttl after it
+    finished (a running one never), ``tasks/list`` pages, and the record count is capped."""
+    now = [1000.0]
+    tasks = McpTasks(
+        lambda op, fields: None, lambda data: types.CallToolResult(content=[]), clock=lambda: now[0]
+    )
+    done = types.CallToolResult(content=[])
+
+    def add(n: int, ttl_ms: int, finished: bool) -> list[str]:
+        ids = []
+        for i in range(n):
+            record = _Record(
+                task_id=f"shepherd-mcptask-{len(tasks._records):032x}",
+                tool="shepherd_delegate",
+                shepherd_ids=("shepherd-task-1",),
+                ttl_ms=ttl_ms,
+                created_at=now[0] + i / 1000,
+            )
+            tasks._records[record.task_id] = record
+            if finished:
+                tasks._finish(record, "completed", done, None)
+            ids.append(record.task_id)
+        return ids
+
+    async def scenario() -> None:
+        running = add(3, 1000, finished=False)
+        finished = add(PAGE, 1000, finished=True)
+        ctx: Any = None
+        first = await tasks._list(ctx, types.PaginatedRequestParams())
+        assert len(first.tasks) == PAGE and first.next_cursor is not None
+        second = await tasks._list(ctx, types.PaginatedRequestParams(cursor=first.next_cursor))
+        assert len(second.tasks) == 3 and second.next_cursor is None
+        listed = {t.task_id for t in [*first.tasks, *second.tasks]}
+        assert listed == {*running, *finished}
+
+        now[0] += 1.001  # past the ttl of the finished ones; the running ones stay
+        left = await tasks._list(ctx, types.PaginatedRequestParams())
+        assert {t.task_id for t in left.tasks} == set(running)
+        with pytest.raises(MCPError) as error:
+            await tasks._get(ctx, types.GetTaskRequestParams(task_id=finished[0]))
+        assert error.value.code == types.INVALID_PARAMS
+
+        # at the cap the oldest finished record goes first
+        oldest = add(1, 60_000, finished=True)[0]
+        now[0] += 1.0  # within every ttl: only the cap makes room
+        add(MAX_RECORDS - len(tasks._records), 60_000, finished=True)
+        assert len(tasks._records) == MAX_RECORDS
+        tasks._expire()
+        assert oldest not in tasks._records and len(tasks._records) == MAX_RECORDS - 1
+
+    anyio.run(scenario)
