@@ -64,7 +64,15 @@ from actors.runtime.log import logger
 from protocol.errors import ErrorInfo, ShepherdError
 from protocol.ids import PARENT_ID
 
-__all__ = ["DEFAULT_TTL_MS", "MAX_RECORDS", "MAX_TTL_MS", "PAGE", "TASK_TOOLS", "McpTasks"]
+__all__ = [
+    "DEFAULT_TTL_MS",
+    "MAX_RECORDS",
+    "MAX_TTL_MS",
+    "PAGE",
+    "TASK_TOOLS",
+    "McpTasks",
+    "mcp_status",
+]
 
 #: the tools that may be called as a task
 TASK_TOOLS = frozenset({"shepherd_delegate", "shepherd_delegate_many"})

@@ -17,7 +17,7 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from actors.surfaces.mcp_tasks import MAX_RECORDS, PAGE, McpTasks, _Record
+from actors.surfaces.mcp_tasks import MAX_RECORDS, PAGE, McpTasks, _Record, mcp_status
 from tests.processes.test_approvals import ASKING_AGENT
 
 from .conftest import Running
@@ -402,3 +402,26 @@ def test_finished_records_expire_after_their_ttl_and_lists_are_paged() -> None:
         assert oldest not in tasks._records and len(tasks._records) == MAX_RECORDS - 1
 
     anyio.run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("states", "asks", "expected"),
+    [
+        (["created"], False, "working"),
+        (["running"], False, "working"),
+        (["waiting"], False, "working"),
+        (["waiting"], True, "input_required"),
+        (["completed"], False, "completed"),
+        (["blocked"], False, "failed"),
+        (["failed"], False, "failed"),
+        (["timed_out"], False, "failed"),
+        (["cancelled"], False, "cancelled"),
+        (["completed", "running"], True, "input_required"),
+        (["completed", "completed"], False, "completed"),
+        (["cancelled", "cancelled"], False, "cancelled"),
+        (["completed", "cancelled"], False, "failed"),
+        (["completed", "timed_out"], False, "failed"),
+    ],
+)
+def test_the_documented_state_mapping(states: list[str], asks: bool, expected: str) -> None:
+    assert mcp_status(states, asks) == expected
