@@ -28,6 +28,8 @@ How a tool call maps:
   that changes program (or version) would be handed every notification again.
 - An agent's approval request is also put to the user at once as an MCP elicitation when the
   client supports them (:mod:`actors.surfaces.mcp_elicit`); else the notification path only.
+- ``shepherd_delegate`` / ``shepherd_delegate_many`` called task-augmented (``task`` in the
+  params) answer with an MCP task at once, served by :mod:`actors.surfaces.mcp_tasks`.
 - Any :class:`~protocol.errors.ShepherdError` becomes an MCP tool error (``isError``) whose
   text and structured content are ``{"error": {"code", "message"}}`` — what ``--json`` prints.
 
@@ -74,6 +76,7 @@ from actors.runtime.log import logger
 from actors.surfaces.cli_ops import ANSWER_TIMEOUT_S, answer_timeout
 from actors.surfaces.client import Client, find_session, session_alive
 from actors.surfaces.mcp_elicit import ApprovalElicitor
+from actors.surfaces.mcp_tasks import TASK_TOOLS, McpTasks
 from protocol import ops
 from protocol.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.tools import (
@@ -151,6 +154,9 @@ class ShepherdMcp:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
+        #: MCP tasks: ``shepherd_delegate(_many)`` called task-augmented (mcp_tasks.py)
+        self.tasks = McpTasks(self._plain_op, self._settled_result)
+        self.tasks.register(self.server, self._task_call)
 
     # ------------------------------------------------------------------ session
 
@@ -191,6 +197,17 @@ class ShepherdMcp:
         return client.call(
             spec.op, fields, timeout=answer_timeout(op, fields) if op else ANSWER_TIMEOUT_S
         )
+
+    def _plain_op(self, op: str, fields: dict[str, Any]) -> Any:
+        """An operation the server makes itself (an MCP task's look at its Shepherd tasks)."""
+        return self._session_and_client()[1].call(op, fields, timeout=ANSWER_TIMEOUT_S)
+
+    @staticmethod
+    def _settled_result(data: Any) -> types.CallToolResult:
+        """An MCP task's tool result: a settled result, or the error that ended the task."""
+        if isinstance(data, ShepherdError):
+            data = data.info()
+        return _error(data) if isinstance(data, ErrorInfo) else _ok(data)
 
     # ------------------------------------------------------------------ notifications
 
@@ -258,6 +275,9 @@ class ShepherdMcp:
                     title=spec.label,
                     description=spec.description,
                     input_schema=spec.parameters,
+                    execution=types.ToolExecution(task_support="optional")
+                    if spec.name in TASK_TOOLS
+                    else None,
                 )
                 for spec in self._tools.values()
             ]
@@ -268,6 +288,16 @@ class ShepherdMcp:
     ) -> types.CallToolResult:
         self.elicitor.offer(ctx.session)
         return await self.call(params.name, params.arguments)
+
+    async def _task_call(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CreateTaskResult:
+        """A task-augmented ``tools/call``: the delegation, and a task handle at once."""
+        self.elicitor.offer(ctx.session)
+        assert params.task is not None
+        return await self.tasks.start(
+            ctx, params.name, params.task, lambda: self.call(params.name, params.arguments)
+        )
 
     async def call(self, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
         """Run one tool call; every refusal is a tool error, never a protocol error."""
@@ -290,9 +320,10 @@ class ShepherdMcp:
     async def run_stdio(self) -> None:
         async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tg:
             tg.start_soon(self.elicitor.run)
-            await self.server.run(
-                read_stream, write_stream, self.server.create_initialization_options()
-            )
+            tg.start_soon(self.tasks.run)
+            options = self.server.create_initialization_options()
+            options.capabilities.tasks = McpTasks.capability()
+            await self.server.run(read_stream, write_stream, options)
             tg.cancel_scope.cancel()
 
 

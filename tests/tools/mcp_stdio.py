@@ -21,7 +21,14 @@ TIMEOUT_S = 30.0
 class McpProcess:
     """``python -m actors.surfaces.mcp_server ARGS`` with its stdio as the transport."""
 
-    def __init__(self, cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        cwd: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        version: str = "2025-06-18",
+        capabilities: dict[str, Any] | None = None,
+    ) -> None:
         self.stderr_path = cwd / f"mcp-{id(self):x}.stderr"
         self._stderr = self.stderr_path.open("wb")
         self.proc = subprocess.Popen(
@@ -36,11 +43,13 @@ class McpProcess:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self._next_id = 0
+        #: the server's notifications, in arrival order (read while waiting for an answer)
+        self.notifications: list[dict[str, Any]] = []
         self.request(
             "initialize",
             {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
+                "protocolVersion": version,
+                "capabilities": capabilities or {},
                 "clientInfo": {"name": "shepherd-tests", "version": "0"},
             },
         )
@@ -68,7 +77,9 @@ class McpProcess:
             message = self._lines.get(timeout=TIMEOUT_S)
             if message is None:
                 raise AssertionError(f"the MCP server exited: {self.stderr()}")
-            if message.get("id") == ident:
+            if "id" not in message:
+                self.notifications.append(message)
+            elif message.get("id") == ident:
                 if "error" in message:
                     raise AssertionError(f"{method}: {message['error']}")
                 result: dict[str, Any] = message["result"]
@@ -80,6 +91,16 @@ class McpProcess:
         structured: dict[str, Any] = result["structuredContent"]
         assert json.loads(result["content"][0]["text"]) == structured
         return structured
+
+    def next_notification(self) -> dict[str, Any]:
+        """Wait for the server's next notification (those read already first)."""
+        while not self.notifications:
+            message = self._lines.get(timeout=TIMEOUT_S)
+            if message is None:
+                raise AssertionError(f"the MCP server exited: {self.stderr()}")
+            if "id" not in message:
+                self.notifications.append(message)
+        return self.notifications.pop(0)
 
     def stderr(self) -> str:
         return self.stderr_path.read_text()[-4000:]
