@@ -71,7 +71,7 @@ def delivered_results(sink: CollectingSink) -> list[TaskResult]:
     return [r for n in completions(sink) for r in n.results]
 
 
-def new_session(seed: int, **kwargs: Any) -> tuple[Session, CollectingSink]:
+def new_session(seed: int, **kwargs: Any) -> tuple[SimSession, CollectingSink]:
     sink = CollectingSink()
     kwargs.setdefault("settings", Settings())
     return SimSession.simulated(seed, sink=sink, **kwargs), sink
