@@ -86,7 +86,7 @@ def test_canonical_scenario_driven_from_the_cli(serve, scripts, tmp_path: Path) 
 
 def test_waiting_is_visible_in_status_and_a_cli_reply_resumes_it(
     serve, scripts, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     serve()
     session = tmp_path / "session"
     cli("spawn", "scout", "--script", scripts["scout"], session=session)
@@ -166,7 +166,7 @@ def test_errors_exit_2_with_a_typed_json_error(serve, scripts, tmp_path: Path) -
 
 def test_killing_an_agent_mid_task_fails_it_with_return_code_1(
     serve, scripts, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     server = serve()
     session = tmp_path / "session"
     cli("spawn", "scout", "--script", scripts["idle"], session=session)

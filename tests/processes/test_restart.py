@@ -44,7 +44,7 @@ def _completions(session: Path) -> list[dict]:  # type: ignore[type-arg]
 
 def test_sigkill_the_parent_mid_scenario_and_resume(
     serve, scripts, transport, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Once per transport: the file mailbox, and a NATS cluster with the records on it."""
     session = tmp_path / "session"
     first = serve(session, *transport)

@@ -59,7 +59,7 @@ def broker(session: Session) -> SessionState:
     so reading it is safe)."""
     actor = session.broker._actor_weakref()
     assert actor is not None
-    state: SessionState = actor.state  # type: ignore[attr-defined]
+    state: SessionState = actor.state
     return state
 
 

@@ -120,16 +120,16 @@ def test_one_note_per_task_open_while_waiting_finalised_once() -> None:
     s.message("scout", "just a message")
     planner.say("scout", "another message")
     s.sim.run_all()
-    assert list(notes.notes) == [task.task_id]  # type: ignore[union-attr]
-    text = notes.notes[task.task_id]  # type: ignore[union-attr]
+    assert list(notes.notes) == [task.task_id]
+    text = notes.notes[task.task_id]
     assert "map the code" in text and "which module?" in text and "## Result" not in text
     planner.reply("scout", q.message_id)
     scout.done(task.task_id, "completed", "mapped")
     scout.done(task.task_id, "completed", "again")
     s.sim.run_all()
     s.cancel(task.task_id)
-    assert notes.finalised == {task.task_id: 1}  # type: ignore[union-attr]
-    final = notes.notes[task.task_id]  # type: ignore[union-attr]
+    assert notes.finalised == {task.task_id: 1}
+    final = notes.notes[task.task_id]
     assert final.count("## Result") == 1 and "status: completed" in final and "mapped" in final
 
 

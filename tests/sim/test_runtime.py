@@ -159,7 +159,7 @@ def test_mail_put_while_the_worker_finds_the_inbox_empty_is_not_stranded(step: s
     inbox.put("first")  # type: ignore[arg-type]
     assert scheduled == ["actor"]  # the worker given it owns the actor now
     assert inbox.take() == "first"
-    inbox._items = _LateMail(inbox)  # type: ignore[assignment]
+    inbox._items = _LateMail(inbox)
     if step == "take":  # the worker looks for more mail
         assert inbox.take() == "late"
     else:  # the worker ends its batch

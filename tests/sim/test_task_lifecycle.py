@@ -66,7 +66,7 @@ def test_ending_a_task_stops_its_work_and_the_agent_takes_the_next(how: str) -> 
     assert [a.task_id for a in driver.acks if a.task_id is not None] == [second.task_id]
     assert (
         s.result(first.task_id).status
-        == {  # type: ignore[union-attr]
+        == {
             "cancel": "cancelled",
             "fail": "failed",
             "time_out": "timed_out",
