@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from actors.session.sinks import CollectingSink
@@ -38,7 +39,7 @@ class Canary:
         self._names = itertools.count()
         self.checks = 0
 
-    def _agent(self, script: dict[str, object]) -> str:
+    def _agent(self, script: Mapping[str, object]) -> str:
         name = f"canary{next(self._names)}"
         path = self._root / f"{name}.json"
         path.write_text(json.dumps(script))

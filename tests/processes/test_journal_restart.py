@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import msgspec
@@ -183,7 +183,7 @@ def test_a_stale_wait_is_reported_once_per_episode_across_a_restart(
     s.spawn("later", script=write_script(tmp_path, "ask2", ASK))
     task = s.delegate("asker", "ask the holder").task_id
 
-    def stale(items: list[object], task_id: str) -> list[StaleWait]:
+    def stale(items: Sequence[object], task_id: str) -> list[StaleWait]:
         return [n for n in items if isinstance(n, StaleWait) and n.task_id == task_id]
 
     assert sink.wait_for(lambda items: bool(stale(items, task)), timeout=30)

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.processes.conftest import Serve, bridge_pids, cli, write_script
-from tests.reliability.live import Changes, wait_gone
+from tests.processes.conftest import Serve, bridge_pids, cli
+from tests.reliability.live import Changes, wait_gone, write_script
 
 #: `serve` started twice over a cluster of three, each start with its own ceiling
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(600)]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes.conftest import bridge_pids, cli, write_script
-from tests.reliability.live import wait_gone
+from tests.processes.conftest import bridge_pids, cli
+from tests.reliability.live import wait_gone, write_script
 
 #: each test restarts `serve` and waits on several real processes: a busy machine may need more
 #: than the default 120 s for all of them (every wait is an event with its own ceiling)

@@ -9,7 +9,7 @@ import json
 import shlex
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -70,7 +70,7 @@ def _supervisor(tmp_path: Path) -> tuple[Supervisor, CollectingSink]:
     return sup, sink
 
 
-def _script(tmp_path: Path, name: str, script: dict[str, object]) -> str:
+def _script(tmp_path: Path, name: str, script: Mapping[str, object]) -> str:
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(script))
     return str(path)
