@@ -19,6 +19,7 @@ import pytest
 from actors.runtime.ids import IdSource
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
+from actors.transports.mailbox import reply_inboxes
 from actors.transports.mailbox.mailbox import Mailbox
 from actors.transports.mailbox.reply_inboxes import ReplyInbox
 from protocol.envelopes import ResultEnvelope
@@ -117,7 +118,7 @@ def test_shutdown_waits_for_a_live_callers_unread_answer(
         ),
     )
     looked = threading.Event()
-    real = parent_transport.unread_answers
+    real = reply_inboxes.unread_answers
 
     def unread(root: Path) -> int:
         looked.set()

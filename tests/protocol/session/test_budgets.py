@@ -25,7 +25,7 @@ from protocol.session.state import SessionState
 from protocol.session.status import view
 from protocol.settings import Settings, apply_overrides
 from protocol.tasks import TaskRecord, TaskState
-from protocol.usage import Budget, Usage
+from protocol.usage import Budget, Usage, over
 
 from .harness import SESSION, Session, answer, delivered, journaled, notes, of, receipt
 
@@ -347,13 +347,13 @@ def check_budgets(s: Session) -> None:
     state = s.state
     for task_id, record in state.tasks.items():
         spent = state.task_usage.get(task_id, Usage())
-        if record.budget is not None and budgets.over(spent, record.budget):
+        if record.budget is not None and over(spent, record.budget):
             assert record.terminal, f"{task_id} is over its budget but still {record.state}"
         result = record.result
         if result is not None and result.reason == "budget_exceeded":
             assert record.state is TaskState.FAILED
     session = budgets.session_budget(state)
-    if budgets.over(state.session_usage, session):
+    if over(state.session_usage, session):
         assert all(r.terminal for r in state.tasks.values())
     # the soft warning: at most once per task (or session) and limit
     warned = [
@@ -368,7 +368,7 @@ def check_budgets(s: Session) -> None:
         if record.terminal or record.budget is None:
             continue
         spent = state.task_usage.get(task_id, Usage())
-        for limit in budgets.over(spent, record.budget, state.settings.budget_soft_fraction):
+        for limit in over(spent, record.budget, state.settings.budget_soft_fraction):
             assert (task_id, limit) in warned or (task_id, limit) in state.budget_warned
 
 
