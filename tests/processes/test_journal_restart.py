@@ -214,18 +214,18 @@ def _disk_full_on_settling(sup: Supervisor) -> None:
     journal = sup.journal
     append, append_many = journal.append, journal.append_many
 
-    def settles(records: list[object]) -> bool:
+    def settles(records: Sequence[object]) -> bool:
         return any(isinstance(r, TaskRecord) and r.terminal for r in records)
 
-    def one(record: object) -> None:
+    def one(record: msgspec.Struct) -> None:
         if settles([record]):
             raise OSError("the disk is full")
-        append(record)  # type: ignore[arg-type]
+        append(record)
 
-    def many(records: list[object]) -> None:
+    def many(records: Sequence[msgspec.Struct]) -> None:
         if settles(records):
             raise OSError("the disk is full")
-        append_many(records)  # type: ignore[arg-type]
+        append_many(records)
 
     journal.append, journal.append_many = one, many  # type: ignore[method-assign]
 

@@ -361,7 +361,10 @@ def test_a_question_open_when_the_tree_was_killed_never_blocks_the_resumed_task(
     _kill_everything(first, session)
 
     second = serve(session, "--recover")
-    asked_again = lambda lines: [q for q in _questions(lines) if q != old]  # noqa: E731
+
+    def asked_again(lines: list[dict[str, Any]]) -> list[str]:
+        return [q for q in _questions(lines) if q != old]
+
     assert second.wait_for(asked_again, timeout=90), second.lines
     (new,) = asked_again(second.lines)
     cli("message", "asker", "main", "--reply-to", new, session=session)

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ def _completions(session: Path) -> list[dict]:  # type: ignore[type-arg]
 
 
 def test_sigkill_the_parent_mid_scenario_and_resume(
-    serve, scripts, transport, tmp_path: Path
+    serve: Any, scripts: dict[str, str], transport: tuple[str, ...], tmp_path: Path
 ) -> None:
     """Once per transport: the file mailbox, and a NATS cluster with the records on it."""
     session = tmp_path / "session"
