@@ -179,6 +179,7 @@ def test_an_effect_that_fails_refuses_its_envelope_alone() -> None:
         agent_id = session.spawn("scout", script=IDLE).agent_id
         session.sim.run_all(max_time=1)
         actor = session.broker._actor_weakref()
+        assert actor is not None  # the broker is running
         notify = actor._runners[fx.Notify]
 
         def failing(effect: Any, run: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from protocol.envelopes import NoticeEnvelope
 from protocol.errors import InvalidHandle, MixedIds
 from protocol.notifications import StaleWait, WaitCycle
 from protocol.render import render_notification
@@ -97,7 +98,9 @@ def test_a_request_closing_a_cycle_is_reported_naming_it() -> None:
     (cycle,) = [n for n in sink.items if isinstance(n, WaitCycle)]
     assert cycle.cycle == ("c", "a", "b", "c") and cycle.request_id == closing.message_id
     notices = [
-        e for e in s.sim_launcher.driver("c").received if getattr(e, "code", None) == "wait_cycle"
+        e
+        for e in s.sim_launcher.driver("c").received
+        if isinstance(e, NoticeEnvelope) and e.code == "wait_cycle"
     ]
     assert len(notices) == 1 and "c -> a -> b -> c" in notices[0].text
     assert c.ack_for(closing).accepted  # reported, not refused

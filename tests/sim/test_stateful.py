@@ -142,7 +142,7 @@ class Lifecycle(RuleBasedStateMachine):
         self._settle_all()
 
     @invariant()
-    def invariants(self) -> None:
+    def session_invariants(self) -> None:  # not `invariants`: hypothesis keeps its list there
         if not hasattr(self, "session"):
             return
         self.s.sim.run_until_idle()
