@@ -72,6 +72,7 @@ class Canary:
         """Returns the task id (check its count again later: see :meth:`check`)."""
         agent = self._agent(FINISH_ON_MESSAGE)
         task = self._sup.call("delegate", {"target": agent, "task": "finish"})
+        task_id: str = task.task_id
         watch = self._sup.call("watch", {"ids": [task.task_id]})
         assert watch.pending == (task.task_id,)
         self._sup.call("message", {"target": agent, "message": "now"})
@@ -80,7 +81,7 @@ class Canary:
         )
         assert len(self._completions_of(task.task_id)) == 1
         self._sup.call("close", {"agent": agent})
-        return task.task_id
+        return task_id
 
     def check(self) -> None:
         completed = self.completion_once()

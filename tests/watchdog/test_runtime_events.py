@@ -30,6 +30,7 @@ class Agent:
         self.session = session
         self.agent_id = f"agent-{name}"
         self.name = name
+        assert session.watchdog_ref is not None  # the session runs its watchdog
         self.watchdog: Any = session.watchdog_ref
         self.watchdog.tell(
             WatchdogAgent(agent_id=self.agent_id, name=name, adapter=adapter, at=self.now())
