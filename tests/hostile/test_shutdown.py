@@ -12,6 +12,7 @@ import json
 import os
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ def test_shutdown_right_after_spawn_leaves_no_bridge(tmp_path: Path) -> None:
         for n in range(3):
             sup.call("spawn", {"name": f"a{n}", "script": _script(tmp_path)})
         sup.shutdown()
-        assert wait_gone(lambda sup=sup: session_pids(sup.session_id), timeout=20), (
+        assert wait_gone(partial(session_pids, sup.session_id), timeout=20), (
             f"attempt {attempt}: bridges outlived the shutdown: {session_pids(sup.session_id)}"
         )
         for child in sup.launcher.children.values():
