@@ -504,7 +504,7 @@ def bench_runtime(sizes: Sizes, results: Results) -> None:
     for run in range(sizes.runs):
         turn = run % len(subjects)
         order = subjects[turn:] + subjects[:turn]
-        jobs = [
+        jobs: list[tuple[str, dict[str, Any]]] = [
             ("runtime", {**params, "subject": subject, "workload": workload})
             for workload in RUNTIME_WORKLOADS
             for subject in order

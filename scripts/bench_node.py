@@ -129,7 +129,7 @@ def main() -> None:
             script.write_text(json.dumps({"steps": [{"await": "any"}]}))
             for mode in MODES:
                 tap = ReadyAt()
-                auth = {"nats_auth": str(tmp / "auth")} if mode == "auth" else {}
+                auth: dict[str, Any] = {"nats_auth": str(tmp / "auth")} if mode == "auth" else {}
                 sup = Supervisor(
                     tmp / f"session-{mode}", tap=tap, transport=servers[mode].url, **auth
                 )

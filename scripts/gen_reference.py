@@ -31,7 +31,7 @@ import sys
 import typing
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -134,7 +134,9 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpar
 
 
 def _usage(parser: argparse.ArgumentParser) -> str:
-    formatter = parser.formatter_class(prog=parser.prog, width=USAGE_WIDTH)
+    # typeshed types formatter_class by its prog only; every parser here has a HelpFormatter
+    make = cast(type[argparse.HelpFormatter], parser.formatter_class)
+    formatter = make(prog=parser.prog, width=USAGE_WIDTH)
     formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
     return formatter.format_help().strip()
 

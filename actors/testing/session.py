@@ -22,6 +22,7 @@ __all__ = ["SimSession"]
 
 class SimSession(Session):
     runtime: SimRuntime
+    transport: SimTransport
     launcher: SimLauncher
 
     @classmethod

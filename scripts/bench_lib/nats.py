@@ -22,9 +22,11 @@ difference is the transport alone.
 from __future__ import annotations
 
 import contextlib
+import operator
 import random
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +75,13 @@ def _envelopes(session_id: str, agent_id: str, capability: str, n: int) -> list[
     ]
 
 
-def _measure(transport: Any, session_id: str, agent: str, capability: str, params: dict[str, Any]):
+def _measure(
+    transport: Any, session_id: str, agent: str, capability: str, params: dict[str, Any]
+) -> dict[str, Any]:
     sink = _Sink()
     transport.subscribe(PARENT_INBOX, sink)
     rng = random.Random(7)
-    latencies = []
+    latencies: list[int] = []
     for envelope in _envelopes(session_id, agent, capability, params["latency_n"]):
         time.sleep(rng.uniform(0.002, 0.008))  # the pace of an idle session, not a wait
         started = time.perf_counter_ns()
@@ -163,6 +167,7 @@ def _raw(root: Path, params: dict[str, Any]) -> dict[str, Any]:
                 while len(arrived) < len(payloads):
                     with contextlib.suppress(asyncio.TimeoutError, nats.errors.TimeoutError):
                         for msg in await sub.fetch(256, timeout=1.0):
+                            assert msg.headers is not None  # each payload is sent with its id
                             arrived[int(msg.headers["Nats-Msg-Id"])] = time.perf_counter_ns()
                             await msg.ack()
                         async with got:
@@ -180,7 +185,9 @@ def _raw(root: Path, params: dict[str, Any]) -> dict[str, Any]:
                 started = time.perf_counter_ns()
                 await publish(index)
                 async with got:
-                    await asyncio.wait_for(got.wait_for(lambda i=index: i in arrived), 60)
+                    await asyncio.wait_for(
+                        got.wait_for(partial(operator.contains, arrived, index)), 60
+                    )
                 latencies.append(arrived[index] - started)
             started_s = time.perf_counter()
             for index in range(n_latency, len(payloads)):
@@ -212,6 +219,7 @@ def _failover(root: Path, params: dict[str, Any]) -> dict[str, Any]:
             sink = _Sink()
             transport.subscribe(PARENT_INBOX, sink)
             info = transport._thread.run(transport._js.stream_info(stream_name(session_id)), 30)
+            assert info.cluster is not None  # a stream with replicas has a cluster
             leader = next(server for server in servers if server.name == info.cluster.leader)
             sent = _envelopes(session_id, agent, capability, params["failover_n"])
             killed_at = back_at = 0.0

@@ -45,7 +45,7 @@ def test_a_running_bridge_imports_no_loguru_and_logs_loguru_shaped_lines(
 
 def _lines(logger: PlainLogger, out: io.StringIO) -> list[tuple[str, str, str]]:
     found = [LINE.match(line) for line in out.getvalue().splitlines()]
-    return [m.group(1, 2, 3) for m in found if m is not None]
+    return [(m[1], m[2], m[3]) for m in found if m is not None]
 
 
 def test_the_plain_logger_formats_filters_and_binds_like_loguru() -> None:

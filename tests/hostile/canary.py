@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from actors.session.sinks import CollectingSink
@@ -38,7 +39,7 @@ class Canary:
         self._names = itertools.count()
         self.checks = 0
 
-    def _agent(self, script: dict[str, object]) -> str:
+    def _agent(self, script: Mapping[str, object]) -> str:
         name = f"canary{next(self._names)}"
         path = self._root / f"{name}.json"
         path.write_text(json.dumps(script))
@@ -71,6 +72,7 @@ class Canary:
         """Returns the task id (check its count again later: see :meth:`check`)."""
         agent = self._agent(FINISH_ON_MESSAGE)
         task = self._sup.call("delegate", {"target": agent, "task": "finish"})
+        task_id: str = task.task_id
         watch = self._sup.call("watch", {"ids": [task.task_id]})
         assert watch.pending == (task.task_id,)
         self._sup.call("message", {"target": agent, "message": "now"})
@@ -79,7 +81,7 @@ class Canary:
         )
         assert len(self._completions_of(task.task_id)) == 1
         self._sup.call("close", {"agent": agent})
-        return task.task_id
+        return task_id
 
     def check(self) -> None:
         completed = self.completion_once()

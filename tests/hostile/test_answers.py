@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ CHATTY = {
 }
 
 
-def _spawn(live: Live, name: str, script: dict[str, object]) -> None:
+def _spawn(live: Live, name: str, script: Mapping[str, object]) -> None:
     path = live.root / f"{name}.json"
     path.write_text(json.dumps(script))
     live.sup.call("spawn", {"name": name, "script": str(path)})

@@ -12,6 +12,7 @@ import json
 import os
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from actors.runtime.ids import IdSource
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
+from actors.transports.mailbox import reply_inboxes
 from actors.transports.mailbox.mailbox import Mailbox
 from actors.transports.mailbox.reply_inboxes import ReplyInbox
 from protocol.envelopes import ResultEnvelope
@@ -67,7 +69,7 @@ def test_shutdown_right_after_spawn_leaves_no_bridge(tmp_path: Path) -> None:
         for n in range(3):
             sup.call("spawn", {"name": f"a{n}", "script": _script(tmp_path)})
         sup.shutdown()
-        assert wait_gone(lambda sup=sup: session_pids(sup.session_id), timeout=20), (
+        assert wait_gone(partial(session_pids, sup.session_id), timeout=20), (
             f"attempt {attempt}: bridges outlived the shutdown: {session_pids(sup.session_id)}"
         )
         for child in sup.launcher.children.values():
@@ -117,7 +119,7 @@ def test_shutdown_waits_for_a_live_callers_unread_answer(
         ),
     )
     looked = threading.Event()
-    real = parent_transport.unread_answers
+    real = reply_inboxes.unread_answers
 
     def unread(root: Path) -> int:
         looked.set()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.processes
 IDLE = {"steps": [{"await": "task"}, {"await": "any"}]}
 
 
-def _spawn(live: Live, name: str, script: dict[str, object]) -> str:
+def _spawn(live: Live, name: str, script: Mapping[str, object]) -> str:
     path = live.root / f"{name}.json"
     path.write_text(json.dumps(script))
     return str(live.sup.call("spawn", {"name": name, "script": str(path)}).agent_id)

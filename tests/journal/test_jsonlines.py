@@ -193,10 +193,17 @@ def test_a_batch_of_records_is_one_write_and_one_fsync_and_reads_back_in_order(
     syncs: list[int] = []
     writes: list[int] = []
     real_fsync, real_write = os.fsync, jsonlines._write
-    monkeypatch.setattr(os, "fsync", lambda fd: (syncs.append(fd), real_fsync(fd))[1])
-    monkeypatch.setattr(
-        jsonlines, "_write", lambda fd, data: (writes.append(len(data)), real_write(fd, data))[1]
-    )
+
+    def fsync(fd: int) -> None:
+        syncs.append(fd)
+        real_fsync(fd)
+
+    def write(fd: int, data: memoryview) -> int:
+        writes.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(jsonlines, "_write", write)
     journal.append_many(_records()[1:] * 50)
     assert len(syncs) == 1 and len(writes) == 1
     journal.append_many([])  # nothing to write: no write, no fsync

@@ -378,7 +378,7 @@ def test_a_polling_receiver_builds_a_real_waker_again(tmp_path: Path) -> None:
     """Polling is not for ever: an inotify instance freed or a bell repaired is used again."""
     new = tmp_path / "box" / "new"
     new.mkdir(parents=True)
-    attempts = []
+    attempts: list[int] = []
 
     def flaky(dirs: Sequence[str], interrupt: threading.Event) -> Waker:
         attempts.append(len(attempts))

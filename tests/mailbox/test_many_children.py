@@ -33,7 +33,7 @@ from actors.surfaces.client import Client
 from actors.transports.mailbox.bell import BELL_NAME
 from actors.transports.mailbox.inotify import InotifyWatch, inotify_available
 from protocol.settings import Settings
-from tests.reliability.live import Changes, Story
+from tests.reliability.live import Changes, Story, file_mailbox
 
 pytestmark = [
     pytest.mark.processes,
@@ -235,8 +235,8 @@ def test_a_bridge_whose_bell_is_swapped_later_reports_polling(
         monkeypatch.delenv("SHEPHERD_WAKER")
         (agent,) = sup.session.status().agents
         assert agent.mailbox_wake == "bell"
-        bell = sup.mailbox.inbox_path(agent.agent_id) / BELL_NAME
-        with Changes(sup.mailbox.inbox_path(PARENT_INBOX) / "new") as changes:
+        bell = file_mailbox(sup).inbox_path(agent.agent_id) / BELL_NAME
+        with Changes(file_mailbox(sup).inbox_path(PARENT_INBOX) / "new") as changes:
             os.unlink(bell)
             bell.write_bytes(b"")  # a regular file where the FIFO was: refused
 

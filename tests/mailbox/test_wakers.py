@@ -20,7 +20,7 @@ from actors.transports.mailbox.wakers import (
     WatchfilesWaker,
     watchfiles_waker,
 )
-from protocol.envelopes import MessageEnvelope
+from protocol.envelopes import AnyEnvelope, MessageEnvelope
 from protocol.ids import IdKind, make_id
 
 #: inotify exists on Linux only; elsewhere the watchfiles waker is the default, and its cases
@@ -118,9 +118,13 @@ def test_a_mailbox_delivers_in_order_on_each_waker(name: str, tmp_path: Path) ->
     done = threading.Event()
     try:
         box.ensure_inbox("parent")
-        box.subscribe(
-            "parent", lambda env: (got.append(env.message_id), len(got) == 50 and done.set())
-        )
+
+        def received(env: AnyEnvelope) -> None:
+            got.append(env.message_id)
+            if len(got) == 50:
+                done.set()
+
+        box.subscribe("parent", received)
         sent = []
         for i in range(50):
             env = MessageEnvelope(

@@ -38,7 +38,11 @@ def _streams(url: str) -> set[str]:
 
         nc = await nats.connect(url)
         try:
-            return {s.config.name for s in await nc.jetstream().streams_info()}
+            return {
+                s.config.name
+                for s in await nc.jetstream().streams_info()
+                if s.config.name is not None  # a stream always has one
+            }
         finally:
             await nc.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_a_wait_given_up_by_its_owner_says_so_the_same_way() -> None:
 
 
 def test_an_attempt_that_succeeds_after_an_outage_returns_its_value() -> None:
-    results = iter([Outage("no leader"), Outage("no leader"), 42])
+    results: Iterator[Outage | int] = iter([Outage("no leader"), Outage("no leader"), 42])
 
     def attempt() -> int:
         result = next(results)

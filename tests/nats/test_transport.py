@@ -172,7 +172,7 @@ def test_a_redelivery_after_a_lost_ack_is_handed_over_once(
     monkeypatch.setattr(made.gate, "judge", watching_judge)
     lost = {"first": True}
 
-    async def lossy_ack(self: object) -> None:  # the first acknowledgement never arrives
+    async def lossy_ack(self: Msg) -> None:  # the first acknowledgement never arrives
         if lost.pop("first", False):
             return
         await original_ack(self)

@@ -65,7 +65,7 @@ def _texts(message: dict[str, Any]) -> str:
     return str(content or "")
 
 
-def test_a_recovered_pi_agent_continues_its_own_session(  # type: ignore[no-untyped-def]
+def test_a_recovered_pi_agent_continues_its_own_session(
     pi_bin: Path, tmp_path: Path, env: dict[str, str], servers: list[Serve]
 ) -> None:
     model = ScriptedModel([Text("Noted: I start with the lexer.")])  # a turn without done

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,8 +86,8 @@ def test_canonical_scenario_driven_from_the_cli(serve, scripts, tmp_path: Path) 
 
 
 def test_waiting_is_visible_in_status_and_a_cli_reply_resumes_it(
-    serve, scripts, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    serve: Any, scripts: dict[str, str], tmp_path: Path
+) -> None:
     serve()
     session = tmp_path / "session"
     cli("spawn", "scout", "--script", scripts["scout"], session=session)
@@ -165,8 +166,8 @@ def test_errors_exit_2_with_a_typed_json_error(serve, scripts, tmp_path: Path) -
 
 
 def test_killing_an_agent_mid_task_fails_it_with_return_code_1(
-    serve, scripts, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    serve: Any, scripts: dict[str, str], tmp_path: Path
+) -> None:
     server = serve()
     session = tmp_path / "session"
     cli("spawn", "scout", "--script", scripts["idle"], session=session)
@@ -210,8 +211,8 @@ def _agent_pids(agent_id: str) -> list[int]:
     return pids_with_env(f"SHEPHERD_AGENT_ID={agent_id}")
 
 
-def test_close_kills_the_agents_whole_tree_and_top_shows_a_frame(  # type: ignore[no-untyped-def]
-    serve, scripts, tmp_path: Path
+def test_close_kills_the_agents_whole_tree_and_top_shows_a_frame(
+    serve: Any, scripts: dict[str, str], tmp_path: Path
 ) -> None:
     serve()
     session = tmp_path / "session"

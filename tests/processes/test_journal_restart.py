@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import msgspec
@@ -183,7 +183,7 @@ def test_a_stale_wait_is_reported_once_per_episode_across_a_restart(
     s.spawn("later", script=write_script(tmp_path, "ask2", ASK))
     task = s.delegate("asker", "ask the holder").task_id
 
-    def stale(items: list[object], task_id: str) -> list[StaleWait]:
+    def stale(items: Sequence[object], task_id: str) -> list[StaleWait]:
         return [n for n in items if isinstance(n, StaleWait) and n.task_id == task_id]
 
     assert sink.wait_for(lambda items: bool(stale(items, task)), timeout=30)
@@ -214,18 +214,18 @@ def _disk_full_on_settling(sup: Supervisor) -> None:
     journal = sup.journal
     append, append_many = journal.append, journal.append_many
 
-    def settles(records: list[object]) -> bool:
+    def settles(records: Sequence[object]) -> bool:
         return any(isinstance(r, TaskRecord) and r.terminal for r in records)
 
-    def one(record: object) -> None:
+    def one(record: msgspec.Struct) -> None:
         if settles([record]):
             raise OSError("the disk is full")
-        append(record)  # type: ignore[arg-type]
+        append(record)
 
-    def many(records: list[object]) -> None:
+    def many(records: Sequence[msgspec.Struct]) -> None:
         if settles(records):
             raise OSError("the disk is full")
-        append_many(records)  # type: ignore[arg-type]
+        append_many(records)
 
     journal.append, journal.append_many = one, many  # type: ignore[method-assign]
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.processes.conftest import cli, write_script
+from tests.processes.conftest import cli
+from tests.reliability.live import write_script
 from tests.tools.mcp_stdio import McpProcess
 
 pytestmark = pytest.mark.processes

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.processes.conftest import Serve, bridge_pids, cli, write_script
-from tests.reliability.live import Changes, wait_gone
+from tests.processes.conftest import Serve, bridge_pids, cli
+from tests.reliability.live import Changes, wait_gone, write_script
 
 #: `serve` started twice over a cluster of three, each start with its own ceiling
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(600)]
@@ -361,7 +361,10 @@ def test_a_question_open_when_the_tree_was_killed_never_blocks_the_resumed_task(
     _kill_everything(first, session)
 
     second = serve(session, "--recover")
-    asked_again = lambda lines: [q for q in _questions(lines) if q != old]  # noqa: E731
+
+    def asked_again(lines: list[dict[str, Any]]) -> list[str]:
+        return [q for q in _questions(lines) if q != old]
+
     assert second.wait_for(asked_again, timeout=90), second.lines
     (new,) = asked_again(second.lines)
     cli("message", "asker", "main", "--reply-to", new, session=session)

@@ -29,8 +29,8 @@ from actors.transports.mailbox.reply_inboxes import (
 )
 from protocol.envelopes import ResultEnvelope
 from protocol.ids import PARENT_ID, IdKind
-from tests.processes.conftest import cli, write_script
-from tests.reliability.live import wait_for_files, wait_terminated
+from tests.processes.conftest import cli
+from tests.reliability.live import wait_for_files, wait_terminated, write_script
 
 pytestmark = pytest.mark.processes
 

@@ -8,11 +8,12 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.processes.conftest import bridge_pids, cli, write_script
-from tests.reliability.live import wait_gone
+from tests.processes.conftest import bridge_pids, cli
+from tests.reliability.live import wait_gone, write_script
 
 #: each test restarts `serve` and waits on several real processes: a busy machine may need more
 #: than the default 120 s for all of them (every wait is an event with its own ceiling)
@@ -43,8 +44,8 @@ def _completions(session: Path) -> list[dict]:  # type: ignore[type-arg]
 
 
 def test_sigkill_the_parent_mid_scenario_and_resume(
-    serve, scripts, transport, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    serve: Any, scripts: dict[str, str], transport: tuple[str, ...], tmp_path: Path
+) -> None:
     """Once per transport: the file mailbox, and a NATS cluster with the records on it."""
     session = tmp_path / "session"
     first = serve(session, *transport)

@@ -109,8 +109,8 @@ def _gone(pid: int, timeout: float = 30.0) -> bool:
 
 @pytest.mark.parametrize("how", ["cancel", "fail", "timeout"])
 def test_ending_a_task_stops_a_command_agents_turn_and_the_next_task_runs(
-    serve, tmp_path: Path, how: str
-) -> None:  # type: ignore[no-untyped-def]
+    serve: Any, tmp_path: Path, how: str
+) -> None:
     server = serve()
     session = tmp_path / "session"
     _command_agent(tmp_path, session)
@@ -156,8 +156,8 @@ def test_ending_a_task_stops_a_command_agents_turn_and_the_next_task_runs(
 
 
 def test_a_turn_ending_without_done_is_told_with_its_status_and_output(
-    serve, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    serve: Any, tmp_path: Path
+) -> None:
     server = serve()
     session = tmp_path / "session"
     _command_agent(tmp_path, session)

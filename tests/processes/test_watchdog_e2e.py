@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -55,7 +56,11 @@ def test_a_looping_child_gets_one_alert_per_cooldown_window(tmp_path: Path) -> N
         first = got[0]
         assert first.agent_name == "looper" and first.task_id == task.task_id
         assert "repeated_command" in first.reasons
-        assert any("printf" in cmd for e in first.evidence for cmd in e.get("commands", []))
+        assert any(
+            "printf" in cmd
+            for e in first.evidence
+            for cmd in cast(list[str], e.get("commands", []))
+        )
         times = [a.created_at for a in got]
         assert all(b - a >= cooldown for a, b in itertools.pairwise(times)), times
         row = s.status("looper").agents[0]

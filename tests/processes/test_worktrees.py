@@ -447,12 +447,12 @@ def test_spawn_many_takes_spawns_options_from_the_cli(
     assert f"branch refs/heads/shepherd/{sid}/a" in listed
     assert f"branch refs/heads/shepherd/{sid}/b" in listed
     # each agent's approval rule is journaled with its options (what recovery starts it with)
-    options = {
+    journaled = {
         r["record"]["name"]: r["record"]["options"]
         for r in _journal(session)
         if r["type"] == "agent"
     }
-    assert {n: o["approve"] for n, o in options.items()} == {
+    assert {n: o["approve"] for n, o in journaled.items()} == {
         "a": ["bash:git push*"],
         "b": ["bash:git push*"],
     }

@@ -31,7 +31,8 @@ def script() -> ModuleType:
 
 
 def _lines(script: ModuleType, name: str) -> list[str]:
-    return script.mermaid(script.machines()[name]).splitlines()
+    lines: list[str] = script.mermaid(script.machines()[name]).splitlines()
+    return lines
 
 
 def test_every_task_transition_is_drawn(script: ModuleType) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Self
+
 import msgspec
 import pytest
 
@@ -48,24 +50,24 @@ class Script:
         dt: float = 1.0,
         took: float = 0.5,
         args: object = None,
-    ) -> Script:
+    ) -> Self:
         cmd = None if args is not None else command
         self._add(dt, kind="tool_call", tool=tool, command=cmd, args=args)
         self._add(took, kind="tool_result", tool=tool, output=output, exit_code=exit_code)
         return self
 
-    def start(self, command: str, *, tool: str = "bash", dt: float = 1.0) -> Script:
+    def start(self, command: str, *, tool: str = "bash", dt: float = 1.0) -> Self:
         self._add(dt, kind="tool_call", tool=tool, command=command)
         return self
 
-    def edit(self, path: str = "src/a.py", *, dt: float = 1.0) -> Script:
+    def edit(self, path: str = "src/a.py", *, dt: float = 1.0) -> Self:
         return self.run("", "ok", tool="edit", args={"path": path, "old": "x", "new": "y"}, dt=dt)
 
-    def say(self, text: str, source: EventSource = "agent", *, dt: float = 1.0) -> Script:
+    def say(self, text: str, source: EventSource = "agent", *, dt: float = 1.0) -> Self:
         self._add(dt, kind="message", output=text, source=source)
         return self
 
-    def wait(self, seconds: float) -> Script:
+    def wait(self, seconds: float) -> Self:
         self.now += seconds
         return self
 

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
 from actors.transports.mailbox.inotify import InotifyWaker
+from actors.transports.mailbox.mailbox import Mailbox
 from actors.transports.mailbox.wakers import InterruptEvent
 
 __all__ = [
@@ -65,6 +66,12 @@ PLANNER = {
         {"await": "any"},
     ]
 }
+
+
+def file_mailbox(sup: Supervisor) -> Mailbox:
+    """``sup``'s file mailbox (its inboxes are directories a test can look into)."""
+    assert isinstance(sup.mailbox, Mailbox), f"not on the file mailbox: {sup.mailbox!r}"
+    return sup.mailbox
 
 
 def write_script(directory: Path, name: str, script: dict[str, Any]) -> str:

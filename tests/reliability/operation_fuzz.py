@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
@@ -116,7 +116,8 @@ _STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {}
 
 def _strategy(name: str, schema: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
     if name not in _STRATEGIES:
-        _STRATEGIES[name] = from_schema(schema)
+        # an object schema draws dicts
+        _STRATEGIES[name] = cast(st.SearchStrategy[dict[str, Any]], from_schema(schema))
     return _STRATEGIES[name]
 
 
@@ -202,8 +203,10 @@ def child_argv(op: str, args: dict[str, Any]) -> list[str]:
         # Nobody answers approvals here: a valid request waits for its deadline, so the round
         # gives it at most a second (a valid value stays valid; a hostile one is kept as it is).
         timeout = args.get("timeout_s")
-        valid = isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0
-        argv += ["--timeout", str(min(timeout, 1.0)) if valid else text.get("timeout_s", "1")]
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+            argv += ["--timeout", str(min(timeout, 1.0))]
+        else:
+            argv += ["--timeout", text.get("timeout_s", "1")]
         argv += ["--json", "--", text.get("message", "")]
     else:
         if "status" in text:

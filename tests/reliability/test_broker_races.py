@@ -32,7 +32,7 @@ def _two_agents(seed: int, **delegate: object):  # type: ignore[no-untyped-def]
     s.spawn("scout", script=IDLE)
     s.spawn("planner", script=IDLE)
     s.sim.run_all()
-    task = s.delegate("scout", "map", **delegate).task_id  # type: ignore[arg-type]
+    task = s.delegate("scout", "map", **delegate).task_id
     s.sim.run_until_idle()
     return s, task
 

@@ -59,7 +59,7 @@ from tests.reliability.fuzz_targets import (
     json_values,
     valid_envelope_docs,
 )
-from tests.reliability.live import Changes, Live, write_script
+from tests.reliability.live import Changes, Live, file_mailbox, write_script
 
 #: derandomized: CI runs the same inputs every time (each test also checks that they reach
 #: every outcome, which must not depend on luck); ``scripts/fuzz.py`` explores with new seeds
@@ -319,7 +319,7 @@ def test_garbage_in_a_running_supervisors_inbox_is_quarantined_and_nothing_else_
     sup, sink, _ = live_supervisor(Settings(max_envelope_bytes=16 * 1024))
     session_id = sup.session_id
     reasons = Reasons(sup.mailbox_root)
-    new_dir = sup.mailbox.inbox_path(PARENT_INBOX) / "new"
+    new_dir = file_mailbox(sup).inbox_path(PARENT_INBOX) / "new"
     target = sup.session.spawn("target", script=write_script(tmp_path, "idle", IDLE))
     capability = sup.gate.capability(target.agent_id)
     assert capability is not None

@@ -126,7 +126,7 @@ def _adjust_for_live(op: str, args: dict[str, Any]) -> None:
 class SimCanary:
     """The canary in virtual time: a 30-second deadline fires, a completion arrives once."""
 
-    def __init__(self, session: Session, sink: CollectingSink) -> None:
+    def __init__(self, session: SimSession, sink: CollectingSink) -> None:
         self.session = session
         self.sink = sink
         session.sim_launcher.scripts["canaryfinisher"] = parse_script(FINISHER)

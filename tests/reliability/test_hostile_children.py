@@ -36,6 +36,7 @@ from tests.reliability.live import (
     SCOUT,
     Live,
     Story,
+    file_mailbox,
     session_pids,
     wait_for_files,
     wait_gone,
@@ -131,13 +132,13 @@ class Arena:
         as runtime envelopes through the parent inbox; each is handed to the broker (which
         passes it to the agent's actor) before its file is renamed into ``cur/``, so a read
         after that rename sees it."""
-        cur = self.sup.mailbox.inbox_path(PARENT_INBOX) / "cur"
+        cur = file_mailbox(self.sup).inbox_path(PARENT_INBOX) / "cur"
         found = wait_for_files(cur, lambda: any(text in x for x in self.output(name)), timeout)
         return bool(found)
 
     def delivered_to(self, agent_id: str) -> list[Any]:
         """What the agent's inbox handed over (cur/ keeps the acknowledged envelopes)."""
-        cur = self.sup.mailbox.inbox_path(agent_id) / "cur"
+        cur = file_mailbox(self.sup).inbox_path(agent_id) / "cur"
         return [msgspec.json.decode(p.read_bytes()) for p in sorted(cur.iterdir())]
 
     def agent_messages(self) -> list[AgentMessage]:
@@ -330,7 +331,7 @@ def test_a_child_dying_mid_write_never_has_it_delivered(
     a.spawn_hostile(["exit_mid_write"])
     got = a.attack()["exit_mid_write"]
     a.bystander_done(task)
-    inbox = a.sup.mailbox.inbox_path(PARENT_INBOX)
+    inbox = file_mailbox(a.sup).inbox_path(PARENT_INBOX)
     a.story.wait("mallory: process idle", after=a.story.wait("mallory: process working"))
     assert a.sup.mailbox.wait_drained(10)
     for message_id in (got["half"], got["whole"]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.runtime.transport import PARENT_INBOX
-from actors.session.session import Session
+from actors.testing import SimSession
 from protocol.envelopes import (
     AnyEnvelope,
     MessageEnvelope,
@@ -18,7 +18,7 @@ from tests.sim.scenarios import broker
 
 
 class Puppet:
-    def __init__(self, session: Session, name: str) -> None:
+    def __init__(self, session: SimSession, name: str) -> None:
         self.session = session
         self.name = name
         entry = broker(session).agents[broker(session).names[name]]

@@ -59,7 +59,7 @@ def broker(session: Session) -> SessionState:
     so reading it is safe)."""
     actor = session.broker._actor_weakref()
     assert actor is not None
-    state: SessionState = actor.state  # type: ignore[attr-defined]
+    state: SessionState = actor.state
     return state
 
 
@@ -71,7 +71,7 @@ def delivered_results(sink: CollectingSink) -> list[TaskResult]:
     return [r for n in completions(sink) for r in n.results]
 
 
-def new_session(seed: int, **kwargs: Any) -> tuple[Session, CollectingSink]:
+def new_session(seed: int, **kwargs: Any) -> tuple[SimSession, CollectingSink]:
     sink = CollectingSink()
     kwargs.setdefault("settings", Settings())
     return SimSession.simulated(seed, sink=sink, **kwargs), sink

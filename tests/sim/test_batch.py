@@ -4,10 +4,13 @@ changes nothing, and the same call refuses hostile arguments whole."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import pytest
 
+from actors.records.journal import MemoryJournal
 from protocol import api_batch
 from protocol.errors import InvalidArgument
 from protocol.limits import MAX_BATCH
@@ -19,7 +22,9 @@ SEEDS = range(8)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_batch_is_one_journal_write_and_each_result_reaches_its_watcher_once(seed: int) -> None:
+def test_a_batch_is_one_journal_write_and_each_result_reaches_its_watcher_once(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s, sink = new_session(seed)
     for i in range(5):
         s.spawn(f"w{i}", script=DONE)
@@ -27,8 +32,14 @@ def test_a_batch_is_one_journal_write_and_each_result_reaches_its_watcher_once(s
     s.sim.run_all()
     writes: list[list[Any]] = []
     journal = s.journal
-    many = journal.append_many  # type: ignore[attr-defined]
-    journal.append_many = lambda records: (writes.append(list(records)), many(records))  # type: ignore[attr-defined]
+    assert isinstance(journal, MemoryJournal)  # the simulation's journal, in memory
+    many = journal.append_many
+
+    def counted(records: Sequence[msgspec.Struct]) -> None:
+        writes.append(list(records))
+        many(records)
+
+    monkeypatch.setattr(journal, "append_many", counted)
     items = [{"target": f"w{i}", "task": f"job {i}"} for i in range(5)]
     items[2:2] = [{"target": "ghost", "task": "x"}, {"target": "w0", "task": "twice"}]
     result = s.delegate_many(items, watch=True)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from functools import partial
+
+from actors.child.scripted import ScriptedDriver
 from actors.runtime.transport import PARENT_INBOX
+from actors.testing import SimSession
 from actors.testing.simulation import Faults
-from protocol.tasks import TaskState
+from protocol.tasks import TaskResult, TaskState
 from tests.conftest import SeedRunner
 from tests.sim.scenarios import PLANNER, SCOUT, broker, delivered_results, new_session
 
 
-def _canonical_with(seed: int, faults: Faults) -> tuple[list, object]:  # type: ignore[type-arg]
+def _canonical_with(seed: int, faults: Faults) -> tuple[list[TaskResult], SimSession]:
     s, sink = new_session(seed, faults=faults)
     s.spawn("scout", script=SCOUT)
     s.spawn("planner", script=PLANNER)
@@ -35,12 +39,12 @@ def test_duplicated_envelopes_never_double_anything(seeds: SeedRunner) -> None:
     assert total_dups > 0
 
 
-def _dups_at_parent(s) -> int:  # type: ignore[no-untyped-def]
+def _dups_at_parent(s: SimSession) -> int:
     # the transport absorbs duplicates (the broker never sees one)
     return int(s.transport.gate.duplicates[PARENT_INBOX])
 
 
-def _dups_to_agents(s) -> int:  # type: ignore[no-untyped-def]
+def _dups_to_agents(s: SimSession) -> int:
     # towards agents, the transport absorbs them too (and the agent side, should one pass)
     by_transport = sum(
         n for inbox, n in s.transport.gate.duplicates.items() if inbox != PARENT_INBOX
@@ -74,6 +78,14 @@ def test_a_lost_done_never_becomes_a_completion_the_deadline_settles_it() -> Non
     assert [(r.status, r.return_code) for r in delivered_results(sink)] == [("timed_out", 124)]
 
 
+def _started(s: SimSession, name: str) -> bool:
+    return name in s.sim_launcher.agents
+
+
+def _received_or_exited(driver: ScriptedDriver, n: int) -> bool:
+    return len(driver.received) >= n or driver.exited is not None
+
+
 def test_crash_at_every_step_of_the_canonical_scenario_never_completes_falsely() -> None:
     # Count the scout's steps in a clean run, then crash it after each one in turn.
     clean, _s0 = _canonical_with(0, Faults())
@@ -88,11 +100,9 @@ def test_crash_at_every_step_of_the_canonical_scenario_never_completes_falsely()
         s.watch(t)
         # the agent's process starts with its actor's first message: wait for it, not for
         # whatever else the broker happens to be doing meanwhile
-        s.sim.run_until(lambda s=s: "scout" in s.sim_launcher.agents)
+        s.sim.run_until(partial(_started, s, "scout"))
         driver = s.sim_launcher.driver("scout")
-        s.sim.run_until(
-            lambda d=driver, n=crash_after: len(d.received) >= n or d.exited is not None
-        )
+        s.sim.run_until(partial(_received_or_exited, driver, crash_after))
         if broker(s).tasks[t].state in (TaskState.COMPLETED,):
             break
         s.sim_launcher.crash("scout")

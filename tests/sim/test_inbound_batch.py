@@ -10,19 +10,22 @@ from typing import Any
 
 import pytest
 
+from actors.records import journal as journal_module
 from actors.runtime.transport import DeliveryFailed, NotHandled
 from actors.session import broker as broker_module
 from actors.session.messages import InboundBatch
 from actors.session.sinks import CollectingSink
+from actors.session.watcher import Handed
 from actors.testing import SimSession
 from protocol.envelopes import MessageEnvelope, TaskDoneEnvelope
 from protocol.errors import SessionUnavailable
 from protocol.ids import PARENT_ID, IdKind, make_id
 from protocol.notifications import AgentMessage, Notice, TaskCompletion
 from protocol.session import effects as fx
+from protocol.session import inbound
 from protocol.tasks import TaskRecord
 
-IDLE = {"steps": []}
+IDLE: dict[str, Any] = {"steps": []}
 
 
 def _message(session: SimSession, sender_id: str, content: str) -> MessageEnvelope:
@@ -46,15 +49,15 @@ def test_a_batch_is_handled_in_order_and_a_failing_envelope_is_refused_alone(
         session.sim.run_all(max_time=1)
         batch = [_message(session, agent_id, f"m{i}") for i in range(4)]
         failing = batch[2].message_id
-        rule = broker_module.inbound.envelope
+        rule = inbound.envelope
 
         def envelope(state: Any, env: Any, cx: Any) -> Any:
             if env.message_id == failing:
                 raise RuntimeError("the rule broke on this one")
             return rule(state, env, cx)
 
-        monkeypatch.setattr(broker_module.inbound, "envelope", envelope)
-        refused = session.broker.ask(InboundBatch(envelopes=tuple(batch)), timeout=30)
+        monkeypatch.setattr(inbound, "envelope", envelope)
+        refused = session.broker.ask(InboundBatch(envelopes=tuple(batch)), block=True, timeout=30)
         session.sim.run_all(max_time=1)
         assert set(refused) == {failing}
         assert isinstance(refused[failing], DeliveryFailed)
@@ -62,7 +65,7 @@ def test_a_batch_is_handled_in_order_and_a_failing_envelope_is_refused_alone(
         told = [n.content for n in sink.items if isinstance(n, AgentMessage)]
         assert told == ["m0", "m1", "m3"]
         # nothing refused: the answer is None
-        monkeypatch.setattr(broker_module.inbound, "envelope", rule)
+        monkeypatch.setattr(inbound, "envelope", rule)
         again = [_message(session, agent_id, "m4")]
         assert session.broker.ask(InboundBatch(envelopes=tuple(again)), timeout=30) is None
     finally:
@@ -99,13 +102,12 @@ def _with_tasks(session: SimSession, count: int, watch: bool = True) -> list[tup
 
 def _counting_writes(monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> list[list[Any]]:
     writes: list[list[Any]] = []
-    append_all = broker_module.append_all
 
     def counted(journal: Any, records: Any) -> None:
         if fail:
             raise OSError("the disk is full")
         writes.append(list(records))
-        append_all(journal, records)
+        journal_module.append_all(journal, records)
 
     monkeypatch.setattr(broker_module, "append_all", counted)
     return writes
@@ -177,6 +179,7 @@ def test_an_effect_that_fails_refuses_its_envelope_alone() -> None:
         agent_id = session.spawn("scout", script=IDLE).agent_id
         session.sim.run_all(max_time=1)
         actor = session.broker._actor_weakref()
+        assert actor is not None  # the broker is running
         notify = actor._runners[fx.Notify]
 
         def failing(effect: Any, run: Any) -> None:
@@ -207,7 +210,7 @@ def test_windows_closing_together_reach_the_courier_in_one_message(
         watchers = [session.watch([t]).watcher_id for _, t in pairs]
         session.sim.run_all(max_time=1)
         handed: list[int] = []
-        real = broker_module.Handed
+        real = Handed
 
         def counted(hands: Any) -> Any:
             handed.append(len(hands))

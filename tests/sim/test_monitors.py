@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from protocol.envelopes import NoticeEnvelope
 from protocol.errors import InvalidHandle, MixedIds
 from protocol.notifications import StaleWait, WaitCycle
 from protocol.render import render_notification
@@ -97,7 +98,9 @@ def test_a_request_closing_a_cycle_is_reported_naming_it() -> None:
     (cycle,) = [n for n in sink.items if isinstance(n, WaitCycle)]
     assert cycle.cycle == ("c", "a", "b", "c") and cycle.request_id == closing.message_id
     notices = [
-        e for e in s.sim_launcher.driver("c").received if getattr(e, "code", None) == "wait_cycle"
+        e
+        for e in s.sim_launcher.driver("c").received
+        if isinstance(e, NoticeEnvelope) and e.code == "wait_cycle"
     ]
     assert len(notices) == 1 and "c -> a -> b -> c" in notices[0].text
     assert c.ack_for(closing).accepted  # reported, not refused
@@ -120,16 +123,16 @@ def test_one_note_per_task_open_while_waiting_finalised_once() -> None:
     s.message("scout", "just a message")
     planner.say("scout", "another message")
     s.sim.run_all()
-    assert list(notes.notes) == [task.task_id]  # type: ignore[union-attr]
-    text = notes.notes[task.task_id]  # type: ignore[union-attr]
+    assert list(notes.notes) == [task.task_id]
+    text = notes.notes[task.task_id]
     assert "map the code" in text and "which module?" in text and "## Result" not in text
     planner.reply("scout", q.message_id)
     scout.done(task.task_id, "completed", "mapped")
     scout.done(task.task_id, "completed", "again")
     s.sim.run_all()
     s.cancel(task.task_id)
-    assert notes.finalised == {task.task_id: 1}  # type: ignore[union-attr]
-    final = notes.notes[task.task_id]  # type: ignore[union-attr]
+    assert notes.finalised == {task.task_id: 1}
+    final = notes.notes[task.task_id]
     assert final.count("## Result") == 1 and "status: completed" in final and "mapped" in final
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from actors.runtime.transport import PARENT_INBOX
-from actors.session.session import Session
+from actors.testing import SimSession
 from protocol.errors import ShepherdError
 from protocol.notifications import TaskCompletion
 from protocol.tasks import TERMINAL_STATES, TaskResult, TaskState
@@ -42,7 +42,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.s.sim.run_all()
 
     @property
-    def s(self) -> Session:
+    def s(self) -> SimSession:
         return self.session
 
     def _settle_all(self) -> None:
@@ -142,7 +142,7 @@ class Lifecycle(RuleBasedStateMachine):
         self._settle_all()
 
     @invariant()
-    def invariants(self) -> None:
+    def session_invariants(self) -> None:  # not `invariants`: hypothesis keeps its list there
         if not hasattr(self, "session"):
             return
         self.s.sim.run_until_idle()

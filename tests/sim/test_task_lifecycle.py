@@ -64,9 +64,11 @@ def test_ending_a_task_stops_its_work_and_the_agent_takes_the_next(how: str) -> 
     assert result.completed_at >= started + 100
     # the first task's work never reached its done (a done would have got a receipt)
     assert [a.task_id for a in driver.acks if a.task_id is not None] == [second.task_id]
+    first_result = s.result(first.task_id)
+    assert first_result is not None
     assert (
-        s.result(first.task_id).status
-        == {  # type: ignore[union-attr]
+        first_result.status
+        == {
             "cancel": "cancelled",
             "fail": "failed",
             "time_out": "timed_out",

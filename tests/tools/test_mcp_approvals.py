@@ -10,6 +10,7 @@ import shlex
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -49,6 +50,10 @@ def _settled(running: Running, task_id: str) -> Any:
         return [r for n in items if isinstance(n, TaskCompletion) for r in n.results]
 
     return [r for r in results(running.sink.items) if r.task_id == task_id]
+
+
+def _is_settled(running: Running, task_id: str, _items: object) -> bool:
+    return bool(_settled(running, task_id))
 
 
 def test_a_parent_over_mcp_approves_and_denies(running: Running) -> None:
@@ -152,7 +157,7 @@ def test_a_client_that_supports_elicitation_is_asked_at_once(running: Running) -
                 for task_text in ("release 4", "release 5"):
                     task_id = s.delegate("builder", task_text).task_id
                     s.watch(task_id)
-                    await wait_for_sink(running, lambda _, t=task_id: bool(_settled(running, t)))
+                    await wait_for_sink(running, partial(_is_settled, running, task_id))
 
     anyio.run(scenario)
     results = [r for n in running.sink.items if isinstance(n, TaskCompletion) for r in n.results]

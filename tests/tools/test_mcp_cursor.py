@@ -20,7 +20,7 @@ import anyio
 import pytest
 from mcp import types
 
-from actors.records.mcp_cursor import MAX_BYTES, MAX_LINE_BYTES, MAX_NOTES
+from actors.records.mcp_cursor import MAX_BYTES, MAX_LINE_BYTES, MAX_NOTES, CursorStore
 from actors.surfaces import mcp_server
 from protocol.errors import InvalidArgument
 from protocol.notifications import Notice
@@ -174,14 +174,14 @@ def test_the_wait_needs_no_inotify_instance(
     ):
         monkeypatch.setattr(module, name, exhausted)
     first_read = threading.Event()
-    original = mcp_server.CursorStore.take
+    original = CursorStore.take
 
     def take(self: Any, info: Any) -> Any:
         batch = original(self, info)
         first_read.set()  # the server read nothing; from here it waits
         return batch
 
-    monkeypatch.setattr(mcp_server.CursorStore, "take", take)
+    monkeypatch.setattr(CursorStore, "take", take)
 
     def write_during_the_wait() -> None:
         assert first_read.wait(30)

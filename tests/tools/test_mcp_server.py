@@ -415,6 +415,7 @@ def test_a_parent_over_mcp_spawns_and_delegates_many_at_once_bad_items_refused_a
                     (1, "invalid_argument"),
                     (3, "invalid_argument"),
                 ]
+                bad: dict[str, Any]
                 for bad in ({"names": []}, {"names": ["x"] * 1000}, {"names": ["x"], "cwd": None}):
                     err = await call_error(session, "shepherd_spawn_many", bad)
                     assert err["code"] == "invalid_argument", err
@@ -422,7 +423,7 @@ def test_a_parent_over_mcp_spawns_and_delegates_many_at_once_bad_items_refused_a
                     session, "shepherd_spawn_many", {"names": ["w9"], "script": "missing.json"}
                 )
                 assert "missing.json" in err["message"], err  # the options are checked once
-                items = [
+                items: list[dict[str, Any]] = [
                     {"target": "w0", "task": "a"},
                     {"target": "nobody", "task": "b"},
                     {"target": "w0", "task": "again"},

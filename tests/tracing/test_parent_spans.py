@@ -108,6 +108,7 @@ def test_a_task_is_one_span_from_delegate_to_settlement(
         e for e in s.sim_launcher.driver("worker").received if isinstance(e, TaskEnvelope)
     ]
     ctx = span.get_span_context()
+    assert ctx is not None
     assert delivered.traceparent == format_traceparent(
         ctx.trace_id, ctx.span_id, int(ctx.trace_flags)
     )
@@ -122,13 +123,15 @@ def test_a_task_is_one_span_from_delegate_to_settlement(
     assert span.links[0].context.span_id == workflow.context.span_id
 
 
-def test_a_tracing_failure_never_costs_a_task(exporter: InMemorySpanExporter) -> None:
+def test_a_tracing_failure_never_costs_a_task(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spans = _spans(exporter)
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the tracer broke")
 
-    spans._tracer.start_span = broken  # type: ignore[method-assign]
+    monkeypatch.setattr(spans._tracer, "start_span", broken)
     s = _session(spans)
     s.spawn("worker", script=WORKER)
     task = s.delegate("worker", "first")
@@ -170,6 +173,7 @@ def test_a_malformed_traceparent_on_a_routed_message_is_ignored(
     assert format_traceparent(parent.trace_id, parent.span_id, int(parent.trace_flags)) == task_tp
     assert isinstance(out, fx.Deliver)  # delivered, stamped with the message's own span
     ctx = sent.get_span_context()
+    assert ctx is not None
     assert out.envelope == msgspec.structs.replace(
         env, traceparent=format_traceparent(ctx.trace_id, ctx.span_id, int(ctx.trace_flags))
     )

@@ -9,7 +9,7 @@ import json
 import shlex
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -54,7 +54,7 @@ AGENT = textwrap.dedent(
 
 
 @pytest.fixture
-def traced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def traced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "TRACEPARENT"):
@@ -70,7 +70,7 @@ def _supervisor(tmp_path: Path) -> tuple[Supervisor, CollectingSink]:
     return sup, sink
 
 
-def _script(tmp_path: Path, name: str, script: dict[str, object]) -> str:
+def _script(tmp_path: Path, name: str, script: Mapping[str, object]) -> str:
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(script))
     return str(path)

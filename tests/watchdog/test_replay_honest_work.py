@@ -55,7 +55,8 @@ def alerted_reasons(lines: list[dict[str, Any]]) -> set[str]:
 
 
 def evidence(line: dict[str, Any], code: str) -> dict[str, Any]:
-    (item,) = [e for e in line["evidence"] if e["code"] == code]
+    found: list[dict[str, Any]] = [e for e in line["evidence"] if e["code"] == code]
+    (item,) = found
     return item
 
 

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from actors.session.messages import WatchdogAgent, WatchdogInstruction, WatchdogRuntime
-from actors.session.session import Session
 from actors.session.sinks import CollectingSink
 from actors.testing import SimSession
 from protocol.envelopes import RuntimeEnvelope
@@ -27,10 +26,11 @@ _ids = itertools.count()
 class Agent:
     """One agent as the broker shows it to the watchdog."""
 
-    def __init__(self, session: Session, name: str, adapter: str) -> None:
+    def __init__(self, session: SimSession, name: str, adapter: str) -> None:
         self.session = session
         self.agent_id = f"agent-{name}"
         self.name = name
+        assert session.watchdog_ref is not None  # the session runs its watchdog
         self.watchdog: Any = session.watchdog_ref
         self.watchdog.tell(
             WatchdogAgent(agent_id=self.agent_id, name=name, adapter=adapter, at=self.now())
@@ -65,7 +65,7 @@ class Agent:
 
 
 @pytest.fixture
-def session() -> Iterator[tuple[Session, CollectingSink]]:
+def session() -> Iterator[tuple[SimSession, CollectingSink]]:
     sink = CollectingSink()
     made = SimSession.simulated(11, sink=sink)
     try:

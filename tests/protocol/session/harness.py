@@ -10,7 +10,7 @@ nothing (a snapshot of the state before and after).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -67,6 +67,7 @@ T0 = 1000.0
 
 E = TypeVar("E", bound=Effect)
 V = TypeVar("V")
+S = TypeVar("S", bound=msgspec.Struct)
 
 
 class FixedIds:
@@ -87,7 +88,7 @@ class FixedIds:
 # ------------------------------------------------------------------ reading effects
 
 
-def of(effects: list[Effect], cls: type[E]) -> list[E]:
+def of(effects: Sequence[Effect], cls: type[E]) -> list[E]:
     return [e for e in effects if isinstance(e, cls)]
 
 
@@ -116,7 +117,7 @@ def receipt(effects: list[Effect]) -> AckEnvelope:
     return acks[0]
 
 
-def notes(effects: list[Effect], cls: type[V] = AnyNotification) -> list[V]:  # type: ignore[assignment]
+def notes(effects: Sequence[Effect], cls: type[V] = AnyNotification) -> list[V]:  # type: ignore[assignment]
     return [e.note for e in of(effects, Notify) if isinstance(e.note, cls)]
 
 
@@ -374,7 +375,7 @@ class Session:
 
     # --- what agents send
 
-    def envelope(self, cls: type[V], sender: str, target: str = PARENT_ID, **fields: Any) -> V:
+    def envelope(self, cls: type[S], sender: str, target: str = PARENT_ID, **fields: Any) -> S:
         message_id = fields.pop("message_id", None) or self.ids.new(IdKind.MESSAGE)
         return cls(
             message_id=message_id,

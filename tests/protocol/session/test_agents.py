@@ -132,7 +132,7 @@ def test_every_move_of_the_process_machine_is_taken_or_changes_nothing(
     s = Session()
     agent_id = s.spawn("scout")
     row = s.state.agents[agent_id]
-    s.state.agents[agent_id] = msgspec.structs.replace(row, process_state=state)  # type: ignore[arg-type]
+    s.state.agents[agent_id] = msgspec.structs.replace(row, process_state=state)
     before = s.state.agents[agent_id]
     s.now = T0 + 5
     effects = agents.move(s.state, agent_id, event, s.ctx())  # type: ignore[arg-type]

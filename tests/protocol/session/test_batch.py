@@ -90,8 +90,11 @@ def test_the_batch_deadline_applies_to_items_without_their_own() -> None:
     )
     effects = s.call(args)
     ids = answer(effects).task_ids
-    timers = [e for e in of(effects, StartTimer) if isinstance(e.event, TaskDeadline)]
-    delays = {e.event.task_id: e.delay for e in timers}
+    delays = {
+        e.event.task_id: e.delay
+        for e in of(effects, StartTimer)
+        if isinstance(e.event, TaskDeadline)
+    }
     assert delays == {ids[0]: 600.0, ids[1]: 60.0}
 
 

@@ -19,13 +19,13 @@ from protocol.ids import IdKind
 from protocol.journal import UsageRecord
 from protocol.notifications import Notice, TaskCompletion
 from protocol.session import budgets
-from protocol.session.effects import BudgetDue, CancelTimer, Publish, StartTimer
+from protocol.session.effects import BudgetDue, CancelTimer, Effect, Publish, StartTimer
 from protocol.session.restore import Restore, fold, resume
 from protocol.session.state import SessionState
 from protocol.session.status import view
 from protocol.settings import Settings, apply_overrides
 from protocol.tasks import TaskRecord, TaskState
-from protocol.usage import Budget, Usage
+from protocol.usage import Budget, Usage, over
 
 from .harness import SESSION, Session, answer, delivered, journaled, notes, of, receipt
 
@@ -34,7 +34,9 @@ def notices(s: Session, code: str) -> list[Notice]:
     return [t.note for t in s.heard if isinstance(t.note, Notice) and t.note.code == code]
 
 
-def usage(s: Session, agent_id: str, tokens: int = 0, cost: float | None = None, **kw: Any):
+def usage(
+    s: Session, agent_id: str, tokens: int = 0, cost: float | None = None, **kw: Any
+) -> list[Effect]:
     return s.runtime(agent_id, "usage", tokens=tokens, cost=cost, **kw)
 
 
@@ -285,8 +287,9 @@ def test_usage_limits_and_warnings_survive_a_restart() -> None:
     usage(t, a, tokens=10)  # 95: no second soft warning
     assert notices(t, "budget_soft_limit") == []
     usage(t, a, tokens=10)
-    assert t.state.tasks[task].result is not None
-    assert t.state.tasks[task].result.reason == "budget_exceeded"
+    result = t.state.tasks[task].result
+    assert result is not None
+    assert result.reason == "budget_exceeded"
 
 
 def test_a_soft_warning_journaled_but_never_told_is_told_once_after_a_restart() -> None:
@@ -347,13 +350,13 @@ def check_budgets(s: Session) -> None:
     state = s.state
     for task_id, record in state.tasks.items():
         spent = state.task_usage.get(task_id, Usage())
-        if record.budget is not None and budgets.over(spent, record.budget):
+        if record.budget is not None and over(spent, record.budget):
             assert record.terminal, f"{task_id} is over its budget but still {record.state}"
         result = record.result
         if result is not None and result.reason == "budget_exceeded":
             assert record.state is TaskState.FAILED
     session = budgets.session_budget(state)
-    if budgets.over(state.session_usage, session):
+    if over(state.session_usage, session):
         assert all(r.terminal for r in state.tasks.values())
     # the soft warning: at most once per task (or session) and limit
     warned = [
@@ -368,7 +371,7 @@ def check_budgets(s: Session) -> None:
         if record.terminal or record.budget is None:
             continue
         spent = state.task_usage.get(task_id, Usage())
-        for limit in budgets.over(spent, record.budget, state.settings.budget_soft_fraction):
+        for limit in over(spent, record.budget, state.settings.budget_soft_fraction):
             assert (task_id, limit) in warned or (task_id, limit) in state.budget_warned
 
 
@@ -497,8 +500,9 @@ def test_three_dimes_are_thirty_cents_in_status() -> None:
         usage(s, a, cost=0.1)
     status = view(s.state, None, s.now)
     (row,) = status.agents
-    assert row.usage.cost == 0.3  # not 0.30000000000000004
-    assert status.summary is not None and status.summary.usage.cost == 0.3
+    assert row.usage is not None and row.usage.cost == 0.3  # not 0.30000000000000004
+    assert status.summary is not None and status.summary.usage is not None
+    assert status.summary.usage.cost == 0.3
     assert msgspec.json.encode(status.summary.usage) == b'{"turns":0,"tokens":0,"cost":0.3}'
 
 

@@ -4,6 +4,8 @@ carries them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
 
@@ -25,7 +27,8 @@ def test_a_new_session_records_its_limits() -> None:
 @pytest.mark.parametrize("name", SessionLimits.__struct_fields__)
 def test_a_restart_giving_none_runs_with_each_recorded_limit(name: str) -> None:
     value = 7 if name == "budget_tokens" else 7.5
-    recorded = SessionLimits(**{name: value})
+    fields: dict[str, Any] = {name: value}
+    recorded = SessionLimits(**fields)
     effective, changes, record = restart(Settings(), recorded, at=2.0)
     assert getattr(effective, name) == value
     assert changes == () and record is None  # as recorded: nothing to tell or journal

@@ -362,11 +362,13 @@ def test_a_recovered_agents_open_requests_are_orphaned_and_its_task_can_complete
     assert late  # the late reply was answered (refused or delivered), and reopened nothing
     t.runtime(ids["a"], "ready", pid=201)
     t.done(ids["a"], summary="parsed")  # no cancel_requests needed
-    assert t.state.tasks[ids["ta"]].result is not None
-    assert t.state.tasks[ids["ta"]].result.status == "completed"
+    result = t.state.tasks[ids["ta"]].result
+    assert result is not None
+    assert result.status == "completed"
     # a second restart agrees (it was journaled)
     again = fold(t.journal, SessionState(SESSION, SETTINGS))
-    assert again.requests.get(orphaned.request_id).state is RequestState.CANCELLED
+    request = again.requests.get(orphaned.request_id)
+    assert request is not None and request.state is RequestState.CANCELLED
 
     # asked of it: b asks a, then a's bridge is gone: b is told, and b's task runs again
     s, ids = team()

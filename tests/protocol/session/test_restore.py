@@ -80,7 +80,7 @@ def busy() -> tuple[Session, dict[str, str]]:
     ta = s.delegate("a", "write the parser", timeout_minutes=10)
     tb = answer(s.call(api.PromptArgs(target="b", prompt="review it"))).task_id
     tc = s.delegate("c", "lint")
-    w = answer(s.call(api.WatchArgs(ids=[ta, tb, tc]))).watcher_id
+    w = answer(s.call(api.WatchArgs(ids=(ta, tb, tc)))).watcher_id
     s.now += 1
     first = s.ask(a, "b", "which grammar?", reply_timeout_s=600.0)
     s.now += 1
@@ -200,7 +200,7 @@ def test_a_result_carried_by_the_watch_answer_is_never_handed_over_again() -> No
     done_task = s.delegate("a")
     s.done(a)
     open_task = s.delegate("b")
-    watcher = answer(s.call(api.WatchArgs(ids=[done_task, open_task]))).watcher_id
+    watcher = answer(s.call(api.WatchArgs(ids=(done_task, open_task)))).watcher_id
     t, effects = restart(s)
     assert t.state.watchers[watcher].pending == {open_task}
     assert [e for e in of(effects, StartTimer) if isinstance(e.event, Flush)] == []

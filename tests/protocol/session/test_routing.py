@@ -104,7 +104,7 @@ def test_a_message_that_would_not_fit_one_envelope_opens_nothing() -> None:
 def test_an_agent_cannot_send_the_parents_kinds() -> None:
     s, a, b = two_agents()
     env = s.envelope(TaskEnvelope, a, b, task_id="shepherd-task-0badc0de", content="x")
-    s.send_refused(env, "invalid_argument")  # type: ignore[arg-type]
+    s.send_refused(env, "invalid_argument")
 
 
 def test_an_envelope_from_an_unknown_sender_is_logged_and_changes_nothing() -> None:

@@ -25,7 +25,7 @@ def team(n: int = 3) -> tuple[Session, list[str], list[str]]:
 
 
 def watch(s: Session, ids: list[str]) -> api.WatchResult:
-    result = answer(s.call(api.WatchArgs(ids=ids)))
+    result = answer(s.call(api.WatchArgs(ids=tuple(ids))))
     assert isinstance(result, api.WatchResult)
     return result
 
@@ -39,7 +39,7 @@ def completions(s: Session) -> list[TaskCompletion]:
 
 def test_a_watch_of_open_tasks_is_journaled_before_its_answer_and_kept() -> None:
     s, _, tasks = team()
-    effects = s.call(api.WatchArgs(ids=[tasks[2], tasks[0]]))
+    effects = s.call(api.WatchArgs(ids=(tasks[2], tasks[0])))
     assert isinstance(effects[0], Journal)
     result = answer(effects)
     assert effects[0].record == WatcherRecord(
@@ -54,7 +54,7 @@ def test_a_watch_of_open_tasks_is_journaled_before_its_answer_and_kept() -> None
 def test_results_already_settled_are_in_the_answer_and_journaled_as_delivered() -> None:
     s, agents, tasks = team()
     s.done(agents[1], summary="one")
-    effects = s.call(api.WatchArgs(ids=[tasks[0], tasks[1]]))
+    effects = s.call(api.WatchArgs(ids=(tasks[0], tasks[1])))
     result = answer(effects)
     assert [r.task_id for r in result.completed] == [tasks[1]]
     assert result.pending == (tasks[0],)
@@ -67,7 +67,7 @@ def test_a_watcher_with_nothing_pending_is_not_kept_nor_journaled() -> None:
     s, agents, tasks = team(2)
     s.done(agents[0])
     s.done(agents[1])
-    effects = s.call(api.WatchArgs(ids=tasks))
+    effects = s.call(api.WatchArgs(ids=tuple(tasks)))
     result = answer(effects)
     assert result.pending == () and len(result.completed) == 2
     assert journaled(effects) == [] and s.state.watchers == {}
@@ -179,6 +179,7 @@ def test_a_wait_callers_watcher_is_not_journaled_and_its_notes_go_to_the_caller(
     assert journaled(effects) == [] and not s.state.watchers[w].journaled
     s.done(agents[0])
     (notify,) = of(s.fire_timer(("flush", w)), Notify)
+    assert isinstance(notify.note, TaskCompletion)
     assert notify.note.watcher_id == w and not s.to_parent(notify)
 
 
