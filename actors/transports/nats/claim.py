@@ -198,13 +198,7 @@ class ParentClaim:
             raise
 
     def _run(self, coro: Any, *, what: str, limit: float | None = None) -> Any:
-        limit = self._timeout * 4 if limit is None else limit
-        try:
-            return self._loop.run(coro, limit)
-        except TimeoutError:
-            raise SessionUnavailable(
-                f"the NATS servers did not answer within {limit:g} s ({what})"
-            ) from None
+        return self._loop.answer(coro, self._timeout * 4 if limit is None else limit, what)
 
     def _presence(self, writer: str) -> str:
         return f"{self._subject}.{writer}"

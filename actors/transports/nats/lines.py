@@ -159,13 +159,7 @@ class NatsLines:
         return self._problems
 
     def _run(self, coro: Any, *, what: str, timeout: float | None = None) -> Any:
-        limit = self._timeout * 4 if timeout is None else timeout
-        try:
-            return self._loop.run(coro, limit)
-        except TimeoutError:
-            raise SessionUnavailable(
-                f"the NATS servers did not answer within {limit:g} s ({what})"
-            ) from None
+        return self._loop.answer(coro, self._timeout * 4 if timeout is None else timeout, what)
 
     def _require_js(self) -> JetStreamContext:
         if self._js is None:

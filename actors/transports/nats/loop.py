@@ -43,6 +43,17 @@ class LoopThread:
             future.cancel()
             raise
 
+    def answer(self, coro: Coroutine[Any, Any, T], limit: float, what: str) -> T:
+        """:meth:`run`, with a time-out said as ``session_unavailable`` naming ``what``."""
+        from protocol.errors import SessionUnavailable
+
+        try:
+            return self.run(coro, limit)
+        except TimeoutError:
+            raise SessionUnavailable(
+                f"the NATS servers did not answer within {limit:g} s ({what})"
+            ) from None
+
     def in_loop(self) -> bool:
         return threading.current_thread() is self._thread
 
