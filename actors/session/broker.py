@@ -12,23 +12,18 @@ Rules of the runner:
   fsync (a batch operation puts all its records first). A batch of inbound envelopes (one
   receiving pass) is one run too: each envelope's rule in order, then
   all their records in one write, then each one's other effects in order.
-- Each effect's runner is found by the effect's type (one dict lookup). What goes to the
-  session's helper actors (task notes to the one note writer, watchers' notifications to the
-  one courier, what the watchdog is told) is gathered over the run and sent as one message
-  each when it ends: a burst of settlements costs no actor per task or watcher, and one
-  message per actor per run (:mod:`actors.session.task`, :mod:`actors.session.watcher`).
+- Each effect's runner is found by the effect's type (one dict lookup). What goes to other
+  actors (task notes to the one note writer, settled results to each watcher's actor, what
+  the watchdog is told) is gathered over the run and sent when it ends: one message per
+  actor per run (:mod:`actors.session.task`, :mod:`actors.session.watcher`).
+- A watcher is an actor of its own (``SpawnWatcher`` starts it from the state the rules gave;
+  ``HandOver`` routes a result to it). This actor keeps only its address, until it says it is
+  done; what it has pending, buffered and delivered, and its coalescing window, are its own.
 - The answer to an operation is its ``Answer`` effect, or a future of it (``read``: the
   agent's actor holds its output). The edge resolves a future; there is no other way of
   saying "the answer comes later".
 - A timer hands its event back to this actor; the rules ignore an event that no longer
   applies (a timer cancelled too late, or fired early by the simulation).
-- A coalescing window (a ``Flush`` timer) closes on time even behind a backlog: before each
-  message, the windows whose time has come are flushed (:mod:`actors.session.windows`, one
-  timer for them all). A timer's event waits in this actor's mailbox behind everything that
-  arrived before it, and when thousands of ``done`` arrive at once every window would
-  otherwise close only after the last of them was handled: each notification paid for the
-  whole burst. Only ``Flush`` is brought forward: a deadline's event keeps its place (what
-  reached the broker before it is handled first, as part of the task).
 - The transport authenticated and de-duplicated every envelope that reaches this actor: it
   trusts them (:mod:`actors.runtime.transport`).
 - After a parent restart (``restore``), the first thing it does is run the effects of
@@ -64,13 +59,12 @@ from actors.session.runs import WATCHDOG_EFFECTS, Run, read_output
 from actors.session.sinks import GuardedSink
 from actors.session.task import NoteWriter, NoteWrites
 from actors.session.timers import Timers
-from actors.session.watcher import Courier, Handed
-from actors.session.windows import WindowsDue
+from actors.session.watcher import Results, WatcherActor, WatcherDone
 from actors.session.worktrees import GitWorker
 from protocol import api
 from protocol.envelopes import AnyEnvelope
 from protocol.errors import ShepherdError
-from protocol.notifications import Notice, TaskCompletion
+from protocol.notifications import Notice
 from protocol.session import agents, calls, inbound, status, watchers, worktree_events, worktrees
 from protocol.session import effects as fx
 from protocol.session.batch import first_spawn
@@ -126,12 +120,10 @@ class BrokerActor(ShepherdActor):
         self._watchdog = watchdog_factory(self.actor_ref) if watchdog_factory else None
         self._agents: dict[str, pykka.ActorRef[Any]] = {}  # agent id -> its actor
         self._timers = Timers(self.clock, functools.partial(tell_quietly, self.actor_ref))
-        self._windows = self._timers.windows
-        #: every task's note, written by one actor; every watcher's notifications, handed to
-        #: its sink by one actor (see :mod:`actors.session.task`, :mod:`actors.session.watcher`)
+        #: every task's note, written by one actor (see :mod:`actors.session.task`)
         self._note_writer: pykka.ActorRef[Any] | None = None
-        self._courier: pykka.ActorRef[Any] | None = None
-        self._watchers: dict[str, GuardedSink] = {}  # watcher id -> where its notes go
+        #: watcher id -> its actor, until it is done (:mod:`actors.session.watcher`)
+        self._watchers: dict[str, pykka.ActorRef[Any]] = {}
         #: each effect's runner, by the effect's type (a dict lookup, not a chain of matches)
         self._runners: dict[type, Callable[[Any, Run], None]] = {
             fx.Notify: self._notify,
@@ -146,6 +138,7 @@ class BrokerActor(ShepherdActor):
             fx.AppendNote: self._note,
             fx.FinaliseNote: self._note,
             fx.SpawnWatcher: self._spawn_watcher,
+            fx.HandOver: lambda e, run: run.hands.setdefault(e.watcher_id, []).append(e.result),
             fx.Story: lambda e, _: self._story(e.text),
             fx.Log: lambda e, _: self._log.log(e.level.upper(), e.text),
             fx.ProbeWorktree: lambda e, _: self._probe(e),
@@ -158,7 +151,6 @@ class BrokerActor(ShepherdActor):
     def on_start(self) -> None:
         if self._notes is not None:
             self._note_writer = self.runtime.spawn(NoteWriter, self._notes)
-        self._courier = self.runtime.spawn(Courier)
         if self._restore is not None:
             restore, self._restore = self._restore, None
             self._run(resume(restore, self._ctx()))
@@ -173,8 +165,6 @@ class BrokerActor(ShepherdActor):
             if isinstance(message, _REFUSED_WHEN_STOPPED):
                 raise NotHandled(self._stopped)
             return None
-        if self._windows and self._windows.due(now := self.clock.monotonic()):
-            self._close_windows(now)
         state = self.state
         match message:
             case messages.ParentCall(args=args):
@@ -191,8 +181,9 @@ class BrokerActor(ShepherdActor):
                 return self._run(effects)
             case messages.DeliveryFailed(envelope=env, error=error):
                 return self._run(inbound.delivery_failed(state, env, error, self._ctx()))
-            case WindowsDue():
-                return self._flush(self._windows.fired(message))
+            case WatcherDone(watcher_id=watcher_id):
+                self._watchers.pop(watcher_id, None)
+                return None
             case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue() | fx.BudgetDue():
                 self._timers.fired(message)
                 self._run(calls.fire(state, message, self._ctx()))
@@ -315,8 +306,10 @@ class BrokerActor(ShepherdActor):
         stopped: what was decided before a failure is still told)."""
         if run.notes and self._note_writer is not None:
             tell_quietly(self._note_writer, NoteWrites(run.notes))
-        if run.hands and self._courier is not None:
-            tell_quietly(self._courier, Handed(run.hands))
+        for watcher_id, results in run.hands.items():
+            ref = self._watchers.get(watcher_id)
+            if ref is not None:  # a ``wait`` whose caller stopped waiting stopped it
+                tell_quietly(ref, Results(results))
         if run.watchdog and self._watchdog is not None:
             tell_quietly(self._watchdog, run.watchdog)
 
@@ -350,12 +343,8 @@ class BrokerActor(ShepherdActor):
             )
         raise NotHandled(self._stopped) from exc
 
-    def _notify(self, effect: fx.Notify, run: Run) -> None:
-        note = effect.note
-        if isinstance(note, TaskCompletion):
-            self._hand(note, run)
-        else:
-            self._sink(note)
+    def _notify(self, effect: fx.Notify, _: Run) -> None:
+        self._sink(effect.note)
 
     def _deliver(self, effect: fx.Deliver, _: Run) -> None:
         self._tell(effect.agent_id, messages.Deliver(envelope=effect.envelope))
@@ -373,7 +362,11 @@ class BrokerActor(ShepherdActor):
         run.notes.append(effect)
 
     def _spawn_watcher(self, effect: fx.SpawnWatcher, run: Run) -> None:
-        self._watchers[effect.watcher_id] = run.caller if run.caller is not None else self._sink
+        sink = run.caller if run.caller is not None else self._sink
+        coalesce_s = self.state.settings.coalesce_ms / 1000.0
+        self._watchers[effect.watcher_id] = self.runtime.spawn(
+            WatcherActor, effect.watcher, sink, coalesce_s, self.actor_ref
+        )
 
     def _watchdog_effect(self, effect: Any, run: Run) -> None:
         if self._watchdog is not None:
@@ -414,27 +407,6 @@ class BrokerActor(ShepherdActor):
             effect.pid,
             effect.exited,
         )
-
-    def _close_windows(self, now: float) -> None:
-        """Flush each coalescing window closed by ``now``, as its own timer would have."""
-        self._flush(self._windows.pop_due(now))
-
-    def _flush(self, events: list[fx.Flush]) -> None:
-        """Windows closing together are one run: their notifications reach the courier in one
-        message (a flush only notifies)."""
-        cx = self._ctx()
-        self._run([effect for event in events for effect in calls.fire(self.state, event, cx)])
-
-    def _hand(self, note: TaskCompletion, run: Run) -> None:
-        """A watcher's notification goes to its sink through the courier (the watcher is
-        forgotten when nothing is pending); the rules made it exactly once, in order."""
-        watcher_id = note.watcher_id
-        sink = (self._watchers.pop if not note.pending else self._watchers.get)(watcher_id, None)
-        if sink is not None:
-            run.hands.append((sink, note))
-        else:  # never expected: the parent hears of it rather than nobody
-            self._log.error("no sink for watcher {}: handed to the parent", watcher_id)
-            self._sink(note)
 
     def _story(self, text: str) -> None:
         """One human line per lifecycle change, for ``shepherd demo`` and ``serve --verbose``."""

@@ -9,8 +9,8 @@ import pykka
 from actors.session import messages
 from actors.session.sinks import GuardedSink
 from protocol import api
-from protocol.notifications import AnyNotification
 from protocol.session import effects as fx
+from protocol.tasks import TaskResult
 
 __all__ = ["WATCHDOG_EFFECTS", "Run", "read_output"]
 
@@ -26,7 +26,8 @@ class Run:
         self.caller = caller
         self.watchdog: list[Any] = []
         self.notes: list[fx.OpenNote | fx.AppendNote | fx.FinaliseNote] = []
-        self.hands: list[tuple[GuardedSink, AnyNotification]] = []
+        #: watcher id -> the results routed to it, in order (one message to each watcher)
+        self.hands: dict[str, list[TaskResult]] = {}
 
 
 def read_output(ref: pykka.ActorRef[Any] | None, effect: fx.AnswerFromOutput) -> Any:

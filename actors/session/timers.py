@@ -1,7 +1,7 @@
 """The broker's timers: one per pending deadline, request timeout, stale check or budget check,
-keyed as the rules key them, and the coalescing windows (:mod:`actors.session.windows`, one
-timer for them all). Setting a key again cancels the timer it had; a timer's event goes back
-to the broker, which hands it to the rules (they ignore an event that no longer applies)."""
+keyed as the rules key them (a watcher's coalescing window is the watcher's own timer).
+Setting a key again cancels the timer it had; a timer's event goes back to the broker, which
+hands it to the rules (they ignore an event that no longer applies)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from actors.runtime.clock import Clock, TimerHandle
-from actors.session.windows import Windows
 from protocol.session import effects as fx
 
 __all__ = ["Timers"]
@@ -21,29 +20,21 @@ class Timers:
         self._clock = clock
         self._tell = tell
         self._timers: dict[fx.TimerKey, tuple[fx.TimerEvent, TimerHandle]] = {}
-        #: open coalescing windows (closing on the monotonic clock), and their one timer
-        self.windows = Windows(clock, tell)
 
     def start(self, delay: float, event: fx.TimerEvent) -> None:
         self.cancel(event.key)
-        if isinstance(event, fx.Flush):
-            self.windows.start(event, delay)
-            return
         self._timers[event.key] = (
             event,
             self._clock.call_later(delay, functools.partial(self._tell, event)),
         )
 
     def cancel(self, key: fx.TimerKey) -> None:
-        if key[0] == "flush":
-            self.windows.cancel(key[1])
-            return
         entry = self._timers.pop(key, None)
         if entry is not None:
             entry[1].cancel()
 
     def __iter__(self) -> Iterator[fx.TimerKey]:
-        """The keys of the pending timers (the windows' one timer apart)."""
+        """The keys of the pending timers."""
         return iter(list(self._timers))
 
     def fired(self, event: fx.TimerEvent) -> None:

@@ -1,43 +1,93 @@
-"""Courier: hands every watcher's notifications to its caller, off the broker's thread.
+"""WatcherActor: one watcher, from ``watch`` (or ``wait``) until it has delivered every id.
 
-What a watcher has pending, has delivered and holds in its coalescing buffer has one owner:
-the session's state, changed only by the rules (:mod:`protocol.session.watchers`: exactly
-once, coalesced). What the rules cannot hold is where a watcher's notifications go (the
-parent's sink for a ``watch``, the waiting caller's for a ``wait``): the broker keeps that per
-watcher, and hands each notification, with its sink, to this actor, which calls the sink. A
-caller's sink may be slow, and the broker must not wait for it.
+The actor owns its :class:`~protocol.session.state.WatcherState` (pending, buffered) and its
+coalescing window's timer, and hands each notification to its caller (``watch``: the parent's
+sink; ``wait``: the waiting caller's), exactly once and in the caller's order. What it does
+with each message is a rule of :mod:`protocol.session.watcher`; this actor calls the rule and
+does what it says:
 
-One courier for the session, not one actor per watcher: a watcher then costs no actor to
-start and stop (10,000 watchers were 10,000 spawns and stops), and the notifications of one
-run of the broker's effects travel in one message, in order (one actor's mail is handled in
-order, so a watcher's notifications reach its sink in the order the rules made them).
+- ``Results`` (from the broker, which routes each settled task's result to the watchers
+  subscribed to it, one message per watcher per run of its effects): take each into the
+  buffer; the first opens the window (a timer of the watcher's own, whose event comes back to
+  this actor's mailbox, behind nothing but this watcher's own mail).
+- ``Flush`` (the window closed): one notification to the caller; when nothing is pending, tell
+  the broker (``WatcherDone``: it forgets the watcher's address) and stop.
+
+A result reaches a watcher only after the journal has it: the broker routes it as an effect
+of the run that journaled it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
 from typing import Any
 
-from actors.runtime.runtime import ShepherdActor
+import pykka
+
+from actors.runtime.clock import TimerHandle
+from actors.runtime.runtime import ShepherdActor, tell_quietly
 from actors.session.sinks import GuardedSink
-from protocol.notifications import AnyNotification
+from protocol.session import watcher as rules
+from protocol.session.effects import Flush
+from protocol.session.state import WatcherState
+from protocol.tasks import TaskResult
 
-__all__ = ["Courier", "Handed"]
-
-
-class Handed:
-    """Notifications to hand, each to its sink, in order (one message)."""
-
-    __slots__ = ("items",)
-
-    def __init__(self, items: Sequence[tuple[GuardedSink, AnyNotification]]) -> None:
-        self.items = items
+__all__ = ["Results", "WatcherActor", "WatcherDone"]
 
 
-class Courier(ShepherdActor):
+class Results:
+    """Settled tasks' results for one watcher, in the order they settled (one message)."""
+
+    __slots__ = ("results",)
+
+    def __init__(self, results: list[TaskResult]) -> None:
+        self.results = results
+
+
+class WatcherDone:
+    """A watcher delivered everything it watched and stopped (told to the broker)."""
+
+    __slots__ = ("watcher_id",)
+
+    def __init__(self, watcher_id: str) -> None:
+        self.watcher_id = watcher_id
+
+
+class WatcherActor(ShepherdActor):
+    def __init__(
+        self,
+        state: WatcherState,
+        sink: GuardedSink,
+        coalesce_s: float,
+        broker: pykka.ActorRef[Any],
+    ) -> None:
+        super().__init__()
+        self.state = state
+        self._sink = sink
+        self._coalesce_s = coalesce_s
+        self._broker = broker
+        self._timer: TimerHandle | None = None
+
     def on_receive(self, message: Any) -> Any:
-        if not isinstance(message, Handed):
-            return super().on_receive(message)
-        for sink, note in message.items:
-            sink(note)  # guarded: a failing sink is logged, never raised
-        return None
+        if isinstance(message, Results):
+            for result in message.results:
+                self.state, opens = rules.take(self.state, result, self._coalesce_s)
+                if opens is not None:
+                    self._timer = self.clock.call_later(
+                        opens.delay, functools.partial(tell_quietly, self.actor_ref, opens.event)
+                    )
+            return None
+        if isinstance(message, Flush):
+            self._timer = None
+            self.state, note = rules.flush(self.state, self.clock.now())
+            if note is not None:
+                self._sink(note)  # guarded: a failing sink is logged, never raised
+            if rules.done(self.state):
+                tell_quietly(self._broker, WatcherDone(self.state.watcher_id))
+                self.stop()
+            return None
+        return super().on_receive(message)
+
+    def on_stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()

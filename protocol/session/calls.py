@@ -30,11 +30,10 @@ from protocol.session.effects import (
     AnswerFromOutput,
     BudgetDue,
     Effect,
-    Flush,
     RequestTimeout,
+    SessionTimer,
     StaleDue,
     TaskDeadline,
-    TimerEvent,
 )
 from protocol.session.state import Ctx, SessionState
 from protocol.tasks import TaskEvent
@@ -77,7 +76,8 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
             raise InvalidArgument(f"unknown operation {type(args).__name__}")
 
 
-def fire(s: SessionState, event: TimerEvent, cx: Ctx) -> list[Effect]:
+def fire(s: SessionState, event: SessionTimer, cx: Ctx) -> list[Effect]:
+    """A session timer fired (a watcher's ``Flush`` is its own actor's)."""
     match event:
         case TaskDeadline():
             return tasks.deadline(s, event, cx)
@@ -85,7 +85,5 @@ def fire(s: SessionState, event: TimerEvent, cx: Ctx) -> list[Effect]:
             return requests.timeout(s, event, cx)
         case StaleDue():
             return stale.due(s, event, cx)
-        case Flush():
-            return watchers.flush(s, event, cx)
         case BudgetDue():
             return budgets.due(s, event, cx)

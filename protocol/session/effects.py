@@ -9,9 +9,8 @@ of it), and an ``Answer`` is the value the caller of an operation gets.
 effect              what running it means
 ==================  ==========================================================================
 ``Journal``         append the record to the journal (durable before the next effect runs)
-``Notify``          hand a notification to the parent's sink; a watcher's (``TaskCompletion``)
-                    goes to that watcher's caller, off the rules' thread (``watch``: the parent's
-                    sink; ``wait``: the waiting caller's)
+``Notify``          hand a notification to the parent's sink (a watcher's ``TaskCompletion`` is
+                    its actor's to hand, to its caller)
 ``Deliver``         publish an envelope into an agent's inbox (stamped with its capability)
 ``Publish``         publish a receipt into a one-shot inbox (already stamped)
 ``Forward``         show a runtime event to the agent's actor (its output, for ``read``)
@@ -22,7 +21,10 @@ effect              what running it means
                     an event that no longer applies)
 ``OpenNote`` ...    the task's working note: opened (or taken over after a restart), a line
                     appended, finalised (written off the rules' thread, in this order)
-``SpawnWatcher``    a watcher starts: its notifications go to its caller (the operation's)
+``SpawnWatcher``    a watcher's actor starts, from the state given: its notifications go to
+                    its caller (the operation's)
+``HandOver``        a settled task's result goes to a watcher's actor (the watcher's rules,
+                    :mod:`protocol.session.watcher`, take it once and coalesce)
 ``Story``           one human line about the lifecycle (``shepherd demo``, ``serve --verbose``)
 ``Log``             a log line
 ``Answer``          the answer to the operation being handled
@@ -35,9 +37,9 @@ effect              what running it means
                     ``WorktreeProbed`` event (:mod:`protocol.session.worktrees`)
 ==================  ==========================================================================
 
-Timer events (``TaskDeadline``, ``RequestTimeout``, ``StaleDue``, ``Flush``, ``BudgetDue``)
-are data too: a ``StartTimer`` carries the event the rules get back, and ``key`` names the
-timer.
+Timer events (``TaskDeadline``, ``RequestTimeout``, ``StaleDue``, ``BudgetDue``; and a
+watcher's own ``Flush``) are data too: a ``StartTimer`` carries the event the rules get back,
+and ``key`` names the timer.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ import msgspec
 
 from protocol.envelopes import AnyEnvelope, RuntimeEnvelope
 from protocol.notifications import AnyNotification
-from protocol.tasks import TaskRecord
+from protocol.session.state import WatcherState
+from protocol.tasks import TaskRecord, TaskResult
 from protocol.worktrees import Snapshot, WorktreeRef
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "FinaliseNote",
     "Flush",
     "Forward",
+    "HandOver",
     "Journal",
     "Log",
     "Notify",
@@ -69,6 +73,7 @@ __all__ = [
     "ProbeWorktree",
     "Publish",
     "RequestTimeout",
+    "SessionTimer",
     "SpawnAgent",
     "SpawnWatcher",
     "StaleDue",
@@ -148,7 +153,16 @@ class FinaliseNote(Effect, frozen=True, kw_only=True):
 
 
 class SpawnWatcher(Effect, frozen=True, kw_only=True):
+    watcher: WatcherState
+
+    @property
+    def watcher_id(self) -> str:
+        return self.watcher.watcher_id
+
+
+class HandOver(Effect, frozen=True, kw_only=True):
     watcher_id: str
+    result: TaskResult
 
 
 class Story(Effect, frozen=True, kw_only=True):
@@ -220,7 +234,9 @@ class BudgetDue(msgspec.Struct, frozen=True, kw_only=True):
         return ("budget_soft" if self.soft else "budget", self.task_id)
 
 
-TimerEvent = TaskDeadline | RequestTimeout | StaleDue | Flush | BudgetDue
+#: the session's timers (the broker's), and every timer (a watcher's ``Flush`` is its own)
+SessionTimer = TaskDeadline | RequestTimeout | StaleDue | BudgetDue
+TimerEvent = SessionTimer | Flush
 
 
 class StartTimer(Effect, frozen=True, kw_only=True):

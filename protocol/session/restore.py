@@ -68,7 +68,7 @@ from protocol.session.effects import (
     TaskDeadline,
     WatchdogAgent,
 )
-from protocol.session.state import Ctx, SessionState
+from protocol.session.state import Ctx, SessionState, WatcherState
 from protocol.settings import Settings
 from protocol.tasks import TaskEvent, TaskRecord
 
@@ -110,7 +110,8 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
             case WatcherRecord():
                 pending = tuple(t for t in record.ids if t not in record.inline)
                 if pending:
-                    watchers.register(s, record.watcher_id, record.ids, pending)
+                    watcher = watchers.subscribe(s, record.watcher_id, record.ids, pending)
+                    s.folded_watchers[record.watcher_id] = watcher
             case UsageRecord():
                 budgets.replay(s, record)
             case AgentRecoverRecord():
@@ -198,26 +199,28 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
             due = StaleDue(task_id=task_id, waiting_since=episode.since)
             effects.append(StartTimer(delay=delay, event=due))
         effects += recover.hand(s, record, cx, restore.told)
-    effects += _watchers(restore, cx)
+    watching = _watchers(restore, cx)
+    effects += watching
     effects += budgets.resume(s, cx)
     open_tasks = sum(1 for r in s.tasks.values() if not r.terminal)
     effects.append(
         Story(
             text=f"session restored: {len(s.agents)} agents, {len(s.results)} settled, "
-            f"{open_tasks} open tasks, {len(s.watchers)} watchers"
+            f"{open_tasks} open tasks, "
+            f"{sum(1 for e in watching if isinstance(e, SpawnWatcher))} watchers"
         )
     )
     return effects
 
 
 def _watchers(restore: Restore, cx: Ctx) -> list[Effect]:
-    """Each watcher keeps only what it had not delivered; a result that settled and was never
-    delivered goes out now, once (rule 3)."""
+    """Each watcher the journal describes gets its actor again, keeping only what it had not
+    delivered (the fold's watchers are handed over: the session keeps none); a result that
+    settled and was never delivered goes out now, once (rule 3)."""
     s = restore.state
-    for watcher in list(s.watchers.values()):
+    live: list[WatcherState] = []
+    for watcher in s.folded_watchers.values():
         delivered = restore.delivered.get(watcher.watcher_id, set())
-        if watcher.pending.isdisjoint(delivered):
-            continue
         for task_id in watcher.pending & delivered:
             subscribed = s.subscribers.get(task_id, [])
             if watcher.watcher_id in subscribed:
@@ -226,10 +229,9 @@ def _watchers(restore: Restore, cx: Ctx) -> list[Effect]:
                 s.subscribers.pop(task_id, None)
         pending = watcher.pending - delivered
         if pending:
-            s.watchers[watcher.watcher_id] = msgspec.structs.replace(watcher, pending=pending)
-        else:
-            del s.watchers[watcher.watcher_id]
-    effects: list[Effect] = [SpawnWatcher(watcher_id=w) for w in s.watchers]
+            live.append(msgspec.structs.replace(watcher, pending=pending))
+    s.folded_watchers = {}
+    effects: list[Effect] = [SpawnWatcher(watcher=w) for w in live]
     for task_id in list(s.subscribers):
         result = s.result_of(task_id)
         if result is not None:  # settled, never delivered: deliver it now, once

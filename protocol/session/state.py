@@ -4,16 +4,19 @@ Rules:
 
 1. **One owner per fact.** An agent's process state, its active task and whether it is closed
    live in its :class:`AgentRow`; a task's record (state, pending requests, result) in
-   ``tasks``; a request in ``requests``; a watcher's pending, delivered and buffered tasks in
-   its :class:`WatcherState`; a waiting episode in ``episodes``. A task's result is its
-   record's ``result`` (``results`` is a view of it, never a second table).
+   ``tasks``; a request in ``requests``; a waiting episode in ``episodes``. A task's result
+   is its record's ``result`` (``results`` is a view of it, never a second table). A
+   watcher's pending, delivered and buffered tasks are NOT here: its :class:`WatcherState`
+   is its actor's (:mod:`protocol.session.watcher`); the session keeps only
+   ``subscribers``.
 2. **Changed by the rules only.** The rule modules of this package are the only writers. A
    rule checks everything first and raises a typed error (nothing changed) or changes the
    state and returns its effects.
 3. **Indexes are derived, and changed with what they index.** ``names`` indexes agents,
-   ``subscribers`` indexes the watchers' pending tasks, a task's ``pending_requests`` lists
-   its pending requests in the request table: each is changed in the same function as the
-   fact it indexes (``tests/protocol/session`` checks they agree after every step).
+   ``subscribers`` routes a task's result to the watchers still waiting for it, a task's
+   ``pending_requests`` lists its pending requests in the request table: each is changed in
+   the same function as the fact it indexes (``tests/protocol/session`` checks they agree
+   after every step).
 
 Theory of operation: the state is a plain container that the rules change in place, like
 h11's connection state; the records in it are frozen Structs, replaced as they move through
@@ -162,8 +165,10 @@ class SessionState:
         self.tasks: dict[str, TaskRecord] = {}
         self.requests = RequestTable(settings.closed_requests_kept)
         self.prompts: dict[str, str] = {}  # prompt id -> task id (compatibility aliases)
-        self.watchers: dict[str, WatcherState] = {}
         self.subscribers: dict[str, list[str]] = {}  # task id -> watchers it is pending for
+        #: the live watchers the journal describes, as the fold found them: ``resume`` starts
+        #: an actor for each and empties this (a running session keeps no watcher's state)
+        self.folded_watchers: dict[str, WatcherState] = {}
         self.stale: dict[str, Episode] = {}  # waiting task id -> its episode
         self.turns: dict[str, Turn] = {}  # agent id -> its current turn
         self.turn_stats: dict[str, TurnStats] = {}  # open task id -> turns without done

@@ -463,9 +463,9 @@ class Rig:
         self.sink.items.clear()
 
     def quiet(self, baseline_actors: int) -> None:
-        """Wait until the session holds no more actors than before the load (a task or a watcher
-        has none of its own: nothing may be left behind by one), dead timers drained and every
-        watcher done."""
+        """Wait until the session holds no more actors than before the load (a watcher's actor
+        stops once it delivered everything: nothing may be left behind by one), dead timers
+        drained and every watcher done."""
         clock = self.runtime.clock
         assert isinstance(clock, ObservedClock)
         assert self.news.wait_until(lambda: self.runtime.actor_count == baseline_actors, 30), (
@@ -486,8 +486,7 @@ class Rig:
             "results": len(b.results),
             "dedup_ids": len(self.transport.gate),  # the transport de-duplicates, not the broker
             "subscriptions": sum(len(v) for v in b.subscribers.values()),
-            "watchers": len(b.watchers),
-            "watcher_sinks": len(self.broker_actor._watchers),  # one per live watcher
+            "watchers": len(self.broker_actor._watchers),  # one actor per live watcher
             "deadline_timers": timers["deadline"],  # one per open task with a deadline
             "request_timers": timers["reply"],
             "stale_timers": timers["stale"],
@@ -504,9 +503,9 @@ def rig() -> Any:
 
 def test_fifty_agents_two_hundred_messages_each(rig: Rig, report: Counter[str]) -> None:
     baseline_actors = rig.runtime.actor_count
-    # an agent and a simulated agent each; the broker, the watchdog, the note writer and the
-    # courier (a task or a watcher has no actor of its own)
-    assert baseline_actors == 2 * AGENTS + 4
+    # an agent and a simulated agent each; the broker, the watchdog and the note writer (a
+    # watcher's actor is gone once it delivered everything)
+    assert baseline_actors == 2 * AGENTS + 3
     started = time.monotonic()
 
     # --- the load: everything delivered once, in per-sender order; everything settles
@@ -556,7 +555,7 @@ def test_fifty_agents_two_hundred_messages_each(rig: Rig, report: Counter[str]) 
 
     # bounded tables stay bounded, per-message state is gone, settled actors are stopped
     assert after["dedup_ids"] <= rig.settings.dedup_window
-    rest = ("subscriptions", "watcher_sinks", "deadline_timers", "request_timers", "stale_timers")
+    rest = ("subscriptions", "watchers", "deadline_timers", "request_timers", "stale_timers")
     for key in rest:
         assert after[key] == before[key] == 0, (key, before[key], after[key])
     assert after["actors"] == before["actors"] == baseline_actors

@@ -1,14 +1,16 @@
 """A coalescing window closes on time even when the broker has a backlog.
 
-A timer's event waits in the broker's mailbox behind everything that arrived before it: when
-thousands of ``done`` arrive at once, every watcher's window used to close only after the last
-of them was handled (each notification paid for the whole burst). Here the clock is the
-test's: timers never fire by themselves, time moves only when the test says. A window whose
-time has come must be closed before the broker's next message, timer or not.
+Each watcher is an actor with its own window timer: the timer's event waits in the watcher's
+mailbox, behind nothing but that watcher's own mail, never behind the broker's. (When the
+windows were the broker's, thousands of ``done`` arriving at once made every window close only
+after the last of them was handled.) Here the clock is the test's: timers never fire by
+themselves, the test fires them; and the broker is held in the middle of a run. The window's
+notification must reach the caller while the broker is still held.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +25,7 @@ from protocol.envelopes import AnyEnvelope, RuntimeEnvelope, TaskDoneEnvelope
 from protocol.ids import PARENT_ID, IdKind
 from protocol.notifications import TaskCompletion
 from protocol.script import parse_script
+from protocol.session.effects import Flush
 
 QUIET = {"steps": [{"await": "task"}, {"await": "any"}]}
 
@@ -49,10 +52,12 @@ class _Held:
 
 
 class StoppedClock:
-    """Wall time for records; a monotonic time the test moves; timers that never fire."""
+    """Wall time for records; a monotonic time the test moves; timers that never fire by
+    themselves (``held``: each one's callback, for the test to fire)."""
 
     def __init__(self) -> None:
         self.t = 1000.0
+        self.held: list[Callable[[], object]] = []
 
     def now(self) -> float:
         return time.time()
@@ -61,19 +66,36 @@ class StoppedClock:
         return self.t
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
+        self.held.append(callback)
         return _Held()
+
+    def windows(self) -> list[Callable[[], object]]:
+        """The held timers of watchers' windows (their event is a ``Flush``)."""
+        return [
+            c
+            for c in list(self.held)
+            if isinstance(c, functools.partial) and isinstance(c.args[-1], Flush)
+        ]
 
     def close(self) -> None:
         return None
 
 
-def test_a_due_window_is_flushed_before_the_next_message_without_its_timer() -> None:
+def test_a_window_closes_while_the_broker_is_held_in_the_middle_of_a_run() -> None:
     clock = StoppedClock()
-    runtime = ThreadedRuntime(workers=2, clock=clock)
+    runtime = ThreadedRuntime(workers=3, clock=clock)
     transport = ReadyTransport()
     launcher = SimLauncher(runtime, transport)
     sink = CollectingSink()
-    session = Session(runtime, transport, launcher, sink=sink)
+    held, release = threading.Event(), threading.Event()
+    second_settles: list[str] = []
+
+    def tap(text: str) -> None:  # the broker tells its story from inside its run
+        if second_settles and second_settles[0] in text and "completed" in text:
+            held.set()
+            release.wait(30)
+
+    session = Session(runtime, transport, launcher, sink=sink, tap=tap)
     try:
         script = parse_script(QUIET)
         agents = [session.spawn(name, script=script) for name in ("first", "second")]
@@ -99,11 +121,15 @@ def test_a_due_window_is_flushed_before_the_next_message_without_its_timer() -> 
                 ),
             )
 
+        second_settles.append(delegated[1].task_id)
         done(0)
-        session.status()  # the broker handled the first done: its window is open
+        assert runtime.wait_until(lambda: len(clock.windows()) == 1, 10)  # its window opened
         assert not [n for n in sink.items if isinstance(n, TaskCompletion)]
-        clock.t += 1.0  # the window's time has come; its timer (held here) never fires
-        done(1)  # the broker's next message
+        done(1)
+        assert held.wait(10)  # the broker is held in the run of the second done
+        clock.t += 1.0
+        (window,) = clock.windows()
+        window()  # the first watcher's window closes: its event goes to its own mailbox
         assert sink.wait_for(
             lambda items: any(
                 isinstance(n, TaskCompletion) and n.watcher_id == watched[0].watcher_id
@@ -114,24 +140,7 @@ def test_a_due_window_is_flushed_before_the_next_message_without_its_timer() -> 
         (note,) = [n for n in sink.items if isinstance(n, TaskCompletion)]
         assert [r.task_id for r in note.results] == [delegated[0].task_id]
         assert note.pending == ()
+        assert not release.is_set()  # told while the broker was still held
     finally:
+        release.set()
         session.shutdown()
-
-
-def test_open_windows_close_in_time_order_and_a_replaced_or_cancelled_one_never() -> None:
-    from actors.session.windows import Windows
-    from protocol.session.effects import Flush
-
-    windows = Windows()
-    a, b, c = (Flush(watcher_id=w) for w in ("a", "b", "c"))
-    windows.open(b, 2.0)
-    windows.open(a, 1.0)
-    windows.open(c, 3.0)
-    windows.cancel("c")
-    b_again = Flush(watcher_id="b")
-    windows.open(b_again, 2.5)  # replaces b's open window
-    assert windows.next_at() == 1.0 and len(windows) == 2
-    assert not windows.due(0.5) and windows.pop_due(0.5) == []
-    closed = windows.pop_due(10.0)
-    assert [id(e) for e in closed] == [id(a), id(b_again)]  # the live events, once each
-    assert windows.next_at() is None and len(windows) == 0

@@ -15,7 +15,7 @@ from actors.runtime.transport import DeliveryFailed, NotHandled
 from actors.session import broker as broker_module
 from actors.session.messages import InboundBatch
 from actors.session.sinks import CollectingSink
-from actors.session.watcher import Handed
+from actors.session.watcher import Results
 from actors.testing import SimSession
 from protocol.envelopes import MessageEnvelope, TaskDoneEnvelope
 from protocol.errors import SessionUnavailable
@@ -198,31 +198,31 @@ def test_an_effect_that_fails_refuses_its_envelope_alone() -> None:
         session.shutdown()
 
 
-def test_windows_closing_together_reach_the_courier_in_one_message(
+def test_results_routed_to_one_watcher_in_one_batch_reach_it_in_one_message(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two watchers whose windows opened in one batch close together: one run, one message
-    with both notifications (each still its own, exactly once)."""
+    """Two tasks of one watcher settling in one batch: one run, so one message to the
+    watcher's actor with both results, and one notification with both (exactly once)."""
     sink = CollectingSink()
     session = SimSession.simulated(8, sink=sink, trace=False)
     try:
         pairs = _with_tasks(session, 2, watch=False)
-        watchers = [session.watch([t]).watcher_id for _, t in pairs]
+        watcher = session.watch([t for _, t in pairs]).watcher_id
         session.sim.run_all(max_time=1)
-        handed: list[int] = []
-        real = Handed
+        routed: list[int] = []
+        real = Results
 
-        def counted(hands: Any) -> Any:
-            handed.append(len(hands))
-            return real(hands)
+        def counted(results: Any) -> Any:
+            routed.append(len(results))
+            return real(results)
 
-        monkeypatch.setattr(broker_module, "Handed", counted)
+        monkeypatch.setattr(broker_module, "Results", counted)
         batch = tuple(_done(session, a, t) for a, t in pairs)
         assert session.broker.ask(InboundBatch(envelopes=batch), timeout=30) is None
         session.sim.run_all(max_time=5)
-        assert handed == [2]
-        notes = [n for n in sink.items if isinstance(n, TaskCompletion)]
-        assert sorted(n.watcher_id for n in notes) == sorted(watchers)
-        assert sorted(r.task_id for n in notes for r in n.results) == sorted(t for _, t in pairs)
+        assert routed == [2]
+        (note,) = [n for n in sink.items if isinstance(n, TaskCompletion)]
+        assert note.watcher_id == watcher and note.pending == ()
+        assert [r.task_id for r in note.results] == [t for _, t in pairs]
     finally:
         session.shutdown()

@@ -4,7 +4,10 @@
 (``now`` moves only when a test moves it). Every step goes through :meth:`Session.run`, which
 checks the effect list is well formed (:func:`check_effects`) and the state's invariants
 (:func:`check_invariants`) after it, and keeps what a runtime would keep: the journal, what the
-parent heard, the armed timers. :meth:`Session.refuses` checks a refusal is typed and changes
+parent heard, the armed timers, and each watcher's state as its actor would (``SpawnWatcher``
+starts one, ``HandOver`` and its ``Flush`` timer go through its rules,
+:mod:`protocol.session.watcher`; what the watchers did is returned after the session's
+effects). :meth:`Session.refuses` checks a refusal is typed and changes
 nothing (a snapshot of the state before and after).
 """
 
@@ -42,6 +45,7 @@ from protocol.journal import (
 from protocol.notifications import AnyNotification, TaskCompletion
 from protocol.requests import RequestRecord
 from protocol.session import agents, calls, inbound
+from protocol.session import watcher as watcher_rules
 from protocol.session.effects import (
     Answer,
     AnswerFromOutput,
@@ -50,15 +54,18 @@ from protocol.session.effects import (
     Deliver,
     Effect,
     FinaliseNote,
+    Flush,
+    HandOver,
     Journal,
     Notify,
     OpenNote,
     Publish,
+    SpawnWatcher,
     StartTimer,
     TimerEvent,
     TimerKey,
 )
-from protocol.session.state import Ctx, SessionState
+from protocol.session.state import Ctx, SessionState, WatcherState
 from protocol.settings import Settings
 from protocol.tasks import TaskRecord, TaskState
 
@@ -217,8 +224,9 @@ def check_effects(effects: list[Effect]) -> None:
 # ------------------------------------------------------------------ the state's invariants
 
 
-def check_invariants(s: SessionState) -> None:
-    """What ``protocol.session.state`` promises after every step."""
+def check_invariants(s: SessionState, watchers: dict[str, WatcherState] | None = None) -> None:
+    """What ``protocol.session.state`` promises after every step (and, given the live
+    watchers' states, that ``subscribers`` routes to them)."""
     # names index agents: each name names the newest agent of that name; a live agent owns it
     for name, agent_id in s.names.items():
         assert s.agents[agent_id].name == name
@@ -259,9 +267,10 @@ def check_invariants(s: SessionState) -> None:
         assert watcher_ids and len(watcher_ids) == len(set(watcher_ids))
         # (a settled worktree task's watchers wait for its changes: protocol.session.worktrees)
         assert task_id not in s.results or task_id in s.diffing, f"{task_id} has subscribers"
-        for watcher_id in watcher_ids:
-            assert task_id in s.watchers[watcher_id].pending
-    for watcher in s.watchers.values():
+        for watcher_id in watcher_ids if watchers is not None else ():
+            assert task_id in watchers[watcher_id].pending
+    assert not s.folded_watchers, "resume hands every folded watcher to its actor"
+    for watcher in (watchers or {}).values():
         assert watcher.pending, "a watcher with nothing pending is kept"
         assert watcher.pending <= set(watcher.ids)
         buffered = [r.task_id for r in watcher.buffer]
@@ -286,7 +295,6 @@ def snapshot(s: SessionState, *, activity: bool = True) -> dict[str, Any]:
         "pending": [r.request_id for r in s.requests.pending()],
         "edges": sorted(s.requests.wait_edges()),
         "prompts": dict(s.prompts),
-        "watchers": dict(s.watchers),
         "subscribers": {t: list(w) for t, w in s.subscribers.items()},
         "stale": dict(s.stale),
         "turns": dict(s.turns),
@@ -308,6 +316,8 @@ class Session:
         self.heard: list[Notify] = []
         self.timers: dict[TimerKey, TimerEvent] = {}
         self.settled: set[str] = set()
+        #: each live watcher's state, as its actor holds it
+        self.watchers: dict[str, WatcherState] = {}
 
     def ctx(self) -> Ctx:
         return Ctx(self.now, self.ids)
@@ -323,9 +333,22 @@ class Session:
         )
 
     def run(self, effects: list[Effect]) -> list[Effect]:
+        """The session's ``effects`` run, then what the watchers did with what was handed
+        to them (their timers, their notifications): both, in that order."""
         check_effects(effects)
+        by_watchers: list[Effect] = []
         for e in effects:
             match e:
+                case SpawnWatcher(watcher=watcher):
+                    assert watcher.watcher_id not in self.watchers, e
+                    self.watchers[watcher.watcher_id] = watcher
+                case HandOver(watcher_id=watcher_id, result=result):
+                    state = self.watchers[watcher_id]
+                    coalesce_s = self.state.settings.coalesce_ms / 1000.0
+                    self.watchers[watcher_id], opens = watcher_rules.take(state, result, coalesce_s)
+                    if opens is not None:
+                        by_watchers.append(opens)
+                        self.timers[opens.event.key] = opens.event
                 case Journal(record=record):
                     self.journal.append(record)
                     if isinstance(record, TaskRecord) and record.terminal:
@@ -342,8 +365,8 @@ class Session:
                     assert agent_id in self.state.agents, e
                     assert env.target_id == agent_id, e
                     assert not self.state.agents[agent_id].closed, e
-        check_invariants(self.state)
-        return effects
+        check_invariants(self.state, self.watchers)
+        return [*effects, *by_watchers]
 
     def refuses(self, error: type[ShepherdError], rule: Callable[[], object]) -> ShepherdError:
         """``rule()`` raises ``error`` and changes nothing."""
@@ -426,8 +449,23 @@ class Session:
 
     # --- time
 
+    def fired(self, event: TimerEvent) -> list[Effect]:
+        """What a timer's event does: a session timer goes through the session's rules; a
+        watcher's ``Flush`` through that watcher's (its notification; done: it is gone)."""
+        if not isinstance(event, Flush):
+            return calls.fire(self.state, event, self.ctx())
+        state = self.watchers.get(event.watcher_id)
+        if state is None:
+            return []  # done already: its actor is gone, and its timer with it
+        state, note = watcher_rules.flush(state, self.now)
+        if watcher_rules.done(state):
+            del self.watchers[event.watcher_id]
+        else:
+            self.watchers[event.watcher_id] = state
+        return [] if note is None else [Notify(note=note)]
+
     def fire(self, event: TimerEvent) -> list[Effect]:
-        return self.run(calls.fire(self.state, event, self.ctx()))
+        return self.run(self.fired(event))
 
     def fire_timer(self, key: TimerKey) -> list[Effect]:
         """Let the armed timer ``key`` go off at its time."""

@@ -78,7 +78,7 @@ def test_every_item_refused_changes_nothing_but_answers() -> None:
     before = len(s.journal)
     result = answer(s.call(batch(("ghost", "a"), ("ghost", "b"), watch=True)))
     assert result.task_ids == (None, None) and result.watcher_id is None
-    assert len(s.journal) == before and s.state.watchers == {}
+    assert len(s.journal) == before and s.watchers == {}
 
 
 def test_the_batch_deadline_applies_to_items_without_their_own() -> None:
@@ -112,7 +112,7 @@ def test_watch_registers_one_watcher_of_the_accepted_tasks_journaled_with_them()
     s.fire_timer(("flush", result.watcher_id))
     got = [r.task_id for n in notes(s.heard, TaskCompletion) for r in n.results]
     assert got == list(accepted)
-    assert result.watcher_id not in s.state.watchers
+    assert result.watcher_id not in s.watchers
 
 
 def test_the_call_is_refused_whole_when_its_arguments_break_a_bound() -> None:
@@ -168,7 +168,7 @@ def test_any_batch_is_the_same_as_its_items_delegated_one_by_one(
     assert busy == {r.agent_id for r in one.state.tasks.values()}
     accepted = [t for t in result.task_ids if t is not None]
     if watch and accepted:
-        assert s.state.watchers[result.watcher_id].ids == tuple(accepted)
+        assert s.watchers[result.watcher_id].ids == tuple(accepted)
     else:
         assert result.watcher_id is None
     assert (

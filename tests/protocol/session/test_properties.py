@@ -302,14 +302,14 @@ class SessionMachine(RuleBasedStateMachine):
         if keys:
             event = self.s.timers.pop(keys[i % len(keys)])
             self.fired.append(event)
-            self.step(lambda: calls.fire(self.state, event, self.s.ctx()))
+            self.step(lambda: self.s.fired(event))
 
     @rule(i=index)
     def fire_again(self, i: int) -> None:
         """A timer event that may no longer apply (the broker's cancel can race it)."""
         if self.fired:
             event = self.fired[i % len(self.fired)]
-            self.step(lambda: calls.fire(self.state, event, self.s.ctx()))
+            self.step(lambda: self.s.fired(event))
 
     @rule()
     def restart(self) -> None:

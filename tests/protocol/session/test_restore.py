@@ -186,7 +186,7 @@ def test_a_watcher_hands_over_only_what_it_had_not_delivered() -> None:
         ids["b"], summary="lgtm", cancel_requests=True
     )  # settled, buffered, never flushed: never delivered
     t, effects = restart(s)
-    watcher = t.state.watchers[ids["w"]]
+    watcher = t.watchers[ids["w"]]
     assert watcher.pending == {ids["ta"], ids["tb"]}  # tc was delivered before the restart
     assert StartTimer(delay=0.01, event=Flush(watcher_id=ids["w"])) in effects
     (note,) = notes(t.fire_timer(("flush", ids["w"])), TaskCompletion)
@@ -202,7 +202,7 @@ def test_a_result_carried_by_the_watch_answer_is_never_handed_over_again() -> No
     open_task = s.delegate("b")
     watcher = answer(s.call(api.WatchArgs(ids=(done_task, open_task)))).watcher_id
     t, effects = restart(s)
-    assert t.state.watchers[watcher].pending == {open_task}
+    assert t.watchers[watcher].pending == {open_task}
     assert [e for e in of(effects, StartTimer) if isinstance(e.event, Flush)] == []
 
 
@@ -247,7 +247,7 @@ def test_a_batch_folds_back_to_the_state_it_left_and_its_watcher_resumes() -> No
     s.fire_timer(("flush", result.watcher_id))  # delivered before the restart
     assert facts(fold(s.journal, SessionState(SESSION, SETTINGS))) == facts(s.state)
     t, _effects = restart(s)
-    watcher = t.state.watchers[result.watcher_id]
+    watcher = t.watchers[result.watcher_id]
     assert watcher.pending == {result.task_ids[i] for i in (0, 2, 3)}
     t.done(agents[2])
     (note,) = notes(t.fire_timer(("flush", result.watcher_id)), TaskCompletion)

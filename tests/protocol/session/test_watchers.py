@@ -9,7 +9,7 @@ from protocol import api
 from protocol.errors import DuplicateIds, InvalidArgument, InvalidHandle, MixedIds
 from protocol.journal import WatcherRecord
 from protocol.notifications import TaskCompletion
-from protocol.session import watchers
+from protocol.session import watcher, watchers
 from protocol.session.effects import Flush, Journal, Notify, StartTimer
 from protocol.settings import Settings
 
@@ -46,7 +46,7 @@ def test_a_watch_of_open_tasks_is_journaled_before_its_answer_and_kept() -> None
         watcher_id=result.watcher_id, ids=(tasks[2], tasks[0]), created_at=T0, inline=()
     )
     assert result.pending == (tasks[2], tasks[0]) and result.completed == ()
-    watcher = s.state.watchers[result.watcher_id]
+    watcher = s.watchers[result.watcher_id]
     assert watcher.pending == {tasks[0], tasks[2]}
     assert s.state.subscribers == {tasks[2]: [result.watcher_id], tasks[0]: [result.watcher_id]}
 
@@ -60,7 +60,7 @@ def test_results_already_settled_are_in_the_answer_and_journaled_as_delivered() 
     assert result.pending == (tasks[0],)
     (record,) = journaled(effects, WatcherRecord)
     assert record.inline == (tasks[1],)
-    assert s.state.watchers[result.watcher_id].pending == {tasks[0]}
+    assert s.watchers[result.watcher_id].pending == {tasks[0]}
 
 
 def test_a_watcher_with_nothing_pending_is_not_kept_nor_journaled() -> None:
@@ -70,7 +70,7 @@ def test_a_watcher_with_nothing_pending_is_not_kept_nor_journaled() -> None:
     effects = s.call(api.WatchArgs(ids=tuple(tasks)))
     result = answer(effects)
     assert result.pending == () and len(result.completed) == 2
-    assert journaled(effects) == [] and s.state.watchers == {}
+    assert journaled(effects) == [] and s.watchers == {}
 
 
 def test_a_prompt_id_watches_its_task() -> None:
@@ -117,7 +117,7 @@ def test_a_settled_result_opens_the_window_and_goes_out_once_when_it_closes() ->
     assert note.watcher_id == w and note.ids == (tasks[0], tasks[1])
     assert [r.task_id for r in note.results] == [tasks[0]] and note.results[0].text == "zero"
     assert note.pending == (tasks[1],)
-    assert s.state.watchers[w].pending == {tasks[1]} and s.state.watchers[w].buffer == ()
+    assert s.watchers[w].pending == {tasks[1]} and s.watchers[w].buffer == ()
     assert s.fire(Flush(watcher_id=w)) == []  # nothing buffered: nothing again
 
 
@@ -131,7 +131,7 @@ def test_results_within_one_window_coalesce_in_the_order_the_ids_were_named() ->
     (note,) = notes(s.fire_timer(("flush", w)), TaskCompletion)
     assert [r.task_id for r in note.results] == [tasks[1], tasks[2], tasks[0]]
     assert note.pending == ()
-    assert w not in s.state.watchers  # nothing pending: done
+    assert w not in s.watchers  # nothing pending: done
 
 
 def test_each_watcher_of_a_task_gets_its_result_exactly_once() -> None:
@@ -146,7 +146,7 @@ def test_each_watcher_of_a_task_gets_its_result_exactly_once() -> None:
     s.fire_timer(("flush", second))
     got = [(n.watcher_id, r.task_id) for n in completions(s) for r in n.results]
     assert got == [(first, tasks[0]), (second, tasks[0]), (second, tasks[1])]
-    assert s.state.watchers == {} and s.state.subscribers == {}
+    assert s.watchers == {} and s.state.subscribers == {}
 
 
 def test_taking_a_result_twice_buffers_it_once() -> None:
@@ -154,12 +154,12 @@ def test_taking_a_result_twice_buffers_it_once() -> None:
     w = watch(s, [tasks[0], tasks[1]]).watcher_id
     s.done(agents[0])
     result = s.state.results[tasks[0]]
-    assert s.run(watchers.take(s.state, w, result, s.ctx())) == []
-    assert s.state.watchers[w].buffer == (result,)
+    state = s.watchers[w]
+    assert watcher.take(state, result, 0.05) == (state, None)  # buffered: not again
+    assert s.watchers[w].buffer == (result,)
     s.fire_timer(("flush", w))
-    before = snapshot(s.state)
-    assert s.run(watchers.take(s.state, w, result, s.ctx())) == []  # delivered: not pending
-    assert snapshot(s.state) == before
+    state = s.watchers[w]
+    assert watcher.take(state, result, 0.05) == (state, None)  # delivered: not pending
 
 
 def test_a_watch_after_settling_but_before_the_flush_does_not_double_deliver() -> None:
@@ -176,7 +176,7 @@ def test_a_wait_callers_watcher_is_not_journaled_and_its_notes_go_to_the_caller(
     s, agents, tasks = team(1)
     effects = s.run(watchers.watch(s.state, tasks, s.ctx(), journaled=False))
     w = answer(effects).watcher_id
-    assert journaled(effects) == [] and not s.state.watchers[w].journaled
+    assert journaled(effects) == [] and not s.watchers[w].journaled
     s.done(agents[0])
     (notify,) = of(s.fire_timer(("flush", w)), Notify)
     assert isinstance(notify.note, TaskCompletion)
