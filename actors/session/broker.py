@@ -59,7 +59,7 @@ from actors.session.runs import WATCHDOG_EFFECTS, Run, read_output
 from actors.session.sinks import GuardedSink
 from actors.session.task import NoteWriter, NoteWrites
 from actors.session.timers import Timers
-from actors.session.watcher import Results, WatcherActor, WatcherDone
+from actors.session.watcher import Results, Waiting, WatcherActor, WatcherDone
 from actors.session.worktrees import GitWorker
 from protocol import api
 from protocol.envelopes import AnyEnvelope
@@ -81,7 +81,7 @@ _REFUSED_WHEN_STOPPED = (
     messages.ParentCall,
     messages.Inbound,
     messages.InboundBatch,
-    messages.WatchWith,
+    messages.WaitFor,
 )
 
 
@@ -194,9 +194,9 @@ class BrokerActor(ShepherdActor):
                 return self._run(worktrees.released(state, message, self._ctx()))
             case messages.WorktreeOf(agent_id=agent_id):
                 return worktrees.worktree_of(state, agent_id)
-            case messages.WatchWith(ids=ids, sink=sink):
+            case messages.WaitFor(ids=ids):
                 effects = watchers.watch(state, ids, self._ctx(), journaled=False)
-                return self._run(effects, caller=GuardedSink(sink))
+                return self._run(effects, waiting=message)
             case _:
                 return super().on_receive(message)
 
@@ -219,7 +219,7 @@ class BrokerActor(ShepherdActor):
         records = [e.record for _, effects in decided for e in effects if isinstance(e, fx.Journal)]
         if records:
             self._append(records)  # if it fails, none of the batch is taken (fail-stop)
-        run = Run(None)
+        run = Run()
         try:
             for message_id, effects in decided:
                 try:
@@ -256,13 +256,13 @@ class BrokerActor(ShepherdActor):
 
     # ------------------------------------------------------------------ run the effects
 
-    def _run(self, effects: list[fx.Effect], caller: GuardedSink | None = None) -> Any:
-        """Run ``effects`` in order; the answer is the ``Answer`` among them. ``caller``: where
-        a watcher registered here hands its notifications (a ``wait``'s caller; else the
+    def _run(self, effects: list[fx.Effect], waiting: messages.WaitFor | None = None) -> Any:
+        """Run ``effects`` in order; the answer is the ``Answer`` among them. ``waiting``: the
+        ``wait`` whose watcher this run starts (else a watcher's notifications go to the
         parent's sink). A run of consecutive ``Journal`` effects is ONE journal write (one
         fsync): a batch operation's records are durable together, before any effect that tells
         of them."""
-        run = Run(caller)
+        run = Run(waiting)
         try:
             return self._effects(self._seen(effects), run)
         finally:
@@ -308,7 +308,7 @@ class BrokerActor(ShepherdActor):
             tell_quietly(self._note_writer, NoteWrites(run.notes))
         for watcher_id, results in run.hands.items():
             ref = self._watchers.get(watcher_id)
-            if ref is not None:  # a ``wait`` whose caller stopped waiting stopped it
+            if ref is not None:  # a ``wait``'s watcher stops at its deadline
                 tell_quietly(ref, Results(results))
         if run.watchdog and self._watchdog is not None:
             tell_quietly(self._watchdog, run.watchdog)
@@ -362,10 +362,15 @@ class BrokerActor(ShepherdActor):
         run.notes.append(effect)
 
     def _spawn_watcher(self, effect: fx.SpawnWatcher, run: Run) -> None:
-        sink = run.caller if run.caller is not None else self._sink
         coalesce_s = self.state.settings.coalesce_ms / 1000.0
+        waiting = None
+        if run.waiting is not None:  # a ``wait``: it answers with what settled already too
+            ids, pending = effect.watcher.ids, effect.watcher.pending
+            done = (self.state.result_of(t) for t in ids if t not in pending)
+            completed = tuple(r for r in done if r is not None)
+            waiting = Waiting(run.waiting.answer, completed, run.waiting.timeout_s)
         self._watchers[effect.watcher_id] = self.runtime.spawn(
-            WatcherActor, effect.watcher, sink, coalesce_s, self.actor_ref
+            WatcherActor, effect.watcher, self._sink, coalesce_s, self.actor_ref, waiting
         )
 
     def _watchdog_effect(self, effect: Any, run: Run) -> None:

@@ -7,15 +7,17 @@ Rules:
    refused it. An answer too big for one envelope is cut to fit or, if it cannot be, is
    ``limit_exceeded``, sent at once: the caller never waits in vain. A bug still answers
    (``internal error``), logged with its traceback.
-2. A ``wait`` blocks until its tasks settle: on the pool, a few of them would starve every other
-   call. Each gets a thread of its own, up to :data:`MAX_WAITING_CALLS`; past that a wait is
-   refused at once (``limit_exceeded``, saying to use ``watch``).
+2. A ``wait`` holds no thread: it is started on the pool (one ask of the broker) and its
+   watcher's actor answers it when its tasks have settled or its timeout passed. At most
+   :data:`MAX_WAITING_CALLS` wait at once (each holds a watcher and its caller's reply inbox);
+   past that a wait is refused at once (``limit_exceeded``, saying to use ``watch``).
 3. ``shutdown`` is answered first, then done: the shutdown removes the caller's inbox.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +37,7 @@ from protocol.limits import answer_budget
 
 __all__ = ["MAX_WAITING_CALLS", "CallDesk"]
 
-#: ``wait`` calls that may block at once (each on a thread of its own, off the call pool)
+#: ``wait`` calls that may wait at once (each a watcher actor, no thread)
 MAX_WAITING_CALLS = 64
 
 
@@ -45,6 +47,7 @@ class CallDesk:
     def __init__(
         self,
         run: Callable[[str, dict[str, Any]], Any],
+        wait: Callable[[dict[str, Any], Callable[[Any], object]], None],
         mailbox: Transport,
         *,
         session_id: str,
@@ -53,7 +56,7 @@ class CallDesk:
         max_envelope_bytes: int,
         shutdown: Callable[[], None],
     ) -> None:
-        self._run, self._mailbox = run, mailbox
+        self._run, self._wait, self._mailbox = run, wait, mailbox
         self._session_id, self._ids, self._clock = session_id, ids, clock
         self._budget = answer_budget(max_envelope_bytes)
         self._shutdown = shutdown
@@ -74,18 +77,26 @@ class CallDesk:
                     ),
                 )
             return
-        threading.Thread(
-            target=self._answer_then_release, args=(env,), name="shepherd-wait", daemon=True
-        ).start()
+        self.pool.submit(self._start_wait, env)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
-    def _answer_then_release(self, env: CallEnvelope) -> None:
+    def _start_wait(self, env: CallEnvelope) -> None:
+        """Rule 2: the wait's watcher calls ``answer`` (once); a wait refused at its start is
+        answered here."""
+
+        def answer(value: Any) -> None:
+            try:
+                self._send(env, self._outcome(env, lambda: value))
+            finally:
+                self._waiting.release()
+
         try:
-            self._answer(env)
-        finally:
+            self._wait(env.args, answer)
+        except Exception as exc:
             self._waiting.release()
+            self._send(env, self._outcome(env, functools.partial(_reraise, exc)))
 
     def _answer(self, env: CallEnvelope) -> None:
         """Rules 1 and 3."""
@@ -97,14 +108,20 @@ class CallDesk:
                     )
             threading.Thread(target=self._shutdown, name="shepherd-shutdown").start()
             return
+        self._send(env, self._outcome(env, lambda: self._run(env.op, env.args)))
+
+    def _outcome(self, env: CallEnvelope, compute: Callable[[], Any]) -> ResultEnvelope:
+        """The answer to ``env``: what ``compute`` gives, fitted to an envelope, or the error
+        it raised (a bug too: ``internal error``, logged)."""
         try:
-            data = msgspec.to_builtins(fit_answer(self._run(env.op, env.args), self._budget))
-            result = self._result(env, data)
+            return self._result(env, msgspec.to_builtins(fit_answer(compute(), self._budget)))
         except ShepherdError as exc:
-            result = self._result(env, error=exc)
+            return self._result(env, error=exc)
         except Exception as exc:  # a bug must still answer the caller
             logger.opt(exception=True).error("call {op} failed", op=env.op)
-            result = self._result(env, error=ShepherdError(f"internal error: {exc!r}"))
+            return self._result(env, error=ShepherdError(f"internal error: {exc!r}"))
+
+    def _send(self, env: CallEnvelope, result: ResultEnvelope) -> None:
         if env.reply_inbox is None:
             return
         try:
@@ -142,3 +159,7 @@ class CallDesk:
             logger.warning(
                 "could not answer call {id}: {err}", id=env.message_id, err=again.message
             )
+
+
+def _reraise(exc: Exception) -> Any:
+    raise exc

@@ -29,7 +29,7 @@ __all__ = [
     "ParentCall",
     "ProcessExited",
     "ReadOutput",
-    "WatchWith",
+    "WaitFor",
     "WatchdogAgent",
     "WatchdogCall",
     "WatchdogInstruction",
@@ -85,11 +85,14 @@ class DeliveryFailed(_Msg, frozen=True, kw_only=True):
     error: Any  # ErrorInfo
 
 
-class WatchWith(_Msg, frozen=True, kw_only=True):
-    """Register a watcher whose notifications go to ``sink`` (``wait`` at the edge)."""
+class WaitFor(_Msg, frozen=True, kw_only=True):
+    """A ``wait``: a watcher (not journaled) that answers ``answer`` once, with a
+    ``WaitResult``, when every id is delivered or ``timeout_s`` has passed (the answer is the
+    ``WatchResult``; nothing pending: no watcher, the edge answers at once)."""
 
     ids: tuple[str, ...]
-    sink: Any
+    timeout_s: float | None = None
+    answer: Any  # Callable[[api.WaitResult], None], called from the watcher's actor
 
 
 # --- agent inputs

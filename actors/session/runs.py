@@ -7,7 +7,7 @@ from typing import Any
 import pykka
 
 from actors.session import messages
-from actors.session.sinks import GuardedSink
+from actors.session.messages import WaitFor
 from protocol import api
 from protocol.session import effects as fx
 from protocol.tasks import TaskResult
@@ -20,10 +20,11 @@ WATCHDOG_EFFECTS = (fx.WatchdogAgent, fx.WatchdogRuntime, fx.WatchdogInstruction
 class Run:
     """What one run of effects gathers for the actors it tells once, at its end."""
 
-    __slots__ = ("caller", "hands", "notes", "watchdog")
+    __slots__ = ("hands", "notes", "waiting", "watchdog")
 
-    def __init__(self, caller: GuardedSink | None) -> None:
-        self.caller = caller
+    def __init__(self, waiting: WaitFor | None = None) -> None:
+        #: the ``wait`` whose watcher this run starts, if it is one
+        self.waiting = waiting
         self.watchdog: list[Any] = []
         self.notes: list[fx.OpenNote | fx.AppendNote | fx.FinaliseNote] = []
         #: watcher id -> the results routed to it, in order (one message to each watcher)

@@ -41,17 +41,16 @@ from actors.session.messages import (
     Inbound,
     InboundBatch,
     ParentCall,
+    WaitFor,
     WatchdogCall,
-    WatchWith,
     WorktreeOf,
 )
-from actors.session.sinks import CollectingSink, GuardedSink, Sink
+from actors.session.sinks import GuardedSink, Sink
 from actors.session.worktrees import GitWorker
 from protocol import api, api_batch
 from protocol.envelopes import AnyEnvelope, CallEnvelope, TaskDoneEnvelope
-from protocol.errors import InvalidArgument, ShepherdError
+from protocol.errors import InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.ids import IdKind
-from protocol.notifications import TaskCompletion
 from protocol.ops import Method, batch, parent
 from protocol.ops import approvals as approval_ops
 from protocol.ops import worktrees as worktree_ops
@@ -64,6 +63,8 @@ from protocol.worktrees import WorktreeRef, WorktreeReleased
 __all__ = ["Session"]
 
 ASK_TIMEOUT_S = 30.0
+#: how long past a ``wait``'s own timeout its blocking caller waits for the watcher's answer
+WAIT_MARGIN_S = 5.0
 #: how long the parent's inbox waits for the broker to take what it received (_hand_over)
 INBOUND_CEILING_S = 3600.0
 #: the edge's wait for the git worker (what was asked before, then its own git calls)
@@ -390,29 +391,33 @@ class Session:
         fields = {"names": tuple(names), "adapter": sent_adapter, **sent}
         return self.run(api.build_args(api_batch.SpawnManyArgs, **fields))
 
-    def _wait(self, args: api.WaitArgs) -> api.WaitResult:
-        sink = CollectingSink()
-        watch = self.broker.ask(WatchWith(ids=args.ids, sink=sink), timeout=ASK_TIMEOUT_S)
+    def wait_then(self, args: api.WaitArgs, answer: Callable[[api.WaitResult], object]) -> None:
+        """Start a ``wait`` that holds no thread: ``answer`` is called once with its
+        ``WaitResult``, from the wait's watcher actor when every id is delivered or its
+        deadline passed (or from here, at once, when every id has settled already). A wait the
+        session refuses raises here, and ``answer`` is never called."""
+        wait = WaitFor(ids=args.ids, timeout_s=args.timeout_s, answer=answer)
+        watch = self.broker.ask(wait, timeout=ASK_TIMEOUT_S)
         assert isinstance(watch, api.WatchResult)
-        results = {r.task_id: r for r in watch.completed}
+        if not watch.pending:  # no watcher was started
+            answer(
+                api.WaitResult(
+                    ids=watch.ids, completed=watch.completed, pending=(), timed_out=False
+                )
+            )
 
-        def settled(items: list[Any]) -> bool:
-            got = sum(len(n.results) for n in items if isinstance(n, TaskCompletion))
-            return got >= len(watch.pending)
-
-        if watch.pending:  # the watcher fills the sink: an actor's work, which wakes the wait
-            self.runtime.wait_until(lambda: settled(sink.items), args.timeout_s)
-        for note in list(sink.items):
-            if isinstance(note, TaskCompletion):
-                for r in note.results:
-                    results[r.task_id] = r
-        pending = tuple(t for t in watch.ids if t not in results)
-        return api.WaitResult(
-            ids=watch.ids,
-            completed=tuple(results[t] for t in watch.ids if t in results),
-            pending=pending,
-            timed_out=bool(pending),
-        )
+    def _wait(self, args: api.WaitArgs) -> api.WaitResult:
+        """A blocking ``wait`` for the caller of this API (its own thread waits; the session
+        holds none): the answer of :meth:`wait_then`."""
+        got: list[api.WaitResult] = []
+        self.wait_then(args, got.append)
+        bound = None if args.timeout_s is None else args.timeout_s + WAIT_MARGIN_S
+        if not self.runtime.wait_until(lambda: bool(got), bound):
+            raise SessionUnavailable(
+                f"the wait's watcher did not answer within {args.timeout_s} s and a margin of "
+                f"{WAIT_MARGIN_S} s: the session is stopping or overloaded"
+            )
+        return got[0]
 
     def _read(self, args: api.ReadArgs) -> api.ReadResult:
         try:

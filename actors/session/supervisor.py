@@ -58,7 +58,7 @@ from actors.session.session import Session
 from actors.session.sinks import FanOut, Sink
 from actors.session.watchdog import is_watchdog_call
 from actors.session.watchdog import session_call as watchdog_session_call
-from protocol import ops
+from protocol import api, ops
 from protocol.errors import (
     InvalidArgument,
     SessionUnavailable,
@@ -243,6 +243,7 @@ class Supervisor:
         )
         self._calls = CallDesk(
             self.call,
+            self._start_wait,
             self.mailbox,
             session_id=self.session_id,
             ids=self.runtime.ids,
@@ -344,6 +345,13 @@ class Supervisor:
             raise InvalidArgument(f"{op} is answered by the supervisor")
         # a spawn's name, then its adapter's options, are checked by the broker
         return self.session.run(entry.build(args))
+
+    def _start_wait(self, args: dict[str, Any], answer: Callable[[Any], object]) -> None:
+        """A CLI ``wait``, checked as :meth:`call` checks it, held by its watcher's actor (no
+        thread waits for it): ``answer`` is called once with its result."""
+        checked = ops.parent_op("wait").build(args)
+        assert isinstance(checked, api.WaitArgs)
+        self.session.wait_then(checked, answer)
 
     # ------------------------------------------------------------------ lifecycle
 

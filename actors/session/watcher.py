@@ -13,6 +13,11 @@ does what it says:
 - ``Flush`` (the window closed): one notification to the caller; when nothing is pending, tell
   the broker (``WatcherDone``: it forgets the watcher's address) and stop.
 
+A ``wait`` is a watcher too, with no thread of its own waiting for it: its actor keeps what it
+delivered (beside what the ``wait``'s answer carried at once) and, when nothing is pending or
+at its deadline (its own second timer), answers its caller once with a ``WaitResult``
+(:class:`Waiting`), then stops.
+
 A result reaches a watcher only after the journal has it: the broker routes it as an effect
 of the run that journaled it.
 """
@@ -20,19 +25,22 @@ of the run that journaled it.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import pykka
 
 from actors.runtime.clock import TimerHandle
+from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor, tell_quietly
 from actors.session.sinks import GuardedSink
+from protocol import api
 from protocol.session import watcher as rules
 from protocol.session.effects import Flush
 from protocol.session.state import WatcherState
 from protocol.tasks import TaskResult
 
-__all__ = ["Results", "WatcherActor", "WatcherDone"]
+__all__ = ["Results", "Waiting", "WatcherActor", "WatcherDone"]
 
 
 class Results:
@@ -53,6 +61,30 @@ class WatcherDone:
         self.watcher_id = watcher_id
 
 
+class Waiting:
+    """What a ``wait``'s watcher answers with: ``answer(WaitResult)``, once; ``completed``:
+    the results its call's answer carried at once; ``timeout_s``: its deadline (None: none)."""
+
+    __slots__ = ("answer", "completed", "timeout_s")
+
+    def __init__(
+        self,
+        answer: Callable[[api.WaitResult], object],
+        completed: tuple[TaskResult, ...],
+        timeout_s: float | None,
+    ) -> None:
+        self.answer = answer
+        self.completed = completed
+        self.timeout_s = timeout_s
+
+
+class _Deadline:
+    """A ``wait``'s deadline passed (its timer's event)."""
+
+
+_DEADLINE = _Deadline()
+
+
 class WatcherActor(ShepherdActor):
     def __init__(
         self,
@@ -60,6 +92,7 @@ class WatcherActor(ShepherdActor):
         sink: GuardedSink,
         coalesce_s: float,
         broker: pykka.ActorRef[Any],
+        waiting: Waiting | None = None,
     ) -> None:
         super().__init__()
         self.state = state
@@ -67,6 +100,16 @@ class WatcherActor(ShepherdActor):
         self._coalesce_s = coalesce_s
         self._broker = broker
         self._timer: TimerHandle | None = None
+        #: a ``wait``'s: how it answers, and what it delivered so far (its deadline's timer)
+        self._waiting = waiting
+        self._got: list[TaskResult] = list(waiting.completed) if waiting is not None else []
+        self._deadline: TimerHandle | None = None
+
+    def on_start(self) -> None:
+        waiting = self._waiting
+        if waiting is not None and waiting.timeout_s is not None:
+            tell = functools.partial(tell_quietly, self.actor_ref, _DEADLINE)
+            self._deadline = self.clock.call_later(waiting.timeout_s, tell)
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Results):
@@ -80,14 +123,41 @@ class WatcherActor(ShepherdActor):
         if isinstance(message, Flush):
             self._timer = None
             self.state, note = rules.flush(self.state, self.clock.now())
-            if note is not None:
+            if note is not None and self._waiting is not None:
+                self._got += note.results
+            elif note is not None:
                 self._sink(note)  # guarded: a failing sink is logged, never raised
             if rules.done(self.state):
-                tell_quietly(self._broker, WatcherDone(self.state.watcher_id))
-                self.stop()
+                self._finish()
+            return None
+        if message is _DEADLINE:
+            self._got += self.state.buffer  # settled: delivered with the answer
+            self._finish()
             return None
         return super().on_receive(message)
 
+    def _finish(self) -> None:
+        """Delivered everything (or a ``wait``'s deadline passed): a ``wait`` answers its
+        caller once; the broker forgets the watcher; the actor stops."""
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            ids = self.state.ids
+            got = {r.task_id: r for r in self._got}
+            pending = tuple(t for t in ids if t not in got)
+            result = api.WaitResult(
+                ids=ids,
+                completed=tuple(got[t] for t in ids if t in got),
+                pending=pending,
+                timed_out=bool(pending),
+            )
+            try:
+                waiting.answer(result)
+            except Exception:
+                logger.opt(exception=True).error("the answer of a wait failed")
+        tell_quietly(self._broker, WatcherDone(self.state.watcher_id))
+        self.stop()
+
     def on_stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        for timer in (self._timer, self._deadline):
+            if timer is not None:
+                timer.cancel()

@@ -42,6 +42,7 @@ from actors.child.scripted import ScriptedDriver
 from actors.runtime.transport import PARENT_INBOX
 from actors.session.messages import ParentCall
 from actors.session.sinks import CollectingSink
+from actors.session.watcher import WatcherActor
 from actors.testing import SimSession
 from actors.testing.simulation import Faults
 from protocol import api
@@ -389,6 +390,8 @@ class Harness:
             watcher = self.watchers.get(note.watcher_id)
             assert watcher is not None, f"completion for an unknown watcher {note.watcher_id}"
             got = self.delivered[note.watcher_id]
+            order = [watcher.ids.index(r.task_id) for r in note.results]
+            assert order == sorted(order), f"{note.watcher_id}: not in the caller's order"
             for result in note.results:
                 task_id = result.task_id
                 assert result.status in TERMINAL_STATUSES, result
@@ -486,6 +489,20 @@ class Harness:
             got = self.delivered[watcher_id]
             want = [t for t in watch.pending if t in b.results]
             assert sorted(got) == sorted(want), f"{watcher_id}: got {got}, expected {want}"
+        # --- the census: one live actor per watcher with something still to deliver, none
+        # left behind by a watcher that is done
+        live = sorted(
+            a.state.watcher_id
+            for a in self.s.runtime.actors()
+            if isinstance(a, WatcherActor) and not a.actor_stopped.is_set()
+        )
+        owing = sorted(
+            w
+            for w, watch in self.watchers.items()
+            if any(t not in b.results for t in watch.pending)
+        )
+        assert live == owing, f"live watcher actors {live}, watchers still owing {owing}"
+        self.counts["watcher_actors_live_at_end"] += len(live)
         self.counts["steps"] += self.sim.steps
         self.counts["invariant_checks"] += self.checks
         for kind, n in self.faults.counts.items():

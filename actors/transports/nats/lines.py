@@ -197,7 +197,7 @@ class NatsLines:
 
     def append(self, lines: Sequence[bytes]) -> None:
         """Every line (each ending in a newline) durable before this returns, in order. Appends
-        from several threads (the broker, the courier) go one at a time: each names the
+        from several threads (the broker, the watchers) go one at a time: each names the
         sequence the last one left, and two at once would refuse each other."""
         with self._appending:
             if self._fenced is not None:

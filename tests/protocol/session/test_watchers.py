@@ -13,7 +13,7 @@ from protocol.session import watcher, watchers
 from protocol.session.effects import Flush, Journal, Notify, StartTimer
 from protocol.settings import Settings
 
-from .harness import T0, Session, answer, journaled, notes, of, snapshot
+from .harness import T0, Session, answer, journaled, notes, of
 
 
 def team(n: int = 3) -> tuple[Session, list[str], list[str]]:

@@ -1,0 +1,105 @@
+"""Every watcher is an actor: one live actor per watcher with something still to deliver, none
+left once it has delivered everything; the broker keeps only its address until then."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from actors.runtime.transport import PARENT_INBOX
+from actors.session.sinks import CollectingSink
+from actors.session.watcher import WatcherActor
+from actors.testing import SimSession
+from protocol.envelopes import TaskDoneEnvelope
+from protocol.ids import PARENT_ID, IdKind, make_id
+from protocol.notifications import TaskCompletion
+
+IDLE: dict[str, Any] = {"steps": []}
+
+
+def live_watchers(session: SimSession) -> list[str]:
+    return sorted(
+        a.state.watcher_id
+        for a in session.runtime.actors()
+        if isinstance(a, WatcherActor) and not a.actor_stopped.is_set()
+    )
+
+
+def broker_actor(session: SimSession) -> Any:
+    actor = session.broker._actor_weakref()  # the simulation is single-threaded
+    assert actor is not None
+    return actor
+
+
+def done(session: SimSession, agent_id: str, task_id: str) -> None:
+    session.transport.publish(
+        PARENT_INBOX,
+        TaskDoneEnvelope(
+            message_id=make_id(IdKind.MESSAGE, secrets.token_hex(8)),
+            session_id=session.session_id,
+            sender_id=agent_id,
+            target_id=PARENT_ID,
+            created_at=0.0,
+            capability=session.sim_launcher.driver(name_of(session, agent_id)).identity.capability,
+            task_id=task_id,
+            status="completed",
+            summary="done",
+        ),
+    )
+
+
+def name_of(session: SimSession, agent_id: str) -> str:
+    (agent,) = session.status(agent_id).agents
+    return agent.name
+
+
+def test_one_live_actor_per_watcher_still_owing_and_none_left_when_all_are_delivered() -> None:
+    sink = CollectingSink()
+    session = SimSession.simulated(11, sink=sink, trace=False)
+    try:
+        agents = [session.spawn(f"w{i}", script=IDLE).agent_id for i in range(3)]
+        session.sim.run_all(max_time=1)
+        tasks = [session.delegate(a, f"task {i}").task_id for i, a in enumerate(agents)]
+        before = session.runtime.actor_count
+        first = session.watch([tasks[0], tasks[1]]).watcher_id
+        second = session.watch([tasks[1]]).watcher_id
+        third = session.watch([tasks[2], tasks[0]]).watcher_id
+        session.sim.run_all(max_time=1)
+        assert live_watchers(session) == sorted([first, second, third])
+        assert session.runtime.actor_count == before + 3
+        done(session, agents[1], tasks[1])
+        session.sim.run_all(max_time=5)
+        # the second watched only that task: delivered, its actor is gone (and its address)
+        assert live_watchers(session) == sorted([first, third])
+        assert second not in broker_actor(session)._watchers
+        done(session, agents[0], tasks[0])
+        done(session, agents[2], tasks[2])
+        session.sim.run_all(max_time=5)
+        assert live_watchers(session) == []
+        assert session.runtime.actor_count == before
+        assert broker_actor(session)._watchers == {}
+        got = {
+            n.watcher_id: [r.task_id for r in n.results]
+            for n in sink.items
+            if isinstance(n, TaskCompletion) and n.pending == ()
+        }
+        assert got[third] == [tasks[2], tasks[0]]  # the order the caller named them
+    finally:
+        session.shutdown()
+
+
+def test_a_watch_of_settled_tasks_only_starts_no_actor() -> None:
+    session = SimSession.simulated(12, sink=CollectingSink(), trace=False)
+    try:
+        agent = session.spawn("w", script=IDLE).agent_id
+        session.sim.run_all(max_time=1)
+        task = session.delegate(agent, "task").task_id
+        done(session, agent, task)
+        session.sim.run_all(max_time=5)
+        before = session.runtime.actor_count
+        result = session.watch([task])
+        assert result.pending == () and [r.task_id for r in result.completed] == [task]
+        session.sim.run_all(max_time=1)
+        assert live_watchers(session) == [] and session.runtime.actor_count == before
+    finally:
+        session.shutdown()
