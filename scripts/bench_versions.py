@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                 for key, figure in got["figures"].items():
                     per[side].setdefault(key, []).append(figure["median"])
                     units[key] = figure["unit"]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for key in sorted(set(per["old"]) | set(per["new"])):
         old, new = per["old"].get(key, []), per["new"].get(key, [])
         mo = statistics.median(old) if old else None
@@ -126,11 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     Path(args.out).write_text(json.dumps(document, indent=2) + "\n")
     print(f"{'figure':<40} {'unit':<8} {'old':>10} {'new':>10} {'new/old':>8}")
+
+    def num(v: Any) -> str:
+        return "-" if v is None else f"{v:.4g}"
+
     for r in rows:
-
-        def num(v: float | None) -> str:
-            return "-" if v is None else f"{v:.4g}"
-
         print(
             f"{r['figure']:<40} {r['unit']:<8} {num(r['old']):>10} {num(r['new']):>10} "
             f"{num(r['new_over_old']):>8}"

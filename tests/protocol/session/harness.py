@@ -267,8 +267,8 @@ def check_invariants(s: SessionState, watchers: dict[str, WatcherState] | None =
         assert watcher_ids and len(watcher_ids) == len(set(watcher_ids))
         # (a settled worktree task's watchers wait for its changes: protocol.session.worktrees)
         assert task_id not in s.results or task_id in s.diffing, f"{task_id} has subscribers"
-        for watcher_id in watcher_ids if watchers is not None else ():
-            assert task_id in watchers[watcher_id].pending
+        for watcher_id in watcher_ids:
+            assert watchers is None or task_id in watchers[watcher_id].pending
     assert not s.folded_watchers, "resume hands every folded watcher to its actor"
     for watcher in (watchers or {}).values():
         assert watcher.pending, "a watcher with nothing pending is kept"
