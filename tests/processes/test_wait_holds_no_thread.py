@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from actors.session.supervisor import Supervisor
-from actors.session.watcher import WatcherActor
 from actors.surfaces.client import Client
 from tests.reliability.live import write_script
+from tests.sim.scenarios import live_watchers
 
 pytestmark = pytest.mark.processes
 
@@ -21,20 +21,17 @@ IDLE = {"steps": [{"await": "task"}, {"await": "any"}]}
 WAITS = 24
 
 
-def live_watchers(sup: Supervisor) -> int:
-    return sum(
-        1
-        for a in sup.runtime.actors()
-        if isinstance(a, WatcherActor) and not a.actor_stopped.is_set()
-    )
+def idle_task(sup: Supervisor, tmp_path: Path) -> str:
+    """A task of an agent that never finishes it by itself."""
+    sup.session.spawn("worker", script=str(write_script(tmp_path, "idle", IDLE)))
+    return sup.session.delegate("worker", "never finishes by itself").task_id
 
 
 def test_many_cli_waits_hold_no_thread_each_and_are_each_answered_once(
     supervisor: tuple[Supervisor, Any], tmp_path: Path
 ) -> None:
     sup, _ = supervisor
-    sup.session.spawn("worker", script=str(write_script(tmp_path, "idle", IDLE)))
-    task_id = sup.session.delegate("worker", "never finishes by itself").task_id
+    task_id = idle_task(sup, tmp_path)
     client = Client(sup.info)
     before = {t.ident for t in threading.enumerate()}
     answers: list[dict[str, Any]] = []
@@ -47,7 +44,7 @@ def test_many_cli_waits_hold_no_thread_each_and_are_each_answered_once(
     ]
     for caller in callers:
         caller.start()
-    assert sup.runtime.wait_until(lambda: live_watchers(sup) == WAITS, 60)
+    assert sup.runtime.wait_until(lambda: len(live_watchers(sup.runtime)) == WAITS, 60)
     callers_ids = {c.ident for c in callers}
     grown = [
         t.name
@@ -67,18 +64,17 @@ def test_many_cli_waits_hold_no_thread_each_and_are_each_answered_once(
     for answer in answers:
         assert answer["pending"] == [] and not answer["timed_out"]
         assert [r["task_id"] for r in answer["completed"]] == [task_id]
-    assert sup.runtime.wait_until(lambda: live_watchers(sup) == 0, 30)
+    assert sup.runtime.wait_until(lambda: not live_watchers(sup.runtime), 30)
 
 
 def test_a_cli_wait_past_its_timeout_says_what_is_pending_and_leaves_no_watcher(
     supervisor: tuple[Supervisor, Any], tmp_path: Path
 ) -> None:
     sup, _ = supervisor
-    sup.session.spawn("worker", script=str(write_script(tmp_path, "idle", IDLE)))
-    task_id = sup.session.delegate("worker", "never finishes by itself").task_id
+    task_id = idle_task(sup, tmp_path)
     answer = Client(sup.info).call("wait", {"ids": [task_id], "timeout_s": 0.5})
     assert answer["timed_out"] and answer["pending"] == [task_id] and answer["completed"] == []
-    assert sup.runtime.wait_until(lambda: live_watchers(sup) == 0, 30)
+    assert sup.runtime.wait_until(lambda: not live_watchers(sup.runtime), 30)
     # the task is untouched: a wait's timeout never ends it
     (row,) = sup.session.status("worker").agents
     assert row.task is not None and row.task.task_id == task_id

@@ -42,7 +42,6 @@ from actors.child.scripted import ScriptedDriver
 from actors.runtime.transport import PARENT_INBOX
 from actors.session.messages import ParentCall
 from actors.session.sinks import CollectingSink
-from actors.session.watcher import WatcherActor
 from actors.testing import SimSession
 from actors.testing.simulation import Faults
 from protocol import api
@@ -65,7 +64,7 @@ from protocol.tasks import (
     TaskResult,
     TaskState,
 )
-from tests.sim.scenarios import broker
+from tests.sim.scenarios import broker, live_watchers
 
 __all__ = ["Harness", "Offer"]
 
@@ -491,11 +490,7 @@ class Harness:
             assert sorted(got) == sorted(want), f"{watcher_id}: got {got}, expected {want}"
         # --- the census: one live actor per watcher with something still to deliver, none
         # left behind by a watcher that is done
-        live = sorted(
-            a.state.watcher_id
-            for a in self.s.runtime.actors()
-            if isinstance(a, WatcherActor) and not a.actor_stopped.is_set()
-        )
+        live = live_watchers(self.s.runtime)
         owing = sorted(
             w
             for w, watch in self.watchers.items()

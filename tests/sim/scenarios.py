@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.runtime.runtime import Runtime
 from actors.session.session import Session
 from actors.session.sinks import CollectingSink
+from actors.session.watcher import WatcherActor
 from actors.testing import SimSession
 from protocol.notifications import TaskCompletion
 from protocol.session.state import SessionState
@@ -61,6 +63,15 @@ def broker(session: Session) -> SessionState:
     assert actor is not None
     state: SessionState = actor.state
     return state
+
+
+def live_watchers(runtime: Runtime) -> list[str]:
+    """The ids of the watchers whose actor is live (one per watcher still owing results)."""
+    return sorted(
+        a.state.watcher_id
+        for a in runtime.actors()
+        if isinstance(a, WatcherActor) and not a.actor_stopped.is_set()
+    )
 
 
 def completions(sink: CollectingSink) -> list[TaskCompletion]:

@@ -8,21 +8,13 @@ from typing import Any
 
 from actors.runtime.transport import PARENT_INBOX
 from actors.session.sinks import CollectingSink
-from actors.session.watcher import WatcherActor
 from actors.testing import SimSession
 from protocol.envelopes import TaskDoneEnvelope
 from protocol.ids import PARENT_ID, IdKind, make_id
 from protocol.notifications import TaskCompletion
+from tests.sim.scenarios import live_watchers
 
 IDLE: dict[str, Any] = {"steps": []}
-
-
-def live_watchers(session: SimSession) -> list[str]:
-    return sorted(
-        a.state.watcher_id
-        for a in session.runtime.actors()
-        if isinstance(a, WatcherActor) and not a.actor_stopped.is_set()
-    )
 
 
 def broker_actor(session: SimSession) -> Any:
@@ -65,17 +57,17 @@ def test_one_live_actor_per_watcher_still_owing_and_none_left_when_all_are_deliv
         second = session.watch([tasks[1]]).watcher_id
         third = session.watch([tasks[2], tasks[0]]).watcher_id
         session.sim.run_all(max_time=1)
-        assert live_watchers(session) == sorted([first, second, third])
+        assert live_watchers(session.runtime) == sorted([first, second, third])
         assert session.runtime.actor_count == before + 3
         done(session, agents[1], tasks[1])
         session.sim.run_all(max_time=5)
         # the second watched only that task: delivered, its actor is gone (and its address)
-        assert live_watchers(session) == sorted([first, third])
+        assert live_watchers(session.runtime) == sorted([first, third])
         assert second not in broker_actor(session)._watchers
         done(session, agents[0], tasks[0])
         done(session, agents[2], tasks[2])
         session.sim.run_all(max_time=5)
-        assert live_watchers(session) == []
+        assert live_watchers(session.runtime) == []
         assert session.runtime.actor_count == before
         assert broker_actor(session)._watchers == {}
         got = {
@@ -100,6 +92,6 @@ def test_a_watch_of_settled_tasks_only_starts_no_actor() -> None:
         result = session.watch([task])
         assert result.pending == () and [r.task_id for r in result.completed] == [task]
         session.sim.run_all(max_time=1)
-        assert live_watchers(session) == [] and session.runtime.actor_count == before
+        assert live_watchers(session.runtime) == [] and session.runtime.actor_count == before
     finally:
         session.shutdown()
