@@ -48,7 +48,7 @@ from loguru import logger
 
 from actors.transports.nats.lines import WRONG_LAST_SEQUENCE, lines_stream, lines_subject
 from actors.transports.nats.loop import LoopThread
-from actors.transports.nats.outage import outage_backoff
+from actors.transports.nats.outage import Outage, through_outage
 from actors.transports.nats.setup import connect, make_streams
 from protocol.errors import SessionBusy, SessionUnavailable, ShepherdError
 from protocol.transport_url import TlsFiles
@@ -101,34 +101,20 @@ _DECODER = msgspec.json.Decoder(Claim)
 
 
 async def waited_out(attempt: Callable[[], Awaitable[T]], outage_s: float, whose: str) -> T:
-    """``await attempt()``, tried again while the servers have trouble of their own (no stream
-    leader yet, no answer, no connection) for at most ``outage_s``; then
-    ``session_unavailable`` naming the last trouble. A refusal (an API error below 500) is
-    ``session_unavailable`` at once."""
-    import nats.errors
+    """``await attempt()`` through the servers' own trouble, as every NATS read waits it out
+    (:func:`~actors.transports.nats.outage.through_outage`, at most ``outage_s``); a refusal,
+    or trouble that outlasted the wait, is ``session_unavailable`` naming ``whose`` claim."""
     from nats.js.errors import APIError
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + outage_s
-    backoff = outage_backoff()
-    while True:
-        try:
-            return await attempt()
-        except APIError as exc:
-            if (exc.code or 0) < 500 or exc.err_code == WRONG_LAST_SEQUENCE:
-                raise SessionUnavailable(
-                    f"the NATS servers refused the claim on {whose}: {exc}"
-                ) from None
-            outage: Exception = exc
-        except (TimeoutError, nats.errors.Error) as exc:
-            outage = exc
-        pause = backoff.next()
-        if loop.time() + pause > deadline:
-            raise SessionUnavailable(
-                f"the NATS servers could not be asked who serves {whose} (waited "
-                f"{outage_s:g} s): {outage!r}"
-            )
-        await asyncio.sleep(pause)  # a backoff while the servers recover
+    try:
+        return await through_outage(attempt, outage_s, f"the claim on {whose}")
+    except APIError as exc:
+        raise SessionUnavailable(f"the NATS servers refused the claim on {whose}: {exc}") from None
+    except Outage as exc:
+        raise SessionUnavailable(
+            f"the NATS servers could not be asked who serves {whose} (waited {outage_s:g} s): "
+            f"{exc.message}"
+        ) from None
 
 
 class _Moved(Exception):
