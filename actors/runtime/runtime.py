@@ -36,7 +36,6 @@ import os
 import queue
 import sys
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -108,7 +107,9 @@ class RuntimeFuture(pykka.ThreadingFuture[T]):
 class RuntimeInbox:
     """An actor's mailbox. ``put`` schedules the actor on its runtime when it gains mail.
 
-    No lock on the way in or out: ``deque.append`` / ``popleft`` are thread-safe; the "scheduled"
+    No lock on the way in or out: ``SimpleQueue.put`` / ``get_nowait`` are thread-safe (and an
+    empty one costs about 170 bytes, an empty ``deque`` about 770: at 10,000 watchers, that was
+    a third of what each cost); the "scheduled"
     mark is a lock used only as an atomic test-and-set (``acquire(blocking=False)``), never
     waited on. Whoever sets the mark schedules the actor, and the worker that runs it owns the
     mark (it alone pops) until it clears it. A contended inbox (many senders, one actor) then
@@ -118,51 +119,51 @@ class RuntimeInbox:
     __slots__ = ("_actor", "_items", "_mark", "_runtime")
 
     def __init__(self, runtime: Runtime, actor: ShepherdActor) -> None:
-        self._items: deque[Envelope] = deque()
+        self._items: queue.SimpleQueue[Envelope] = queue.SimpleQueue()
         self._mark = threading.Lock()  # held: the actor is scheduled or running
         self._runtime = runtime
         self._actor = actor
 
     def put(self, envelope: Envelope, /) -> None:
-        self._items.append(envelope)
+        self._items.put(envelope)
         if self._mark.acquire(False):
             self._runtime.schedule(self._actor)
 
     def get(self) -> Envelope:
-        return self._items.popleft()
+        return self._items.get_nowait()
 
     def pop(self) -> Envelope | None:
         """The next envelope, or None; the mark is left as it is (its owner only)."""
         try:
-            return self._items.popleft()
-        except IndexError:
+            return self._items.get_nowait()
+        except queue.Empty:
             return None
 
     def empty(self) -> bool:
-        return not self._items
+        return self._items.empty()
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._items.qsize()
 
     def take(self) -> Envelope | None:
         """Pop the next envelope, or clear the scheduled mark if there is none (its owner
         only: after None, the caller no longer owns the actor)."""
         try:
-            return self._items.popleft()
-        except IndexError:
+            return self._items.get_nowait()
+        except queue.Empty:
             pass
-        return self._items.popleft() if self._unmark() else None
+        return self._items.get_nowait() if self._unmark() else None
 
     def release(self) -> bool:
         """After a batch: True if the actor must be scheduled again (it still has mail)."""
-        return bool(self._items) or self._unmark()
+        return not self._items.empty() or self._unmark()
 
     def _unmark(self) -> bool:
         """Clear the mark; True if mail came meanwhile and the mark was taken back (the caller
         still owns the actor). A ``put`` that found the mark set before it was cleared did not
         schedule the actor: its envelope is seen here."""
         self._mark.release()
-        return bool(self._items) and self._mark.acquire(False)
+        return not self._items.empty() and self._mark.acquire(False)
 
 
 class Stopped:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
+import queue
 import sys
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -120,7 +120,7 @@ def test_mail_racing_an_emptying_inbox_is_never_stranded(threaded: ThreadedRunti
     assert all(a is not None and a.max_concurrent == 1 for a in actors)
 
 
-class _LateMail(deque[Any]):
+class _LateMail(queue.SimpleQueue[Any]):
     """A mailbox that, the first time its owner finds it empty, is overtaken by a ``put``
     before the owner acts on it: the moment a sender sees the actor still scheduled and
     leaves the waking to its worker."""
@@ -134,17 +134,17 @@ class _LateMail(deque[Any]):
             inbox, self.inbox = self.inbox, None
             inbox.put("late")  # type: ignore[arg-type]  # any object stands for an envelope
 
-    def popleft(self) -> Any:
-        if not len(self):
+    def get_nowait(self) -> Any:
+        if super().empty():
             self._overtaken()
-            raise IndexError("pop from an empty deque")
-        return super().popleft()
+            raise queue.Empty
+        return super().get_nowait()
 
-    def __bool__(self) -> bool:
-        if not len(self):
+    def empty(self) -> bool:
+        if super().empty():
             self._overtaken()
-            return False
-        return True
+            return True
+        return False
 
 
 @pytest.mark.parametrize("step", ["take", "release"])
