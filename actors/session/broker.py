@@ -59,7 +59,7 @@ from actors.session.runs import WATCHDOG_EFFECTS, Run, read_output
 from actors.session.sinks import GuardedSink
 from actors.session.task import NoteWriter, NoteWrites
 from actors.session.timers import Timers
-from actors.session.watcher import Results, Waiting, WatcherActor, WatcherDone
+from actors.session.watcher import Results, Waiting, WatcherActor
 from actors.session.worktrees import GitWorker
 from protocol import api
 from protocol.envelopes import AnyEnvelope
@@ -122,8 +122,9 @@ class BrokerActor(ShepherdActor):
         self._timers = Timers(self.clock, functools.partial(tell_quietly, self.actor_ref))
         #: every task's note, written by one actor (see :mod:`actors.session.task`)
         self._note_writer: pykka.ActorRef[Any] | None = None
-        #: watcher id -> its actor, until it is done (:mod:`actors.session.watcher`)
-        self._watchers: dict[str, pykka.ActorRef[Any]] = {}
+        #: watcher id -> its actor, and how many of its tasks' results are still to route to
+        #: it (its subscriptions): forgotten when the last is routed (:mod:`actors.session.watcher`)
+        self._watchers: dict[str, tuple[pykka.ActorRef[Any], int]] = {}
         #: each effect's runner, by the effect's type (a dict lookup, not a chain of matches)
         self._runners: dict[type, Callable[[Any, Run], None]] = {
             fx.Notify: self._notify,
@@ -181,9 +182,6 @@ class BrokerActor(ShepherdActor):
                 return self._run(effects)
             case messages.DeliveryFailed(envelope=env, error=error):
                 return self._run(inbound.delivery_failed(state, env, error, self._ctx()))
-            case WatcherDone(watcher_id=watcher_id):
-                self._watchers.pop(watcher_id, None)
-                return None
             case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue() | fx.BudgetDue():
                 self._timers.fired(message)
                 self._run(calls.fire(state, message, self._ctx()))
@@ -307,9 +305,16 @@ class BrokerActor(ShepherdActor):
         if run.notes and self._note_writer is not None:
             tell_quietly(self._note_writer, NoteWrites(run.notes))
         for watcher_id, results in run.hands.items():
-            ref = self._watchers.get(watcher_id)
-            if ref is not None:  # a ``wait``'s watcher stops at its deadline
-                tell_quietly(ref, Results(results))
+            entry = self._watchers.get(watcher_id)
+            if entry is None:  # never expected: routed once per subscription
+                self._log.error("no watcher {} for {} results", watcher_id, len(results))
+                continue
+            ref, owed = entry
+            tell_quietly(ref, Results(results))  # a ``wait``'s may have stopped at its deadline
+            if owed > len(results):
+                self._watchers[watcher_id] = (ref, owed - len(results))
+            else:
+                del self._watchers[watcher_id]  # its last subscription: nothing more to route
         if run.watchdog and self._watchdog is not None:
             tell_quietly(self._watchdog, run.watchdog)
 
@@ -369,9 +374,8 @@ class BrokerActor(ShepherdActor):
             done = (self.state.result_of(t) for t in ids if t not in pending)
             completed = tuple(r for r in done if r is not None)
             waiting = Waiting(run.waiting.answer, completed, run.waiting.timeout_s)
-        self._watchers[effect.watcher_id] = self.runtime.spawn(
-            WatcherActor, effect.watcher, self._sink, coalesce_s, self.actor_ref, waiting
-        )
+        ref = self.runtime.spawn(WatcherActor, effect.watcher, self._sink, coalesce_s, waiting)
+        self._watchers[effect.watcher_id] = (ref, len(effect.watcher.pending))
 
     def _watchdog_effect(self, effect: Any, run: Run) -> None:
         if self._watchdog is not None:

@@ -10,8 +10,9 @@ does what it says:
   subscribed to it, one message per watcher per run of its effects): take each into the
   buffer; the first opens the window (a timer of the watcher's own, whose event comes back to
   this actor's mailbox, behind nothing but this watcher's own mail).
-- ``Flush`` (the window closed): one notification to the caller; when nothing is pending, tell
-  the broker (``WatcherDone``: it forgets the watcher's address) and stop.
+- ``Flush`` (the window closed): one notification to the caller; when nothing is pending,
+  stop. (The broker forgot its address when it routed it the last result it was owed: a
+  watcher that is done tells nobody.)
 
 A ``wait`` is a watcher too, with no thread of its own waiting for it: its actor keeps what it
 delivered (beside what the ``wait``'s answer carried at once) and, when nothing is pending or
@@ -28,8 +29,6 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import pykka
-
 from actors.runtime.clock import TimerHandle
 from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor, tell_quietly
@@ -40,7 +39,7 @@ from protocol.session.effects import Flush
 from protocol.session.state import WatcherState
 from protocol.tasks import TaskResult
 
-__all__ = ["Results", "Waiting", "WatcherActor", "WatcherDone"]
+__all__ = ["Results", "Waiting", "WatcherActor"]
 
 
 class Results:
@@ -50,15 +49,6 @@ class Results:
 
     def __init__(self, results: list[TaskResult]) -> None:
         self.results = results
-
-
-class WatcherDone:
-    """A watcher delivered everything it watched and stopped (told to the broker)."""
-
-    __slots__ = ("watcher_id",)
-
-    def __init__(self, watcher_id: str) -> None:
-        self.watcher_id = watcher_id
 
 
 class Waiting:
@@ -91,14 +81,12 @@ class WatcherActor(ShepherdActor):
         state: WatcherState,
         sink: GuardedSink,
         coalesce_s: float,
-        broker: pykka.ActorRef[Any],
         waiting: Waiting | None = None,
     ) -> None:
         super().__init__()
         self.state = state
         self._sink = sink
         self._coalesce_s = coalesce_s
-        self._broker = broker
         self._timer: TimerHandle | None = None
         #: a ``wait``'s: how it answers, and what it delivered so far (its deadline's timer)
         self._waiting = waiting
@@ -138,7 +126,7 @@ class WatcherActor(ShepherdActor):
 
     def _finish(self) -> None:
         """Delivered everything (or a ``wait``'s deadline passed): a ``wait`` answers its
-        caller once; the broker forgets the watcher; the actor stops."""
+        caller once; the actor stops."""
         waiting, self._waiting = self._waiting, None
         if waiting is not None:
             ids = self.state.ids
@@ -154,7 +142,6 @@ class WatcherActor(ShepherdActor):
                 waiting.answer(result)
             except Exception:
                 logger.opt(exception=True).error("the answer of a wait failed")
-        tell_quietly(self._broker, WatcherDone(self.state.watcher_id))
         self.stop()
 
     def on_stop(self) -> None:
