@@ -92,6 +92,9 @@ class WatcherActor(ShepherdActor):
         self._waiting = waiting
         self._got: list[TaskResult] = list(waiting.completed) if waiting is not None else []
         self._deadline: TimerHandle | None = None
+        #: finished: what is still in its mailbox before its stop is ignored (a wait answered
+        #: at its deadline must not hand a late window to anyone)
+        self._finished = False
 
     def on_start(self) -> None:
         waiting = self._waiting
@@ -100,6 +103,8 @@ class WatcherActor(ShepherdActor):
             self._deadline = self.clock.call_later(waiting.timeout_s, tell)
 
     def on_receive(self, message: Any) -> Any:
+        if self._finished:
+            return None
         if isinstance(message, Results):
             for result in message.results:
                 self.state, opens = rules.take(self.state, result, self._coalesce_s)
@@ -127,7 +132,8 @@ class WatcherActor(ShepherdActor):
     def _finish(self) -> None:
         """Delivered everything (or a ``wait``'s deadline passed): a ``wait`` answers its
         caller once; the actor stops."""
-        waiting, self._waiting = self._waiting, None
+        self._finished = True
+        waiting = self._waiting
         if waiting is not None:
             ids = self.state.ids
             got = {r.task_id: r for r in self._got}

@@ -7,11 +7,17 @@ import secrets
 from typing import Any
 
 from actors.runtime.transport import PARENT_INBOX
-from actors.session.sinks import CollectingSink
+from actors.session.sinks import CollectingSink, GuardedSink
+from actors.session.watcher import _DEADLINE, Results, Waiting, WatcherActor
 from actors.testing import SimSession
+from actors.testing.simulation import SimRuntime
+from protocol import api
 from protocol.envelopes import TaskDoneEnvelope
 from protocol.ids import PARENT_ID, IdKind, make_id
 from protocol.notifications import TaskCompletion
+from protocol.session.effects import Flush
+from protocol.session.state import WatcherState
+from protocol.tasks import TaskResult
 from tests.sim.scenarios import live_watchers
 
 IDLE: dict[str, Any] = {"steps": []}
@@ -95,3 +101,29 @@ def test_a_watch_of_settled_tasks_only_starts_no_actor() -> None:
         assert live_watchers(session.runtime) == [] and session.runtime.actor_count == before
     finally:
         session.shutdown()
+
+
+def test_a_wait_answered_at_its_deadline_hands_a_window_closing_with_it_to_nobody() -> None:
+    """The deadline and the window close together (both timers fired, their events in the
+    mailbox in that order, as the threaded clock may do): the wait answers once, with the
+    result, and the window's flush behind it reaches no sink."""
+    runtime = SimRuntime(13, trace=False)
+    sink = CollectingSink()
+    answers: list[api.WaitResult] = []
+    task_id = "shepherd-task-00000001"
+    watcher_id = "shepherd-watcher-00000001"
+    state = WatcherState(watcher_id=watcher_id, ids=(task_id,), pending=frozenset({task_id}))
+    result = TaskResult(
+        task_id=task_id, agent_id="a", status="completed", ok=True, return_code=0, completed_at=0.0
+    )
+    ref = runtime.spawn(
+        WatcherActor, state, GuardedSink(sink), 60.0, Waiting(answers.append, (), 60.0)
+    )
+    ref.tell(Results([result]))
+    runtime.run_until_idle()
+    ref.tell(_DEADLINE)  # the two timers' events, as both timers fired
+    ref.tell(Flush(watcher_id=watcher_id))
+    runtime.run_until_idle()
+    assert [(a.pending, a.timed_out, a.completed) for a in answers] == [((), False, (result,))]
+    assert sink.items == []
+    assert live_watchers(runtime) == []
