@@ -263,7 +263,7 @@ def test_the_record_of_delivery_is_read_back_as_the_file_reads_it(
 def test_appends_from_several_threads_at_once_are_all_kept(
     nats_server: NatsServer, session_id: str
 ) -> None:
-    """The broker and the courier append to the records from their own threads: appends at
+    """The broker and the watchers append to the records from their own threads: appends at
     once must not refuse each other as a second writer (each names the last sequence)."""
     journal = NatsJournal([nats_server.url], session_id)
     failures: list[BaseException] = []
