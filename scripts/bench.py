@@ -59,7 +59,7 @@ from bench_lib.savina import SUBJECTS as RUNTIME_SUBJECTS
 from bench_lib.savina import THESPIAN
 from bench_lib.savina import WORKLOADS as RUNTIME_WORKLOADS
 
-from protocol.limits import MAX_BATCH
+from protocol.core.limits import MAX_BATCH
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from actors.runtime.transport import InMemoryTransport
 from actors.session.session import Session
 from actors.session.sinks import CollectingSink
 from actors.testing.simagent import SimLauncher
-from protocol.notifications import TaskCompletion
-from protocol.script import parse_script
+from protocol.records.notifications import TaskCompletion
+from protocol.scripted.script import parse_script
 
 QUIET = {"steps": [{"await": "task"}, {"await": "any"}]}
 

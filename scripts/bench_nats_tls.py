@@ -40,7 +40,7 @@ def one_run(samples: int, tmp: Path) -> dict[str, float]:
     from actors.testing.certs import mint_ca, mint_leaf
     from actors.transports.nats.server import ServerTls, start_server
     from actors.transports.nats.setup import connect
-    from protocol.transport_url import TlsFiles
+    from protocol.core.transport_url import TlsFiles
 
     ca = mint_ca(tmp / "pki")
     leaf = mint_leaf(ca, tmp / "pki")

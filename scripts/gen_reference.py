@@ -9,14 +9,16 @@ Nothing is copied by hand, so a page cannot disagree with the code:
 - ``cli.md``: every ``shepherd`` and ``shepherd-child`` command, argument and flag, walked from
   the same argparse parsers ``--help`` prints (``actors.surfaces.cli_parser.build_parser``,
   ``actors.child.cli``), each operation's bounds read from its Args Struct (the operation
-  table, ``protocol.ops``, whose types carry the bounds table, ``protocol.limits``), and the
+  table, ``protocol.ops``, whose types carry the bounds table, ``protocol.core.limits``), and the
   watchdog's operations from their own table (``protocol.watchdog.api.OP_ARGS``);
 - ``tools.md``: every MCP / Pi parent tool and every child tool with its JSON schema's fields
-  and bounds (``protocol.tools``);
+  and bounds (``protocol.ops.tools``);
 - ``errors-and-notifications.md``: every error code (the subclasses of
-  ``protocol.errors.ShepherdError``) and every notification kind (``protocol.notifications``);
-- ``settings.md``: every setting with its default and bounds (``protocol.settings.Settings``,
-  ``protocol.watchdog.config.WatchdogConfig``), described by the comment the code gives it.
+  ``protocol.core.errors.ShepherdError``) and every notification kind
+  (``protocol.records.notifications``);
+- ``settings.md``: every setting with its default and bounds
+  (``protocol.records.settings.Settings``, ``protocol.watchdog.config.WatchdogConfig``), described
+  by the comment the code gives it.
 
 ``tests/docs/test_reference.py`` fails when a committed page differs from what this prints.
 The output depends on nothing but the code: fixed widths, table order, no dates.
@@ -40,8 +42,11 @@ sys.path.insert(0, str(ROOT))
 
 from actors.child import cli as child_cli  # noqa: E402
 from actors.surfaces.cli_parser import build_parser  # noqa: E402
-from protocol import errors, notifications, ops, tools  # noqa: E402
-from protocol.settings import Settings  # noqa: E402
+from protocol import ops  # noqa: E402
+from protocol.core import errors  # noqa: E402
+from protocol.ops import tools  # noqa: E402
+from protocol.records import notifications  # noqa: E402
+from protocol.records.settings import Settings  # noqa: E402
 from protocol.watchdog import api as watchdog_api  # noqa: E402
 from protocol.watchdog.config import WatchdogConfig  # noqa: E402
 from protocol.watchdog.rules import RULES  # noqa: E402
@@ -358,8 +363,8 @@ def errors_page() -> str:
         "## Error codes",
         "",
         'Every error a caller gets is typed: `{"error": {"code", "message"}}` under '
-        "`--json` (exit 2), the same exception class in Python (`protocol/errors.py`), the same "
-        "code in a tool's answer. What to do about each: "
+        "`--json` (exit 2), the same exception class in Python (`protocol/core/errors.py`), "
+        "the same code in a tool's answer. What to do about each: "
         "[troubleshooting](../operations/troubleshooting.md).",
         "",
         "| code | class | meaning |",
@@ -373,7 +378,7 @@ def errors_page() -> str:
         "",
         "What the parent is told (`shepherd notifications`, `shepherd_notifications`, the Pi "
         "parent extension's follow-ups), one JSON object each with its `kind` "
-        "(`protocol/notifications.py`). The codes of `notice` are listed in "
+        "(`protocol/records/notifications.py`). The codes of `notice` are listed in "
         "[concepts](../concepts.md#notice-codes).",
         "",
         "| kind | fields | what |",
@@ -455,7 +460,7 @@ def settings_page() -> str:
         "`serve`. Children get the session's settings. How to use them: "
         "[the settings guide](../guides/settings.md).",
         "",
-        "## Session (`protocol/settings.py Settings`)",
+        "## Session (`protocol/records/settings.py Settings`)",
         "",
         *_settings_table(Settings, ""),
         "## Watchdog (`[watchdog]` table, `protocol/watchdog/config.py WatchdogConfig`)",

@@ -5,8 +5,8 @@
     python scripts/state_diagram.py --machine request    # one: task | request | process
     python scripts/state_diagram.py --markdown           # fenced blocks, a heading each
 
-Every edge comes from the code: the task machine from ``protocol.tasks.TRANSITIONS``, the
-request machine from ``protocol.requests.REQUEST_TRANSITIONS``, the agent's process machine
+Every edge comes from the code: the task machine from ``protocol.records.tasks.TRANSITIONS``, the
+request machine from ``protocol.records.requests.REQUEST_TRANSITIONS``, the agent's process machine
 from ``protocol.session.agents.PROCESS_TRANSITIONS``; the start state is the default of the
 record's ``state`` field, and a state with no way out is drawn as final. Nothing is copied by
 hand, so a diagram cannot disagree with its machine. The "State machines" section of
@@ -26,11 +26,11 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from protocol.api import ProcessState
-from protocol.requests import REQUEST_TRANSITIONS, RequestRecord, RequestState
+from protocol.calls.api import ProcessState
+from protocol.records.requests import REQUEST_TRANSITIONS, RequestRecord, RequestState
+from protocol.records.tasks import TRANSITIONS, TaskRecord, TaskState
 from protocol.session.agents import PROCESS_TRANSITIONS
 from protocol.session.state import AgentRow
-from protocol.tasks import TRANSITIONS, TaskRecord, TaskState
 
 
 @dataclass(frozen=True)
@@ -62,14 +62,14 @@ def machines() -> dict[str, Machine]:
     return {
         "task": Machine(
             title="Task",
-            source="protocol/tasks.py TRANSITIONS",
+            source="protocol/records/tasks.py TRANSITIONS",
             states=tuple(str(s) for s in TaskState),
             start=_default_state(TaskRecord),
             edges=tuple((str(a), str(e), str(b)) for (a, e), b in TRANSITIONS.items()),
         ),
         "request": Machine(
             title="Request",
-            source="protocol/requests.py REQUEST_TRANSITIONS",
+            source="protocol/records/requests.py REQUEST_TRANSITIONS",
             states=tuple(str(s) for s in request_states),
             start=_default_state(RequestRecord),
             # the table's values are sets: draw them in declaration order, not hash order

@@ -1,6 +1,6 @@
-"""The folders of ``actors/`` import each other in one direction only: no import cycle between
-two folders (at any length), so each can be read, tested and replaced on top of the ones below
-it; the actor runtime knows no transport. ``protocol/`` never imports ``actors/`` (ruff's
+"""The folders of ``actors/``, and those of ``protocol/``, import each other in one direction
+only: no import cycle between two folders (at any length), so each can be read, tested and
+replaced on top of the ones below it; the actor runtime knows no transport. ``protocol/`` never imports ``actors/`` (ruff's
 banned-api rule checks that one). Read from the source with ``ast``: every import, at the top
 or inside a function, counts."""
 
@@ -15,10 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _folder(module: str) -> str | None:
-    """The folder a module of ``actors/`` lives in (``actors/transports/nats``...), or None
-    for any other module."""
+    """The folder a module of ``actors/`` or ``protocol/`` lives in (``actors/transports/nats``,
+    ``protocol/core``...), or None for any other module."""
     parts = module.split(".")
-    if parts[0] != "actors":
+    if parts[0] not in ("actors", "protocol"):
         return None
     for n in range(len(parts), 0, -1):
         if (ROOT.joinpath(*parts[:n])).is_dir():
@@ -29,7 +29,7 @@ def _folder(module: str) -> str | None:
 def _graph() -> dict[str, dict[str, set[str]]]:
     """folder -> folder it imports -> the files that do."""
     edges: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for top in ("actors",):
+    for top in ("actors", "protocol"):
         for path in (ROOT / top).rglob("*.py"):
             src = str(path.parent.relative_to(ROOT))
             for node in ast.walk(ast.parse(path.read_text())):
@@ -76,6 +76,12 @@ def test_no_import_cycle_between_folders() -> None:
     if cycle is not None:
         why = [f"{a} -> {b}: {sorted(edges[a][b])}" for a, b in itertools.pairwise(cycle)]
         raise AssertionError("import cycle between folders:\n" + "\n".join(why))
+
+
+def test_protocol_is_grouped_by_subject() -> None:
+    """No module sits directly in ``protocol/``: each lives in the folder of its subject."""
+    loose = sorted(p.name for p in (ROOT / "protocol").glob("*.py") if p.name != "__init__.py")
+    assert loose == []
 
 
 def test_the_runtime_knows_no_transport() -> None:

@@ -25,8 +25,8 @@ from typing import Any, ClassVar, Protocol
 from actors.child.env import ChildEnv
 from actors.runtime.clock import Clock
 from actors.runtime.ids import IdSource
-from protocol.envelopes import AckEnvelope, AnyEnvelope, ControlEnvelope, RuntimeEvent
-from protocol.errors import InvalidArgument
+from protocol.core.errors import InvalidArgument
+from protocol.wire.envelopes import AckEnvelope, AnyEnvelope, ControlEnvelope, RuntimeEvent
 
 __all__ = [
     "ADAPTERS",
@@ -79,7 +79,7 @@ class AgentContext(Protocol):
 
 class Adapter(Protocol):
     """How one kind of agent is run. Built with ``cls(ctx, options)``; a bad option raises a
-    :class:`~protocol.errors.ShepherdError` (reported as a runtime ``error``, exit 2).
+    :class:`~protocol.core.errors.ShepherdError` (reported as a runtime ``error``, exit 2).
 
     ``deliver`` gets every accepted inbox envelope except ``control close`` (the bridge
     handles that: it calls ``close`` and exits). ``close`` stops the agent for good and must
@@ -90,7 +90,7 @@ class Adapter(Protocol):
     @staticmethod
     def check_options(options: Mapping[str, Any], cwd: str) -> object:
         """Check the options (``cwd``: the agent's working directory); raise
-        :class:`~protocol.errors.InvalidArgument` naming the bad one. Starts nothing."""
+        :class:`~protocol.core.errors.InvalidArgument` naming the bad one. Starts nothing."""
 
     def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None: ...
 

@@ -29,11 +29,11 @@ from actors.child.outbox import until_reachable
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.ids import IdSource
 from actors.runtime.transport import Transport
-from protocol.approvals import APPROVED, DENIED, TIMEOUT_REASON
-from protocol.envelopes import AckEnvelope, AnyEnvelope, MessageEnvelope, NoticeEnvelope
-from protocol.errors import ErrorInfo, SessionUnavailable, error_from_info
-from protocol.ids import PARENT_ID, IdKind
+from protocol.calls.approvals import APPROVED, DENIED, TIMEOUT_REASON
+from protocol.core.errors import ErrorInfo, SessionUnavailable, error_from_info
+from protocol.core.ids import PARENT_ID, IdKind
 from protocol.ops.approvals import ChildApprovalArgs
+from protocol.wire.envelopes import AckEnvelope, AnyEnvelope, MessageEnvelope, NoticeEnvelope
 
 __all__ = ["GRACE_S", "ask"]
 

@@ -78,12 +78,12 @@ from actors.runtime.plain_log import PlainLogger
 from actors.runtime.procs import KILL_GRACE_S, terminate_session
 from actors.runtime.transport import Subscription
 from actors.transports.wire import NATS_OUTAGE_S, SessionTransport
-from protocol.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent
-from protocol.errors import ShepherdError
-from protocol.ids import PARENT_ID, IdKind
-from protocol.script import ScriptError
-from protocol.settings import Settings
-from protocol.tracecontext import ENV_TRACEPARENT
+from protocol.core.errors import ShepherdError
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.core.tracecontext import ENV_TRACEPARENT
+from protocol.records.settings import Settings
+from protocol.scripted.script import ScriptError
+from protocol.wire.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent
 
 __all__ = ["Bridge", "configure_logging", "run_bridge"]
 

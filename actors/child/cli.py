@@ -54,7 +54,18 @@ from actors.runtime.command_wire import wants_json
 from actors.runtime.ids import IdSource
 from actors.runtime.transport import PARENT_INBOX, Transport
 from protocol import ops
-from protocol.envelopes import (
+from protocol.core.errors import (
+    ErrorInfo,
+    InvalidArgument,
+    InvalidHandle,
+    SessionUnavailable,
+    ShepherdError,
+    error_from_info,
+)
+from protocol.core.ids import PARENT_ID, IdKind, is_valid_name, kind_of
+from protocol.ops.approvals import ChildApprovalArgs
+from protocol.ops.child import ChildDoneArgs, ChildMessageArgs, ChildUsageArgs
+from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
     Delivery,
@@ -63,17 +74,6 @@ from protocol.envelopes import (
     RuntimeEnvelope,
     TaskDoneEnvelope,
 )
-from protocol.errors import (
-    ErrorInfo,
-    InvalidArgument,
-    InvalidHandle,
-    SessionUnavailable,
-    ShepherdError,
-    error_from_info,
-)
-from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of
-from protocol.ops.approvals import ChildApprovalArgs
-from protocol.ops.child import ChildDoneArgs, ChildMessageArgs, ChildUsageArgs
 
 if TYPE_CHECKING:
     from actors.runtime.command_socket import Request

@@ -5,8 +5,8 @@ described and checked in :mod:`actors.child.command_options`.
 
 Rules:
 - A turn is one run of ``bash -c TEMPLATE`` with ``{message}`` replaced by the shell-quoted
-  text of what the agent is told (:func:`~protocol.render.render_task_context` for a task,
-  :func:`~protocol.render.render_delivery` for a message, reply or notice). The process gets
+  text of what the agent is told (:func:`~protocol.calls.render.render_task_context` for a task,
+  :func:`~protocol.calls.render.render_delivery` for a message, reply or notice). The process gets
   the bridge's ``SHEPHERD_*`` environment, so the agent calls ``shepherd-child message|done``
   from its shell. Its stdout streams out as runtime ``output`` events, batched (by line, at
   most every 50 ms or 8 000 characters); its stderr goes to the bridge's log, and its tail is
@@ -29,7 +29,7 @@ Rules:
   turn. The agent is told that its task ended with its next turn's input, never with a turn
   of its own.
 - The agent is told the commands it has: ``shepherd-child message|done`` from its shell
-  (:data:`~protocol.render.CHILD_SHELL`).
+  (:data:`~protocol.calls.render.CHILD_SHELL`).
 - Every turn runs in its own process group (``process_group=0``) inside the bridge's
   session, so one ``killpg`` stops a turn and everything it started; the bridge kills the
   running turn at exit and then sweeps its whole session (``actors.child.bridge``).
@@ -58,7 +58,13 @@ from actors.runtime.clock import TimerHandle
 from actors.runtime.log import logger
 from actors.runtime.procs import OutputTail, exit_status, pump_process, signal_group
 from actors.tracing.variables import ENV_TASK_ID
-from protocol.envelopes import (
+from protocol.calls.render import (
+    CHILD_SHELL,
+    render_delivery,
+    render_task_context,
+    render_task_ended,
+)
+from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
     ControlEnvelope,
@@ -66,12 +72,6 @@ from protocol.envelopes import (
     NoticeEnvelope,
     ReplyEnvelope,
     TaskEnvelope,
-)
-from protocol.render import (
-    CHILD_SHELL,
-    render_delivery,
-    render_task_context,
-    render_task_ended,
 )
 
 __all__ = ["CommandAdapter"]

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from actors.runtime.procs import KILL_GRACE_S
-from protocol.errors import InvalidArgument
+from protocol.core.errors import InvalidArgument
 
 __all__ = ["MAX_TEMPLATE_BYTES", "CommandOptions", "check_command_options"]
 

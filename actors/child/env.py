@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from protocol.envelopes import (
+from protocol.core.errors import (
+    ForbiddenSender,
+    InvalidArgument,
+    InvalidEnvelope,
+    SessionUnavailable,
+)
+from protocol.core.ids import PARENT_ID, IdKind, kind_of
+from protocol.core.transport_url import TlsFiles
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
     ControlEnvelope,
@@ -30,10 +39,6 @@ from protocol.envelopes import (
     ReplyEnvelope,
     TaskEnvelope,
 )
-from protocol.errors import ForbiddenSender, InvalidArgument, InvalidEnvelope, SessionUnavailable
-from protocol.ids import PARENT_ID, IdKind, kind_of
-from protocol.settings import Settings
-from protocol.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from actors.child.scripted import AgentIdentity

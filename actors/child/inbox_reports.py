@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast, get_args
 
-from protocol.envelopes import AnyEnvelope, MailboxWake
-from protocol.errors import ShepherdError
+from protocol.core.errors import ShepherdError
+from protocol.wire.envelopes import AnyEnvelope, MailboxWake
 
 if TYPE_CHECKING:
     from loguru import Logger

@@ -2,10 +2,10 @@
 
 Rules:
 - Every envelope goes to the ``parent`` inbox, in the order it was published.
-- When the parent inbox is full (:class:`~protocol.errors.InboxFull`), or the session cannot be
-  reached for a moment (:class:`~protocol.errors.Unreachable`: a NATS stream electing its
+- When the parent inbox is full (:class:`~protocol.core.errors.InboxFull`), or the session cannot be
+  reached for a moment (:class:`~protocol.core.errors.Unreachable`: a NATS stream electing its
   leader, a server restarting, no file descriptor free), or its disk is full for a moment
-  (:class:`~protocol.errors.DiskFull`), the envelope and everything published
+  (:class:`~protocol.core.errors.DiskFull`), the envelope and everything published
   after it wait in a backlog, retried on the bridge's loop
   (:mod:`actors.transports.mailbox.backoff`: doubling, jittered, started over once one gets through;
   a full inbox on the producers' schedule, an outage on an outage's longer one), as the same
@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, TextIO, TypeVar
 from actors.runtime.clock import Clock
 from actors.runtime.transport import PARENT_INBOX, Transport
 from actors.transports.mailbox.backoff import Backoff, outage_backoff
-from protocol.envelopes import AnyEnvelope, RuntimeEnvelope
-from protocol.errors import DiskFull, InboxFull, ShepherdError, Unreachable
+from protocol.core.errors import DiskFull, InboxFull, ShepherdError, Unreachable
+from protocol.wire.envelopes import AnyEnvelope, RuntimeEnvelope
 
 if TYPE_CHECKING:
     from loguru import Logger

@@ -1,4 +1,5 @@
-"""Drives a :class:`~protocol.script_machine.ScriptMachine` as an agent: effects in, envelopes out.
+"""Drives a :class:`~protocol.scripted.script_machine.ScriptMachine` as an agent: effects in,
+envelopes out.
 
 The same driver runs inside the simulation (``actors/testing/simagent.py``) and inside the real
 ``shepherd-child`` bridge. It is single-threaded: every call into it (an envelope arriving,
@@ -9,8 +10,8 @@ Rules:
 - ``control cancel_task`` (the parent ended the task) stops the task's work: the running
   command is stopped (``stop_commands``), and a completion or sleep that belonged to the work
   left behind is ignored when it comes back (each carries the *epoch* it started in); the
-  machine leaves the task (:meth:`~protocol.script_machine.ScriptMachine.cancel_task`). Other
-  controls are only told in the agent's output.
+  machine leaves the task (:meth:`~protocol.scripted.script_machine.ScriptMachine.cancel_task`).
+  Other controls are only told in the agent's output.
 - A notice closes one of the script's questions (and so ends an ``await reply``) only when it
   says that request closed without a reply and names one of the script's own questions.
 """
@@ -25,8 +26,9 @@ import msgspec
 from actors.runtime.clock import Clock
 from actors.runtime.ids import IdSource
 from actors.runtime.log import logger
-from protocol import script_machine as sc
-from protocol.envelopes import (
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.scripted import script_machine as sc
+from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
     ControlEnvelope,
@@ -38,7 +40,6 @@ from protocol.envelopes import (
     TaskDoneEnvelope,
     TaskEnvelope,
 )
-from protocol.ids import PARENT_ID, IdKind
 
 __all__ = ["AgentIdentity", "CommandRunner", "ScriptedDriver"]
 

@@ -1,5 +1,5 @@
-"""The ``scripted`` adapter: a :class:`~protocol.script_machine.ScriptMachine` run as an agent
-inside the real bridge, and the shell runner behind its ``run`` steps.
+"""The ``scripted`` adapter: a :class:`~protocol.scripted.script_machine.ScriptMachine` run as an
+agent inside the real bridge, and the shell runner behind its ``run`` steps.
 
 Rules:
 - The script's effects go through the shared :class:`~actors.child.scripted.ScriptedDriver`, the
@@ -11,7 +11,7 @@ Rules:
   so does the parent ending the script's task (``control cancel_task``), without waiting.
 - The options are checked by :meth:`ScriptedAdapter.check_options`, which the parent also
   runs before it starts the bridge: the script must be a regular file of at most
-  :data:`~protocol.script.MAX_SCRIPT_BYTES` that parses as a script.
+  :data:`~protocol.scripted.script.MAX_SCRIPT_BYTES` that parses as a script.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from actors.runtime.procs import (
     pump_process,
     signal_group,
 )
-from protocol.envelopes import AnyEnvelope, RuntimeEnvelope
-from protocol.script import MAX_SCRIPT_BYTES, Script, ScriptError, load_script_text
-from protocol.script_machine import ScriptMachine
+from protocol.scripted.script import MAX_SCRIPT_BYTES, Script, ScriptError, load_script_text
+from protocol.scripted.script_machine import ScriptMachine
+from protocol.wire.envelopes import AnyEnvelope, RuntimeEnvelope
 
 __all__ = ["ScriptedAdapter", "ShellRunner", "load_script_file"]
 
@@ -156,10 +156,11 @@ class ShellRunner:
 
 
 class ScriptedAdapter:
-    """The built-in scripted agent: a :class:`~protocol.script_machine.ScriptMachine` driven by the
-    shared :class:`~actors.child.scripted.ScriptedDriver`. Options: ``{"script": PATH}`` (JSON, or
-    TOML when the name ends in ``.toml``; relative to the agent's cwd). ``control`` cancel /
-    abort are only recorded (the driver outputs them); steer is the machine's own queue jump."""
+    """The built-in scripted agent: a :class:`~protocol.scripted.script_machine.ScriptMachine`
+    driven by the shared :class:`~actors.child.scripted.ScriptedDriver`. Options: ``{"script":
+    PATH}`` (JSON, or TOML when the name ends in ``.toml``; relative to the agent's cwd).
+    ``control`` cancel / abort are only recorded (the driver outputs them); steer is the machine's
+    own queue jump."""
 
     name: ClassVar[str] = "scripted"
 

@@ -1,6 +1,6 @@
 """``shepherd node --transport nats://... --name HOST`` (``tls://... --nats-ca FILE`` for TLS):
 one process per host that starts the bridges of agents a session places there (``spawn --node
-HOST``), reports their exits and beats (what it says and where: :mod:`protocol.nodes`).
+HOST``), reports their exits and beats (what it says and where: :mod:`protocol.wire.nodes`).
 
 Rules:
 - A bridge is started as the parent's own launcher starts one (:mod:`actors.session.launcher`):
@@ -61,16 +61,16 @@ from actors.transports.nats import setup
 from actors.transports.nats.auth import write_private
 from actors.transports.nats.loop import LoopThread
 from actors.transports.nats.permissions import check_node_name
-from protocol import nodes
-from protocol.errors import (
+from protocol.core.errors import (
     InvalidArgument,
     InvalidHandle,
     LimitExceeded,
     SessionUnavailable,
     ShepherdError,
 )
-from protocol.ids import IdKind, is_id_of
-from protocol.transport_url import TlsFiles
+from protocol.core.ids import IdKind, is_id_of
+from protocol.core.transport_url import TlsFiles
+from protocol.wire import nodes
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg

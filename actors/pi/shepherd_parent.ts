@@ -5,7 +5,7 @@
  *
  * Tools. At load the extension runs `shepherd tools --json` and registers exactly the parent
  * tools it prints (name, label, description, promptSnippet and the flat JSON-schema parameters,
- * unchanged), so the schemas cannot drift from protocol/tools.py. Each execute() runs
+ * unchanged), so the schemas cannot drift from protocol/ops/tools.py. Each execute() runs
  * `shepherd tool NAME --json [--session=DIR] --args=-` with the call's arguments as JSON on
  * stdin (no shell; the binary is $SHEPHERD_BIN, default "shepherd" on PATH; run in Pi's working
  * directory, so relative `script`/`cwd` paths resolve there). The CLI validates them against
@@ -13,14 +13,14 @@
  * its stdout, the operation's result JSON, is the tool result. Exit status 2 with
  * `{"error":{code,message}}` on stdout, any other failure, a timeout or an abort throw: Pi
  * hands the model an error result (isError) with that text. No per-tool flag mapping exists
- * here, so a tool added to protocol/tools.py needs no change in this file.
+ * here, so a tool added to protocol/ops/tools.py needs no change in this file.
  *
  * Notifications. At load the extension also counts the lines already in the session's
  * notifications file (`shepherd notifications`): those existed before this Pi and are NOT
  * replayed. On session_start it spawns one long-lived child process,
  * `shepherd notifications --follow --format rendered [--session=DIR]`, skips that many lines
  * and, for every further line, sends ONE custom message (customType "shepherd.notification")
- * whose content is the line's "rendered" text — protocol/render.py's call:/return:/details:
+ * whose content is the line's "rendered" text — protocol/calls/render.py's call:/return:/details:
  * layout for task completions, readable text for agent messages, notices, stale waits, wait
  * cycles and watchdog alerts — with `pi.sendMessage(msg, {deliverAs: "followUp",
  * triggerTurn: true})`: when Pi is idle it starts a turn at once, while Pi is busy it is

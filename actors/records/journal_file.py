@@ -15,8 +15,8 @@ from pathlib import Path
 import msgspec
 
 from actors.records.jsonlines import JsonLinesFile, LineProblem
-from protocol.journal import Record, decode_line, encode_line
-from protocol.tasks import TaskRecord
+from protocol.records.journal import Record, decode_line, encode_line
+from protocol.records.tasks import TaskRecord
 
 __all__ = ["FileJournal"]
 

@@ -37,8 +37,8 @@ import msgspec
 
 from actors.records.session_info import SessionInfo, write_private
 from actors.runtime.log import logger
-from protocol.errors import InvalidArgument
-from protocol.tools import NOTIFICATIONS_PER_CALL
+from protocol.core.errors import InvalidArgument
+from protocol.ops.tools import NOTIFICATIONS_PER_CALL
 
 __all__ = [
     "DEFAULT_CLIENT",

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from protocol.tasks import TaskRecord
+from protocol.records.tasks import TaskRecord
 
 __all__ = ["FileTaskNotes", "MemoryTaskNotes", "TaskNotes"]
 

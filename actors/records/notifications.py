@@ -18,7 +18,7 @@ import msgspec
 
 from actors.records.jsonlines import JsonLinesFile, LineProblem
 from actors.runtime.crashpoints import crashpoint
-from protocol.notifications import AnyNotification, Notice, StaleWait, TaskCompletion
+from protocol.records.notifications import AnyNotification, Notice, StaleWait, TaskCompletion
 from protocol.session.budgets import SESSION_SCOPE
 
 __all__ = ["Deliveries", "NotificationFile", "deliveries", "encode_note"]

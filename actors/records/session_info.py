@@ -21,8 +21,8 @@ import msgspec
 
 from actors.records.live import live_dir, state_dir
 from actors.runtime import procs
-from protocol.errors import InvalidArgument
-from protocol.transport_url import TlsFiles
+from protocol.core.errors import InvalidArgument
+from protocol.core.transport_url import TlsFiles
 
 __all__ = [
     "SessionInfo",

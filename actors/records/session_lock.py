@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from actors.records.session_info import os_failure, private_dir
-from protocol.errors import SessionBusy, ShepherdError
+from protocol.core.errors import SessionBusy, ShepherdError
 
 __all__ = ["DirectoryLock", "lock_holder", "lock_session"]
 

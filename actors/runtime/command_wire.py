@@ -87,7 +87,7 @@ PARENT_COMMANDS = frozenset(
         "spawn-many",
     }
 )
-#: a request's bound: the arguments (a text is at most ``protocol.limits.MAX_TEXT_CHARS``, 1 Mi
+#: a request's bound: the arguments (a text is at most ``protocol.core.limits.MAX_TEXT_CHARS``, 1 Mi
 #: characters, up to 6 bytes each once escaped) and the environment; a larger one runs here,
 #: where the command line refuses it with the bound that applies
 MAX_REQUEST_BYTES = 8 * 1024 * 1024

@@ -14,7 +14,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from protocol.ids import IdKind, make_id
+from protocol.core.ids import IdKind, make_id
 
 if TYPE_CHECKING:
     import random

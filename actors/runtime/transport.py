@@ -11,7 +11,7 @@ filesystem mailbox) takes a :data:`BatchHandler` too: it gets the envelopes one 
 accepted, in order, and answers which of them it refused (:data:`Refusals`); the transport
 acknowledges the batch only after the handler returned. ``publish`` either accepts the envelope
 (it will be delivered or quarantined with a reason, never silently lost) or raises a
-:class:`~protocol.errors.ShepherdError`.
+:class:`~protocol.core.errors.ShepherdError`.
 
 **Authentication and de-duplication are the transport's, and only the transport's.** What it
 hands to the parent's inbox handler comes from a sender that proved its id (its capability
@@ -33,9 +33,9 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from actors.runtime.log import logger
-from protocol.envelopes import AnyEnvelope, Envelope
-from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable, ShepherdError
-from protocol.settings import Settings
+from protocol.core.errors import ForbiddenSender, InvalidHandle, SessionUnavailable, ShepherdError
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import AnyEnvelope, Envelope
 
 __all__ = [
     "PARENT_INBOX",

@@ -42,10 +42,10 @@ from actors.session.messages import (
     ProcessExited,
     ReadOutput,
 )
-from protocol import api
-from protocol.envelopes import ControlEnvelope, RuntimeEnvelope
-from protocol.errors import InvalidHandle, ShepherdError
-from protocol.ids import PARENT_ID, IdKind
+from protocol.calls import api
+from protocol.core.errors import InvalidHandle, ShepherdError
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.wire.envelopes import ControlEnvelope, RuntimeEnvelope
 
 __all__ = [
     "GONE_AT_RESTART",
@@ -133,7 +133,7 @@ class Launcher(Protocol):
         self, spec: AgentSpec, pid: int | None, on_exit: Callable[[int], None]
     ) -> AgentHandle:
         """Take over a still-running agent after a parent restart (its bridge reconnects).
-        Raise :class:`~protocol.errors.ShepherdError` if ``pid`` is not this agent's bridge."""
+        Raise :class:`~protocol.core.errors.ShepherdError` if ``pid`` is not this agent's bridge."""
 
 
 class AgentActor(ShepherdActor):

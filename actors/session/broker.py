@@ -61,18 +61,18 @@ from actors.session.task import NoteWriter, NoteWrites
 from actors.session.timers import Timers
 from actors.session.watcher import Results, Waiting, WatcherActor
 from actors.session.worktrees import GitWorker
-from protocol import api
-from protocol.envelopes import AnyEnvelope
-from protocol.errors import ShepherdError
-from protocol.notifications import Notice
+from protocol.calls import api
+from protocol.core.errors import ShepherdError
+from protocol.records.notifications import Notice
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskRecord
+from protocol.records.worktrees import WorktreeProbed, WorktreeReleased
 from protocol.session import agents, calls, inbound, status, watchers, worktree_events, worktrees
 from protocol.session import effects as fx
 from protocol.session.batch import first_spawn
 from protocol.session.restore import Restore, resume
 from protocol.session.state import Ctx, SessionState
-from protocol.settings import Settings
-from protocol.tasks import TaskRecord
-from protocol.worktrees import WorktreeProbed, WorktreeReleased
+from protocol.wire.envelopes import AnyEnvelope
 
 __all__ = ["BrokerActor"]
 

@@ -29,11 +29,11 @@ from actors.runtime.clock import Clock
 from actors.runtime.ids import IdSource
 from actors.runtime.log import logger
 from actors.runtime.transport import Transport
-from protocol.answers import fit_answer
-from protocol.envelopes import CallEnvelope, ResultEnvelope
-from protocol.errors import LimitExceeded, ShepherdError
-from protocol.ids import PARENT_ID, IdKind
-from protocol.limits import answer_budget
+from protocol.calls.answers import fit_answer
+from protocol.core.errors import LimitExceeded, ShepherdError
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.core.limits import answer_budget
+from protocol.wire.envelopes import CallEnvelope, ResultEnvelope
 
 __all__ = ["MAX_WAITING_CALLS", "CallDesk"]
 

@@ -17,7 +17,7 @@ import os
 import subprocess
 from collections.abc import Iterable
 
-from protocol.worktrees import Snapshot, parse_porcelain_z
+from protocol.records.worktrees import Snapshot, parse_porcelain_z
 
 __all__ = [
     "GIT_TIMEOUT_S",

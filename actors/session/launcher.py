@@ -56,9 +56,9 @@ from actors.runtime.transport import PARENT_INBOX
 from actors.session.agent import AgentHandle, AgentSpec
 from actors.session.bridge_process import read_log_tail, start_bridge
 from actors.session.recovery import clear_leftovers
-from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable
-from protocol.settings import Settings
-from protocol.transport_url import TlsFiles
+from protocol.core.errors import ForbiddenSender, InvalidHandle, SessionUnavailable
+from protocol.core.transport_url import TlsFiles
+from protocol.records.settings import Settings
 
 if TYPE_CHECKING:
     from actors.transports.nats.auth import Authority

@@ -34,8 +34,8 @@ from actors.session.parent_transport import (
 )
 from actors.session.records import records_kind, resumable_id
 from actors.transports.mailbox.mailbox import default_runtime_dir
-from protocol.errors import InvalidArgument, SessionBusy
-from protocol.transport_url import TlsFiles
+from protocol.core.errors import InvalidArgument, SessionBusy
+from protocol.core.transport_url import TlsFiles
 
 __all__ = ["Located", "locate"]
 

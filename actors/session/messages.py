@@ -11,13 +11,13 @@ from typing import Any
 
 import msgspec
 
-from protocol.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope
 from protocol.session.effects import (
     WatchdogAgent,
     WatchdogInstruction,
     WatchdogRuntime,
     WatchdogTask,
 )
+from protocol.wire.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope
 
 __all__ = [
     "AgentExited",
@@ -64,7 +64,7 @@ class InboundBatch(_Msg, frozen=True, kw_only=True):
 
 
 class ParentCall(_Msg, frozen=True, kw_only=True):
-    """An operation from the Python API / CLI (an ``*Args`` Struct from protocol.api)."""
+    """An operation from the Python API / CLI (an ``*Args`` Struct from protocol.calls.api)."""
 
     args: Any
 
@@ -114,7 +114,7 @@ class CloseAgent(_Msg, frozen=True, kw_only=True):
 
 class ReadOutput(_Msg, frozen=True, kw_only=True):
     """Ask an agent actor for up to ``lines`` of its output older than line ``before``; the
-    answer is an :class:`~protocol.api.ReadResult`."""
+    answer is an :class:`~protocol.calls.api.ReadResult`."""
 
     lines: int
     before: int | None = None

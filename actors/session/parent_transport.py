@@ -3,7 +3,7 @@ the session's creator, sweeping the reply inboxes of ended calls, and removing t
 inboxes at shutdown - the file mailbox's directory, or the session's streams on NATS.
 
 Rules:
-- A new session uses ``--transport`` if given (checked: :mod:`protocol.transport_url`), else a
+- A new session uses ``--transport`` if given (checked: :mod:`protocol.core.transport_url`), else a
   mailbox directory. A resumed session keeps what it recorded in session.json; another
   ``--transport`` for it is ``invalid_argument`` (its agents and unread envelopes are there).
 - ``--nats-auth DIR`` (:mod:`actors.transports.nats.auth`) needs NATS; a resumed session keeps the
@@ -35,9 +35,9 @@ from actors.session.launcher import ProcessLauncher
 from actors.transports.mailbox.drain import RejectCallback, Validator
 from actors.transports.mailbox.reply_inboxes import ReplyInboxSweeper, unread_answers
 from actors.transports.wire import SessionTransport, open_transport
-from protocol.errors import InvalidArgument, ShepherdError
-from protocol.settings import Settings
-from protocol.transport_url import TlsFiles, is_nats, parse_transport
+from protocol.core.errors import InvalidArgument, ShepherdError
+from protocol.core.transport_url import TlsFiles, is_nats, parse_transport
+from protocol.records.settings import Settings
 
 if TYPE_CHECKING:
     from actors.transports.nats.auth import Authority, NatsLogin

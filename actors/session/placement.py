@@ -1,7 +1,7 @@
 """The parent's side of agents placed on other hosts: a launcher that starts an agent on a
 ``shepherd node`` (``spawn --node HOST``) behind the same ``launch(spec, on_exit)`` seam as the
 local one, and everything else where the local one does it (what the node says, and where:
-:mod:`protocol.nodes`; the node: :mod:`actors.nodes.node`).
+:mod:`protocol.wire.nodes`; the node: :mod:`actors.nodes.node`).
 
 Rules:
 - What a node is told is what the local launcher gives its own bridge (the same environment,
@@ -49,16 +49,17 @@ from actors.session.remote_agent import RemoteAgent
 from actors.transports.nats import setup
 from actors.transports.nats.loop import LoopThread
 from actors.transports.wire import NATS_TIMEOUT_S
-from protocol import api, nodes
-from protocol.errors import (
+from protocol.calls import api
+from protocol.core.errors import (
     InvalidArgument,
     InvalidHandle,
     SessionUnavailable,
     ShepherdError,
     error_from_info,
 )
+from protocol.core.transport_url import parse_transport
 from protocol.session.agents import options_of
-from protocol.transport_url import parse_transport
+from protocol.wire import nodes
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg

@@ -37,10 +37,10 @@ from actors.records.journal_file import FileJournal
 from actors.records.jsonlines import LineProblem
 from actors.records.notifications import Deliveries, NotificationFile
 from actors.session.sinks import Sink
-from protocol.errors import InvalidArgument
-from protocol.ids import IdKind, kind_of
-from protocol.journal import Record
-from protocol.transport_url import TlsFiles, is_nats, parse_transport
+from protocol.core.errors import InvalidArgument
+from protocol.core.ids import IdKind, kind_of
+from protocol.core.transport_url import TlsFiles, is_nats, parse_transport
+from protocol.records.journal import Record
 
 if TYPE_CHECKING:
     from actors.transports.nats.auth import NatsLogin

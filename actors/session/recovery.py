@@ -30,10 +30,10 @@ import msgspec
 from actors.child.env import ENV_AGENT_ID, ENV_SESSION_ID
 from actors.runtime.log import logger
 from actors.session.records import Records
-from protocol.notifications import AgentMessage
+from protocol.records.notifications import AgentMessage
+from protocol.records.settings import Settings
 from protocol.session.restore import Restore, fold
 from protocol.session.state import SessionState
-from protocol.settings import Settings
 
 __all__ = [
     "TOLD_PER_TASK",

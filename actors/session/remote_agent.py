@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from actors.runtime.log import logger
 from actors.session.agent import AgentSpec
-from protocol import nodes
+from protocol.wire import nodes
 
 __all__ = ["RemoteAgent", "Stopper"]
 

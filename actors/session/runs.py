@@ -8,9 +8,9 @@ import pykka
 
 from actors.session import messages
 from actors.session.messages import WaitFor
-from protocol import api
+from protocol.calls import api
+from protocol.records.tasks import TaskResult
 from protocol.session import effects as fx
-from protocol.tasks import TaskResult
 
 __all__ = ["WATCHDOG_EFFECTS", "Run", "read_output"]
 

@@ -24,9 +24,9 @@ from actors.runtime.clock import Clock
 from actors.runtime.ids import IdSource
 from actors.runtime.transport import PARENT_INBOX, Transport
 from actors.session.agent import AgentSpec
-from protocol.envelopes import AnyEnvelope, CallEnvelope, NoticeEnvelope
-from protocol.errors import ForbiddenSender, ShepherdError
-from protocol.ids import PARENT_ID, IdKind
+from protocol.core.errors import ForbiddenSender, ShepherdError
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.wire.envelopes import AnyEnvelope, CallEnvelope, NoticeEnvelope
 
 __all__ = ["SenderGate"]
 

@@ -2,7 +2,7 @@
 
 A :class:`Session` owns one broker and everything under it. Its methods are the *edge*:
 they may block (``ask(...).get(timeout)``), actors never do. One method per operation of the
-table (:mod:`protocol.ops`), generated from it: ``protocol.api`` Structs in, Structs out, with
+table (:mod:`protocol.ops`), generated from it: ``protocol.calls.api`` Structs in, Structs out, with
 the same checks and typed errors as the CLI and the tools (which reach :meth:`Session.run`).
 
 The runtime, the transport and the launcher are given to it: the supervisor gives real
@@ -47,18 +47,18 @@ from actors.session.messages import (
 )
 from actors.session.sinks import GuardedSink, Sink
 from actors.session.worktrees import GitWorker
-from protocol import api, api_batch
-from protocol.envelopes import AnyEnvelope, CallEnvelope, TaskDoneEnvelope
-from protocol.errors import InvalidArgument, SessionUnavailable, ShepherdError
-from protocol.ids import IdKind
+from protocol.calls import api, api_batch
+from protocol.core.errors import InvalidArgument, SessionUnavailable, ShepherdError
+from protocol.core.ids import IdKind
 from protocol.ops import Method, batch, parent
 from protocol.ops import approvals as approval_ops
 from protocol.ops import worktrees as worktree_ops
-from protocol.script import Script
+from protocol.records.settings import Settings, check_settings
+from protocol.records.worktrees import WorktreeRef, WorktreeReleased
+from protocol.scripted.script import Script
 from protocol.session import batch as batch_rules
 from protocol.session.restore import Restore
-from protocol.settings import Settings, check_settings
-from protocol.worktrees import WorktreeRef, WorktreeReleased
+from protocol.wire.envelopes import AnyEnvelope, CallEnvelope, TaskDoneEnvelope
 
 __all__ = ["Session"]
 
@@ -250,7 +250,7 @@ class Session:
     #: every id settled, or ``timeout_s`` passed (on the simulation runtime, in virtual time)
     wait = Method(parent.WAIT)
     #: every agent from ``cursor`` on (in-process there is no frame to page for; the CLI's and
-    #: the tools' answers are paged by :func:`protocol.answers.fit_answer`)
+    #: the tools' answers are paged by :func:`protocol.calls.answers.fit_answer`)
     status = Method(parent.STATUS)
     #: cancel (130) or fail (1) a task; ``already_settled``: it had ended (nothing changed)
     cancel = Method(parent.CANCEL)

@@ -14,8 +14,8 @@ from typing import TextIO
 import msgspec
 
 from actors.runtime.log import logger
-from protocol.notifications import AnyNotification
-from protocol.render import render_notification
+from protocol.calls.render import render_notification
+from protocol.records.notifications import AnyNotification
 
 __all__ = ["CollectingSink", "FanOut", "GuardedSink", "Sink", "StreamSink"]
 
@@ -63,7 +63,8 @@ class CollectingSink:
 
 
 class StreamSink:
-    """Human text (:func:`~protocol.render.render_notification`) or one JSON object per line."""
+    """Human text (:func:`~protocol.calls.render.render_notification`) or one JSON object per
+    line."""
 
     def __init__(self, stream: TextIO | None = None, *, json: bool = False) -> None:
         self._stream = stream or sys.stdout

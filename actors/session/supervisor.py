@@ -58,17 +58,18 @@ from actors.session.session import Session
 from actors.session.sinks import FanOut, Sink
 from actors.session.watchdog import is_watchdog_call
 from actors.session.watchdog import session_call as watchdog_session_call
-from protocol import api, ops
-from protocol.errors import (
+from protocol import ops
+from protocol.calls import api
+from protocol.core.errors import (
     InvalidArgument,
     SessionUnavailable,
     ShepherdError,
 )
-from protocol.ids import IdKind
+from protocol.core.ids import IdKind
+from protocol.core.transport_url import TlsFiles
+from protocol.records.settings import Settings, check_settings
 from protocol.session import limits as session_limits
 from protocol.session.restore import Restore
-from protocol.settings import Settings, check_settings
-from protocol.transport_url import TlsFiles
 
 __all__ = ["MAX_WAITING_CALLS", "Supervisor"]
 

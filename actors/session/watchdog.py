@@ -38,10 +38,10 @@ from actors.session.messages import (
     WatchdogTask,
 )
 from actors.session.sinks import GuardedSink
-from protocol import api
 from protocol import watchdog as wd
-from protocol.errors import InvalidArgument, InvalidHandle
-from protocol.notifications import WatchdogAlert
+from protocol.calls import api
+from protocol.core.errors import InvalidArgument, InvalidHandle
+from protocol.records.notifications import WatchdogAlert
 from protocol.watchdog.api import check_call, is_watchdog_tool, tool_call
 
 __all__ = ["WatchdogActor", "is_watchdog_call", "session_call"]

@@ -33,11 +33,11 @@ from actors.runtime.clock import TimerHandle
 from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor, tell_quietly
 from actors.session.sinks import GuardedSink
-from protocol import api
+from protocol.calls import api
+from protocol.records.tasks import TaskResult
 from protocol.session import watcher as rules
 from protocol.session.effects import Flush
 from protocol.session.state import WatcherState
-from protocol.tasks import TaskResult
 
 __all__ = ["Results", "Waiting", "WatcherActor"]
 

@@ -32,11 +32,10 @@ import msgspec
 
 from actors.runtime.log import logger
 from actors.session.git import GitError, content_hashes, differ_from, dirty_paths, git, snapshot
-from protocol import api
-from protocol.errors import InvalidArgument
-from protocol.ids import is_valid_name
-from protocol.session.effects import ProbeWorktree
-from protocol.worktrees import (
+from protocol.calls import api
+from protocol.core.errors import InvalidArgument
+from protocol.core.ids import is_valid_name
+from protocol.records.worktrees import (
     WorktreeProbed,
     WorktreeRef,
     WorktreeReleased,
@@ -45,6 +44,7 @@ from protocol.worktrees import (
     make_changes,
     shown,
 )
+from protocol.session.effects import ProbeWorktree
 
 __all__ = ["GitWorker", "prepare", "undo"]
 

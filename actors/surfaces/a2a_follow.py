@@ -23,9 +23,10 @@ from actors.records.session_info import SessionInfo
 from actors.runtime.log import logger
 from actors.surfaces.cli_ops import ANSWER_TIMEOUT_S
 from actors.surfaces.client import Client
-from protocol import a2a, ops
-from protocol.errors import SessionUnavailable, ShepherdError
-from protocol.limits import (
+from protocol import ops
+from protocol.calls import a2a
+from protocol.core.errors import SessionUnavailable, ShepherdError
+from protocol.core.limits import (
     A2A_FILE_POLL_S,
     A2A_REFRESH_S,
     MAX_A2A_STREAMS,
@@ -66,7 +67,7 @@ class FrontDoor:
 
     async def call(self, op: str, fields: Mapping[str, Any]) -> Any:
         """Run ``op`` in the session, its arguments checked against its Args Struct first (the
-        bounds of :mod:`protocol.limits`); a refusal is the A2A error of rule 6."""
+        bounds of :mod:`protocol.core.limits`); a refusal is the A2A error of rule 6."""
         try:
             ops.parent_op(op).build(fields)
             return await asyncio.to_thread(

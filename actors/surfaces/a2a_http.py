@@ -24,12 +24,12 @@ from a2a.utils.errors import (
 
 from actors.records.session_info import SessionInfo
 from actors.surfaces.a2a_follow import Monitor
-from protocol.envelopes import nested_deeper
-from protocol.errors import InvalidArgument
-from protocol.limits import (
+from protocol.core.errors import InvalidArgument
+from protocol.core.limits import (
     MAX_A2A_REQUEST_BYTES,
     MAX_NESTING,
 )
+from protocol.wire.envelopes import nested_deeper
 
 TOKEN_FILE = "a2a.token"
 _Asgi = Callable[[Any, Any, Any], Awaitable[None]]
@@ -106,7 +106,7 @@ class Guard:
     """Rule 5, as ASGI middleware in front of every route: the token, then the request's
     bounds, all in this one place: a body is read up to :data:`MAX_A2A_REQUEST_BYTES` (a
     longer one, or one that says it is, is refused unread) and its JSON may nest
-    :data:`~protocol.limits.MAX_NESTING` levels (the SDK's parser would otherwise recurse
+    :data:`~protocol.core.limits.MAX_NESTING` levels (the SDK's parser would otherwise recurse
     until Python's limit). Refusals of a frame are the SDK's JSON-RPC ``InvalidRequestError``;
     a body that is not JSON is left to the SDK, which says so (``JSONParseError``)."""
 

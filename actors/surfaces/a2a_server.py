@@ -20,7 +20,7 @@ Rules:
 2. **The methods.** ``SendMessage`` delegates (the message's text parts, joined, are the task;
    other parts are refused); it waits until the task is terminal or needs input, unless
    ``returnImmediately``. A message naming an open task is a follow-up to its agent; naming an
-   ``INPUT_REQUIRED`` task it answers the question (:func:`protocol.a2a.question_to_answer`);
+   ``INPUT_REQUIRED`` task it answers the question (:func:`protocol.calls.a2a.question_to_answer`);
    naming a terminal task it is a NEW task for the same agent (or the one it names), whose
    message lists the old task in ``referenceTaskIds``: a terminal task never restarts.
    ``GetTask`` and ``ListTasks`` read ``status`` / ``result``; ``CancelTask`` is ``cancel``
@@ -28,23 +28,23 @@ Rules:
    ``SubscribeToTask`` stream the task (a ``Task`` first, then each change of its state) until
    it is terminal; subscribing to a terminal task is ``UnsupportedOperationError``, as the
    SDK's own handler says. Push notifications are not offered.
-3. **States** are :mod:`protocol.a2a`'s. A completed task's summary is its artifact
+3. **States** are :mod:`protocol.calls.a2a`'s. A completed task's summary is its artifact
    ``summary``; every settled task's summary or error is its status message; a failed or
    timed-out one says ``error.type`` in its metadata.
 4. **Following a task** (streams and waiting sends): the tasks followed are watched (their
    completions reach the parent's notifications too: this front door is a parent of the
    session); one refresh loop asks the session for their state when the notifications file
    grows (a question to the parent, a completion) and at least every
-   :data:`~protocol.limits.A2A_REFRESH_S`, and hands each change to each follower. A client
+   :data:`~protocol.core.limits.A2A_REFRESH_S`, and hands each change to each follower. A client
    that goes away ends its follow at once, a stream's or a waiting send's (the guard watches
    for the disconnect): no thread is kept for it (the session's calls run on the event
    loop's worker threads, each bounded by its own timeout). At most
-   :data:`~protocol.limits.MAX_A2A_STREAMS` follow at once; one more is refused. A stop
+   :data:`~protocol.core.limits.MAX_A2A_STREAMS` follow at once; one more is refused. A stop
    (SIGTERM, SIGINT) ends every follow at once with a typed error.
 5. **Guard.** Every request, the card included, needs ``Authorization: Bearer TOKEN``: a
    token made at start, printed once and written (mode 0600) to ``a2a.token`` in the session
    directory, removed at a clean stop. Without it: HTTP 401. A body over
-   :data:`~protocol.limits.MAX_A2A_REQUEST_BYTES` is refused before it is read whole (the
+   :data:`~protocol.core.limits.MAX_A2A_REQUEST_BYTES` is refused before it is read whole (the
    SDK's ``InvalidRequestError``, "Payload too large"). The listening address must be a
    loopback one unless ``--allow-remote`` says otherwise.
 6. **Errors.** A refusal of the session is an A2A error whose ``data`` holds the Shepherd
@@ -101,8 +101,8 @@ from actors.surfaces.a2a_http import (
     agent_card,
     check_listen,
 )
-from protocol import a2a
-from protocol.errors import InvalidArgument, SessionUnavailable
+from protocol.calls import a2a
+from protocol.core.errors import InvalidArgument, SessionUnavailable
 
 __all__ = ["TOKEN_FILE", "FrontDoor", "ShepherdHandler", "build_app", "check_listen", "serve"]
 

@@ -46,7 +46,7 @@ from actors.surfaces.cli_commands import (
 from actors.surfaces.cli_ops import Caller, absolute, run_operation
 from actors.surfaces.cli_output import fail, say, session_of
 from actors.surfaces.cli_parser import build_parser, wants_json
-from protocol.errors import InvalidArgument, ShepherdError
+from protocol.core.errors import InvalidArgument, ShepherdError
 from protocol.ops import WAIT_TIMED_OUT
 
 __all__ = ["WAIT_TIMED_OUT", "main"]

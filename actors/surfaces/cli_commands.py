@@ -5,7 +5,7 @@
 parent tool call, validated like the MCP server's), ``tools`` (the tool schemas) and ``demo``.
 
 Rules: each ``run_*`` takes the parsed arguments and returns the exit status; errors are raised
-as :class:`~protocol.errors.ShepherdError` for :func:`actors.surfaces.cli.main` to report, and
+as :class:`~protocol.core.errors.ShepherdError` for :func:`actors.surfaces.cli.main` to report, and
 output goes through :mod:`actors.surfaces.cli_output`'s rules (stdout carries the answer).
 Heavy imports (the session, rich, the demos) are made inside the command that needs them, so
 every other command starts without them.
@@ -27,9 +27,9 @@ import msgspec
 
 from actors.surfaces.cli_ops import absolute
 from actors.surfaces.cli_output import emit, session_of
-from protocol.errors import InvalidArgument, ShepherdError
-from protocol.settings import Settings, check_settings
-from protocol.transport_url import TlsFiles
+from protocol.core.errors import InvalidArgument, ShepherdError
+from protocol.core.transport_url import TlsFiles
+from protocol.records.settings import Settings, check_settings
 
 __all__ = [
     "TOP_INTERVAL_S",
@@ -144,7 +144,7 @@ def run_node(args: argparse.Namespace) -> int:
     from actors.transports.nats.node_login import load_node_login
     from actors.transports.nats.permissions import check_node_name
     from actors.transports.wire import NATS_TIMEOUT_S
-    from protocol.transport_url import parse_transport
+    from protocol.core.transport_url import parse_transport
 
     _log_to_stderr()
     name = check_node_name(args.name)
@@ -210,8 +210,8 @@ def run_top(args: argparse.Namespace) -> int:
 
 def _line_renderer(fmt: str) -> Any:
     """``--format``: what one complete stored line (bytes, ending in a newline) prints as."""
-    from protocol.notifications import AnyNotification
-    from protocol.render import render_notification
+    from protocol.calls.render import render_notification
+    from protocol.records.notifications import AnyNotification
 
     decoder = msgspec.json.Decoder(AnyNotification)
 
@@ -290,9 +290,9 @@ def run_notifications(args: argparse.Namespace) -> int:
 
 def run_tool(args: argparse.Namespace) -> int:
     """``shepherd tool NAME --args JSON``: one parent tool call, validated like the MCP
-    server's (``protocol.tools.args_from_tool_call``), so no per-tool flags can drift."""
+    server's (``protocol.ops.tools.args_from_tool_call``), so no per-tool flags can drift."""
     from actors.surfaces.client import Client
-    from protocol.tools import args_from_tool_call, tool_by_name
+    from protocol.ops.tools import args_from_tool_call, tool_by_name
 
     spec = tool_by_name("parent", args.name)
     raw = sys.stdin.read() if args.args == "-" else args.args
@@ -355,7 +355,7 @@ class _JsonLines:
 
 def run_tools(args: argparse.Namespace) -> int:
     """``shepherd tools``: the parent's (``--child``: the child's) tools, or their schemas."""
-    from protocol.tools import child_tools, parent_tools, to_json
+    from protocol.ops.tools import child_tools, parent_tools, to_json
 
     specs = child_tools() if args.child else parent_tools()
     if args.json:

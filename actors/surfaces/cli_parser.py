@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from actors.runtime import command_wire
 from protocol import ops
-from protocol.errors import InvalidArgument
+from protocol.core.errors import InvalidArgument
 
 __all__ = ["build_parser", "wants_json"]
 

@@ -30,9 +30,9 @@ from actors.runtime.clock import SystemClock
 from actors.runtime.ids import IdSource
 from actors.runtime.transport import PARENT_INBOX
 from actors.transports.mailbox.files import describe
-from protocol.envelopes import AnyEnvelope, CallEnvelope, ResultEnvelope
-from protocol.errors import InvalidArgument, SessionUnavailable, ShepherdError, error_from_info
-from protocol.ids import PARENT_ID, IdKind
+from protocol.core.errors import InvalidArgument, SessionUnavailable, ShepherdError, error_from_info
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.wire.envelopes import AnyEnvelope, CallEnvelope, ResultEnvelope
 
 __all__ = [
     "ENV_SESSION",

@@ -31,8 +31,8 @@ from typing import Any
 
 import msgspec
 
-from protocol.errors import InvalidArgument
-from protocol.settings import Settings, apply_overrides, parse_value
+from protocol.core.errors import InvalidArgument
+from protocol.records.settings import Settings, apply_overrides, parse_value
 from protocol.watchdog.config import parse_config_value
 
 __all__ = [
@@ -180,7 +180,7 @@ def load_settings(
 def parse_assignments(pairs: Iterable[str]) -> dict[str, Any]:
     """``["stale_wait_threshold_s=30", "watchdog.cooldown_s=5"]`` -> a nested mapping of typed
     values for :func:`load_settings`'s ``overrides``. A malformed pair, an unknown key or a bad
-    value raises :class:`~protocol.errors.InvalidArgument` naming it (these come from a command
+    value raises :class:`~protocol.core.errors.InvalidArgument` naming it (these come from a command
     line, where failing loudly is right)."""
     result: dict[str, Any] = {}
     for pair in pairs:

@@ -19,9 +19,9 @@ from typing import Any, TextIO
 from actors.session.session import Session
 from actors.session.sinks import CollectingSink
 from actors.testing import SimSession
-from protocol.notifications import AnyNotification, TaskCompletion
-from protocol.render import render_notification
-from protocol.views import render_status
+from protocol.calls.render import render_notification
+from protocol.calls.views import render_status
+from protocol.records.notifications import AnyNotification, TaskCompletion
 
 __all__ = [
     "PLANNER_SCRIPT",

@@ -7,7 +7,7 @@ Rules:
   same parser, checks, paging, views, output and exit status), with its output captured
   (:func:`actors.surfaces.cli_output.captured`); the only difference is the last step: the
   operation is called on this supervisor directly instead of through the mailbox, its answer
-  cut to fit an envelope as the mailbox's answers are (:func:`protocol.answers.fit_answer`).
+  cut to fit an envelope as the mailbox's answers are (:func:`protocol.calls.answers.fit_answer`).
 - Paths are made absolute against the caller's directory, ``~`` against its ``HOME``.
 - A call that names another session (``--session``, or ``SHEPHERD_SESSION`` in the caller's
   environment, that is not this session's directory) is not run here: the answer is
@@ -30,9 +30,9 @@ from actors.surfaces.cli_ops import Caller, absolute, run_operation
 from actors.surfaces.cli_output import captured, fail, say
 from actors.surfaces.cli_parser import build_parser, wants_json
 from actors.surfaces.client import ENV_SESSION, announcement
-from protocol.answers import fit_answer
-from protocol.errors import InvalidArgument, ShepherdError
-from protocol.limits import answer_budget
+from protocol.calls.answers import fit_answer
+from protocol.core.errors import InvalidArgument, ShepherdError
+from protocol.core.limits import answer_budget
 
 if TYPE_CHECKING:
     from actors.session.supervisor import Supervisor

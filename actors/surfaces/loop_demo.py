@@ -77,9 +77,9 @@ def run_loop_demo(out: TextIO | None = None, seed: int = 1) -> int:
     when exactly one alert per cooldown window arrived and the task is still running."""
     from actors.session.session import Session
     from actors.testing import SimSession
-    from protocol.notifications import AnyNotification, WatchdogAlert
-    from protocol.render import render_notification
-    from protocol.views import render_status
+    from protocol.calls.render import render_notification
+    from protocol.calls.views import render_status
+    from protocol.records.notifications import AnyNotification, WatchdogAlert
 
     out = out or sys.stdout
     holder: list[Session] = []

@@ -28,8 +28,8 @@ from mcp import types
 from actors.records.mcp_cursor import CursorStore
 from actors.records.session_info import SessionInfo
 from actors.runtime.log import logger
-from protocol.errors import ShepherdError
-from protocol.tools import ToolSpec, args_from_tool_call, tool_by_name
+from protocol.core.errors import ShepherdError
+from protocol.ops.tools import ToolSpec, args_from_tool_call, tool_by_name
 
 if TYPE_CHECKING:
     from mcp.server.session import ServerSession

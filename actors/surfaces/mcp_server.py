@@ -2,7 +2,7 @@
 
 ``shepherd mcp [--session DIR] [--client NAME]`` (or ``python -m actors.surfaces.mcp_server``)
 serves the
-parent tools of ``protocol/tools.py`` — with exactly those JSON schemas — against a *running*
+parent tools of ``protocol/ops/tools.py`` — with exactly those JSON schemas — against a *running*
 session started with ``shepherd serve``. The server does not own the session: it finds it like
 the CLI does (``--session DIR``, else ``$SHEPHERD_SESSION``, else the one live session of this
 user; with several live ones every tool call is refused with their list), lazily and again
@@ -11,7 +11,7 @@ whenever the session it used is gone, so an MCP client may start before the sess
 How a tool call maps:
 
 - ``shepherd_spawn`` … ``shepherd_cancel``: the arguments are validated against the tool's
-  schema (:func:`protocol.tools.args_from_tool_call`), path fields are made absolute against
+  schema (:func:`protocol.ops.tools.args_from_tool_call`), path fields are made absolute against
   this server's working directory, and the operation runs in the session through
   :class:`actors.surfaces.client.Client` (a ``call`` envelope over the session mailbox). The result
   is the operation's result as JSON text plus the same object as structured content.
@@ -30,7 +30,7 @@ How a tool call maps:
   client supports them (:mod:`actors.surfaces.mcp_elicit`); else the notification path only.
 - ``shepherd_delegate`` / ``shepherd_delegate_many`` called task-augmented (``task`` in the
   params) answer with an MCP task at once, served by :mod:`actors.surfaces.mcp_tasks`.
-- Any :class:`~protocol.errors.ShepherdError` becomes an MCP tool error (``isError``) whose
+- Any :class:`~protocol.core.errors.ShepherdError` becomes an MCP tool error (``isError``) whose
   text and structured content are ``{"error": {"code", "message"}}`` — what ``--json`` prints.
 
 Making a coding agent the parent (start a session first: ``shepherd serve``; it prints its
@@ -78,8 +78,8 @@ from actors.surfaces.client import Client, find_session, session_alive
 from actors.surfaces.mcp_elicit import ApprovalElicitor
 from actors.surfaces.mcp_tasks import TASK_TOOLS, McpTasks
 from protocol import ops
-from protocol.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
-from protocol.tools import (
+from protocol.core.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
+from protocol.ops.tools import (
     NOTIFICATIONS,
     NotificationsArgs,
     ToolSpec,

@@ -61,8 +61,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from actors.runtime.log import logger
-from protocol.errors import ErrorInfo, ShepherdError
-from protocol.ids import PARENT_ID
+from protocol.core.errors import ErrorInfo, ShepherdError
+from protocol.core.ids import PARENT_ID
 
 __all__ = [
     "DEFAULT_TTL_MS",

@@ -1,11 +1,11 @@
 """Live views of a session: the status table of ``shepherd top`` (the text views of every
-answer, ``shepherd status`` included, are :mod:`protocol.views`)."""
+answer, ``shepherd status`` included, are :mod:`protocol.calls.views`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from protocol.views import degraded, status_line, summary_line, usage_text
+from protocol.calls.views import degraded, status_line, summary_line, usage_text
 
 __all__ = ["status_table"]
 

@@ -45,7 +45,7 @@ from actors.surfaces.watchdog_views import (
     replay_table,
 )
 from protocol import watchdog as wd
-from protocol.errors import InvalidArgument, ShepherdError
+from protocol.core.errors import InvalidArgument, ShepherdError
 from protocol.watchdog.replay import replay
 
 __all__ = [
@@ -161,7 +161,7 @@ def parse_set_options(
     pairs: Sequence[str], base: wd.WatchdogConfig | None = None
 ) -> wd.WatchdogConfig:
     """Apply ``KEY=VALUE`` overrides (``watchdog.KEY`` accepted) onto ``base``; a bad pair
-    raises :class:`~protocol.errors.InvalidArgument` naming it."""
+    raises :class:`~protocol.core.errors.InvalidArgument` naming it."""
     config = base if base is not None else wd.WatchdogConfig()
     for pair in pairs:
         key, eq, text = pair.partition("=")

@@ -15,7 +15,7 @@ from actors.session.session import Session
 from actors.session.sinks import Sink
 from actors.testing.simagent import FakeCommands, SimLauncher
 from actors.testing.simulation import Faults, SimRuntime, SimTransport
-from protocol.settings import Settings
+from protocol.records.settings import Settings
 
 __all__ = ["SimSession"]
 

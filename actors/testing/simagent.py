@@ -19,10 +19,10 @@ from actors.child.scripted import AgentIdentity, ScriptedDriver
 from actors.runtime.runtime import Runtime, ShepherdActor, tell_quietly
 from actors.runtime.transport import PARENT_INBOX, GatedTransport
 from actors.session.agent import AgentHandle, AgentSpec
-from protocol.envelopes import AnyEnvelope
-from protocol.errors import InvalidArgument
-from protocol.script import Script, parse_script
-from protocol.script_machine import ScriptMachine
+from protocol.core.errors import InvalidArgument
+from protocol.scripted.script import Script, parse_script
+from protocol.scripted.script_machine import ScriptMachine
+from protocol.wire.envelopes import AnyEnvelope
 
 __all__ = ["FakeCommands", "SimAgentActor", "SimLauncher"]
 

@@ -37,9 +37,9 @@ from actors.runtime.runtime import (
     ShepherdActor,
 )
 from actors.runtime.transport import Handler, SenderGate, Subscription
-from protocol.envelopes import AnyEnvelope
-from protocol.errors import InvalidHandle
-from protocol.settings import Settings
+from protocol.core.errors import InvalidHandle
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import AnyEnvelope
 
 __all__ = ["Faults", "SimInbox", "SimRuntime", "SimTransport", "Stalled"]
 

@@ -21,7 +21,7 @@ Where the spans come from: the parent's broker shows every effect it runs to
 ended from the effects); the bridge shows it every envelope it gets and sends
 (:class:`actors.tracing.child.ChildSpans`); ``shepherd-child message|done`` run in a command
 agent's turn wraps its call in one span (:class:`actors.tracing.child.CommandSpan`). Trace
-context travels as a W3C traceparent (:mod:`protocol.tracecontext`) in envelopes and in
+context travels as a W3C traceparent (:mod:`protocol.core.tracecontext`) in envelopes and in
 ``TRACEPARENT``. The environment variables are :mod:`actors.tracing.variables`.
 """
 
@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors.tracing.variables import ENV_OTEL, ENV_SPANS_DIR, EXTRA, OTLP_ENDPOINTS
-from protocol.errors import InvalidArgument
-from protocol.tracecontext import ENV_TRACEPARENT
+from protocol.core.errors import InvalidArgument
+from protocol.core.tracecontext import ENV_TRACEPARENT
 
 __all__ = [
     "ENV_OTEL",

@@ -39,7 +39,8 @@ from actors.tracing.sdk import (
     traceparent_of,
 )
 from actors.tracing.variables import ENV_TASK_ID
-from protocol.envelopes import (
+from protocol.core.tracecontext import ENV_TRACEPARENT, parse_traceparent
+from protocol.wire.envelopes import (
     AnyEnvelope,
     ControlEnvelope,
     MessageEnvelope,
@@ -48,7 +49,6 @@ from protocol.envelopes import (
     TaskDoneEnvelope,
     TaskEnvelope,
 )
-from protocol.tracecontext import ENV_TRACEPARENT, parse_traceparent
 
 __all__ = ["MAX_OPEN_TOOLS", "ChildSpans", "CommandSpan", "open_tracing"]
 

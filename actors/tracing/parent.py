@@ -37,13 +37,13 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from actors.runtime.log import logger
 from actors.tracing import names as n
 from actors.tracing.sdk import Tracing, context_of, nanos, traceparent_of
-from protocol.envelopes import MessageEnvelope, ReplyEnvelope, TaskEnvelope
-from protocol.ids import PARENT_ID
-from protocol.notifications import AgentMessage
-from protocol.requests import RequestRecord
+from protocol.core.ids import PARENT_ID
+from protocol.core.tracecontext import ENV_TRACEPARENT
+from protocol.records.notifications import AgentMessage
+from protocol.records.requests import RequestRecord
+from protocol.records.tasks import TaskRecord
 from protocol.session import effects as fx
-from protocol.tasks import TaskRecord
-from protocol.tracecontext import ENV_TRACEPARENT
+from protocol.wire.envelopes import MessageEnvelope, ReplyEnvelope, TaskEnvelope
 
 __all__ = ["ParentSpans"]
 

@@ -40,8 +40,8 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from actors.tracing.variables import ENV_OTEL, ENV_SPANS_DIR, OTLP_ENDPOINTS
-from protocol.errors import InvalidArgument
-from protocol.tracecontext import format_traceparent, parse_traceparent
+from protocol.core.errors import InvalidArgument
+from protocol.core.tracecontext import format_traceparent, parse_traceparent
 
 __all__ = [
     "JsonLinesExporter",

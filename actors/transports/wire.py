@@ -3,7 +3,7 @@ the session recorded.
 
 A session records where its envelopes go in one string, its *descriptor*: the mailbox
 directory (the default), or ``nats://HOST:PORT[,HOST:PORT...]`` (``tls://`` for TLS;
-``serve --transport``, :mod:`protocol.transport_url`). The supervisor writes it to
+``serve --transport``, :mod:`protocol.core.transport_url`). The supervisor writes it to
 ``session.json`` (``mailbox``: what a CLI client reads) and to every agent's
 ``SHEPHERD_MAILBOX`` (what the bridge and ``shepherd-child`` read). Every process opens it
 through :func:`open_transport` and gets a :class:`SessionTransport`: what the supervisor, the
@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from actors.runtime.transport import Transport
-from protocol.errors import InvalidArgument
-from protocol.transport_url import TlsFiles, is_nats, is_tls, parse_transport
+from protocol.core.errors import InvalidArgument
+from protocol.core.transport_url import TlsFiles, is_nats, is_tls, parse_transport
 
 if TYPE_CHECKING:
     from actors.transports.mailbox.drain import RejectCallback, Validator
     from actors.transports.nats.auth import NatsLogin
-    from protocol.settings import Settings
+    from protocol.records.settings import Settings
 
 __all__ = [
     "CLUSTER_REPLICAS",

@@ -1,9 +1,9 @@
 """The operation table: every operation of a session, written once.
 
-One :class:`Op` per operation: its name, its arguments Struct (``protocol.api``: the types and
+One :class:`Op` per operation: its name, its arguments Struct (``protocol.calls.api``: the types and
 bounds; the Struct is an ``Args`` of its result type), one :class:`Param` per argument field
 (what a model is told about it, and how the command line spells it), the command line's help,
-the model-facing tool's text, and the human view of its answer (``protocol.views``). Every
+the model-facing tool's text, and the human view of its answer (``protocol.calls.views``). Every
 surface is generated from it:
 
 ==========================  =================================================================
@@ -13,8 +13,9 @@ surface                     what it takes from the table
                             flags to arguments; paging (``pager``); the view; the exit status
 ``Supervisor.call``         the name to the Args Struct (:data:`OPERATIONS`), checked
 ``Session.delegate`` ...    a method per operation (:class:`Method`), typed by the Struct
-tools, MCP                  ``shepherd_<name>`` for each entry with a ``tool`` (``protocol.tools``)
-``shepherd-child``          the child's ``message``, ``done`` and ``approve-request``
+tools, MCP                  ``shepherd_<name>`` for each entry with a ``tool``
+(``protocol.ops.tools``) ``shepherd-child``          the child's ``message``, ``done`` and
+``approve-request``
                             (:data:`CHILD`), the same Structs as its tools
                             ``shepherd_message`` / ``shepherd_done`` /
                             ``shepherd_request_approval``
@@ -23,7 +24,7 @@ tools, MCP                  ``shepherd_<name>`` for each entry with a ``tool`` (
 The entries are written in :mod:`protocol.ops.parent` (the batch operations in
 :mod:`protocol.ops.batch`) and :mod:`protocol.ops.child`; the shape
 of one is :mod:`protocol.ops.spec`. Adding an operation is one entry (with its Structs in
-``protocol.api`` and its handler in the session). Rules, checked at import:
+``protocol.calls.api`` and its handler in the session). Rules, checked at import:
 
 - every field of the Args Struct has exactly one :class:`Param` (appending a field to a Struct
   cannot leave a surface behind);
@@ -37,8 +38,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import api
-from protocol.errors import InvalidArgument
+from protocol.calls import api
+from protocol.core.errors import InvalidArgument
 from protocol.ops import batch, child, parent, worktrees
 from protocol.ops.parent import WAIT_TIMED_OUT
 from protocol.ops.spec import Method, Op, Param, Role, Tool, field_kind

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import api
-from protocol.approvals import ApproveArgs, DenyArgs
-from protocol.limits import DeadlineSeconds, Text
+from protocol.calls import api
+from protocol.calls.approvals import ApproveArgs, DenyArgs
+from protocol.core.limits import DeadlineSeconds, Text
 from protocol.ops.spec import Param, Tool, entry
 
 __all__ = ["APPROVE", "APPROVE_REQUEST", "DENY", "ChildApprovalArgs", "approval_view"]

@@ -4,7 +4,7 @@ journal write; see :mod:`protocol.session.batch`). Entries of the table like tho
 
 from __future__ import annotations
 
-from protocol import api_batch, views
+from protocol.calls import api_batch, views
 from protocol.ops.parent import DELEGATE, SPAWN
 from protocol.ops.spec import Param, Tool, entry, respell
 

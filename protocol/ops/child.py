@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import api, views
-from protocol.limits import Handle, OptionalText, Text, UsageCost, UsageTokens
+from protocol.calls import api, views
+from protocol.core.limits import Handle, OptionalText, Text, UsageCost, UsageTokens
 from protocol.ops.parent import MESSAGE_PARAMS
 from protocol.ops.spec import Param, Tool, entry, respell
-from protocol.tasks import DoneStatus
+from protocol.records.tasks import DoneStatus
 
 __all__ = ["DONE", "MESSAGE", "USAGE", "ChildDoneArgs", "ChildMessageArgs", "ChildUsageArgs"]
 

@@ -1,4 +1,4 @@
-"""``spawn``'s ``node`` argument: where an agent runs (:mod:`protocol.nodes`)."""
+"""``spawn``'s ``node`` argument: where an agent runs (:mod:`protocol.wire.nodes`)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import api, views
-from protocol.answers import READ_PAGES, STATUS_PAGES
+from protocol.calls import api, views
+from protocol.calls.answers import READ_PAGES, STATUS_PAGES
 from protocol.ops.nodes import NODE_PARAM
 from protocol.ops.spec import Param, Tool, entry, respell
 

@@ -10,9 +10,9 @@ from typing import Any, Generic, Literal, TypeVar, overload
 
 import msgspec
 
-from protocol import api
-from protocol.answers import Pager
-from protocol.errors import InvalidArgument
+from protocol.calls import api
+from protocol.calls.answers import Pager
+from protocol.core.errors import InvalidArgument
 
 __all__ = [
     "Method",

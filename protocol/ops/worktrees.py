@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from protocol import api, views
-from protocol.answers import WORKTREE_PAGES
+from protocol.calls import api, views
+from protocol.calls.answers import WORKTREE_PAGES
 from protocol.ops.spec import Tool, entry
 
 __all__ = ["WORKTREES"]

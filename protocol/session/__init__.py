@@ -29,6 +29,6 @@ module          rules
 ``calls``       each operation and timer mapped to its rule
 ==============  ============================================================================
 
-The machines themselves stay where they are: tasks in :mod:`protocol.tasks`, requests in
-:mod:`protocol.requests`; the process machine is a table in ``agents``.
+The machines themselves stay where they are: tasks in :mod:`protocol.records.tasks`, requests in
+:mod:`protocol.records.requests`; the process machine is a table in ``agents``.
 """

@@ -30,14 +30,14 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from protocol import api
-from protocol.api import ProcessState
-from protocol.envelopes import RuntimeEnvelope
-from protocol.errors import AgentBusy, InvalidArgument
-from protocol.ids import IdKind, is_valid_name
-from protocol.journal import AgentCloseRecord, AgentExitRecord, AgentRecord
-from protocol.notifications import Notice
-from protocol.requests import RequestState
+from protocol.calls import api
+from protocol.calls.api import ProcessState
+from protocol.core.errors import AgentBusy, InvalidArgument
+from protocol.core.ids import IdKind, is_valid_name
+from protocol.records.journal import AgentCloseRecord, AgentExitRecord, AgentRecord
+from protocol.records.notifications import Notice
+from protocol.records.requests import RequestState
+from protocol.records.tasks import TaskEvent
 from protocol.session import budgets, requests, tasks, worktrees
 from protocol.session.effects import (
     Answer,
@@ -53,7 +53,7 @@ from protocol.session.effects import (
     WatchdogRuntime,
 )
 from protocol.session.state import AgentRow, Ctx, SessionState, Turn
-from protocol.tasks import TaskEvent
+from protocol.wire.envelopes import RuntimeEnvelope
 
 __all__ = [
     "FORWARDED",

@@ -22,7 +22,7 @@ Rules:
    fail, time-out, the agent's own ``done`` with ``cancel_requests``), its agent closing or
    exiting. The blocked call returns denied with that reason.
 5. **Gated tool calls.** ``spawn --approve TOOL:GLOB`` (repeatable; bounds in
-   :mod:`protocol.limits`) is kept in the agent's options, which its bridge and the Pi
+   :mod:`protocol.core.limits`) is kept in the agent's options, which its bridge and the Pi
    extension read: each matching Pi tool call is turned into an approval request (rule 1)
    before it runs, and runs only if approved (else the model gets the denial as the tool's
    result). Only the ``pi-rpc`` adapter takes rules.
@@ -32,16 +32,16 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol import api
-from protocol.approvals import ApprovalResult, ApproveArgs, DenyArgs, outcome
-from protocol.envelopes import MessageEnvelope
-from protocol.errors import InvalidArgument, InvalidHandle, InvalidTransition
-from protocol.ids import PARENT_ID
-from protocol.notifications import Notice
-from protocol.requests import RequestRecord, RequestState
+from protocol.calls import api
+from protocol.calls.approvals import ApprovalResult, ApproveArgs, DenyArgs, outcome
+from protocol.core.errors import InvalidArgument, InvalidHandle, InvalidTransition
+from protocol.core.ids import PARENT_ID
+from protocol.records.notifications import Notice
+from protocol.records.requests import RequestRecord, RequestState
 from protocol.session import decisions, outbox, requests
 from protocol.session.effects import Answer, Effect, Notify
 from protocol.session.state import AgentRow, Ctx, SessionState
+from protocol.wire.envelopes import MessageEnvelope
 
 __all__ = ["answer", "check_answer", "check_spawn", "request"]
 

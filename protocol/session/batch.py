@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol import api, api_batch
-from protocol.answers import encoded_size
-from protocol.errors import InvalidArgument, LimitExceeded, ShepherdError
-from protocol.ids import IdKind, make_id
-from protocol.limits import answer_budget, preview
+from protocol.calls import api, api_batch
+from protocol.calls.answers import encoded_size
+from protocol.core.errors import InvalidArgument, LimitExceeded, ShepherdError
+from protocol.core.ids import IdKind, make_id
+from protocol.core.limits import answer_budget, preview
 from protocol.session import agents, approvals, budgets, watchers
 from protocol.session.effects import Answer, Effect, Journal
 from protocol.session.state import Ctx, SessionState

@@ -1,7 +1,7 @@
 """Budgets: what a task and the session may spend, what they spent, and what happens at the
 limits.
 
-A task's limits (:class:`~protocol.usage.Budget`: turns, tokens, cost, minutes) come with
+A task's limits (:class:`~protocol.records.usage.Budget`: turns, tokens, cost, minutes) come with
 ``delegate``; the session's (tokens, cost) are settings (``budget_tokens``, ``budget_cost``).
 Usage comes from the agents: a turn that starts (every adapter), and ``usage`` runtime events
 (tokens and cost: Pi's assistant messages, or ``shepherd-child usage`` from a command agent's
@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol import api
-from protocol.envelopes import RuntimeEnvelope
-from protocol.errors import LimitExceeded
-from protocol.journal import UsageRecord
-from protocol.notifications import Notice
+from protocol.calls import api
+from protocol.core.errors import LimitExceeded
+from protocol.records.journal import UsageRecord
+from protocol.records.notifications import Notice
+from protocol.records.tasks import TaskEvent, TaskRecord
+from protocol.records.usage import Budget, Usage, over, spent
+from protocol.records.usage import left as usage_left
 from protocol.session import outbox, tasks
 from protocol.session.effects import (
     Answer,
@@ -50,9 +52,7 @@ from protocol.session.effects import (
     Story,
 )
 from protocol.session.state import AgentRow, Ctx, SessionState
-from protocol.tasks import TaskEvent, TaskRecord
-from protocol.usage import Budget, Usage, over, spent
-from protocol.usage import left as usage_left
+from protocol.wire.envelopes import RuntimeEnvelope
 
 __all__ = [
     "BUDGET_EXCEEDED",

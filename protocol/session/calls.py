@@ -1,6 +1,6 @@
 """The parent's operations and the timers, each mapped to its rule.
 
-An operation is its ``protocol.api`` Args Struct; the rules answer with an ``Answer`` effect
+An operation is its ``protocol.calls.api`` Args Struct; the rules answer with an ``Answer`` effect
 (the operation's Result Struct) or, for ``read``, an ``AnswerFromOutput`` (the agent's actor
 holds its output). ``status`` is a pure view (:mod:`protocol.session.status`), answered by the
 caller, which knows how its transport wakes the parent's inbox.
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import api, api_batch
-from protocol.approvals import ApproveArgs, DenyArgs
-from protocol.errors import InvalidArgument
+from protocol.calls import api, api_batch
+from protocol.calls.approvals import ApproveArgs, DenyArgs
+from protocol.core.errors import InvalidArgument
+from protocol.records.tasks import TaskEvent
 from protocol.session import (
     agents,
     approvals,
@@ -36,7 +37,6 @@ from protocol.session.effects import (
     TaskDeadline,
 )
 from protocol.session.state import Ctx, SessionState
-from protocol.tasks import TaskEvent
 
 __all__ = ["call", "fire"]
 

@@ -7,9 +7,9 @@ Rules (see :mod:`protocol.session.approvals` for opening and answering one):
    its reason: the parent's, ``timeout`` (its deadline passed), or why it was cancelled (its
    task ended, its agent was closed, its message could not be delivered).
 2. The blocked call is told at once, after the record is journaled: a ``notice`` envelope
-   (:data:`~protocol.approvals.APPROVED` / :data:`~protocol.approvals.DENIED`) in the one-shot
-   inbox it waits on (stamped with its agent's capability), or in the agent's inbox when the
-   request named none. Never as a notice about a closed question (the call got its answer).
+   (:data:`~protocol.calls.approvals.APPROVED` / :data:`~protocol.calls.approvals.DENIED`) in the
+   one-shot inbox it waits on (stamped with its agent's capability), or in the agent's inbox when
+   the request named none. Never as a notice about a closed question (the call got its answer).
 3. An approval that timed out is also told to the parent (it was asked and did not answer).
 """
 
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol.approvals import APPROVED, DENIED, TIMEOUT_REASON
-from protocol.envelopes import NoticeEnvelope
-from protocol.notifications import Notice
-from protocol.requests import RequestRecord, RequestState
+from protocol.calls.approvals import APPROVED, DENIED, TIMEOUT_REASON
+from protocol.records.notifications import Notice
+from protocol.records.requests import RequestRecord, RequestState
 from protocol.session import outbox
 from protocol.session.effects import Deliver, Effect, Notify, Publish
 from protocol.session.state import Ctx, SessionState
+from protocol.wire.envelopes import NoticeEnvelope
 
 __all__ = ["decided", "notice_for", "tell"]
 

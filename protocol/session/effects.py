@@ -48,11 +48,11 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocol.envelopes import AnyEnvelope, RuntimeEnvelope
-from protocol.notifications import AnyNotification
+from protocol.records.notifications import AnyNotification
+from protocol.records.tasks import TaskRecord, TaskResult
+from protocol.records.worktrees import Snapshot, WorktreeRef
 from protocol.session.state import WatcherState
-from protocol.tasks import TaskRecord, TaskResult
-from protocol.worktrees import Snapshot, WorktreeRef
+from protocol.wire.envelopes import AnyEnvelope, RuntimeEnvelope
 
 __all__ = [
     "Answer",

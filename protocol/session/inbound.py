@@ -18,7 +18,15 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol.envelopes import (
+from protocol.core.errors import ErrorInfo, InvalidArgument, ShepherdError
+from protocol.core.ids import PARENT_ID
+from protocol.records.notifications import Notice
+from protocol.records.requests import RequestState
+from protocol.records.tasks import TaskEvent
+from protocol.session import agents, approvals, outbox, requests, routing, tasks
+from protocol.session.effects import Effect, Log, Notify
+from protocol.session.state import Ctx, SessionState
+from protocol.wire.envelopes import (
     AnyEnvelope,
     MessageEnvelope,
     ReplyEnvelope,
@@ -26,14 +34,6 @@ from protocol.envelopes import (
     TaskDoneEnvelope,
     TaskEnvelope,
 )
-from protocol.errors import ErrorInfo, InvalidArgument, ShepherdError
-from protocol.ids import PARENT_ID
-from protocol.notifications import Notice
-from protocol.requests import RequestState
-from protocol.session import agents, approvals, outbox, requests, routing, tasks
-from protocol.session.effects import Effect, Log, Notify
-from protocol.session.state import Ctx, SessionState
-from protocol.tasks import TaskEvent
 
 __all__ = ["delivery_failed", "envelope"]
 

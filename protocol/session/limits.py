@@ -1,11 +1,11 @@
 """The session's limits across restarts: the settings that bound what it may do
-(:class:`~protocol.settings.SessionLimits`: its budgets, the default deadlines of a task and of
-a reply), recorded with it.
+(:class:`~protocol.records.settings.SessionLimits`: its budgets, the default deadlines of a task
+and of a reply), recorded with it.
 
 Rules:
 
 1. **Recorded with the session.** A new session journals its limits (a
-   :class:`~protocol.journal.SessionLimitsRecord`) before anything else is done; the latest
+   :class:`~protocol.records.journal.SessionLimitsRecord`) before anything else is done; the latest
    such record is the session's limits (the fold keeps it: :attr:`SessionState.limits`).
 2. **Restored by a restart that gives none.** A restart (``serve --session-dir``,
    ``--recover``, ``--resume``) whose settings leave a limit out (None) runs with the recorded
@@ -24,8 +24,8 @@ from typing import Any
 
 import msgspec
 
-from protocol.journal import SessionLimitsRecord
-from protocol.settings import SessionLimits, Settings, check_settings
+from protocol.records.journal import SessionLimitsRecord
+from protocol.records.settings import SessionLimits, Settings, check_settings
 
 __all__ = ["LimitChange", "limits_of", "restart", "told"]
 

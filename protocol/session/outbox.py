@@ -18,14 +18,14 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from protocol.answers import preview_result
-from protocol.envelopes import AckEnvelope, Envelope, NoticeEnvelope, encode_envelope
-from protocol.errors import ErrorInfo, LimitExceeded
-from protocol.ids import PARENT_ID, IdKind
+from protocol.calls.answers import preview_result
+from protocol.core.errors import ErrorInfo, LimitExceeded
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.core.tracecontext import TRACEPARENT_ROOM
+from protocol.records.tasks import TaskResult
 from protocol.session.effects import Deliver, Effect, Publish
 from protocol.session.state import Ctx, SessionState
-from protocol.tasks import TaskResult
-from protocol.tracecontext import TRACEPARENT_ROOM
+from protocol.wire.envelopes import AckEnvelope, Envelope, NoticeEnvelope, encode_envelope
 
 __all__ = ["ack", "check_fits", "from_parent", "notice"]
 

@@ -42,15 +42,15 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from protocol.envelopes import TaskEnvelope
-from protocol.errors import LimitExceeded
-from protocol.ids import IdKind
-from protocol.journal import AgentRecoverRecord, TaskResumeRecord
-from protocol.requests import RequestState
+from protocol.core.errors import LimitExceeded
+from protocol.core.ids import IdKind
+from protocol.records.journal import AgentRecoverRecord, TaskResumeRecord
+from protocol.records.requests import RequestState
+from protocol.records.tasks import TaskRecord
 from protocol.session import outbox, requests, tasks
 from protocol.session.effects import Deliver, Effect, Journal, SpawnAgent, Story
 from protocol.session.state import AgentRow, Ctx, SessionState
-from protocol.tasks import TaskRecord
+from protocol.wire.envelopes import TaskEnvelope
 
 __all__ = [
     "HISTORY_CHARS",

@@ -6,13 +6,13 @@ Rules:
    :mod:`protocol.session.routing`): it is journaled, it gets its reply deadline
    (``reply_timeout_s``, else ``default_reply_timeout_s``; none: no deadline) and, if its sender
    is working on a task, that task is ``waiting`` until no request of it is pending
-   (:mod:`protocol.tasks` rule 3). The request table and the task's ``pending_requests``
+   (:mod:`protocol.records.tasks` rule 3). The request table and the task's ``pending_requests``
    change together, here and nowhere else.
 2. **Wait-for cycles.** Every pending request is an edge *sender waits on target*. A request
    whose edge closes a cycle (A waits on B waits on A, or longer) is a deadlock no timeout
    will explain: the parent is told at once, naming the whole cycle, and so is the asker.
    The request still opens (reported, not refused).
-3. A request closes exactly once (:mod:`protocol.requests`): replied, cancelled (its task
+3. A request closes exactly once (:mod:`protocol.records.requests`): replied, cancelled (its task
    settled, its sender or target left) or timed out (its deadline passed). Closing it is
    journaled and, if it ends its task's wait, the task runs again.
 4. A request that closed without an answer is told to its sender when the sender did not
@@ -21,9 +21,11 @@ Rules:
 
 from __future__ import annotations
 
-from protocol.ids import PARENT_ID
-from protocol.notifications import Notice, WaitCycle
-from protocol.requests import RequestRecord, RequestState, resolve
+from protocol.core.ids import PARENT_ID
+from protocol.records.notifications import Notice, WaitCycle
+from protocol.records.requests import RequestRecord, RequestState, resolve
+from protocol.records.tasks import TaskRecord, TaskState, close_request, open_request
+from protocol.records.waits import find_cycle
 from protocol.session import decisions, outbox, stale
 from protocol.session.effects import (
     AppendNote,
@@ -36,8 +38,6 @@ from protocol.session.effects import (
     Story,
 )
 from protocol.session.state import Ctx, SessionState
-from protocol.tasks import TaskRecord, TaskState, close_request, open_request
-from protocol.waits import find_cycle
 
 __all__ = ["attach", "close", "open_", "replay", "task_moved", "timeout"]
 

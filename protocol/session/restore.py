@@ -3,10 +3,10 @@
 Rules:
 
 1. **The journal is the truth.** :func:`fold` replays its records, in order, through the same
-   moves the rules made when they wrote them (``protocol.tasks`` and ``protocol.requests``
-   machines, the process table): a task comes back ``running`` or, with open requests,
-   ``waiting`` since the start of its current episode; a settled task stays settled with its
-   result. Intermediate moves are not journaled: they are derived.
+   moves the rules made when they wrote them (``protocol.records.tasks`` and
+   ``protocol.records.requests`` machines, the process table): a task comes back ``running`` or,
+   with open requests, ``waiting`` since the start of its current episode; a settled task stays
+   settled with its result. Intermediate moves are not journaled: they are derived.
 2. **Nothing is started twice, nothing closed comes back.** :func:`resume` asks for the
    agents' processes with the same ``SpawnAgent`` effect a spawn uses, marked to *adopt* the
    running bridge (or, for an agent whose exit was journaled, to keep only its output): a
@@ -31,8 +31,8 @@ from typing import NoReturn
 
 import msgspec
 
-from protocol.ids import IdKind
-from protocol.journal import (
+from protocol.core.ids import IdKind
+from protocol.records.journal import (
     AgentCloseRecord,
     AgentExitRecord,
     AgentRecord,
@@ -45,7 +45,9 @@ from protocol.journal import (
     WatcherRecord,
     WorktreeRemovedRecord,
 )
-from protocol.requests import RequestRecord
+from protocol.records.requests import RequestRecord
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskEvent, TaskRecord
 from protocol.session import (
     agents,
     budgets,
@@ -69,8 +71,6 @@ from protocol.session.effects import (
     WatchdogAgent,
 )
 from protocol.session.state import Ctx, SessionState, WatcherState
-from protocol.settings import Settings
-from protocol.tasks import TaskEvent, TaskRecord
 
 __all__ = ["Restore", "fold", "resume"]
 

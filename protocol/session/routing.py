@@ -29,15 +29,15 @@ from typing import Any
 
 import msgspec
 
-from protocol import api
-from protocol.envelopes import MessageEnvelope, ReplyEnvelope
-from protocol.errors import ForbiddenSender, InvalidArgument, InvalidHandle, InvalidTransition
-from protocol.ids import PARENT_ID, IdKind
-from protocol.notifications import AgentMessage
-from protocol.requests import RequestRecord, RequestState
+from protocol.calls import api
+from protocol.core.errors import ForbiddenSender, InvalidArgument, InvalidHandle, InvalidTransition
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.records.notifications import AgentMessage
+from protocol.records.requests import RequestRecord, RequestState
 from protocol.session import outbox, requests
 from protocol.session.effects import Answer, Deliver, Effect, Notify, WatchdogInstruction
 from protocol.session.state import Ctx, SessionState
+from protocol.wire.envelopes import MessageEnvelope, ReplyEnvelope
 
 __all__ = ["parent_message", "route"]
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol.ids import PARENT_ID
-from protocol.notifications import StaleWait
+from protocol.core.ids import PARENT_ID
+from protocol.records.notifications import StaleWait
+from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session.effects import CancelTimer, Effect, Notify, StaleDue, StartTimer, Story
 from protocol.session.state import Ctx, Episode, SessionState
-from protocol.tasks import TaskRecord, TaskState
 
 __all__ = ["due", "sync"]
 

@@ -20,7 +20,7 @@ Rules:
 
 Theory of operation: the state is a plain container that the rules change in place, like
 h11's connection state; the records in it are frozen Structs, replaced as they move through
-their machines (``protocol.tasks``, ``protocol.requests``, the process table in
+their machines (``protocol.records.tasks``, ``protocol.records.requests``, the process table in
 ``protocol.session.agents``). A persistent (copied-on-change) state would make every event cost
 the size of the session (a session holds thousands of tasks and requests); the discipline
 "check, then change" gives the same guarantee the tables give (an illegal move changes
@@ -35,15 +35,15 @@ from typing import Any, Protocol
 
 import msgspec
 
-from protocol.api import ProcessState
-from protocol.envelopes import MailboxWake
-from protocol.errors import InvalidHandle
-from protocol.ids import PARENT_ID, IdKind, an_id_of, kind_of
-from protocol.request_table import RequestTable
-from protocol.settings import SessionLimits, Settings
-from protocol.tasks import TaskRecord, TaskResult
-from protocol.usage import Usage
-from protocol.worktrees import Snapshot
+from protocol.calls.api import ProcessState
+from protocol.core.errors import InvalidHandle
+from protocol.core.ids import PARENT_ID, IdKind, an_id_of, kind_of
+from protocol.records.request_table import RequestTable
+from protocol.records.settings import SessionLimits, Settings
+from protocol.records.tasks import TaskRecord, TaskResult
+from protocol.records.usage import Usage
+from protocol.records.worktrees import Snapshot
+from protocol.wire.envelopes import MailboxWake
 
 __all__ = [
     "AgentRow",

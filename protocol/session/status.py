@@ -1,9 +1,9 @@
 """The status answer: agents with their process state and their task, side by side.
 
 A pure view of the session's state. Texts in it are previews (a task's text, a request's
-question, a result's summary: see :mod:`protocol.limits`); the answer holds every agent from
+question, a result's summary: see :mod:`protocol.core.limits`); the answer holds every agent from
 ``cursor`` on plus the session's counts, and the CLI's and tools' surface pages it to its
-frame (:mod:`protocol.answers`). An agent shows its active task, else its newest one.
+frame (:mod:`protocol.calls.answers`). An agent shows its active task, else its newest one.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any
 
 import msgspec
 
-from protocol import api
-from protocol.answers import preview_result
-from protocol.envelopes import MailboxWake
-from protocol.limits import PREVIEW_CHARS, preview
+from protocol.calls import api
+from protocol.calls.answers import preview_result
+from protocol.core.limits import PREVIEW_CHARS, preview
+from protocol.records.worktrees import ref_of
 from protocol.session.state import AgentRow, SessionState, TurnStats
-from protocol.worktrees import ref_of
+from protocol.wire.envelopes import MailboxWake
 
 __all__ = ["view"]
 

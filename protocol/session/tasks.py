@@ -1,7 +1,7 @@
 """Tasks in the session: delegation, ``done``, settlement, deadlines, turns without ``done``.
 
-The task machine itself (states, the table, the guards) is :mod:`protocol.tasks`; this module
-says who may move a task and what else happens when it moves.
+The task machine itself (states, the table, the guards) is :mod:`protocol.records.tasks`; this
+module says who may move a task and what else happens when it moves.
 
 Rules:
 
@@ -37,19 +37,27 @@ from collections.abc import Sequence
 
 import msgspec
 
-from protocol import api
-from protocol.envelopes import ControlEnvelope, TaskDoneEnvelope, TaskEnvelope
-from protocol.errors import (
+from protocol.calls import api
+from protocol.core.errors import (
     AgentBusy,
     ForbiddenSender,
     InvalidArgument,
     InvalidHandle,
     ShepherdError,
 )
-from protocol.ids import IdKind, kind_of
-from protocol.journal import PromptRecord
-from protocol.notifications import Notice
-from protocol.requests import RequestState
+from protocol.core.ids import IdKind, kind_of
+from protocol.records.journal import PromptRecord
+from protocol.records.notifications import Notice
+from protocol.records.requests import RequestState
+from protocol.records.tasks import (
+    TaskEvent,
+    TaskRecord,
+    TaskState,
+    event_for_done,
+    start,
+)
+from protocol.records.tasks import settle as settle_record
+from protocol.records.usage import Budget
 from protocol.session import outbox, requests, worktrees
 from protocol.session.effects import (
     Answer,
@@ -68,15 +76,7 @@ from protocol.session.effects import (
     WatchdogTask,
 )
 from protocol.session.state import AgentRow, Ctx, SessionState, Turn, TurnStats
-from protocol.tasks import (
-    TaskEvent,
-    TaskRecord,
-    TaskState,
-    event_for_done,
-    start,
-)
-from protocol.tasks import settle as settle_record
-from protocol.usage import Budget
+from protocol.wire.envelopes import ControlEnvelope, TaskDoneEnvelope, TaskEnvelope
 
 __all__ = [
     "deadline",

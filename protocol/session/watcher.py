@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol.notifications import TaskCompletion
+from protocol.records.notifications import TaskCompletion
+from protocol.records.tasks import TaskResult
 from protocol.session.effects import Flush, StartTimer
 from protocol.session.state import WatcherState
-from protocol.tasks import TaskResult
 
 __all__ = ["done", "flush", "take"]
 

@@ -5,7 +5,7 @@ keeps no watcher's state: only ``subscribers``, which watchers a task's result i
 
 Rules:
 
-1. ``watch`` names tasks (or compatibility prompt ids, :mod:`protocol.watching`). Results of
+1. ``watch`` names tasks (or compatibility prompt ids, :mod:`protocol.records.watching`). Results of
    tasks already settled are in the answer itself; the others are *pending* for the watcher.
    A watcher with nothing pending is not started.
 2. A watcher registered by ``watch`` is journaled before its answer goes out, with the ids
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from protocol import api
-from protocol.ids import IdKind
-from protocol.journal import WatcherRecord
+from protocol.calls import api
+from protocol.core.ids import IdKind
+from protocol.records.journal import WatcherRecord
+from protocol.records.tasks import TaskResult
+from protocol.records.watching import resolve_watch_ids
 from protocol.session.effects import Answer, Effect, HandOver, Journal, SpawnWatcher
 from protocol.session.state import Ctx, SessionState, WatcherState
-from protocol.tasks import TaskResult
-from protocol.watching import resolve_watch_ids
 
 __all__ = ["hand_over", "subscribe", "watch"]
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol.journal import TaskChangesRecord
-from protocol.notifications import Notice
+from protocol.records.journal import TaskChangesRecord
+from protocol.records.notifications import Notice
+from protocol.records.worktrees import WorktreeChanges, WorktreeProbed
 from protocol.session import tasks, watchers
 from protocol.session.effects import Deliver, Effect, Journal, Notify
 from protocol.session.state import Ctx, SessionState
-from protocol.worktrees import WorktreeChanges, WorktreeProbed
 
 __all__ = ["probed", "replay_changes"]
 

@@ -1,6 +1,7 @@
 """Agents in git worktrees: the session's rules (git itself runs off the broker's thread:
-each ``ProbeWorktree`` effect is answered later by a :class:`~protocol.worktrees.WorktreeProbed`
-event; what is pure about git's answers is :mod:`protocol.worktrees`).
+each ``ProbeWorktree`` effect is answered later by a
+:class:`~protocol.records.worktrees.WorktreeProbed` event; what is pure about git's answers is
+:mod:`protocol.records.worktrees`).
 
 Rules:
 
@@ -15,7 +16,7 @@ Rules:
    result with ``changes.error``, and the parent is told.
 3. **Only a clean worktree is removed.** ``close`` answers with the worktree's path; the
    session's edge then removes it if it is clean (git refuses otherwise) and hands back a
-   :class:`~protocol.worktrees.WorktreeReleased`: a removal is journaled; a kept worktree is
+   :class:`~protocol.records.worktrees.WorktreeReleased`: a removal is journaled; a kept worktree is
    told to the parent (notice ``worktree_kept``: where, and why). Closing the agent again
    tries again (after its changes were committed or discarded).
 4. ``shepherd worktrees`` lists every agent's worktree, paged (``WORKTREES_PAGE``); the
@@ -26,16 +27,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import api
-from protocol.envelopes import TaskEnvelope
-from protocol.journal import WorktreeRemovedRecord
-from protocol.limits import WORKTREES_PAGE
-from protocol.notifications import Notice
+from protocol.calls import api
+from protocol.core.limits import WORKTREES_PAGE
+from protocol.records.journal import WorktreeRemovedRecord
+from protocol.records.notifications import Notice
+from protocol.records.tasks import TaskRecord, TaskResult
+from protocol.records.worktrees import WorktreeRef, WorktreeReleased, ref_of
 from protocol.session import watchers
 from protocol.session.effects import Deliver, Effect, Journal, Notify, ProbeWorktree, Story
 from protocol.session.state import AgentRow, Ctx, SessionState
-from protocol.tasks import TaskRecord, TaskResult
-from protocol.worktrees import WorktreeRef, WorktreeReleased, ref_of
+from protocol.wire.envelopes import TaskEnvelope
 
 __all__ = [
     "close_fields",

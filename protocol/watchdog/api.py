@@ -8,7 +8,7 @@ Two surfaces reach the session's watchdog (``Session.watchdog(op, **args)``):
   Struct and :func:`check_op` validates a call before it reaches the actor;
 * **tools** for a model (the watchdog agent or the parent): :data:`WATCHDOG_TOOLS`, one
   :class:`WatchdogTool` per tool — its name, the operation it runs, its Args Struct, and the
-  text the tool-schema generator (``protocol/tools.py``) needs. :func:`tool_call` turns a tool
+  text the tool-schema generator (``protocol/ops/tools.py``) needs. :func:`tool_call` turns a tool
   call into ``(op, args)`` for ``Session.watchdog``.
 
 Rules
@@ -33,7 +33,7 @@ from typing import Annotated, Any, Final, Literal, TypeVar, get_args
 
 import msgspec
 
-from protocol.errors import InvalidArgument
+from protocol.core.errors import InvalidArgument
 
 __all__ = [
     "OP_ARGS",

@@ -33,8 +33,8 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from protocol.errors import InvalidArgument
-from protocol.limits import MAX_DEADLINE_S, MAX_TEXT_CHARS
+from protocol.core.errors import InvalidArgument
+from protocol.core.limits import MAX_DEADLINE_S, MAX_TEXT_CHARS
 from protocol.watchdog.rules import MONOLOGUE_MATCHES, RULES, MonologueMatch, rule
 
 __all__ = [

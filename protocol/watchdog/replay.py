@@ -38,7 +38,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from protocol.errors import InvalidArgument
+from protocol.core.errors import InvalidArgument
 from protocol.watchdog.alert import AlertGate, gate_verdict, reset_episode
 from protocol.watchdog.config import WatchdogConfig
 from protocol.watchdog.detect import detect_stuck, verdict_to_dict

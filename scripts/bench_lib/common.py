@@ -296,7 +296,7 @@ class Publisher:
 def new_ids() -> tuple[str, str, str]:
     """A session id, an agent id and a capability for a bench mailbox."""
     from actors.runtime.ids import IdSource
-    from protocol.ids import IdKind
+    from protocol.core.ids import IdKind
 
     ids = IdSource()
     return ids.new(IdKind.SESSION), ids.new(IdKind.AGENT), ids.secret()

@@ -26,8 +26,8 @@ from bench_lib.common import (
     temp_dir,
 )
 from bench_lib.receivers import mailbox_options, make_receiver
-from protocol.envelopes import AnyEnvelope
-from protocol.errors import ForbiddenSender
+from protocol.core.errors import ForbiddenSender
+from protocol.wire.envelopes import AnyEnvelope
 
 
 class LatencySink:

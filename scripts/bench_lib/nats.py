@@ -32,10 +32,10 @@ from typing import Any
 
 from actors.runtime.transport import PARENT_INBOX
 from bench_lib.common import latency_summary, new_ids, temp_dir
-from protocol.envelopes import AnyEnvelope, MessageEnvelope
-from protocol.errors import SessionUnavailable
-from protocol.ids import PARENT_ID, IdKind
-from protocol.settings import Settings
+from protocol.core.errors import SessionUnavailable
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import AnyEnvelope, MessageEnvelope
 
 
 class _Sink:

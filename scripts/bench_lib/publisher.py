@@ -39,9 +39,9 @@ def main(argv: list[str]) -> int:
     from actors.runtime.ids import IdSource
     from actors.transports.mailbox.backoff import Backoff
     from actors.transports.mailbox.mailbox import Mailbox
-    from protocol.envelopes import MessageEnvelope, encode_envelope
-    from protocol.errors import LimitExceeded
-    from protocol.ids import PARENT_ID, IdKind
+    from protocol.core.errors import LimitExceeded
+    from protocol.core.ids import PARENT_ID, IdKind
+    from protocol.wire.envelopes import MessageEnvelope, encode_envelope
 
     rng = random.Random(params.get("seed"))
     ids = IdSource()

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from actors.runtime.runtime import ShepherdActor, ThreadedRuntime
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.envelopes import AnyEnvelope, decode_envelope
+from protocol.wire.envelopes import AnyEnvelope, decode_envelope
 
 OnEnvelope = Callable[[AnyEnvelope], None]
 

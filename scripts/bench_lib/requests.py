@@ -1,7 +1,7 @@
 """Worker job: what one request costs the broker once a session has made many of them.
 
 The broker keeps the session's requests (a message sent with ``expects_reply`` opens one; its
-reply closes it) in ``protocol.request_table.RequestTable``: pending requests, the last
+reply closes it) in ``protocol.records.request_table.RequestTable``: pending requests, the last
 ``Settings.closed_requests_kept`` closed ones, and the wait-for edges of the pending ones
 counted as they open and close, so checking a new request for a wait cycle costs the size of
 the graph of agents. The baseline, :class:`PreviousDesignTable`, is *the previous design*,
@@ -54,14 +54,14 @@ from actors.session.session import Session
 from actors.testing.simagent import SimLauncher
 from bench_lib.report import PREVIOUS_DESIGN, SHEPHERD
 from bench_lib.sessions import QUIET_SCRIPT, ReadyCountingTransport
-from protocol.envelopes import AckEnvelope, AnyEnvelope, MessageEnvelope, ReplyEnvelope
-from protocol.ids import IdKind
-from protocol.notifications import AnyNotification, WaitCycle
-from protocol.request_table import RequestTable
-from protocol.requests import RequestRecord
-from protocol.script import parse_script
-from protocol.settings import Settings
-from protocol.tasks import TaskRecord
+from protocol.core.ids import IdKind
+from protocol.records.notifications import AnyNotification, WaitCycle
+from protocol.records.request_table import RequestTable
+from protocol.records.requests import RequestRecord
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskRecord
+from protocol.scripted.script import parse_script
+from protocol.wire.envelopes import AckEnvelope, AnyEnvelope, MessageEnvelope, ReplyEnvelope
 
 AGENTS = 20
 WAIT_S = 60.0

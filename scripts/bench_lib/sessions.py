@@ -36,10 +36,10 @@ from actors.runtime.transport import PARENT_INBOX, BatchHandler, InMemoryTranspo
 from actors.session.session import Session
 from actors.testing.simagent import SimLauncher
 from bench_lib.common import latency_summary, now_ns, os_threads, rss_bytes
-from protocol.envelopes import AnyEnvelope, RuntimeEnvelope, TaskDoneEnvelope
-from protocol.ids import PARENT_ID, IdKind
-from protocol.notifications import AnyNotification, TaskCompletion
-from protocol.script import parse_script
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.records.notifications import AnyNotification, TaskCompletion
+from protocol.scripted.script import parse_script
+from protocol.wire.envelopes import AnyEnvelope, RuntimeEnvelope, TaskDoneEnvelope
 
 #: each simulated agent takes its task, then waits for anything (it never calls done itself)
 QUIET_SCRIPT = {"steps": [{"await": "task"}, {"await": "any"}]}

@@ -27,7 +27,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from protocol.limits import MAX_A2A_REQUEST_BYTES, MAX_A2A_STREAMS, MAX_NESTING
+from protocol.core.limits import MAX_A2A_REQUEST_BYTES, MAX_A2A_STREAMS, MAX_NESTING
 from tests.a2a.conftest import SCRIPTS, Team
 
 pytestmark = pytest.mark.processes

@@ -23,7 +23,11 @@ import pytest
 from actors.runtime.procs import session_members
 from actors.runtime.transport import PARENT_INBOX
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.envelopes import (
+from protocol.core.errors import ErrorInfo, ForbiddenSender
+from protocol.core.ids import PARENT_ID, IdKind, make_id
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskResult
+from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
     MessageEnvelope,
@@ -32,10 +36,6 @@ from protocol.envelopes import (
     TaskDoneEnvelope,
     TaskEnvelope,
 )
-from protocol.errors import ErrorInfo, ForbiddenSender
-from protocol.ids import PARENT_ID, IdKind, make_id
-from protocol.settings import Settings
-from protocol.tasks import TaskResult
 
 WAIT_S = 60.0  # a ceiling on waits for events: generous, so a busy machine is never a failure
 REPO = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from protocol.approvals import APPROVED, DENIED
-from protocol.envelopes import MessageEnvelope, NoticeEnvelope
-from protocol.ids import PARENT_ID, IdKind
+from protocol.calls.approvals import APPROVED, DENIED
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.wire.envelopes import MessageEnvelope, NoticeEnvelope
 
 from .conftest import FakeParent, new_id
 

@@ -12,10 +12,15 @@ import msgspec
 import pytest
 
 from actors.runtime.transport import PARENT_INBOX
-from protocol.envelopes import MessageEnvelope, ReplyEnvelope, RuntimeEnvelope, TaskDoneEnvelope
-from protocol.errors import ErrorInfo
-from protocol.ids import IdKind
-from protocol.settings import Settings
+from protocol.core.errors import ErrorInfo
+from protocol.core.ids import IdKind
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import (
+    MessageEnvelope,
+    ReplyEnvelope,
+    RuntimeEnvelope,
+    TaskDoneEnvelope,
+)
 
 from .conftest import FakeParent, new_id, task_result
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from actors.tracing import ENV_OTEL, ENV_SPANS_DIR
-from protocol.envelopes import ControlEnvelope, MessageEnvelope, TaskDoneEnvelope, TaskEnvelope
-from protocol.errors import ErrorInfo
-from protocol.ids import IdKind
+from protocol.core.errors import ErrorInfo
+from protocol.core.ids import IdKind
+from protocol.wire.envelopes import ControlEnvelope, MessageEnvelope, TaskDoneEnvelope, TaskEnvelope
 from tests.tracing.spans import named, read_spans
 
 from .conftest import FakeParent, new_id, task_result

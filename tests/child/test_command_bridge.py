@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from actors.runtime.procs import session_members
-from protocol.envelopes import (
+from protocol.core.errors import ErrorInfo
+from protocol.core.ids import IdKind
+from protocol.wire.envelopes import (
     AckEnvelope,
     ControlEnvelope,
     RuntimeEnvelope,
     TaskDoneEnvelope,
 )
-from protocol.errors import ErrorInfo
-from protocol.ids import IdKind
 
 from .conftest import FakeParent, new_id
 

@@ -26,7 +26,7 @@ from actors.runtime.command_wire import (
     forward,
     socket_address,
 )
-from protocol.envelopes import MessageEnvelope
+from protocol.wire.envelopes import MessageEnvelope
 from tests.entrypoints import run_entry
 
 from .conftest import FakeParent

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.ids import IdKind
+from protocol.core.ids import IdKind
 
 from .conftest import FakeParent, new_id, task_result
 

@@ -13,9 +13,9 @@ import threading
 import pytest
 
 from actors.transports.mailbox.reply_inboxes import ONE_SHOT_PREFIX
-from protocol.envelopes import MessageEnvelope
-from protocol.errors import ErrorInfo
-from protocol.ids import IdKind
+from protocol.core.errors import ErrorInfo
+from protocol.core.ids import IdKind
+from protocol.wire.envelopes import MessageEnvelope
 
 from .conftest import FakeParent, new_id, task_result
 

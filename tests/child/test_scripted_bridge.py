@@ -15,7 +15,10 @@ import pytest
 from actors.child.inbox_reports import REFUSALS_REPORTED
 from actors.runtime.procs import session_members
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.envelopes import (
+from protocol.core.errors import ErrorInfo
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import (
     ControlEnvelope,
     MessageEnvelope,
     ReplyEnvelope,
@@ -23,9 +26,6 @@ from protocol.envelopes import (
     TaskDoneEnvelope,
     TaskEnvelope,
 )
-from protocol.errors import ErrorInfo
-from protocol.ids import PARENT_ID, IdKind
-from protocol.settings import Settings
 from tests.reliability.live import wait_for_files
 
 from .conftest import WAIT_S, FakeParent, new_id

@@ -21,8 +21,8 @@ from actors.surfaces.config import (
     user_config_path,
 )
 from actors.testing import SimSession
-from protocol.errors import InvalidArgument
-from protocol.settings import Settings
+from protocol.core.errors import InvalidArgument
+from protocol.records.settings import Settings
 from protocol.watchdog import DEFAULT_RESCUE_MESSAGE, WatchdogConfig
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.settings import Settings, apply_overrides
+from protocol.records.settings import Settings, apply_overrides
 
 from .markdown import DOCS, blocks
 

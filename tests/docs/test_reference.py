@@ -13,8 +13,10 @@ from types import ModuleType
 import msgspec
 import pytest
 
-from protocol import errors, ops, tools
-from protocol.settings import Settings
+from protocol import ops
+from protocol.core import errors
+from protocol.ops import tools
+from protocol.records.settings import Settings
 from protocol.watchdog.api import OP_ARGS
 from protocol.watchdog.config import CONFIG_KEYS
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
-from protocol.notifications import TaskCompletion
+from protocol.records.notifications import TaskCompletion
 
 #: finishes its task on a message from the test, so the completion comes after the watch
 FINISH_ON_MESSAGE = {

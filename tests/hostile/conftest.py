@@ -11,7 +11,7 @@ import pytest
 
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
-from protocol.settings import Settings
+from protocol.records.settings import Settings
 from tests.reliability.live import Story
 
 from .canary import Canary

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from protocol.answers import fit_answer
-from protocol.limits import PREVIEW_CHARS, answer_budget
-from protocol.settings import Settings
+from protocol.calls.answers import fit_answer
+from protocol.core.limits import PREVIEW_CHARS, answer_budget
+from protocol.records.settings import Settings
 from tests.processes.conftest import cli
 
 from .conftest import Live

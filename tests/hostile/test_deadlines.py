@@ -19,9 +19,9 @@ import pytest
 
 from actors.runtime.clock import MAX_DELAY_S, SystemClock
 from actors.surfaces.config import load_settings
-from protocol.errors import InvalidArgument
-from protocol.limits import MAX_DEADLINE_MINUTES, MAX_DEADLINE_S
-from protocol.settings import Settings, check_settings
+from protocol.core.errors import InvalidArgument
+from protocol.core.limits import MAX_DEADLINE_MINUTES, MAX_DEADLINE_S
+from protocol.records.settings import Settings, check_settings
 from tests.processes.conftest import cli
 from tests.tools.test_mcp_server import call_error, mcp_session
 

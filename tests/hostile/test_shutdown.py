@@ -23,8 +23,8 @@ from actors.session.supervisor import Supervisor
 from actors.transports.mailbox import reply_inboxes
 from actors.transports.mailbox.mailbox import Mailbox
 from actors.transports.mailbox.reply_inboxes import ReplyInbox
-from protocol.envelopes import ResultEnvelope
-from protocol.ids import IdKind
+from protocol.core.ids import IdKind
+from protocol.wire.envelopes import ResultEnvelope
 from tests.processes.conftest import Serve, cli
 from tests.reliability.live import Story, session_pids, wait_gone
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.errors import LimitExceeded
-from protocol.notifications import Notice, TaskCompletion
+from protocol.core.errors import LimitExceeded
+from protocol.records.notifications import Notice, TaskCompletion
 from tests.processes.conftest import cli
 
 from .conftest import Live
@@ -82,7 +82,7 @@ def test_a_big_task_and_a_big_summary_get_their_receipt(live: Live) -> None:
 def small_inbox(tmp_path: Path) -> Iterator[Live]:
     """A session whose inboxes hold 20 envelopes: filling one takes 20 publishes, not the
     default 1,000 (each one synced to disk, so their time is the disk's, not the test's)."""
-    from protocol.settings import Settings
+    from protocol.records.settings import Settings
 
     running = Live(tmp_path, Settings(max_queue_depth=20))
     try:
@@ -136,7 +136,7 @@ def _bridge_pids(live: Live, agent_id: str) -> list[int]:
 
 def test_a_receipt_always_fits_even_for_a_summary_at_the_frame(tmp_path: Path) -> None:
     """A done whose summary fills its envelope gets a receipt: receipts are previews."""
-    from protocol.settings import Settings
+    from protocol.records.settings import Settings
 
     live = Live(tmp_path, Settings(max_envelope_bytes=16 * 1024))
     try:

@@ -10,7 +10,7 @@ import pytest
 
 from actors.records.notifications import NotificationFile
 from actors.session.sinks import CollectingSink, FanOut
-from protocol.notifications import Notice
+from protocol.records.notifications import Notice
 
 
 def test_a_notification_that_cannot_be_recorded_is_not_shown(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol.requests import RequestRecord, RequestState
+from protocol.records.requests import RequestRecord, RequestState
+from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session.restore import Restore, fold
-from protocol.tasks import TaskRecord, TaskState
 
 TASK = TaskRecord(
     task_id="t", agent_id="a", description="d", state=TaskState.RUNNING, created_at=1.0

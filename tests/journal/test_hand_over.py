@@ -20,11 +20,11 @@ from actors.session import session as session_module
 from actors.session.session import Session
 from actors.session.sinks import CollectingSink
 from actors.testing.simagent import SimLauncher
-from protocol.envelopes import TaskDoneEnvelope
-from protocol.ids import PARENT_ID, IdKind
-from protocol.notifications import TaskCompletion
-from protocol.script import parse_script
-from protocol.tasks import TaskRecord
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.records.notifications import TaskCompletion
+from protocol.records.tasks import TaskRecord
+from protocol.scripted.script import parse_script
+from protocol.wire.envelopes import TaskDoneEnvelope
 
 QUIET = {"steps": [{"await": "task"}, {"await": "any"}]}
 

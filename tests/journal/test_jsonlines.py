@@ -15,9 +15,9 @@ import pytest
 from actors.records import jsonlines
 from actors.records.journal_file import FileJournal
 from actors.records.notifications import NotificationFile
-from protocol.journal import AgentRecord, WatcherRecord
-from protocol.notifications import TaskCompletion
-from protocol.tasks import TaskRecord, TaskResult, TaskState
+from protocol.records.journal import AgentRecord, WatcherRecord
+from protocol.records.notifications import TaskCompletion
+from protocol.records.tasks import TaskRecord, TaskResult, TaskState
 
 
 def _records() -> list[msgspec.Struct]:

@@ -14,10 +14,10 @@ import pytest
 
 from actors.runtime.transport import PARENT_INBOX
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.envelopes import AnyEnvelope, MessageEnvelope, encode_envelope
-from protocol.errors import ShepherdError
-from protocol.ids import PARENT_ID, IdKind, make_id
-from protocol.settings import Settings
+from protocol.core.errors import ShepherdError
+from protocol.core.ids import PARENT_ID, IdKind, make_id
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import AnyEnvelope, MessageEnvelope, encode_envelope
 
 WAIT_S = 10.0
 

@@ -19,8 +19,8 @@ import pytest
 from actors.runtime.transport import PARENT_INBOX, DeliveryFailed, NotHandled, Refusals
 from actors.transports.mailbox.drain import BATCH_MAX
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.envelopes import AnyEnvelope, MessageEnvelope, encode_envelope
-from protocol.errors import ForbiddenSender, InvalidArgument
+from protocol.core.errors import ForbiddenSender, InvalidArgument
+from protocol.wire.envelopes import AnyEnvelope, MessageEnvelope, encode_envelope
 
 from .conftest import (
     AGENT,
@@ -286,7 +286,7 @@ READER = textwrap.dedent(
 
     def validate(inbox, envelope):
         if envelope.sender_id != {agent!r}:
-            raise __import__("protocol.errors").errors.ForbiddenSender("unknown sender")
+            raise __import__("protocol.core.errors").errors.ForbiddenSender("unknown sender")
 
     mailbox = Mailbox.open({root!r}, {session!r}, validate=validate)
     mailbox.subscribe_batch("parent", handle)

@@ -31,8 +31,8 @@ from actors.transports.mailbox.files import envelope_file_name
 from actors.transports.mailbox.mailbox import Mailbox
 from actors.transports.mailbox.wakers import InterruptEvent, Waker
 from actors.transports.mailbox.watch import Receiver
-from protocol.ids import IdKind
-from protocol.settings import Settings
+from protocol.core.ids import IdKind
+from protocol.records.settings import Settings
 from tests.mailbox.conftest import (
     AGENT,
     Collector,

@@ -19,9 +19,9 @@ from actors.transports.mailbox import depth as depth_module
 from actors.transports.mailbox.backoff import FIRST_S, LONGEST_S, Backoff
 from actors.transports.mailbox.depth import RESYNC_EVERY, size_counts
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.errors import InboxFull
-from protocol.ids import IdKind
-from protocol.settings import Settings
+from protocol.core.errors import InboxFull
+from protocol.core.ids import IdKind
+from protocol.records.settings import Settings
 
 from .conftest import WAIT_S, Collector, listing, message, new_id
 

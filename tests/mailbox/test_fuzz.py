@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from actors.runtime.transport import PARENT_INBOX
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.envelopes import encode_envelope
-from protocol.ids import IdKind, kind_of, make_id
-from protocol.settings import Settings
+from protocol.core.ids import IdKind, kind_of, make_id
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import encode_envelope
 
 from .conftest import Collector, Rejections, file_name, listing, message, plant
 

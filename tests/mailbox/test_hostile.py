@@ -14,10 +14,10 @@ import pytest
 from actors.runtime.transport import PARENT_INBOX
 from actors.transports.mailbox.files import ABANDONED_TMP_S
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.envelopes import AnyEnvelope, encode_envelope
-from protocol.errors import ForbiddenSender, InvalidHandle
-from protocol.ids import IdKind
-from protocol.settings import Settings
+from protocol.core.errors import ForbiddenSender, InvalidHandle
+from protocol.core.ids import IdKind
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import AnyEnvelope, encode_envelope
 
 from .conftest import (
     AGENT,

@@ -10,13 +10,13 @@ import pytest
 
 from actors.runtime.transport import PARENT_INBOX
 from actors.transports.mailbox.mailbox import Mailbox, default_runtime_dir
-from protocol.errors import (
+from protocol.core.errors import (
     ForbiddenSender,
     InvalidArgument,
     InvalidHandle,
     SessionUnavailable,
 )
-from protocol.ids import IdKind
+from protocol.core.ids import IdKind
 
 from .conftest import (
     AGENT,

@@ -32,7 +32,7 @@ from actors.session.supervisor import Supervisor
 from actors.surfaces.client import Client
 from actors.transports.mailbox.bell import BELL_NAME
 from actors.transports.mailbox.inotify import InotifyWatch, inotify_available
-from protocol.settings import Settings
+from protocol.records.settings import Settings
 from tests.reliability.live import Changes, Story, file_mailbox
 
 pytestmark = [

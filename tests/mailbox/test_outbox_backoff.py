@@ -14,7 +14,7 @@ from loguru import logger
 from actors.child.outbox import ParentOutbox, until_reachable
 from actors.runtime.clock import SystemClock, VirtualClock
 from actors.transports.mailbox.backoff import FIRST_S, LONGEST_S, OUTAGE_FIRST_S, OUTAGE_LONGEST_S
-from protocol.errors import (
+from protocol.core.errors import (
     DiskFull,
     InboxFull,
     InvalidEnvelope,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from actors.runtime.transport import PARENT_INBOX
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.envelopes import MessageEnvelope
+from protocol.wire.envelopes import MessageEnvelope
 
 from .conftest import AGENT, Collector, message
 
@@ -20,8 +20,8 @@ CHILD = textwrap.dedent(
     import secrets, sys, threading
     sys.path.insert(0, {repo!r})
     from actors.transports.mailbox.mailbox import Mailbox
-    from protocol.envelopes import MessageEnvelope
-    from protocol.ids import IdKind, make_id
+    from protocol.wire.envelopes import MessageEnvelope
+    from protocol.core.ids import IdKind, make_id
 
     def envelope(content):
         return MessageEnvelope(

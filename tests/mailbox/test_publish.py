@@ -10,15 +10,15 @@ import pytest
 
 from actors.runtime.transport import PARENT_INBOX
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.errors import (
+from protocol.core.errors import (
     DiskFull,
     InvalidEnvelope,
     InvalidHandle,
     LimitExceeded,
     SessionUnavailable,
 )
-from protocol.ids import IdKind
-from protocol.settings import Settings
+from protocol.core.ids import IdKind
+from protocol.records.settings import Settings
 
 from .conftest import AGENT, Collector, MailboxFactory, listing, message, new_id
 

@@ -11,9 +11,9 @@ from loguru import logger
 from actors.runtime.transport import PARENT_INBOX, Transport
 from actors.transports.mailbox.mailbox import Mailbox
 from actors.transports.mailbox.wakers import polling_waker
-from protocol.envelopes import AnyEnvelope, MessageEnvelope
-from protocol.ids import IdKind
-from protocol.settings import Settings
+from protocol.core.ids import IdKind
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import AnyEnvelope, MessageEnvelope
 
 from .conftest import AGENT, Collector, MailboxFactory, Rejections, listing, message, new_id
 

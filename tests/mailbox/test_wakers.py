@@ -20,8 +20,8 @@ from actors.transports.mailbox.wakers import (
     WatchfilesWaker,
     watchfiles_waker,
 )
-from protocol.envelopes import AnyEnvelope, MessageEnvelope
-from protocol.ids import IdKind, make_id
+from protocol.core.ids import IdKind, make_id
+from protocol.wire.envelopes import AnyEnvelope, MessageEnvelope
 
 #: inotify exists on Linux only; elsewhere the watchfiles waker is the default, and its cases
 #: below still run. On Linux (CI) nothing here is skipped.

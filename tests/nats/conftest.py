@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from actors.transports.nats.server import NatsServer, start_cluster, start_server
-from protocol.ids import IdKind, make_id
+from protocol.core.ids import IdKind, make_id
 
 
 @pytest.fixture

@@ -33,8 +33,8 @@ from actors.transports.nats.auth import (
 from actors.transports.nats.replies import NatsReplyInbox
 from actors.transports.nats.server import NatsServer, start_cluster, start_server
 from actors.transports.nats.transport import NatsTransport, inbox_subject
-from protocol.errors import InvalidArgument
-from protocol.ids import PARENT_ID, IdKind, make_id
+from protocol.core.errors import InvalidArgument
+from protocol.core.ids import PARENT_ID, IdKind, make_id
 from tests.nats.test_serve import _read_until, _spawn
 from tests.nats.test_transport import CAPABILITY, Collector, message
 from tests.processes.conftest import Serve, cli

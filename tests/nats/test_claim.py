@@ -13,7 +13,7 @@ import pytest
 
 from actors.transports.nats import claim as claim_module
 from actors.transports.nats.claim import ParentClaim, waited_out
-from protocol.errors import SessionBusy, SessionUnavailable
+from protocol.core.errors import SessionBusy, SessionUnavailable
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(120)]
 

@@ -12,7 +12,7 @@ import pytest
 from actors.runtime.transport import PARENT_INBOX
 from actors.transports.nats.server import NatsServer
 from actors.transports.nats.transport import NatsTransport, stream_name
-from protocol.errors import SessionUnavailable
+from protocol.core.errors import SessionUnavailable
 from tests.nats.test_transport import AGENT, CAPABILITY, Collector, message
 
 pytestmark = pytest.mark.processes

@@ -26,14 +26,14 @@ from actors.transports.nats.journal import NatsJournal
 from actors.transports.nats.server import NatsServer
 from actors.transports.nats.transport import NatsTransport, stream_name
 from actors.transports.wire import NATS_OUTAGE_S
-from protocol.envelopes import TaskDoneEnvelope
-from protocol.errors import SessionUnavailable
-from protocol.ids import PARENT_ID, IdKind
-from protocol.notifications import AnyNotification, TaskCompletion
-from protocol.script import parse_script
+from protocol.core.errors import SessionUnavailable
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.records.notifications import AnyNotification, TaskCompletion
+from protocol.records.settings import Settings
+from protocol.scripted.script import parse_script
 from protocol.session.restore import fold
 from protocol.session.state import SessionState
-from protocol.settings import Settings
+from protocol.wire.envelopes import TaskDoneEnvelope
 from tests.nats.test_cluster import leader_of
 
 #: real servers and processes, on a machine that may be busy: waits on events, with ceilings

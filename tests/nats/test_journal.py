@@ -16,10 +16,10 @@ from actors.records.notifications import NotificationFile
 from actors.transports.nats.journal import JOURNAL, NatsJournal, NatsNotifications
 from actors.transports.nats.lines import CHUNK_BYTES, OUTAGE_CEILING_S, lines_stream, lines_subject
 from actors.transports.nats.server import NatsServer, free_port
-from protocol.errors import SessionUnavailable
-from protocol.journal import AgentRecord, Record
-from protocol.notifications import AnyNotification, Notice, TaskCompletion
-from protocol.tasks import TaskResult
+from protocol.core.errors import SessionUnavailable
+from protocol.records.journal import AgentRecord, Record
+from protocol.records.notifications import AnyNotification, Notice, TaskCompletion
+from protocol.records.tasks import TaskResult
 
 pytestmark = pytest.mark.processes
 

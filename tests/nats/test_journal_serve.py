@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from actors.transports.nats.server import NatsServer, free_port
-from protocol.errors import InvalidArgument, InvalidHandle, SessionUnavailable
-from protocol.ids import IdKind, make_id
+from protocol.core.errors import InvalidArgument, InvalidHandle, SessionUnavailable
+from protocol.core.ids import IdKind, make_id
 from tests.nats.conftest import OVER_A_CLUSTER
 from tests.nats.test_serve import _err, _notifications, _read_until, _spawn
 from tests.processes.conftest import Serve, cli

@@ -27,9 +27,9 @@ from actors.transports.nats.node_login import load_node_login
 from actors.transports.nats.permissions import child_permissions
 from actors.transports.nats.server import NatsServer
 from actors.transports.nats.transport import NatsTransport, inbox_subject
-from protocol import nodes
-from protocol.errors import InvalidArgument
-from protocol.ids import PARENT_ID
+from protocol.core.errors import InvalidArgument
+from protocol.core.ids import PARENT_ID
+from protocol.wire import nodes
 from tests.nats.nodes import Node, spawn_command
 from tests.nats.test_auth import (
     ALPHA,

@@ -17,9 +17,9 @@ from actors.runtime.transport import PARENT_INBOX
 from actors.transports.nats.auth import Authority, main, make_authority, write_private
 from actors.transports.nats.node_login import load_node_login
 from actors.transports.nats.server import free_port
-from protocol.errors import InvalidArgument
-from protocol.ids import IdKind, make_id
-from protocol.limits import MAX_NATS_CREDS_CHARS, MAX_OPTION_CHARS
+from protocol.core.errors import InvalidArgument
+from protocol.core.ids import IdKind, make_id
+from protocol.core.limits import MAX_NATS_CREDS_CHARS, MAX_OPTION_CHARS
 
 AGENT = make_id(IdKind.AGENT, "a1a1a1a1a1a1a1a1")
 SESSION = make_id(IdKind.SESSION, "5e5e5e5e5e5e5e5e")

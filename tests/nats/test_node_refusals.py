@@ -114,9 +114,9 @@ def test_the_python_api_refuses_a_node_without_nats_and_the_tool_publishes_the_b
     tmp_path: Path,
 ) -> None:
     from actors.session.supervisor import Supervisor
-    from protocol.errors import InvalidArgument
-    from protocol.limits import MAX_NODE_NAME_CHARS, NODE_NAME_PATTERN
-    from protocol.tools import parent_tools
+    from protocol.core.errors import InvalidArgument
+    from protocol.core.limits import MAX_NODE_NAME_CHARS, NODE_NAME_PATTERN
+    from protocol.ops.tools import parent_tools
 
     script = tmp_path / "wait.json"
     script.write_text(WAIT_ANY)
@@ -158,7 +158,7 @@ def test_hostile_requests_on_a_nodes_subjects_get_typed_errors_and_start_nothing
 
     import msgspec
 
-    from protocol import nodes
+    from protocol.wire import nodes
 
     node = start_node("n1")
     sid, aid = "shepherd-session-" + "a" * 16, "shepherd-agent-" + "b" * 16

@@ -13,8 +13,8 @@ from actors.runtime.clock import SystemClock
 from actors.session.agent import AgentSpec
 from actors.session.placement import NodeLauncher, RemoteAgent
 from actors.transports.nats.server import NatsServer
-from protocol import nodes
-from protocol.settings import Settings
+from protocol.records.settings import Settings
+from protocol.wire import nodes
 
 SESSION = "shepherd-session-" + "c" * 16
 
@@ -101,7 +101,7 @@ def test_an_info_answer_in_another_nodes_name_or_malformed_is_not_believed(
     import msgspec
 
     from actors.transports.nats.loop import LoopThread
-    from protocol.errors import ShepherdError
+    from protocol.core.errors import ShepherdError
 
     data = answer if isinstance(answer, bytes) else msgspec.json.encode(answer)
     loop = LoopThread("fake-node")

@@ -27,8 +27,8 @@ from actors.transports.nats.auth import make_authority
 from actors.transports.nats.server import NatsServer, ServerTls, start_cluster, start_server
 from actors.transports.nats.tls import client_context, load_ca, load_tls
 from actors.transports.wire import open_transport
-from protocol.errors import InvalidArgument, SessionUnavailable
-from protocol.transport_url import TlsFiles
+from protocol.core.errors import InvalidArgument, SessionUnavailable
+from protocol.core.transport_url import TlsFiles
 from tests.nats.test_serve import _read_until, _spawn
 from tests.processes.conftest import Serve, cli
 from tests.reliability.live import session_pids, wait_gone

@@ -13,10 +13,10 @@ import pytest
 from actors.runtime.transport import PARENT_INBOX, NotHandled
 from actors.transports.nats.server import NatsServer
 from actors.transports.nats.transport import NatsTransport, inbox_subject
-from protocol.envelopes import AnyEnvelope, MessageEnvelope
-from protocol.errors import InboxFull, InvalidHandle, LimitExceeded, SessionUnavailable
-from protocol.ids import PARENT_ID, IdKind, make_id
-from protocol.settings import Settings
+from protocol.core.errors import InboxFull, InvalidHandle, LimitExceeded, SessionUnavailable
+from protocol.core.ids import PARENT_ID, IdKind, make_id
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import AnyEnvelope, MessageEnvelope
 
 pytestmark = pytest.mark.processes
 

@@ -19,9 +19,9 @@ from actors.runtime.transport import PARENT_INBOX
 from actors.transports.nats.server import NatsServer, free_port
 from actors.transports.nats.transport import NatsTransport
 from actors.transports.wire import open_reply_inbox, open_transport
-from protocol.envelopes import AnyEnvelope
-from protocol.errors import ForbiddenSender, InvalidHandle, SessionUnavailable, ShepherdError
-from protocol.ids import IdKind, make_id
+from protocol.core.errors import ForbiddenSender, InvalidHandle, SessionUnavailable, ShepherdError
+from protocol.core.ids import IdKind, make_id
+from protocol.wire.envelopes import AnyEnvelope
 from tests.nats.test_transport import AGENT, CAPABILITY, WAIT_S, Collector, message
 
 pytestmark = pytest.mark.processes

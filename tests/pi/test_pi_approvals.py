@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from actors.child.scripted_model import ScriptedModel, Step, Text, ToolCall, models_json
-from protocol.notifications import Notice
-from protocol.tasks import TaskState
+from protocol.records.notifications import Notice
+from protocol.records.tasks import TaskState
 from tests.pi.test_pi_live import WAIT_S, Team, completions
 
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(300)]

@@ -15,12 +15,12 @@ import pytest
 from actors.child.pi.adapter import FLUSH_NOTE
 from actors.child.scripted_model import ScriptedModel, Text, ToolCall, models_json
 from actors.runtime.procs import session_members
-from protocol.envelopes import (
+from protocol.calls.render import render_delivery, render_task_context, render_task_ended
+from protocol.wire.envelopes import (
     ControlEnvelope,
     RuntimeEnvelope,
     TaskDoneEnvelope,
 )
-from protocol.render import render_delivery, render_task_context, render_task_ended
 from tests.child.conftest import FakeParent
 from tests.pi.test_pi_live import agent_processes, blocking_command, read_fifo_line, user_texts
 from tests.reliability.live import process_running

@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from actors.child.scripted_model import Gate, Text, ToolCall
-from protocol.notifications import Notice
-from protocol.tasks import TaskState
+from protocol.records.notifications import Notice
+from protocol.records.tasks import TaskState
 
 # ``team``: the live scenarios' fixture (a real supervisor whose agents are real Pi processes)
 from .test_pi_live import Team, completions, team, text_has  # noqa: F401

@@ -26,13 +26,13 @@ from actors.child.scripted_model import Gate, ScriptedModel, Step, Text, ToolCal
 from actors.runtime.procs import session_members
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
-from protocol.envelopes import AnyEnvelope, RuntimeEnvelope, TaskEnvelope
-from protocol.notifications import TaskCompletion
-from protocol.render import render_task_context
+from protocol.calls.render import render_task_context
+from protocol.records.notifications import TaskCompletion
+from protocol.records.tasks import TaskResult
 from protocol.session import inbound
 from protocol.session.effects import Effect
 from protocol.session.state import Ctx, SessionState
-from protocol.tasks import TaskResult
+from protocol.wire.envelopes import AnyEnvelope, RuntimeEnvelope, TaskEnvelope
 from tests.processes.conftest import bridge_pids
 from tests.reliability.live import Story, pids_with_env, process_running
 

@@ -24,7 +24,9 @@ import pytest
 
 from actors.child.scripted_model import Gate, ScriptedModel, Text, ToolCall
 from actors.session.supervisor import Supervisor
-from protocol.notifications import (
+from protocol.calls.render import render_notification
+from protocol.ops.tools import parent_tools, to_json
+from protocol.records.notifications import (
     AgentMessage,
     AnyNotification,
     Notice,
@@ -33,8 +35,6 @@ from protocol.notifications import (
     WaitCycle,
     WatchdogAlert,
 )
-from protocol.render import render_notification
-from protocol.tools import parent_tools, to_json
 from tests.reliability.live import wait_terminated
 
 from .conftest import REPO, EventLog, StartPi
@@ -193,7 +193,7 @@ def test_a_completion_starts_exactly_one_parent_turn_and_delivery_ends_with_the_
     assert row["task"]["state"] == "running"
     assert custom_deliveries(log) == []
 
-    # Exactly the parent tools, with the schemas protocol/tools.py defines, and no child tool.
+    # Exactly the parent tools, with the schemas protocol/ops/tools.py defines, and no child tool.
     tools = {t["function"]["name"]: t["function"] for t in requests[0]["tools"]}
     specs = {spec.name: to_json(spec) for spec in parent_tools()}
     assert set(tools) == PI_BUILTINS | set(specs)

@@ -12,8 +12,8 @@ import pytest
 
 from actors.child.scripted_model import ScriptedModel, Text, ToolCall, models_json
 from actors.tracing import ENV_SPANS_DIR
-from protocol.envelopes import ControlEnvelope, TaskDoneEnvelope, TaskEnvelope
-from protocol.ids import IdKind
+from protocol.core.ids import IdKind
+from protocol.wire.envelopes import ControlEnvelope, TaskDoneEnvelope, TaskEnvelope
 from tests.child.conftest import FakeParent, new_id
 from tests.tracing.spans import read_spans
 

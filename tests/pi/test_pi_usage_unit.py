@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.child.pi.events import usage_of
-from protocol.limits import MAX_BUDGET_COST, MAX_BUDGET_TOKENS
+from protocol.core.limits import MAX_BUDGET_COST, MAX_BUDGET_TOKENS
 
 
 def message_end(usage: Any, role: str = "assistant") -> dict[str, Any]:

@@ -13,9 +13,9 @@ import pytest
 from actors.child.env import ENV_SETTINGS, child_env_from
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
-from protocol.errors import InvalidArgument
-from protocol.ids import IdKind
-from protocol.settings import Settings
+from protocol.core.errors import InvalidArgument
+from protocol.core.ids import IdKind
+from protocol.records.settings import Settings
 from tests.child.conftest import new_id
 
 pytestmark = pytest.mark.processes

@@ -20,11 +20,11 @@ import pytest
 
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
-from protocol.errors import SessionUnavailable
-from protocol.notifications import Notice, StaleWait, TaskCompletion
-from protocol.settings import Settings
-from protocol.tasks import TaskRecord, TaskState
-from protocol.views import render_status
+from protocol.calls.views import render_status
+from protocol.core.errors import SessionUnavailable
+from protocol.records.notifications import Notice, StaleWait, TaskCompletion
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskRecord, TaskState
 from tests.reliability.live import Story, session_pids, wait_gone, write_script
 
 pytestmark = pytest.mark.processes

@@ -22,7 +22,7 @@ import pytest
 
 from actors.session.supervisor import Supervisor
 from actors.transports.mailbox.inotify import inotify_available
-from protocol.settings import Settings
+from protocol.records.settings import Settings
 from tests.reliability.live import Story
 
 pytestmark = [

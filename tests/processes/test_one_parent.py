@@ -157,7 +157,7 @@ def test_the_python_api_refuses_a_second_supervisor_and_an_unmakeable_directory(
 ) -> None:
     """``Supervisor(...)``, the Python surface: the same typed errors as ``serve``."""
     from actors.session.supervisor import Supervisor
-    from protocol.errors import InvalidArgument, SessionBusy
+    from protocol.core.errors import InvalidArgument, SessionBusy
 
     first = Supervisor(tmp_path / "session", mailbox_root=tmp_path / "mailbox")
     try:

@@ -23,7 +23,7 @@ from actors.session.recovery import (
     told_per_task,
 )
 from actors.transports.mailbox.files import move_unread
-from protocol.notifications import AgentMessage, Notice
+from protocol.records.notifications import AgentMessage, Notice
 
 pytestmark = pytest.mark.processes
 

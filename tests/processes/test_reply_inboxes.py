@@ -27,8 +27,8 @@ from actors.transports.mailbox.reply_inboxes import (
     ReplyInbox,
     ReplyInboxSweeper,
 )
-from protocol.envelopes import ResultEnvelope
-from protocol.ids import PARENT_ID, IdKind
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.wire.envelopes import ResultEnvelope
 from tests.processes.conftest import cli
 from tests.reliability.live import wait_for_files, wait_terminated, write_script
 

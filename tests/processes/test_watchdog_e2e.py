@@ -13,9 +13,9 @@ import pytest
 
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
-from protocol.notifications import WatchdogAlert
-from protocol.settings import Settings
-from protocol.tasks import TaskState
+from protocol.records.notifications import WatchdogAlert
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskState
 from protocol.watchdog import WatchdogConfig
 
 pytestmark = pytest.mark.processes

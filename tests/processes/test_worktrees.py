@@ -19,9 +19,9 @@ import pytest
 
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
-from protocol.errors import InvalidArgument
-from protocol.notifications import Notice
-from protocol.tasks import TaskResult
+from protocol.core.errors import InvalidArgument
+from protocol.records.notifications import Notice
+from protocol.records.tasks import TaskResult
 from tests.processes.conftest import cli
 from tests.processes.test_recover import _kill_everything as kill_everything
 from tests.processes.test_recover import fake_agent

@@ -1,4 +1,4 @@
-"""A Shepherd task's A2A state (``protocol/a2a.py``): every task state and result status."""
+"""A Shepherd task's A2A state (``protocol/calls/a2a.py``): every task state and result status."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from protocol import a2a
-from protocol.ids import PARENT_ID
+from protocol.calls import a2a
+from protocol.core.ids import PARENT_ID
 
 
 def _request(target: str, *, at: float = 1.0, kind: str = "question", rid: str = "r") -> Any:

@@ -1,4 +1,4 @@
-"""Answers fit their frame by design (protocol/answers.py): status and read are paged without
+"""Answers fit their frame by design (protocol/calls/answers.py): status and read are paged without
 losing or repeating anything, results are previewed, and what cannot be cut is refused."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import api
-from protocol.answers import encoded_size, fit_answer, preview_result
-from protocol.errors import LimitExceeded
-from protocol.limits import PREVIEW_CHARS, answer_budget
-from protocol.tasks import TaskResult, TaskState
+from protocol.calls import api
+from protocol.calls.answers import encoded_size, fit_answer, preview_result
+from protocol.core.errors import LimitExceeded
+from protocol.core.limits import PREVIEW_CHARS, answer_budget
+from protocol.records.tasks import TaskResult, TaskState
 
 
 def _row(i: int, description: str = "task") -> api.AgentStatus:

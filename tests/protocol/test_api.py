@@ -1,4 +1,4 @@
-"""protocol.api: build_args validates operation arguments for every surface."""
+"""protocol.calls.api: build_args validates operation arguments for every surface."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol import api, api_batch
-from protocol.api import build_args
-from protocol.errors import InvalidArgument
+from protocol.calls import api, api_batch
+from protocol.calls.api import build_args
+from protocol.core.errors import InvalidArgument
 
 TASK = "shepherd-task-00000001"
 

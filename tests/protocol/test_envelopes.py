@@ -1,4 +1,4 @@
-"""protocol.envelopes: round trips, strict decoding, address validation, and a decoding fuzz.
+"""protocol.wire.envelopes: round trips, strict decoding, address validation, and a decoding fuzz.
 
 The fuzz holds decode_envelope to its one promise: whatever bytes arrive in an inbox, the
 answer is an envelope or ``invalid_envelope`` — never another exception that would take the
@@ -16,23 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.envelopes import (
-    AckEnvelope,
-    CallEnvelope,
-    ControlEnvelope,
-    Envelope,
-    MessageEnvelope,
-    NoticeEnvelope,
-    ReplyEnvelope,
-    ResultEnvelope,
-    RuntimeEnvelope,
-    TaskDoneEnvelope,
-    TaskEnvelope,
-    decode_envelope,
-    encode_envelope,
-    validate_addresses,
-)
-from protocol.errors import (
+from protocol.core.errors import (
     AgentBusy,
     DuplicateIds,
     ErrorInfo,
@@ -48,8 +32,24 @@ from protocol.errors import (
     UnresolvedRequests,
     error_from_info,
 )
-from protocol.limits import MAX_NESTING, MAX_TEXT_CHARS
-from protocol.tasks import TaskResult
+from protocol.core.limits import MAX_NESTING, MAX_TEXT_CHARS
+from protocol.records.tasks import TaskResult
+from protocol.wire.envelopes import (
+    AckEnvelope,
+    CallEnvelope,
+    ControlEnvelope,
+    Envelope,
+    MessageEnvelope,
+    NoticeEnvelope,
+    ReplyEnvelope,
+    ResultEnvelope,
+    RuntimeEnvelope,
+    TaskDoneEnvelope,
+    TaskEnvelope,
+    decode_envelope,
+    encode_envelope,
+    validate_addresses,
+)
 
 SESSION = "shepherd-session-5e5510aa"
 AGENT = "shepherd-agent-a9e07001"

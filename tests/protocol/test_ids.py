@@ -1,4 +1,4 @@
-"""protocol.ids: the id grammar (make / parse / kind_of) and the agent-name grammar.
+"""protocol.core.ids: the id grammar (make / parse / kind_of) and the agent-name grammar.
 
 Ids double as file names in the mailbox, so the tests lean on the safety side: anything the
 parser accepts must be a plain ``shepherd-<kind>-<hex>`` string, whatever it was fed.
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import InvalidHandle
-from protocol.ids import PARENT_ID, IdKind, is_id_of, is_valid_name, kind_of, make_id, parse_id
+from protocol.core.errors import InvalidHandle
+from protocol.core.ids import PARENT_ID, IdKind, is_id_of, is_valid_name, kind_of, make_id, parse_id
 
 TOKEN = "0123abcd"
 SAFE_ID = re.compile(r"shepherd-[a-z]+-[0-9a-f]+")

@@ -8,11 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol import api, nodes
-from protocol.errors import InvalidArgument
-from protocol.limits import MAX_NATS_CREDS_CHARS, MAX_NODE_NAME_CHARS, NodeName
+from protocol.calls import api
+from protocol.core.errors import InvalidArgument
+from protocol.core.limits import MAX_NATS_CREDS_CHARS, MAX_NODE_NAME_CHARS, NodeName
 from protocol.ops import parent_op
-from protocol.settings import Settings, apply_overrides
+from protocol.records.settings import Settings, apply_overrides
+from protocol.wire import nodes
 
 HOSTILE_NAMES = [
     "",

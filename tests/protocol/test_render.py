@@ -1,20 +1,20 @@
-"""protocol.render (and the notification Structs it renders): what people and models read."""
+"""protocol.calls.render (and the notification Structs it renders): what people and models read."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
-from protocol.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope, TaskEnvelope
-from protocol.notifications import AgentMessage, AnyNotification, Notice, TaskCompletion
-from protocol.render import (
+from protocol.calls.render import (
     CHILD_SHELL,
     render_delivery,
     render_notification,
     render_result_line,
     render_task_context,
 )
-from protocol.tasks import TaskResult
+from protocol.records.notifications import AgentMessage, AnyNotification, Notice, TaskCompletion
+from protocol.records.tasks import TaskResult
+from protocol.wire.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope, TaskEnvelope
 
 SESSION = "shepherd-session-5e5510aa"
 AGENT = "shepherd-agent-a9e07001"

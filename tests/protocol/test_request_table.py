@@ -1,5 +1,5 @@
 """The request table: pending requests always kept, closed ones bounded, wait-for edges counted
-as requests open and close (protocol/request_table.py)."""
+as requests open and close (protocol/records/request_table.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.request_table import RequestTable
-from protocol.requests import RequestRecord, RequestState, resolve
+from protocol.records.request_table import RequestTable
+from protocol.records.requests import RequestRecord, RequestState, resolve
 
 AGENTS = ["a", "b", "c", "d"]
 

@@ -1,4 +1,4 @@
-"""protocol.requests: a request is pending, then ends exactly once."""
+"""protocol.records.requests: a request is pending, then ends exactly once."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import itertools
 import msgspec
 import pytest
 
-from protocol.errors import InvalidTransition
-from protocol.requests import REQUEST_TRANSITIONS, RequestRecord, RequestState, resolve
+from protocol.core.errors import InvalidTransition
+from protocol.records.requests import REQUEST_TRANSITIONS, RequestRecord, RequestState, resolve
 
 RS = RequestState
 TERMINAL = [RS.REPLIED, RS.CANCELLED, RS.TIMED_OUT]

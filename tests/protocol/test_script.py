@@ -1,4 +1,4 @@
-"""protocol.script: parsing scripts (JSON and TOML) and the sans-IO ScriptMachine."""
+"""protocol.scripted.script: parsing scripts (JSON and TOML) and the sans-IO ScriptMachine."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import InvalidArgument
-from protocol.script import Script, ScriptError, load_script_text, parse_script
-from protocol.script_machine import (
+from protocol.core.errors import InvalidArgument
+from protocol.scripted.script import Script, ScriptError, load_script_text, parse_script
+from protocol.scripted.script_machine import (
     Delivered,
     Effect,
     Exit,

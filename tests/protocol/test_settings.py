@@ -1,4 +1,4 @@
-"""protocol.settings: defaults, lenient layering with warnings, and command-line values."""
+"""protocol.records.settings: defaults, lenient layering with warnings, and command-line values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 import msgspec
 import pytest
 
-from protocol.settings import Settings, apply_overrides, parse_value
+from protocol.records.settings import Settings, apply_overrides, parse_value
 
 
 class Inner(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -11,9 +11,9 @@ from types import ModuleType
 
 import pytest
 
-from protocol.requests import REQUEST_TRANSITIONS
+from protocol.records.requests import REQUEST_TRANSITIONS
+from protocol.records.tasks import TERMINAL_STATES, TRANSITIONS
 from protocol.session.agents import PROCESS_TRANSITIONS
-from protocol.tasks import TERMINAL_STATES, TRANSITIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 

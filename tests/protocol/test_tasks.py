@@ -1,4 +1,4 @@
-"""protocol.tasks: the task state machine, exhaustively over its table and by property.
+"""protocol.records.tasks: the task state machine, exhaustively over its table and by property.
 
 The table is checked against an independent copy written out here, then every
 ``(state, event)`` pair is driven through the public functions: listed pairs land on the
@@ -15,8 +15,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from protocol.errors import InvalidTransition, UnresolvedRequests
-from protocol.tasks import (
+from protocol.core.errors import InvalidTransition, UnresolvedRequests
+from protocol.records.tasks import (
     RETURN_CODES,
     TERMINAL_STATES,
     TRANSITIONS,
@@ -50,7 +50,7 @@ TERMINAL_EVENTS = {
 NON_TERMINAL_EVENTS = [E.START, E.OPEN_REQUEST, E.RESOLVE_REQUEST, E.RESUME]
 
 #: The machine (created → running ⇄ waiting → one terminal state), written out independently of
-#: protocol/tasks.py.
+#: protocol/records/tasks.py.
 EXPECTED_TABLE: dict[tuple[TaskState, TaskEvent], TaskState] = {
     (S.CREATED, E.START): S.RUNNING,
     (S.RUNNING, E.OPEN_REQUEST): S.WAITING,

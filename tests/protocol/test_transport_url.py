@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.errors import InvalidArgument, LimitExceeded
-from protocol.limits import MAX_OPTION_CHARS, MAX_TRANSPORT_CHARS, MAX_TRANSPORT_SERVERS
-from protocol.transport_url import _ipv6, check_tls_file, is_nats, is_tls, parse_transport
+from protocol.core.errors import InvalidArgument, LimitExceeded
+from protocol.core.limits import MAX_OPTION_CHARS, MAX_TRANSPORT_CHARS, MAX_TRANSPORT_SERVERS
+from protocol.core.transport_url import _ipv6, check_tls_file, is_nats, is_tls, parse_transport
 
 
 def test_a_cluster_is_parsed_to_one_canonical_url() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from protocol.errors import InvalidArgument, ShepherdError
+from protocol.core.errors import InvalidArgument, ShepherdError
 from protocol.watchdog import (
     CONFIG_KEYS,
     DEFAULT_RESCUE_MESSAGE,

@@ -7,7 +7,7 @@ import json
 import msgspec
 import pytest
 
-from protocol.errors import InvalidArgument
+from protocol.core.errors import InvalidArgument
 from protocol.watchdog import (
     ReplayLineError,
     WatchdogConfig,

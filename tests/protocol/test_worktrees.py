@@ -1,4 +1,4 @@
-"""protocol.worktrees: git's status parsed, what a task changed, the overlap, the bounds
+"""protocol.records.worktrees: git's status parsed, what a task changed, the overlap, the bounds
 (pure: no git, no files)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.answers import preview_result
-from protocol.limits import WORKTREE_FILES_LISTED, WORKTREE_OVERLAP_AGENTS
-from protocol.tasks import TaskResult
-from protocol.worktrees import (
+from protocol.calls.answers import preview_result
+from protocol.core.limits import WORKTREE_FILES_LISTED, WORKTREE_OVERLAP_AGENTS
+from protocol.records.tasks import TaskResult
+from protocol.records.worktrees import (
     PATH_CHARS,
     Snapshot,
     StatusEntry,
@@ -156,8 +156,8 @@ def test_ref_of_needs_every_option() -> None:
 
 
 def test_what_a_human_reads() -> None:
-    from protocol import views
-    from protocol.render import render_changes
+    from protocol.calls import views
+    from protocol.calls.render import render_changes
 
     changes = make_changes("b/me", "/w", {"a.py", "s.py"}, {"zed": ("b/zed", {"s.py"})})
     result = TaskResult(
@@ -187,8 +187,8 @@ def test_what_a_human_reads() -> None:
 
 
 def test_a_worktrees_page_fits_its_frame() -> None:
-    from protocol import api
-    from protocol.answers import encoded_size, fit_answer
+    from protocol.calls import api
+    from protocol.calls.answers import encoded_size, fit_answer
 
     rows = tuple(
         api.WorktreeStatus(

@@ -18,7 +18,7 @@ import pytest
 
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
-from protocol.settings import Settings
+from protocol.records.settings import Settings
 from tests.conftest import SeedRunner
 from tests.reliability.live import Live, Story, session_pids
 

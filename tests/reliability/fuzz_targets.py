@@ -2,13 +2,13 @@
 
 Each target is a Hypothesis strategy of raw inputs plus a ``check`` that states the contract:
 
-- ``envelope``: :func:`protocol.envelopes.decode_envelope` returns an envelope whose ids are all
-  well-formed (so never path-like) and which round-trips, or raises ``invalid_envelope``.
+- ``envelope``: :func:`protocol.wire.envelopes.decode_envelope` returns an envelope whose ids are
+  all well-formed (so never path-like) and which round-trips, or raises ``invalid_envelope``.
 - ``settings``: :func:`actors.surfaces.config.load_settings` over a random project file never
 raises;
   a file that is not UTF-8 TOML is named in a warning; and the settings it returns are usable
   (finite, in range: a poll interval of ``nan`` would stop the mailbox receiver).
-- ``script``: :func:`protocol.script.load_script_text` returns a ``Script`` or raises
+- ``script``: :func:`protocol.scripted.script.load_script_text` returns a ``Script`` or raises
   ``ScriptError``, for JSON and TOML text alike.
 - ``replay``: :func:`protocol.watchdog.replay.decode_replay_line` returns a ``ReplayEvent`` or
   raises ``ReplayLineError``; :func:`~protocol.watchdog.replay.replay` over a few lines returns
@@ -36,13 +36,13 @@ import msgspec
 from hypothesis import strategies as st
 
 from actors.surfaces.config import load_settings
-from protocol.envelopes import ENCODER, AnyEnvelope, decode_envelope
-from protocol.errors import InvalidEnvelope
-from protocol.ids import PARENT_ID, IdKind, is_valid_name, kind_of, make_id
-from protocol.script import Script, ScriptError, load_script_text
-from protocol.settings import Settings
+from protocol.core.errors import InvalidEnvelope
+from protocol.core.ids import PARENT_ID, IdKind, is_valid_name, kind_of, make_id
+from protocol.records.settings import Settings
+from protocol.scripted.script import Script, ScriptError, load_script_text
 from protocol.watchdog.config import CONFIG_KEYS
 from protocol.watchdog.replay import ReplayEvent, ReplayLineError, decode_replay_line, replay
+from protocol.wire.envelopes import ENCODER, AnyEnvelope, decode_envelope
 
 __all__ = [
     "TARGETS",

@@ -26,15 +26,15 @@ from actors.child.env import child_env_from
 from actors.runtime.transport import PARENT_INBOX
 from actors.transports.mailbox.files import write_all
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.envelopes import (
+from protocol.core.errors import ShepherdError
+from protocol.core.ids import PARENT_ID, IdKind, make_id
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import (
     MessageEnvelope,
     TaskDoneEnvelope,
     TaskEnvelope,
     encode_envelope,
 )
-from protocol.errors import ShepherdError
-from protocol.ids import PARENT_ID, IdKind, make_id
-from protocol.settings import Settings
 
 ENV = child_env_from(os.environ, bridge=False)
 

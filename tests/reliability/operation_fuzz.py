@@ -2,7 +2,7 @@
 
 Every parent operation (each MCP tool, plus the operations without one: ``prompt``, ``wait``,
 ``result``, ``fail``) and every child command has a JSON schema generated from its Args Struct
-(``protocol.tools``). :func:`calls` draws arguments from that schema with
+(``protocol.ops.tools``). :func:`calls` draws arguments from that schema with
 ``hypothesis-jsonschema`` (so the fuzzer follows the schema as it changes), then, most of the
 time, points handles at live things (an agent's name, a task's id) so the call reaches the
 session's rules, and often spoils one field with a hostile value: huge, tiny, NaN, ±inf, -0,
@@ -24,7 +24,8 @@ from typing import Any, cast
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
-from protocol import ops, tools
+from protocol import ops
+from protocol.ops import tools
 
 __all__ = [
     "CHILD_SCHEMAS",

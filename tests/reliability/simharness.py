@@ -12,7 +12,7 @@
 - it registers :meth:`Harness.check` in ``SimRuntime.invariant_checks``, run after each step:
 
   1. legal task states, and only single legal moves between two observations
-     (``protocol.tasks.TRANSITIONS``), for the task actors and the broker's read model;
+     (``protocol.records.tasks.TRANSITIONS``), for the task actors and the broker's read model;
   2. waiting iff an open request (within a record after every step; against the broker's
      request table whenever the simulation is quiescent);
   3. a settled result never changes (task results, terminal requests, journal entries);
@@ -44,25 +44,25 @@ from actors.session.messages import ParentCall
 from actors.session.sinks import CollectingSink
 from actors.testing import SimSession
 from actors.testing.simulation import Faults
-from protocol import api
-from protocol.envelopes import (
-    AckEnvelope,
-    AnyEnvelope,
-    MessageEnvelope,
-    ReplyEnvelope,
-    TaskDoneEnvelope,
-)
-from protocol.errors import ShepherdError
-from protocol.notifications import TaskCompletion
-from protocol.requests import RequestRecord
-from protocol.script import parse_script
-from protocol.settings import Settings
-from protocol.tasks import (
+from protocol.calls import api
+from protocol.core.errors import ShepherdError
+from protocol.records.notifications import TaskCompletion
+from protocol.records.requests import RequestRecord
+from protocol.records.settings import Settings
+from protocol.records.tasks import (
     TERMINAL_STATES,
     TRANSITIONS,
     TaskRecord,
     TaskResult,
     TaskState,
+)
+from protocol.scripted.script import parse_script
+from protocol.wire.envelopes import (
+    AckEnvelope,
+    AnyEnvelope,
+    MessageEnvelope,
+    ReplyEnvelope,
+    TaskDoneEnvelope,
 )
 from tests.sim.scenarios import broker, live_watchers
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.requests import RequestState
+from protocol.records.requests import RequestState
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import IDLE, broker, new_session
 

@@ -22,17 +22,17 @@ from collections import Counter
 from collections.abc import Callable
 
 from actors.testing.simulation import Faults
-from protocol.answers import preview_result
-from protocol.envelopes import (
+from protocol.calls.answers import preview_result
+from protocol.records.requests import RequestState
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskState
+from protocol.wire.envelopes import (
     AckEnvelope,
     ControlEnvelope,
     NoticeEnvelope,
     ReplyEnvelope,
     TaskDoneEnvelope,
 )
-from protocol.requests import RequestState
-from protocol.settings import Settings
-from protocol.tasks import TaskState
 from tests.conftest import SeedRunner
 from tests.reliability.simharness import Harness
 from tests.sim.puppet import Puppet

@@ -37,7 +37,13 @@ from actors.surfaces.config import load_settings
 from actors.transports.mailbox.files import write_all
 from actors.transports.mailbox.mailbox import Mailbox
 from actors.transports.mailbox.reply_inboxes import ReplyInbox
-from protocol.envelopes import (
+from protocol.core.errors import InvalidEnvelope, ShepherdError
+from protocol.core.ids import PARENT_ID, IdKind, make_id
+from protocol.records.notifications import TaskCompletion
+from protocol.records.settings import Settings
+from protocol.scripted.script import ScriptError, load_script_text
+from protocol.watchdog.replay import ReplayLineError, decode_replay_line
+from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
     CallEnvelope,
@@ -45,12 +51,6 @@ from protocol.envelopes import (
     RuntimeEnvelope,
     decode_envelope,
 )
-from protocol.errors import InvalidEnvelope, ShepherdError
-from protocol.ids import PARENT_ID, IdKind, make_id
-from protocol.notifications import TaskCompletion
-from protocol.script import ScriptError, load_script_text
-from protocol.settings import Settings
-from protocol.watchdog.replay import ReplayLineError, decode_replay_line
 from tests.reliability.fuzz_targets import (
     OPTIONAL_FIELDS,
     TARGETS,

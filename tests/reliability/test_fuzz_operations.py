@@ -44,10 +44,11 @@ from actors.session.watchdog import session_call as watchdog_call
 from actors.surfaces import cli as shepherd_cli
 from actors.surfaces.mcp_server import ShepherdMcp
 from actors.testing import SimSession
-from protocol import api, ops
-from protocol.errors import ShepherdError
-from protocol.notifications import TaskCompletion
-from protocol.script import parse_script
+from protocol import ops
+from protocol.calls import api
+from protocol.core.errors import ShepherdError
+from protocol.records.notifications import TaskCompletion
+from protocol.scripted.script import parse_script
 from tests.reliability.live import Story
 from tests.reliability.operation_fuzz import (
     CHILD_SCHEMAS,

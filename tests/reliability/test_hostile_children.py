@@ -28,9 +28,9 @@ import pytest
 from actors.runtime.transport import PARENT_INBOX
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
-from protocol.notifications import AgentMessage
-from protocol.settings import Settings
-from protocol.tasks import TaskResult, TaskState
+from protocol.records.notifications import AgentMessage
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskResult, TaskState
 from tests.reliability.live import (
     PLANNER,
     SCOUT,

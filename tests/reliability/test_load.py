@@ -42,13 +42,13 @@ from actors.session.broker import BrokerActor
 from actors.session.session import Session
 from actors.session.sinks import CollectingSink
 from actors.testing.simagent import SimLauncher
-from protocol.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope, TaskDoneEnvelope
-from protocol.ids import PARENT_ID, IdKind
-from protocol.notifications import AnyNotification, TaskCompletion
-from protocol.script import parse_script
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.records.notifications import AnyNotification, TaskCompletion
+from protocol.records.settings import Settings
+from protocol.scripted.script import parse_script
 from protocol.session.state import SessionState
-from protocol.settings import Settings
 from protocol.watchdog.config import WatchdogConfig
+from protocol.wire.envelopes import AnyEnvelope, MessageEnvelope, ReplyEnvelope, TaskDoneEnvelope
 
 AGENTS = 50
 MESSAGES = 200
@@ -64,8 +64,8 @@ DEADLINE_S = 120.0
 IDLE = {"steps": [{"await": "task"}, {"await": "any"}]}
 AGENT_SIDE = (
     "*/actors/child/scripted.py",
-    "*/protocol/script.py",
-    "*/protocol/script_machine.py",
+    "*/protocol/scripted/script.py",
+    "*/protocol/scripted/script_machine.py",
     "*/actors/testing/simagent.py",
 )
 

@@ -6,14 +6,14 @@ from typing import Any
 
 from actors.runtime.transport import PARENT_INBOX
 from actors.testing import SimSession
-from protocol.envelopes import (
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.wire.envelopes import (
     AnyEnvelope,
     MessageEnvelope,
     ReplyEnvelope,
     RuntimeEnvelope,
     TaskDoneEnvelope,
 )
-from protocol.ids import PARENT_ID, IdKind
 from tests.sim.scenarios import broker
 
 

@@ -9,10 +9,10 @@ from actors.session.session import Session
 from actors.session.sinks import CollectingSink
 from actors.session.watcher import WatcherActor
 from actors.testing import SimSession
-from protocol.notifications import TaskCompletion
+from protocol.records.notifications import TaskCompletion
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskResult
 from protocol.session.state import SessionState
-from protocol.settings import Settings
-from protocol.tasks import TaskResult
 
 #: scout: takes its task, asks the planner, ends its turn, resumes on the reply, rests, done.
 SCOUT = {

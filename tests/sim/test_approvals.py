@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import random
 
-from protocol.approvals import APPROVED, DENIED
-from protocol.envelopes import MessageEnvelope, NoticeEnvelope
-from protocol.ids import PARENT_ID
-from protocol.notifications import Notice
-from protocol.tasks import TaskState
+from protocol.calls.approvals import APPROVED, DENIED
+from protocol.core.ids import PARENT_ID
+from protocol.records.notifications import Notice
+from protocol.records.tasks import TaskState
+from protocol.wire.envelopes import MessageEnvelope, NoticeEnvelope
 from tests.conftest import SeedRunner
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import IDLE, broker, delivered_results, new_session

@@ -11,10 +11,10 @@ import msgspec
 import pytest
 
 from actors.records.journal import MemoryJournal
-from protocol import api_batch
-from protocol.errors import InvalidArgument
-from protocol.limits import MAX_BATCH
-from protocol.tasks import TaskRecord
+from protocol.calls import api_batch
+from protocol.core.errors import InvalidArgument
+from protocol.core.limits import MAX_BATCH
+from protocol.records.tasks import TaskRecord
 from tests.sim.scenarios import IDLE, broker, delivered_results, new_session
 
 DONE = {"steps": [{"await": "task"}, {"done": {"status": "completed", "summary": "ok"}}]}

@@ -5,9 +5,9 @@ interleaving."""
 
 from __future__ import annotations
 
-from protocol.envelopes import ControlEnvelope
-from protocol.notifications import Notice, TaskCompletion
-from protocol.settings import Settings
+from protocol.records.notifications import Notice, TaskCompletion
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import ControlEnvelope
 from tests.conftest import SeedRunner
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import new_session

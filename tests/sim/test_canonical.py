@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from protocol.envelopes import ReplyEnvelope
-from protocol.tasks import TaskState
+from protocol.records.tasks import TaskState
+from protocol.wire.envelopes import ReplyEnvelope
 from tests.conftest import SeedRunner
 from tests.sim.scenarios import PLANNER, SCOUT, broker, completions, delivered_results, new_session
 

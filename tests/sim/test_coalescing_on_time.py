@@ -21,11 +21,11 @@ from actors.runtime.transport import PARENT_INBOX, InMemoryTransport
 from actors.session.session import Session
 from actors.session.sinks import CollectingSink
 from actors.testing.simagent import SimLauncher
-from protocol.envelopes import AnyEnvelope, RuntimeEnvelope, TaskDoneEnvelope
-from protocol.ids import PARENT_ID, IdKind
-from protocol.notifications import TaskCompletion
-from protocol.script import parse_script
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.records.notifications import TaskCompletion
+from protocol.scripted.script import parse_script
 from protocol.session.effects import Flush
+from protocol.wire.envelopes import AnyEnvelope, RuntimeEnvelope, TaskDoneEnvelope
 
 QUIET = {"steps": [{"await": "task"}, {"await": "any"}]}
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from protocol.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope
-from protocol.notifications import AgentMessage, Notice
-from protocol.settings import Settings
-from protocol.tasks import TaskState
+from protocol.records.notifications import AgentMessage, Notice
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskState
+from protocol.wire.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import IDLE, broker, completions, delivered_results, new_session
 

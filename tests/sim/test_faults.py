@@ -8,7 +8,7 @@ from actors.child.scripted import ScriptedDriver
 from actors.runtime.transport import PARENT_INBOX
 from actors.testing import SimSession
 from actors.testing.simulation import Faults
-from protocol.tasks import TaskResult, TaskState
+from protocol.records.tasks import TaskResult, TaskState
 from tests.conftest import SeedRunner
 from tests.sim.scenarios import PLANNER, SCOUT, broker, delivered_results, new_session
 

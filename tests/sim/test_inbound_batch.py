@@ -17,13 +17,13 @@ from actors.session.messages import InboundBatch
 from actors.session.sinks import CollectingSink
 from actors.session.watcher import Results
 from actors.testing import SimSession
-from protocol.envelopes import MessageEnvelope, TaskDoneEnvelope
-from protocol.errors import SessionUnavailable
-from protocol.ids import PARENT_ID, IdKind, make_id
-from protocol.notifications import AgentMessage, Notice, TaskCompletion
+from protocol.core.errors import SessionUnavailable
+from protocol.core.ids import PARENT_ID, IdKind, make_id
+from protocol.records.notifications import AgentMessage, Notice, TaskCompletion
+from protocol.records.tasks import TaskRecord
 from protocol.session import effects as fx
 from protocol.session import inbound
-from protocol.tasks import TaskRecord
+from protocol.wire.envelopes import MessageEnvelope, TaskDoneEnvelope
 
 IDLE: dict[str, Any] = {"steps": []}
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.envelopes import NoticeEnvelope
-from protocol.errors import InvalidHandle, MixedIds
-from protocol.notifications import StaleWait, WaitCycle
-from protocol.render import render_notification
-from protocol.settings import Settings
-from protocol.tasks import TaskState
+from protocol.calls.render import render_notification
+from protocol.core.errors import InvalidHandle, MixedIds
+from protocol.records.notifications import StaleWait, WaitCycle
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskState
+from protocol.wire.envelopes import NoticeEnvelope
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import IDLE, broker, delivered_results, new_session
 

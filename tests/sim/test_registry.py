@@ -5,11 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from protocol import api
-from protocol.answers import preview_result
-from protocol.errors import AgentBusy, InvalidArgument, InvalidHandle
-from protocol.ids import IdKind, kind_of
-from protocol.tasks import TaskResult, TaskState
+from protocol.calls import api
+from protocol.calls.answers import preview_result
+from protocol.core.errors import AgentBusy, InvalidArgument, InvalidHandle
+from protocol.core.ids import IdKind, kind_of
+from protocol.records.tasks import TaskResult, TaskState
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import IDLE, broker, delivered_results, new_session
 

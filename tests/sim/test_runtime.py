@@ -19,7 +19,7 @@ from actors.session.session import Session
 from actors.session.sinks import CollectingSink
 from actors.testing.simagent import SimLauncher
 from actors.testing.simulation import SimRuntime, Stalled
-from protocol.notifications import TaskCompletion
+from protocol.records.notifications import TaskCompletion
 from tests.sim.scenarios import PLANNER, SCOUT
 
 
@@ -373,7 +373,7 @@ def test_the_canonical_scenario_runs_unchanged_on_the_threaded_runtime() -> None
 
 
 def _script(doc: dict[str, Any], *, sleep: float) -> Any:
-    from protocol.script import parse_script
+    from protocol.scripted.script import parse_script
 
     steps = [({"sleep": sleep} if "sleep" in step else step) for step in doc["steps"]]
     return parse_script({"steps": steps})
@@ -383,7 +383,7 @@ def test_ids_drawn_in_bulk_are_unique_and_a_forked_child_never_reuses_its_parent
     import os
 
     from actors.runtime.ids import IdSource
-    from protocol.ids import IdKind
+    from protocol.core.ids import IdKind
 
     ids = IdSource()
     made = {ids.new(IdKind.MESSAGE) for _ in range(3000)}  # several bulk draws

@@ -16,9 +16,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from actors.runtime.transport import PARENT_INBOX
 from actors.testing import SimSession
-from protocol.errors import ShepherdError
-from protocol.notifications import TaskCompletion
-from protocol.tasks import TERMINAL_STATES, TaskResult, TaskState
+from protocol.core.errors import ShepherdError
+from protocol.records.notifications import TaskCompletion
+from protocol.records.tasks import TERMINAL_STATES, TaskResult, TaskState
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import IDLE, broker, new_session
 

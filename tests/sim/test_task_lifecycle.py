@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.envelopes import ControlEnvelope, NoticeEnvelope
-from protocol.notifications import Notice
-from protocol.settings import Settings
-from protocol.tasks import TaskState
+from protocol.records.notifications import Notice
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskState
+from protocol.wire.envelopes import ControlEnvelope, NoticeEnvelope
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import broker, delivered_results, new_session
 

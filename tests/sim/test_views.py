@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from actors.surfaces.views import status_table
-from protocol.errors import AgentBusy
-from protocol.views import render_status
+from protocol.calls.views import render_status
+from protocol.core.errors import AgentBusy
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import IDLE, new_session
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from protocol.errors import InvalidHandle
-from protocol.notifications import WatchdogAlert
-from protocol.settings import Settings
-from protocol.tasks import TaskState
+from protocol.core.errors import InvalidHandle
+from protocol.records.notifications import WatchdogAlert
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskState
 from protocol.watchdog import WatchdogConfig
 from tests.sim.scenarios import broker, new_session
 

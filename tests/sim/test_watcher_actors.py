@@ -11,13 +11,13 @@ from actors.session.sinks import CollectingSink, GuardedSink
 from actors.session.watcher import _DEADLINE, Results, Waiting, WatcherActor
 from actors.testing import SimSession
 from actors.testing.simulation import SimRuntime
-from protocol import api
-from protocol.envelopes import TaskDoneEnvelope
-from protocol.ids import PARENT_ID, IdKind, make_id
-from protocol.notifications import TaskCompletion
+from protocol.calls import api
+from protocol.core.ids import PARENT_ID, IdKind, make_id
+from protocol.records.notifications import TaskCompletion
+from protocol.records.tasks import TaskResult
 from protocol.session.effects import Flush
 from protocol.session.state import WatcherState
-from protocol.tasks import TaskResult
+from protocol.wire.envelopes import TaskDoneEnvelope
 from tests.sim.scenarios import live_watchers
 
 IDLE: dict[str, Any] = {"steps": []}

@@ -6,10 +6,10 @@ import pytest
 
 from actors.session.sinks import CollectingSink
 from actors.testing import SimSession
-from protocol.errors import DuplicateIds, InvalidArgument, InvalidHandle
-from protocol.notifications import TaskCompletion
-from protocol.render import render_notification
-from protocol.tasks import TaskState
+from protocol.calls.render import render_notification
+from protocol.core.errors import DuplicateIds, InvalidArgument, InvalidHandle
+from protocol.records.notifications import TaskCompletion
+from protocol.records.tasks import TaskState
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import (
     IDLE,

@@ -13,8 +13,9 @@ import msgspec
 import pytest
 
 from actors.surfaces.cli_parser import build_parser
-from protocol import api, api_batch, tools
-from protocol.errors import InvalidArgument
+from protocol.calls import api, api_batch
+from protocol.core.errors import InvalidArgument
+from protocol.ops import tools
 from protocol.ops.parent import DELEGATE, SPAWN
 
 

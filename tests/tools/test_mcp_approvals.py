@@ -19,7 +19,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from actors.surfaces.mcp_elicit import answer_for
-from protocol.notifications import Notice, TaskCompletion
+from protocol.records.notifications import Notice, TaskCompletion
 from tests.processes.test_approvals import ASKING_AGENT
 
 from .conftest import Running

@@ -22,8 +22,8 @@ from mcp import types
 
 from actors.records.mcp_cursor import MAX_BYTES, MAX_LINE_BYTES, MAX_NOTES, CursorStore
 from actors.surfaces import mcp_server
-from protocol.errors import InvalidArgument
-from protocol.notifications import Notice
+from protocol.core.errors import InvalidArgument
+from protocol.records.notifications import Notice
 
 from .conftest import Running
 from .mcp_stdio import McpProcess

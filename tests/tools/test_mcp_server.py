@@ -21,8 +21,8 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from protocol import tools
-from protocol.notifications import AnyNotification, Notice, TaskCompletion
+from protocol.ops import tools
+from protocol.records.notifications import AnyNotification, Notice, TaskCompletion
 
 from .conftest import Running
 

@@ -1,4 +1,4 @@
-"""The model-facing tool schemas (protocol/tools.py): flat roots, required fields that match the
+"""The model-facing tool schemas (protocol/ops/tools.py): flat roots, required fields that match the
 operations' signatures, one written definition per tool, and typed validation errors."""
 
 from __future__ import annotations
@@ -9,12 +9,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol import api, api_batch, limits, tools
-from protocol.approvals import ApproveArgs, DenyArgs
-from protocol.errors import InvalidArgument
+from protocol.calls import api, api_batch
+from protocol.calls.approvals import ApproveArgs, DenyArgs
+from protocol.core import limits
+from protocol.core.errors import InvalidArgument
+from protocol.ops import tools
 from protocol.ops.approvals import ChildApprovalArgs
 from protocol.ops.child import ChildDoneArgs, ChildMessageArgs
-from protocol.tools import ToolSpec
+from protocol.ops.tools import ToolSpec
 from protocol.watchdog import api as watchdog_api
 
 from .conftest import Running

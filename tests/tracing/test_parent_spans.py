@@ -16,11 +16,11 @@ from opentelemetry.trace import StatusCode
 from actors.testing.session import SimSession
 from actors.tracing.parent import ParentSpans
 from actors.tracing.sdk import make_tracing
-from protocol.envelopes import MessageEnvelope, TaskEnvelope, encode_envelope
-from protocol.errors import LimitExceeded
+from protocol.core.errors import LimitExceeded
+from protocol.core.tracecontext import format_traceparent
+from protocol.records.tasks import TaskEvent, TaskRecord, settle
 from protocol.session import effects as fx
-from protocol.tasks import TaskEvent, TaskRecord, settle
-from protocol.tracecontext import format_traceparent
+from protocol.wire.envelopes import MessageEnvelope, TaskEnvelope, encode_envelope
 from tests.sim.scenarios import broker, new_session
 
 WORKER = {

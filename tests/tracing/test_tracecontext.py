@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.envelopes import MessageEnvelope, TaskEnvelope, decode_envelope, encode_envelope
-from protocol.errors import InvalidEnvelope
-from protocol.ids import PARENT_ID, IdKind
-from protocol.limits import MAX_TRACEPARENT_CHARS
-from protocol.tracecontext import TRACEPARENT_ROOM, format_traceparent, parse_traceparent
+from protocol.core.errors import InvalidEnvelope
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.core.limits import MAX_TRACEPARENT_CHARS
+from protocol.core.tracecontext import TRACEPARENT_ROOM, format_traceparent, parse_traceparent
+from protocol.wire.envelopes import MessageEnvelope, TaskEnvelope, decode_envelope, encode_envelope
 from tests.child.conftest import new_id
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol.errors import InvalidArgument
+from protocol.core.errors import InvalidArgument
 from protocol.watchdog.api import (
     OP_ARGS,
     TOOL_OPS,

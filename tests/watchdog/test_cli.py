@@ -27,8 +27,8 @@ from actors.surfaces.watchdog_cli import (
     run_watchdog,
 )
 from actors.testing import SimSession
-from protocol.errors import InvalidArgument
-from protocol.notifications import WatchdogAlert
+from protocol.core.errors import InvalidArgument
+from protocol.records.notifications import WatchdogAlert
 from protocol.watchdog import DEFAULT_RESCUE_MESSAGE, WatchdogConfig, WatchdogConfigError
 
 REPO = Path(__file__).resolve().parents[2]

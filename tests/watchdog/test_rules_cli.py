@@ -15,8 +15,8 @@ from actors.session.sinks import CollectingSink
 from actors.session.watchdog import session_call
 from actors.surfaces.config import load_settings
 from actors.testing import SimSession
-from protocol.errors import InvalidArgument
-from protocol.notifications import WatchdogAlert
+from protocol.core.errors import InvalidArgument
+from protocol.records.notifications import WatchdogAlert
 from protocol.watchdog import REASON_CODES, WatchdogConfig, WatchdogConfigError, rule_thresholds
 from tests.watchdog.test_cli import json_lines, run, write_jsonl
 

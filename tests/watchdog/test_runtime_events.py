@@ -17,8 +17,8 @@ import pytest
 from actors.session.messages import WatchdogAgent, WatchdogInstruction, WatchdogRuntime
 from actors.session.sinks import CollectingSink
 from actors.testing import SimSession
-from protocol.envelopes import RuntimeEnvelope
-from protocol.notifications import WatchdogAlert
+from protocol.records.notifications import WatchdogAlert
+from protocol.wire.envelopes import RuntimeEnvelope
 
 _ids = itertools.count()
 

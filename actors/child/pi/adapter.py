@@ -8,8 +8,8 @@ Rules:
 - Pi runs as :mod:`actors.child.pi.bridged` says: the child tools extension, the bridge's
   child environment, an agent dir of its own, its own process group inside the bridge's
   session.
-- Delivery. A task is told with :func:`~protocol.render.render_task_context`, a message,
-  reply or notice with :func:`~protocol.render.render_delivery`. Every delivery is one
+- Delivery. A task is told with :func:`~protocol.calls.render.render_task_context`, a message,
+  reply or notice with :func:`~protocol.calls.render.render_delivery`. Every delivery is one
   ``prompt`` command carrying ``streamingBehavior`` (``followUp``, or ``steer`` when the
   envelope says ``delivery: "steer"``). Pi applies it atomically: idle, the text starts a
   run (a plain prompt); running, it is queued exactly as the ``follow_up`` / ``steer``
@@ -64,7 +64,8 @@ from actors.child.pi.turns import PiTurns
 from actors.runtime.clock import TimerHandle
 from actors.runtime.log import logger
 from actors.runtime.procs import exit_status
-from protocol.envelopes import (
+from protocol.calls.render import render_delivery, render_task_context, render_task_ended
+from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
     ControlEnvelope,
@@ -73,7 +74,6 @@ from protocol.envelopes import (
     ReplyEnvelope,
     TaskEnvelope,
 )
-from protocol.render import render_delivery, render_task_context, render_task_ended
 
 __all__ = ["FLUSH_NOTE", "PiRpcAdapter"]
 

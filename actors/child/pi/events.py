@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocol.limits import MAX_BUDGET_COST, MAX_BUDGET_TOKENS
+from protocol.core.limits import MAX_BUDGET_COST, MAX_BUDGET_TOKENS
 
 __all__ = ["RuntimeEvent", "RuntimeEventKind", "map_event"]
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.child.pi.launch import find_pi
-from protocol.errors import InvalidArgument
+from protocol.core.errors import InvalidArgument
 
 __all__ = ["DEFAULT_STARTUP_TIMEOUT_S", "PiOptions"]
 

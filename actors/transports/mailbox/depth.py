@@ -27,7 +27,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from protocol.errors import InboxFull
+from protocol.core.errors import InboxFull
 
 __all__ = ["BOGO_DIRENT_SIZE", "RESYNC_EVERY", "InboxDepth"]
 

@@ -56,9 +56,9 @@ from actors.runtime.log import logger
 from actors.runtime.transport import BatchHandler, DeliveryFailed, NotHandled, Refusals
 from actors.transports.mailbox.files import NAME_RE, describe, read_file, shown, sweep_abandoned
 from actors.transports.mailbox.quarantine import QuarantineReason, quarantine_file
-from protocol.envelopes import AnyEnvelope, decode_envelope
-from protocol.errors import InvalidEnvelope, ShepherdError
-from protocol.settings import Settings
+from protocol.core.errors import InvalidEnvelope, ShepherdError
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import AnyEnvelope, decode_envelope
 
 __all__ = [
     "BATCH_MAX",

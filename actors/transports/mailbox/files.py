@@ -30,8 +30,7 @@ import threading
 from pathlib import Path
 
 from actors.runtime.transport import PARENT_INBOX
-from protocol.envelopes import AnyEnvelope, encode_envelope, validate_addresses
-from protocol.errors import (
+from protocol.core.errors import (
     DiskFull,
     InvalidArgument,
     InvalidEnvelope,
@@ -41,6 +40,7 @@ from protocol.errors import (
     ShepherdError,
     Unreachable,
 )
+from protocol.wire.envelopes import AnyEnvelope, encode_envelope, validate_addresses
 
 __all__ = [
     "ABANDONED_TMP_S",

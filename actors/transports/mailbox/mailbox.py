@@ -82,15 +82,15 @@ from actors.transports.mailbox.wakers import (
     ModeCallback,
     WakerFactory,
 )
-from protocol.envelopes import AnyEnvelope
-from protocol.errors import (
+from protocol.core.errors import (
     ForbiddenSender,
     InvalidArgument,
     InvalidHandle,
     SessionUnavailable,
 )
-from protocol.ids import IdKind, kind_of, parse_id
-from protocol.settings import Settings
+from protocol.core.ids import IdKind, kind_of, parse_id
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import AnyEnvelope
 
 __all__ = [
     "DeliveryFailed",

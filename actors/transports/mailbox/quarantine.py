@@ -22,8 +22,8 @@ import msgspec
 
 from actors.runtime.log import logger
 from actors.transports.mailbox.files import FILE_MODE, NAME_RE, WRITE_FLAGS, shown, write_all
-from protocol.envelopes import AnyEnvelope
-from protocol.errors import ShepherdError
+from protocol.core.errors import ShepherdError
+from protocol.wire.envelopes import AnyEnvelope
 
 __all__ = ["QuarantineReason", "quarantine_file"]
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from actors.runtime.clock import Clock, TimerHandle
 from actors.runtime.log import logger
 from actors.transports.mailbox.mailbox import Mailbox
-from protocol.errors import SessionUnavailable, ShepherdError
+from protocol.core.errors import SessionUnavailable, ShepherdError
 
 __all__ = [
     "MIN_AGE_S",

@@ -36,9 +36,9 @@ from actors.transports.mailbox.drain import (
 from actors.transports.mailbox.files import describe, inbox_name
 from actors.transports.mailbox.wakers import ModeCallback, WakerFactory
 from actors.transports.mailbox.watch import Receiver
-from protocol.envelopes import AnyEnvelope
-from protocol.errors import InvalidHandle
-from protocol.settings import Settings
+from protocol.core.errors import InvalidHandle
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import AnyEnvelope
 
 __all__ = ["Subscriptions"]
 

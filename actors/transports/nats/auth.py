@@ -52,8 +52,8 @@ from actors.transports.nats.permissions import (
     node_permissions,
     reply_stream,
 )
-from protocol.errors import InvalidArgument, ShepherdError
-from protocol.limits import MAX_OPTION_CHARS
+from protocol.core.errors import InvalidArgument, ShepherdError
+from protocol.core.limits import MAX_OPTION_CHARS
 
 __all__ = [
     "ACCOUNT_SEED",

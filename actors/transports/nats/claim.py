@@ -50,8 +50,8 @@ from actors.transports.nats.lines import WRONG_LAST_SEQUENCE, lines_stream, line
 from actors.transports.nats.loop import LoopThread
 from actors.transports.nats.outage import Outage, through_outage
 from actors.transports.nats.setup import connect, make_streams
-from protocol.errors import SessionBusy, SessionUnavailable, ShepherdError
-from protocol.transport_url import TlsFiles
+from protocol.core.errors import SessionBusy, SessionUnavailable, ShepherdError
+from protocol.core.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from nats.aio.client import Client

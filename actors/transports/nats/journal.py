@@ -16,8 +16,8 @@ import msgspec
 from actors.records.jsonlines import LineProblem
 from actors.records.notifications import Deliveries, deliveries, encode_note
 from actors.transports.nats.lines import NatsLines
-from protocol.journal import Record, decode_line, encode_line
-from protocol.notifications import AnyNotification
+from protocol.records.journal import Record, decode_line, encode_line
+from protocol.records.notifications import AnyNotification
 
 __all__ = ["JOURNAL", "NOTIFICATIONS", "NatsJournal", "NatsNotifications"]
 

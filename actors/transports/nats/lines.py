@@ -40,8 +40,8 @@ from actors.records.jsonlines import LineProblem
 from actors.transports.nats.loop import LoopThread
 from actors.transports.nats.outage import Outage, outage_backoff, through_outage
 from actors.transports.nats.setup import connect, make_streams
-from protocol.errors import InvalidHandle, SessionUnavailable
-from protocol.transport_url import TlsFiles
+from protocol.core.errors import InvalidHandle, SessionUnavailable
+from protocol.core.transport_url import TlsFiles
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -114,7 +114,7 @@ class NatsLines:
         tls: TlsFiles | None = None,
     ) -> None:
         """``create=False``: the stream must exist already (a session resumed from the
-        servers' records); if it does not, :class:`~protocol.errors.InvalidHandle`. ``login``:
+        servers' records); if it does not, :class:`~protocol.core.errors.InvalidHandle`. ``login``:
         this process's NATS user (:mod:`actors.transports.nats.auth`); ``tls``: the TLS files of ``tls://``
         servers (:mod:`actors.transports.nats.tls`)."""
         self._session_id = session_id

@@ -45,7 +45,7 @@ class LoopThread:
 
     def answer(self, coro: Coroutine[Any, Any, T], limit: float, what: str) -> T:
         """:meth:`run`, with a time-out said as ``session_unavailable`` naming ``what``."""
-        from protocol.errors import SessionUnavailable
+        from protocol.core.errors import SessionUnavailable
 
         try:
             return self.run(coro, limit)

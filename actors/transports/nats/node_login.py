@@ -6,7 +6,7 @@ Rules:
 - The file is checked before anything connects, each refusal ``invalid_argument`` naming
   ``--nats-creds``: an empty, over-long or NUL-holding value; a file that is missing, a symbolic
   link, a directory, another user's or readable by others (it must be 0600: whoever reads it
-  is the node); more than :data:`~protocol.limits.MAX_NATS_CREDS_CHARS`; not a ``.creds`` text
+  is the node); more than :data:`~protocol.core.limits.MAX_NATS_CREDS_CHARS`; not a ``.creds`` text
   (a user JWT and its seed, the seed's key being the JWT's subject); the user of another node
   or a child's, not this node's (a child's user could not serve a node, and a node's name is
   what the servers let it read).
@@ -26,8 +26,8 @@ from typing import Any
 
 from actors.transports.nats.auth import NatsLogin, private_stat
 from actors.transports.nats.permissions import NODE_USER, node_inbox_prefix
-from protocol.errors import InvalidArgument
-from protocol.limits import MAX_NATS_CREDS_CHARS, MAX_OPTION_CHARS
+from protocol.core.errors import InvalidArgument
+from protocol.core.limits import MAX_NATS_CREDS_CHARS, MAX_OPTION_CHARS
 
 __all__ = ["OPTION", "load_node_login"]
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from actors.transports.mailbox.backoff import outage_backoff
-from protocol.errors import Unreachable
+from protocol.core.errors import Unreachable
 
 __all__ = ["Outage", "outage_backoff", "through_outage", "waiting_out"]
 

@@ -1,7 +1,7 @@
 """What each NATS user of a session's authority may do (:mod:`actors.transports.nats.auth` signs
 them): the permission sets, derived from the subjects the processes use (the inboxes:
-:mod:`actors.transports.nats.transport`; the nodes: :mod:`protocol.nodes`). Anything not named is a
-permissions violation at the server.
+:mod:`actors.transports.nats.transport`; the nodes: :mod:`protocol.wire.nodes`). Anything not named
+is a permissions violation at the server.
 
 A child (``S`` the session, ``A`` the agent, ``R`` its reply stream ``S_A``):
 
@@ -33,9 +33,9 @@ from typing import Any, Final
 
 import msgspec
 
-from protocol import nodes
-from protocol.errors import InvalidArgument
-from protocol.limits import NodeName
+from protocol.core.errors import InvalidArgument
+from protocol.core.limits import NodeName
+from protocol.wire import nodes
 
 __all__ = [
     "CHILD_USER",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from actors.runtime.log import logger
-from protocol.errors import ShepherdError
+from protocol.core.errors import ShepherdError
 
 if TYPE_CHECKING:
     from nats.js.client import JetStreamContext

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from actors.runtime.log import logger
 from actors.transports.nats.auth import reply_stream, reply_subject
-from protocol.errors import ShepherdError
-from protocol.ids import IdKind, kind_of
+from protocol.core.errors import ShepherdError
+from protocol.core.ids import IdKind, kind_of
 
 if TYPE_CHECKING:
     from nats.aio.client import Client

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from actors.runtime.log import logger
 from actors.transports.nats.outage import Outage
-from protocol.errors import InboxFull, SessionUnavailable
-from protocol.settings import Settings
-from protocol.transport_url import TlsFiles, is_tls
+from protocol.core.errors import InboxFull, SessionUnavailable
+from protocol.core.transport_url import TlsFiles, is_tls
+from protocol.records.settings import Settings
 
 if TYPE_CHECKING:
     from nats.aio.client import Client

@@ -3,7 +3,7 @@
 context, and the client that holds a connection to what its scheme says.
 
 Rules:
-- The setting is one recorded value (:class:`~protocol.transport_url.TlsFiles`: the CA
+- The setting is one recorded value (:class:`~protocol.core.transport_url.TlsFiles`: the CA
   bundle's absolute path, or none for the system's trust store; and, for servers that verify
   their clients, this client's certificate and key), with the transport's scheme:
   ``session.json`` (``nats_tls``) for the CLI, the agents'
@@ -14,7 +14,7 @@ Rules:
   host the client dialled (an IP address must be in its IP SANs). Nothing here can turn that
   off; TLS 1.2 at least.
 - Each file option is refused with ``invalid_argument`` naming it, before anything is made:
-  empty, longer than :data:`~protocol.limits.MAX_OPTION_CHARS`, a NUL, a path that does not
+  empty, longer than :data:`~protocol.core.limits.MAX_OPTION_CHARS`, a NUL, a path that does not
   exist, a directory (or anything but a regular file), unreadable, over 4 MiB, or a file
   holding no PEM certificate (the CA, the client's certificate) or no PEM private key (the
   key, which must also be readable by its owner only); a certificate without its key or the
@@ -37,8 +37,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from protocol.errors import InvalidArgument
-from protocol.transport_url import TlsFiles, check_tls_file, is_tls
+from protocol.core.errors import InvalidArgument
+from protocol.core.transport_url import TlsFiles, check_tls_file, is_tls
 
 __all__ = [
     "CA_OPTION",

@@ -7,7 +7,7 @@ Layout on the server, per session (``S`` is the session id):
   until its inbox's consumer acknowledges it, so what a subject holds is that inbox's unread
   depth. ``max_msgs_per_subject`` is the session's ``max_queue_depth`` with discard-new per
   subject: the server refuses the next publish, which is ``limit_exceeded`` (an
-  :class:`~protocol.errors.InboxFull`) as with the file mailbox.
+  :class:`~protocol.core.errors.InboxFull`) as with the file mailbox.
 - one durable pull consumer per inbox, named after it, filtering its subject, explicit acks. Its
   existence is the inbox's: publishing to an inbox with no consumer is ``invalid_handle``, as a
   file mailbox refuses an inbox with no directory (an unknown recipient never swallows messages).
@@ -69,17 +69,17 @@ from actors.transports.nats import replies, setup
 from actors.transports.nats.loop import LoopThread, PullLoop
 from actors.transports.nats.outage import Outage, waiting_out
 from actors.transports.nats.quarantine import Quarantine, QuarantineRecord
-from protocol.envelopes import AnyEnvelope, decode_envelope
-from protocol.errors import (
+from protocol.core.errors import (
     ForbiddenSender,
     InvalidEnvelope,
     InvalidHandle,
     SessionUnavailable,
     ShepherdError,
 )
-from protocol.ids import IdKind, kind_of
-from protocol.settings import Settings
-from protocol.transport_url import TlsFiles
+from protocol.core.ids import IdKind, kind_of
+from protocol.core.transport_url import TlsFiles
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import AnyEnvelope, decode_envelope
 
 if TYPE_CHECKING:
     from pathlib import Path

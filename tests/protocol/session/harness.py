@@ -19,18 +19,10 @@ from typing import Any, TypeVar
 import msgspec
 import pytest
 
-from protocol import api
-from protocol.envelopes import (
-    AckEnvelope,
-    AnyEnvelope,
-    MessageEnvelope,
-    ReplyEnvelope,
-    RuntimeEnvelope,
-    TaskDoneEnvelope,
-)
-from protocol.errors import ShepherdError
-from protocol.ids import PARENT_ID, IdKind, make_id
-from protocol.journal import (
+from protocol.calls import api
+from protocol.core.errors import ShepherdError
+from protocol.core.ids import PARENT_ID, IdKind, make_id
+from protocol.records.journal import (
     AgentCloseRecord,
     AgentExitRecord,
     AgentRecord,
@@ -42,8 +34,10 @@ from protocol.journal import (
     WatcherRecord,
     WorktreeRemovedRecord,
 )
-from protocol.notifications import AnyNotification, TaskCompletion
-from protocol.requests import RequestRecord
+from protocol.records.notifications import AnyNotification, TaskCompletion
+from protocol.records.requests import RequestRecord
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session import agents, calls, inbound
 from protocol.session import watcher as watcher_rules
 from protocol.session.effects import (
@@ -66,8 +60,14 @@ from protocol.session.effects import (
     TimerKey,
 )
 from protocol.session.state import Ctx, SessionState, WatcherState
-from protocol.settings import Settings
-from protocol.tasks import TaskRecord, TaskState
+from protocol.wire.envelopes import (
+    AckEnvelope,
+    AnyEnvelope,
+    MessageEnvelope,
+    ReplyEnvelope,
+    RuntimeEnvelope,
+    TaskDoneEnvelope,
+)
 
 SESSION = "shepherd-session-00000000"
 T0 = 1000.0

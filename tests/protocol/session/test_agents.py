@@ -7,12 +7,12 @@ import itertools
 import msgspec
 import pytest
 
-from protocol import api
-from protocol.envelopes import ControlEnvelope, NoticeEnvelope
-from protocol.errors import AgentBusy, InvalidArgument, InvalidHandle
-from protocol.journal import AgentExitRecord, AgentRecord
-from protocol.notifications import Notice
-from protocol.requests import RequestState
+from protocol.calls import api
+from protocol.core.errors import AgentBusy, InvalidArgument, InvalidHandle
+from protocol.records.journal import AgentExitRecord, AgentRecord
+from protocol.records.notifications import Notice
+from protocol.records.requests import RequestState
+from protocol.records.tasks import TaskState
 from protocol.session import agents
 from protocol.session.agents import PROCESS_TRANSITIONS, TURN_TAIL_LINE_CHARS, TURN_TAIL_LINES
 from protocol.session.effects import (
@@ -24,7 +24,7 @@ from protocol.session.effects import (
     WatchdogAgent,
 )
 from protocol.session.status import view as status_view
-from protocol.tasks import TaskState
+from protocol.wire.envelopes import ControlEnvelope, NoticeEnvelope
 
 from .harness import T0, Session, answer, delivered, journaled, notes, of
 

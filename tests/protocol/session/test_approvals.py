@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import api
-from protocol.approvals import APPROVED, DENIED, ApprovalResult, ApproveArgs, DenyArgs
-from protocol.envelopes import MessageEnvelope, NoticeEnvelope, TaskDoneEnvelope
-from protocol.errors import InvalidArgument, InvalidHandle, InvalidTransition, LimitExceeded
-from protocol.ids import PARENT_ID, IdKind
-from protocol.notifications import Notice, StaleWait, WaitCycle
-from protocol.requests import RequestRecord, RequestState
+from protocol.calls import api
+from protocol.calls.approvals import APPROVED, DENIED, ApprovalResult, ApproveArgs, DenyArgs
+from protocol.core.errors import InvalidArgument, InvalidHandle, InvalidTransition, LimitExceeded
+from protocol.core.ids import PARENT_ID, IdKind
+from protocol.records.notifications import Notice, StaleWait, WaitCycle
+from protocol.records.requests import RequestRecord, RequestState
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskState
 from protocol.session.effects import Publish, RequestTimeout, StaleDue
-from protocol.settings import Settings
-from protocol.tasks import TaskState
+from protocol.wire.envelopes import MessageEnvelope, NoticeEnvelope, TaskDoneEnvelope
 
 from .harness import Session, answer, delivered, journaled, notes, receipt
 from .test_restore import restart

@@ -9,17 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import api, api_batch
-from protocol.answers import encoded_size
-from protocol.envelopes import TaskEnvelope
-from protocol.errors import InvalidArgument, LimitExceeded
-from protocol.journal import WatcherRecord
-from protocol.limits import MAX_BATCH, answer_budget
-from protocol.notifications import TaskCompletion
+from protocol.calls import api, api_batch
+from protocol.calls.answers import encoded_size
+from protocol.core.errors import InvalidArgument, LimitExceeded
+from protocol.core.limits import MAX_BATCH, answer_budget
+from protocol.records.journal import WatcherRecord
+from protocol.records.notifications import TaskCompletion
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskRecord
 from protocol.session.batch import largest_answer
 from protocol.session.effects import Journal, StartTimer, TaskDeadline
-from protocol.settings import Settings
-from protocol.tasks import TaskRecord
+from protocol.wire.envelopes import TaskEnvelope
 
 from .harness import Session, answer, delivered, journaled, notes, of
 

@@ -12,20 +12,20 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import api
-from protocol.envelopes import AckEnvelope, ControlEnvelope, RuntimeEnvelope
-from protocol.errors import InvalidArgument, LimitExceeded
-from protocol.ids import IdKind
-from protocol.journal import UsageRecord
-from protocol.notifications import Notice, TaskCompletion
+from protocol.calls import api
+from protocol.core.errors import InvalidArgument, LimitExceeded
+from protocol.core.ids import IdKind
+from protocol.records.journal import UsageRecord
+from protocol.records.notifications import Notice, TaskCompletion
+from protocol.records.settings import Settings, apply_overrides
+from protocol.records.tasks import TaskRecord, TaskState
+from protocol.records.usage import Budget, Usage, over
 from protocol.session import budgets
 from protocol.session.effects import BudgetDue, CancelTimer, Effect, Publish, StartTimer
 from protocol.session.restore import Restore, fold, resume
 from protocol.session.state import SessionState
 from protocol.session.status import view
-from protocol.settings import Settings, apply_overrides
-from protocol.tasks import TaskRecord, TaskState
-from protocol.usage import Budget, Usage, over
+from protocol.wire.envelopes import AckEnvelope, ControlEnvelope, RuntimeEnvelope
 
 from .harness import SESSION, Session, answer, delivered, journaled, notes, of, receipt
 

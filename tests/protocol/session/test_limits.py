@@ -9,10 +9,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol.journal import SessionLimitsRecord, decode_line, encode_line
+from protocol.records.journal import SessionLimitsRecord, decode_line, encode_line
+from protocol.records.settings import SessionLimits, Settings
 from protocol.session.limits import restart, told
 from protocol.session.restore import fold
-from protocol.settings import SessionLimits, Settings
 
 
 def test_a_new_session_records_its_limits() -> None:

@@ -21,8 +21,16 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from protocol import api
-from protocol.envelopes import (
+from protocol.calls import api
+from protocol.core.errors import ErrorInfo, ShepherdError
+from protocol.core.ids import PARENT_ID
+from protocol.records.notifications import StaleWait, TaskCompletion
+from protocol.records.settings import Settings
+from protocol.session import agents, calls, inbound, watchers
+from protocol.session.effects import Deliver, Effect, Publish, TimerEvent
+from protocol.session.restore import Restore, fold, resume
+from protocol.session.state import SessionState
+from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
     MessageEnvelope,
@@ -31,14 +39,6 @@ from protocol.envelopes import (
     TaskDoneEnvelope,
     TaskEnvelope,
 )
-from protocol.errors import ErrorInfo, ShepherdError
-from protocol.ids import PARENT_ID
-from protocol.notifications import StaleWait, TaskCompletion
-from protocol.session import agents, calls, inbound, watchers
-from protocol.session.effects import Deliver, Effect, Publish, TimerEvent
-from protocol.session.restore import Restore, fold, resume
-from protocol.session.state import SessionState
-from protocol.settings import Settings
 
 from .harness import SESSION, Session, check_invariants, snapshot
 

@@ -12,17 +12,17 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
-from protocol import api
-from protocol.envelopes import NoticeEnvelope, TaskEnvelope
-from protocol.journal import AgentRecoverRecord, TaskResumeRecord
-from protocol.notifications import StaleWait, TaskCompletion
-from protocol.requests import RequestRecord, RequestState
+from protocol.calls import api
+from protocol.records.journal import AgentRecoverRecord, TaskResumeRecord
+from protocol.records.notifications import StaleWait, TaskCompletion
+from protocol.records.requests import RequestRecord, RequestState
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session import recover
 from protocol.session.effects import Deliver, Effect, Journal, SpawnAgent
 from protocol.session.restore import Restore, fold, resume
 from protocol.session.state import SessionState
-from protocol.settings import Settings
-from protocol.tasks import TaskRecord, TaskState
+from protocol.wire.envelopes import NoticeEnvelope, TaskEnvelope
 
 from .harness import SESSION, Session, delivered, journaled, of
 from .test_properties import SessionMachine

@@ -3,12 +3,13 @@ the asker's task waits and runs again."""
 
 from __future__ import annotations
 
-from protocol import api
-from protocol.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope
-from protocol.errors import ErrorInfo
-from protocol.ids import PARENT_ID
-from protocol.notifications import Notice, WaitCycle
-from protocol.requests import RequestRecord, RequestState
+from protocol.calls import api
+from protocol.core.errors import ErrorInfo
+from protocol.core.ids import PARENT_ID
+from protocol.records.notifications import Notice, WaitCycle
+from protocol.records.requests import RequestRecord, RequestState
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskState
 from protocol.session import inbound
 from protocol.session.effects import (
     AppendNote,
@@ -19,8 +20,7 @@ from protocol.session.effects import (
     RequestTimeout,
     StartTimer,
 )
-from protocol.settings import Settings
-from protocol.tasks import TaskState
+from protocol.wire.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope
 
 from .harness import T0, Session, answer, delivered, journaled, notes, receipt
 

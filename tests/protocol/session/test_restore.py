@@ -7,13 +7,14 @@ from typing import Any
 
 import msgspec
 
-from protocol import api, api_batch
-from protocol.api import ProcessState
-from protocol.envelopes import TaskEnvelope
-from protocol.errors import InvalidHandle
-from protocol.ids import PARENT_ID
-from protocol.journal import AgentExitRecord
-from protocol.notifications import StaleWait, TaskCompletion
+from protocol.calls import api, api_batch
+from protocol.calls.api import ProcessState
+from protocol.core.errors import InvalidHandle
+from protocol.core.ids import PARENT_ID
+from protocol.records.journal import AgentExitRecord
+from protocol.records.notifications import StaleWait, TaskCompletion
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskState
 from protocol.session.effects import (
     Effect,
     Flush,
@@ -25,8 +26,7 @@ from protocol.session.effects import (
 )
 from protocol.session.restore import Restore, fold, resume
 from protocol.session.state import AgentRow, SessionState
-from protocol.settings import Settings
-from protocol.tasks import TaskState
+from protocol.wire.envelopes import TaskEnvelope
 
 from .harness import SESSION, T0, Session, answer, delivered, notes, of
 

@@ -3,20 +3,20 @@ and second replies; a closed sender opens no request; receipts."""
 
 from __future__ import annotations
 
-from protocol import api
-from protocol.envelopes import (
+from protocol.calls import api
+from protocol.core.errors import ForbiddenSender, InvalidArgument, InvalidHandle, LimitExceeded
+from protocol.core.ids import PARENT_ID
+from protocol.records.notifications import AgentMessage
+from protocol.records.requests import RequestState
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskState
+from protocol.session.effects import Log, Publish, RequestTimeout
+from protocol.wire.envelopes import (
     AckEnvelope,
     MessageEnvelope,
     ReplyEnvelope,
     TaskEnvelope,
 )
-from protocol.errors import ForbiddenSender, InvalidArgument, InvalidHandle, LimitExceeded
-from protocol.ids import PARENT_ID
-from protocol.notifications import AgentMessage
-from protocol.requests import RequestState
-from protocol.session.effects import Log, Publish, RequestTimeout
-from protocol.settings import Settings
-from protocol.tasks import TaskState
 
 from .harness import Session, answer, delivered, journaled, notes, receipt, snapshot
 

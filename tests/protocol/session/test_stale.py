@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from protocol import api
-from protocol.ids import PARENT_ID
-from protocol.notifications import StaleWait
+from protocol.calls import api
+from protocol.core.ids import PARENT_ID
+from protocol.records.notifications import StaleWait
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskState
 from protocol.session.effects import CancelTimer, StaleDue, StartTimer
 from protocol.session.status import view
-from protocol.settings import Settings
-from protocol.tasks import TaskState
 
 from .harness import T0, Session, notes, of, snapshot
 

@@ -7,12 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
-from protocol import api
-from protocol.envelopes import ControlEnvelope, TaskDoneEnvelope, TaskEnvelope
-from protocol.errors import AgentBusy, ErrorInfo, InvalidArgument, InvalidHandle, LimitExceeded
-from protocol.journal import PromptRecord
-from protocol.notifications import Notice
-from protocol.requests import RequestState
+from protocol.calls import api
+from protocol.core.errors import AgentBusy, ErrorInfo, InvalidArgument, InvalidHandle, LimitExceeded
+from protocol.records.journal import PromptRecord
+from protocol.records.notifications import Notice
+from protocol.records.requests import RequestState
+from protocol.records.settings import Settings
+from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session import inbound
 from protocol.session.effects import (
     CancelTimer,
@@ -23,8 +24,7 @@ from protocol.session.effects import (
     StartTimer,
     TaskDeadline,
 )
-from protocol.settings import Settings
-from protocol.tasks import TaskRecord, TaskState
+from protocol.wire.envelopes import ControlEnvelope, TaskDoneEnvelope, TaskEnvelope
 
 from .harness import T0, Session, answer, delivered, journaled, notes, of, receipt, snapshot
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from protocol import api
-from protocol.errors import DuplicateIds, InvalidArgument, InvalidHandle, MixedIds
-from protocol.journal import WatcherRecord
-from protocol.notifications import TaskCompletion
+from protocol.calls import api
+from protocol.core.errors import DuplicateIds, InvalidArgument, InvalidHandle, MixedIds
+from protocol.records.journal import WatcherRecord
+from protocol.records.notifications import TaskCompletion
+from protocol.records.settings import Settings
 from protocol.session import watcher, watchers
 from protocol.session.effects import Flush, Journal, Notify, StartTimer
-from protocol.settings import Settings
 
 from .harness import T0, Session, answer, journaled, notes, of
 

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import api
-from protocol.envelopes import TaskEnvelope
-from protocol.journal import TaskChangesRecord, WorktreeRemovedRecord
-from protocol.notifications import Notice, TaskCompletion
-from protocol.session import status, worktree_events, worktrees
-from protocol.session.effects import Deliver, Effect, Flush, ProbeWorktree
-from protocol.session.restore import fold
-from protocol.session.state import SessionState
-from protocol.settings import Settings
-from protocol.worktrees import (
+from protocol.calls import api
+from protocol.records.journal import TaskChangesRecord, WorktreeRemovedRecord
+from protocol.records.notifications import Notice, TaskCompletion
+from protocol.records.settings import Settings
+from protocol.records.worktrees import (
     Snapshot,
     WorktreeChanges,
     WorktreeProbed,
     WorktreeReleased,
 )
+from protocol.session import status, worktree_events, worktrees
+from protocol.session.effects import Deliver, Effect, Flush, ProbeWorktree
+from protocol.session.restore import fold
+from protocol.session.state import SessionState
+from protocol.wire.envelopes import TaskEnvelope
 from tests.protocol.session.harness import SESSION, Session, answer, delivered, notes, of
 
 

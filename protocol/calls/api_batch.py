@@ -1,7 +1,7 @@
 """The batch operations' Structs (``delegate_many``, ``spawn_many``): many of one operation in
 one call, one broker message and one journal write; each item is checked like the single
 operation and refused on its own (see :mod:`protocol.session.batch`). Beside
-:mod:`protocol.api`, whose Structs the items are."""
+:mod:`protocol.calls.api`, whose Structs the items are."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from protocol.api import Arguments, DelegateArgs, SpawnArgs, SpawnOptions
-from protocol.limits import (
+from protocol.calls.api import Arguments, DelegateArgs, SpawnArgs, SpawnOptions
+from protocol.core.limits import (
     MAX_BATCH,
     BudgetCost,
     BudgetMinutes,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Container, Mapping, Sequence
 
-from protocol.errors import DuplicateIds, InvalidArgument, InvalidHandle, MixedIds
-from protocol.ids import IdKind, an_id_of, kind_of
+from protocol.core.errors import DuplicateIds, InvalidArgument, InvalidHandle, MixedIds
+from protocol.core.ids import IdKind, an_id_of, kind_of
 
 __all__ = ["resolve_watch_ids"]
 

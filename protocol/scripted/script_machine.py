@@ -14,7 +14,7 @@ Rules:
   step (after the current one, else back to the one that took the task), ready for the next
   task.
 
-The steps themselves, and how a script is parsed, are :mod:`protocol.script`.
+The steps themselves, and how a script is parsed, are :mod:`protocol.scripted.script`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Literal
 
 import msgspec
 
-from protocol.script import (
+from protocol.scripted.script import (
     AwaitKind,
     AwaitStep,
     DoneStep,

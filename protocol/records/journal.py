@@ -40,10 +40,10 @@ from typing import Any, Final
 
 import msgspec
 
-from protocol.requests import RequestRecord
-from protocol.settings import SessionLimits
-from protocol.tasks import TaskRecord
-from protocol.worktrees import WorktreeChanges
+from protocol.records.requests import RequestRecord
+from protocol.records.settings import SessionLimits
+from protocol.records.tasks import TaskRecord
+from protocol.records.worktrees import WorktreeChanges
 
 __all__ = [
     "AgentCloseRecord",

@@ -20,7 +20,7 @@ kind           direction              meaning
 ``result``     parent → client         the answer to a ``call``
 =============  =====================  ==========================================================
 
-Fields a child can set carry the bounds of :mod:`protocol.limits` (a text's length, a reply
+Fields a child can set carry the bounds of :mod:`protocol.core.limits` (a text's length, a reply
 deadline), so an envelope out of bounds fails decoding like any malformed one: quarantined with
 the reason, and its authenticated sender told.
 
@@ -36,9 +36,9 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from protocol.errors import ErrorInfo, InvalidEnvelope
-from protocol.ids import PARENT_ID, IdKind, an_id_of, is_id_of, is_valid_name
-from protocol.limits import (
+from protocol.core.errors import ErrorInfo, InvalidEnvelope
+from protocol.core.ids import PARENT_ID, IdKind, an_id_of, is_id_of, is_valid_name
+from protocol.core.limits import (
     MAX_NESTING,
     DeadlineSeconds,
     OptionalText,
@@ -46,8 +46,8 @@ from protocol.limits import (
     UsageCost,
     UsageTokens,
 )
-from protocol.tasks import DoneStatus, TaskResult
-from protocol.tracecontext import parse_traceparent
+from protocol.core.tracecontext import parse_traceparent
+from protocol.records.tasks import DoneStatus, TaskResult
 
 __all__ = [
     "DECODER",

@@ -30,10 +30,10 @@ from typing import Any
 
 import msgspec
 
-from protocol import api
-from protocol.errors import LimitExceeded
-from protocol.limits import PREVIEW_CHARS, preview
-from protocol.tasks import TaskResult
+from protocol.calls import api
+from protocol.core.errors import LimitExceeded
+from protocol.core.limits import PREVIEW_CHARS, preview
+from protocol.records.tasks import TaskResult
 
 __all__ = [
     "READ_PAGES",

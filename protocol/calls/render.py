@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from protocol.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope, TaskEnvelope
-from protocol.notifications import (
+from protocol.calls.views import usage_text
+from protocol.records.notifications import (
     AgentMessage,
     AnyNotification,
     Notice,
@@ -27,8 +27,8 @@ from protocol.notifications import (
     WaitCycle,
     WatchdogAlert,
 )
-from protocol.tasks import TaskResult
-from protocol.views import usage_text
+from protocol.records.tasks import TaskResult
+from protocol.wire.envelopes import MessageEnvelope, NoticeEnvelope, ReplyEnvelope, TaskEnvelope
 
 __all__ = [
     "CHILD_SHELL",

@@ -3,12 +3,12 @@
 Rules:
 
 1. **Checked once, where the arguments are defined.** Each bound is a msgspec constraint on an
-   annotated type below, used by the operation's ``*Args`` Struct (``protocol.api``), the child
-   commands' Structs (``protocol.tools``), the envelopes a child can send
-   (``protocol.envelopes``) and the settings (``protocol.settings``). Every surface (Python API,
-   CLI, MCP, child CLI, settings files, envelopes from a child) converts its input into those
-   Structs with ``msgspec.convert``, so one table bounds them all, and the JSON schemas the tools
-   publish carry the same numbers (``maximum``, ``maxLength``, ...).
+   annotated type below, used by the operation's ``*Args`` Struct (``protocol.calls.api``), the
+   child commands' Structs (``protocol.ops.tools``), the envelopes a child can send
+   (``protocol.wire.envelopes``) and the settings (``protocol.records.settings``). Every surface
+   (Python API, CLI, MCP, child CLI, settings files, envelopes from a child) converts its input
+   into those Structs with ``msgspec.convert``, so one table bounds them all, and the JSON schemas
+   the tools publish carry the same numbers (``maximum``, ``maxLength``, ...).
 2. **Numbers are finite and in range.** A deadline is positive and at most :data:`MAX_DEADLINE_S`
    (seven days): NaN, infinities, zero, negatives and 1e300 are refused, never read as "no
    deadline" and never handed to a timer (a timestamp out of range once stopped every timer of a

@@ -17,7 +17,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from protocol.errors import InvalidTransition
+from protocol.core.errors import InvalidTransition
 
 __all__ = ["REQUEST_TRANSITIONS", "RequestKind", "RequestRecord", "RequestState", "resolve"]
 

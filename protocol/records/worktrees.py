@@ -11,10 +11,10 @@ Rules:
 1. **Changed since the task started.** A path counts if it differs from the task's starting
    HEAD now (committed, staged, unstaged or untracked) and was clean then, or if it was
    already changed then and its content differs now from what it was (:func:`changed_since`).
-2. **Bounded.** A result lists at most :data:`~protocol.limits.WORKTREE_FILES_LISTED` paths
+2. **Bounded.** A result lists at most :data:`~protocol.core.limits.WORKTREE_FILES_LISTED` paths
    (sorted) and always the full ``count``; overlaps name at most
-   :data:`~protocol.limits.WORKTREE_OVERLAP_AGENTS` agents, each with at most
-   :data:`~protocol.limits.WORKTREE_FILES_LISTED` paths and its count; a path longer than
+   :data:`~protocol.core.limits.WORKTREE_OVERLAP_AGENTS` agents, each with at most
+   :data:`~protocol.core.limits.WORKTREE_FILES_LISTED` paths and its count; a path longer than
    :data:`PATH_CHARS` characters is cut.
 3. **Overlap** is the intersection of this task's changed paths with each other live agent's
    worktree changes since its branch's base (what that agent has changed so far).
@@ -29,7 +29,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from protocol.limits import WORKTREE_FILES_LISTED, WORKTREE_OVERLAP_AGENTS
+from protocol.core.limits import WORKTREE_FILES_LISTED, WORKTREE_OVERLAP_AGENTS
 
 __all__ = [
     "PATH_CHARS",

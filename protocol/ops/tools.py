@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from protocol import ops
-from protocol.errors import InvalidArgument
+from protocol.core.errors import InvalidArgument
 from protocol.ops import Op, Param, Role
 from protocol.watchdog import api as watchdog_api
 

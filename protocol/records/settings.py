@@ -6,7 +6,7 @@ takes already-parsed mappings. An unknown key or a value of the wrong type never
 anything: it becomes a warning naming the source and the key, and that key is ignored.
 
 Every field has its bounds in its annotation (finite numbers; a deadline at most
-:data:`~protocol.limits.MAX_DEADLINE_S`; sizes and counts within a range a session can live
+:data:`~protocol.core.limits.MAX_DEADLINE_S`; sizes and counts within a range a session can live
 with): a file value out of range is a warning and ignored, and :func:`check_settings` refuses a
 ``Settings`` built in Python with a value out of range (``invalid_argument`` naming the field).
 
@@ -24,8 +24,8 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from protocol.errors import InvalidArgument
-from protocol.limits import BudgetCost, BudgetTokens, DeadlineSeconds, SoftFraction
+from protocol.core.errors import InvalidArgument
+from protocol.core.limits import BudgetCost, BudgetTokens, DeadlineSeconds, SoftFraction
 from protocol.watchdog.config import WatchdogConfig, apply_watchdog_overrides
 
 __all__ = ["SessionLimits", "Settings", "apply_overrides", "check_settings", "parse_value"]

@@ -7,7 +7,7 @@ environment (``TRACEPARENT``). It is ``VERSION-TRACEID-PARENTID-FLAGS`` in lower
 Rules:
 - Parsing is strict and never raises: anything that is not a valid traceparent (wrong length,
   upper case, version ``ff``, an all-zero trace or span id, a version-00 value with extra
-  fields, longer than :data:`~protocol.limits.MAX_TRACEPARENT_CHARS`) is ``None``, and the
+  fields, longer than :data:`~protocol.core.limits.MAX_TRACEPARENT_CHARS`) is ``None``, and the
   reader starts a new trace. A bad trace context never costs a delivery or a task.
 - A later version is read as version 00 (its first four fields), as the standard asks.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Final, NamedTuple
 
-from protocol.limits import MAX_TRACEPARENT_CHARS
+from protocol.core.limits import MAX_TRACEPARENT_CHARS
 
 __all__ = [
     "ENV_TRACEPARENT",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Iterator, KeysView, Mapping
 
-from protocol.requests import RequestRecord
+from protocol.records.requests import RequestRecord
 
 __all__ = ["RequestTable"]
 

@@ -7,15 +7,15 @@ Rules:
   repeat ``nats://``); ``tls://`` instead says that every connection to every server is TLS
   (verified against the session's CA bundle, ``--nats-ca``, or the system's trust store, with
   the host name checked). One scheme for the whole list: mixing them is ``invalid_argument``.
-  At most :data:`~protocol.limits.MAX_TRANSPORT_SERVERS` servers and
-  :data:`~protocol.limits.MAX_TRANSPORT_CHARS` characters (``limit_exceeded``); anything
+  At most :data:`~protocol.core.limits.MAX_TRANSPORT_SERVERS` servers and
+  :data:`~protocol.core.limits.MAX_TRANSPORT_CHARS` characters (``limit_exceeded``); anything
   else - another scheme, a path, a user or password in the URL, a missing or out-of-range
   port, a query - is ``invalid_argument`` naming ``--transport`` and what was wrong.
 - The canonical form (:meth:`TransportSpec.url`) is what the session records (session.json,
   the agents' environment): one scheme and the servers in the order given, without repeats.
 - A file option of the TLS settings (``--nats-ca``, ``--nats-cert``, ``--nats-key``:
   :class:`TlsFiles`) is bounded here before any file is opened (:func:`check_tls_file`): not
-  empty, at most :data:`~protocol.limits.MAX_OPTION_CHARS` characters, no NUL
+  empty, at most :data:`~protocol.core.limits.MAX_OPTION_CHARS` characters, no NUL
   (``invalid_argument`` naming the option); what the file holds is the opener's check.
 
 Sans-IO: parsing only; whether a server answers is the transport's business.
@@ -27,8 +27,8 @@ import re
 
 import msgspec
 
-from protocol.errors import InvalidArgument, LimitExceeded
-from protocol.limits import MAX_OPTION_CHARS, MAX_TRANSPORT_CHARS, MAX_TRANSPORT_SERVERS
+from protocol.core.errors import InvalidArgument, LimitExceeded
+from protocol.core.limits import MAX_OPTION_CHARS, MAX_TRANSPORT_CHARS, MAX_TRANSPORT_SERVERS
 
 __all__ = [
     "NATS_SCHEME",

@@ -20,7 +20,7 @@ from typing import Final
 
 import msgspec
 
-from protocol.limits import BudgetCost, BudgetMinutes, BudgetTokens, BudgetTurns
+from protocol.core.limits import BudgetCost, BudgetMinutes, BudgetTokens, BudgetTurns
 
 __all__ = [
     "LIMITS",

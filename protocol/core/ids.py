@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import re
 
-from protocol.errors import InvalidHandle
+from protocol.core.errors import InvalidHandle
 
 __all__ = [
     "PARENT_ID",

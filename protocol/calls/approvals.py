@@ -2,8 +2,8 @@
 
 The operations' Structs (``approve``, ``deny``) and what the blocked child call is told. The
 rules are :mod:`protocol.session.approvals`; the request itself is a
-:class:`~protocol.requests.RequestRecord` of ``kind="approval"`` (one machine for questions and
-approvals).
+:class:`~protocol.records.requests.RequestRecord` of ``kind="approval"`` (one machine for questions
+and approvals).
 
 What the blocked call is told is a ``notice`` envelope in the one-shot inbox it waits on:
 ``code`` :data:`APPROVED` or :data:`DENIED`, ``ref_id`` the request id, ``text`` the parent's
@@ -19,9 +19,9 @@ from typing import Final
 
 import msgspec
 
-from protocol import api
-from protocol.limits import Handle, Text
-from protocol.requests import RequestRecord, RequestState
+from protocol.calls import api
+from protocol.core.limits import Handle, Text
+from protocol.records.requests import RequestRecord, RequestState
 
 __all__ = [
     "APPROVED",

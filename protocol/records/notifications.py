@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol.tasks import TaskResult
+from protocol.records.tasks import TaskResult
 
 __all__ = [
     "AgentMessage",

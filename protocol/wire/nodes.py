@@ -38,8 +38,8 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from protocol.errors import ErrorInfo
-from protocol.limits import MAX_NATS_CREDS_CHARS, NodeName
+from protocol.core.errors import ErrorInfo
+from protocol.core.limits import MAX_NATS_CREDS_CHARS, NodeName
 
 __all__ = [
     "ANY_NODE",

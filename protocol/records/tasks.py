@@ -25,9 +25,9 @@ from typing import Final, Literal
 
 import msgspec
 
-from protocol.errors import InvalidTransition, UnresolvedRequests
-from protocol.usage import Budget, Usage
-from protocol.worktrees import WorktreeChanges
+from protocol.core.errors import InvalidTransition, UnresolvedRequests
+from protocol.records.usage import Budget, Usage
+from protocol.records.worktrees import WorktreeChanges
 
 __all__ = [
     "RETURN_CODES",
@@ -138,7 +138,7 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage | None = None
     # --- worktrees
     #: an agent in a git worktree: the paths the task changed, and their overlap with
-    #: other live agents' worktrees (:mod:`protocol.worktrees`)
+    #: other live agents' worktrees (:mod:`protocol.records.worktrees`)
     changes: WorktreeChanges | None = None
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from protocol.ids import PARENT_ID
+from protocol.core.ids import PARENT_ID
 
 __all__ = [
     "CANCELED",
@@ -49,7 +49,7 @@ FAILED: Final = "TASK_STATE_FAILED"
 CANCELED: Final = "TASK_STATE_CANCELED"
 TERMINAL: Final = frozenset({COMPLETED, REJECTED, FAILED, CANCELED})
 
-#: a settled task's result status (``protocol.tasks.TerminalStatus``) to its A2A state
+#: a settled task's result status (``protocol.records.tasks.TerminalStatus``) to its A2A state
 _SETTLED: Final[Mapping[str, str]] = {
     "completed": COMPLETED,
     "blocked": REJECTED,

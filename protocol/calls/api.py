@@ -2,7 +2,7 @@
 
 Each arguments Struct is an :class:`Arguments` of its result type (``DelegateArgs`` is an
 ``Arguments[DelegateResult]``), so ``Session.run(args)`` is typed by the Struct alone. Every field's
-bounds are the annotated types of :mod:`protocol.limits`, enforced by :func:`build_args`
+bounds are the annotated types of :mod:`protocol.core.limits`, enforced by :func:`build_args`
 (``msgspec.convert``), which every surface goes through before anything is sent or done. What
 the surfaces *say* about each operation (its command line, help, tool text, human rendering) is
 the operation table, :mod:`protocol.ops`.
@@ -14,9 +14,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
-from protocol.envelopes import MailboxWake
-from protocol.errors import InvalidArgument
-from protocol.limits import (
+from protocol.core.errors import InvalidArgument
+from protocol.core.limits import (
     ApproveRules,
     BudgetCost,
     BudgetMinutes,
@@ -34,9 +33,10 @@ from protocol.limits import (
     RefName,
     Text,
 )
-from protocol.requests import RequestRecord
-from protocol.tasks import TaskResult, TaskState
-from protocol.usage import Budget, Usage
+from protocol.records.requests import RequestRecord
+from protocol.records.tasks import TaskResult, TaskState
+from protocol.records.usage import Budget, Usage
+from protocol.wire.envelopes import MailboxWake
 
 __all__ = [
     "AgentStatus",
@@ -271,7 +271,7 @@ class Arguments(msgspec.Struct, Generic[R], frozen=True, kw_only=True, forbid_un
 
 class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What ``spawn`` takes beside the name: the one list of them, so ``spawn_many``
-    (:mod:`protocol.api_batch`), which takes each for all its names, cannot drift from it."""
+    (:mod:`protocol.calls.api_batch`), which takes each for all its names, cannot drift from it."""
 
     adapter: Adapter = "scripted"
     script: OptionText | None = None  # path of a script file (scripted adapter)
@@ -283,7 +283,7 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     models_json: OptionText | None = None  # a Pi models.json to use (pi-rpc adapter)
     provider: OptionText | None = None  # the Pi provider name (pi-rpc adapter)
     model: OptionText | None = None  # the Pi model id (pi-rpc adapter)
-    # --- a git worktree of its own (protocol.worktrees; made by the session's edge, which
+    # --- a git worktree of its own (protocol.records.worktrees; made by the session's edge, which
     # fills repo, branch, base and cwd with what it made: they are journaled with the agent)
     worktree: bool = False
     repo: OptionText | None = None  # the repository (default: the session's working directory)
@@ -293,7 +293,7 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: see protocol.session.approvals)
     approve: ApproveRules | None = None
     #: the ``shepherd node`` to start it on (``any``: the least-loaded live node; None: this
-    #: host, as the parent's own child). Only over NATS (protocol.nodes)
+    #: host, as the parent's own child). Only over NATS (protocol.wire.nodes)
     node: NodeName | None = None
 
 

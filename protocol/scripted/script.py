@@ -19,7 +19,7 @@ Rules: a script is checked whole before anything runs, and a bad one is a
 :class:`ScriptError` (an ``invalid_argument``) naming the step. Bounds: at most
 :data:`MAX_SCRIPT_BYTES` of source, 100,000 steps once repeats are unrolled, repeats nested 8
 deep and run 0..10000 times, sleeps of 0..86400 s, exit codes 0..255. What the steps do when
-run is :mod:`protocol.script_machine`.
+run is :mod:`protocol.scripted.script_machine`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocol.errors import InvalidArgument
+from protocol.core.errors import InvalidArgument
 
 __all__ = [
     "MAX_SCRIPT_BYTES",

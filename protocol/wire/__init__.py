@@ -1,0 +1,1 @@
+"""What crosses between processes: the envelopes, and what a parent and a node say."""
