@@ -1,8 +1,8 @@
 """The folders of ``actors/``, and those of ``protocol/``, import each other in one direction
 only: no import cycle between two folders (at any length), so each can be read, tested and
-replaced on top of the ones below it; the actor runtime knows no transport. ``protocol/`` never imports ``actors/`` (ruff's
-banned-api rule checks that one). Read from the source with ``ast``: every import, at the top
-or inside a function, counts."""
+replaced on top of the ones below it; the actor runtime knows no transport. ``protocol/``
+never imports ``actors/`` (ruff's banned-api rule checks that one). Read from the source with
+``ast``: every import, at the top or inside a function, counts."""
 
 from __future__ import annotations
 
