@@ -92,9 +92,6 @@ class WatcherActor(ShepherdActor):
         self._waiting = waiting
         self._got: list[TaskResult] = list(waiting.completed) if waiting is not None else []
         self._deadline: TimerHandle | None = None
-        #: finished: what is still in its mailbox before its stop is ignored (a wait answered
-        #: at its deadline must not hand a late window to anyone)
-        self._finished = False
 
     def on_start(self) -> None:
         waiting = self._waiting
@@ -103,8 +100,6 @@ class WatcherActor(ShepherdActor):
             self._deadline = self.clock.call_later(waiting.timeout_s, tell)
 
     def on_receive(self, message: Any) -> Any:
-        if self._finished:
-            return None
         if isinstance(message, Results):
             for result in message.results:
                 self.state, opens = rules.take(self.state, result, self._coalesce_s)
@@ -131,8 +126,8 @@ class WatcherActor(ShepherdActor):
 
     def _finish(self) -> None:
         """Delivered everything (or a ``wait``'s deadline passed): a ``wait`` answers its
-        caller once; the actor stops."""
-        self._finished = True
+        caller once; the actor stops at once, so whatever is still in its mailbox (a window
+        closing with a wait's deadline) is refused, not handled: no message to stop it."""
         waiting = self._waiting
         if waiting is not None:
             ids = self.state.ids
@@ -148,7 +143,7 @@ class WatcherActor(ShepherdActor):
                 waiting.answer(result)
             except Exception:
                 logger.opt(exception=True).error("the answer of a wait failed")
-        self.stop()
+        self._stop()
 
     def on_stop(self) -> None:
         for timer in (self._timer, self._deadline):
