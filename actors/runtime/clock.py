@@ -178,16 +178,19 @@ class SystemClock:
     def _run(self) -> None:
         while True:
             try:
-                timer = self._next_due()
+                due = self._next_due()
             except Exception:  # nothing may stop the one timer thread: log, go on
                 logger.opt(exception=True).error("timer thread error; continuing")
                 continue
-            if timer is None:
+            if due is None:
                 return
-            _fire(timer)
+            for timer in due:  # in deadline order
+                _fire(timer)
 
-    def _next_due(self) -> _Timer | None:
-        """Block until the earliest timer is due and pop it; None once closed."""
+    def _next_due(self) -> list[_Timer] | None:
+        """Block until the earliest timer is due, and pop every timer due by then (a burst of
+        timers due together costs one wake-up and one hold of the lock, not one each); None
+        once closed."""
         with self._cond:
             while not self._closed:
                 while self._heap and self._heap[0].cancelled:
@@ -195,9 +198,15 @@ class SystemClock:
                 if not self._heap:
                     self._cond.wait()
                     continue
-                wait = self._heap[0].deadline - time.monotonic()
+                now = time.monotonic()
+                wait = self._heap[0].deadline - now
                 if wait <= 0:
-                    return self._pop()
+                    due = []
+                    while self._heap and self._heap[0].deadline <= now:
+                        timer = self._pop()
+                        if not timer.cancelled:
+                            due.append(timer)
+                    return due
                 self._cond.wait(min(wait, _MAX_WAIT_S))
             return None
 
