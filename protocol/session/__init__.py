@@ -5,8 +5,9 @@ Each rule is a function of the session's state (:mod:`~protocol.session.state`) 
 timer), with the time and an id source (:class:`~protocol.session.state.Ctx`). It checks,
 then changes the state, and returns the **effects** the caller must run, in order
 (:mod:`~protocol.session.effects`). It never does I/O, never reads a clock, never imports the
-actors. The broker actor (``actors/session/broker.py``) matches a message, calls the rule and runs
-the effects; the tests call the rules directly.
+actors. The broker actor (``actors/session/broker.py``) matches a message, calls the rule and
+runs the effects; the tests call the rules directly. A watcher's rules are a function of that
+watcher's own state, not the session's: its actor (``actors/session/watcher.py``) calls them.
 
 ==============  ============================================================================
 module          rules
@@ -21,7 +22,8 @@ module          rules
 ``stale``       one stale-wait notification per waiting episode
 ``budgets``     limits granted within the session's remainder; usage counted; one soft
                 warning per task and limit; the hard limit ends the task (budget_exceeded)
-``watchers``    exactly once per watcher; coalescing
+``watchers``    who watches which task: a result routed once to each watcher subscribed
+``watcher``     one watcher's own rules (its actor's): exactly once; coalescing; done
 ``inbound``     envelopes from agents (receipts); failures after acceptance
 ``outbox``      what the parent sends agents (receipts, notices); envelopes fit
 ``status``      the status answer, a pure view
@@ -29,6 +31,6 @@ module          rules
 ``calls``       each operation and timer mapped to its rule
 ==============  ============================================================================
 
-The machines themselves stay where they are: tasks in :mod:`protocol.records.tasks`, requests in
-:mod:`protocol.records.requests`; the process machine is a table in ``agents``.
+The machines themselves stay where they are: tasks in :mod:`protocol.records.tasks`, requests
+in :mod:`protocol.records.requests`; the process machine is a table in ``agents``.
 """
