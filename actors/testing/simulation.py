@@ -28,14 +28,8 @@ import pykka
 
 from actors.runtime.clock import VirtualClock
 from actors.runtime.ids import IdSource
-from actors.runtime.runtime import (
-    FOREVER_S,
-    Envelope,
-    Runtime,
-    RuntimeFuture,
-    RuntimeInbox,
-    ShepherdActor,
-)
+from actors.runtime.inbox import Envelope, RuntimeInbox
+from actors.runtime.runtime import FOREVER_S, Runtime, RuntimeFuture, ShepherdActor
 from actors.runtime.transport import Handler, SenderGate, Subscription
 from protocol.core.errors import InvalidHandle
 from protocol.records.settings import Settings

@@ -13,7 +13,8 @@ import pykka
 import pytest
 
 from actors.runtime.clock import Clock, SystemClock, VirtualClock
-from actors.runtime.runtime import RuntimeInbox, ShepherdActor, ThreadedRuntime
+from actors.runtime.inbox import RuntimeInbox
+from actors.runtime.runtime import ShepherdActor, ThreadedRuntime
 from actors.runtime.transport import InMemoryTransport
 from actors.session.session import Session
 from actors.session.sinks import CollectingSink
@@ -155,7 +156,7 @@ def test_mail_put_while_the_worker_finds_the_inbox_empty_is_not_stranded(step: s
         def schedule(self, actor: Any) -> None:
             scheduled.append(actor)
 
-    inbox = RuntimeInbox(Scheduler(), "actor")  # type: ignore[arg-type]
+    inbox = RuntimeInbox(Scheduler(), "actor")
     inbox.put("first")  # type: ignore[arg-type]
     assert scheduled == ["actor"]  # the worker given it owns the actor now
     assert inbox.take() == "first"  # type: ignore[comparison-overlap]  # a str stands for mail
