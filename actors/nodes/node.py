@@ -204,6 +204,7 @@ class NodeServer:
         for verb, handler in handlers.items():
             await self._nc.subscribe(nodes.node_subject(self.name, verb), cb=handler)  # type: ignore[arg-type]
         await self._nc.subscribe(nodes.NODE_PING, cb=self._on_ping)
+        await self._nc.flush()  # ready means its server has the interest (a cluster: soon all)
         self._beats = asyncio.get_running_loop().create_task(self._beat_loop())
 
     async def _answered(self, subject: str) -> bool:

@@ -69,6 +69,14 @@ __all__ = ["NodeLauncher", "RemoteAgent"]  # RemoteAgent: actors.session.remote_
 #: a placement not launched within this long (its spawn was refused after it was placed) no
 #: longer counts toward its node's load
 _RESERVED_S = 30.0
+#: a node that has just started may not be heard yet through this parent's server (a cluster
+#: tells its servers who listens where within moments): nothing answering is asked again this long
+_NEW_NODE_S = 3.0
+_ASK_AGAIN_S = 0.1
+
+
+class _NobodyAnswers(InvalidHandle):
+    """Nothing listens to a node's name, as far as this parent's server knows yet."""
 
 
 class _Heard(msgspec.Struct, kw_only=True):
@@ -256,12 +264,22 @@ class NodeLauncher(ProcessLauncher):
         return self._loads()
 
     def _ask_info(self, name: str) -> None:
-        try:
-            beat = self._info(name, min(NATS_TIMEOUT_S, 2.0))
-        except ShepherdError:
+        """A node not heard yet, asked (again while nothing answers, up to :data:`_NEW_NODE_S`)."""
+        deadline = time.monotonic() + _NEW_NODE_S
+        while True:
+            try:
+                beat = self._info(name, min(NATS_TIMEOUT_S, 2.0))
+                break
+            except _NobodyAnswers as exc:
+                if time.monotonic() + _ASK_AGAIN_S < deadline:
+                    time.sleep(_ASK_AGAIN_S)  # a retry's pace, not a wait for an event
+                    continue
+                cause = str(exc)
+            except ShepherdError as exc:
+                cause = str(exc)
             live = ", ".join(sorted(self._live())) or "none"
             raise InvalidHandle(
-                f"spawn: node: no live node named {name!r} (live nodes: {live})"
+                f"spawn: node: no live node named {name!r} (live nodes: {live}; {cause})"
             ) from None
         self._heard_from(beat)
 
@@ -283,7 +301,7 @@ class NodeLauncher(ProcessLauncher):
         try:
             msg = self._loop.run(self._nc.request(subject, data, timeout=timeout), timeout + 1)
         except NoRespondersError:
-            raise InvalidHandle(f"node {node} is not live (nothing answers to its name)") from None
+            raise _NobodyAnswers(f"node {node} is not live (nothing answers to its name)") from None
         except Exception as exc:
             raise SessionUnavailable(
                 f"node {node} did not answer within {timeout:g} s ({type(exc).__name__})"

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from actors.runtime.clock import SystemClock
@@ -137,3 +138,34 @@ def test_an_info_answer_in_another_nodes_name_or_malformed_is_not_believed(
     finally:
         loop.run(nc.close(), 30)  # type: ignore[attr-defined]
         loop.stop()
+
+
+def test_a_node_nothing_answers_for_yet_is_asked_again_then_named_as_not_live(
+    launcher: NodeLauncher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node that has just started may not be heard through this parent's server yet (a
+    cluster tells its servers who listens where within moments): a spawn on it asks again;
+    one that never answers is refused naming it, and why."""
+    from actors.session import placement
+    from protocol.core.errors import InvalidHandle
+
+    asked: list[str] = []
+    answer_after = 3
+
+    def call(node: str, verb: str, data: bytes, timeout: float) -> bytes:
+        asked.append(verb)
+        if len(asked) < answer_after:
+            raise placement._NobodyAnswers(f"node {node} is not live (nothing answers)")
+        return msgspec.json.encode(nodes.Beat(name=node, boot="b", seq=1, agents=()))
+
+    monkeypatch.setattr(launcher, "_call", call)
+    monkeypatch.setattr(placement, "_ASK_AGAIN_S", 0.0)
+    launcher._ask_info("n1")
+    assert asked == ["info"] * answer_after and "n1" in launcher._live()
+
+    asked.clear()
+    answer_after = 10**9
+    monkeypatch.setattr(placement, "_NEW_NODE_S", 0.0)
+    with pytest.raises(InvalidHandle, match=r"no live node named 'n9' .*nothing answers"):
+        launcher._ask_info("n9")
+    assert asked == ["info"]
