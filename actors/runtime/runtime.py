@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 import pykka
+from pykka._envelope import Envelope as _PykkaEnvelope  # what ActorRef.tell puts
 
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.ids import IdSource
@@ -138,7 +139,13 @@ class ShepherdActor(pykka.Actor):
         self.actor_ref.tell(_START)
 
     def _stop(self) -> None:
-        super()._stop()
+        # pykka's, without its registry (a runtime's actors are never in it: see Runtime.spawn)
+        # and its debug line, which formatted the actor's name at every stop
+        self.actor_stopped.set()
+        try:
+            self.on_stop()
+        except Exception:
+            self._handle_failure(*sys.exc_info())
         self.runtime.untrack(self)
 
     # --- the loop body, shared by every runtime -------------------------------------------
@@ -200,10 +207,10 @@ class ShepherdActor(pykka.Actor):
 
 def tell_quietly(ref: pykka.ActorRef[Any], message: Any) -> bool:
     """``tell`` that treats a stopped recipient as a normal outcome (returns False)."""
-    try:
-        ref.tell(message)
-    except pykka.ActorDeadError:
+    # pykka's tell, less the exception it raises for a stopped actor only to have it caught
+    if ref.actor_stopped.is_set():
         return False
+    ref.actor_inbox.put(_PykkaEnvelope(message))
     return True
 
 
