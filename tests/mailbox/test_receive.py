@@ -70,19 +70,23 @@ def test_many_inboxes_share_one_receiver_thread(
     for owner in owners:
         mailbox.ensure_inbox(owner)
     collectors = {owner: Collector() for owner in owners}
-    before = threading.active_count()
+    before = set(threading.enumerate())  # threads of earlier tests may end meanwhile
+
+    def started() -> set[threading.Thread]:
+        return {t for t in set(threading.enumerate()) - before if t.name.startswith("shepherd-")}
+
     mailbox.subscribe(owners[0], collectors[owners[0]])
-    with_one = threading.active_count()
-    assert with_one == before + 1
+    with_one = started()
+    assert [t.name for t in with_one] == ["shepherd-mailbox-receiver"]
     for owner in owners[1:]:
         mailbox.subscribe(owner, collectors[owner])
-    assert threading.active_count() == with_one
+    assert started() == with_one
     for owner in owners:
         mailbox.publish(owner, message(session_id, target_id=owner, content=owner))
     for owner, collector in collectors.items():
         assert collector.wait_for(1)[0].content == owner  # type: ignore[union-attr]
         assert collector.threads == {"shepherd-mailbox-receiver"}
-    assert threading.active_count() == with_one
+    assert started() == with_one
 
 
 def test_files_already_in_new_are_delivered_on_subscribe(parent: Mailbox, session_id: str) -> None:

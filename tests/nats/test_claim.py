@@ -55,6 +55,28 @@ def test_a_holder_said_absent_that_still_renews_is_live(nats_url: str, session_i
         first.close()
 
 
+def test_a_holder_that_renews_between_the_lease_running_out_and_the_claim_is_live(
+    nats_url: str, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The servers say nobody listens for the holder and its lease looks run out, but it
+    renews before the new claim is appended (a loaded holder, renewing late): the append
+    follows the wrong sequence, and the claim is refused naming the holder, not tried again
+    until it gives up ("kept claiming it at the same time")."""
+    first = _claim(nats_url, session_id, "first")
+    try:
+        _stop_answering(first)
+
+        async def ran_out_then_renewed(_self: ParentClaim, _seq: int, _held: object) -> None:
+            assert first._loop.run(first._renew_once(), 10)  # on the holder's own loop
+
+        monkeypatch.setattr(ParentClaim, "_watch_lease", ran_out_then_renewed)
+        with pytest.raises(SessionBusy) as refused:
+            _claim(nats_url, session_id, "second")
+        assert "/sessions/first" in refused.value.message
+    finally:
+        first.close()
+
+
 def test_a_holder_neither_answering_nor_renewing_is_taken_over_and_told(
     nats_url: str, session_id: str
 ) -> None:

@@ -7,6 +7,7 @@ notifications with timeouts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -97,14 +98,17 @@ class Serve:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            try:
-                item = json.loads(raw)
-            except ValueError:
-                continue
-            with self._cond:
-                self.lines.append(item)
-                self._cond.notify_all()
+        # ``stop`` closes the pipe if its output has not ended by then (something the
+        # process started still holds it): the end of what can come, as an exit is
+        with contextlib.suppress(ValueError, OSError):
+            for raw in self.proc.stdout:
+                try:
+                    item = json.loads(raw)
+                except ValueError:
+                    continue
+                with self._cond:
+                    self.lines.append(item)
+                    self._cond.notify_all()
         with self._cond:
             self.ended = True
             self._cond.notify_all()
@@ -133,6 +137,7 @@ class Serve:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+        self._reader.join(timeout=5)  # its output ends with the process, as a rule
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()

@@ -30,6 +30,9 @@ Rules:
   ``session_busy``, saying so.
 - The servers' own trouble (no stream leader yet, no answer) is waited out as an outage, up to
   the bound the caller gives, then ``session_unavailable``.
+- A claim judged gone whose writer renews it before the new claim is appended (the append
+  then follows the wrong sequence) is live after all: ``session_busy`` naming it. Only a
+  claim of another writer made meanwhile is read again (at most :data:`_TRIES` times).
 """
 
 from __future__ import annotations
@@ -236,14 +239,17 @@ class ParentClaim:
         """The new claim appended after the newest one, whose writer is gone; its sequence."""
         from nats.js.errors import APIError
 
-        last_seq = await self._refuse_if_held()
+        last_seq, gone = await self._refuse_if_held()
         try:
             claim = msgspec.structs.replace(self.claim, renewed_at=time.time())
             return await self._append(claim, last_seq)
         except APIError as exc:
-            if exc.err_code == WRONG_LAST_SEQUENCE:
-                raise _Moved from None  # another supervisor claimed meanwhile
-            raise
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+        _, now = await self._last()
+        if gone is not None and now is not None and now.writer == gone.writer:
+            raise self._busy(now)  # renewed meanwhile: live, though it looked gone
+        raise _Moved  # another supervisor claimed meanwhile
 
     async def _append(self, claim: Claim, after: int) -> int:
         ack = await self._require_js().publish(
@@ -274,19 +280,20 @@ class ParentClaim:
             return int(last.seq), None
         return int(last.seq), None if held.released else held
 
-    async def _refuse_if_held(self) -> int:
-        """The sequence of the newest claim (0: none), whose writer is gone; ``session_busy``
-        naming it if it is held (or cannot be told gone)."""
+    async def _refuse_if_held(self) -> tuple[int, Claim | None]:
+        """The sequence of the newest claim (0: none) and that claim, whose writer is gone
+        (None: none, or released); ``session_busy`` naming it if it is held (or cannot be told
+        gone)."""
         seq, held = await self._last()
         if held is None:
-            return seq
+            return seq, None
         answer = await self._ask(held)
         if answer is not None:  # it answered: live, named by its answer
             with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
                 held = _DECODER.decode(answer)
             raise self._busy(held)
         await self._watch_lease(seq, held)
-        return seq
+        return seq, held
 
     async def _ask(self, held: Claim) -> bytes | None:
         """Its writer's answer, or None when the servers say nobody listens for it."""
