@@ -31,8 +31,10 @@ Rules:
 - The servers' own trouble (no stream leader yet, no answer) is waited out as an outage, up to
   the bound the caller gives, then ``session_unavailable``.
 - A claim judged gone whose writer renews it before the new claim is appended (the append
-  then follows the wrong sequence) is live after all: ``session_busy`` naming it. Only a
-  claim of another writer made meanwhile is read again (at most :data:`_TRIES` times).
+  then follows the wrong sequence, and a newer claim of that writer is read) is live after
+  all: ``session_busy`` naming it. Otherwise the claim is read again (at most :data:`_TRIES`
+  times, with a growing pause: a read just after the refusal may not show yet, on a
+  cluster, the claim that caused it).
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ RENEW_EVERY_S = 0.5
 LEASE_S = 3.0
 #: claims tried at most (each lost one was lost to a claim made meanwhile, which is read next)
 _TRIES = 10
+#: the first pause before a claim is read again after it moved (doubled each time, at most 1 s)
+_MOVED_PAUSE_S = 0.025
 #: a claim's writer is asked this many times whether it is present before a silence is taken
 #: as a live writer that cannot answer (each ask waits the request timeout)
 _ASKS = 4
@@ -233,6 +237,8 @@ class ParentClaim:
                         f"session {self._session_id}: other supervisors kept claiming it at "
                         "the same time"
                     ) from None
+                # the next read may be as stale as the last one was: let the servers catch up
+                await asyncio.sleep(min(_MOVED_PAUSE_S * 2**tries, 1.0))  # a retry's pace
         self._renewing = asyncio.get_running_loop().create_task(self._renew())
 
     async def _claim_once(self) -> int:
@@ -246,9 +252,12 @@ class ParentClaim:
         except APIError as exc:
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
-        _, now = await self._last()
-        if gone is not None and now is not None and now.writer == gone.writer:
-            raise self._busy(now)  # renewed meanwhile: live, though it looked gone
+        now_seq, now = await self._last()
+        # a read just after the refusal may not show the claim that caused it yet (a cluster):
+        # only a newer claim of the same writer says it renewed
+        newer = now if now_seq > last_seq else None
+        if gone is not None and newer is not None and newer.writer == gone.writer:
+            raise self._busy(newer)  # renewed meanwhile: live, though it looked gone
         raise _Moved  # another supervisor claimed meanwhile
 
     async def _append(self, claim: Claim, after: int) -> int:
