@@ -27,7 +27,7 @@ from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
 from actors.transports.mailbox.inotify import InotifyWaker
 from actors.transports.mailbox.mailbox import Mailbox
-from actors.transports.mailbox.wakers import InterruptEvent
+from actors.transports.mailbox.wakers import InterruptEvent, PollingWaker
 
 __all__ = [
     "PLANNER",
@@ -170,10 +170,19 @@ class Changes:
     when :meth:`nudge` is called (in-process news, e.g. a receipt). The watch exists from
     construction, so nothing that happens after it can be missed."""
 
+    #: without inotify (refused: e.g. the user's inotify instances are all in use by other
+    #: processes), the predicate is checked again at this pace, as the mailbox falls back to
+    #: rescanning
+    POLL_MS = 50
+
     def __init__(self, *dirs: Path) -> None:
         self._nudged = InterruptEvent()
+        self._step_ms: int | None = None
+        self._waker: InotifyWaker | PollingWaker
         try:
             self._waker = InotifyWaker([str(d) for d in dirs], self._nudged)
+        except OSError:
+            self._waker, self._step_ms = PollingWaker([], self._nudged), self.POLL_MS
         except BaseException:
             self._nudged.close()
             raise
@@ -193,7 +202,8 @@ class Changes:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            self._waker.wait(math.ceil(remaining * 1000))
+            wait_ms = math.ceil(remaining * 1000)
+            self._waker.wait(wait_ms if self._step_ms is None else min(wait_ms, self._step_ms))
 
     def close(self) -> None:
         self._waker.close()
