@@ -33,7 +33,7 @@ Rules:
 - A claim judged gone whose writer renews it before the new claim is appended (the append
   then follows the wrong sequence, and a newer claim of that writer is read) is live after
   all: ``session_busy`` naming it. Otherwise the claim is read again (at most :data:`_TRIES`
-  times, with a growing pause: a read just after the refusal may not show yet, on a
+  times, with the pauses of an outage's wait: a read just after the refusal may not show yet, on a
   cluster, the claim that caused it).
 """
 
@@ -53,7 +53,7 @@ from loguru import logger
 
 from actors.transports.nats.lines import WRONG_LAST_SEQUENCE, lines_stream, lines_subject
 from actors.transports.nats.loop import LoopThread
-from actors.transports.nats.outage import Outage, through_outage
+from actors.transports.nats.outage import Outage, outage_backoff, through_outage
 from actors.transports.nats.setup import connect, make_streams
 from protocol.core.errors import SessionBusy, SessionUnavailable, ShepherdError
 from protocol.core.transport_url import TlsFiles
@@ -79,8 +79,6 @@ RENEW_EVERY_S = 0.5
 LEASE_S = 3.0
 #: claims tried at most (each lost one was lost to a claim made meanwhile, which is read next)
 _TRIES = 10
-#: the first pause before a claim is read again after it moved (doubled each time, at most 1 s)
-_MOVED_PAUSE_S = 0.025
 #: a claim's writer is asked this many times whether it is present before a silence is taken
 #: as a live writer that cannot answer (each ask waits the request timeout)
 _ASKS = 4
@@ -225,7 +223,7 @@ class ParentClaim:
         self._answering = await self._nc.subscribe(self._presence(self.claim.writer), cb=answer)
         await self._nc.flush()  # bounded by _run
         await self._waited_out(lambda: make_streams(self._require_js(), [config], 0.0))
-        tries = 0
+        tries, pauses = 0, outage_backoff()  # doubling from 50 ms to 1 s, in random steps
         while True:
             try:
                 self._seq = await self._waited_out(self._claim_once)
@@ -238,7 +236,7 @@ class ParentClaim:
                         "the same time"
                     ) from None
                 # the next read may be as stale as the last one was: let the servers catch up
-                await asyncio.sleep(min(_MOVED_PAUSE_S * 2**tries, 1.0))  # a retry's pace
+                await asyncio.sleep(pauses.next())  # a retry's pace
         self._renewing = asyncio.get_running_loop().create_task(self._renew())
 
     async def _claim_once(self) -> int:
