@@ -10,7 +10,7 @@ Nothing is copied by hand, so a page cannot disagree with the code:
   the same argparse parsers ``--help`` prints (``actors.surfaces.cli_parser.build_parser``,
   ``actors.child.cli``), each operation's bounds read from its Args Struct (the operation
   table, ``protocol.ops``, whose types carry the bounds table, ``protocol.core.limits``), and the
-  watchdog's operations from their own table (``protocol.watchdog.api.OP_ARGS``);
+  watchdog's operations from their entries of the table (``protocol.ops.watchdog``);
 - ``tools.md``: every MCP / Pi parent tool and every child tool with its JSON schema's fields
   and bounds (``protocol.ops.tools``);
 - ``errors-and-notifications.md``: every error code (the subclasses of
@@ -45,9 +45,9 @@ from actors.surfaces.cli_parser import build_parser  # noqa: E402
 from protocol import ops  # noqa: E402
 from protocol.core import errors  # noqa: E402
 from protocol.ops import tools  # noqa: E402
+from protocol.ops import watchdog as watchdog_ops  # noqa: E402
 from protocol.records import notifications  # noqa: E402
 from protocol.records.settings import Settings  # noqa: E402
-from protocol.watchdog import api as watchdog_api  # noqa: E402
 from protocol.watchdog.config import WatchdogConfig  # noqa: E402
 from protocol.watchdog.rules import RULES  # noqa: E402
 
@@ -183,6 +183,10 @@ def _arguments(parser: argparse.ArgumentParser, op: ops.Op[Any] | None) -> list[
     return ["| argument | what | bounds and defaults |", "|---|---|---|", *rows, ""]
 
 
+#: every entry of the operation table by its command line's words (``watchdog status``)
+_BY_COMMAND: dict[str, ops.Op[Any]] = {op.command: op for op in (*ops.PARENT, *ops.WATCHDOG)}
+
+
 def _command_section(
     level: int, title: str, help_: str, parser: argparse.ArgumentParser, op: ops.Op[Any] | None
 ) -> Iterator[str]:
@@ -200,7 +204,10 @@ def _command_section(
     yield ""
     yield from _arguments(parser, op)
     for name, sub_help, sub in _subcommands(parser):
-        yield from _command_section(level + 1, f"{title} {name}", sub_help, sub, None)
+        words = f"{title} {name}".split(" ", 1)[1]  # without the program's name
+        yield from _command_section(
+            level + 1, f"{title} {name}", sub_help, sub, _BY_COMMAND.get(words)
+        )
 
 
 def cli_page() -> str:
@@ -239,18 +246,21 @@ def cli_page() -> str:
     lines += [
         "## The watchdog's operations",
         "",
-        'What `shepherd watchdog ...` and `Supervisor.call("watchdog", {"op", "args"})` '
-        "take (`protocol/watchdog/api.py OP_ARGS`): each operation's arguments.",
+        "Each is an entry of the operation table (`protocol/ops/watchdog.py`): a command above, "
+        "a `watchdog_*` tool, or both; `Supervisor.call` takes it by its name. The older "
+        'envelope `Supervisor.call("watchdog", {"op", "args"})` and `Session.watchdog(op, '
+        "**args)` name the watchdog's own operation:",
         "",
-        "| operation | arguments (bounds) |",
-        "|---|---|",
+        "| operation | entry | arguments (bounds) |",
+        "|---|---|---|",
     ]
-    for op_name, args_type in watchdog_api.OP_ARGS.items():
+    for op_name, args_type in watchdog_ops.OP_ARGS.items():
         fields = []
         for f in msgspec.structs.fields(args_type):
             b = bounds(f.type)
             fields.append(f"`{f.encode_name}`" + (f" ({b})" if b else ""))
-        lines.append(f"| `{op_name}` | {_cell(', '.join(fields) or 'none')} |")
+        entry = next(e for e in ops.WATCHDOG if e.args is args_type)
+        lines.append(f"| `{op_name}` | `{entry.name}` | {_cell(', '.join(fields) or 'none')} |")
     lines.append("")
     return "\n".join(lines)
 

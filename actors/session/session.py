@@ -48,10 +48,12 @@ from actors.session.messages import (
 from actors.session.sinks import GuardedSink, Sink
 from actors.session.worktrees import GitWorker
 from protocol.calls import api, api_batch
+from protocol.calls.watchdog import WatchdogArgs, watchdog_call
 from protocol.core.errors import InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.core.ids import IdKind
 from protocol.ops import Method, batch, parent
 from protocol.ops import approvals as approval_ops
+from protocol.ops import watchdog as watchdog_ops
 from protocol.ops import worktrees as worktree_ops
 from protocol.records.settings import Settings, check_settings
 from protocol.records.worktrees import WorktreeRef, WorktreeReleased
@@ -233,6 +235,9 @@ class Session:
                 answer = self._close(args)
             case api.WorktreesArgs():
                 answer = self._worktrees(args)
+            case WatchdogArgs():
+                op, fields = watchdog_call(args)
+                answer = self.watchdog(op, **fields)
             case _:
                 answer = self._ask(args)
         return answer  # type: ignore[no-any-return]
@@ -278,6 +283,19 @@ class Session:
 
     #: agents' git worktrees, paged (what git says of each: clean or dirty, changed files)
     worktrees = Method(worktree_ops.WORKTREES)
+
+    #: the watchdog's operations (:meth:`watchdog` runs them by the actor's own names)
+    watchdog_status = Method(watchdog_ops.STATUS)
+    watchdog_config = Method(watchdog_ops.CONFIG)
+    watchdog_set = Method(watchdog_ops.SET)
+    watchdog_pause = Method(watchdog_ops.PAUSE)
+    watchdog_resume = Method(watchdog_ops.RESUME)
+    watchdog_inspect = Method(watchdog_ops.INSPECT)
+    watchdog_list_targets = Method(watchdog_ops.LIST_TARGETS)
+    watchdog_read_events = Method(watchdog_ops.READ_EVENTS)
+    watchdog_detect_stuck = Method(watchdog_ops.DETECT_STUCK)
+    watchdog_alert_main = Method(watchdog_ops.ALERT_MAIN)
+    watchdog_steer_subagent = Method(watchdog_ops.STEER_SUBAGENT)
 
     # ------------------------------------------------------------------ worktrees (the edge
     # runs git, or waits for the git worker: never the broker)

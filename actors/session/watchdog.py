@@ -41,8 +41,8 @@ from actors.session.sinks import GuardedSink
 from protocol import watchdog as wd
 from protocol.calls import api
 from protocol.core.errors import InvalidArgument, InvalidHandle
+from protocol.ops import watchdog as watchdog_ops
 from protocol.records.notifications import WatchdogAlert
-from protocol.watchdog.api import check_call, is_watchdog_tool, tool_call
 
 __all__ = ["WatchdogActor", "is_watchdog_call", "session_call"]
 
@@ -338,20 +338,21 @@ class WatchdogActor(ShepherdActor):
 
 
 def is_watchdog_call(op: str) -> bool:
-    """``watchdog`` (the CLI's envelope) or a model-facing ``watchdog_*`` tool name."""
-    return op == "watchdog" or is_watchdog_tool(op)
+    """``watchdog`` (the older envelope) or one of the watchdog's entries of the operation
+    table (``watchdog_status``, the ``watchdog_*`` tools ...)."""
+    return op == "watchdog" or any(entry.name == op for entry in watchdog_ops.WATCHDOG)
 
 
 def session_call(session: Any, op: str, args: Mapping[str, Any]) -> Any:
-    """``Supervisor.call``'s watchdog branch: validate, then ``session.watchdog(op, **args)``.
+    """A watchdog call as ``Supervisor.call`` takes it: checked against its entry of the
+    operation table, then run by ``session.run``.
 
-    ``op`` is ``watchdog`` with ``{"op": ..., "args": {...}}`` (the CLI), or a tool name
-    (``watchdog_read_events`` ...) with that tool's arguments.
+    ``op`` is ``watchdog`` with ``{"op": ..., "args": {...}}`` (the older envelope), or an
+    entry's name (``watchdog_status``, ``watchdog_read_events`` ...) with its arguments.
     """
     if op == "watchdog":
-        wop, wargs = check_call(args)
-    elif is_watchdog_tool(op):
-        wop, wargs = tool_call(op, args)
-    else:
+        return session.run(watchdog_ops.envelope_args(args))
+    if not is_watchdog_call(op):
         raise InvalidArgument(f"not a watchdog operation: {op!r}")
-    return session.watchdog(wop, **wargs)
+    entry = next(e for e in watchdog_ops.WATCHDOG if e.name == op)
+    return session.run(entry.build(args))

@@ -78,8 +78,8 @@ def run_operation(
     ``resolve``) before ``caller()`` finds the session, then called, printed, its exit status.
     The command line calls through a :class:`~actors.surfaces.client.Client`, the supervisor
     runs forwarded calls itself (:mod:`actors.surfaces.forwarded`)."""
-    op = ops.parent_op(args.command.replace("-", "_"))
+    op = ops.parent_op(args.operation)
     call_args = op.given(vars(args), resolve)
     data = _fetch(caller(), op, call_args, answer_timeout(op, call_args))
-    emit(args, data, op.view(data))
+    emit(args, data, op.render(data, call_args))
     return op.exit_status(data) if op.exit_status is not None else 0

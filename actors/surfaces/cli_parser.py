@@ -21,7 +21,7 @@ from actors.runtime import command_wire
 from protocol import ops
 from protocol.core.errors import InvalidArgument
 
-__all__ = ["build_parser", "wants_json"]
+__all__ = ["add_operation", "build_parser", "wants_json"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,11 +66,15 @@ def _add_notifications(sub: Any) -> None:
 _AFTER = {"status": ("top", _add_top), "fail": ("notifications", _add_notifications)}
 
 
-def _add_operation(sub: Any, op: ops.Op[Any]) -> None:
+def add_operation(sub: Any, op: ops.Op[Any]) -> None:
+    """The command of one entry of the operation table (the last word of a sub-command's, under
+    its group's ``sub``): its arguments, help and ``--json``/``--session``; the parsed
+    namespace names the entry (``operation``)."""
     extra = {"description": op.description} if op.description else {}
-    p = sub.add_parser(op.command, help=op.help, **extra)
+    p = sub.add_parser(op.command.split()[-1], help=op.help, **extra)
     for name, spec in op.arguments():
         p.add_argument(name, **spec)
+    p.set_defaults(operation=op.name)
     _add_common(p)
 
 
@@ -270,7 +274,7 @@ def _commands() -> list[tuple[str, Callable[[Any], None]]]:
     ]
     for op in ops.PARENT:
         if op.help:  # an operation without a command has no help
-            out.append((op.command, functools.partial(_add_operation, op=op)))
+            out.append((op.command, functools.partial(add_operation, op=op)))
         if op.name in _AFTER:
             out.append(_AFTER[op.name])
     out += [("tools", _add_tools), ("tool", _add_tool), ("mcp", _add_mcp), ("a2a", _add_a2a)]

@@ -16,12 +16,13 @@ starts from the default settings, or with ``--session`` from that live session's
 ``--set KEY=VALUE`` overrides fields (``--set monologue.threshold=5`` as well). Errors exit
 with status 2 and, with ``--json``, print ``{"error": {"code", "message"}}`` on stdout.
 
-The other commands run in the session: :func:`run_watchdog` takes a ``call(op, args)``
-function (:func:`client_call` for the CLI; ``lambda op, a: session.watchdog(op, **a)`` in
-process). :func:`actors.session.watchdog.session_call` is the session side, for
-``Supervisor.call``. This module parses and dispatches; what a command prints without
-``--json`` is :mod:`actors.surfaces.watchdog_views`, and ``shepherd demo --loop`` is
-:mod:`actors.surfaces.loop_demo`.
+The other commands are the watchdog's entries of the operation table
+(:mod:`protocol.ops.watchdog`): their sub-commands, arguments, help, checks and views (what a
+command prints without ``--json``) are generated from it. They run in the session:
+:func:`run_watchdog` takes a ``call(op, args)`` function with the watchdog actor's operation
+names (:func:`client_call` for the CLI; ``lambda op, a: session.watchdog(op, **a)`` in process).
+:func:`actors.session.watchdog.session_call` is the session side, for ``Supervisor.call``.
+``shepherd demo --loop`` is :mod:`actors.surfaces.loop_demo`.
 
 ``python -m actors.surfaces.watchdog_cli replay FILE ...`` (or any other watchdog command) runs this
 module directly.
@@ -37,15 +38,13 @@ from typing import Any, TextIO
 
 import msgspec
 
-from actors.surfaces.watchdog_views import (
-    render_config,
-    render_inspect,
-    render_set,
-    render_status,
-    replay_table,
-)
+from actors.surfaces.cli_parser import add_operation
+from protocol import ops
 from protocol import watchdog as wd
+from protocol.calls.watchdog import WatchdogArgs, watchdog_call
+from protocol.calls.watchdog_views import replay_table
 from protocol.core.errors import InvalidArgument, ShepherdError
+from protocol.ops import watchdog as wops
 from protocol.watchdog.replay import replay
 
 __all__ = [
@@ -64,52 +63,18 @@ Call = Callable[[str, dict[str, Any]], Any]
 # ----------------------------------------------------------------------------- parser
 
 
-def _add_common(p: argparse.ArgumentParser, *, replay: bool = False) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON (replay: one object a line)")
-    p.add_argument(
-        "--session",
-        metavar="DIR",
-        help=(
-            "start from this live session's watchdog settings (default: the built-in defaults)"
-            if replay
-            else "the session directory"
-        ),
-    )
-
-
 def add_watchdog_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``watchdog`` and its subcommands to the ``shepherd`` parser's subparsers."""
+    """Add ``watchdog`` and its subcommands to the ``shepherd`` parser's subparsers: one per
+    entry of the operation table with a command (:mod:`protocol.ops.watchdog`), and
+    ``replay``."""
+    word, help_text, description = wops.GROUP
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "watchdog",
-        help="the stuck-loop watchdog: status, settings, pause/resume, inspect, replay",
-        description="The stuck-loop watchdog (it alerts the parent; it never kills or steers).",
+        word, help=help_text, description=description
     )
     sub = parser.add_subparsers(dest="watchdog_command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("status", help="enabled/paused, alert mode, alerts sent, targets")
-    _add_common(p)
-    p = sub.add_parser("config", help="every watchdog setting in effect, every rule's threshold")
-    _add_common(p)
-    p = sub.add_parser(
-        "set",
-        help="change one setting for this session only (settings files are not written)",
-        description=(
-            f"Keys: {', '.join(wd.CONFIG_KEYS)}, and rescue_message_override (the session's "
-            "rescue message; an empty value clears it). RULE.threshold is one rule's count "
-            "(1-1,000,000). The words of VALUE are joined by spaces."
-        ),
-    )
-    p.add_argument("key", metavar="KEY")
-    p.add_argument("value", metavar="VALUE", nargs="+")
-    _add_common(p)
-    p = sub.add_parser("pause", help="suppress alerts in this session (detection goes on)")
-    _add_common(p)
-    p = sub.add_parser("resume", help="alert again after a pause")
-    _add_common(p)
-    p = sub.add_parser("inspect", help="an agent's recent events and the detector's verdict")
-    p.add_argument("agent", metavar="AGENT", help="agent name or id")
-    p.add_argument("--limit", type=int, metavar="N", help="only the newest N events")
-    _add_common(p)
+    for op in wops.WATCHDOG:
+        if op.help:  # else a tool only
+            add_operation(sub, op)
     p = sub.add_parser(
         "replay",
         help="run the detector over a JSON-lines transcript (no session needed)",
@@ -132,7 +97,12 @@ def add_watchdog_parser(subparsers: Any) -> argparse.ArgumentParser:
             "--set monologue.threshold=4"
         ),
     )
-    _add_common(p, replay=True)
+    p.add_argument("--json", action="store_true", help="print JSON (one object a line)")
+    p.add_argument(
+        "--session",
+        metavar="DIR",
+        help="start from this live session's watchdog settings (default: the built-in defaults)",
+    )
     return parser
 
 
@@ -218,32 +188,12 @@ def run_watchdog(
             return _replay(args, call, out)
         if call is None:
             raise InvalidArgument(f"watchdog {command} needs a session")
-        data: Any
-        match command:
-            case "status":
-                data = call("status", {})
-                human = render_status(data)
-            case "config":
-                data = call("config", {})
-                human = render_config(data)
-            case "set":
-                data = call("set", {"key": args.key, "value": " ".join(args.value)})
-                human = render_set(args.key, data)
-            case "pause":
-                data = call("pause", {})
-                human = "watchdog paused: no alerts until `shepherd watchdog resume`"
-            case "resume":
-                data = call("resume", {})
-                human = "watchdog resumed: alerts are on again"
-            case "inspect":
-                request: dict[str, Any] = {"agent": args.agent}
-                if args.limit is not None:
-                    request["limit"] = args.limit
-                data = call("inspect", request)
-                human = render_inspect(data)
-            case _:
-                raise InvalidArgument(f"unknown watchdog command {command!r}")
-        _emit(out, args.json, data, human)
+        op = ops.parent_op(args.operation)
+        call_args = op.given(vars(args), lambda path: path)
+        checked = op.build(call_args)
+        assert isinstance(checked, WatchdogArgs)
+        data = call(*watchdog_call(checked))
+        _emit(out, args.json, data, op.render(data, call_args))
         return 0
     except ShepherdError as exc:
         return _fail(args, exc, out, err)

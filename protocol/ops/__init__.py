@@ -22,7 +22,8 @@ tools, MCP                  ``shepherd_<name>`` for each entry with a ``tool``
 ==========================  =================================================================
 
 The entries are written in :mod:`protocol.ops.parent` (the batch operations in
-:mod:`protocol.ops.batch`) and :mod:`protocol.ops.child`; the shape
+:mod:`protocol.ops.batch`, the watchdog's in :mod:`protocol.ops.watchdog`) and
+:mod:`protocol.ops.child`; the shape
 of one is :mod:`protocol.ops.spec`. Adding an operation is one entry (with its Structs in
 ``protocol.calls.api`` and its handler in the session). Rules, checked at import:
 
@@ -40,7 +41,7 @@ from typing import Any
 
 from protocol.calls import api
 from protocol.core.errors import InvalidArgument
-from protocol.ops import batch, child, parent, worktrees
+from protocol.ops import batch, child, parent, watchdog, worktrees
 from protocol.ops.parent import WAIT_TIMED_OUT
 from protocol.ops.spec import Method, Op, Param, Role, Tool, field_kind
 
@@ -49,6 +50,7 @@ __all__ = [
     "OPERATIONS",
     "PARENT",
     "WAIT_TIMED_OUT",
+    "WATCHDOG",
     "Method",
     "Op",
     "Param",
@@ -66,16 +68,22 @@ PARENT: tuple[Op[Any], ...] = (
     *(getattr(worktrees, name) for name in worktrees.__all__),
     *(getattr(batch, name) for name in batch.__all__),
 )
+#: the watchdog's operations (``shepherd watchdog ...``, the ``watchdog_*`` tools), listed
+#: after the others (:mod:`protocol.ops.watchdog`)
+WATCHDOG: tuple[Op[Any], ...] = watchdog.WATCHDOG
 #: the child's operations (``shepherd-child message|done`` and the child's tools)
 CHILD: tuple[Op[Any], ...] = tuple(v for v in vars(child).values() if isinstance(v, Op))
 
-_BY_NAME: dict[str, Op[Any]] = {op.name: op for op in PARENT}
+_BY_NAME: dict[str, Op[Any]] = {op.name: op for op in (*PARENT, *WATCHDOG)}
 #: the session's operations (what ``Session.run`` takes) by name
-OPERATIONS: dict[str, type[api.Arguments[Any]]] = {op.name: op.args for op in PARENT if not op.host}
+OPERATIONS: dict[str, type[api.Arguments[Any]]] = {
+    op.name: op.args for op in (*PARENT, *WATCHDOG) if not op.host
+}
 
 
 def parent_op(name: str) -> Op[Any]:
-    """The parent operation called ``name``; ``invalid_argument`` for an unknown one."""
+    """The parent operation (the watchdog's too) called ``name``; ``invalid_argument`` for an
+    unknown one."""
     op = _BY_NAME.get(name)
     if op is None:
         raise InvalidArgument(f"unknown operation {name!r}")

@@ -53,6 +53,9 @@ class Param(msgspec.Struct, frozen=True, kw_only=True):
     #: elsewhere): "caller" by every surface, "cli" by the command line only (a tool's is
     #: relative to the agent's directory)
     path: Literal["caller", "cli"] | None = None
+    #: a text positional that takes the rest of the command line's words, joined by spaces
+    #: (``watchdog set rescue_message Stop and summarise``)
+    words: bool = False
 
 
 class Tool(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,6 +65,8 @@ class Tool(msgspec.Struct, frozen=True, kw_only=True):
     prompt_snippet: str
     #: the tool's name when it is not ``shepherd_<operation>`` (a name with a hyphen)
     name: str | None = None
+    #: the tool's label when it is not ``Shepherd <operation>``
+    label: str | None = None
 
 
 class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
@@ -85,11 +90,24 @@ class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
     exit_status: Callable[[Any], int] | None = None
     #: answered by the supervisor (the host process), not by the session
     host: bool = False
+    #: the command line's words when they are not the name respelled: a sub-command of a
+    #: group (``watchdog status``)
+    cli: str | None = None
+    #: the human view of the answer when it needs the call's arguments too (``watchdog set``
+    #: names the setting it changed): ``(answer, arguments)``; else :attr:`view`
+    view_of_call: Callable[[Any, Mapping[str, Any]], str] | None = None
 
     @property
     def command(self) -> str:
-        """The command line's name of it (``delegate_many``: ``shepherd delegate-many``)."""
-        return self.name.replace("_", "-")
+        """The command line's name of it (``delegate_many``: ``shepherd delegate-many``;
+        ``watchdog status`` for a sub-command)."""
+        return self.cli or self.name.replace("_", "-")
+
+    def render(self, answer: Any, call_args: Mapping[str, Any]) -> str:
+        """The human view of ``answer`` to a call with ``call_args``."""
+        if self.view_of_call is not None:
+            return self.view_of_call(answer, call_args)
+        return self.view(answer)
 
     def build(self, fields: Mapping[str, Any]) -> api.Arguments[R]:
         """The arguments, checked (``invalid_argument`` naming the operation and the field)."""
@@ -132,7 +150,7 @@ class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
                     spec = {**spec, "action": "append"}
                 found.append((param.cli, {**spec, "dest": name, "required": field.required}))
                 continue
-            if kind is tuple:
+            if kind is tuple or param.words:
                 spec["nargs"] = "+"
             elif not field.required:
                 spec["nargs"] = "?"
@@ -163,6 +181,8 @@ class Op(msgspec.Struct, Generic[R], frozen=True, kw_only=True):
         given: dict[str, Any] = {}
         for name, param in self.params.items():
             value = values.get(name) if param.cli is not None else None
+            if value is not None and param.words and isinstance(value, list):
+                value = " ".join(value)
             if value is not None and param.path is not None:
                 value = resolve(value)
             if value is not None and (item := struct_items(fields[name].type)) is not None:

@@ -31,7 +31,6 @@ import msgspec
 from protocol import ops
 from protocol.core.errors import InvalidArgument
 from protocol.ops import Op, Param, Role
-from protocol.watchdog import api as watchdog_api
 
 __all__ = [
     "NOTIFICATIONS_PER_CALL",
@@ -212,7 +211,7 @@ def _of(op: Op[Any]) -> ToolSpec:
     assert op.tool is not None
     return _tool(
         name=op.tool.name or f"shepherd_{op.name}",
-        label=f"Shepherd {op.name}",
+        label=op.tool.label or f"Shepherd {op.name}",
         role=op.role,
         op=op.name,
         args=op.args,
@@ -249,23 +248,7 @@ NOTIFICATIONS = _tool(
     },
 )
 
-# The watchdog tools are written once, in protocol/watchdog/api.py; their op is the tool name,
-# which the supervisor routes to the watchdog.
-WATCHDOG: tuple[ToolSpec, ...] = tuple(
-    _tool(
-        name=t.name,
-        label=t.label,
-        role="parent",
-        op=t.name,
-        args=t.args_type,
-        description=t.description,
-        prompt_snippet=t.prompt_snippet,
-        params=t.fields,
-    )
-    for t in watchdog_api.WATCHDOG_TOOLS.values()
-)
-
-_PARENT: tuple[ToolSpec, ...] = (*(_of(op) for op in ops.PARENT if op.tool), *WATCHDOG)
+_PARENT: tuple[ToolSpec, ...] = tuple(_of(op) for op in (*ops.PARENT, *ops.WATCHDOG) if op.tool)
 _CHILD: tuple[ToolSpec, ...] = tuple(_of(op) for op in ops.CHILD if op.tool)
 _BY_CONSTANT: dict[str, ToolSpec] = {
     **{s.op.upper(): s for s in _PARENT if s.name.startswith("shepherd_")},

@@ -16,8 +16,8 @@ import pytest
 from protocol import ops
 from protocol.core import errors
 from protocol.ops import tools
+from protocol.ops.watchdog import OP_ARGS
 from protocol.records.settings import Settings
-from protocol.watchdog.api import OP_ARGS
 from protocol.watchdog.config import CONFIG_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,10 +14,10 @@ from protocol.calls.approvals import ApproveArgs, DenyArgs
 from protocol.core import limits
 from protocol.core.errors import InvalidArgument
 from protocol.ops import tools
+from protocol.ops import watchdog as watchdog_api
 from protocol.ops.approvals import ChildApprovalArgs
 from protocol.ops.child import ChildDoneArgs, ChildMessageArgs
 from protocol.ops.tools import ToolSpec
-from protocol.watchdog import api as watchdog_api
 
 from .conftest import Running
 

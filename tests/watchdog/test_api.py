@@ -1,4 +1,5 @@
-"""protocol.watchdog.api: the watchdog tools' and operations' Args Structs and their routing."""
+"""protocol.ops.watchdog and protocol.calls.watchdog: the watchdog tools' and operations' Args
+Structs and their routing."""
 
 from __future__ import annotations
 
@@ -7,15 +8,17 @@ from typing import Any
 import msgspec
 import pytest
 
+from protocol.calls.watchdog import (
+    WatchdogConfigArgs,
+    WatchdogReadEventsArgs,
+    WatchdogSteerSubagentArgs,
+)
 from protocol.core.errors import InvalidArgument
-from protocol.watchdog.api import (
+from protocol.ops.watchdog import (
     OP_ARGS,
     TOOL_OPS,
     WATCHDOG_OPS,
     WATCHDOG_TOOLS,
-    WatchdogConfigArgs,
-    WatchdogReadEventsArgs,
-    WatchdogSteerSubagentArgs,
     check_call,
     check_op,
     is_watchdog_tool,

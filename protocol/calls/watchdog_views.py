@@ -1,14 +1,14 @@
 """The watchdog's text renderings: what ``shepherd watchdog ...`` prints without ``--json``.
 
 Rules: pure functions from an answer (the JSON-able dict a watchdog operation returns) to text;
-no I/O, no session, no parsing of the command line. A field that is missing renders as a
-placeholder rather than failing, so a newer session's answer still prints. The JSON printed
-under ``--json`` is the answer itself and never passes through here.
+no I/O, no session, no clock, no parsing of the command line (they are the views of the
+watchdog's entries of the operation table, :mod:`protocol.ops.watchdog`). A field that is
+missing renders as a placeholder rather than failing, so a newer session's answer still
+prints. The JSON printed under ``--json`` is the answer itself and never passes through here.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,11 +24,14 @@ __all__ = [
 
 
 def _when(ts: Any) -> str:
-    """A clock value: wall-clock time of day for real sessions, seconds for simulated ones."""
-    if not isinstance(ts, (int, float)):
+    """A clock value: the time of day in UTC (``Z``) for real sessions, seconds for simulated
+    ones (computed, not read from a clock: views are pure)."""
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not -1e18 < ts < 1e18:
         return "-"
     if ts > 1e9:
-        return time.strftime("%H:%M:%S", time.localtime(ts))
+        minutes, seconds = divmod(int(ts) % 86_400, 60)
+        hours, minutes = divmod(minutes, 60)
+        return f"{hours:02d}:{minutes:02d}:{seconds:02d}Z"
     return f"{ts:.1f}s"
 
 
