@@ -310,10 +310,23 @@ def bench_settle(sizes: Sizes, results: Results) -> None:
     subjects = ((SHEPHERD, True), ("memory_journal", False))
     for n in sizes.settle_ns:
         for q in ("p50", "p99"):
-            results.params(f"settle.n_{n}.{q}_ms", n=n, baseline="journal in memory, unbatched")
+            results.params(
+                f"settle.n_{n}.{q}_ms",
+                n=n,
+                baseline="journal in memory, unbatched"
+                + ("; floor: read+decode n files, 1 write + 1 fsync, 25 ms" if q == "p99" else ""),
+            )
     for _ in range(sizes.runs):
         for n in sizes.settle_ns:
             keys = [f"settle.n_{n}.{q}_ms" for q in ("p50", "p99")]
+            # the floor, in the same run, as a baseline of the p99: what any design must do
+            # (bench_lib.sessions.settle_floor_job); the bound is p99 <= 1.5x it
+            (floor,) = run_jobs([("settle_floor", {"n": n})], parallel=False)
+            if isinstance(floor, Exception):
+                _failed(results, "settle", keys[1:], "floor", floor)
+            else:
+                results.keep_raw("settle", floor)
+                results.add(f"settle.n_{n}.p99_ms", "floor", floor["floor_ms"])
             for subject, durable in subjects:
                 (got,) = run_jobs([("settle", {"n": n, "durable": durable})], parallel=False)
                 if isinstance(got, Exception):

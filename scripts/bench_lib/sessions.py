@@ -20,6 +20,7 @@ mailbox's. The plain sessions keep the journal in memory and hand each envelope 
 from __future__ import annotations
 
 import gc
+import os
 import tempfile
 import threading
 import time
@@ -314,6 +315,55 @@ def settle_job(params: dict[str, Any]) -> dict[str, Any]:
         bench.close()
     refused = getattr(bench.transport, "refused", 0)
     return {"n": n, "durable": durable, "refused": refused, **settled}
+
+
+def settle_floor_job(params: dict[str, Any]) -> dict[str, Any]:
+    """The floor of ``settle``: what any design must do to tell ``n`` settlements that arrive at
+    once, with none of the session's own work. Timed: reading and decoding the ``n`` done
+    envelopes from a mailbox directory (one file each, as the file mailbox keeps them), one
+    journal line each written in ONE write and ONE fsync; then the coalescing window (25 ms) is
+    added. The ``settle`` job's in-memory transport does not read files, so this floor holds
+    work that the measured session skips: a ratio below 1 is possible."""
+    from protocol.core.ids import make_id
+    from protocol.wire.envelopes import decode_envelope, encode_envelope
+
+    n = params["n"]
+    window_ms = float(params.get("window_ms", 25.0))
+    with tempfile.TemporaryDirectory(prefix="shepherd-floor-") as tmp:
+        inbox = Path(tmp) / "inbox" / "new"
+        inbox.mkdir(parents=True)
+        session_id = make_id(IdKind.SESSION, "f" * 16)
+        for i in range(n):
+            token = f"{i:016x}"
+            env = TaskDoneEnvelope(
+                message_id=make_id(IdKind.MESSAGE, token),
+                session_id=session_id,
+                sender_id=make_id(IdKind.AGENT, token),
+                target_id=PARENT_ID,
+                created_at=time.time(),
+                capability="c",
+                task_id=make_id(IdKind.TASK, token),
+                status="completed",
+                summary="done",
+            )
+            (inbox / env.message_id).write_bytes(encode_envelope(env))
+        journal = Path(tmp) / "journal.jsonl"
+        gc.collect()
+        started = time.perf_counter()
+        lines = []
+        with os.scandir(inbox) as entries:
+            for entry in entries:
+                with open(entry.path, "rb") as file:
+                    env = decode_envelope(file.read())
+                lines.append(encode_envelope(env) + b"\n")
+        fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, b"".join(lines))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        work_ms = (time.perf_counter() - started) * 1000.0
+    return {"n": n, "work_ms": work_ms, "floor_ms": work_ms + window_ms}
 
 
 def create_job(params: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ JOBS = {
     "notify": ("sessions", "notify_job"),
     "scale": ("sessions", "scale_job"),
     "settle": ("sessions", "settle_job"),
+    "settle_floor": ("sessions", "settle_floor_job"),
     "create": ("sessions", "create_job"),
     "pykka_baseline": ("sessions", "pykka_baseline_job"),
     "bridge": ("bridge", "bridge_job"),
