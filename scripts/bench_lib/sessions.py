@@ -354,8 +354,8 @@ def settle_floor_job(params: dict[str, Any]) -> dict[str, Any]:
         with os.scandir(inbox) as entries:
             for entry in entries:
                 with open(entry.path, "rb") as file:
-                    env = decode_envelope(file.read())
-                lines.append(encode_envelope(env) + b"\n")
+                    received = decode_envelope(file.read())
+                lines.append(encode_envelope(received) + b"\n")
         fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             os.write(fd, b"".join(lines))
