@@ -1,4 +1,8 @@
-"""Injected time. Nothing else in ``actors/`` reads the clock or sleeps.
+"""Injected time: every actor reads the time and starts its timers through a :class:`Clock`,
+so the simulation decides when anything happens. Only the edges that wait on the world read
+the system's clock themselves (a child's outbox pacing its retries, the mailbox's doorbell
+and rescan, the NATS connection's outage waits and claim lease, a server's start, the node
+launcher's asking again, the demo's pacing, log time stamps); none of them is an actor's rule.
 
 :class:`Clock` is the whole protocol, and everything that takes a clock types it so:
 ``now`` (wall time, for records), ``monotonic`` (for durations and deadlines), ``call_later``
