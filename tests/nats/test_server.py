@@ -73,3 +73,24 @@ def test_a_cluster_whose_port_was_taken_is_started_again_on_new_ports(
         finally:
             for server in servers:
                 server.kill()
+
+
+def test_another_servers_health_on_a_taken_monitoring_port_is_not_taken_for_this_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A monitoring port chosen free, then taken by another process's healthy server: its
+    health answers for this server, which meanwhile exits on the port. The start must see that
+    the answer is not its own and start again on new ports, never return a dead server."""
+    other = start_server(tmp_path / "other")
+    try:
+        choices = _first_choice_taken(monkeypatch, other.http_port)
+        server = start_server(tmp_path / "nats")
+        try:
+            assert len(choices) == 2, "the first start must have failed on the taken port"
+            assert server.http_port != other.http_port
+            assert server.process is not None and server.process.poll() is None
+            assert server.serves_its_port() and other.serves_its_port()
+        finally:
+            server.kill()
+    finally:
+        other.kill()

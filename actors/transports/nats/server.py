@@ -213,16 +213,37 @@ class NatsServer:
         except (OSError, urllib.error.URLError, ValueError):
             return False
 
+    def serves_its_port(self) -> bool:
+        """Does the server answering this one's monitoring port listen on this one's client
+        port? Another process's server may hold a monitoring port chosen free a moment ago:
+        its health is not this one's."""
+        url = f"http://127.0.0.1:{self.http_port}/varz"
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as answer:
+                return bool(json.load(answer).get("port") == self.port)
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+
     def wait_ready(self, ceiling_s: float = _READY_CEILING_S) -> None:
         deadline = time.monotonic() + ceiling_s
         while not self.healthy():
-            if self.process is not None and self.process.poll() is not None:
-                tail = self.log_tail()
-                kind = _PortTaken if "address already in use" in tail else RuntimeError
-                raise kind(f"nats-server {self.name} exited: {tail}")
+            self._check_running()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nats-server {self.name} not ready: {self.log_tail()}")
             time.sleep(0.02)  # polling the health endpoint: the server has no other ready signal
+        if not self.serves_its_port():
+            self._check_running()  # it failed on a port taken meanwhile: say so
+            raise _PortTaken(
+                f"nats-server {self.name}: another server answers on monitoring port "
+                f"{self.http_port}"
+            )
+        self._check_running()
+
+    def _check_running(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            tail = self.log_tail()
+            kind = _PortTaken if "address already in use" in tail else RuntimeError
+            raise kind(f"nats-server {self.name} exited: {tail}")
 
     def log_tail(self, chars: int = 2000) -> str:
         with contextlib.suppress(OSError):
