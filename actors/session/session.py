@@ -46,6 +46,7 @@ from actors.session.messages import (
     WorktreeOf,
 )
 from actors.session.sinks import GuardedSink, Sink
+from actors.session.watchdog_methods import WatchdogMethods
 from actors.session.worktrees import GitWorker
 from protocol.calls import api, api_batch
 from protocol.calls.watchdog import WatchdogArgs, watchdog_call
@@ -53,7 +54,6 @@ from protocol.core.errors import InvalidArgument, SessionUnavailable, ShepherdEr
 from protocol.core.ids import IdKind
 from protocol.ops import Method, batch, parent
 from protocol.ops import approvals as approval_ops
-from protocol.ops import watchdog as watchdog_ops
 from protocol.ops import worktrees as worktree_ops
 from protocol.records.settings import Settings, check_settings
 from protocol.records.worktrees import WorktreeRef, WorktreeReleased
@@ -74,7 +74,7 @@ GIT_WAIT_S = 4 * GIT_TIMEOUT_S
 R = TypeVar("R")
 
 
-class Session:
+class Session(WatchdogMethods):
     def __init__(
         self,
         runtime: Runtime,
@@ -283,19 +283,6 @@ class Session:
 
     #: agents' git worktrees, paged (what git says of each: clean or dirty, changed files)
     worktrees = Method(worktree_ops.WORKTREES)
-
-    #: the watchdog's operations (:meth:`watchdog` runs them by the actor's own names)
-    watchdog_status = Method(watchdog_ops.STATUS)
-    watchdog_config = Method(watchdog_ops.CONFIG)
-    watchdog_set = Method(watchdog_ops.SET)
-    watchdog_pause = Method(watchdog_ops.PAUSE)
-    watchdog_resume = Method(watchdog_ops.RESUME)
-    watchdog_inspect = Method(watchdog_ops.INSPECT)
-    watchdog_list_targets = Method(watchdog_ops.LIST_TARGETS)
-    watchdog_read_events = Method(watchdog_ops.READ_EVENTS)
-    watchdog_detect_stuck = Method(watchdog_ops.DETECT_STUCK)
-    watchdog_alert_main = Method(watchdog_ops.ALERT_MAIN)
-    watchdog_steer_subagent = Method(watchdog_ops.STEER_SUBAGENT)
 
     # ------------------------------------------------------------------ worktrees (the edge
     # runs git, or waits for the git worker: never the broker)

@@ -18,10 +18,12 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from actors.runtime import command_wire
+from actors.surfaces.cli_table import add_common as _add_common
+from actors.surfaces.cli_table import add_operation
 from protocol import ops
 from protocol.core.errors import InvalidArgument
 
-__all__ = ["add_operation", "build_parser", "wants_json"]
+__all__ = ["build_parser", "wants_json"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,11 +32,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise InvalidArgument(f"{message} (see '{self.prog} --help')")
-
-
-def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--session", metavar="DIR", help="the session directory")
 
 
 def _add_top(sub: Any) -> None:
@@ -64,18 +61,6 @@ def _add_notifications(sub: Any) -> None:
 
 #: the commands that are not operations, listed after the operation they follow in ``--help``
 _AFTER = {"status": ("top", _add_top), "fail": ("notifications", _add_notifications)}
-
-
-def add_operation(sub: Any, op: ops.Op[Any]) -> None:
-    """The command of one entry of the operation table (the last word of a sub-command's, under
-    its group's ``sub``): its arguments, help and ``--json``/``--session``; the parsed
-    namespace names the entry (``operation``)."""
-    extra = {"description": op.description} if op.description else {}
-    p = sub.add_parser(op.command.split()[-1], help=op.help, **extra)
-    for name, spec in op.arguments():
-        p.add_argument(name, **spec)
-    p.set_defaults(operation=op.name)
-    _add_common(p)
 
 
 def _add_serve(sub: Any) -> None:

@@ -38,7 +38,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from actors.surfaces.cli_parser import add_operation
+from actors.surfaces.cli_table import add_operation
 from protocol import ops
 from protocol import watchdog as wd
 from protocol.calls.watchdog import WatchdogArgs, watchdog_call
