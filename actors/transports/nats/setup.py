@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from actors.runtime.log import logger
-from actors.transports.nats.outage import Outage
+from actors.transports.nats.outage import Outage, outage_backoff
 from protocol.core.errors import InboxFull, SessionUnavailable
 from protocol.core.transport_url import TlsFiles, is_tls
 from protocol.records.settings import Settings
@@ -168,23 +168,31 @@ def inbox_stream(name: str, subjects: str, settings: Settings, replicas: int) ->
 
 async def make_streams(js: JetStreamContext, configs: Iterable[Any], ceiling_s: float) -> None:
     """Create each stream, or update it if it exists with other settings (a restart with other
-    limits). A cluster still electing its leaders answers late or with 503: asked again until
-    ``ceiling_s``, since creating a stream twice is harmless."""
+    limits). A cluster still electing its leaders answers late or with 503, and a stream being
+    made may be "in use" to one answer and "not found" to the next (the servers have not all
+    heard of it yet): asked again until ``ceiling_s``, since creating a stream twice is
+    harmless."""
     from nats.errors import TimeoutError as NatsTimeout
-    from nats.js.errors import BadRequestError, ServiceUnavailableError
+    from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 
-    deadline = asyncio.get_running_loop().time() + ceiling_s
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ceiling_s
     for config in configs:
+        pauses = outage_backoff()
         while True:
             try:
-                await js.add_stream(config)
-                break
-            except BadRequestError:  # the name is taken by another config: update it in place
-                await js.update_stream(config)
+                try:
+                    await js.add_stream(config)
+                except BadRequestError:  # the name is taken by another config: update it
+                    await js.update_stream(config)
                 break
             except (NatsTimeout, ServiceUnavailableError):
-                if asyncio.get_running_loop().time() > deadline:
+                if loop.time() > deadline:
                     raise
+            except NotFoundError:  # "in use", then "not found": the stream is being made
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(pauses.next())  # a retry's pace, jittered
 
 
 async def add_consumer(
