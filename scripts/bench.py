@@ -4,7 +4,8 @@
     python scripts/bench.py [--quick] [--out FILE] [--runs N] [--only NAME,...]
 
 Benchmarks (``--only`` names): ``delivery``, ``throughput``, ``notify``, ``scale``, ``idle``,
-``demo``, ``requests``, ``children``, ``runtime``, ``cli``, ``nats``, ``create``, ``settle``.
+``demo``, ``requests``, ``children``, ``runtime``, ``cli``, ``nats``, ``create``, ``settle``,
+``journal``.
 Every job runs in a fresh worker process (``bench_lib.worker``); publishers are other processes
 again (``bench_lib.publisher``). Each figure is collected over several runs (5; 3 with ``--quick``,
 which also uses smaller sizes and finishes in a few minutes) and written to JSON (default
@@ -87,6 +88,7 @@ class Sizes:
     nats_n: int = 500  # envelopes per NATS figure (``nats``), latency samples a fifth of it
     create_n: int = 10000  # tasks (each watched) created at once (``create``)
     settle_ns: tuple[int, ...] = (1000, 10000)  # tasks settling at once, durable (``settle``)
+    journal_n: int = 4000  # records per journal figure, from 8 callers at once (``journal``)
 
 
 FULL = Sizes(5, 100, 500, False, 20000, ((1, 10), (100, 300), (1000, 3000)),
@@ -99,8 +101,8 @@ SMOKE = Sizes(1, 2, 5, True, 200, ((1, 2), (100, 5), (1000, 20)),
               20, 50, 20, 50, 0.5, 100, 1, 150, 50, 3, 1, 500, 2, 3, create_n=50)  # fmt: skip
 
 
-QUICK = replace(QUICK, nats_n=200, settle_ns=(1000,))
-SMOKE = replace(SMOKE, nats_n=20, settle_ns=(50,))
+QUICK = replace(QUICK, nats_n=200, settle_ns=(1000,), journal_n=1600)
+SMOKE = replace(SMOKE, nats_n=20, settle_ns=(50,), journal_n=80)
 
 
 #: children of the baseline session of ``children`` (the same figures for a small session)
@@ -609,6 +611,25 @@ def bench_nats(sizes: Sizes, results: Results) -> None:
         results.add("nats.failover_s", "nats", failover["failover_s"])
 
 
+def bench_journal(sizes: Sizes, results: Results) -> None:
+    """Durable records per second from 8 callers at once, each answered once its record is
+    durable: the journal's writer with group commit beside one record per write, on the file
+    journal and on NATS (bench_lib.journal)."""
+    callers = 8
+    for kind in ("file", "nats"):
+        key = f"journal.{kind}.records_per_s"
+        results.params(key, callers=callers, records=sizes.journal_n, baseline="one per write")
+        for _ in range(sizes.runs):
+            for subject, group in ((SHEPHERD, True), ("one_per_write", False)):
+                params = {"journal": kind, "group_commit": group, "callers": callers}
+                (got,) = run_jobs([("journal", {**params, "n": sizes.journal_n})], parallel=False)
+                if isinstance(got, Exception):
+                    _failed(results, "journal", [key], subject, got)
+                    continue
+                results.keep_raw("journal", got)
+                results.add(key, subject, got["records_per_s"])
+
+
 RUNNERS = {
     "delivery": bench_delivery,
     "throughput": bench_throughput,
@@ -623,6 +644,7 @@ RUNNERS = {
     "nats": bench_nats,
     "create": bench_create,
     "settle": bench_settle,
+    "journal": bench_journal,
 }
 
 

@@ -117,6 +117,18 @@ class ShepherdActor(pykka.Actor):
     def clock(self) -> Clock:
         return self.runtime.clock
 
+    #: the reply future of the message being handled (None: a ``tell``, or taken)
+    _reply: pykka.Future[Any] | None = None
+    _reply_taken = False
+
+    def answer_later(self) -> pykka.Future[Any] | None:
+        """Take the reply of the message being handled: its answer is then not what the handler
+        returns, but what the actor sets on this future later (``set``, ``set_exception``), so
+        whoever asked waits for that, and gets a plain value. None for a ``tell``."""
+        reply, self._reply = self._reply, None
+        self._reply_taken = True
+        return reply
+
     @classmethod
     def start(cls: type[A], *args: Any, **kwargs: Any) -> pykka.ActorRef[A]:
         raise TypeError(f"start {cls.__name__} with runtime.spawn(), not start()")
@@ -159,12 +171,16 @@ class ShepherdActor(pykka.Actor):
             if message is _START:
                 self.on_start()
                 return
+            self._reply, self._reply_taken = envelope.reply_to, False
             response = self._handle_receive(message)
-            if envelope.reply_to is not None:
+            if envelope.reply_to is not None and not self._reply_taken:
                 envelope.reply_to.set(response)
         except Exception as exc:
-            if envelope.reply_to is not None:
-                envelope.reply_to.set_exception()
+            reply = envelope.reply_to
+            if reply is not None:
+                # a reply taken to answer later, by a handler that then failed: it fails now
+                if not self._reply_taken or not getattr(reply, "done", False):
+                    reply.set_exception()
                 return
             logger.opt(exception=True).bind(actor=self.label).error(
                 "handler failed for {message}", message=type(message).__name__

@@ -6,12 +6,17 @@ hold (agent actors, timers, the journal, the sinks), and does three things with 
 match it, call the rule, run the effects the rule returned, in order.
 
 Rules of the runner:
-- Effects run in the order given; a journal append that fails stops the run (what it
-  records is not told: durable before anyone hears of it) and stops the session (fail-stop,
-  :meth:`BrokerActor._stop_deciding`). Consecutive ``Journal`` effects are one write and one
-  fsync (a batch operation puts all its records first). A batch of inbound envelopes (one
-  receiving pass) is one run too: each envelope's rule in order, then
-  all their records in one write, then each one's other effects in order.
+- **Durable before told, with group commit.** A run's records (its ``Journal`` effects) go to
+  the journal's one writer (:mod:`actors.session.journal_writer`); the rest of the run is
+  *held* (:mod:`actors.session.held`) until they are durable, then run in the order given.
+  Meanwhile this actor goes on deciding: the records of every run decided while a write ran
+  go in the next write. While any run is held, every later one is held behind it, records or
+  not (nothing overtakes: a ``status`` is answered once what was decided before it is
+  durable). The caller of a held run gets its answer later (:meth:`answer_later`). A write
+  that fails stops the session (fail-stop, :meth:`BrokerActor._stop_deciding`): no held run
+  is run, each caller is told ``session_unavailable``. A batch of inbound envelopes (one
+  receiving pass) is one run: each envelope's rule in order, all their records in one write,
+  then each one's other effects in order. ``Drain`` is answered once every earlier run ran.
 - Each effect's runner is found by the effect's type (one dict lookup). What goes to other
   actors (task notes to the one note writer, settled results to each watcher's actor, what
   the watchdog is told) is gathered over the run and sent when it ends: one message per
@@ -36,14 +41,13 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import pykka
 
 from actors.child.adapters import check_spawn_options
-from actors.records.journal import Journal, append_all
+from actors.records.journal import Journal
 from actors.records.notes import TaskNotes
-from actors.runtime.crashpoints import crashpoint
 from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor, tell_quietly
 from actors.runtime.transport import (
@@ -55,6 +59,8 @@ from actors.runtime.transport import (
 )
 from actors.session import messages
 from actors.session.agent import AgentActor, AgentSpec, Launcher
+from actors.session.held import HeldRuns
+from actors.session.journal_writer import Committed, JournalFailed, JournalWriter
 from actors.session.runs import WATCHDOG_EFFECTS, Run, read_output
 from actors.session.sinks import GuardedSink
 from actors.session.task import NoteWriter, NoteWrites
@@ -65,7 +71,6 @@ from protocol.calls import api
 from protocol.core.errors import ShepherdError
 from protocol.records.notifications import Notice
 from protocol.records.settings import Settings
-from protocol.records.tasks import TaskRecord
 from protocol.records.worktrees import WorktreeProbed, WorktreeReleased
 from protocol.session import agents, calls, inbound, status, watchers, worktree_events, worktrees
 from protocol.session import effects as fx
@@ -148,8 +153,12 @@ class BrokerActor(ShepherdActor):
         self._log = logger.bind(session=session_id)
         #: why the session stopped deciding (its journal failed), or None
         self._stopped: str | None = None
+        #: the runs decided whose effects wait for their records (or an earlier run's) to be
+        #: durable, and the journal's one writer they go to (started with this actor)
+        self._held = HeldRuns(self._tell_helpers, self._log)
 
     def on_start(self) -> None:
+        self._held.writer = self.runtime.spawn(JournalWriter, self._journal, self.actor_ref)
         if self._notes is not None:
             self._note_writer = self.runtime.spawn(NoteWriter, self._notes)
         if self._restore is not None:
@@ -168,6 +177,14 @@ class BrokerActor(ShepherdActor):
             return None
         state = self.state
         match message:
+            case Committed(upto=upto):
+                return self._held.release(upto)
+            case JournalFailed(error=error):
+                return self._held.fail(self._stop_deciding(error))
+            case messages.Drain():  # answered once everything decided before it was run
+                if self._held:
+                    self._hold([], lambda: None, Run())
+                return None
             case messages.ParentCall(args=args):
                 return self._call(args)
             case messages.Inbound(envelope=env):
@@ -215,18 +232,23 @@ class BrokerActor(ShepherdActor):
             except Exception as exc:
                 refused[env.message_id] = self._failed_on(env.message_id, exc)
         records = [e.record for _, effects in decided for e in effects if isinstance(e, fx.Journal)]
-        if records:
-            self._append(records)  # if it fails, none of the batch is taken (fail-stop)
         run = Run()
-        try:
+
+        def work() -> Refusals | None:
             for message_id, effects in decided:
                 try:
                     self._effects([e for e in effects if type(e) is not fx.Journal], run)
                 except Exception as exc:
                     refused[message_id] = self._failed_on(message_id, exc)
+            return refused or None
+
+        if records or self._held:  # if the write fails, none of the batch is taken (fail-stop)
+            self._hold(records, work, run)
+            return None
+        try:
+            return work()
         finally:
             self._tell_helpers(run)
-        return refused or None
 
     def _failed_on(self, message_id: str, exc: Exception) -> ShepherdError:
         self._log.exception("the session failed on envelope {}", message_id)
@@ -237,7 +259,12 @@ class BrokerActor(ShepherdActor):
             wake_mode = getattr(self._transport, "wake_mode", None)  # the mailbox's, if any
             wake = wake_mode(PARENT_INBOX) if callable(wake_mode) else None
             now = self.clock.now()
-            return status.view(self.state, args.agent, now, cursor=args.cursor, parent_wake=wake)
+            view = status.view(self.state, args.agent, now, cursor=args.cursor, parent_wake=wake)
+            if not self._held:
+                return view
+            # what it shows is told once what was decided before it is durable
+            self._hold([], lambda: view, Run())
+            return None
         if isinstance(args, api.SpawnArgs):
             agents.check_spawn(self.state, args)
         one = first_spawn(args)
@@ -260,11 +287,22 @@ class BrokerActor(ShepherdActor):
         parent's sink). A run of consecutive ``Journal`` effects is ONE journal write (one
         fsync): a batch operation's records are durable together, before any effect that tells
         of them."""
+        effects = self._seen(effects)
         run = Run(waiting)
+        if self._held or any(type(e) is fx.Journal for e in effects):
+            records = [e.record for e in effects if isinstance(e, fx.Journal)]
+            rest = [e for e in effects if type(e) is not fx.Journal]
+            self._hold(records, lambda: self._effects(rest, run), run)
+            return None
         try:
-            return self._effects(self._seen(effects), run)
+            return self._effects(effects, run)
         finally:
             self._tell_helpers(run)
+
+    def _hold(self, records: list[Any], work: Callable[[], Any], run: Run) -> None:
+        """``records`` to the writer, ``work`` (which answers) held until they, and every run
+        held before, are durable; the caller's answer is what ``work`` returns then."""
+        self._held.hold(records, work, run, self.answer_later())
 
     def _seen(self, effects: list[fx.Effect]) -> list[fx.Effect]:
         """Each effect stamped with its trace (when tracing is on), before any runs."""
@@ -280,13 +318,6 @@ class BrokerActor(ShepherdActor):
         while i < n:
             effect = effects[i]
             kind = type(effect)
-            if kind is fx.Journal:
-                j = i + 1
-                while j < n and type(effects[j]) is fx.Journal:
-                    j += 1
-                self._append([e.record for e in effects[i:j]])  # type: ignore[attr-defined]
-                i = j
-                continue
             if kind is fx.Answer:
                 answer = effect.value  # type: ignore[attr-defined]
             elif kind is fx.AnswerFromOutput:
@@ -318,18 +349,7 @@ class BrokerActor(ShepherdActor):
         if run.watchdog and self._watchdog is not None:
             tell_quietly(self._watchdog, run.watchdog)
 
-    def _append(self, records: list[Any]) -> None:
-        settles = any(isinstance(r, TaskRecord) and r.terminal for r in records)
-        if settles:
-            crashpoint("settle.before_journal")
-        try:
-            append_all(self._journal, records)
-        except Exception as exc:
-            self._stop_deciding(exc)
-        if settles:
-            crashpoint("settle.after_journal")
-
-    def _stop_deciding(self, exc: Exception) -> NoReturn:
+    def _stop_deciding(self, exc: Exception) -> NotHandled:
         """Fail-stop: the rules changed the state in memory before the append, so it is ahead
         of the records now. From here on every call and every envelope is refused with
         ``session_unavailable`` (:class:`NotHandled`: the transport leaves the envelopes,
@@ -346,7 +366,9 @@ class BrokerActor(ShepherdActor):
             self._sink(
                 Notice(created_at=self.clock.now(), code="session_stopped", text=self._stopped)
             )
-        raise NotHandled(self._stopped) from exc
+        error = NotHandled(self._stopped)
+        error.__cause__ = exc
+        return error
 
     def _notify(self, effect: fx.Notify, _: Run) -> None:
         self._sink(effect.note)

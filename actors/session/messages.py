@@ -24,6 +24,7 @@ __all__ = [
     "CloseAgent",
     "Deliver",
     "DeliveryFailed",
+    "Drain",
     "Inbound",
     "InboundBatch",
     "ParentCall",
@@ -48,6 +49,11 @@ class Inbound(_Msg, frozen=True, kw_only=True):
     """An envelope that arrived in the parent's inbox."""
 
     envelope: AnyEnvelope
+
+
+class Drain(_Msg, frozen=True, kw_only=True):
+    """The session's edge, before it stops: answered once every run the broker decided before
+    it has run (its records durable, its effects done)."""
 
 
 class WorktreeOf(_Msg, frozen=True, kw_only=True):

@@ -13,6 +13,7 @@ nothing of the simulation.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ from actors.session.agent import Launcher
 from actors.session.broker import BrokerActor
 from actors.session.git import GIT_TIMEOUT_S
 from actors.session.messages import (
+    Drain,
     Inbound,
     InboundBatch,
     ParentCall,
@@ -435,6 +437,9 @@ class Session(WatchdogMethods):
             return
         self._closed = True
         self._subscription.cancel()
+        # what the broker decided is run before it stops (its records durable, its effects done)
+        with contextlib.suppress(Exception):
+            self.broker.ask(Drain(), timeout=ASK_TIMEOUT_S)
         if self.git is not None:
             self.git.close()
         self.runtime.shutdown()

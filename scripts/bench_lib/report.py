@@ -244,6 +244,19 @@ FIGURES.update(
             for n in (50, 1000, 10000)
             for q in ("p50", "p99")
         },
+        **{
+            f"journal.{kind}.records_per_s": Figure(
+                "records/s",
+                "higher",
+                f"durable records per second on the {what}, 8 callers at once, each answered once "
+                "its record is durable (group commit; baseline: one record per write)",
+                target,
+            )
+            for kind, what, target in (
+                ("file", "file journal (fsync)", None),
+                ("nats", "NATS journal (one server, sync_interval always)", 1500.0),
+            )
+        },
     }
 )
 
@@ -261,6 +274,7 @@ BENCHMARKS = {
     "nats": "nats.",
     "create": "create.",
     "settle": "settle.",
+    "journal": "journal.",
 }
 
 SHEPHERD = "shepherd"

@@ -30,6 +30,7 @@ JOBS = {
     "requests": ("requests", "requests_job"),
     "runtime": ("savina", "runtime_job"),
     "nats": ("nats", "nats_job"),
+    "journal": ("journal", "journal_job"),
 }
 
 

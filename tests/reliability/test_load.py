@@ -503,9 +503,9 @@ def rig() -> Any:
 
 def test_fifty_agents_two_hundred_messages_each(rig: Rig, report: Counter[str]) -> None:
     baseline_actors = rig.runtime.actor_count
-    # an agent and a simulated agent each; the broker, the watchdog and the note writer (a
-    # watcher's actor is gone once it delivered everything)
-    assert baseline_actors == 2 * AGENTS + 3
+    # an agent and a simulated agent each; the broker, the watchdog, the note writer and the
+    # journal's writer (a watcher's actor is gone once it delivered everything)
+    assert baseline_actors == 2 * AGENTS + 4
     started = time.monotonic()
 
     # --- the load: everything delivered once, in per-sender order; everything settles

@@ -36,6 +36,8 @@ FIGURES = {
     "create.tasks.cpu_s": {"one_by_one"},
     "settle.n_50.p50_ms": {"memory_journal"},
     "settle.n_50.p99_ms": {"memory_journal", "floor"},
+    "journal.file.records_per_s": {"one_per_write"},
+    "journal.nats.records_per_s": {"one_per_write"},
     "notify.rate_1.p50_ms": set(),
     "notify.rate_1.p99_ms": set(),
     "notify.rate_100.p50_ms": set(),

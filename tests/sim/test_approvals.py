@@ -46,6 +46,7 @@ def scenario(seed: int) -> None:
     request_id = asked.message_id
     # not run_all: virtual time would run on to the request's deadline
     assert s.sim.run_until(lambda: request_id in b.requests)
+    s.sim.run_until_idle()  # its effects run once its records are durable (no time moves)
     assert b.tasks[task.task_id].state is TaskState.WAITING
     told = [n for n in sink.items if isinstance(n, Notice) and n.code == "approval_requested"]
     assert [n.refs for n in told] == [(request_id,)]

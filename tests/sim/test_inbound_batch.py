@@ -13,6 +13,7 @@ import pytest
 from actors.records import journal as journal_module
 from actors.runtime.transport import DeliveryFailed, NotHandled
 from actors.session import broker as broker_module
+from actors.session import journal_writer as writer_module
 from actors.session.messages import InboundBatch
 from actors.session.sinks import CollectingSink
 from actors.session.watcher import Results
@@ -109,7 +110,7 @@ def _counting_writes(monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> lis
         writes.append(list(records))
         journal_module.append_all(journal, records)
 
-    monkeypatch.setattr(broker_module, "append_all", counted)
+    monkeypatch.setattr(writer_module, "append_all", counted)  # the journal's one writer
     return writes
 
 
