@@ -17,8 +17,9 @@ Rules:
   task still waiting are dropped and, if the agent was given that task, its turn is cancelled
   and the agent is told with its next prompt that the task ended.
 - A turn ending (any stop reason) is ``turn_end``, NEVER a task settlement: only
-  ``shepherd-child done`` (the agent runs it from its shell: the child environment puts it on
-  its ``PATH``) settles a task, through the parent.
+  ``shepherd_done`` settles a task, through the parent. The session gets the child tools
+  (``shepherd_done`` / ``shepherd_message``) as a stdio MCP server
+  (:mod:`actors.child.acp_tools`); ``shepherd-child done`` from the agent's shell works too.
 - Session updates become runtime events: ``tool_call`` (a tool call starting: its title, and
   its raw input as compact JSON as the command), ``tool_result`` (its status ``completed`` or
   ``failed``: the command of its call, its text content's tail), ``output`` (the agent's
@@ -48,7 +49,9 @@ import collections
 import contextlib
 import json
 import math
+import os
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -61,7 +64,9 @@ from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
     DeniedOutcome,
+    EnvVariable,
     Implementation,
+    McpServerStdio,
     PermissionOption,
     RequestPermissionResponse,
     TextContentBlock,
@@ -100,6 +105,8 @@ LINE_LIMIT = 16 * 1024 * 1024
 #: The approval's text (a tool call's title and input) is cut to this.
 APPROVAL_TEXT_LIMIT = 2000
 SESSION_FILE = "acp_session.json"
+#: the directory holding ``actors/`` (the tools server is run from it)
+_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class _Prompt(NamedTuple):
@@ -363,11 +370,13 @@ class AcpAdapter:
         caps = init.agent_capabilities
         saved = self._saved_session()
         if self._recovered and saved and caps is not None and caps.load_session:
-            await conn.load_session(cwd=self._opts.cwd, session_id=saved, mcp_servers=[])
+            await conn.load_session(
+                cwd=self._opts.cwd, session_id=saved, mcp_servers=[self._tools_server()]
+            )
             self._session_id = saved
             how = f"session {saved} loaded again"
         else:
-            answer = await conn.new_session(cwd=self._opts.cwd, mcp_servers=[])
+            answer = await conn.new_session(cwd=self._opts.cwd, mcp_servers=[self._tools_server()])
             self._session_id = answer.session_id
             self._save_session(answer.session_id)
             how = f"session {answer.session_id}"
@@ -375,6 +384,21 @@ class AcpAdapter:
         name = f"{info.name} {info.version}" if info is not None else self._opts.argv[0]
         self._log.info("acp agent ready: {} ({})", name, how)
         self._publish("output", text=f"[shepherd] acp agent ready: {name}, {how}")
+
+    def _tools_server(self) -> McpServerStdio:
+        """The child tools (:mod:`actors.child.acp_tools`) as a stdio MCP server, with the
+        variables that make its commands publish as this agent."""
+        env = self._environ
+        keep = {k: v for k, v in env.items() if k.startswith("SHEPHERD_")}
+        path = env.get("PYTHONPATH")
+        keep["PYTHONPATH"] = f"{_ROOT}{os.pathsep}{path}" if path else _ROOT
+        keep["PATH"] = env.get("PATH", os.defpath)
+        return McpServerStdio(
+            name="shepherd",
+            command=sys.executable,
+            args=["-m", "actors.child.acp_tools"],
+            env=[EnvVariable(name=k, value=v) for k, v in sorted(keep.items())],
+        )
 
     def _saved_session(self) -> str | None:
         if self._agent_dir is None:

@@ -9,6 +9,7 @@ string a line) and every step's outcome to ``SCRIPT.json.log``. Steps::
     {"tool": TITLE, "input": {...}, "output": TEXT, "failed": false}
                                           a tool call starting, then its result
     {"shell": [ARGV...]}                  run a command (e.g. shepherd-child done ...)
+    {"mcp": TOOL, "arguments": {...}}     call a tool of the client's "shepherd" MCP server
     {"permission": TITLE}                 ask the client; logs the outcome
     {"wait_cancel": true}                 wait for session/cancel, then end "cancelled"
     {"cost": USD}                         a usage_update with the session's cost so far
@@ -63,6 +64,7 @@ class ScriptedAgent:
             self.turns: list[list[dict[str, Any]]] = json.load(f)
         self.conn: Any = None
         self.cancelled = asyncio.Event()
+        self.mcp_servers: list[Any] = []
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -74,7 +76,11 @@ class ScriptedAgent:
             agent_info=Implementation(name="scripted-acp", version="1.0"),
         )
 
-    async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
+    async def new_session(
+        self, cwd: str, mcp_servers: list[Any] | None = None, **kwargs: Any
+    ) -> NewSessionResponse:
+        self.mcp_servers = list(mcp_servers or [])
+        log({"mcp_servers": [server.name for server in self.mcp_servers]})
         sid = uuid.uuid4().hex
         log({"new_session": sid, "cwd": cwd})
         return NewSessionResponse(session_id=sid)
@@ -87,12 +93,28 @@ class ScriptedAgent:
         log({"cancel": session_id})
         self.cancelled.set()
 
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        """Call a tool of the client's ``shepherd`` MCP server, as an agent does."""
+        from mcp.client.session import ClientSession
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        server = next(s for s in self.mcp_servers if s.name == "shepherd")
+        params = StdioServerParameters(
+            command=server.command,
+            args=list(server.args),
+            env={v.name: v.value for v in server.env},
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool(name, arguments)
+        return "".join(getattr(part, "text", "") for part in result.content)
+
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         text = "".join(getattr(block, "text", "") for block in prompt)
         with open(SCRIPT + ".prompts", "a", encoding="utf-8") as f:
             f.write(json.dumps(text) + "\n")
         self.cancelled.clear()
-        steps = self.turns.pop(0) if self.turns else [{"say": "nothing scripted"}]
+        steps: list[dict[str, Any]] = self.turns.pop(0) if self.turns else [{"say": "none"}]
         tokens = 0
         for step in steps:
             if "say" in step:
@@ -115,6 +137,9 @@ class ScriptedAgent:
                         raw_output={"output": step.get("output", "")},
                     ),
                 )
+            elif "mcp" in step:
+                arguments: dict[str, Any] = step.get("arguments") or {}
+                log({"mcp": await self.call_tool(str(step["mcp"]), arguments)})
             elif "shell" in step:
                 done = subprocess.run(step["shell"], capture_output=True, text=True, check=False)
                 log({"shell": done.returncode, "stdout": done.stdout, "stderr": done.stderr})

@@ -103,6 +103,29 @@ def test_a_task_is_one_prompt_turn_and_its_tool_events_and_usage_reach_the_paren
     assert len(prompts) == 1 and "List the files, then finish." in prompts[0]
 
 
+def test_the_session_gets_the_child_tools_as_an_mcp_server_and_shepherd_done_settles(
+    parent: FakeParent,
+) -> None:
+    script = start(
+        parent,
+        [
+            [
+                {"say": "done soon"},
+                {
+                    "mcp": "shepherd_done",
+                    "arguments": {"status": "blocked", "summary": "--needs a key"},
+                },
+            ]
+        ],
+    )
+    assert wait_log(parent, script, "mcp_servers") == ["shepherd"]
+    parent.delegate("Try it.")
+    _, done = parent.wait_for(lambda e: isinstance(e, TaskDoneEnvelope))
+    assert isinstance(done, TaskDoneEnvelope)
+    assert (done.status, done.summary) == ("blocked", "--needs a key")
+    assert '"accepted": true' in wait_log(parent, script, "mcp")
+
+
 def test_a_turn_ending_without_done_settles_nothing_and_a_follow_up_is_a_new_prompt(
     parent: FakeParent,
 ) -> None:

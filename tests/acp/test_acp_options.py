@@ -56,3 +56,20 @@ def test_spawn_takes_the_acp_adapter_and_its_command_line() -> None:
         SpawnArgs,
     )
     assert (args.adapter, args.acp_cmd) == ("acp", "npx @zed-industries/codex-acp")
+
+
+def test_without_the_acp_extra_a_spawn_is_invalid_argument_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    real = importlib.import_module
+
+    def without_acp(name: str, package: str | None = None) -> object:
+        if name == "actors.child.acp":
+            raise ModuleNotFoundError("No module named 'acp'", name="acp")
+        return real(name, package)
+
+    monkeypatch.setattr("actors.child.adapters.importlib.import_module", without_acp)
+    with pytest.raises(InvalidArgument, match=r"needs the 'acp' extra .*acp is not installed"):
+        check_spawn_options("acp", {"acp_cmd": "true"}, str(tmp_path))
