@@ -34,6 +34,20 @@ class ResponsesModel:
                 }
             )
 
+    def add_call(self, name: str, arguments: dict[str, Any], namespace: str | None = None) -> None:
+        """A function call (an MCP tool's: ``namespace`` names its server, e.g. mcp__shepherd)."""
+        with self._lock:
+            item: dict[str, Any] = {
+                "type": "function_call",
+                "id": f"fc_{len(self._answers)}",
+                "call_id": f"call_{len(self._answers)}",
+                "name": name,
+                "arguments": json.dumps(arguments),
+            }
+            if namespace is not None:
+                item["namespace"] = namespace
+            self._answers.append(item)
+
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from protocol.wire.envelopes import RuntimeEnvelope, TaskDoneEnvelope
+from protocol.calls.approvals import APPROVED
+from protocol.wire.envelopes import MessageEnvelope, RuntimeEnvelope, TaskDoneEnvelope
 from tests.acp.responses_model import ResponsesModel
+from tests.acp.test_acp_bridge import decide
 from tests.child.conftest import FakeParent
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -54,9 +56,7 @@ def model() -> Iterator[ResponsesModel]:
         server.close()
 
 
-def test_the_real_codex_acp_runs_a_task_turn_offline_and_its_end_settles_nothing(
-    parent: FakeParent, codex_acp: Path, model: ResponsesModel
-) -> None:
+def start_codex(parent: FakeParent, codex_acp: Path, model: ResponsesModel) -> None:
     home = parent.tmp_path / "codex-home"
     home.mkdir()
     (home / "config.toml").write_text(
@@ -69,7 +69,6 @@ def test_the_real_codex_acp_runs_a_task_turn_offline_and_its_end_settles_nothing
     )
     work = parent.tmp_path / "work"
     work.mkdir()
-    model.add_text("I looked; the answer is 42.")
     parent.start_bridge(
         "acp",
         {"acp_cmd": str(codex_acp), "cwd": str(work)},
@@ -80,6 +79,13 @@ def test_the_real_codex_acp_runs_a_task_turn_offline_and_its_end_settles_nothing
         CODEX_API_KEY=None,
     )
     parent.wait_event("output", text=lambda t: t is not None and "acp agent ready: codex-acp" in t)
+
+
+def test_the_real_codex_acp_runs_a_task_turn_offline_and_its_end_settles_nothing(
+    parent: FakeParent, codex_acp: Path, model: ResponsesModel
+) -> None:
+    model.add_text("I looked; the answer is 42.")
+    start_codex(parent, codex_acp, model)
     parent.delegate("What is the answer?")
     _, end = parent.wait_event("turn_end")
     assert end.text == "end_turn"
@@ -92,3 +98,23 @@ def test_the_real_codex_acp_runs_a_task_turn_offline_and_its_end_settles_nothing
     assert "shepherd_done" in body
     # ending the turn is not finishing the task
     assert not any(isinstance(e, TaskDoneEnvelope) for e in parent.snapshot())
+
+
+def test_the_real_codex_acp_finishes_a_task_with_the_shepherd_done_mcp_tool(
+    parent: FakeParent, codex_acp: Path, model: ResponsesModel
+) -> None:
+    model.add_call(
+        "shepherd_done", {"status": "completed", "summary": "found 42"}, namespace="mcp__shepherd"
+    )
+    model.add_text("Done.")
+    start_codex(parent, codex_acp, model)
+    parent.delegate("Find the answer, then finish.")
+    _, call = parent.wait_event("tool_call")
+    assert "found 42" in (call.command or "")
+    # codex asks permission for the MCP tool call: a Shepherd approval, approved here
+    _, request = parent.wait_for(lambda e: isinstance(e, MessageEnvelope) and e.approval)
+    assert isinstance(request, MessageEnvelope) and "shepherd_done" in request.content
+    decide(parent, request, APPROVED)
+    _, done = parent.wait_for(lambda e: isinstance(e, TaskDoneEnvelope))
+    assert isinstance(done, TaskDoneEnvelope)
+    assert (done.status, done.summary) == ("completed", "found 42")
