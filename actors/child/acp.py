@@ -199,11 +199,12 @@ class AcpAdapter:
         self._environ: dict[str, str] = {}
         # --- loop thread state
         self._prompts: collections.deque[_Prompt] = collections.deque()
-        self._wake: asyncio.Event | None = None
+        #: set when a prompt is queued (made here: deliveries may come before the loop runs)
+        self._wake = asyncio.Event()
         self._turn_open = False
         self._cancelling = False
         self._approval: asyncio.subprocess.Process | None = None
-        self._approval_cancelled: asyncio.Event | None = None
+        self._approval_cancelled = asyncio.Event()
         self._commands: dict[str, str] = {}
         self._titles: dict[str, str] = {}
         self._said: list[str] = []
@@ -223,6 +224,9 @@ class AcpAdapter:
             self._agent_dir, self._own_dir = Path(tempfile.mkdtemp(prefix="shepherd-acp-")), True
         environ = with_child_bin(self._ctx.child_environ(), self._agent_dir)
         self._environ = environ
+        # made here, not in the thread: a delivery that comes before the thread runs is
+        # scheduled on it and runs once it does (never dropped)
+        self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._run_loop, args=(environ,), name="shepherd-acp", daemon=True
         )
@@ -258,8 +262,8 @@ class AcpAdapter:
     def close(self) -> None:
         """Cancel the running turn, then stop the agent (called once)."""
         self._closing = True
-        loop, main = self._loop, self._main
-        if loop is not None and main is not None and not loop.is_closed():
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 future = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
                 with contextlib.suppress(Exception):
@@ -303,8 +307,9 @@ class AcpAdapter:
     # ------------------------------------------------------------------ the loop thread
 
     def _run_loop(self, environ: dict[str, str]) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+        loop = self._loop
+        assert loop is not None
+        asyncio.set_event_loop(loop)
         try:
             self._main = loop.create_task(self._session(environ))
             loop.run_until_complete(self._main)
@@ -316,8 +321,6 @@ class AcpAdapter:
             loop.close()
 
     async def _session(self, environ: dict[str, str]) -> None:
-        self._wake = asyncio.Event()
-        self._approval_cancelled = asyncio.Event()
         argv = self._opts.argv
         try:
             async with (
@@ -416,7 +419,6 @@ class AcpAdapter:
 
     async def _turns(self, conn: Any) -> None:
         """One prompt turn at a time, in order, until the connection ends."""
-        assert self._wake is not None
         while True:
             while not self._prompts:
                 self._wake.clear()
@@ -463,8 +465,7 @@ class AcpAdapter:
                 self._publish(
                     "output", text=f"[shepherd] {prompt.what} queued: lands after this turn"
                 )
-        if self._wake is not None:
-            self._wake.set()
+        self._wake.set()
 
     async def _drop_task(self, task_id: str, why: str, *, cancel: bool) -> None:
         before = len(self._prompts)
@@ -480,8 +481,7 @@ class AcpAdapter:
             return
         self._cancelling = True
         self._publish("output", text=f"[shepherd] {why}: cancelling the running turn")
-        if self._approval_cancelled is not None:
-            self._approval_cancelled.set()
+        self._approval_cancelled.set()
         with contextlib.suppress(Exception):
             await self._conn.cancel(session_id=self._session_id)
 
@@ -550,7 +550,6 @@ class AcpAdapter:
 
     async def _ask_parent(self, text: str) -> bool | None:
         """``shepherd-child approve-request``: True approved, False denied, None withdrawn."""
-        assert self._approval_cancelled is not None
         self._approval_cancelled.clear()
         env = self._environ
         child_bin = env["SHEPHERD_CHILD_BIN"]
