@@ -79,8 +79,6 @@ from acp.stdio import spawn_agent_process
 
 from actors.child.acp_options import AcpOptions
 from actors.child.adapters import AgentContext, control_reason, show_refusal
-from actors.child.pi.bridged import with_child_bin
-from actors.child.pi.turns import COMMAND_LIMIT, TEXT_LIMIT
 from actors.runtime.log import logger
 from actors.runtime.procs import OUTPUT_TAIL_BYTES, exit_status
 from protocol.calls.render import render_delivery, render_task_context, render_task_ended
@@ -105,6 +103,10 @@ LINE_LIMIT = 16 * 1024 * 1024
 #: The approval's text (a tool call's title and input) is cut to this.
 APPROVAL_TEXT_LIMIT = 2000
 SESSION_FILE = "acp_session.json"
+#: Text and tool commands published beyond this are cut (an envelope is at most 64 KiB; the
+#: same bounds as Pi's events)
+TEXT_LIMIT = 16 * 1024
+COMMAND_LIMIT = 8 * 1024
 #: the directory holding ``actors/`` (the tools server is run from it)
 _ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -222,7 +224,9 @@ class AcpAdapter:
             self._agent_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         else:
             self._agent_dir, self._own_dir = Path(tempfile.mkdtemp(prefix="shepherd-acp-")), True
-        environ = with_child_bin(self._ctx.child_environ(), self._agent_dir)
+        environ = self._ctx.child_environ()
+        path = environ.get("PYTHONPATH")  # so `python -m actors...` works from any directory
+        environ["PYTHONPATH"] = f"{_ROOT}{os.pathsep}{path}" if path else _ROOT
         self._environ = environ
         # made here, not in the thread: a delivery that comes before the thread runs is
         # scheduled on it and runs once it does (never dropped)
@@ -393,8 +397,7 @@ class AcpAdapter:
         variables that make its commands publish as this agent."""
         env = self._environ
         keep = {k: v for k, v in env.items() if k.startswith("SHEPHERD_")}
-        path = env.get("PYTHONPATH")
-        keep["PYTHONPATH"] = f"{_ROOT}{os.pathsep}{path}" if path else _ROOT
+        keep["PYTHONPATH"] = env["PYTHONPATH"]
         keep["PATH"] = env.get("PATH", os.defpath)
         return McpServerStdio(
             name="shepherd",
@@ -552,9 +555,10 @@ class AcpAdapter:
         """``shepherd-child approve-request``: True approved, False denied, None withdrawn."""
         self._approval_cancelled.clear()
         env = self._environ
-        child_bin = env["SHEPHERD_CHILD_BIN"]
+        child_bin = env.get("SHEPHERD_CHILD_BIN")
+        argv = [child_bin] if child_bin else [sys.executable, "-m", "actors.child.entry"]
         proc = await asyncio.create_subprocess_exec(
-            child_bin,
+            *argv,
             "approve-request",
             "--json",
             "--",
