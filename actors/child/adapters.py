@@ -44,7 +44,11 @@ ADAPTERS: dict[str, str] = {
     "scripted": "actors.child.scripted_adapter:ScriptedAdapter",
     "command": "actors.child.command:CommandAdapter",
     "pi-rpc": "actors.child.pi.adapter:PiRpcAdapter",
+    "acp": "actors.child.acp:AcpAdapter",
 }
+
+#: Adapter name -> the extra whose packages it needs (a bad spawn is invalid_argument without).
+ADAPTER_EXTRAS: dict[str, str] = {"acp": "acp"}
 
 
 class AgentContext(Protocol):
@@ -107,7 +111,17 @@ def adapter_class(name: str) -> type[Adapter]:
         known = ", ".join(sorted(ADAPTERS))
         raise InvalidArgument(f"unknown adapter {name!r} (known: {known})")
     module_name, _, class_name = target.partition(":")
-    cls: type[Adapter] = getattr(importlib.import_module(module_name), class_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:  # an adapter of an extra that is not installed
+        extra = ADAPTER_EXTRAS.get(name)
+        if extra is None or exc.name is None or exc.name.startswith("actors"):
+            raise
+        raise InvalidArgument(
+            f"the {name} adapter needs the {extra!r} extra (pip install 'shepherd[{extra}]'): "
+            f"{exc.name} is not installed"
+        ) from None
+    cls: type[Adapter] = getattr(module, class_name)
     return cls
 
 

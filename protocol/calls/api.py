@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 ProcessState = Literal["starting", "working", "idle", "exited"]
-Adapter = Literal["scripted", "command", "pi-rpc", "simulated"]
+Adapter = Literal["scripted", "command", "pi-rpc", "acp", "simulated"]
 
 
 class SpawnResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -283,6 +283,7 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     models_json: OptionText | None = None  # a Pi models.json to use (pi-rpc adapter)
     provider: OptionText | None = None  # the Pi provider name (pi-rpc adapter)
     model: OptionText | None = None  # the Pi model id (pi-rpc adapter)
+    acp_cmd: OptionText | None = None  # an ACP agent's command line (acp adapter)
     # --- a git worktree of its own (protocol.records.worktrees; made by the session's edge, which
     # fills repo, branch, base and cwd with what it made: they are journaled with the agent)
     worktree: bool = False

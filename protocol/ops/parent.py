@@ -66,7 +66,7 @@ SPAWN = entry(
         ),
         "adapter": Param(
             description="How the agent runs (default scripted)",
-            choices=("scripted", "command", "pi-rpc"),
+            choices=("scripted", "command", "pi-rpc", "acp"),
             cli="--adapter",
         ),
         "script": Param(
@@ -125,6 +125,15 @@ SPAWN = entry(
             cli="--model",
             metavar="ID",
             help="the Pi model id (pi-rpc)",
+        ),
+        "acp_cmd": Param(
+            description=(
+                "Command line of an Agent Client Protocol agent, run over stdio (acp adapter), "
+                "e.g. 'npx @zed-industries/codex-acp'; at most 4096 characters"
+            ),
+            cli="--acp-cmd",
+            metavar="CMD",
+            help="an ACP agent's command line (acp adapter)",
         ),
         # --- a git worktree of its own
         "worktree": Param(
