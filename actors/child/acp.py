@@ -48,7 +48,6 @@ import asyncio
 import collections
 import contextlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -60,29 +59,20 @@ from typing import Any, ClassVar, NamedTuple
 
 from acp import PROTOCOL_VERSION, text_block
 from acp.schema import (
-    AgentMessageChunk,
-    AllowedOutcome,
     ClientCapabilities,
-    DeniedOutcome,
     EnvVariable,
     Implementation,
     McpServerStdio,
-    PermissionOption,
-    RequestPermissionResponse,
-    TextContentBlock,
-    ToolCallProgress,
-    ToolCallStart,
-    ToolCallUpdate,
-    UsageUpdate,
 )
 from acp.stdio import spawn_agent_process
 
+from actors.child.acp_events import TEXT_LIMIT, AgentClient, AgentSaid, head
 from actors.child.acp_options import AcpOptions
 from actors.child.adapters import AgentContext, control_reason, show_refusal
 from actors.runtime.log import logger
-from actors.runtime.procs import OUTPUT_TAIL_BYTES, exit_status
+from actors.runtime.procs import exit_status
 from protocol.calls.render import render_delivery, render_task_context, render_task_ended
-from protocol.core.limits import MAX_BUDGET_COST, MAX_BUDGET_TOKENS
+from protocol.core.limits import MAX_BUDGET_TOKENS
 from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -100,13 +90,7 @@ __all__ = ["AcpAdapter"]
 CLOSE_TIMEOUT_S = 10.0
 #: The biggest line the SDK's reader accepts from the agent (a bigger one ends the connection).
 LINE_LIMIT = 16 * 1024 * 1024
-#: The approval's text (a tool call's title and input) is cut to this.
-APPROVAL_TEXT_LIMIT = 2000
 SESSION_FILE = "acp_session.json"
-#: Text and tool commands published beyond this are cut (an envelope is at most 64 KiB; the
-#: same bounds as Pi's events)
-TEXT_LIMIT = 16 * 1024
-COMMAND_LIMIT = 8 * 1024
 #: the directory holding ``actors/`` (the tools server is run from it)
 _ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -118,66 +102,7 @@ class _Prompt(NamedTuple):
     gives_task: bool = False
 
 
-def _head(text: str, limit: int) -> str:
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    return data[:limit].decode(errors="ignore") + "\n[… cut by shepherd …]"
-
-
-def _tail(text: str, limit: int) -> str:
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    return "[… earlier output cut …]\n" + data[-limit:].decode(errors="ignore")
-
-
-def _tool_text(content: object) -> str:
-    """The text parts of a tool call's content, joined."""
-    if not isinstance(content, list):
-        return ""
-    parts: list[str] = []
-    for item in content:
-        inner = getattr(item, "content", None)
-        text = getattr(inner, "text", None)
-        if isinstance(text, str):
-            parts.append(text)
-    return "\n".join(parts)
-
-
-def _compact(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-class _Client:
-    """The ACP client side: the agent's requests and notifications (loop thread)."""
-
-    def __init__(self, adapter: AcpAdapter) -> None:
-        self._a = adapter
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        self._a._on_update(update)
-
-    async def request_permission(
-        self,
-        session_id: str,
-        tool_call: ToolCallUpdate,
-        options: list[PermissionOption],
-        **kwargs: Any,
-    ) -> RequestPermissionResponse:
-        return await self._a._permission(tool_call, options)
-
-    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        return {}
-
-    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
-        return None
-
-    def on_connect(self, conn: Any) -> None:
-        return None
-
-
-class AcpAdapter:
+class AcpAdapter(AgentSaid):
     name: ClassVar[str] = "acp"
 
     @staticmethod
@@ -329,7 +254,7 @@ class AcpAdapter:
         try:
             async with (
                 spawn_agent_process(
-                    _Client(self),  # type: ignore[arg-type]  # structurally the SDK's Client
+                    AgentClient(self),  # type: ignore[arg-type]  # structurally the SDK's Client
                     argv[0],
                     *argv[1:],
                     env=environ,
@@ -440,7 +365,7 @@ class AcpAdapter:
             except Exception as exc:  # the agent answered the prompt with an error
                 self._turn_open = False
                 self._flush_said()
-                self._publish("turn_end", is_error=True, text=_head(str(exc), TEXT_LIMIT))
+                self._publish("turn_end", is_error=True, text=head(str(exc), TEXT_LIMIT))
                 continue
             self._turn_open = False
             self._flush_said()
@@ -450,12 +375,6 @@ class AcpAdapter:
             reason = answer.stop_reason
             self._log.info("turn ended ({})", reason)
             self._publish("turn_end", is_error=reason == "refusal", text=reason)
-
-    def _flush_said(self) -> None:
-        text = "".join(self._said).strip()
-        self._said = []
-        if text:
-            self._publish("output", text=_head(text, TEXT_LIMIT))
 
     async def _enqueue(self, prompt: _Prompt, steer: bool) -> None:
         if steer:
@@ -492,106 +411,6 @@ class AcpAdapter:
         await self._cancel_turn("closing")
         if self._main is not None:
             self._main.cancel()
-
-    # ------------------------------------------------------------------ the agent's updates
-
-    def _on_update(self, update: Any) -> None:
-        match update:
-            case AgentMessageChunk(content=TextContentBlock(text=text)):
-                if sum(map(len, self._said)) < TEXT_LIMIT * 2:
-                    self._said.append(text)
-            case ToolCallStart():
-                raw = update.raw_input
-                command = _head(_compact(raw) if raw is not None else update.title, COMMAND_LIMIT)
-                self._commands[update.tool_call_id] = command
-                tool = update.kind or update.title
-                self._titles[update.tool_call_id] = tool
-                self._publish("tool_call", tool=tool, command=command)
-            case ToolCallProgress(status="completed" | "failed" as status):
-                call = update.tool_call_id
-                output = _tool_text(update.content)
-                if not output and update.raw_output is not None:
-                    output = _compact(update.raw_output)
-                self._publish(
-                    "tool_result",
-                    tool=self._titles.pop(call, update.kind or update.title or ""),
-                    command=self._commands.pop(call, None),
-                    output=_tail(output, OUTPUT_TAIL_BYTES),
-                    is_error=status == "failed",
-                )
-            case UsageUpdate(cost=cost) if cost is not None and cost.currency.upper() == "USD":
-                amount = cost.amount
-                if math.isfinite(amount) and amount > self._cost_seen:
-                    spent = min(amount - self._cost_seen, MAX_BUDGET_COST)
-                    self._cost_seen = amount
-                    self._publish("usage", tokens=0, cost=spent)
-            case _:
-                pass
-
-    async def _permission(
-        self, tool_call: ToolCallUpdate, options: list[PermissionOption]
-    ) -> RequestPermissionResponse:
-        cancelled = RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-        if self._cancelling or self._closing:
-            return cancelled
-        what = tool_call.title or tool_call.kind or "a tool call"
-        raw = tool_call.raw_input
-        text = f"The agent asks to run {what}" + (f": {_compact(raw)}" if raw is not None else "")
-        text = _head(text, APPROVAL_TEXT_LIMIT)
-        self._publish("output", text=f"[shepherd] approval asked: {text}")
-        approved = await self._ask_parent(text)
-        if approved is None:  # withdrawn by a cancel (or the approval could not run)
-            return cancelled
-        kinds = ("allow_once", "allow_always") if approved else ("reject_once", "reject_always")
-        for kind in kinds:
-            for option in options:
-                if option.kind == kind:
-                    return RequestPermissionResponse(
-                        outcome=AllowedOutcome(outcome="selected", option_id=option.option_id)
-                    )
-        return cancelled
-
-    async def _ask_parent(self, text: str) -> bool | None:
-        """``shepherd-child approve-request``: True approved, False denied, None withdrawn."""
-        self._approval_cancelled.clear()
-        env = self._environ
-        child_bin = env.get("SHEPHERD_CHILD_BIN")
-        argv = [child_bin] if child_bin else [sys.executable, "-m", "actors.child.entry"]
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            "approve-request",
-            "--json",
-            "--",
-            text,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        self._approval = proc
-        waited = asyncio.create_task(proc.communicate())
-        withdrawn = asyncio.create_task(self._approval_cancelled.wait())
-        try:
-            await asyncio.wait({waited, withdrawn}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            self._approval = None
-        if not waited.done():
-            withdrawn.cancel()
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await waited
-            self._publish("output", text="[shepherd] approval withdrawn: the turn was cancelled")
-            return None
-        withdrawn.cancel()
-        out, _ = waited.result()
-        if proc.returncode not in (0, 1):
-            self._publish("error", text="the approval request failed", is_error=True)
-            return None
-        with contextlib.suppress(ValueError):
-            decision = json.loads(out or b"{}")
-            if isinstance(decision, dict) and isinstance(decision.get("approved"), bool):
-                return bool(decision["approved"])
-        return proc.returncode == 0
 
     # ------------------------------------------------------------------ ending
 

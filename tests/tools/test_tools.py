@@ -170,7 +170,7 @@ def test_optional_fields_are_shown_as_plain_optional_types() -> None:
 
 def test_spawn_offers_only_adapters_a_real_session_runs() -> None:
     adapter = tools.SPAWN.parameters["properties"]["adapter"]
-    assert sorted(adapter["enum"]) == ["command", "pi-rpc", "scripted"]
+    assert sorted(adapter["enum"]) == ["acp", "command", "pi-rpc", "scripted"]
     assert tools.SPAWN.path_fields == ("script", "cwd", "repo")
 
 

@@ -1,0 +1,155 @@
+"""``spawn``: the operation table's entry that starts an agent, every adapter's options with it
+(see :mod:`protocol.ops`; listed first among :mod:`protocol.ops.parent`'s)."""
+
+from __future__ import annotations
+
+from protocol.calls import api, views
+from protocol.ops.nodes import NODE_PARAM
+from protocol.ops.spec import Param, Tool, entry
+
+__all__ = ["SPAWN"]
+
+
+SPAWN = entry(
+    "spawn",
+    api.SpawnArgs,
+    help="start an agent",
+    view=views.spawned,
+    params={
+        "name": Param(
+            description=(
+                "Unique agent name: lowercase letter first, then letters, digits, '-' or '_' "
+                "(at most 32); usable wherever an agent id is"
+            ),
+            cli="name",
+        ),
+        "adapter": Param(
+            description="How the agent runs (default scripted)",
+            choices=("scripted", "command", "pi-rpc", "acp"),
+            cli="--adapter",
+        ),
+        "script": Param(
+            description="Script file path (required for the scripted adapter)",
+            cli="--script",
+            metavar="FILE",
+            help="script file (scripted adapter)",
+            path="caller",
+        ),
+        "cmd": Param(
+            description="Command template for the command adapter; {message} is the message",
+            cli="--cmd",
+            metavar="TEMPLATE",
+            help="command template with {message}",
+        ),
+        "resume_cmd": Param(
+            description="Command template for later turns (command adapter)",
+            cli="--resume-cmd",
+            metavar="TEMPLATE",
+            help="template for later turns",
+        ),
+        "cwd": Param(
+            description="Working directory of the agent process",
+            cli="--cwd",
+            metavar="DIR",
+            help="the agent's working directory",
+            path="caller",
+        ),
+        "description": Param(
+            description="What this agent is for (shown in status)",
+            cli="--description",
+            help="what this agent is for",
+        ),
+        "pi": Param(
+            description="Path of the Pi binary (pi-rpc adapter; default: installed Pi)",
+            cli="--pi",
+            metavar="PATH",
+            help="the Pi binary (pi-rpc adapter)",
+            path="cli",
+        ),
+        "models_json": Param(
+            description="A Pi models.json declaring the provider and model (pi-rpc adapter)",
+            cli="--models-json",
+            metavar="FILE",
+            help="a Pi models.json with the provider (pi-rpc)",
+            path="cli",
+        ),
+        "provider": Param(
+            description="Pi provider name (pi-rpc adapter)",
+            cli="--provider",
+            metavar="NAME",
+            help="the Pi provider name (pi-rpc)",
+        ),
+        "model": Param(
+            description="Pi model id (pi-rpc adapter)",
+            cli="--model",
+            metavar="ID",
+            help="the Pi model id (pi-rpc)",
+        ),
+        "acp_cmd": Param(
+            description=(
+                "Command line of an Agent Client Protocol agent, run over stdio (acp adapter), "
+                "e.g. 'npx @zed-industries/codex-acp'; at most 4096 characters"
+            ),
+            cli="--acp-cmd",
+            metavar="CMD",
+            help="an ACP agent's command line (acp adapter)",
+        ),
+        # --- a git worktree of its own
+        "worktree": Param(
+            description=(
+                "Run the agent in a git worktree of its own, on its own branch (default false); "
+                "each task's completion then lists the files it changed"
+            ),
+            cli="--worktree",
+            help="run the agent in a git worktree of its own",
+        ),
+        "repo": Param(
+            description=(
+                "The git repository the worktree is made from (with worktree; default: the "
+                "session's working directory)"
+            ),
+            cli="--repo",
+            metavar="DIR",
+            help="the repository (--worktree)",
+            path="caller",
+        ),
+        "branch": Param(
+            description=(
+                "The worktree's branch (with worktree; default shepherd/<session>/<name>); an "
+                "existing branch is checked out, unless it is checked out elsewhere"
+            ),
+            cli="--branch",
+            metavar="BRANCH",
+            help="the worktree's branch (--worktree)",
+        ),
+        "base": Param(
+            description="Where a new branch starts (with worktree; default the repository's HEAD)",
+            cli="--base",
+            metavar="REF",
+            help="the new branch's start (--worktree)",
+        ),
+        "approve": Param(
+            description=(
+                "Pi tool calls that wait for your approval before they run, each TOOL:GLOB "
+                "(pi-rpc adapter): 'bash:git push*' gates bash commands starting with git push; "
+                "the glob is matched against a bash command, else a path argument, else the "
+                "arguments as JSON (* any text, ? one character). At most 64 rules of 1000 "
+                "characters"
+            ),
+            cli="--approve",
+            metavar="TOOL:GLOB",
+            help="gate matching Pi tool calls on your approval (repeatable)",
+        ),
+        "node": NODE_PARAM,
+    },
+    tool=Tool(
+        description=(
+            "Start a new agent process in this Shepherd session and return its agent id. The "
+            "agent starts idle; give it work with shepherd_delegate. Adapters: 'scripted' "
+            "follows a script file (deterministic; demos and tests), 'command' runs any CLI "
+            "agent once per turn from a command template, 'pi-rpc' runs the Pi coding agent, "
+            "'acp' runs any Agent Client Protocol agent over stdio."
+        ),
+        prompt_snippet="Start a named agent process (scripted, command, pi-rpc or acp), get its id",
+    ),
+)
