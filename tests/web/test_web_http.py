@@ -4,9 +4,12 @@ input, against a live session with scripted agents."""
 from __future__ import annotations
 
 import json
+import shlex
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,6 +18,7 @@ import pytest
 
 from actors.surfaces.web import MAX_WEB_REQUEST_BYTES, check_listen, lane_of
 from protocol.core.errors import InvalidArgument
+from tests.processes.test_approvals import ASKING_AGENT
 from tests.web.conftest import Team
 
 pytestmark = pytest.mark.timeout(180)
@@ -236,3 +240,41 @@ def test_listen_is_loopback_unless_allowed() -> None:
     assert check_listen("0.0.0.0:8080", allow_remote=True) == ("0.0.0.0", 8080)
     with pytest.raises(InvalidArgument, match="HOST:PORT"):
         check_listen("nonsense", allow_remote=False)
+
+
+def test_approve_one_and_deny_another_from_the_board(team: Team, tmp_path: Path) -> None:
+    agent = tmp_path / "asking_agent.py"
+    agent.write_text(ASKING_AGENT)
+    cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(agent))} {{message}}"
+    team.cli("spawn", "builder", "--adapter", "command", "--cmd", cmd)
+    events = _events(team)
+    _until(events, lambda n: n["kind"] == "_following")
+    outcomes = {}
+    for text, op, fields in (
+        ("release 1.2", "approve", {"note": "tag first"}),
+        ("release 1.3", "deny", {"reason": "not on a Friday"}),
+    ):
+        answer = _act(team, "delegate", {"target": "builder", "task": text})
+        assert answer.status_code == 200, answer.text
+        task_id = answer.json()["answer"]["task_id"]
+        _until(
+            events,
+            lambda n, t=task_id: "approval_requested" in json.dumps(n) and t in json.dumps(n),
+        )
+        row = _rows(team)["builder"]
+        assert row["lane"] == "needs_parent", row
+        (pending,) = row["task"]["pending_requests"]
+        assert pending["kind"] == "approval"
+        decided = _act(team, op, {"request_id": pending["request_id"], **fields})
+        assert decided.status_code == 200, decided.text
+        again = _act(team, op, {"request_id": pending["request_id"], **fields})
+        assert (again.status_code, again.json()["error"]["code"]) == (400, "invalid_transition")
+        _until(events, lambda n, t=task_id: n["kind"] == "task_completion" and t in n["ids"])
+        shown = httpx.get(
+            team.web.url + f"api/task/{task_id}", headers=team.web.headers(), timeout=WAIT_S
+        )
+        outcomes[op] = shown.json()["result"]
+    assert outcomes["approve"]["status"] == "completed"
+    assert "pushed: tag first" in json.dumps(outcomes["approve"])
+    assert outcomes["deny"]["status"] == "blocked"
+    assert "denied: not on a Friday" in json.dumps(outcomes["deny"])
