@@ -242,6 +242,14 @@ def test_listen_is_loopback_unless_allowed() -> None:
         check_listen("nonsense", allow_remote=False)
 
 
+def _asked_for_approval(task_id: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda n: n.get("code") == "approval_requested" and task_id in n.get("text", "")
+
+
+def _completed(task_id: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda n: n["kind"] == "task_completion" and task_id in n["ids"]
+
+
 def test_approve_one_and_deny_another_from_the_board(team: Team, tmp_path: Path) -> None:
     agent = tmp_path / "asking_agent.py"
     agent.write_text(ASKING_AGENT)
@@ -257,10 +265,7 @@ def test_approve_one_and_deny_another_from_the_board(team: Team, tmp_path: Path)
         answer = _act(team, "delegate", {"target": "builder", "task": text})
         assert answer.status_code == 200, answer.text
         task_id = answer.json()["answer"]["task_id"]
-        _until(
-            events,
-            lambda n, t=task_id: "approval_requested" in json.dumps(n) and t in json.dumps(n),
-        )
+        _until(events, _asked_for_approval(task_id))
         row = _rows(team)["builder"]
         assert row["lane"] == "needs_parent", row
         (pending,) = row["task"]["pending_requests"]
@@ -269,7 +274,7 @@ def test_approve_one_and_deny_another_from_the_board(team: Team, tmp_path: Path)
         assert decided.status_code == 200, decided.text
         again = _act(team, op, {"request_id": pending["request_id"], **fields})
         assert (again.status_code, again.json()["error"]["code"]) == (400, "invalid_transition")
-        _until(events, lambda n, t=task_id: n["kind"] == "task_completion" and t in n["ids"])
+        _until(events, _completed(task_id))
         shown = httpx.get(
             team.web.url + f"api/task/{task_id}", headers=team.web.headers(), timeout=WAIT_S
         )
