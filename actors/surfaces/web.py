@@ -55,6 +55,7 @@ from protocol.core.errors import (
     SessionUnavailable,
     ShepherdError,
 )
+from protocol.core.ids import PARENT_ID
 from protocol.core.limits import MAX_NESTING
 from protocol.wire.envelopes import nested_deeper
 
@@ -93,7 +94,7 @@ def lane_of(row: Mapping[str, Any]) -> str:
 
 
 def _to_parent(request: Mapping[str, Any]) -> bool:
-    return request.get("kind") == "approval" or request.get("to") in ("shepherd", "parent", None)
+    return request.get("target_id") == PARENT_ID and request.get("state", "pending") == "pending"
 
 
 def _error(exc: ShepherdError) -> JSONResponse:
@@ -179,7 +180,11 @@ def build_app(info: SessionInfo, token: str) -> Starlette:
             request, acting=False
         ):
             return _unauthorized()
-        html = (_STATIC / "board.html").read_text(encoding="utf-8")
+        html = (
+            (_STATIC / "board.html")
+            .read_text(encoding="utf-8")
+            .replace("PARENT_ID_HERE", PARENT_ID)
+        )
         response = HTMLResponse(
             html,
             headers={

@@ -78,6 +78,10 @@ def test_the_board_moves_a_card_and_answers_from_the_page(team: Team, browser: A
             "return b ? b.dataset.reply : null;"
         ),
     )
+    assert "which branch?" in browser.find_element(By.ID, "requests").text
+    assert "pick a branch" in browser.execute_script(
+        "return document.querySelector(\".card[data-agent='asker']\").textContent"
+    )
     # typed and sent in one script, so a redraw between the two cannot lose the text
     browser.execute_script(
         "document.querySelector(`[data-answer='${arguments[0]}']`).value = 'main';"

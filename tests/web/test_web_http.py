@@ -18,6 +18,7 @@ import pytest
 
 from actors.surfaces.web import MAX_WEB_REQUEST_BYTES, check_listen, lane_of
 from protocol.core.errors import InvalidArgument
+from protocol.core.ids import PARENT_ID
 from tests.processes.test_approvals import ASKING_AGENT
 from tests.web.conftest import Team
 
@@ -225,9 +226,12 @@ def test_lanes_of_status_rows() -> None:
     assert lane_of({"closed": True}) == "exited"
     assert lane_of({"state": "exited"}) == "exited"
     assert lane_of({"state": "idle"}) == "idle"
-    asking = {"task_id": "t", "state": "waiting", "pending_requests": [{"kind": "approval"}]}
+    to_parent = {"kind": "approval", "target_id": PARENT_ID, "state": "pending"}
+    asking = {"task_id": "t", "state": "waiting", "pending_requests": [to_parent]}
     assert lane_of({"task": asking}) == "needs_parent"
-    peer = {"task_id": "t", "state": "waiting", "pending_requests": [{"to": "planner"}]}
+    answered = {**asking, "pending_requests": [{**to_parent, "state": "approved"}]}
+    assert lane_of({"task": answered}) == "waiting_peer"
+    peer = {"task_id": "t", "state": "waiting", "pending_requests": [{"target_id": "a-planner"}]}
     assert lane_of({"task": peer}) == "waiting_peer"
     assert lane_of({"task": {"task_id": "t", "state": "running"}}) == "working"
 
