@@ -16,7 +16,7 @@ The session's operations (``spawn``, ``delegate``, ``message`` ...) are generate
 operation table (:mod:`protocol.ops`): each one's positional arguments, options, help, the
 flags-to-arguments mapping, its paging and its human view; only the commands that are not
 operations of the session (``serve``, ``node``, ``demo``, ``top``, ``notifications``, ``tools``,
-``tool``, ``mcp``, ``a2a``, ``watchdog``) are written by hand. An operation's arguments are
+``tool``, ``mcp``, ``a2a``, ``web``, ``watchdog``) are written by hand. An operation's arguments are
 checked against its Args Struct (types and bounds) before anything is sent: a value JSON cannot
 carry faithfully (NaN, an infinity) is refused, never sent as ``null``. Answers that are paged
 (``status``, ``read``) are fetched page by page until complete.
@@ -96,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"a2a needs the a2a extra ({exc.name} is missing): pip install 'shepherd[a2a]'"
                 ) from None
             return serve_a2a(
+                args.session, args.listen, allow_remote=args.allow_remote, json_out=args.json
+            )
+        if args.command == "web":
+            from actors.surfaces.web import serve as serve_web
+
+            return serve_web(
                 args.session, args.listen, allow_remote=args.allow_remote, json_out=args.json
             )
         return run_operation(args, lambda: _client_caller(args), absolute)

@@ -244,6 +244,34 @@ def _add_a2a(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the URL and token as one JSON object")
 
 
+def _add_web(sub: Any) -> None:
+    p = sub.add_parser(
+        "web",
+        help="a live board of the session in the browser",
+        description=(
+            "Serves the running session's board (agents in lanes, what waits on the parent, "
+            "the parent's actions) until SIGTERM or SIGINT. Prints the page's URL with a token "
+            "made now; every request needs the token."
+        ),
+    )
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:0",
+        help="where to listen (default 127.0.0.1:0: a free port); a loopback address only, "
+        "unless --allow-remote",
+    )
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --listen address that is not a loopback one",
+    )
+    p.add_argument(
+        "--session", "--session-dir", dest="session", metavar="DIR", help="the session directory"
+    )
+    p.add_argument("--json", action="store_true", help="print the URL and token as one JSON object")
+
+
 def _add_watchdog(sub: Any) -> None:
     from actors.surfaces.watchdog_cli import add_watchdog_parser
 
@@ -262,7 +290,13 @@ def _commands() -> list[tuple[str, Callable[[Any], None]]]:
             out.append((op.command, functools.partial(add_operation, op=op)))
         if op.name in _AFTER:
             out.append(_AFTER[op.name])
-    out += [("tools", _add_tools), ("tool", _add_tool), ("mcp", _add_mcp), ("a2a", _add_a2a)]
+    out += [
+        ("tools", _add_tools),
+        ("tool", _add_tool),
+        ("mcp", _add_mcp),
+        ("a2a", _add_a2a),
+        ("web", _add_web),
+    ]
     return [*out, ("watchdog", _add_watchdog)]
 
 

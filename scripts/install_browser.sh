@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The board's browser tests drive Debian's Chromium with its driver (selenium, from the test
+# extra). Installs them with apt-get when missing; quick when they are already there.
+set -euo pipefail
+if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+    exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install_browser: no apt-get here; install chromium and chromedriver yourself" >&2
+    exit 0
+fi
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+$SUDO apt-get update -q >/dev/null
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium chromium-driver >/dev/null

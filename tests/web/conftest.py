@@ -1,0 +1,123 @@
+"""A real `shepherd serve` with scripted agents, and a real `shepherd web` in front of it.
+
+Nothing sleeps: the tests wait on the printed line, on the event stream and on the session's
+answers, each with a timeout. Every process started here is stopped after the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.processes.conftest import DIE_WITH_PYTEST, START_S, Serve, cli
+from tests.reliability.live import write_script
+
+SCRIPTS: dict[str, dict[str, Any]] = {
+    "worker": {
+        "steps": [
+            {"await": "task"},
+            {"done": {"status": "completed", "summary": "did: {last}"}},
+            {"await": "any"},
+        ]
+    },
+    "asker": {
+        "steps": [
+            {"await": "task"},
+            {"message": {"to": "shepherd", "text": "which branch?", "expects_reply": True}},
+            {"await": "reply"},
+            {"done": {"status": "completed", "summary": "went with {last}"}},
+            {"await": "any"},
+        ]
+    },
+    "idle": {"steps": [{"await": "task"}, {"await": "any"}]},
+}
+
+
+@pytest.fixture(autouse=True)
+def _isolated(isolated_state: Path) -> Path:
+    return isolated_state
+
+
+class Web:
+    """A `shepherd web` process: its URL and token from the one line it prints."""
+
+    def __init__(self, session_dir: Path) -> None:
+        self.proc = subprocess.Popen(
+            [
+                *DIE_WITH_PYTEST,
+                sys.executable,
+                "-m",
+                "actors.surfaces.cli",
+                "web",
+                "--session",
+                str(session_dir),
+                "--listen",
+                "127.0.0.1:0",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise AssertionError(f"shepherd web did not start: {err}")
+        header = json.loads(line)["web"]
+        self.url: str = header["url"]
+        self.token: str = header["token"]
+
+    def headers(self) -> dict[str, str]:
+        return {"X-Shepherd-Token": self.token}
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+            raise AssertionError("shepherd web did not stop within 30 s") from None
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        return code
+
+
+class Team:
+    def __init__(self, serve: Serve, session_dir: Path, web: Web) -> None:
+        self.serve, self.session_dir, self.web = serve, session_dir, web
+
+    def cli(self, *args: str, check: bool = True) -> tuple[int, Any]:
+        return cli(*args, session=self.session_dir, check=check)
+
+
+@pytest.fixture
+def team(tmp_path: Path) -> Iterator[Team]:
+    session_dir = tmp_path / "session"
+    serve = Serve(session_dir, dict(os.environ))
+    web: Web | None = None
+    try:
+        assert serve.wait_for(lambda lines: any("session" in x for x in lines), START_S)
+        for name, script in SCRIPTS.items():
+            path = write_script(tmp_path, name, script)
+            cli("spawn", name, "--script", path, session=session_dir)
+        web = Web(session_dir)
+        yield Team(serve, session_dir, web)
+    finally:
+        try:
+            if web is not None:
+                web.stop()
+        finally:
+            serve.stop()
