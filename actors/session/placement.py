@@ -264,24 +264,28 @@ class NodeLauncher(ProcessLauncher):
         return self._loads()
 
     def _ask_info(self, name: str) -> None:
-        """A node not heard yet, asked (again while nothing answers, up to :data:`_NEW_NODE_S`)."""
+        """A node not heard yet, asked (:meth:`_info_of_new`); whatever goes wrong is "no live
+        node" naming why."""
+        try:
+            beat = self._info_of_new(name)
+        except ShepherdError as exc:
+            live = ", ".join(sorted(self._live())) or "none"
+            raise InvalidHandle(
+                f"spawn: node: no live node named {name!r} (live nodes: {live}; {exc})"
+            ) from None
+        self._heard_from(beat)
+
+    def _info_of_new(self, name: str) -> nodes.Beat:
+        """:meth:`_info`, asked again while nothing answers to the name, up to
+        :data:`_NEW_NODE_S` (a node just started may not be heard of by every server yet)."""
         deadline = time.monotonic() + _NEW_NODE_S
         while True:
             try:
-                beat = self._info(name, min(NATS_TIMEOUT_S, 2.0))
-                break
-            except _NobodyAnswers as exc:
-                if time.monotonic() + _ASK_AGAIN_S < deadline:
-                    time.sleep(_ASK_AGAIN_S)  # a retry's pace, not a wait for an event
-                    continue
-                cause = str(exc)
-            except ShepherdError as exc:
-                cause = str(exc)
-            live = ", ".join(sorted(self._live())) or "none"
-            raise InvalidHandle(
-                f"spawn: node: no live node named {name!r} (live nodes: {live}; {cause})"
-            ) from None
-        self._heard_from(beat)
+                return self._info(name, min(NATS_TIMEOUT_S, 2.0))
+            except _NobodyAnswers:
+                if time.monotonic() + _ASK_AGAIN_S >= deadline:
+                    raise
+                time.sleep(_ASK_AGAIN_S)  # a retry's pace, not a wait for an event
 
     def _info(self, name: str, timeout: float) -> nodes.Beat:
         """Node ``name``'s beat, asked; an answer in another node's name is not believed (with

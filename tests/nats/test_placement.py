@@ -122,7 +122,9 @@ def test_an_info_answer_in_another_nodes_name_or_malformed_is_not_believed(
     nc = loop.run(serve(), 30)
     try:
         with pytest.raises(ShepherdError) as caught:
-            launcher._info("n1", 10.0)
+            # asked as the parent asks a node it has not heard yet: a server that says no one
+            # answers to the name a moment after the node subscribed is asked again
+            launcher._info_of_new("n1")
         assert type(caught.value).__name__ == error
         spec = AgentSpec(
             agent_id="shepherd-agent-" + "5" * 16,
