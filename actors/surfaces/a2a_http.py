@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import ipaddress
 import json
 import os
 from collections.abc import Awaitable, Callable
@@ -24,7 +23,6 @@ from a2a.utils.errors import (
 
 from actors.records.session_info import SessionInfo
 from actors.surfaces.a2a_follow import Monitor
-from protocol.core.errors import InvalidArgument
 from protocol.core.limits import (
     MAX_A2A_REQUEST_BYTES,
     MAX_NESTING,
@@ -195,33 +193,6 @@ class Guard:
         if nested_deeper(frame, MAX_NESTING):
             return f"the request nests more than {MAX_NESTING} levels deep"
         return body
-
-
-def check_listen(listen: str, *, allow_remote: bool) -> tuple[str, int]:
-    """``--listen HOST:PORT``: a loopback address (IPv4, ``[IPv6]`` or ``localhost``) unless
-    ``allow_remote``; port 0 picks a free one. ``invalid_argument`` naming what is wrong."""
-    host, sep, port_text = listen.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise InvalidArgument(f"a2a: --listen must be HOST:PORT (port 0-65535), got {listen!r}")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if host == "localhost":
-        loopback = True
-    else:
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            if not allow_remote:
-                raise InvalidArgument(
-                    f"a2a: --listen {host!r} is not an IP address: give a loopback one "
-                    "(127.0.0.1), or --allow-remote to listen elsewhere"
-                ) from None
-            loopback = False
-    if not loopback and not allow_remote:
-        raise InvalidArgument(
-            f"a2a: --listen {host} is not a loopback address: only this host could reach the "
-            "session safely; --allow-remote listens there anyway (the token still guards it)"
-        )
-    return host, int(port_text)
 
 
 def _server_class() -> type[Any]:

@@ -60,7 +60,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import sys
 import uuid
 from collections import OrderedDict
@@ -99,10 +98,9 @@ from actors.surfaces.a2a_http import (
     _server_class,
     _write_token,
     agent_card,
-    check_listen,
 )
+from actors.surfaces.listening import check_listen, listening_socket, live_session
 from protocol.calls import a2a
-from protocol.core.errors import InvalidArgument, SessionUnavailable
 
 __all__ = ["TOKEN_FILE", "FrontDoor", "ShepherdHandler", "build_app", "check_listen", "serve"]
 
@@ -382,9 +380,7 @@ def serve(
     cleanly: the streams end, the monitor stops, the token file goes)."""
     import uvicorn
 
-    from actors.surfaces.client import find_session, session_alive
-
-    host, port = check_listen(listen, allow_remote=allow_remote)
+    host, port = check_listen(listen, allow_remote=allow_remote, what="a2a")
     level = os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING").upper()
     logger.enable("actors")
     logger.remove()
@@ -393,23 +389,8 @@ def serve(
     # was answered with its typed error, so only SHEPHERD_LOG_LEVEL=DEBUG or INFO shows them
     logging.getLogger("a2a").setLevel(level if level in ("DEBUG", "INFO") else "CRITICAL")
 
-    def announce(text: str) -> None:
-        sys.stderr.write(f"shepherd: {text}\n")
-
-    info = find_session(session, announce=announce)
-    if not session_alive(info):
-        raise SessionUnavailable(f"the session at {info.session_dir} has ended")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise InvalidArgument(f"a2a: cannot listen on {listen}: {exc.strerror or exc}") from None
-    sock.listen(128)
-    bound = sock.getsockname()[1]
-    url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{bound}/"
+    info = live_session(session)
+    sock, url = listening_socket("a2a", listen, host, port)
     token = secrets.token_urlsafe(32)
     token_path = _write_token(Path(info.session_dir), token)
     try:

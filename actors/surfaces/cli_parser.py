@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from actors.runtime import command_wire
 from actors.surfaces.cli_table import add_common as _add_common
 from actors.surfaces.cli_table import add_operation
+from actors.surfaces.listening import add_listen_options
 from protocol import ops
 from protocol.core.errors import InvalidArgument
 
@@ -226,22 +227,7 @@ def _add_a2a(sub: Any) -> None:
             "request needs the token."
         ),
     )
-    p.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        default="127.0.0.1:0",
-        help="where to listen (default 127.0.0.1:0: a free port); a loopback address only, "
-        "unless --allow-remote",
-    )
-    p.add_argument(
-        "--allow-remote",
-        action="store_true",
-        help="allow a --listen address that is not a loopback one",
-    )
-    p.add_argument(
-        "--session", "--session-dir", dest="session", metavar="DIR", help="the session directory"
-    )
-    p.add_argument("--json", action="store_true", help="print the URL and token as one JSON object")
+    add_listen_options(p)
 
 
 def _add_web(sub: Any) -> None:
@@ -254,22 +240,7 @@ def _add_web(sub: Any) -> None:
             "made now; every request needs the token."
         ),
     )
-    p.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        default="127.0.0.1:0",
-        help="where to listen (default 127.0.0.1:0: a free port); a loopback address only, "
-        "unless --allow-remote",
-    )
-    p.add_argument(
-        "--allow-remote",
-        action="store_true",
-        help="allow a --listen address that is not a loopback one",
-    )
-    p.add_argument(
-        "--session", "--session-dir", dest="session", metavar="DIR", help="the session directory"
-    )
-    p.add_argument("--json", action="store_true", help="print the URL and token as one JSON object")
+    add_listen_options(p)
 
 
 def _add_watchdog(sub: Any) -> None:

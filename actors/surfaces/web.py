@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import os
 import secrets
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -47,6 +45,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from actors.records.session_info import SessionInfo
+from actors.surfaces.listening import check_listen, listening_socket, live_session
 from protocol import ops
 from protocol.core.errors import (
     InvalidArgument,
@@ -368,54 +367,15 @@ async def _follow(path: Path, wanted: Mapping[str, str], request: Request) -> As
         await asyncio.sleep(EVENT_POLL_S)
 
 
-def check_listen(listen: str, *, allow_remote: bool) -> tuple[str, int]:
-    """``HOST:PORT``, checked: a loopback host unless ``allow_remote`` (rule 6)."""
-    host, sep, port_text = listen.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise InvalidArgument(f"--listen must be HOST:PORT, got {listen[:80]!r}")
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        if host != "localhost":
-            raise InvalidArgument(
-                f"--listen needs an IP address or localhost, got {host[:80]!r}"
-            ) from None
-        host, address = "127.0.0.1", ipaddress.ip_address("127.0.0.1")
-    if not address.is_loopback and not allow_remote:
-        raise InvalidArgument(
-            f"--listen {listen} is not a loopback address: pass --allow-remote to serve it"
-        )
-    return host, int(port_text)
-
-
 def serve(
     session: str | None, listen: str, *, allow_remote: bool = False, json_out: bool = False
 ) -> int:
     """``shepherd web``: serve until SIGTERM or SIGINT."""
     import uvicorn
 
-    from actors.surfaces.client import find_session, session_alive
-
-    host, port = check_listen(listen, allow_remote=allow_remote)
-
-    def announce(text: str) -> None:
-        sys.stderr.write(f"shepherd: {text}\n")
-
-    info = find_session(session, announce=announce)
-    if not session_alive(info):
-        raise SessionUnavailable(f"the session at {info.session_dir} has ended")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise InvalidArgument(f"web: cannot listen on {listen}: {exc.strerror or exc}") from None
-    sock.listen(128)
-    bound = sock.getsockname()[1]
-    url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{bound}/"
+    host, port = check_listen(listen, allow_remote=allow_remote, what="web")
+    info = live_session(session)
+    sock, url = listening_socket("web", listen, host, port)
     token = secrets.token_urlsafe(32)
     try:
         app = build_app(info, token)

@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from actors.surfaces.web import MAX_WEB_REQUEST_BYTES, check_listen, lane_of
+from actors.surfaces.listening import check_listen
+from actors.surfaces.web import MAX_WEB_REQUEST_BYTES, lane_of
 from protocol.core.errors import InvalidArgument
 from protocol.core.ids import PARENT_ID
 from tests.processes.test_approvals import ASKING_AGENT
