@@ -147,14 +147,20 @@ def _held(session: Session) -> int:
     return len(actor._held)
 
 
-def test_a_status_asked_while_a_delegation_is_being_written_waits_for_it(
-    threaded: tuple[Session, GatedJournal, CollectingSink],
-) -> None:
-    session, journal, _ = threaded
+def _worker_then_a_slow_disk(session: Session, journal: GatedJournal) -> Any:
+    """An agent up (its records written), then every later write waits for the gate."""
     agent = session.spawn("worker", script=parse_script(QUIET))
     session.status()
     journal.gate.clear()
     journal.entered.clear()
+    return agent
+
+
+def test_a_status_asked_while_a_delegation_is_being_written_waits_for_it(
+    threaded: tuple[Session, GatedJournal, CollectingSink],
+) -> None:
+    session, journal, _ = threaded
+    agent = _worker_then_a_slow_disk(session, journal)
     answers: dict[str, Any] = {}
 
     def call(name: str, run: Any) -> None:
@@ -245,10 +251,7 @@ def test_what_was_decided_before_the_session_stops_is_run_before_it_stops(
     threaded: tuple[Session, GatedJournal, CollectingSink],
 ) -> None:
     session, journal, sink = threaded
-    agent = session.spawn("worker", script=parse_script(QUIET))
-    session.status()
-    journal.gate.clear()
-    journal.entered.clear()
+    agent = _worker_then_a_slow_disk(session, journal)
     question = MessageEnvelope(
         message_id=session.runtime.ids.new(IdKind.MESSAGE),
         session_id=session.session_id,
