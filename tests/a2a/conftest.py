@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.processes.conftest import DIE_WITH_PYTEST, START_S, Serve, cli
+from tests.processes.conftest import DIE_WITH_PYTEST, START_S, Serve, cli, stop_group
 from tests.reliability.live import write_script
 
 #: each test does a handful of calls; a ceiling, not a pace
@@ -112,18 +112,7 @@ class FrontDoor:
         return {"Authorization": f"Bearer {self.token}"}
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-        try:
-            code = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-            raise AssertionError("shepherd a2a did not stop within 30 s of its signal") from None
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-        return code
+        return stop_group(self.proc, "shepherd a2a", sig)
 
 
 class Team:

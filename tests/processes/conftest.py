@@ -67,6 +67,23 @@ def supervisor(tmp_path: Path) -> Iterator[tuple[Supervisor, CollectingSink]]:
 DIE_WITH_PYTEST = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
 
 
+def stop_group(proc: subprocess.Popen[Any], what: str, sig: int = signal.SIGTERM) -> int:
+    """Signal a process started in a group of its own and wait for it (at most 30 s, then its
+    group is killed and the test fails naming ``what``); its pipes are closed."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        raise AssertionError(f"{what} did not stop within 30 s of its signal") from None
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    return code
+
+
 class Serve:
     """A `shepherd serve` process; its stdout lines are collected as they arrive."""
 

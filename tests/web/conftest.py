@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes.conftest import DIE_WITH_PYTEST, START_S, Serve, cli
+from tests.processes.conftest import DIE_WITH_PYTEST, START_S, Serve, cli, stop_group
 from tests.reliability.live import write_script
 
 SCRIPTS: dict[str, dict[str, Any]] = {
@@ -81,18 +80,7 @@ class Web:
         return {"X-Shepherd-Token": self.token}
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-            raise AssertionError("shepherd web did not stop within 30 s") from None
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-        return code
+        return stop_group(self.proc, "shepherd web")
 
 
 class Team:
