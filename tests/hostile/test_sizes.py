@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -98,7 +100,10 @@ def test_a_delivery_that_fails_after_acceptance_fails_the_task_and_tells_the_par
     agent_id = _spawn(live, "stuck", IDLE)
     live.story.wait("stuck: process idle")
     (pid,) = _bridge_pids(live, agent_id)
+    (row,) = live.sup.session.status("stuck").agents
+    assert row.pid == pid, (row.pid, pid)  # the process the parent started: its bridge
     os.kill(pid, signal.SIGSTOP)  # its inbox fills up: nobody drains it
+    _wait_stopped(pid)
     try:
         depth = live.sup.settings.max_queue_depth
         for n in range(depth):
@@ -115,7 +120,8 @@ def test_a_delivery_that_fails_after_acceptance_fails_the_task_and_tells_the_par
             30,
         ), (
             "the undeliverable task was never settled: "
-            f"{live.sink.items[-5:]}, {live.story.lines[-10:]}"
+            f"{live.sink.items[-5:]}, {live.story.lines[-10:]}, {_inbox_files(live, agent_id)}, "
+            f"bridge state {_proc_state(pid)!r}"
         )
         results = early or [n.results[0] for n in live.sink.items if isinstance(n, TaskCompletion)]
         (result,) = results
@@ -126,6 +132,36 @@ def test_a_delivery_that_fails_after_acceptance_fails_the_task_and_tells_the_par
     finally:
         os.kill(pid, signal.SIGCONT)
     live.canary.check()
+
+
+def _proc_state(pid: int) -> str:
+    """The process's state letter (``T``: stopped), from ``/proc/PID/stat``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError as exc:
+        return f"unreadable: {exc}"
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def _wait_stopped(pid: int, timeout_s: float = 30.0) -> None:
+    """Block until the kernel shows ``pid`` stopped (a signal is taken when the process is
+    next scheduled: on a loaded machine, not at once)."""
+    stopped = threading.Event()
+    deadline = time.monotonic() + timeout_s
+    while _proc_state(pid) not in ("T", "t"):
+        assert time.monotonic() < deadline, f"process {pid} never stopped: {_proc_state(pid)}"
+        stopped.wait(0.01)  # polling the kernel's view: there is no event to wait on
+
+
+def _inbox_files(live: Live, agent_id: str) -> dict[str, int]:
+    """How many files each of the agent's inbox folders holds (for a failure's message)."""
+    boxes = list((live.root / "mailbox").rglob(f"*{agent_id}*"))
+    return {
+        f"{box.name}/{sub}": len(list((box / sub).iterdir()))
+        for box in boxes
+        for sub in ("tmp", "new", "cur")
+        if (box / sub).is_dir()
+    }
 
 
 def _bridge_pids(live: Live, agent_id: str) -> list[int]:
