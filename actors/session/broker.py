@@ -24,6 +24,11 @@ Rules of the runner:
 - A watcher is an actor of its own (``SpawnWatcher`` starts it from the state the rules gave;
   ``HandOver`` routes a result to it). This actor keeps only its address, until it says it is
   done; what it has pending, buffered and delivered, and its coalescing window, are its own.
+- A task is an actor of its own too (``SpawnTask``, ``TellTask``, ``StopTask``:
+  :mod:`actors.session.task_routes`): it decides its waiting transitions and its settlement;
+  its reports (``TaskReport``) come back here, where the session's rules act on them. The
+  state's ``tasks`` is the read model those reports keep. A parent's cancel or fail is
+  answered once its task has decided.
 - The answer to an operation is its ``Answer`` effect, or a future of it (``read``: the
   agent's actor holds its output). The edge resolves a future; there is no other way of
   saying "the answer comes later".
@@ -64,6 +69,8 @@ from actors.session.journal_writer import Committed, JournalFailed, JournalWrite
 from actors.session.runs import WATCHDOG_EFFECTS, Run, read_output
 from actors.session.sinks import GuardedSink
 from actors.session.task import NoteWriter, NoteWrites
+from actors.session.task_actor import TaskReport
+from actors.session.task_routes import TaskRoutes
 from actors.session.timers import Timers
 from actors.session.watcher import Results, Waiting, WatcherActor
 from actors.session.worktrees import GitWorker
@@ -72,7 +79,16 @@ from protocol.core.errors import ShepherdError
 from protocol.records.notifications import Notice
 from protocol.records.settings import Settings
 from protocol.records.worktrees import WorktreeProbed, WorktreeReleased
-from protocol.session import agents, calls, inbound, status, watchers, worktree_events, worktrees
+from protocol.session import (
+    agents,
+    calls,
+    inbound,
+    status,
+    tasks,
+    watchers,
+    worktree_events,
+    worktrees,
+)
 from protocol.session import effects as fx
 from protocol.session.batch import first_spawn
 from protocol.session.restore import Restore, resume
@@ -80,6 +96,9 @@ from protocol.session.state import Ctx, SessionState
 from protocol.wire.envelopes import AnyEnvelope
 
 __all__ = ["BrokerActor"]
+
+#: the reply of the message being handled (the default of :meth:`BrokerActor._run`)
+_ASKED: Any = object()
 
 #: what a stopped session answers with ``session_unavailable`` (the rest waits for the next)
 _REFUSED_WHEN_STOPPED = (
@@ -130,6 +149,8 @@ class BrokerActor(ShepherdActor):
         #: watcher id -> its actor, and how many of its tasks' results are still to route to
         #: it (its subscriptions): forgotten when the last is routed (:mod:`actors.session.watcher`)
         self._watchers: dict[str, tuple[pykka.ActorRef[Any], int]] = {}
+        #: the task actors' addresses, and the calls waiting for them
+        self._tasks = TaskRoutes(self.runtime, self.actor_ref, logger.bind(session=session_id))
         #: each effect's runner, by the effect's type (a dict lookup, not a chain of matches)
         self._runners: dict[type, Callable[[Any, Run], None]] = {
             fx.Notify: self._notify,
@@ -144,6 +165,9 @@ class BrokerActor(ShepherdActor):
             fx.AppendNote: self._note,
             fx.FinaliseNote: self._note,
             fx.SpawnWatcher: self._spawn_watcher,
+            fx.SpawnTask: self._tasks.spawn,
+            fx.TellTask: self._tasks.tell,
+            fx.StopTask: self._tasks.stop,
             fx.HandOver: lambda e, run: run.hands.setdefault(e.watcher_id, []).append(e.result),
             fx.Story: lambda e, _: self._story(e.text),
             fx.Log: lambda e, _: self._log.log(e.level.upper(), e.text),
@@ -155,7 +179,9 @@ class BrokerActor(ShepherdActor):
         self._stopped: str | None = None
         #: the runs decided whose effects wait for their records (or an earlier run's) to be
         #: durable, and the journal's one writer they go to (started with this actor)
-        self._held = HeldRuns(self._tell_helpers, self._log)
+        self._held = HeldRuns(self._tell_helpers, self._log, self._tasks.defer)
+        #: the replies of ``Drain`` waiting for what was told to tasks to be decided
+        self._drains: list[Any] = []
 
     def on_start(self) -> None:
         self._held.writer = self.runtime.spawn(JournalWriter, self._journal, self.actor_ref)
@@ -182,13 +208,17 @@ class BrokerActor(ShepherdActor):
             case JournalFailed(error=error):
                 return self._held.fail(self._stop_deciding(error))
             case messages.Drain():  # answered once everything decided before it was run
-                if self._held:
+                if self._tasks.in_flight:  # and what was told to tasks is decided and run
+                    self._drains.append(self.answer_later())
+                elif self._held:
                     self._hold([], lambda: None, Run())
                 return None
+            case TaskReport(report=report):
+                return self._reported(report)
             case messages.ParentCall(args=args):
                 return self._call(args)
             case messages.Inbound(envelope=env):
-                return self._run(inbound.envelope(state, env, self._ctx()))
+                return self._run(inbound.envelope(state, env, self._ctx()), answering=True)
             case messages.InboundBatch(envelopes=envelopes):
                 return self._inbound_batch(envelopes)
             case messages.AgentExited():
@@ -232,7 +262,7 @@ class BrokerActor(ShepherdActor):
             except Exception as exc:
                 refused[env.message_id] = self._failed_on(env.message_id, exc)
         records = [e.record for _, effects in decided for e in effects if isinstance(e, fx.Journal)]
-        run = Run()
+        run = Run(answering=True)  # taken once what it told its tasks is decided, and durable
 
         def work() -> Refusals | None:
             for message_id, effects in decided:
@@ -246,9 +276,10 @@ class BrokerActor(ShepherdActor):
             self._hold(records, work, run)
             return None
         try:
-            return work()
+            answer = work()
         finally:
             self._tell_helpers(run)
+        return self._answer(run, answer, _ASKED)
 
     def _failed_on(self, message_id: str, exc: Exception) -> ShepherdError:
         self._log.exception("the session failed on envelope {}", message_id)
@@ -273,7 +304,36 @@ class BrokerActor(ShepherdActor):
         # its own
         if one is not None and one.adapter != "simulated" and one.node is None:
             check_spawn_options(one.adapter, agents.options_of(one), os.getcwd())
-        return self._run(calls.call(self.state, args, self._ctx()))
+        return self._run(calls.call(self.state, args, self._ctx()), answering=True)
+
+    def _reported(self, report: Any) -> None:
+        """A task's report, decided by the session's rules. The reports a parent's call (or an
+        agent's envelope) waits for are run together once the last is in, and answer it (with
+        the report's answer, else the call's own)."""
+        report, call, last = self._tasks.reported(report)
+        effects = tasks.reported(self.state, report, self._ctx())
+        if call is None:
+            self._run(effects, reply=None)
+        elif not last:
+            if call.held is None:  # its place: nothing decided from now on overtakes it
+                call.held = self._held.open()
+            call.effects += self._seen(effects)
+        else:
+            effects = call.effects + self._seen(effects)
+            if call.reply is not None and not any(type(e) is fx.Answer for e in effects):
+                effects.append(fx.Answer(value=call.answer))
+            if call.held is None:
+                self._run(effects, reply=call.reply, seen=True)
+            else:
+                records = [e.record for e in effects if isinstance(e, fx.Journal)]
+                rest = [e for e in effects if type(e) is not fx.Journal]
+                run = Run()
+                work = functools.partial(self._effects, rest, run)
+                self._held.close(call.held, records, work, run, call.reply)
+        if self._drains and not self._tasks.in_flight:
+            drains, self._drains = self._drains, []
+            for drain in drains:
+                self._run([], reply=drain)
 
     def capability_of(self, agent_id: str) -> str | None:
         row = self.state.agents.get(agent_id)
@@ -281,28 +341,56 @@ class BrokerActor(ShepherdActor):
 
     # ------------------------------------------------------------------ run the effects
 
-    def _run(self, effects: list[fx.Effect], waiting: messages.WaitFor | None = None) -> Any:
+    def _run(
+        self,
+        effects: list[fx.Effect],
+        waiting: messages.WaitFor | None = None,
+        reply: Any = _ASKED,
+        *,
+        answering: bool = False,
+        seen: bool = False,
+    ) -> Any:
         """Run ``effects`` in order; the answer is the ``Answer`` among them. ``waiting``: the
         ``wait`` whose watcher this run starts (else a watcher's notifications go to the
-        parent's sink). A run of consecutive ``Journal`` effects is ONE journal write (one
-        fsync): a batch operation's records are durable together, before any effect that tells
-        of them."""
-        effects = self._seen(effects)
-        run = Run(waiting)
+        parent's sink). ``reply``: where the answer goes (by default, to whoever asked what
+        is being handled; None: nobody). ``answering``: a parent's call or an agent's
+        envelope, answered (taken) once the tasks it tells have decided and what they
+        reported is durable (:mod:`actors.session.task_routes`). A run of consecutive
+        ``Journal`` effects is ONE journal write (one fsync): a batch operation's records are
+        durable together, before any effect that tells of them. ``seen``: the effects were
+        shown to the tracing already."""
+        effects = effects if seen else self._seen(effects)
+        run = Run(waiting, answering=answering)
         if self._held or any(type(e) is fx.Journal for e in effects):
             records = [e.record for e in effects if isinstance(e, fx.Journal)]
             rest = [e for e in effects if type(e) is not fx.Journal]
-            self._hold(records, lambda: self._effects(rest, run), run)
+            self._hold(records, lambda: self._effects(rest, run), run, reply)
             return None
         try:
-            return self._effects(effects, run)
+            answer = self._effects(effects, run)
         finally:
             self._tell_helpers(run)
+        return self._answer(run, answer, reply)
 
-    def _hold(self, records: list[Any], work: Callable[[], Any], run: Run) -> None:
+    def _answer(self, run: Run, answer: Any, reply: Any) -> Any:
+        """Answer a run that ran at once: to ``reply`` (``_ASKED``: what is handled), or, if
+        it told tasks for a call, once they have reported."""
+        if run.later is not None:
+            reply = self.answer_later() if reply is _ASKED else reply
+            if self._tasks.defer(run.later, reply, answer):
+                return None  # answered once the tasks it told have reported
+        if reply is _ASKED:
+            return answer
+        if reply is not None:
+            reply.set(answer)
+        return None
+
+    def _hold(
+        self, records: list[Any], work: Callable[[], Any], run: Run, reply: Any = _ASKED
+    ) -> None:
         """``records`` to the writer, ``work`` (which answers) held until they, and every run
         held before, are durable; the caller's answer is what ``work`` returns then."""
-        self._held.hold(records, work, run, self.answer_later())
+        self._held.hold(records, work, run, self.answer_later() if reply is _ASKED else reply)
 
     def _seen(self, effects: list[fx.Effect]) -> list[fx.Effect]:
         """Each effect stamped with its trace (when tracing is on), before any runs."""
@@ -362,6 +450,7 @@ class BrokerActor(ShepherdActor):
             "from its records (what its agents sent meanwhile waits for it)"
         )
         self._log.error(self._stopped)
+        self._tasks.fail(NotHandled(self._stopped))
         with contextlib.suppress(Exception):  # the records may refuse this too
             self._sink(
                 Notice(created_at=self.clock.now(), code="session_stopped", text=self._stopped)

@@ -270,7 +270,7 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
             effects += move(s, agent_id, "turn_end", cx)
             s.turns.pop(agent_id, None)
             if not exited:
-                effects += tasks.turn_ended(
+                effects += tasks.turn_end(
                     s, agent_id, turn, cx, exit_code=env.exit_code, is_error=env.is_error
                 )
         case "not_sent":

@@ -6,8 +6,9 @@ Rules:
    :mod:`protocol.session.routing`): it is journaled, it gets its reply deadline
    (``reply_timeout_s``, else ``default_reply_timeout_s``; none: no deadline) and, if its sender
    is working on a task, that task is ``waiting`` until no request of it is pending
-   (:mod:`protocol.records.tasks` rule 3). The request table and the task's ``pending_requests``
-   change together, here and nowhere else.
+   (:mod:`protocol.records.tasks` rule 3). The request table changes here; the task's
+   ``pending_requests`` are its actor's, told of each request that opens or closes
+   (:mod:`protocol.session.task`), in the order the table changed.
 2. **Wait-for cycles.** Every pending request is an edge *sender waits on target*. A request
    whose edge closes a cycle (A waits on B waits on A, or longer) is a deadlock no timeout
    will explain: the parent is told at once, naming the whole cycle, and so is the asker.
@@ -36,8 +37,10 @@ from protocol.session.effects import (
     RequestTimeout,
     StartTimer,
     Story,
+    TellTask,
 )
 from protocol.session.state import Ctx, SessionState
+from protocol.session.task import Attach, Detach
 
 __all__ = ["attach", "close", "open_", "replay", "task_moved", "timeout"]
 
@@ -86,14 +89,21 @@ def open_(s: SessionState, record: RequestRecord, cx: Ctx) -> list[Effect]:
 
 
 def attach(s: SessionState, record: RequestRecord, cx: Ctx) -> list[Effect]:
-    """The request's task (if open) waits for it."""
+    """The request's task (if open) waits for it: its actor is told."""
     task = s.tasks.get(record.task_id) if record.task_id is not None else None
     if task is None or task.terminal:
         return []
+    return [TellTask(task_id=task.task_id, message=Attach(request_id=record.request_id, at=cx.now))]
+
+
+def _attach_replayed(s: SessionState, record: RequestRecord, cx: Ctx) -> None:
+    """The fold's :func:`attach`: no actor runs yet, the record moves here."""
+    task = s.tasks.get(record.task_id) if record.task_id is not None else None
+    if task is None or task.terminal:
+        return
     after = open_request(task, record.request_id, cx.now)
-    if after is task:
-        return []
-    return task_moved(s, task, after, cx, opened=record.request_id)
+    if after is not task:
+        task_moved(s, task, after, cx, opened=record.request_id)
 
 
 def _report_cycle(s: SessionState, request_id: str, cycle: list[str], cx: Ctx) -> list[Effect]:
@@ -148,10 +158,8 @@ def close(
     if record.deadline_at is not None:
         effects.append(CancelTimer(key=("reply", request_id)))
     task = s.tasks.get(closed.task_id) if closed.task_id is not None else None
-    if task is not None and not task.terminal:
-        after = close_request(task, request_id)
-        if after is not task:
-            effects += task_moved(s, task, after, cx)
+    if task is not None and not task.terminal:  # it may not have reported it waits, yet
+        effects.append(TellTask(task_id=task.task_id, message=Detach(request_id=request_id)))
     if closed.kind == "approval":
         return effects + decisions.tell(s, closed, cx)  # its call is told, not its inbox
     if notify_sender and state is not RequestState.REPLIED:
@@ -185,7 +193,7 @@ def replay(s: SessionState, record: RequestRecord, cx: Ctx) -> None:
     (its task waits, or runs again), without telling anyone again."""
     s.requests.put(record)
     if record.pending:
-        attach(s, record, cx)
+        _attach_replayed(s, record, cx)
         return
     task = s.tasks.get(record.task_id) if record.task_id is not None else None
     if task is not None and not task.terminal:

@@ -62,6 +62,7 @@ from protocol.session.effects import (
     Effect,
     OpenNote,
     RequestTimeout,
+    SpawnTask,
     SpawnWatcher,
     StaleDue,
     StartTimer,
@@ -158,7 +159,8 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
     s = restore.state
     s.journal_problems = restore.problems
     s.budget_warned |= restore.warned
-    effects: list[Effect] = []
+    # each open task's actor first, from the record the fold found: what follows may tell it
+    effects: list[Effect] = [SpawnTask(record=r) for r in s.tasks.values() if not r.terminal]
     for request in s.requests.pending():
         if request.deadline_at is not None:
             event = RequestTimeout(request_id=request.request_id)

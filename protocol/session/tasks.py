@@ -14,12 +14,15 @@ Rules:
    sender's active task; another agent's task is ``forbidden_sender``. A ``done`` on a task
    already settled is answered with the stored result (a redelivery after a restart).
 3. **The first terminal event wins**, whoever sends it: the agent's ``done``, the parent's
-   cancel or fail, the agent's exit or close, a failed delivery, the deadline. Later ones
-   change nothing and get the stored result.
-4. **Settlement happens once**: the result is journaled first (durable before anyone hears
-   of it), the note finalised, the agent's slot freed, the requests the task dropped
-   cancelled, and the result handed to each watcher subscribed to the task (for an agent in a
-   git worktree, once the files the task changed are listed in it).
+   cancel or fail, the agent's exit or close, a failed delivery, the deadline. Each is routed
+   to the task's own actor, which decides (:mod:`protocol.session.task`); later ones change
+   nothing and get the stored result. ``tasks`` is the session's read model of the task
+   records: changed only by what the task actors report (:func:`reported`), in order.
+4. **Settlement happens once**, when the task reports it: the result is journaled first
+   (durable before anyone hears of it), the note finalised, the agent's slot freed, the
+   requests the task dropped cancelled, the result handed to each watcher subscribed to the
+   task (for an agent in a git worktree, once the files the task changed are listed in it),
+   and the task's actor stopped.
 5. **Ending a task stops its work.** When anything but the agent's own ``done`` settles it
    and the agent is still running, the agent gets a ``control cancel_task`` naming the task
    (every adapter stops that task's work and is ready for the next task). The control carries
@@ -40,10 +43,10 @@ import msgspec
 from protocol.calls import api
 from protocol.core.errors import (
     AgentBusy,
+    ErrorInfo,
     ForbiddenSender,
     InvalidArgument,
     InvalidHandle,
-    ShepherdError,
 )
 from protocol.core.ids import IdKind, kind_of
 from protocol.records.journal import PromptRecord
@@ -59,6 +62,7 @@ from protocol.records.tasks import (
 from protocol.records.tasks import settle as settle_record
 from protocol.records.usage import Budget
 from protocol.session import outbox, requests, worktrees
+from protocol.session import task as one_task
 from protocol.session.effects import (
     Answer,
     CancelTimer,
@@ -69,9 +73,12 @@ from protocol.session.effects import (
     Log,
     Notify,
     OpenNote,
+    SpawnTask,
     StartTimer,
+    StopTask,
     Story,
     TaskDeadline,
+    TellTask,
     WatchdogInstruction,
     WatchdogTask,
 )
@@ -79,6 +86,8 @@ from protocol.session.state import AgentRow, Ctx, SessionState, Turn, TurnStats
 from protocol.wire.envelopes import ControlEnvelope, TaskDoneEnvelope, TaskEnvelope
 
 __all__ = [
+    "AckDone",
+    "AnswerSettle",
     "deadline",
     "delegate",
     "delegate_one",
@@ -86,13 +95,37 @@ __all__ = [
     "parent_settles",
     "prompt",
     "replay",
+    "reported",
     "settle",
     "task_envelope",
+    "turn_end",
     "turn_ended",
 ]
 
 #: what the parent's cancel or fail says when the caller gave no reason
 _BY_PARENT = {TaskEvent.CANCEL: "cancelled by the parent", TaskEvent.FAIL: "failed by the parent"}
+
+
+class AckDone(msgspec.Struct, frozen=True, kw_only=True):
+    """After an agent's ``done`` is decided: its receipt (with the result, or the refusal)."""
+
+    envelope: TaskDoneEnvelope
+
+
+class TurnEnd(msgspec.Struct, frozen=True, kw_only=True):
+    """After the task decided what its agent sent before its turn ended: judge the turn."""
+
+    agent_id: str
+    turn: Turn
+    exit_code: int | None = None
+    is_error: bool = False
+
+
+class AnswerSettle(msgspec.Struct, frozen=True, kw_only=True):
+    """After the parent's cancel or fail is decided: the answer to its call (``call``: which
+    of the calls waiting for their answer, numbered by whoever runs the effects)."""
+
+    call: int = 0
 
 
 def task_envelope(s: SessionState, record: TaskRecord, cx: Ctx) -> TaskEnvelope:
@@ -160,6 +193,7 @@ def delegate_one(
         effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=task_id)))
     s.tasks[task_id] = record
     effects += requests.task_moved(s, record, start(record, cx.now), cx)
+    effects.append(SpawnTask(record=s.tasks[task_id]))
     effects += [
         worktrees.deliver_task(s, row, record, envelope),
         WatchdogTask(agent_id=row.agent_id, task_id=task_id),
@@ -214,24 +248,81 @@ def settle(
     cancel_requests: bool = True,
     by_agent: bool = False,
     reason: str | None = None,
+    then: AckDone | AnswerSettle | None = None,
 ) -> list[Effect]:
-    """Apply a terminal event (rules 3-5). Raises (changing nothing) if the machine refuses
-    it; does nothing if the task had settled already."""
-    before = s.tasks.get(task_id)
-    if before is None:
+    """Route a terminal event to the task's actor (rule 3); nothing if the task had settled
+    already (its actor is gone) or is unknown. What happens then: :func:`reported`."""
+    record = s.tasks.get(task_id)
+    if record is None or record.terminal:
         return []
-    settled, changed = settle_record(
-        before,
-        event,
-        cx.now,
+    end = one_task.End(
+        event=event,
+        at=cx.now,
         text=text,
         error=error,
         cancel_requests=cancel_requests,
         reason=reason,
         usage=s.task_usage.get(task_id),
+        by_agent=by_agent,
+        then=then,
     )
-    if not changed:
-        return []
+    return [TellTask(task_id=task_id, message=end)]
+
+
+def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
+    """What a task's actor decided, acted on by the session (rules 3 and 4)."""
+    match report:
+        case one_task.Moved(before=before, after=after, opened=opened):
+            return requests.task_moved(s, before, after, cx, opened=opened)
+        case one_task.Late(record=record, request_id=request_id):
+            why = f"task {record.task_id} {record.state.value}"
+            return requests.close(s, request_id, RequestState.CANCELLED, cx, why=why)
+        case one_task.Noted(record=record, then=then):
+            return _then(s, then, record, cx)
+        case one_task.Settled(before=before, after=after, by_agent=by_agent, then=then):
+            return _settled(s, before, after, cx, by_agent=by_agent) + _then(s, then, after, cx)
+        case one_task.Unchanged(record=record, then=then):
+            return _then(s, then, record, cx, already=True)
+        case one_task.Refused(record=record, error=error, then=then):
+            return _then(s, then, record, cx, error=error)
+    raise TypeError(f"a task does not report {type(report).__name__}")
+
+
+def _then(
+    s: SessionState,
+    then: AckDone | AnswerSettle | TurnEnd | None,
+    record: TaskRecord,
+    cx: Ctx,
+    *,
+    already: bool = False,
+    error: ErrorInfo | None = None,
+) -> list[Effect]:
+    """What the session does once the ending it routed was decided (``then``)."""
+    match then:
+        case AckDone(envelope=env):
+            if error is not None:  # refused by the machine (unresolved requests): nothing moved
+                return outbox.ack(s, cx, env, error=error)
+            return outbox.ack(s, cx, env, result=record.result)
+        case AnswerSettle():
+            assert error is None, error  # a cancel or a fail is never refused by the machine
+            return [_settle_answer(record, already=already)]
+        case TurnEnd(agent_id=agent_id, turn=turn, exit_code=exit_code, is_error=is_error):
+            return turn_ended(s, agent_id, turn, cx, exit_code=exit_code, is_error=is_error)
+    return []
+
+
+def _settle_answer(record: TaskRecord, *, already: bool) -> Answer:
+    result = record.result
+    assert result is not None, record
+    fields = msgspec.structs.asdict(result)
+    return Answer(value=api.SettleResult(**fields, already_settled=already))
+
+
+def _settled(
+    s: SessionState, before: TaskRecord, settled: TaskRecord, cx: Ctx, *, by_agent: bool
+) -> list[Effect]:
+    """The task settled (rules 4-5): what the session does about it, in order."""
+    task_id = settled.task_id
     result = settled.result
     assert result is not None
     effects: list[Effect] = []
@@ -254,6 +345,7 @@ def settle(
     effects += worktrees.on_settle(s, result, cx)
     rc = result.return_code
     effects.append(Log(text=f"task {task_id} {settled.state.value} (rc {rc})"))
+    effects.append(StopTask(task_id=task_id))
     return effects
 
 
@@ -278,14 +370,14 @@ def _stop_work(s: SessionState, record: TaskRecord, cx: Ctx) -> Deliver:
 def parent_settles(
     s: SessionState, task_id: str, event: TaskEvent, why: str | None, cx: Ctx
 ) -> list[Effect]:
-    """The parent's cancel or fail: the answer says whether it was this event that settled it."""
+    """The parent's cancel or fail: the answer says whether it was this event that settled it
+    (given once the task decided: :class:`AnswerSettle`)."""
     if kind_of(task_id) is not IdKind.TASK or task_id not in s.tasks:
         raise InvalidHandle(f"no task {task_id!r} in this session")
-    effects = settle(s, task_id, event, cx, error=why or _BY_PARENT[event])
-    result = s.result_of(task_id)
-    assert result is not None
-    answer = api.SettleResult(**msgspec.structs.asdict(result), already_settled=not effects)
-    return [*effects, Answer(value=answer)]
+    record = s.tasks[task_id]
+    if record.terminal:
+        return [_settle_answer(record, already=True)]
+    return settle(s, task_id, event, cx, error=why or _BY_PARENT[event], then=AnswerSettle())
 
 
 def done(s: SessionState, row: AgentRow, env: TaskDoneEnvelope, cx: Ctx) -> list[Effect]:
@@ -301,20 +393,19 @@ def done(s: SessionState, row: AgentRow, env: TaskDoneEnvelope, cx: Ctx) -> list
         raise InvalidHandle(f"no task {task_id} in this session")
     if record.agent_id != row.agent_id:
         raise ForbiddenSender(f"task {task_id} belongs to another agent")
-    try:
-        effects = settle(
-            s,
-            task_id,
-            event_for_done(env.status),
-            cx,
-            text=env.summary,
-            error=env.error,
-            cancel_requests=env.cancel_requests,
-            by_agent=True,
-        )
-    except ShepherdError as exc:  # refused by the machine (unresolved requests): nothing moved
-        return outbox.ack(s, cx, env, error=exc.info())
-    return effects + outbox.ack(s, cx, env, result=s.result_of(task_id))
+    if record.terminal:  # a redelivery: the stored result
+        return outbox.ack(s, cx, env, result=record.result)
+    return settle(
+        s,
+        task_id,
+        event_for_done(env.status),
+        cx,
+        text=env.summary,
+        error=env.error,
+        cancel_requests=env.cancel_requests,
+        by_agent=True,
+        then=AckDone(envelope=env),
+    )
 
 
 def deadline(s: SessionState, event: TaskDeadline, cx: Ctx) -> list[Effect]:
@@ -326,6 +417,25 @@ def deadline(s: SessionState, event: TaskDeadline, cx: Ctx) -> list[Effect]:
 
 
 # ------------------------------------------------------------------ turns
+
+
+def turn_end(
+    s: SessionState,
+    agent_id: str,
+    turn: Turn,
+    cx: Ctx,
+    *,
+    exit_code: int | None = None,
+    is_error: bool = False,
+) -> list[Effect]:
+    """An agent's turn ended: judged (rule 6) once its task has decided everything routed to
+    it before (a ``done`` sent just before the turn ended is not overtaken by it)."""
+    row = s.agents.get(agent_id)
+    record = s.tasks.get(row.active_task) if row is not None and row.active_task else None
+    if record is None or record.terminal:
+        return []
+    then = TurnEnd(agent_id=agent_id, turn=turn, exit_code=exit_code, is_error=is_error)
+    return [TellTask(task_id=record.task_id, message=one_task.Sync(then=then))]
 
 
 def turn_ended(

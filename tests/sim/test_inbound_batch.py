@@ -132,7 +132,8 @@ def test_a_batch_of_settlements_is_one_journal_write_and_each_is_told_once(
         assert session.broker.ask(InboundBatch(envelopes=batch), timeout=30) is None
         assert len(writes) == 1
         settled = [r.task_id for r in writes[0] if isinstance(r, TaskRecord) and r.terminal]
-        assert settled == [t for _, t in pairs]
+        # each task's actor decides its own: they settle in the order they decided
+        assert sorted(settled) == sorted(t for _, t in pairs)
         session.sim.run_all(max_time=5)
         assert sorted(_settled(sink)) == sorted(t for _, t in pairs)
         # the same batch handed over again (a crash before its acknowledgement): told once
