@@ -11,7 +11,7 @@ settlement are decided. What it does with each message is a rule of
   endings meet in this mailbox and the first wins;
 - each report goes back to the broker's mailbox, where the session's rules act on it (the
   agent's slot, the request table, the journal, the watchers,
-  :func:`protocol.session.tasks.reported`);
+  :func:`protocol.session.settlement.reported`);
 - once the broker has taken its settlement (journaled, handed to the watchers) it says
   :class:`TaskTaken` and the actor stops. Until then an ending that comes late still finds
   it, and is answered with the result that won.

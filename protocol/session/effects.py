@@ -27,7 +27,7 @@ effect              what running it means
                     :mod:`protocol.session.watcher`, take it once and coalesce)
 ``SpawnTask``       a task's actor starts, owning the record given (:mod:`protocol.session.task`)
 ``TellTask``        route a message to a task's actor (it decides; its report comes back to the
-                    session's rules: :func:`protocol.session.tasks.reported`)
+                    session's rules: :func:`protocol.session.settlement.reported`)
 ``StopTask``        the session took the task's settlement: its actor stops
 ``Story``           one human line about the lifecycle (``shepherd demo``, ``serve --verbose``)
 ``Log``             a log line

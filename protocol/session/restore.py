@@ -53,6 +53,7 @@ from protocol.session import (
     budgets,
     recover,
     requests,
+    settlement,
     tasks,
     watchers,
     worktree_events,
@@ -185,7 +186,7 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         owner = s.agents.get(record.agent_id)
         if owner is None or owner.closed:
             why = "the agent was gone when the parent restarted"
-            effects += tasks.settle(s, task_id, TaskEvent.FAIL, cx, error=why)
+            effects += settlement.settle(s, task_id, TaskEvent.FAIL, cx, error=why)
             continue
         if ended := budgets.ended_at_restart(s, task_id, cx):
             effects += ended

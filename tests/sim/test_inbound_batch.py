@@ -12,7 +12,7 @@ import pytest
 
 from actors.records import journal as journal_module
 from actors.runtime.transport import DeliveryFailed, NotHandled
-from actors.session import broker as broker_module
+from actors.session import watcher_routes as routes_module
 from actors.session import journal_writer as writer_module
 from actors.session.messages import InboundBatch
 from actors.session.sinks import CollectingSink
@@ -218,7 +218,7 @@ def test_results_routed_to_one_watcher_in_one_batch_reach_it_in_one_message(
             routed.append(len(results))
             return real(results)
 
-        monkeypatch.setattr(broker_module, "Results", counted)
+        monkeypatch.setattr(routes_module, "Results", counted)  # the broker's routes to watchers
         batch = tuple(_done(session, a, t) for a, t in pairs)
         assert session.broker.ask(InboundBatch(envelopes=batch), timeout=30) is None
         session.sim.run_all(max_time=5)

@@ -76,7 +76,7 @@ def test_one_live_actor_per_watcher_still_owing_and_none_left_when_all_are_deliv
         assert live_watchers(session.runtime) == []
         # no watcher left, and no task's actor either (each stopped once its task settled)
         assert session.runtime.actor_count == before - len(tasks)
-        assert broker_actor(session)._watchers == {}
+        assert len(broker_actor(session)._watchers) == 0
         got = {
             n.watcher_id: [r.task_id for r in n.results]
             for n in sink.items

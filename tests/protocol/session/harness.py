@@ -9,7 +9,7 @@ starts one, ``HandOver`` and its ``Flush`` timer go through its rules,
 :mod:`protocol.session.watcher`; what the watchers did is returned after the session's
 effects), and each task's record as its actor would (``SpawnTask`` starts one, ``TellTask``
 goes through its rules, :mod:`protocol.session.task`, and what it reports through the
-session's, :func:`protocol.session.tasks.reported`, at once: what that did follows the
+session's, :func:`protocol.session.settlement.reported`, at once: what that did follows the
 effects that routed it). :meth:`Session.refuses` checks a refusal is typed and changes
 nothing (a snapshot of the state before and after).
 """
@@ -41,7 +41,7 @@ from protocol.records.notifications import AnyNotification, TaskCompletion
 from protocol.records.requests import RequestRecord
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord, TaskState
-from protocol.session import agents, calls, inbound, tasks
+from protocol.session import agents, calls, inbound, settlement
 from protocol.session import task as task_rules
 from protocol.session import watcher as watcher_rules
 from protocol.session.effects import (
@@ -398,7 +398,7 @@ class Session:
                     assert env.target_id == agent_id, e
                     assert not self.state.agents[agent_id].closed, e
         for report in reports:
-            more, watched = self._run(tasks.reported(self.state, report, self.ctx()))
+            more, watched = self._run(settlement.reported(self.state, report, self.ctx()))
             ran += more
             by_watchers += watched
         return ran, by_watchers
