@@ -157,6 +157,8 @@ Report = Moved | Late | Noted | Settled | Unchanged | Refused
 
 def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Report | None]:
     """The task's new record, and what it reports (None: nothing changed, nothing to say)."""
+    if not isinstance(message, Attach | Detach | End | Sync):
+        raise TypeError(f"a task is not told {type(message).__name__}")
     then = message.then
     match message:
         case Attach(request_id=request_id, at=at):
@@ -171,10 +173,6 @@ def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Repor
                 return after, Moved(before=record, after=after, then=then)
         case End():
             return _end(record, message)
-        case Sync():
-            pass
-        case _:
-            raise TypeError(f"a task is not told {type(message).__name__}")
     return record, None if then is None else Noted(record=record, then=then)
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from actors.records import journal as journal_module
 from actors.runtime.transport import DeliveryFailed, NotHandled
-from actors.session import watcher_routes as routes_module
 from actors.session import journal_writer as writer_module
+from actors.session import watcher_routes as routes_module
 from actors.session.messages import InboundBatch
 from actors.session.sinks import CollectingSink
 from actors.session.watcher import Results
