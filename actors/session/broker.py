@@ -20,7 +20,7 @@ Rules of the runner:
 - Each effect's runner is found by the effect's type (one dict lookup). What goes to other
   actors (task notes to the one note writer, settled results to each watcher's actor, what
   the watchdog is told) is gathered over the run and sent when it ends: one message per
-  actor per run (:mod:`actors.session.task`, :mod:`actors.session.watcher`).
+  actor per run (:mod:`actors.session.note_writer`, :mod:`actors.session.watcher`).
 - A watcher is an actor of its own (``SpawnWatcher`` starts it from the state the rules gave;
   ``HandOver`` routes a result to it). This actor keeps only its address, until it says it is
   done; what it has pending, buffered and delivered, and its coalescing window, are its own.
@@ -67,10 +67,10 @@ from actors.session.agent import Launcher
 from actors.session.agent_routes import AgentRoutes
 from actors.session.held import HeldRuns
 from actors.session.journal_writer import Committed, JournalFailed, JournalWriter
+from actors.session.note_writer import NoteWriter
 from actors.session.outlets import Outlets
 from actors.session.runs import WATCHDOG_EFFECTS, Run
 from actors.session.sinks import GuardedSink
-from actors.session.task import NoteWriter
 from actors.session.task_actor import TaskReport
 from actors.session.task_routes import TaskRoutes
 from actors.session.timers import Timers

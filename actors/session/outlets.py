@@ -22,9 +22,9 @@ import pykka
 
 from actors.runtime.runtime import tell_quietly
 from actors.runtime.transport import Transport
+from actors.session.note_writer import NoteWrites
 from actors.session.runs import Run
 from actors.session.sinks import GuardedSink
-from actors.session.task import NoteWrites
 from actors.session.worktrees import GitWorker
 from protocol.core.errors import ShepherdError
 from protocol.records.worktrees import WorktreeProbed
