@@ -112,6 +112,11 @@ class ShepherdActor(pykka.Actor):
         stopped = Stopped()
         self.actor_stopped = self._actor_ref.actor_stopped = stopped  # type: ignore[assignment]
         self.label = self.runtime.next_label(type(self).__name__)
+        # set here, in the same order for every actor, not first in ``_process``: the
+        # instances of a class then share one table of attribute names (a task's actor
+        # costs about 0.7 KB less)
+        self._reply = None
+        self._reply_taken = False
 
     @property
     def clock(self) -> Clock:
