@@ -4,8 +4,9 @@ Every Shepherd actor subclasses :class:`ShepherdActor` (a ``pykka.Actor``) and i
 ``runtime.spawn(Cls, ...)``, which hands the actor its runtime before ``__init__`` runs. The
 actor then fills pykka's three hooks from that runtime: its inbox (``_create_actor_inbox``:
 the runtime's), its futures (``_create_future``: a :class:`RuntimeFuture`) and its loop
-(``_start_actor_loop``: the first message, handled when the runtime schedules it). No class is
-made per runtime, so the *same* actor classes, the very same objects, run on:
+(``_start_actor_loop``: the first message, handled when the runtime schedules it, for an actor
+whose class has an ``on_start``: one without costs no message to start). No class is made per
+runtime, so the *same* actor classes, the very same objects, run on:
 
 - :class:`ThreadedRuntime` (production): a fixed pool of worker threads. An actor with mail is
   scheduled on the pool; a worker handles its messages one at a time (per-actor
@@ -153,7 +154,8 @@ class ShepherdActor(pykka.Actor):
         return RuntimeFuture()
 
     def _start_actor_loop(self) -> None:
-        self.actor_ref.tell(_START)
+        if type(self).on_start is not pykka.Actor.on_start:  # nothing to run: no first message
+            self.actor_ref.tell(_START)
 
     def _stop(self) -> None:
         # pykka's, without its registry (a runtime's actors are never in it: see Runtime.spawn)
