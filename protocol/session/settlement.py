@@ -108,11 +108,21 @@ def settle(
         by_agent=by_agent,
         then=then,
     )
+    s.endings[task_id] = s.endings.get(task_id, 0) + 1
     return [TellTask(task_id=task_id, message=end)]
 
 
 def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
     """What a task's actor decided, acted on by the session (rules 3 and 4)."""
+    if isinstance(report, one_task.Settled | one_task.Unchanged | one_task.Refused):
+        task_id = (
+            report.record.task_id
+            if not isinstance(report, one_task.Settled)
+            else report.after.task_id
+        )
+        left = s.endings.pop(task_id, 1) - 1
+        if left > 0:
+            s.endings[task_id] = left
     match report:
         case one_task.Moved(before=before, after=after, opened=opened):
             return requests.task_moved(s, before, after, cx, opened=opened)

@@ -199,12 +199,15 @@ def turn_end(
     exit_code: int | None = None,
     is_error: bool = False,
 ) -> list[Effect]:
-    """An agent's turn ended: judged (rule 6) once its task has decided everything routed to
-    it before (a ``done`` sent just before the turn ended is not overtaken by it)."""
+    """An agent's turn ended: judged (rule 6), once its task's actor has decided an ending
+    routed to it before (a ``done`` sent just before the turn ended is not overtaken by it);
+    with none on its way, at once."""
     row = s.agents.get(agent_id)
     record = s.tasks.get(row.active_task) if row is not None and row.active_task else None
     if record is None or record.terminal:
         return []
+    if not s.endings.get(record.task_id):
+        return turn_ended(s, agent_id, turn, cx, exit_code=exit_code, is_error=is_error)
     then = TurnEnd(agent_id=agent_id, turn=turn, exit_code=exit_code, is_error=is_error)
     return [TellTask(task_id=record.task_id, message=one_task.Sync(then=then))]
 

@@ -429,6 +429,7 @@ class Harness:
         for entry in b.agents.values():
             if entry.active_task is not None:
                 assert not b.tasks[entry.active_task].terminal, f"{entry.name} holds a settled slot"
+        assert not b.endings, f"endings routed and never reported: {b.endings}"
         unknown = set(live) - set(b.tasks)
         assert not unknown, f"task actors the session does not know: {unknown}"
 

@@ -285,6 +285,7 @@ def check_invariants(s: SessionState, watchers: dict[str, WatcherState] | None =
         for task_id in watcher.pending - set(buffered):
             assert watcher.watcher_id in s.subscribers.get(task_id, [])
     assert set(s.turn_stats) <= {t for t, r in s.tasks.items() if not r.terminal}
+    assert not s.endings, "every ending routed to a task was reported"
 
 
 def snapshot(s: SessionState, *, activity: bool = True) -> dict[str, Any]:
