@@ -22,6 +22,8 @@ Rules:
 
 from __future__ import annotations
 
+import msgspec
+
 from protocol.core.ids import PARENT_ID
 from protocol.records.notifications import Notice, WaitCycle
 from protocol.records.requests import RequestRecord, RequestState, resolve
@@ -42,7 +44,43 @@ from protocol.session.effects import (
 from protocol.session.state import Ctx, SessionState
 from protocol.session.task import Attach, Detach
 
-__all__ = ["attach", "close", "open_", "replay", "task_moved", "timeout"]
+__all__ = [
+    "AfterWaiting",
+    "attach",
+    "close",
+    "open_",
+    "replay",
+    "task_moved",
+    "timeout",
+    "told_once_waiting",
+]
+
+
+class AfterWaiting(msgspec.Struct, frozen=True, kw_only=True):
+    """What the parent hears of a request, once its task's actor has moved the task to
+    ``waiting`` (the ``then`` of the ``Attach`` routed for it)."""
+
+    effects: tuple[Effect, ...] = ()
+
+
+def told_once_waiting(effects: list[Effect], request_id: str, told: list[Effect]) -> list[Effect]:
+    """``told`` (what the parent hears of the request ``request_id``) after its task waits for
+    it: in the ``then`` of the ``Attach`` routed for it, else at once. So a parent that reads
+    ``status`` on hearing of a question or an approval sees the task waiting."""
+    for i, effect in enumerate(effects):
+        if not isinstance(effect, TellTask):
+            continue
+        message = effect.message
+        if isinstance(message, Attach) and message.request_id == request_id:
+            before = message.then.effects if isinstance(message.then, AfterWaiting) else ()
+            then = AfterWaiting(effects=(*before, *told))
+            attach = msgspec.structs.replace(message, then=then)
+            return [
+                *effects[:i],
+                TellTask(task_id=effect.task_id, message=attach),
+                *effects[i + 1 :],
+            ]
+    return effects + told
 
 
 def task_moved(
@@ -78,14 +116,15 @@ def open_(s: SessionState, record: RequestRecord, cx: Ctx) -> list[Effect]:
     if record.task_id is not None:
         line = f"asked {s.name_of(record.target_id)} ({request_id}): {record.question}"
         effects.append(AppendNote(task_id=record.task_id, line=line))
-    if cycle is not None:
-        effects += _report_cycle(s, request_id, cycle, cx)
     asker, asked = s.name_of(record.sender_id), s.name_of(record.target_id)
     effects.append(Story(text=f"{asker} asks {asked} (request {request_id})"))
     if record.deadline_at is not None:
         delay = record.deadline_at - cx.now
         effects.append(StartTimer(delay=delay, event=RequestTimeout(request_id=request_id)))
-    return effects + attach(s, record, cx)
+    effects += attach(s, record, cx)
+    if cycle is not None:
+        effects = told_once_waiting(effects, request_id, _report_cycle(s, request_id, cycle, cx))
+    return effects
 
 
 def attach(s: SessionState, record: RequestRecord, cx: Ctx) -> list[Effect]:

@@ -124,11 +124,13 @@ def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
         if left > 0:
             s.endings[task_id] = left
     match report:
-        case one_task.Moved(before=before, after=after, opened=opened):
-            return requests.task_moved(s, before, after, cx, opened=opened)
-        case one_task.Late(record=record, request_id=request_id):
+        case one_task.Moved(before=before, after=after, opened=opened, then=then):
+            moved = requests.task_moved(s, before, after, cx, opened=opened)
+            return moved + _then(s, then, after, cx)
+        case one_task.Late(record=record, request_id=request_id, then=then):
             why = f"task {record.task_id} {record.state.value}"
-            return requests.close(s, request_id, RequestState.CANCELLED, cx, why=why)
+            closed = requests.close(s, request_id, RequestState.CANCELLED, cx, why=why)
+            return closed + _then(s, then, record, cx)
         case one_task.Noted(record=record, then=then):
             return _then(s, then, record, cx)
         case one_task.Settled(before=before, after=after, by_agent=by_agent, then=then):
@@ -142,7 +144,7 @@ def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
 
 def _then(
     s: SessionState,
-    then: AckDone | AnswerSettle | TurnEnd | None,
+    then: AckDone | AnswerSettle | TurnEnd | requests.AfterWaiting | None,
     record: TaskRecord,
     cx: Ctx,
     *,
@@ -158,6 +160,8 @@ def _then(
         case AnswerSettle():
             assert error is None, error  # a cancel or a fail is never refused by the machine
             return [_settle_answer(record, already=already)]
+        case requests.AfterWaiting(effects=told):
+            return list(told)
         case TurnEnd(agent_id=agent_id, turn=turn, exit_code=exit_code, is_error=is_error):
             return turn_ended(s, agent_id, turn, cx, exit_code=exit_code, is_error=is_error)
     return []
