@@ -20,10 +20,15 @@ Rules of the runner:
 - Each effect's runner is found by the effect's type (one dict lookup). What goes to other
   actors (task notes to the one note writer, settled results to each watcher's actor, what
   the watchdog is told) is gathered over the run and sent when it ends: one message per
-  actor per run (:mod:`actors.session.task`, :mod:`actors.session.watcher`).
+  actor per run (:mod:`actors.session.note_writer`, :mod:`actors.session.watcher`).
 - A watcher is an actor of its own (``SpawnWatcher`` starts it from the state the rules gave;
   ``HandOver`` routes a result to it). This actor keeps only its address, until it says it is
   done; what it has pending, buffered and delivered, and its coalescing window, are its own.
+- A task is an actor of its own too (``SpawnTask``, ``TellTask``, ``StopTask``:
+  :mod:`actors.session.task_routes`): it decides its waiting transitions and its settlement;
+  its reports (``TaskReport``) come back here, where the session's rules act on them. The
+  state's ``tasks`` is the read model those reports keep. A parent's cancel or fail is
+  answered once its task has decided.
 - The answer to an operation is its ``Answer`` effect, or a future of it (``read``: the
   agent's actor holds its output). The edge resolves a future; there is no other way of
   saying "the answer comes later".
@@ -58,21 +63,34 @@ from actors.runtime.transport import (
     Transport,
 )
 from actors.session import messages
-from actors.session.agent import AgentActor, AgentSpec, Launcher
+from actors.session.agent import Launcher
+from actors.session.agent_routes import AgentRoutes
 from actors.session.held import HeldRuns
 from actors.session.journal_writer import Committed, JournalFailed, JournalWriter
-from actors.session.runs import WATCHDOG_EFFECTS, Run, read_output
+from actors.session.note_writer import NoteWriter
+from actors.session.outlets import Outlets
+from actors.session.runs import WATCHDOG_EFFECTS, Run
 from actors.session.sinks import GuardedSink
-from actors.session.task import NoteWriter, NoteWrites
+from actors.session.task_actor import TaskReport
+from actors.session.task_routes import TaskRoutes
 from actors.session.timers import Timers
-from actors.session.watcher import Results, Waiting, WatcherActor
+from actors.session.watcher_routes import WatcherRoutes
 from actors.session.worktrees import GitWorker
 from protocol.calls import api
 from protocol.core.errors import ShepherdError
 from protocol.records.notifications import Notice
 from protocol.records.settings import Settings
 from protocol.records.worktrees import WorktreeProbed, WorktreeReleased
-from protocol.session import agents, calls, inbound, status, watchers, worktree_events, worktrees
+from protocol.session import (
+    agents,
+    calls,
+    inbound,
+    settlement,
+    status,
+    watchers,
+    worktree_events,
+    worktrees,
+)
 from protocol.session import effects as fx
 from protocol.session.batch import first_spawn
 from protocol.session.restore import Restore, resume
@@ -80,6 +98,9 @@ from protocol.session.state import Ctx, SessionState
 from protocol.wire.envelopes import AnyEnvelope
 
 __all__ = ["BrokerActor"]
+
+#: the reply of the message being handled (the default of :meth:`BrokerActor._run`)
+_ASKED: Any = object()
 
 #: what a stopped session answers with ``session_unavailable`` (the rest waits for the next)
 _REFUSED_WHEN_STOPPED = (
@@ -110,57 +131,64 @@ class BrokerActor(ShepherdActor):
         #: the session's tracing (actors.tracing.parent.ParentSpans), when it is on: it sees
         #: each effect before it runs and stamps the trace context on what is delivered
         self._spans = spans
-        #: runs git for the agents' worktrees (None: this session makes none)
-        self._git = git
         #: the session's state: the one owner of every fact the rules know
         self.state = restore.state if restore is not None else SessionState(session_id, settings)
         self._restore = restore
         self._transport = transport
-        self._launcher = launcher
         self._sink = sink
         self._journal = journal
         self._notes = notes
-        self._tap = tap
-        #: the watchdog actor (it observes; the rules only tell it what happens)
-        self._watchdog = watchdog_factory(self.actor_ref) if watchdog_factory else None
-        self._agents: dict[str, pykka.ActorRef[Any]] = {}  # agent id -> its actor
+        log = self._log = logger.bind(session=session_id)
+        self._coalesce_s = settings.coalesce_ms / 1000.0
+        #: the parent's sink, receipts, notes, the watchdog (it observes; the rules only tell
+        #: it what happens), git, the story
+        watchdog = watchdog_factory(self.actor_ref) if watchdog_factory else None
+        outlets = self._outlets = Outlets(
+            self.actor_ref, sink, transport, log, tap=tap, watchdog=watchdog, git=git
+        )
+        #: the agents', the tasks' and the watchers' actors: where their mail goes (and the
+        #: parent's calls waiting for their tasks)
+        self._agents = AgentRoutes(
+            self.runtime, self.actor_ref, launcher, transport, session_id, settings.output_lines
+        )
+        self._tasks = TaskRoutes(self.runtime, self.actor_ref, log)
+        self._watchers = WatcherRoutes(self.runtime, sink, self.state.result_of, log)
         self._timers = Timers(self.clock, functools.partial(tell_quietly, self.actor_ref))
-        #: every task's note, written by one actor (see :mod:`actors.session.task`)
-        self._note_writer: pykka.ActorRef[Any] | None = None
-        #: watcher id -> its actor, and how many of its tasks' results are still to route to
-        #: it (its subscriptions): forgotten when the last is routed (:mod:`actors.session.watcher`)
-        self._watchers: dict[str, tuple[pykka.ActorRef[Any], int]] = {}
         #: each effect's runner, by the effect's type (a dict lookup, not a chain of matches)
         self._runners: dict[type, Callable[[Any, Run], None]] = {
-            fx.Notify: self._notify,
-            fx.Deliver: self._deliver,
-            fx.Forward: self._forward,
-            fx.Publish: self._publish,
-            fx.SpawnAgent: lambda e, _: self._spawn(e),
-            fx.StopAgent: lambda e, _: self._tell(e.agent_id, messages.CloseAgent()),
+            fx.Notify: outlets.notify,
+            fx.Deliver: self._agents.deliver,
+            fx.Forward: self._agents.forward,
+            fx.Publish: outlets.publish,
+            fx.SpawnAgent: self._agents.spawn,
+            fx.StopAgent: self._agents.stop,
             fx.StartTimer: lambda e, _: self._timers.start(e.delay, e.event),
             fx.CancelTimer: lambda e, _: self._timers.cancel(e.key),
-            fx.OpenNote: self._note,
-            fx.AppendNote: self._note,
-            fx.FinaliseNote: self._note,
-            fx.SpawnWatcher: self._spawn_watcher,
-            fx.HandOver: lambda e, run: run.hands.setdefault(e.watcher_id, []).append(e.result),
-            fx.Story: lambda e, _: self._story(e.text),
+            fx.OpenNote: outlets.note,
+            fx.AppendNote: outlets.note,
+            fx.FinaliseNote: outlets.note,
+            fx.SpawnWatcher: lambda e, run: self._watchers.spawn(e, run, self._coalesce_s),
+            fx.SpawnTask: self._tasks.spawn,
+            fx.TellTask: self._tasks.tell,
+            fx.StopTask: self._tasks.stop,
+            fx.HandOver: WatcherRoutes.gather,
+            fx.Story: outlets.story,
             fx.Log: lambda e, _: self._log.log(e.level.upper(), e.text),
-            fx.ProbeWorktree: lambda e, _: self._probe(e),
-            **dict.fromkeys(WATCHDOG_EFFECTS, self._watchdog_effect),
+            fx.ProbeWorktree: outlets.probe,
+            **dict.fromkeys(WATCHDOG_EFFECTS, outlets.watched),
         }
-        self._log = logger.bind(session=session_id)
         #: why the session stopped deciding (its journal failed), or None
         self._stopped: str | None = None
         #: the runs decided whose effects wait for their records (or an earlier run's) to be
         #: durable, and the journal's one writer they go to (started with this actor)
-        self._held = HeldRuns(self._tell_helpers, self._log)
+        self._held = HeldRuns(self._tell_helpers, self._log, self._tasks.defer)
+        #: the replies of ``Drain`` waiting for what was told to tasks to be decided
+        self._drains: list[Any] = []
 
     def on_start(self) -> None:
         self._held.writer = self.runtime.spawn(JournalWriter, self._journal, self.actor_ref)
         if self._notes is not None:
-            self._note_writer = self.runtime.spawn(NoteWriter, self._notes)
+            self._outlets.note_writer = self.runtime.spawn(NoteWriter, self._notes)
         if self._restore is not None:
             restore, self._restore = self._restore, None
             self._run(resume(restore, self._ctx()))
@@ -182,13 +210,17 @@ class BrokerActor(ShepherdActor):
             case JournalFailed(error=error):
                 return self._held.fail(self._stop_deciding(error))
             case messages.Drain():  # answered once everything decided before it was run
-                if self._held:
+                if self._tasks.in_flight:  # and what was told to tasks is decided and run
+                    self._drains.append(self.answer_later())
+                elif self._held:
                     self._hold([], lambda: None, Run())
                 return None
+            case TaskReport(report=report):
+                return self._reported(report)
             case messages.ParentCall(args=args):
                 return self._call(args)
             case messages.Inbound(envelope=env):
-                return self._run(inbound.envelope(state, env, self._ctx()))
+                return self._run(inbound.envelope(state, env, self._ctx()), answering=True)
             case messages.InboundBatch(envelopes=envelopes):
                 return self._inbound_batch(envelopes)
             case messages.AgentExited():
@@ -232,7 +264,7 @@ class BrokerActor(ShepherdActor):
             except Exception as exc:
                 refused[env.message_id] = self._failed_on(env.message_id, exc)
         records = [e.record for _, effects in decided for e in effects if isinstance(e, fx.Journal)]
-        run = Run()
+        run = Run(answering=True)  # taken once what it told its tasks is decided, and durable
 
         def work() -> Refusals | None:
             for message_id, effects in decided:
@@ -246,9 +278,11 @@ class BrokerActor(ShepherdActor):
             self._hold(records, work, run)
             return None
         try:
-            return work()
+            answer = work()
         finally:
             self._tell_helpers(run)
+        taken: Refusals | None = self._answer(run, answer, _ASKED)
+        return taken
 
     def _failed_on(self, message_id: str, exc: Exception) -> ShepherdError:
         self._log.exception("the session failed on envelope {}", message_id)
@@ -273,7 +307,36 @@ class BrokerActor(ShepherdActor):
         # its own
         if one is not None and one.adapter != "simulated" and one.node is None:
             check_spawn_options(one.adapter, agents.options_of(one), os.getcwd())
-        return self._run(calls.call(self.state, args, self._ctx()))
+        return self._run(calls.call(self.state, args, self._ctx()), answering=True)
+
+    def _reported(self, report: Any) -> None:
+        """A task's report, decided by the session's rules. The reports a parent's call (or an
+        agent's envelope) waits for are run together once the last is in, and answer it (with
+        the report's answer, else the call's own)."""
+        report, call, last = self._tasks.reported(report)
+        effects = settlement.reported(self.state, report, self._ctx())
+        if call is None:
+            self._run(effects, reply=None)
+        elif not last:
+            if call.held is None:  # its place: nothing decided from now on overtakes it
+                call.held = self._held.open()
+            call.effects += self._seen(effects)
+        else:
+            effects = call.effects + self._seen(effects)
+            if call.reply is not None and not any(type(e) is fx.Answer for e in effects):
+                effects.append(fx.Answer(value=call.answer))
+            if call.held is None:
+                self._run(effects, reply=call.reply, seen=True)
+            else:
+                records = [e.record for e in effects if isinstance(e, fx.Journal)]
+                rest = [e for e in effects if type(e) is not fx.Journal]
+                run = Run()
+                work = functools.partial(self._effects, rest, run)
+                self._held.close(call.held, records, work, run, call.reply)
+        if self._drains and not self._tasks.in_flight:
+            drains, self._drains = self._drains, []
+            for drain in drains:
+                self._run([], reply=drain)
 
     def capability_of(self, agent_id: str) -> str | None:
         row = self.state.agents.get(agent_id)
@@ -281,28 +344,56 @@ class BrokerActor(ShepherdActor):
 
     # ------------------------------------------------------------------ run the effects
 
-    def _run(self, effects: list[fx.Effect], waiting: messages.WaitFor | None = None) -> Any:
+    def _run(
+        self,
+        effects: list[fx.Effect],
+        waiting: messages.WaitFor | None = None,
+        reply: Any = _ASKED,
+        *,
+        answering: bool = False,
+        seen: bool = False,
+    ) -> Any:
         """Run ``effects`` in order; the answer is the ``Answer`` among them. ``waiting``: the
         ``wait`` whose watcher this run starts (else a watcher's notifications go to the
-        parent's sink). A run of consecutive ``Journal`` effects is ONE journal write (one
-        fsync): a batch operation's records are durable together, before any effect that tells
-        of them."""
-        effects = self._seen(effects)
-        run = Run(waiting)
+        parent's sink). ``reply``: where the answer goes (by default, to whoever asked what
+        is being handled; None: nobody). ``answering``: a parent's call or an agent's
+        envelope, answered (taken) once the tasks it tells have decided and what they
+        reported is durable (:mod:`actors.session.task_routes`). A run of consecutive
+        ``Journal`` effects is ONE journal write (one fsync): a batch operation's records are
+        durable together, before any effect that tells of them. ``seen``: the effects were
+        shown to the tracing already."""
+        effects = effects if seen else self._seen(effects)
+        run = Run(waiting, answering=answering)
         if self._held or any(type(e) is fx.Journal for e in effects):
             records = [e.record for e in effects if isinstance(e, fx.Journal)]
             rest = [e for e in effects if type(e) is not fx.Journal]
-            self._hold(records, lambda: self._effects(rest, run), run)
+            self._hold(records, lambda: self._effects(rest, run), run, reply)
             return None
         try:
-            return self._effects(effects, run)
+            answer = self._effects(effects, run)
         finally:
             self._tell_helpers(run)
+        return self._answer(run, answer, reply)
 
-    def _hold(self, records: list[Any], work: Callable[[], Any], run: Run) -> None:
+    def _answer(self, run: Run, answer: Any, reply: Any) -> Any:
+        """Answer a run that ran at once: to ``reply`` (``_ASKED``: what is handled), or, if
+        it told tasks for a call, once they have reported."""
+        if run.later is not None:
+            reply = self.answer_later() if reply is _ASKED else reply
+            if self._tasks.defer(run.later, reply, answer):
+                return None  # answered once the tasks it told have reported
+        if reply is _ASKED:
+            return answer
+        if reply is not None:
+            reply.set(answer)
+        return None
+
+    def _hold(
+        self, records: list[Any], work: Callable[[], Any], run: Run, reply: Any = _ASKED
+    ) -> None:
         """``records`` to the writer, ``work`` (which answers) held until they, and every run
         held before, are durable; the caller's answer is what ``work`` returns then."""
-        self._held.hold(records, work, run, self.answer_later())
+        self._held.hold(records, work, run, self.answer_later() if reply is _ASKED else reply)
 
     def _seen(self, effects: list[fx.Effect]) -> list[fx.Effect]:
         """Each effect stamped with its trace (when tracing is on), before any runs."""
@@ -322,7 +413,7 @@ class BrokerActor(ShepherdActor):
                 answer = effect.value  # type: ignore[attr-defined]
             elif kind is fx.AnswerFromOutput:
                 assert isinstance(effect, fx.AnswerFromOutput)
-                answer = read_output(self._agents.get(effect.agent_id), effect)
+                answer = self._agents.output(effect)
             elif (runner := runners.get(kind)) is not None:
                 runner(effect, run)
             else:  # a new kind of effect: its runner belongs in ``_runners``
@@ -333,21 +424,8 @@ class BrokerActor(ShepherdActor):
     def _tell_helpers(self, run: Run) -> None:
         """What a run gathered for the helper actors: one message each (sent even when the run
         stopped: what was decided before a failure is still told)."""
-        if run.notes and self._note_writer is not None:
-            tell_quietly(self._note_writer, NoteWrites(run.notes))
-        for watcher_id, results in run.hands.items():
-            entry = self._watchers.get(watcher_id)
-            if entry is None:  # never expected: routed once per subscription
-                self._log.error("no watcher {} for {} results", watcher_id, len(results))
-                continue
-            ref, owed = entry
-            tell_quietly(ref, Results(results))  # a ``wait``'s may have stopped at its deadline
-            if owed > len(results):
-                self._watchers[watcher_id] = (ref, owed - len(results))
-            else:
-                del self._watchers[watcher_id]  # its last subscription: nothing more to route
-        if run.watchdog and self._watchdog is not None:
-            tell_quietly(self._watchdog, run.watchdog)
+        self._outlets.flush(run)
+        self._watchers.hand(run)
 
     def _stop_deciding(self, exc: Exception) -> NotHandled:
         """Fail-stop: the rules changed the state in memory before the append, so it is ahead
@@ -362,6 +440,7 @@ class BrokerActor(ShepherdActor):
             "from its records (what its agents sent meanwhile waits for it)"
         )
         self._log.error(self._stopped)
+        self._tasks.fail(NotHandled(self._stopped))
         with contextlib.suppress(Exception):  # the records may refuse this too
             self._sink(
                 Notice(created_at=self.clock.now(), code="session_stopped", text=self._stopped)
@@ -369,81 +448,3 @@ class BrokerActor(ShepherdActor):
         error = NotHandled(self._stopped)
         error.__cause__ = exc
         return error
-
-    def _notify(self, effect: fx.Notify, _: Run) -> None:
-        self._sink(effect.note)
-
-    def _deliver(self, effect: fx.Deliver, _: Run) -> None:
-        self._tell(effect.agent_id, messages.Deliver(envelope=effect.envelope))
-
-    def _forward(self, effect: fx.Forward, _: Run) -> None:
-        self._tell(effect.agent_id, effect.envelope)
-
-    def _publish(self, effect: fx.Publish, _: Run) -> None:
-        try:
-            self._transport.publish(effect.inbox, effect.envelope)
-        except ShepherdError as exc:
-            self._log.warning("receipt to {} undeliverable: {}", effect.inbox, exc.message)
-
-    def _note(self, effect: fx.OpenNote | fx.AppendNote | fx.FinaliseNote, run: Run) -> None:
-        run.notes.append(effect)
-
-    def _spawn_watcher(self, effect: fx.SpawnWatcher, run: Run) -> None:
-        coalesce_s = self.state.settings.coalesce_ms / 1000.0
-        waiting = None
-        if run.waiting is not None:  # a ``wait``: it answers with what settled already too
-            ids, pending = effect.watcher.ids, effect.watcher.pending
-            done = (self.state.result_of(t) for t in ids if t not in pending)
-            completed = tuple(r for r in done if r is not None)
-            waiting = Waiting(run.waiting.answer, completed, run.waiting.timeout_s)
-        ref = self.runtime.spawn(WatcherActor, effect.watcher, self._sink, coalesce_s, waiting)
-        self._watchers[effect.watcher_id] = (ref, len(effect.watcher.pending))
-
-    def _watchdog_effect(self, effect: Any, run: Run) -> None:
-        if self._watchdog is not None:
-            run.watchdog.append(effect)
-
-    def _probe(self, effect: fx.ProbeWorktree) -> None:
-        """git runs on the session's git worker; its answer comes back as an event."""
-        answer = functools.partial(tell_quietly, self.actor_ref)
-        if self._git is not None:
-            self._git.probe(effect, answer)
-            return
-        kind, task_id, agent_id = effect.kind, effect.task_id, effect.worktree.agent_id
-        why = "this session runs no git worker"
-        answer(WorktreeProbed(kind=kind, task_id=task_id, agent_id=agent_id, error=why))
-
-    def _tell(self, agent_id: str, message: Any) -> None:
-        ref = self._agents.get(agent_id)
-        if ref is not None:
-            tell_quietly(ref, message)
-
-    def _spawn(self, effect: fx.SpawnAgent) -> None:
-        spec = AgentSpec(
-            agent_id=effect.agent_id,
-            name=effect.name,
-            session_id=self.state.session_id,
-            capability=effect.capability,
-            adapter=effect.adapter,
-            options=effect.options,
-        )
-        self._agents[effect.agent_id] = self.runtime.spawn(
-            AgentActor,
-            spec,
-            self._launcher,
-            self._transport,
-            self.actor_ref,
-            self.state.settings.output_lines,
-            effect.adopt,
-            effect.pid,
-            effect.exited,
-        )
-
-    def _story(self, text: str) -> None:
-        """One human line per lifecycle change, for ``shepherd demo`` and ``serve --verbose``."""
-        if self._tap is None:
-            return
-        try:
-            self._tap(text)
-        except Exception:
-            self._log.opt(exception=True).error("story tap failed")

@@ -20,15 +20,19 @@ WATCHDOG_EFFECTS = (fx.WatchdogAgent, fx.WatchdogRuntime, fx.WatchdogInstruction
 class Run:
     """What one run of effects gathers for the actors it tells once, at its end."""
 
-    __slots__ = ("hands", "notes", "waiting", "watchdog")
+    __slots__ = ("answering", "hands", "later", "notes", "waiting", "watchdog")
 
-    def __init__(self, waiting: WaitFor | None = None) -> None:
+    def __init__(self, waiting: WaitFor | None = None, *, answering: bool = False) -> None:
         #: the ``wait`` whose watcher this run starts, if it is one
         self.waiting = waiting
         self.watchdog: list[Any] = []
         self.notes: list[fx.OpenNote | fx.AppendNote | fx.FinaliseNote] = []
         #: watcher id -> the results routed to it, in order (one message to each watcher)
         self.hands: dict[str, list[TaskResult]] = {}
+        #: a parent's call: its answer waits for the tasks it tells (and ``later`` numbers
+        #: it once it told one; :mod:`actors.session.task_routes`)
+        self.answering = answering
+        self.later: int | None = None
 
 
 def read_output(ref: pykka.ActorRef[Any] | None, effect: fx.AnswerFromOutput) -> Any:

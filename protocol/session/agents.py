@@ -38,7 +38,7 @@ from protocol.records.journal import AgentCloseRecord, AgentExitRecord, AgentRec
 from protocol.records.notifications import Notice
 from protocol.records.requests import RequestState
 from protocol.records.tasks import TaskEvent
-from protocol.session import budgets, requests, tasks, worktrees
+from protocol.session import budgets, requests, settlement, tasks, worktrees
 from protocol.session.effects import (
     Answer,
     Effect,
@@ -270,7 +270,7 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
             effects += move(s, agent_id, "turn_end", cx)
             s.turns.pop(agent_id, None)
             if not exited:
-                effects += tasks.turn_ended(
+                effects += tasks.turn_end(
                     s, agent_id, turn, cx, exit_code=env.exit_code, is_error=env.is_error
                 )
         case "not_sent":
@@ -373,7 +373,7 @@ def _release(s: SessionState, agent_id: str, event: TaskEvent, why: str, cx: Ctx
     row = s.agents[agent_id] = msgspec.structs.replace(s.agents[agent_id], closed=True)
     effects: list[Effect] = []
     if row.active_task is not None:
-        effects += tasks.settle(s, row.active_task, event, cx, error=why)
+        effects += settlement.settle(s, row.active_task, event, cx, error=why)
     for request in s.requests.pending():
         if agent_id in (request.sender_id, request.target_id):
             effects += requests.close(

@@ -103,7 +103,7 @@ def request(
         task_id=task_id,
         refs=(request_id,),
     )
-    return request_id, [*effects, Notify(note=note)]
+    return request_id, requests.told_once_waiting(effects, request_id, [Notify(note=note)])
 
 
 def check_answer(s: SessionState, request_id: str) -> RequestRecord:

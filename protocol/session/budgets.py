@@ -41,7 +41,7 @@ from protocol.records.notifications import Notice
 from protocol.records.tasks import TaskEvent, TaskRecord
 from protocol.records.usage import Budget, Usage, over, spent
 from protocol.records.usage import left as usage_left
-from protocol.session import outbox, tasks
+from protocol.session import outbox, settlement, tasks
 from protocol.session.effects import (
     Answer,
     BudgetDue,
@@ -290,7 +290,9 @@ def _warn(
 
 def _end(s: SessionState, record: TaskRecord, why: str, cx: Ctx) -> list[Effect]:
     """Rule 4: settled as failed by the parent's side (its agent stops, as for a cancel)."""
-    effects = tasks.settle(s, record.task_id, TaskEvent.FAIL, cx, error=why, reason=BUDGET_EXCEEDED)
+    effects = settlement.settle(
+        s, record.task_id, TaskEvent.FAIL, cx, error=why, reason=BUDGET_EXCEEDED
+    )
     if not effects:
         return []
     note = Notice(

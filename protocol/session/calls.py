@@ -21,8 +21,8 @@ from protocol.session import (
     budgets,
     requests,
     routing,
+    settlement,
     stale,
-    tasks,
     watchers,
     worktrees,
 )
@@ -60,9 +60,9 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
         case api.CloseArgs():
             return agents.close(s, args.agent, cx)
         case api.CancelArgs():
-            return tasks.parent_settles(s, args.task_id, TaskEvent.CANCEL, args.reason, cx)
+            return settlement.parent_settles(s, args.task_id, TaskEvent.CANCEL, args.reason, cx)
         case api.FailArgs():
-            return tasks.parent_settles(s, args.task_id, TaskEvent.FAIL, args.error, cx)
+            return settlement.parent_settles(s, args.task_id, TaskEvent.FAIL, args.error, cx)
         case api.ReadArgs():
             row = s.agent(args.agent)
             return [AnswerFromOutput(agent_id=row.agent_id, lines=args.lines, before=args.before)]
@@ -80,7 +80,7 @@ def fire(s: SessionState, event: SessionTimer, cx: Ctx) -> list[Effect]:
     """A session timer fired (a watcher's ``Flush`` is its own actor's)."""
     match event:
         case TaskDeadline():
-            return tasks.deadline(s, event, cx)
+            return settlement.deadline(s, event, cx)
         case RequestTimeout():
             return requests.timeout(s, event, cx)
         case StaleDue():

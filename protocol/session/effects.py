@@ -25,6 +25,10 @@ effect              what running it means
                     its caller (the operation's)
 ``HandOver``        a settled task's result goes to a watcher's actor (the watcher's rules,
                     :mod:`protocol.session.watcher`, take it once and coalesce)
+``SpawnTask``       a task's actor starts, owning the record given (:mod:`protocol.session.task`)
+``TellTask``        route a message to a task's actor (it decides; its report comes back to the
+                    session's rules: :func:`protocol.session.settlement.reported`)
+``StopTask``        the session took the task's settlement: its actor stops
 ``Story``           one human line about the lifecycle (``shepherd demo``, ``serve --verbose``)
 ``Log``             a log line
 ``Answer``          the answer to the operation being handled
@@ -52,6 +56,7 @@ from protocol.records.notifications import AnyNotification
 from protocol.records.tasks import TaskRecord, TaskResult
 from protocol.records.worktrees import Snapshot, WorktreeRef
 from protocol.session.state import WatcherState
+from protocol.session.task import TaskMessage
 from protocol.wire.envelopes import AnyEnvelope, RuntimeEnvelope
 
 __all__ = [
@@ -75,12 +80,15 @@ __all__ = [
     "RequestTimeout",
     "SessionTimer",
     "SpawnAgent",
+    "SpawnTask",
     "SpawnWatcher",
     "StaleDue",
     "StartTimer",
     "StopAgent",
+    "StopTask",
     "Story",
     "TaskDeadline",
+    "TellTask",
     "TimerEvent",
     "TimerKey",
     "WatchdogAgent",
@@ -163,6 +171,23 @@ class SpawnWatcher(Effect, frozen=True, kw_only=True):
 class HandOver(Effect, frozen=True, kw_only=True):
     watcher_id: str
     result: TaskResult
+
+
+class SpawnTask(Effect, frozen=True, kw_only=True):
+    record: TaskRecord
+
+    @property
+    def task_id(self) -> str:
+        return self.record.task_id
+
+
+class TellTask(Effect, frozen=True, kw_only=True):
+    task_id: str
+    message: TaskMessage
+
+
+class StopTask(Effect, frozen=True, kw_only=True):
+    task_id: str
 
 
 class Story(Effect, frozen=True, kw_only=True):

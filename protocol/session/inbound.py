@@ -23,7 +23,7 @@ from protocol.core.ids import PARENT_ID
 from protocol.records.notifications import Notice
 from protocol.records.requests import RequestState
 from protocol.records.tasks import TaskEvent
-from protocol.session import agents, approvals, outbox, requests, routing, tasks
+from protocol.session import agents, approvals, outbox, requests, routing, settlement
 from protocol.session.effects import Effect, Log, Notify
 from protocol.session.state import Ctx, SessionState
 from protocol.wire.envelopes import (
@@ -54,7 +54,7 @@ def envelope(s: SessionState, env: AnyEnvelope, cx: Ctx) -> list[Effect]:
                 receipt, effects = routing.route(s, row.agent_id, env, cx)
                 return effects + outbox.ack(s, cx, env, request_id=receipt.request_id)
             case TaskDoneEnvelope():
-                return tasks.done(s, row, env, cx)
+                return settlement.done(s, row, env, cx)
             case _:
                 raise InvalidArgument(f"an agent cannot send {type(env).__name__}")
     except ShepherdError as exc:  # refused before anything changed
@@ -68,7 +68,7 @@ def delivery_failed(s: SessionState, env: AnyEnvelope, error: ErrorInfo, cx: Ctx
         why = f"task could not be delivered: {error.message}"
         record = s.tasks.get(env.task_id)
         if record is not None and not record.terminal:
-            effects += tasks.settle(s, env.task_id, TaskEvent.FAIL, cx, error=why)
+            effects += settlement.settle(s, env.task_id, TaskEvent.FAIL, cx, error=why)
         text = f"task {env.task_id} to {s.name_of(env.target_id)} failed: {why}"
         note = Notice(
             created_at=cx.now,

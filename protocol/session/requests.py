@@ -6,8 +6,9 @@ Rules:
    :mod:`protocol.session.routing`): it is journaled, it gets its reply deadline
    (``reply_timeout_s``, else ``default_reply_timeout_s``; none: no deadline) and, if its sender
    is working on a task, that task is ``waiting`` until no request of it is pending
-   (:mod:`protocol.records.tasks` rule 3). The request table and the task's ``pending_requests``
-   change together, here and nowhere else.
+   (:mod:`protocol.records.tasks` rule 3). The request table changes here; the task's
+   ``pending_requests`` are its actor's, told of each request that opens or closes
+   (:mod:`protocol.session.task`), in the order the table changed.
 2. **Wait-for cycles.** Every pending request is an edge *sender waits on target*. A request
    whose edge closes a cycle (A waits on B waits on A, or longer) is a deadlock no timeout
    will explain: the parent is told at once, naming the whole cycle, and so is the asker.
@@ -20,6 +21,8 @@ Rules:
 """
 
 from __future__ import annotations
+
+import msgspec
 
 from protocol.core.ids import PARENT_ID
 from protocol.records.notifications import Notice, WaitCycle
@@ -36,10 +39,48 @@ from protocol.session.effects import (
     RequestTimeout,
     StartTimer,
     Story,
+    TellTask,
 )
 from protocol.session.state import Ctx, SessionState
+from protocol.session.task import Attach, Detach
 
-__all__ = ["attach", "close", "open_", "replay", "task_moved", "timeout"]
+__all__ = [
+    "AfterWaiting",
+    "attach",
+    "close",
+    "open_",
+    "replay",
+    "task_moved",
+    "timeout",
+    "told_once_waiting",
+]
+
+
+class AfterWaiting(msgspec.Struct, frozen=True, kw_only=True):
+    """What the parent hears of a request, once its task's actor has moved the task to
+    ``waiting`` (the ``then`` of the ``Attach`` routed for it)."""
+
+    effects: tuple[Effect, ...] = ()
+
+
+def told_once_waiting(effects: list[Effect], request_id: str, told: list[Effect]) -> list[Effect]:
+    """``told`` (what the parent hears of the request ``request_id``) after its task waits for
+    it: in the ``then`` of the ``Attach`` routed for it, else at once. So a parent that reads
+    ``status`` on hearing of a question or an approval sees the task waiting."""
+    for i, effect in enumerate(effects):
+        if not isinstance(effect, TellTask):
+            continue
+        message = effect.message
+        if isinstance(message, Attach) and message.request_id == request_id:
+            before = message.then.effects if isinstance(message.then, AfterWaiting) else ()
+            then = AfterWaiting(effects=(*before, *told))
+            attach = msgspec.structs.replace(message, then=then)
+            return [
+                *effects[:i],
+                TellTask(task_id=effect.task_id, message=attach),
+                *effects[i + 1 :],
+            ]
+    return effects + told
 
 
 def task_moved(
@@ -75,25 +116,33 @@ def open_(s: SessionState, record: RequestRecord, cx: Ctx) -> list[Effect]:
     if record.task_id is not None:
         line = f"asked {s.name_of(record.target_id)} ({request_id}): {record.question}"
         effects.append(AppendNote(task_id=record.task_id, line=line))
-    if cycle is not None:
-        effects += _report_cycle(s, request_id, cycle, cx)
     asker, asked = s.name_of(record.sender_id), s.name_of(record.target_id)
     effects.append(Story(text=f"{asker} asks {asked} (request {request_id})"))
     if record.deadline_at is not None:
         delay = record.deadline_at - cx.now
         effects.append(StartTimer(delay=delay, event=RequestTimeout(request_id=request_id)))
-    return effects + attach(s, record, cx)
+    effects += attach(s, record, cx)
+    if cycle is not None:
+        effects = told_once_waiting(effects, request_id, _report_cycle(s, request_id, cycle, cx))
+    return effects
 
 
 def attach(s: SessionState, record: RequestRecord, cx: Ctx) -> list[Effect]:
-    """The request's task (if open) waits for it."""
+    """The request's task (if open) waits for it: its actor is told."""
     task = s.tasks.get(record.task_id) if record.task_id is not None else None
     if task is None or task.terminal:
         return []
+    return [TellTask(task_id=task.task_id, message=Attach(request_id=record.request_id, at=cx.now))]
+
+
+def _attach_replayed(s: SessionState, record: RequestRecord, cx: Ctx) -> None:
+    """The fold's :func:`attach`: no actor runs yet, the record moves here."""
+    task = s.tasks.get(record.task_id) if record.task_id is not None else None
+    if task is None or task.terminal:
+        return
     after = open_request(task, record.request_id, cx.now)
-    if after is task:
-        return []
-    return task_moved(s, task, after, cx, opened=record.request_id)
+    if after is not task:
+        task_moved(s, task, after, cx, opened=record.request_id)
 
 
 def _report_cycle(s: SessionState, request_id: str, cycle: list[str], cx: Ctx) -> list[Effect]:
@@ -148,10 +197,8 @@ def close(
     if record.deadline_at is not None:
         effects.append(CancelTimer(key=("reply", request_id)))
     task = s.tasks.get(closed.task_id) if closed.task_id is not None else None
-    if task is not None and not task.terminal:
-        after = close_request(task, request_id)
-        if after is not task:
-            effects += task_moved(s, task, after, cx)
+    if task is not None and not task.terminal:  # it may not have reported it waits, yet
+        effects.append(TellTask(task_id=task.task_id, message=Detach(request_id=request_id)))
     if closed.kind == "approval":
         return effects + decisions.tell(s, closed, cx)  # its call is told, not its inbox
     if notify_sender and state is not RequestState.REPLIED:
@@ -185,7 +232,7 @@ def replay(s: SessionState, record: RequestRecord, cx: Ctx) -> None:
     (its task waits, or runs again), without telling anyone again."""
     s.requests.put(record)
     if record.pending:
-        attach(s, record, cx)
+        _attach_replayed(s, record, cx)
         return
     task = s.tasks.get(record.task_id) if record.task_id is not None else None
     if task is not None and not task.terminal:

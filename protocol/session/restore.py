@@ -53,6 +53,7 @@ from protocol.session import (
     budgets,
     recover,
     requests,
+    settlement,
     tasks,
     watchers,
     worktree_events,
@@ -62,6 +63,7 @@ from protocol.session.effects import (
     Effect,
     OpenNote,
     RequestTimeout,
+    SpawnTask,
     SpawnWatcher,
     StaleDue,
     StartTimer,
@@ -158,7 +160,8 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
     s = restore.state
     s.journal_problems = restore.problems
     s.budget_warned |= restore.warned
-    effects: list[Effect] = []
+    # each open task's actor first, from the record the fold found: what follows may tell it
+    effects: list[Effect] = [SpawnTask(record=r) for r in s.tasks.values() if not r.terminal]
     for request in s.requests.pending():
         if request.deadline_at is not None:
             event = RequestTimeout(request_id=request.request_id)
@@ -183,7 +186,7 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         owner = s.agents.get(record.agent_id)
         if owner is None or owner.closed:
             why = "the agent was gone when the parent restarted"
-            effects += tasks.settle(s, task_id, TaskEvent.FAIL, cx, error=why)
+            effects += settlement.settle(s, task_id, TaskEvent.FAIL, cx, error=why)
             continue
         if ended := budgets.ended_at_restart(s, task_id, cx):
             effects += ended

@@ -116,7 +116,11 @@ def route(
                 deadline_at=cx.now + timeout if timeout is not None else None,
             )
             effects += requests.open_(s, record, cx)
-    effects += _forward(s, target_id, forwarded, cx)
+    forward = _forward(s, target_id, forwarded, cx)
+    if request_id is not None and target_id == PARENT_ID:  # a question to the parent
+        effects = requests.told_once_waiting(effects, request_id, forward)
+    else:
+        effects += forward
     return api.MessageResult(
         message_id=env.message_id, accepted=True, request_id=request_id
     ), effects

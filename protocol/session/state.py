@@ -172,6 +172,9 @@ class SessionState:
         self.stale: dict[str, Episode] = {}  # waiting task id -> its episode
         self.turns: dict[str, Turn] = {}  # agent id -> its current turn
         self.turn_stats: dict[str, TurnStats] = {}  # open task id -> turns without done
+        #: open task id -> how many endings were routed to its actor and not reported yet
+        #: (protocol.session.settlement): a turn's end waits for them (tasks.turn_end)
+        self.endings: dict[str, int] = {}
         #: damaged lines of the journal and notifications file found at restart
         self.journal_problems = 0
         #: task id -> (incarnation, task envelope id) of its last hand-over to an agent that

@@ -1,7 +1,9 @@
-"""Tasks in the session: delegation, ``done``, settlement, deadlines, turns without ``done``.
+"""Tasks in the session: delegation and turns without ``done`` (their settlement:
+:mod:`protocol.session.settlement`).
 
-The task machine itself (states, the table, the guards) is :mod:`protocol.records.tasks`; this
-module says who may move a task and what else happens when it moves.
+The task machine itself (states, the table, the guards) is :mod:`protocol.records.tasks`; a
+task's own rules (its waiting transitions, its settlement) are :mod:`protocol.session.task`,
+run by its actor; this module says who may give a task and what else happens then.
 
 Rules:
 
@@ -10,21 +12,7 @@ Rules:
    hands the task to the agent: it is ``running`` once handed over, whether the agent is busy
    or idle (its bridge queues it). An agent in a git worktree gets it once where its worktree
    stands is recorded (:mod:`protocol.session.worktrees`).
-2. **Only the owner settles its task with done.** A ``done`` names its task or means the
-   sender's active task; another agent's task is ``forbidden_sender``. A ``done`` on a task
-   already settled is answered with the stored result (a redelivery after a restart).
-3. **The first terminal event wins**, whoever sends it: the agent's ``done``, the parent's
-   cancel or fail, the agent's exit or close, a failed delivery, the deadline. Later ones
-   change nothing and get the stored result.
-4. **Settlement happens once**: the result is journaled first (durable before anyone hears
-   of it), the note finalised, the agent's slot freed, the requests the task dropped
-   cancelled, and the result handed to each watcher subscribed to the task (for an agent in a
-   git worktree, once the files the task changed are listed in it).
-5. **Ending a task stops its work.** When anything but the agent's own ``done`` settles it
-   and the agent is still running, the agent gets a ``control cancel_task`` naming the task
-   (every adapter stops that task's work and is ready for the next task). The control carries
-   the reason; no separate notice is sent.
-6. **A turn that ends without done is told.** A turn that ends while the agent's task is still
+2. **A turn that ends without done is told.** A turn that ends while the agent's task is still
    open, without ``done`` and without a question waiting for a reply, is told to the parent
    once per turn (``turn_ended_without_done``, with the turn's exit status and the tail of its
    output) and counted in the task's status. A turn that began before the task was delegated
@@ -40,59 +28,57 @@ import msgspec
 from protocol.calls import api
 from protocol.core.errors import (
     AgentBusy,
-    ForbiddenSender,
     InvalidArgument,
-    InvalidHandle,
-    ShepherdError,
 )
-from protocol.core.ids import IdKind, kind_of
+from protocol.core.ids import IdKind
 from protocol.records.journal import PromptRecord
 from protocol.records.notifications import Notice
-from protocol.records.requests import RequestState
 from protocol.records.tasks import (
     TaskEvent,
     TaskRecord,
     TaskState,
-    event_for_done,
     start,
 )
 from protocol.records.tasks import settle as settle_record
 from protocol.records.usage import Budget
 from protocol.session import outbox, requests, worktrees
+from protocol.session import task as one_task
 from protocol.session.effects import (
     Answer,
-    CancelTimer,
-    Deliver,
     Effect,
-    FinaliseNote,
     Journal,
-    Log,
     Notify,
     OpenNote,
+    SpawnTask,
     StartTimer,
     Story,
     TaskDeadline,
+    TellTask,
     WatchdogInstruction,
     WatchdogTask,
 )
-from protocol.session.state import AgentRow, Ctx, SessionState, Turn, TurnStats
-from protocol.wire.envelopes import ControlEnvelope, TaskDoneEnvelope, TaskEnvelope
+from protocol.session.state import Ctx, SessionState, Turn, TurnStats
+from protocol.wire.envelopes import TaskEnvelope
 
 __all__ = [
-    "deadline",
+    "TurnEnd",
     "delegate",
     "delegate_one",
-    "done",
-    "parent_settles",
     "prompt",
     "replay",
-    "settle",
     "task_envelope",
+    "turn_end",
     "turn_ended",
 ]
 
-#: what the parent's cancel or fail says when the caller gave no reason
-_BY_PARENT = {TaskEvent.CANCEL: "cancelled by the parent", TaskEvent.FAIL: "failed by the parent"}
+
+class TurnEnd(msgspec.Struct, frozen=True, kw_only=True):
+    """After the task decided what its agent sent before its turn ended: judge the turn."""
+
+    agent_id: str
+    turn: Turn
+    exit_code: int | None = None
+    is_error: bool = False
 
 
 def task_envelope(s: SessionState, record: TaskRecord, cx: Ctx) -> TaskEnvelope:
@@ -160,6 +146,7 @@ def delegate_one(
         effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=task_id)))
     s.tasks[task_id] = record
     effects += requests.task_moved(s, record, start(record, cx.now), cx)
+    effects.append(SpawnTask(record=s.tasks[task_id]))
     effects += [
         worktrees.deliver_task(s, row, record, envelope),
         WatchdogTask(agent_id=row.agent_id, task_id=task_id),
@@ -200,132 +187,29 @@ def prompt(
     ]
 
 
-# ------------------------------------------------------------------ settlement
+# ------------------------------------------------------------------ turns
 
 
-def settle(
+def turn_end(
     s: SessionState,
-    task_id: str,
-    event: TaskEvent,
+    agent_id: str,
+    turn: Turn,
     cx: Ctx,
     *,
-    text: str | None = None,
-    error: str | None = None,
-    cancel_requests: bool = True,
-    by_agent: bool = False,
-    reason: str | None = None,
+    exit_code: int | None = None,
+    is_error: bool = False,
 ) -> list[Effect]:
-    """Apply a terminal event (rules 3-5). Raises (changing nothing) if the machine refuses
-    it; does nothing if the task had settled already."""
-    before = s.tasks.get(task_id)
-    if before is None:
-        return []
-    settled, changed = settle_record(
-        before,
-        event,
-        cx.now,
-        text=text,
-        error=error,
-        cancel_requests=cancel_requests,
-        reason=reason,
-        usage=s.task_usage.get(task_id),
-    )
-    if not changed:
-        return []
-    result = settled.result
-    assert result is not None
-    effects: list[Effect] = []
-    if before.deadline_at is not None:
-        effects.append(CancelTimer(key=("deadline", task_id)))
-    if before.budget is not None and before.budget.max_minutes is not None:
-        effects += [CancelTimer(key=("budget_soft", task_id)), CancelTimer(key=("budget", task_id))]
-    effects += [Journal(record=settled), FinaliseNote(record=settled)]
-    effects += requests.task_moved(s, before, settled, cx)
-    row = s.agents.get(settled.agent_id)
-    if row is not None and row.active_task == task_id:
-        s.agents[row.agent_id] = row = msgspec.structs.replace(row, active_task=None)
-        effects.append(WatchdogTask(agent_id=row.agent_id, task_id=None))
-    why = f"task {task_id} {settled.state.value}"
-    for request_id in before.pending_requests:
-        effects += requests.close(s, request_id, RequestState.CANCELLED, cx, why=why)
-    s.turn_stats.pop(task_id, None)
-    if row is not None and not row.closed and not by_agent:
-        effects.append(_stop_work(s, settled, cx))
-    effects += worktrees.on_settle(s, result, cx)
-    rc = result.return_code
-    effects.append(Log(text=f"task {task_id} {settled.state.value} (rc {rc})"))
-    return effects
-
-
-def _stop_work(s: SessionState, record: TaskRecord, cx: Ctx) -> Deliver:
-    """The parent ended the task: the agent stops working on it (rule 5)."""
-    result = record.result
-    assert result is not None
-    what = record.state.value.replace("_", " ")
-    reason = f"task {record.task_id} {what}" + (f": {result.error}" if result.error else "")
-    control = outbox.from_parent(
-        ControlEnvelope,
-        s,
-        cx,
-        record.agent_id,
-        action="cancel_task",
-        task_id=record.task_id,
-        reason=reason,
-    )
-    return Deliver(agent_id=record.agent_id, envelope=control)
-
-
-def parent_settles(
-    s: SessionState, task_id: str, event: TaskEvent, why: str | None, cx: Ctx
-) -> list[Effect]:
-    """The parent's cancel or fail: the answer says whether it was this event that settled it."""
-    if kind_of(task_id) is not IdKind.TASK or task_id not in s.tasks:
-        raise InvalidHandle(f"no task {task_id!r} in this session")
-    effects = settle(s, task_id, event, cx, error=why or _BY_PARENT[event])
-    result = s.result_of(task_id)
-    assert result is not None
-    answer = api.SettleResult(**msgspec.structs.asdict(result), already_settled=not effects)
-    return [*effects, Answer(value=answer)]
-
-
-def done(s: SessionState, row: AgentRow, env: TaskDoneEnvelope, cx: Ctx) -> list[Effect]:
-    """An agent's ``done`` (rule 2); refusals raise, and the caller turns them into receipts."""
-    if env.task_id is None:
-        if row.active_task is None:
-            raise InvalidHandle(f"agent {row.name} has no active task to finish")
-        env = msgspec.structs.replace(env, task_id=row.active_task)
-    task_id = env.task_id
-    assert task_id is not None
-    record = s.tasks.get(task_id)
-    if record is None:
-        raise InvalidHandle(f"no task {task_id} in this session")
-    if record.agent_id != row.agent_id:
-        raise ForbiddenSender(f"task {task_id} belongs to another agent")
-    try:
-        effects = settle(
-            s,
-            task_id,
-            event_for_done(env.status),
-            cx,
-            text=env.summary,
-            error=env.error,
-            cancel_requests=env.cancel_requests,
-            by_agent=True,
-        )
-    except ShepherdError as exc:  # refused by the machine (unresolved requests): nothing moved
-        return outbox.ack(s, cx, env, error=exc.info())
-    return effects + outbox.ack(s, cx, env, result=s.result_of(task_id))
-
-
-def deadline(s: SessionState, event: TaskDeadline, cx: Ctx) -> list[Effect]:
-    record = s.tasks.get(event.task_id)
+    """An agent's turn ended: judged (rule 6), once its task's actor has decided an ending
+    routed to it before (a ``done`` sent just before the turn ended is not overtaken by it);
+    with none on its way, at once."""
+    row = s.agents.get(agent_id)
+    record = s.tasks.get(row.active_task) if row is not None and row.active_task else None
     if record is None or record.terminal:
         return []
-    why = "task deadline passed before the agent called done"
-    return settle(s, event.task_id, TaskEvent.TIME_OUT, cx, error=why)
-
-
-# ------------------------------------------------------------------ turns
+    if not s.endings.get(record.task_id):
+        return turn_ended(s, agent_id, turn, cx, exit_code=exit_code, is_error=is_error)
+    then = TurnEnd(agent_id=agent_id, turn=turn, exit_code=exit_code, is_error=is_error)
+    return [TellTask(task_id=record.task_id, message=one_task.Sync(then=then))]
 
 
 def turn_ended(

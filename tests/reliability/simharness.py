@@ -42,6 +42,7 @@ from actors.child.scripted import ScriptedDriver
 from actors.runtime.transport import PARENT_INBOX
 from actors.session.messages import ParentCall
 from actors.session.sinks import CollectingSink
+from actors.session.task_actor import TaskActor
 from actors.testing import SimSession
 from actors.testing.simulation import Faults
 from protocol.calls import api
@@ -287,12 +288,15 @@ class Harness:
         self.checks += 1
         b = self.broker
         active: Counter[str] = Counter()
-        live: dict[str, TaskRecord] = {}
-        for record in b.tasks.values():  # the task records have one owner: the broker's state
+        for record in b.tasks.values():  # the broker's read model of the task records
             self._task("broker", record)
             if not record.terminal:
-                live[record.task_id] = record
                 active[record.agent_id] += 1
+        live: dict[str, TaskRecord] = {}  # the records' owners: the live task actors
+        for actor in self.sim.actors():
+            if isinstance(actor, TaskActor) and not actor.actor_stopped.is_set():
+                self._task("actor", actor.record)
+                live[actor.record.task_id] = actor.record
         assert max(active.values(), default=0) <= 1, f"two active tasks for one agent: {active}"
         for task_id, result in b.results.items():
             assert self.settled.get(task_id) == result, f"broker result of {task_id} differs"
@@ -414,6 +418,7 @@ class Harness:
                     f"settled task {task_id} still holds open requests {pending_by_task[task_id]}"
                 )
                 continue
+            # the census: one live actor per open task, and the read model agrees with it
             assert live.get(task_id) == record, f"broker's view of {task_id} is stale"
             assert set(record.pending_requests) == pending_by_task.get(task_id, set()), (
                 f"{task_id} is {record.state} with {record.pending_requests}, but the open "
@@ -424,6 +429,9 @@ class Harness:
         for entry in b.agents.values():
             if entry.active_task is not None:
                 assert not b.tasks[entry.active_task].terminal, f"{entry.name} holds a settled slot"
+        assert not b.endings, f"endings routed and never reported: {b.endings}"
+        unknown = set(live) - set(b.tasks)
+        assert not unknown, f"task actors the session does not know: {unknown}"
 
     # ------------------------------------------------------------------ at the end
 
@@ -498,6 +506,16 @@ class Harness:
         )
         assert live == owing, f"live watcher actors {live}, watchers still owing {owing}"
         self.counts["watcher_actors_live_at_end"] += len(live)
+        # the census: one task actor per open task, none for a settled one
+        tasks = {
+            a.record.task_id
+            for a in self.sim.actors()
+            if isinstance(a, TaskActor) and not a.actor_stopped.is_set()
+        }
+        open_tasks = {t for t, r in b.tasks.items() if not r.terminal}
+        assert tasks == open_tasks, f"task actors {tasks}, open tasks {open_tasks}"
+        self.counts["task_actors_live_at_end"] += len(tasks)
+        self.counts["tasks_in_session"] += len(b.tasks)
         self.counts["steps"] += self.sim.steps
         self.counts["invariant_checks"] += self.checks
         for kind, n in self.faults.counts.items():

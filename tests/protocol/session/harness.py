@@ -7,7 +7,10 @@ checks the effect list is well formed (:func:`check_effects`) and the state's in
 parent heard, the armed timers, and each watcher's state as its actor would (``SpawnWatcher``
 starts one, ``HandOver`` and its ``Flush`` timer go through its rules,
 :mod:`protocol.session.watcher`; what the watchers did is returned after the session's
-effects). :meth:`Session.refuses` checks a refusal is typed and changes
+effects), and each task's record as its actor would (``SpawnTask`` starts one, ``TellTask``
+goes through its rules, :mod:`protocol.session.task`, and what it reports through the
+session's, :func:`protocol.session.settlement.reported`, at once: what that did follows the
+effects that routed it). :meth:`Session.refuses` checks a refusal is typed and changes
 nothing (a snapshot of the state before and after).
 """
 
@@ -38,7 +41,8 @@ from protocol.records.notifications import AnyNotification, TaskCompletion
 from protocol.records.requests import RequestRecord
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord, TaskState
-from protocol.session import agents, calls, inbound
+from protocol.session import agents, calls, inbound, settlement
+from protocol.session import task as task_rules
 from protocol.session import watcher as watcher_rules
 from protocol.session.effects import (
     Answer,
@@ -54,8 +58,11 @@ from protocol.session.effects import (
     Notify,
     OpenNote,
     Publish,
+    SpawnTask,
     SpawnWatcher,
     StartTimer,
+    StopTask,
+    TellTask,
     TimerEvent,
     TimerKey,
 )
@@ -278,6 +285,7 @@ def check_invariants(s: SessionState, watchers: dict[str, WatcherState] | None =
         for task_id in watcher.pending - set(buffered):
             assert watcher.watcher_id in s.subscribers.get(task_id, [])
     assert set(s.turn_stats) <= {t for t, r in s.tasks.items() if not r.terminal}
+    assert not s.endings, "every ending routed to a task was reported"
 
 
 def snapshot(s: SessionState, *, activity: bool = True) -> dict[str, Any]:
@@ -318,6 +326,8 @@ class Session:
         self.settled: set[str] = set()
         #: each live watcher's state, as its actor holds it
         self.watchers: dict[str, WatcherState] = {}
+        #: each live task's record, as its actor holds it
+        self.task_actors: dict[str, TaskRecord] = {}
 
     def ctx(self) -> Ctx:
         return Ctx(self.now, self.ids)
@@ -333,12 +343,35 @@ class Session:
         )
 
     def run(self, effects: list[Effect]) -> list[Effect]:
-        """The session's ``effects`` run, then what the watchers did with what was handed
-        to them (their timers, their notifications): both, in that order."""
+        """The session's ``effects`` run, then what its tasks' reports led to, then what the
+        watchers did with what was handed to them (their timers, their notifications)."""
+        ran, by_watchers = self._run(effects)
+        check_invariants(self.state, self.watchers)
+        live = {t for t, r in self.state.tasks.items() if not r.terminal}
+        assert set(self.task_actors) == live, (sorted(self.task_actors), sorted(live))
+        # a call is answered once the tasks it told have reported (actors.session.task_routes)
+        answers = [e for e in ran if isinstance(e, Answer | AnswerFromOutput)]
+        assert len(answers) <= 1, ran
+        return [*(e for e in ran if e not in answers), *answers, *by_watchers]
+
+    def _run(self, effects: list[Effect]) -> tuple[list[Effect], list[Effect]]:
         check_effects(effects)
+        ran: list[Effect] = list(effects)
         by_watchers: list[Effect] = []
+        reports: list[task_rules.Report] = []  # acted on once this run is over, as the broker
         for e in effects:
             match e:
+                case SpawnTask(record=record):
+                    assert record.task_id not in self.task_actors, e
+                    self.task_actors[record.task_id] = record
+                case TellTask(task_id=task_id, message=message):
+                    record = self.task_actors[task_id]  # routed only to a live task
+                    self.task_actors[task_id], report = task_rules.receive(record, message)
+                    if report is not None:
+                        reports.append(report)
+                case StopTask(task_id=task_id):
+                    record = self.task_actors.pop(task_id)
+                    assert record.terminal and self.state.tasks[task_id] == record, e
                 case SpawnWatcher(watcher=watcher):
                     assert watcher.watcher_id not in self.watchers, e
                     self.watchers[watcher.watcher_id] = watcher
@@ -365,8 +398,11 @@ class Session:
                     assert agent_id in self.state.agents, e
                     assert env.target_id == agent_id, e
                     assert not self.state.agents[agent_id].closed, e
-        check_invariants(self.state, self.watchers)
-        return [*effects, *by_watchers]
+        for report in reports:
+            more, watched = self._run(settlement.reported(self.state, report, self.ctx()))
+            ran += more
+            by_watchers += watched
+        return ran, by_watchers
 
     def refuses(self, error: type[ShepherdError], rule: Callable[[], object]) -> ShepherdError:
         """``rule()`` raises ``error`` and changes nothing."""
@@ -420,7 +456,8 @@ class Session:
         assert snapshot(self.state, activity=False) == before
         ack = receipt(effects)
         assert not ack.accepted and ack.error is not None and ack.error.code == code, ack
-        assert all(isinstance(e, Deliver | Publish) for e in effects), effects
+        # (an ending the task refused was routed to it: its receipt is all that came of it)
+        assert all(isinstance(e, Deliver | Publish | TellTask) for e in effects), effects
         return ack
 
     def message(self, sender: str, target: str, text: str = "hi", **kw: Any) -> list[Effect]:

@@ -1,19 +1,12 @@
 """NoteWriter: every task's working note, written off the broker's thread, by one actor.
 
-The task's facts (its record, state, pending requests, result) have one owner: the session's
-state, changed only by the rules (:mod:`protocol.session.tasks`). What the rules cannot hold
-is split by what it costs:
-
-- **a task's deadline** is one of the broker's timers, like a reply's deadline (its event goes
-  back to the broker's mailbox, so what reached the broker before it is handled first, as part
-  of the task; a deadline that lost a race with the agent's ``done`` changes nothing);
-- **its working note**, ``artifacts/<task>.md``, is written by THIS actor, one for the whole
-  session, in the order the rules asked for it (an actor's mail is handled in order, so a
-  task's note is opened, appended to and finalised in that order).
-
-One writer, not one actor per open task: a task then costs no actor to start, to tell and to
-stop (at 10,000 tasks that was a spawn and a stop per task, most of a delegation's cost), and
-the broker hands the writer the note effects of a whole run of effects in one message.
+A task's record is its actor's (:mod:`actors.session.task_actor`); its working note,
+``artifacts/<task>.md``, is a file for people, written by THIS actor, one for the whole
+session, in the order the session's rules asked for it (an actor's mail is handled in order,
+so a task's note is opened, appended to and finalised in that order). The broker hands the
+writer the note effects of a whole run of effects in one message: a note costs a task's actor
+nothing, and a full disk never stops a task (a note that cannot be written is logged; the
+journal is the record).
 
 After a parent restart an open task's note is taken over as it is (``OpenNote(restored=True)``
 writes nothing).

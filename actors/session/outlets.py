@@ -1,0 +1,97 @@
+"""Where the broker's effects go that are no entity's actor: the parent's sink, a receipt's
+one-shot inbox, the task notes' writer, the watchdog, git, the story (:mod:`actors.session.broker`).
+
+- ``Notify`` goes to the parent's sink (guarded: a failing sink is logged, never raised);
+  ``Publish`` puts a receipt in the one-shot inbox it names (one that cannot take it is
+  logged: its caller has gone).
+- Note effects and what the watchdog is told are gathered over a run and sent when it ends
+  (:meth:`Outlets.flush`): one message to each per run.
+- ``ProbeWorktree`` runs git on the session's git worker; its answer comes back to the broker
+  as an event (a session with no git worker answers at once that it has none).
+- ``Story``: one human line per lifecycle change, for ``shepherd demo`` and ``serve
+  --verbose`` (a failing tap is logged).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+
+from actors.runtime.runtime import tell_quietly
+from actors.runtime.transport import Transport
+from actors.session.note_writer import NoteWrites
+from actors.session.runs import Run
+from actors.session.sinks import GuardedSink
+from actors.session.worktrees import GitWorker
+from protocol.core.errors import ShepherdError
+from protocol.records.worktrees import WorktreeProbed
+from protocol.session import effects as fx
+
+__all__ = ["Outlets"]
+
+
+class Outlets:
+    def __init__(
+        self,
+        broker: pykka.ActorRef[Any],
+        sink: GuardedSink,
+        transport: Transport,
+        log: Any,
+        *,
+        tap: Callable[[str], None] | None = None,
+        watchdog: pykka.ActorRef[Any] | None = None,
+        git: GitWorker | None = None,
+    ) -> None:
+        self._broker = broker
+        self._sink = sink
+        self._transport = transport
+        self._log = log
+        self._tap = tap
+        self.watchdog = watchdog
+        self._git = git
+        #: every task's note, written by one actor (started with the broker)
+        self.note_writer: pykka.ActorRef[Any] | None = None
+
+    def notify(self, effect: fx.Notify, _: Run) -> None:
+        self._sink(effect.note)
+
+    def publish(self, effect: fx.Publish, _: Run) -> None:
+        try:
+            self._transport.publish(effect.inbox, effect.envelope)
+        except ShepherdError as exc:
+            self._log.warning("receipt to {} undeliverable: {}", effect.inbox, exc.message)
+
+    @staticmethod
+    def note(effect: fx.OpenNote | fx.AppendNote | fx.FinaliseNote, run: Run) -> None:
+        run.notes.append(effect)
+
+    def watched(self, effect: Any, run: Run) -> None:
+        if self.watchdog is not None:
+            run.watchdog.append(effect)
+
+    def flush(self, run: Run) -> None:
+        """What ``run`` gathered for the note writer and the watchdog: one message each."""
+        if run.notes and self.note_writer is not None:
+            tell_quietly(self.note_writer, NoteWrites(run.notes))
+        if run.watchdog and self.watchdog is not None:
+            tell_quietly(self.watchdog, run.watchdog)
+
+    def probe(self, effect: fx.ProbeWorktree, _: Run) -> None:
+        answer = functools.partial(tell_quietly, self._broker)
+        if self._git is not None:
+            self._git.probe(effect, answer)
+            return
+        kind, task_id, agent_id = effect.kind, effect.task_id, effect.worktree.agent_id
+        why = "this session runs no git worker"
+        answer(WorktreeProbed(kind=kind, task_id=task_id, agent_id=agent_id, error=why))
+
+    def story(self, effect: fx.Story, _: Run) -> None:
+        if self._tap is None:
+            return
+        try:
+            self._tap(effect.text)
+        except Exception:
+            self._log.opt(exception=True).error("story tap failed")

@@ -1,0 +1,272 @@
+"""Tasks in the session: ``done``, the parent's cancel and fail, deadlines, settlement.
+
+Every ending is routed to the task's own actor, which decides (:mod:`protocol.session.task`);
+this module says who may end a task, and what the session does with what the task reports.
+
+Rules:
+
+1. **Only the owner settles its task with done.** A ``done`` names its task or means the
+   sender's active task; another agent's task is ``forbidden_sender``. A ``done`` on a task
+   already settled is answered with the stored result (a redelivery after a restart).
+2. **The first terminal event wins**, whoever sends it: the agent's ``done``, the parent's
+   cancel or fail, the agent's exit or close, a failed delivery, the deadline. Each is routed
+   to the task's own actor, which decides (:mod:`protocol.session.task`); later ones change
+   nothing and get the stored result. ``tasks`` is the session's read model of the task
+   records: changed only by what the task actors report (:func:`reported`), in order.
+3. **Settlement happens once**, when the task reports it: the result is journaled first
+   (durable before anyone hears of it), the note finalised, the agent's slot freed, the
+   requests the task dropped cancelled, the result handed to each watcher subscribed to the
+   task (for an agent in a git worktree, once the files the task changed are listed in it),
+   and the task's actor stopped.
+4. **Ending a task stops its work.** When anything but the agent's own ``done`` settles it
+   and the agent is still running, the agent gets a ``control cancel_task`` naming the task
+   (every adapter stops that task's work and is ready for the next task). The control carries
+   the reason; no separate notice is sent.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from protocol.calls import api
+from protocol.core.errors import ErrorInfo, ForbiddenSender, InvalidHandle
+from protocol.core.ids import IdKind, kind_of
+from protocol.records.requests import RequestState
+from protocol.records.tasks import TaskEvent, TaskRecord, event_for_done
+from protocol.session import outbox, requests, worktrees
+from protocol.session import task as one_task
+from protocol.session.effects import (
+    Answer,
+    CancelTimer,
+    Deliver,
+    Effect,
+    FinaliseNote,
+    Journal,
+    Log,
+    StopTask,
+    TaskDeadline,
+    TellTask,
+    WatchdogTask,
+)
+from protocol.session.state import AgentRow, Ctx, SessionState
+from protocol.session.tasks import TurnEnd, turn_ended
+from protocol.wire.envelopes import ControlEnvelope, TaskDoneEnvelope
+
+__all__ = [
+    "AckDone",
+    "AnswerSettle",
+    "deadline",
+    "done",
+    "parent_settles",
+    "reported",
+    "settle",
+]
+
+#: what the parent's cancel or fail says when the caller gave no reason
+_BY_PARENT = {TaskEvent.CANCEL: "cancelled by the parent", TaskEvent.FAIL: "failed by the parent"}
+
+
+class AckDone(msgspec.Struct, frozen=True, kw_only=True):
+    """After an agent's ``done`` is decided: its receipt (with the result, or the refusal)."""
+
+    envelope: TaskDoneEnvelope
+
+
+class AnswerSettle(msgspec.Struct, frozen=True, kw_only=True):
+    """After the parent's cancel or fail is decided: the answer to its call (``call``: which
+    of the calls waiting for their answer, numbered by whoever runs the effects)."""
+
+    call: int = 0
+
+
+def settle(
+    s: SessionState,
+    task_id: str,
+    event: TaskEvent,
+    cx: Ctx,
+    *,
+    text: str | None = None,
+    error: str | None = None,
+    cancel_requests: bool = True,
+    by_agent: bool = False,
+    reason: str | None = None,
+    then: AckDone | AnswerSettle | None = None,
+) -> list[Effect]:
+    """Route a terminal event to the task's actor (rule 3); nothing if the task had settled
+    already (its actor is gone) or is unknown. What happens then: :func:`reported`."""
+    record = s.tasks.get(task_id)
+    if record is None or record.terminal:
+        return []
+    end = one_task.End(
+        event=event,
+        at=cx.now,
+        text=text,
+        error=error,
+        cancel_requests=cancel_requests,
+        reason=reason,
+        usage=s.task_usage.get(task_id),
+        by_agent=by_agent,
+        then=then,
+    )
+    s.endings[task_id] = s.endings.get(task_id, 0) + 1
+    return [TellTask(task_id=task_id, message=end)]
+
+
+def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
+    """What a task's actor decided, acted on by the session (rules 3 and 4)."""
+    if isinstance(report, one_task.Settled | one_task.Unchanged | one_task.Refused):
+        task_id = (
+            report.record.task_id
+            if not isinstance(report, one_task.Settled)
+            else report.after.task_id
+        )
+        left = s.endings.pop(task_id, 1) - 1
+        if left > 0:
+            s.endings[task_id] = left
+    match report:
+        case one_task.Moved(before=before, after=after, opened=opened, then=then):
+            moved = requests.task_moved(s, before, after, cx, opened=opened)
+            return moved + _then(s, then, after, cx)
+        case one_task.Late(record=record, request_id=request_id, then=then):
+            why = f"task {record.task_id} {record.state.value}"
+            closed = requests.close(s, request_id, RequestState.CANCELLED, cx, why=why)
+            return closed + _then(s, then, record, cx)
+        case one_task.Noted(record=record, then=then):
+            return _then(s, then, record, cx)
+        case one_task.Settled(before=before, after=after, by_agent=by_agent, then=then):
+            return _settled(s, before, after, cx, by_agent=by_agent) + _then(s, then, after, cx)
+        case one_task.Unchanged(record=record, then=then):
+            return _then(s, then, record, cx, already=True)
+        case one_task.Refused(record=record, error=error, then=then):
+            return _then(s, then, record, cx, error=error)
+    raise TypeError(f"a task does not report {type(report).__name__}")
+
+
+def _then(
+    s: SessionState,
+    then: AckDone | AnswerSettle | TurnEnd | requests.AfterWaiting | None,
+    record: TaskRecord,
+    cx: Ctx,
+    *,
+    already: bool = False,
+    error: ErrorInfo | None = None,
+) -> list[Effect]:
+    """What the session does once the ending it routed was decided (``then``)."""
+    match then:
+        case AckDone(envelope=env):
+            if error is not None:  # refused by the machine (unresolved requests): nothing moved
+                return outbox.ack(s, cx, env, error=error)
+            return outbox.ack(s, cx, env, result=record.result)
+        case AnswerSettle():
+            assert error is None, error  # a cancel or a fail is never refused by the machine
+            return [_settle_answer(record, already=already)]
+        case requests.AfterWaiting(effects=told):
+            return list(told)
+        case TurnEnd(agent_id=agent_id, turn=turn, exit_code=exit_code, is_error=is_error):
+            return turn_ended(s, agent_id, turn, cx, exit_code=exit_code, is_error=is_error)
+    return []
+
+
+def _settle_answer(record: TaskRecord, *, already: bool) -> Answer:
+    result = record.result
+    assert result is not None, record
+    fields = msgspec.structs.asdict(result)
+    return Answer(value=api.SettleResult(**fields, already_settled=already))
+
+
+def _settled(
+    s: SessionState, before: TaskRecord, settled: TaskRecord, cx: Ctx, *, by_agent: bool
+) -> list[Effect]:
+    """The task settled (rules 4-5): what the session does about it, in order."""
+    task_id = settled.task_id
+    result = settled.result
+    assert result is not None
+    effects: list[Effect] = []
+    if before.deadline_at is not None:
+        effects.append(CancelTimer(key=("deadline", task_id)))
+    if before.budget is not None and before.budget.max_minutes is not None:
+        effects += [CancelTimer(key=("budget_soft", task_id)), CancelTimer(key=("budget", task_id))]
+    effects += [Journal(record=settled), FinaliseNote(record=settled)]
+    effects += requests.task_moved(s, before, settled, cx)
+    row = s.agents.get(settled.agent_id)
+    if row is not None and row.active_task == task_id:
+        s.agents[row.agent_id] = row = msgspec.structs.replace(row, active_task=None)
+        effects.append(WatchdogTask(agent_id=row.agent_id, task_id=None))
+    why = f"task {task_id} {settled.state.value}"
+    for request_id in before.pending_requests:
+        effects += requests.close(s, request_id, RequestState.CANCELLED, cx, why=why)
+    s.turn_stats.pop(task_id, None)
+    if row is not None and not row.closed and not by_agent:
+        effects.append(_stop_work(s, settled, cx))
+    effects += worktrees.on_settle(s, result, cx)
+    rc = result.return_code
+    effects.append(Log(text=f"task {task_id} {settled.state.value} (rc {rc})"))
+    effects.append(StopTask(task_id=task_id))
+    return effects
+
+
+def _stop_work(s: SessionState, record: TaskRecord, cx: Ctx) -> Deliver:
+    """The parent ended the task: the agent stops working on it (rule 5)."""
+    result = record.result
+    assert result is not None
+    what = record.state.value.replace("_", " ")
+    reason = f"task {record.task_id} {what}" + (f": {result.error}" if result.error else "")
+    control = outbox.from_parent(
+        ControlEnvelope,
+        s,
+        cx,
+        record.agent_id,
+        action="cancel_task",
+        task_id=record.task_id,
+        reason=reason,
+    )
+    return Deliver(agent_id=record.agent_id, envelope=control)
+
+
+def parent_settles(
+    s: SessionState, task_id: str, event: TaskEvent, why: str | None, cx: Ctx
+) -> list[Effect]:
+    """The parent's cancel or fail: the answer says whether it was this event that settled it
+    (given once the task decided: :class:`AnswerSettle`)."""
+    if kind_of(task_id) is not IdKind.TASK or task_id not in s.tasks:
+        raise InvalidHandle(f"no task {task_id!r} in this session")
+    record = s.tasks[task_id]
+    if record.terminal:
+        return [_settle_answer(record, already=True)]
+    return settle(s, task_id, event, cx, error=why or _BY_PARENT[event], then=AnswerSettle())
+
+
+def done(s: SessionState, row: AgentRow, env: TaskDoneEnvelope, cx: Ctx) -> list[Effect]:
+    """An agent's ``done`` (rule 2); refusals raise, and the caller turns them into receipts."""
+    if env.task_id is None:
+        if row.active_task is None:
+            raise InvalidHandle(f"agent {row.name} has no active task to finish")
+        env = msgspec.structs.replace(env, task_id=row.active_task)
+    task_id = env.task_id
+    assert task_id is not None
+    record = s.tasks.get(task_id)
+    if record is None:
+        raise InvalidHandle(f"no task {task_id} in this session")
+    if record.agent_id != row.agent_id:
+        raise ForbiddenSender(f"task {task_id} belongs to another agent")
+    if record.terminal:  # a redelivery: the stored result
+        return outbox.ack(s, cx, env, result=record.result)
+    return settle(
+        s,
+        task_id,
+        event_for_done(env.status),
+        cx,
+        text=env.summary,
+        error=env.error,
+        cancel_requests=env.cancel_requests,
+        by_agent=True,
+        then=AckDone(envelope=env),
+    )
+
+
+def deadline(s: SessionState, event: TaskDeadline, cx: Ctx) -> list[Effect]:
+    record = s.tasks.get(event.task_id)
+    if record is None or record.terminal:
+        return []
+    why = "task deadline passed before the agent called done"
+    return settle(s, event.task_id, TaskEvent.TIME_OUT, cx, error=why)

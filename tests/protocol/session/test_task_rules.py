@@ -1,0 +1,146 @@
+"""One task's own rules (:mod:`protocol.session.task`), without a runtime: what its actor
+decides for each message, and what it reports."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.records.tasks import TaskEvent, TaskRecord, TaskState, start
+from protocol.session.task import (
+    Attach,
+    Detach,
+    End,
+    Late,
+    Moved,
+    Noted,
+    Refused,
+    Settled,
+    Sync,
+    TaskMessage,
+    Unchanged,
+    receive,
+)
+
+T0 = 1000.0
+
+
+def running() -> TaskRecord:
+    record = TaskRecord(
+        task_id="shepherd-task-1", agent_id="shepherd-agent-1", description="x", created_at=T0
+    )
+    return start(record, T0)
+
+
+def test_a_request_opening_moves_the_task_to_waiting_and_is_reported() -> None:
+    record, report = receive(running(), Attach(request_id="r1", at=T0 + 1))
+    assert record.state is TaskState.WAITING and record.pending_requests == ("r1",)
+    assert report == Moved(before=running(), after=record, opened="r1")
+    # the same request again: nothing changes, nothing is said
+    again, said = receive(record, Attach(request_id="r1", at=T0 + 2))
+    assert again is record and said is None
+    # another: still waiting, since the first
+    record, report = receive(record, Attach(request_id="r2", at=T0 + 3))
+    assert record.pending_requests == ("r1", "r2") and record.waiting_since == T0 + 1
+    assert isinstance(report, Moved)
+
+
+def test_it_runs_again_once_no_request_is_pending() -> None:
+    record, _ = receive(running(), Attach(request_id="r1", at=T0))
+    record, _ = receive(record, Attach(request_id="r2", at=T0))
+    record, report = receive(record, Detach(request_id="r1"))
+    assert record.state is TaskState.WAITING and isinstance(report, Moved)
+    record, report = receive(record, Detach(request_id="r2"))
+    assert record.state is TaskState.RUNNING and record.waiting_since is None
+    assert isinstance(report, Moved)
+    # a request it does not hold: nothing
+    same, said = receive(record, Detach(request_id="r9"))
+    assert same is record and said is None
+
+
+def test_the_first_ending_wins_and_a_later_one_gets_its_result() -> None:
+    record, report = receive(
+        running(), End(event=TaskEvent.CANCEL, at=T0 + 5, error="why", then="a")
+    )
+    assert record.state is TaskState.CANCELLED and record.result is not None
+    assert record.result.error == "why" and record.result.completed_at == T0 + 5
+    assert report == Settled(before=running(), after=record, then="a")
+    later, said = receive(record, End(event=TaskEvent.COMPLETE, at=T0 + 6, by_agent=True, then="b"))
+    assert later is record and said == Unchanged(record=record, then="b")
+
+
+def test_completed_with_a_pending_request_is_refused_and_nothing_moves() -> None:
+    waiting, _ = receive(running(), Attach(request_id="r1", at=T0))
+    record, report = receive(
+        waiting, End(event=TaskEvent.COMPLETE, at=T0, cancel_requests=False, then="ack")
+    )
+    assert record is waiting
+    assert isinstance(report, Refused) and report.then == "ack"
+    assert report.error.code == "unresolved_requests" and "r1" in report.error.message
+    # with cancel_requests it completes, and the dropped request is in the record before
+    record, report = receive(waiting, End(event=TaskEvent.COMPLETE, at=T0, cancel_requests=True))
+    assert isinstance(report, Settled) and report.before.pending_requests == ("r1",)
+    assert record.state is TaskState.COMPLETED and record.pending_requests == ()
+
+
+def test_a_request_reaching_a_settled_task_is_reported_late() -> None:
+    settled, _ = receive(running(), End(event=TaskEvent.FAIL, at=T0))
+    same, report = receive(settled, Attach(request_id="r1", at=T0 + 1))
+    assert same is settled and report == Late(record=settled, request_id="r1")
+
+
+def test_a_message_with_a_then_is_always_reported() -> None:
+    record = running()
+    for message in (Detach(request_id="r9", then=1), Sync(then=2)):
+        same, report = receive(record, message)
+        assert same is record and report == Noted(record=record, then=message.then)
+    assert receive(record, Sync()) == (record, None)
+
+
+def test_a_message_that_is_not_a_tasks_is_refused() -> None:
+    with pytest.raises(TypeError):
+        receive(running(), "cancel")  # type: ignore[arg-type]
+
+
+_messages = st.one_of(
+    st.builds(Attach, request_id=st.sampled_from(["r1", "r2", "r3"]), at=st.just(T0)),
+    st.builds(Detach, request_id=st.sampled_from(["r1", "r2", "r3"])),
+    st.builds(
+        End,
+        event=st.sampled_from(
+            [
+                TaskEvent.COMPLETE,
+                TaskEvent.BLOCK,
+                TaskEvent.FAIL,
+                TaskEvent.CANCEL,
+                TaskEvent.TIME_OUT,
+            ]
+        ),
+        at=st.just(T0),
+        cancel_requests=st.booleans(),
+    ),
+    st.builds(Sync, then=st.none() | st.just("t")),
+)
+
+
+@given(st.lists(_messages, max_size=30))
+def test_any_sequence_settles_at_most_once_and_waits_iff_a_request_is_pending(
+    messages: list[TaskMessage],
+) -> None:
+    record = running()
+    settlements = 0
+    for message in messages:
+        before = record
+        record, report = receive(record, message)
+        if isinstance(report, Settled):
+            settlements += 1
+            assert report.before == before and report.after == record
+        if report is None or isinstance(report, Noted | Late | Unchanged | Refused):
+            assert record is before, "only a move or a settlement changes the record"
+        if not record.terminal:
+            assert (record.state is TaskState.WAITING) == bool(record.pending_requests)
+        else:
+            assert record.pending_requests == () and record.result is not None
+    assert settlements <= 1
+    assert settlements == int(record.terminal)

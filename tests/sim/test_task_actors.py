@@ -1,0 +1,122 @@
+"""Every task is an actor, from ``delegate`` until the session has taken its settlement.
+
+The census: one live :class:`TaskActor` per open task, owning the record the broker's read
+model shows, and none once a task has settled. A parent's call that ends or moves a task is
+answered once its task has decided: what ``status`` shows right after agrees with the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.session.messages import ParentCall
+from actors.session.sinks import CollectingSink
+from actors.session.task_actor import TaskActor
+from actors.testing import SimSession
+from protocol.calls import api
+from protocol.records.tasks import TaskRecord, TaskState
+from tests.sim.puppet import Puppet
+from tests.sim.scenarios import broker
+
+IDLE: dict[str, Any] = {"steps": []}
+
+
+def task_actors(session: SimSession) -> dict[str, TaskRecord]:
+    """Each live task actor's record, by task id (the simulation is single-threaded)."""
+    return {
+        a.record.task_id: a.record
+        for a in session.runtime.actors()
+        if isinstance(a, TaskActor) and not a.actor_stopped.is_set()
+    }
+
+
+def open_tasks(session: SimSession) -> dict[str, TaskRecord]:
+    return {t: r for t, r in broker(session).tasks.items() if not r.terminal}
+
+
+def test_one_live_actor_per_open_task_owning_what_the_read_model_shows() -> None:
+    session = SimSession.simulated(21, sink=CollectingSink(), trace=False)
+    try:
+        names = [f"w{i}" for i in range(5)]
+        for name in names:
+            session.spawn(name, script=IDLE)
+        session.sim.run_all(max_time=1)
+        before = session.runtime.actor_count
+        tasks = [session.delegate(name, f"task {name}").task_id for name in names]
+        session.sim.run_all(max_time=1)
+        assert session.runtime.actor_count == before + len(tasks)
+        assert task_actors(session) == open_tasks(session)
+        assert set(task_actors(session)) == set(tasks)
+        # one asks a peer: its own actor moves it to waiting, and the read model follows
+        asker = Puppet(session, "w0")
+        asker.ask(Puppet(session, "w1").agent_id, "which file?")
+        session.sim.run_all(max_time=1)
+        assert task_actors(session)[tasks[0]].state is TaskState.WAITING
+        assert task_actors(session) == open_tasks(session)
+        # two settle by their agent's done, one by the parent's cancel
+        Puppet(session, "w2").done(tasks[2])
+        Puppet(session, "w3").done(tasks[3], "blocked", "no access")
+        session.sim.run_all(max_time=1)
+        cancelled = session.cancel(tasks[4])
+        assert cancelled.status == "cancelled" and not cancelled.already_settled
+        session.sim.run_all(max_time=1)
+        assert set(task_actors(session)) == {tasks[0], tasks[1]}
+        assert task_actors(session) == open_tasks(session)
+        assert session.runtime.actor_count == before + 2
+    finally:
+        session.shutdown()
+
+
+def test_a_call_is_answered_once_its_task_decided_so_status_agrees_at_once() -> None:
+    session = SimSession.simulated(22, sink=CollectingSink(), trace=False)
+    try:
+        session.spawn("w", script=IDLE)
+        session.sim.run_all(max_time=1)
+        task_id = session.delegate("w", "x").task_id
+        failed = session.fail(task_id, "not needed")
+        # no run of the simulation in between: the answer came after the task decided
+        (row,) = session.status("w").agents
+        assert failed.status == "failed"
+        assert row.task is not None and row.task.state is TaskState.FAILED
+        assert broker(session).tasks[task_id].state is TaskState.FAILED
+        again = session.cancel(task_id)
+        assert again.already_settled and again.status == "failed"
+    finally:
+        session.shutdown()
+
+
+def test_endings_that_meet_in_a_task_settle_it_once_and_the_later_gets_the_result() -> None:
+    """The parent's cancel and the agent's ``done`` both on their way (the cancel asked first,
+    the done published before anything ran), and the other way round: the task's own mailbox
+    orders them, the first wins, the other is answered with the result that won. (Races
+    whose winner the seeded scheduler picks: tests/reliability/test_fault_simulation.py.)"""
+    for cancel_first in (True, False):
+        for seed in range(20):
+            session = SimSession.simulated(100 + seed, sink=CollectingSink(), trace=False)
+            try:
+                session.spawn("w", script=IDLE)
+                session.sim.run_all(max_time=1)
+                task_id = session.delegate("w", "x").task_id
+                session.sim.run_all(max_time=1)
+                worker = Puppet(session, "w")
+                if not cancel_first:
+                    done = worker.done(task_id)
+                    session.sim.run_all(max_time=1)
+                call = ParentCall(args=api.CancelArgs(task_id=task_id))
+                cancel = session.broker.ask(call, block=False)
+                if cancel_first:
+                    done = worker.done(task_id)
+                session.sim.run_all(max_time=1)
+                answer = cancel.get()
+                ack = worker.ack_for(done)
+                settled = broker(session).tasks[task_id]
+                assert settled.result is not None
+                assert settled.state is (
+                    TaskState.CANCELLED if cancel_first else TaskState.COMPLETED
+                )
+                assert answer.status == settled.result.status
+                assert answer.already_settled is not cancel_first
+                assert ack.result is not None and ack.result.status == settled.result.status
+                assert task_actors(session) == {}
+            finally:
+                session.shutdown()
