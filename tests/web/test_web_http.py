@@ -30,7 +30,7 @@ WAIT_S = 60.0
 
 
 def _events(team: Team, **filters: str) -> Iterator[dict[str, Any]]:
-    """The notifications of the board's stream, as they come."""
+    """The notifications of the board's stream, as they come (its other events skipped)."""
     with (
         httpx.Client(timeout=httpx.Timeout(WAIT_S)) as http,
         http.stream(
@@ -44,11 +44,11 @@ def _events(team: Team, **filters: str) -> Iterator[dict[str, Any]]:
             buffer += chunk
             *frames, buffer = buffer.split(b"\n\n")
             for frame in frames:
-                for line in frame.decode().splitlines():
-                    if line.startswith("data: "):
-                        yield json.loads(line[6:])
-                    elif line.startswith(": following"):
-                        yield {"kind": "_following"}
+                lines = frame.decode().splitlines()
+                if "event: notification" in lines:
+                    yield from (json.loads(x[6:]) for x in lines if x.startswith("data: "))
+                elif any(x.startswith(": following") for x in lines):
+                    yield {"kind": "_following"}
 
 
 def _until(
