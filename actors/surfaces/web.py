@@ -1,6 +1,6 @@
 """The live board: ``shepherd web --listen HOST:PORT`` serves a running session as a web page
 (Starlette on uvicorn): the agents in lanes, an inbox of what waits on the parent, each
-and the parent's actions.
+task's page, and the parent's actions.
 
 Rules:
 
@@ -22,7 +22,8 @@ Rules:
    shows changed (its version and counts), and the session's notifications as they are
    appended (filtered by ``agent``, ``task`` and ``kind``; none with ``board_only=1``). It
    starts with ``hello``, the file offset its notifications come after. Pages of the board
-   are ``GET /api/board`` (:mod:`actors.surfaces.web_board`).
+   are ``GET /api/board`` (:mod:`actors.surfaces.web_board`); a task's page is
+   ``GET /api/task/ID`` (:mod:`actors.surfaces.web_task`).
 6. **Nothing from the network.** The page and its scripts are files of the package; its
    content security policy allows only this origin.
 7. **Loopback only** unless ``--allow-remote``.
@@ -52,8 +53,8 @@ from actors.surfaces.web_board import LANES, lane_of
 from actors.surfaces.web_feed import Stream, filters
 from actors.surfaces.web_input import MAX_WEB_REQUEST_BYTES, json_body, number, only_known
 from actors.surfaces.web_live import WEB_OPS, Live
+from actors.surfaces.web_task import task_page
 from protocol.core.errors import (
-    InvalidArgument,
     InvalidHandle,
     LimitExceeded,
     SessionUnavailable,
@@ -73,6 +74,7 @@ STATIC = {
     "board.css": "text/css",
     "web.js": "text/javascript",
     "board.js": "text/javascript",
+    "task.js": "text/javascript",
 }
 _HEADERS = {
     "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
@@ -202,13 +204,16 @@ class _Handlers:
         if not self.authorised(request, acting=False):
             return _unauthorized()
         try:
-            task_id = request.path_params["task_id"]
-            if len(task_id) > 200:
-                raise InvalidArgument("a task id is at most 200 characters")
-            result = await self.live.call("result", {"task_id": task_id})
+            answer = await task_page(
+                request.path_params["task_id"],
+                call=self.live.call,
+                rows=self.live.snapshot.rows,
+                artifacts=Path(self.info.session_dir) / "artifacts",
+                notifications=Path(self.info.notifications),
+            )
         except ShepherdError as exc:
             return _error(exc)
-        return JSONResponse({"task_id": task_id, "result": result})
+        return JSONResponse(answer)
 
     async def act(self, request: Request) -> Response:
         if not self.authorised(request, acting=True):

@@ -121,7 +121,15 @@ def test_a_card_moves_lanes_live_and_a_question_is_answered(team: Team) -> None:
         team.web.url + f"api/task/{task_id}", headers=team.web.headers(), timeout=WAIT_S
     )
     assert shown.status_code == 200
-    assert shown.json()["result"]["status"] == "completed"
+    page = shown.json()
+    assert page["result"]["status"] == "completed"
+    # the task's page: its text, its note's log, the notifications about it, its trace
+    assert page["description"] == "pick a branch"
+    assert page["state"] == "completed"
+    assert any("which branch?" in line for line in page["note"]["log"])
+    kinds = {n["kind"] for n in page["history"]["notifications"]}
+    assert {"agent_message", "task_completion"} <= kinds, kinds
+    assert page["trace"] == {"attribute": "shepherd.task.id", "value": task_id}
 
 
 def test_cancel_and_close_from_the_board(team: Team) -> None:
@@ -217,10 +225,11 @@ def test_bad_reads_get_typed_errors(team: Team) -> None:
     assert (huge.status_code, huge.json()["error"]["code"]) == (400, "invalid_argument")
     gone = httpx.get(team.web.url + "no/such/page", headers=h, timeout=WAIT_S)
     assert gone.status_code == 404
-    unknown = httpx.get(team.web.url + "api/task/t-unknown", headers=h, timeout=WAIT_S)
-    assert unknown.status_code in (200, 404)
-    if unknown.status_code == 200:
-        assert unknown.json()["result"] is None
+    for task_id in ("t-unknown", "shepherd-task-0000000000000000", "shepherd-task-zz", "x" * 5000):
+        unknown = httpx.get(team.web.url + f"api/task/{task_id}", headers=h, timeout=WAIT_S)
+        assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "invalid_handle")
+    around = httpx.get(team.web.url + "api/task/..%2F..%2Fsession.json", headers=h, timeout=WAIT_S)
+    assert around.status_code == 404
 
 
 def test_lanes_of_status_rows() -> None:

@@ -1,10 +1,12 @@
 """The board's model without a session: lanes and cards from status rows, a snapshot of 1,000
-agents paged with exact counts, time in state, the notifications' filters and backlog."""
+agents paged with exact counts, time in state, the notifications' filters and backlog, a
+task's note."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,8 @@ import pytest
 
 from actors.surfaces.web_board import INBOX_PAGE, LANE_PAGE, LANES, Snapshot, card, lane_of
 from actors.surfaces.web_feed import MAX_EVENT_BYTES, Feed, Filters, bounded, filters, newest
-from protocol.core.errors import InvalidArgument
+from actors.surfaces.web_task import note_parts, read_note
+from protocol.core.errors import InvalidArgument, InvalidHandle
 from protocol.core.ids import PARENT_ID
 
 pytestmark = pytest.mark.timeout(60)
@@ -224,3 +227,23 @@ def test_the_follower_hands_each_new_notification_to_the_streams_that_want_it(
     assert only_b.queue.qsize() == 1
     feed.broadcast("board", {"version": 2})
     assert board_only.queue.get_nowait() == ("board", '{"version": 2}')
+
+
+def test_a_note_is_read_by_its_id_only_and_never_through_a_link(tmp_path: Path) -> None:
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    task_id = "shepherd-task-0123456789abcdef"
+    text = f"# Task {task_id}\n\n- agent: a (x)\n\n## Description\n\nline one\n\n"
+    text += "## Log\n\n- asked b\n"
+    (artifacts / f"{task_id}.md").write_text(text)
+    note, cut = read_note(artifacts, task_id)
+    assert (note, cut) == (text, False)
+    assert note_parts(text) == {"description": "line one", "log": ["asked b"], "agent": "a (x)"}
+    for bad in ("../session", "shepherd-task-../../x", "shepherd-agent-0123456789abcdef"):
+        with pytest.raises(InvalidHandle):
+            read_note(artifacts, bad)
+    secret = tmp_path / "secret"
+    secret.write_text("no")
+    linked = "shepherd-task-fedcba9876543210"
+    os.symlink(secret, artifacts / f"{linked}.md")
+    assert read_note(artifacts, linked) == (None, False)

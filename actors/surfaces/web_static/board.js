@@ -25,7 +25,8 @@
       el("span", {class: "since", "data-since": c.since || "", title: "time in this lane"}),
       el("div", {class: "name"}, c.name + " ", el("span", {class: "meta"}, c.process_state || "")));
     if (task) {
-      node.append(el("div", {class: "meta"}, (task.state || "") + " · " + task.task_id));
+      node.append(el("div", {class: "meta"}, el("a", {href: "#task/" + task.task_id, "data-task-link": task.task_id},
+        (task.state || "") + " · " + task.task_id)));
       node.append(el("div", {class: "text"}, task.description || ""));
       if (task.result) node.append(el("div", {class: "meta"}, "result: " + task.result.status + (task.result.text ? ": " + task.result.text : "")));
     }

@@ -79,6 +79,7 @@ const Shepherd = (() => {
     const node = el("div", {class: "request", "data-request": id},
       el("strong", {}, (req.agent || "") + " (" + (req.kind || "question") + "): "),
       (req.question || "").slice(0, 2000), " ");
+    if (req.task_id) node.append(el("a", {href: "#task/" + req.task_id, class: "muted"}, "task"), " ");
     const input = el("input", {name: "answer", size: 30, "data-answer": id,
       placeholder: req.kind === "approval" ? "note or reason" : "your reply"});
     node.append(input);
