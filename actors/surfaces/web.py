@@ -1,6 +1,6 @@
 """The live board: ``shepherd web --listen HOST:PORT`` serves a running session as a web page
 (Starlette on uvicorn): the agents in lanes, an inbox of what waits on the parent, each
-task's page, and the parent's actions.
+task's page, the notifications, and the parent's actions.
 
 Rules:
 
@@ -21,9 +21,9 @@ Rules:
 5. **Live.** ``GET /api/events`` is a server-sent event stream: ``board`` when what the board
    shows changed (its version and counts), and the session's notifications as they are
    appended (filtered by ``agent``, ``task`` and ``kind``; none with ``board_only=1``). It
-   starts with ``hello``, the file offset its notifications come after. Pages of the board
-   are ``GET /api/board`` (:mod:`actors.surfaces.web_board`); a task's page is
-   ``GET /api/task/ID`` (:mod:`actors.surfaces.web_task`).
+   starts with ``hello``, the file offset its notifications come after, which
+   ``GET /api/notifications?before=`` reads back from. Pages of the board are
+   ``GET /api/board`` (:mod:`actors.surfaces.web_board`).
 6. **Nothing from the network.** The page and its scripts are files of the package; its
    content security policy allows only this origin.
 7. **Loopback only** unless ``--allow-remote``.
@@ -50,7 +50,7 @@ from starlette.routing import Route
 from actors.records.session_info import SessionInfo
 from actors.surfaces.listening import check_listen, listening_socket, live_session
 from actors.surfaces.web_board import LANES, lane_of
-from actors.surfaces.web_feed import Stream, filters
+from actors.surfaces.web_feed import MAX_BACKLOG, Stream, filters, newest
 from actors.surfaces.web_input import MAX_WEB_REQUEST_BYTES, json_body, number, only_known
 from actors.surfaces.web_live import WEB_OPS, Live
 from actors.surfaces.web_task import task_page
@@ -75,6 +75,7 @@ STATIC = {
     "web.js": "text/javascript",
     "board.js": "text/javascript",
     "task.js": "text/javascript",
+    "feed.js": "text/javascript",
 }
 _HEADERS = {
     "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
@@ -120,6 +121,7 @@ def build_app(info: SessionInfo, token: str) -> Starlette:
         Route("/api/board", handlers.board),
         Route("/api/status", handlers.status),
         Route("/api/task/{task_id}", handlers.task),
+        Route("/api/notifications", handlers.notifications),
         Route("/api/op/{name}", handlers.act, methods=["POST"]),
         Route("/api/events", handlers.events),
     ]
@@ -214,6 +216,22 @@ class _Handlers:
         except ShepherdError as exc:
             return _error(exc)
         return JSONResponse(answer)
+
+    async def notifications(self, request: Request) -> Response:
+        if not self.authorised(request, acting=False):
+            return _unauthorized()
+        try:
+            query = request.query_params
+            only_known(query, ("agent", "task", "kind", "limit", "before"))
+            wanted = filters(query, self.live.snapshot.ids)
+            limit = number(query, "limit", 50, most=MAX_BACKLOG)
+            before = number(query, "before") if "before" in query else None
+        except ShepherdError as exc:
+            return _error(exc)
+        found, whole = await asyncio.to_thread(
+            newest, Path(self.info.notifications), wanted, limit, before
+        )
+        return JSONResponse({"notifications": found, "whole": whole})
 
     async def act(self, request: Request) -> Response:
         if not self.authorised(request, acting=True):

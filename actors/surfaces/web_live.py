@@ -10,8 +10,10 @@ Rules:
    something changed (a notification, the journal growing, an action from the page), at most
    once per :data:`REFRESH_GAP_S`; an idle session is never asked anything. When a snapshot
    changed what is shown, every stream gets a ``board`` event with its version and counts.
-3. **Watched.** Every open task the board shows or delegates is watched (in calls of at most
-   :data:`WATCH_CHUNK` ids), so that its end is a notification.
+3. **Watched.** Every open task the board shows is watched (in calls of at most
+   :data:`WATCH_CHUNK` ids), so that its end is a notification; a task delegated from the page
+   is delegated and watched in one call (``delegate_many`` of one item, with ``watch``), so
+   that one ending at once is no exception.
 4. A snapshot that fails keeps the last one shown and says why (``error``); the next wake-up
    tries again.
 """
@@ -28,7 +30,7 @@ from actors.records.session_info import SessionInfo
 from actors.surfaces.web_board import Snapshot
 from actors.surfaces.web_feed import Feed
 from protocol import ops
-from protocol.core.errors import InvalidArgument, ShepherdError
+from protocol.core.errors import ErrorInfo, InvalidArgument, ShepherdError, error_from_info
 
 __all__ = ["READS", "REFRESH_GAP_S", "WEB_OPS", "Live"]
 
@@ -70,26 +72,38 @@ class Live:
 
     async def call(self, op: str, fields: Mapping[str, Any]) -> Any:
         """One of the session's operations, checked by the table first (rule 1)."""
-        from actors.surfaces.cli_ops import ANSWER_TIMEOUT_S
-
         if op not in WEB_OPS and op not in READS:
             raise InvalidArgument(f"the board does not run {op[:40]!r}")
+        return await self._run(op, fields)
+
+    async def _run(self, op: str, fields: Mapping[str, Any]) -> Any:
+        from actors.surfaces.cli_ops import ANSWER_TIMEOUT_S
+
         ops.parent_op(op).build(fields)
         return await asyncio.to_thread(
             self._client.call, op, dict(fields), timeout=ANSWER_TIMEOUT_S
         )
 
     async def act(self, op: str, fields: Mapping[str, Any]) -> Any:
-        """One of :data:`WEB_OPS` for the page; a task delegated here is watched at once."""
+        """One of :data:`WEB_OPS` for the page (rule 3: a delegated task is watched in the
+        same call, so that even a task that ends at once ends in a notification)."""
         if op not in WEB_OPS:
             raise InvalidArgument(
                 f"the board runs only {', '.join(sorted(WEB_OPS))}, not {op[:40]!r}"
             )
-        answer = await self.call(op, fields)
-        if op == "delegate" and isinstance(answer, dict) and answer.get("task_id"):
-            await self._watch([answer["task_id"]])
+        answer = await (self._delegate(fields) if op == "delegate" else self.call(op, fields))
         self.stale()
         return answer
+
+    async def _delegate(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """``delegate``, checked as delegate, run as a ``delegate_many`` of one that watches."""
+        ops.parent_op("delegate").build(fields)
+        answer = await self._run("delegate_many", {"items": [dict(fields)], "watch": True})
+        for error in answer.get("errors") or ():
+            raise error_from_info(ErrorInfo(code=error["code"], message=error["message"]))
+        (task_id,) = answer["task_ids"]
+        self.watched.add(task_id)
+        return {"task_id": task_id, "watcher_id": answer.get("watcher_id"), "accepted": True}
 
     async def _watch(self, ids: list[str]) -> None:
         for start in range(0, len(ids), WATCH_CHUNK):

@@ -1,5 +1,5 @@
 // The board: lanes of cards a page at a time (each count that of the whole session), the inbox
-// of requests to the parent, and the delegate form. Drawn again on each `board`
+// of requests to the parent, and the delegate and message forms. Drawn again on each `board`
 // event whose version is newer than the one shown.
 "use strict";
 (() => {
@@ -131,6 +131,14 @@
       if (value !== null) fields[key] = value;
     }
     S.act("delegate", fields).then(load);
+  };
+  S.$("#message-form").onsubmit = (e) => {
+    e.preventDefault();
+    const f = e.target;
+    const fields = {target: f.target.value, message: f.message.value};
+    if (f.expects_reply.checked) fields.expects_reply = true;
+    if (f.steer.checked) fields.steer = true;
+    S.act("message", fields).then((body) => { if (!body.error) f.message.value = ""; });
   };
   S.view("board", {
     show() { S.listen("board_only=1"); load(); },

@@ -56,7 +56,7 @@
     const head = el("table", {},
       row("task", el("code", {}, t.task_id)),
       row("state", el("strong", {"data-task-state": t.state || ""}, t.state || "unknown")),
-      row("agent", t.agent.name || t.agent.note || ""),
+      row("agent", t.agent.name ? el("a", {href: "#notifications?agent=" + encodeURIComponent(t.agent.name)}, t.agent.name) : (t.agent.note || "")),
       row("trace", "its spans carry " + t.trace.attribute + " = " + t.trace.value));
     if (status.created_at) head.append(row("created", S.when(status.created_at)));
     if (status.waiting_since) head.append(row("waiting", el("span", {"data-since": status.waiting_since})));
