@@ -50,7 +50,7 @@ from starlette.routing import Route
 from actors.records.session_info import SessionInfo
 from actors.surfaces.listening import check_listen, listening_socket, live_session
 from actors.surfaces.web_board import LANES, lane_of
-from actors.surfaces.web_feed import MAX_BACKLOG, Stream, filters, newest
+from actors.surfaces.web_feed import MAX_BACKLOG, Stream, filters, named, newest
 from actors.surfaces.web_input import MAX_WEB_REQUEST_BYTES, json_body, number, only_known
 from actors.surfaces.web_live import WEB_OPS, Live
 from actors.surfaces.web_task import task_page
@@ -231,7 +231,8 @@ class _Handlers:
         found, whole = await asyncio.to_thread(
             newest, Path(self.info.notifications), wanted, limit, before
         )
-        return JSONResponse({"notifications": found, "whole": whole})
+        names = self.live.snapshot.names
+        return JSONResponse({"notifications": [named(n, names) for n in found], "whole": whole})
 
     async def act(self, request: Request) -> Response:
         if not self.authorised(request, acting=True):

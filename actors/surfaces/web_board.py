@@ -223,6 +223,8 @@ class Snapshot:
         self._seen: dict[str, tuple[str, str | None, float | None]] = {}
         #: names and ids of the agents, to their id
         self.ids: dict[str, str] = {}
+        #: agent id -> name
+        self.names: dict[str, str] = {}
 
     @property
     def counts(self) -> dict[str, int]:
@@ -257,10 +259,12 @@ class Snapshot:
         inbox: list[dict[str, Any]] = []
         seen: dict[str, tuple[str, str | None, float | None]] = {}
         ids: dict[str, str] = {}
+        names: dict[str, str] = {}
         for row in rows:
             agent_id = str(row.get("agent_id"))
             ids[agent_id] = agent_id
             ids[str(row.get("name"))] = agent_id
+            names[agent_id] = str(row.get("name"))
             lane = lane_of(row)
             task_id = (row.get("task") or {}).get("task_id")
             before = self._seen.get(agent_id)
@@ -278,7 +282,8 @@ class Snapshot:
             cards.sort(key=lambda c: (c["since"] or 0.0, c["name"] or ""), reverse=not oldest_first)
         inbox.sort(key=lambda r: (r["created_at"] or 0.0, r["request_id"] or ""))
         changed = lanes != self.lanes or inbox != self.inbox or self.now is None
-        self.rows, self.lanes, self.inbox, self._seen, self.ids = rows, lanes, inbox, seen, ids
+        self.rows, self.lanes, self.inbox, self._seen = rows, lanes, inbox, seen
+        self.ids, self.names = ids, names
         self.now = now if isinstance(now, float) else self.now
         self.summary = dict(last_page.get("summary") or {})
         if changed:

@@ -46,6 +46,7 @@ __all__ = [
     "Filters",
     "Stream",
     "filters",
+    "named",
     "newest",
 ]
 
@@ -151,6 +152,14 @@ def _cut(value: Any, limit: int) -> Any:
     return value
 
 
+def named(note: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    """The notification with its agent's name, when it carries only the agent's id."""
+    agent_id = note.get("agent_id")
+    if not note.get("agent_name") and isinstance(agent_id, str) and agent_id in names:
+        return {**note, "agent_name": names[agent_id]}
+    return note
+
+
 def _parse(line: bytes) -> dict[str, Any] | None:
     if not line.strip() or len(line) > MAX_LINE_BYTES:
         return None
@@ -233,6 +242,8 @@ class Feed:
         self.streams: set[Stream] = set()
         #: agent id -> its last watchdog alert
         self.alerts: dict[str, dict[str, Any]] = {}
+        #: agent id -> its name (the board's snapshot keeps it)
+        self.names: Mapping[str, str] = {}
         self.offset = _size(notifications) or 0
         self._journal_size = _size(journal) if journal is not None else None
         self._rest = b""
@@ -301,7 +312,7 @@ class Feed:
         text: str | None = None
         for stream in list(self.streams):
             if stream.notifications and stream.wanted.passes(note):
-                text = text or bounded(note)
+                text = text or bounded(named(dict(note), self.names))
                 if not stream.put(("notification", text)):
                     self.streams.discard(stream)
 

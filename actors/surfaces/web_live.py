@@ -119,6 +119,7 @@ class Live:
         """Make the snapshot again; tell the streams when what is shown changed (rule 2)."""
         try:
             changed = await self.snapshot.refresh(self._status_page, self.feed.alerts)
+            self.feed.names = self.snapshot.names
             open_ids = [
                 task["task_id"]
                 for row in self.snapshot.rows

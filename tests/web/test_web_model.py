@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from actors.surfaces.web_board import INBOX_PAGE, LANE_PAGE, LANES, Snapshot, card, lane_of
-from actors.surfaces.web_feed import MAX_EVENT_BYTES, Feed, Filters, bounded, filters, newest
+from actors.surfaces.web_feed import (
+    MAX_EVENT_BYTES,
+    Feed,
+    Filters,
+    bounded,
+    filters,
+    named,
+    newest,
+)
 from actors.surfaces.web_task import note_parts, read_note
 from protocol.core.errors import InvalidArgument, InvalidHandle
 from protocol.core.ids import PARENT_ID
@@ -194,6 +202,15 @@ def test_the_newest_notifications_are_read_backwards_within_bounds(tmp_path: Pat
     found, _ = newest(path, Filters(), 5, before)
     assert [n["created_at"] for n in found] == [1499.0, 1498.0, 1497.0, 1496.0, 1495.0]
     assert newest(tmp_path / "none.jsonl", Filters(), 5) == ([], True)
+
+
+def test_a_notification_with_an_agents_id_only_gets_its_name() -> None:
+    names = {"shepherd-agent-00000001": "a"}
+    assert named(NOTES[0], names)["agent_name"] == "a"
+    assert "agent_name" not in NOTES[0]  # a copy, never the original
+    assert named(NOTES[1], names) is NOTES[1]
+    unknown = {"kind": "x", "agent_id": "shepherd-agent-00000009"}
+    assert "agent_name" not in named(unknown, names)
 
 
 def test_a_huge_notification_is_cut_not_broken() -> None:

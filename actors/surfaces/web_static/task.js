@@ -11,8 +11,9 @@
   function section(title, ...kids) { return el("section", {"data-section": title}, el("h2", {}, title), ...kids); }
   function usage(u, b) {
     u = u || {}; b = b || {};
-    const part = (name, used, limit) => name + " " + (used || 0) + (limit !== undefined && limit !== null ? "/" + limit : "");
-    return [part("turns", u.turns, b.max_turns), part("tokens", u.tokens, b.max_tokens), part("cost $", u.cost, b.max_cost)].join(" · ")
+    const part = (name, used, limit, fmt) => name + " " + fmt(used || 0) + (limit !== undefined && limit !== null ? "/" + fmt(limit) : "");
+    const count = (n) => Number(n).toLocaleString("en-US"), money = (n) => "$" + Number(n).toFixed(2);
+    return [part("turns", u.turns, b.max_turns, count), part("tokens", u.tokens, b.max_tokens, count), part("cost", u.cost, b.max_cost, money)].join(" · ")
       + (b.max_minutes ? " · " + b.max_minutes + " min" : "");
   }
   function describe(n) {
@@ -39,7 +40,7 @@
     if (r.usage) table.append(row("spent", usage(r.usage, null)));
     const c = r.changes;
     if (c) {
-      table.append(row("worktree", c.branch + " · " + c.count + " changed (since the " + c.since + "'s start)"));
+      table.append(row("worktree", c.branch + " · " + c.count + " changed (since the " + (c.since || "task") + "'s start)"));
       if (c.files && c.files.length) table.append(row("files", c.files.join(", ") + (c.count > c.files.length ? " …" : "")));
       for (const o of c.overlaps || []) table.append(row("overlap", o.agent + " (" + o.branch + "): " + o.files.join(", ")));
       if (c.error) table.append(row("git", c.error));
