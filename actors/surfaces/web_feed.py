@@ -6,9 +6,9 @@ Rules:
 
 1. **One follower.** A single task (:meth:`Feed.follow`) reads what is appended to the
    session's ``notifications.jsonl`` every :data:`FOLLOW_S` and hands each notification to
-   every open stream whose filters it passes. A stream that falls :data:`MAX_QUEUED` items
-   behind is ended (the page opens it again); an idle session costs one ``stat`` per file per
-   tick, whatever the number of pages open.
+   every open stream whose filters it passes (at most :data:`MAX_TICK_BYTES` a tick). A
+   stream that falls :data:`MAX_QUEUED` items behind is ended (the page opens it again); an
+   idle session costs one ``stat`` per file per tick, whatever the number of pages open.
 2. **Wake-ups.** A line appended to the notifications, or the journal growing (a session whose
    records are files), marks the board stale (``on_change``): a growing journal is only a
    wake-up, never read.
@@ -62,6 +62,8 @@ MAX_SCAN_BYTES = 8 * 1024 * 1024
 MAX_EVENT_BYTES = 64 * 1024
 #: a notification line longer than this is dropped unread (rule 5)
 MAX_LINE_BYTES = 4 * 1024 * 1024
+#: read at most this much of what was appended in one tick (the rest in the next ones)
+MAX_TICK_BYTES = 8 * 1024 * 1024
 #: a filter value's bound (rule 3)
 MAX_FILTER_CHARS = 200
 #: agents whose last watchdog alert is kept at most
@@ -293,7 +295,7 @@ class Feed:
         if size is not None and size > self.offset:
             with self.path.open("rb") as f:
                 f.seek(self.offset)
-                data = f.read(size - self.offset)
+                data = f.read(min(size - self.offset, MAX_TICK_BYTES))
             self.offset += len(data)
             *lines, self._rest = (self._rest + data).split(b"\n")
             if len(self._rest) > MAX_LINE_BYTES:

@@ -40,8 +40,9 @@ WEB_OPS = frozenset({"approve", "deny", "message", "delegate", "cancel", "close"
 READS = frozenset({"status", "result", "watch", "watchdog_detect_stuck"})
 #: a snapshot starts at most this often (rule 2)
 REFRESH_GAP_S = 0.2
-#: ids per watch call (rule 3)
-WATCH_CHUNK = 500
+#: ids per watch call (rule 3): each completion of a watcher lists its ids and those still
+#: pending, so a watcher of a few keeps every completion notification small
+WATCH_CHUNK = 20
 
 
 def _journal(info: SessionInfo) -> Path | None:
@@ -116,28 +117,35 @@ class Live:
         return answer
 
     async def refresh(self) -> None:
-        """Make the snapshot again; tell the streams when what is shown changed (rule 2)."""
+        """Make the snapshot again; tell the streams when what is shown changed (rule 2);
+        then watch the open tasks not watched yet (rule 3)."""
         try:
             changed = await self.snapshot.refresh(self._status_page, self.feed.alerts)
-            self.feed.names = self.snapshot.names
-            open_ids = [
-                task["task_id"]
-                for row in self.snapshot.rows
-                if (task := row.get("task")) and not task.get("result")
-                if task.get("task_id") not in self.watched
-            ]
-            await self._watch(open_ids)
         except ShepherdError as exc:
-            self.error = exc
-            self.feed.broadcast("board_error", {"code": exc.code, "message": exc.message})
+            self._failed(exc)
             return
         finally:
             self.ready.set()
         self.error = None
+        self.feed.names = self.snapshot.names
         if changed:
             self.feed.broadcast(
                 "board", {"version": self.snapshot.version, "counts": self.snapshot.counts}
             )
+        open_ids = [
+            task["task_id"]
+            for row in self.snapshot.rows
+            if (task := row.get("task")) and not task.get("result")
+            if task.get("task_id") not in self.watched
+        ]
+        try:
+            await self._watch(open_ids)
+        except ShepherdError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: ShepherdError) -> None:
+        self.error = exc
+        self.feed.broadcast("board_error", {"code": exc.code, "message": exc.message})
 
     async def _refresher(self) -> None:
         while True:
