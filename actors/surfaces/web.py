@@ -1,40 +1,43 @@
 """The live board: ``shepherd web --listen HOST:PORT`` serves a running session as a web page
-(Starlette on uvicorn), the agents in lanes, an inbox of what waits on the parent, and the
-parent's actions.
+(Starlette on uvicorn): the agents in lanes, an inbox of what waits on the parent, each
+task's page, the notifications, and the parent's actions.
 
 Rules:
 
 1. **Token.** A token made at start is printed once; every request needs it: the page is
    opened as ``/?token=TOKEN``, which sets it as an HttpOnly, SameSite=Strict cookie; reads
-   (``GET /api/...``) take the cookie or the ``X-Shepherd-Token`` header. Without it: HTTP
-   401 ``unauthorized``.
+   (``GET``) take the cookie or the ``X-Shepherd-Token`` header. Without it: HTTP 401
+   ``unauthorized``.
 2. **Acting is CSRF-safe.** An action is ``POST /api/op/NAME`` with a JSON body and the token
    in the ``X-Shepherd-Token`` header (the page reads it from its own URL): a cookie alone
    never acts, and a form of another site cannot set that header.
-3. **Only the parent's answers.** The operations the page may run are :data:`WEB_OPS`; each
-   call's arguments are checked against the operation table's Args Struct before the
-   session is asked (its bounds are the table's). A body over :data:`MAX_WEB_REQUEST_BYTES`
-   is refused unread; one that is not a JSON object is ``invalid_argument``.
+3. **Only the parent's answers.** The page may run only ``WEB_OPS``
+   (:mod:`actors.surfaces.web_live`); each call's arguments are checked against the operation
+   table's Args Struct before the session is asked (its bounds are the table's). Bodies and
+   queries are checked by :mod:`actors.surfaces.web_input`.
 4. **Errors** are ``{"error": {"code", "message"}}`` with the project's codes: 400 for a
    refused argument, 401 without the token, 404 for an unknown id or route, 413 for a body too
    large, 503 when the session cannot be reached.
-5. **Live.** ``GET /api/events`` is a server-sent event stream of the session's
-   notifications as they are appended (filtered by ``agent``, ``task`` and ``kind``); the
-   page reloads the board when one comes instead of polling. The board watches every open
-   task it shows or delegates, so that each one's end is a notification.
-6. **Loopback only** unless ``--allow-remote``.
+5. **Live.** ``GET /api/events`` is a server-sent event stream: ``board`` when what the board
+   shows changed (its version and counts), and the session's notifications as they are
+   appended (filtered by ``agent``, ``task`` and ``kind``; none with ``board_only=1``). It
+   starts with ``hello``, the file offset its notifications come after, which
+   ``GET /api/notifications?before=`` reads back from. Pages of the board are
+   ``GET /api/board`` (:mod:`actors.surfaces.web_board`).
+6. **Nothing from the network.** The page and its scripts are files of the package; its
+   content security policy allows only this origin.
+7. **Loopback only** unless ``--allow-remote``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import os
 import secrets
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -46,54 +49,43 @@ from starlette.routing import Route
 
 from actors.records.session_info import SessionInfo
 from actors.surfaces.listening import check_listen, listening_socket, live_session
-from protocol import ops
+from actors.surfaces.web_board import LANES, lane_of
+from actors.surfaces.web_feed import MAX_BACKLOG, Stream, filters, named, newest
+from actors.surfaces.web_input import MAX_WEB_REQUEST_BYTES, json_body, number, only_known
+from actors.surfaces.web_live import WEB_OPS, Live
+from actors.surfaces.web_task import task_page
 from protocol.core.errors import (
-    InvalidArgument,
     InvalidHandle,
     LimitExceeded,
     SessionUnavailable,
     ShepherdError,
 )
 from protocol.core.ids import PARENT_ID
-from protocol.core.limits import MAX_NESTING
-from protocol.wire.envelopes import nested_deeper
 
-#: the operations the page may run (rule 3)
-WEB_OPS = frozenset({"approve", "deny", "message", "delegate", "cancel", "close"})
-#: a request body's bound (rule 3)
-MAX_WEB_REQUEST_BYTES = 256 * 1024
-#: one notification line sent on the stream at most this long (longer ones are cut)
-MAX_EVENT_BYTES = 64 * 1024
-#: how often the stream looks for new notifications
-EVENT_POLL_S = 0.1
-#: a filter value's bound
-MAX_FILTER_CHARS = 200
+__all__ = ["LANES", "MAX_WEB_REQUEST_BYTES", "WEB_OPS", "build_app", "lane_of", "serve"]
+
+#: a stream with nothing to send says so this often (a comment line), to find a gone page
+KEEPALIVE_S = 15.0
 COOKIE = "shepherd_web"
 HEADER = "x-shepherd-token"
 _STATIC = Path(__file__).with_name("web_static")
-
-#: lanes, in the order the board shows them
-LANES = ("needs_parent", "working", "waiting_peer", "idle", "exited")
-
-
-def lane_of(row: Mapping[str, Any]) -> str:
-    """The lane of one agent row of ``status``: a question or approval to the parent first,
-    then a task waiting on a peer, a working one, an exited or closed agent, else idle."""
-    if row.get("closed") or row.get("state") in ("exited", "crashed", "closed"):
-        return "exited"
-    task = row.get("task") or {}
-    pending = task.get("pending_requests") or ()
-    if any(_to_parent(p) for p in pending):
-        return "needs_parent"
-    if task and not task.get("result"):
-        if task.get("state") == "waiting":
-            return "waiting_peer"
-        return "working"
-    return "idle"
-
-
-def _to_parent(request: Mapping[str, Any]) -> bool:
-    return request.get("target_id") == PARENT_ID and request.get("state", "pending") == "pending"
+#: the page's files: name -> media type (rule 6)
+STATIC = {
+    "board.css": "text/css",
+    "web.js": "text/javascript",
+    "board.js": "text/javascript",
+    "task.js": "text/javascript",
+    "feed.js": "text/javascript",
+}
+_HEADERS = {
+    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "cache-control": "no-store",
+}
 
 
 def _error(exc: ShepherdError) -> JSONResponse:
@@ -120,151 +112,154 @@ def _unauthorized() -> JSONResponse:
     )
 
 
-class Board:
-    """The session's side of the page: its calls, off the event loop."""
-
-    def __init__(self, info: SessionInfo) -> None:
-        from actors.surfaces.client import Client
-
-        self.info = info
-        self._client = Client(info)
-        #: the open tasks this board watches, so that their ends reach the notifications
-        self.watched: set[str] = set()
-
-    async def watch(self, rows: list[dict[str, Any]]) -> None:
-        """Watch every open task shown and not yet watched (rule 5): a task's end is then a
-        notification, and the stream moves its card."""
-        ids = [
-            row["task"]["task_id"]
-            for row in rows
-            if row.get("task")
-            and not row["task"].get("result")
-            and row["task"]["task_id"] not in self.watched
-        ][:1000]
-        if ids:
-            await self.call("watch", {"ids": ids})
-            self.watched.update(ids)
-
-    async def act(self, op: str, fields: Mapping[str, Any]) -> Any:
-        """Run one of :data:`WEB_OPS`; a task delegated here is watched at once (rule 5)."""
-        answer = await self.call(op, fields)
-        if op == "delegate" and isinstance(answer, dict) and answer.get("task_id"):
-            await self.call("watch", {"ids": [answer["task_id"]]})
-            self.watched.add(answer["task_id"])
-        return answer
-
-    async def call(self, op: str, fields: Mapping[str, Any]) -> Any:
-        from actors.surfaces.cli_ops import ANSWER_TIMEOUT_S
-
-        ops.parent_op(op).build(fields)  # the table's bounds, before the session is asked
-        return await asyncio.to_thread(
-            self._client.call, op, dict(fields), timeout=ANSWER_TIMEOUT_S
-        )
-
-
 def build_app(info: SessionInfo, token: str) -> Starlette:
     """The board's ASGI app."""
-    board = Board(info)
-    secret = token.encode()
+    handlers = _Handlers(info, token)
+    routes = [
+        Route("/", handlers.page),
+        Route("/static/{name}", handlers.static),
+        Route("/api/board", handlers.board),
+        Route("/api/status", handlers.status),
+        Route("/api/task/{task_id}", handlers.task),
+        Route("/api/notifications", handlers.notifications),
+        Route("/api/op/{name}", handlers.act, methods=["POST"]),
+        Route("/api/events", handlers.events),
+    ]
 
-    def authorised(request: Request, *, acting: bool) -> bool:
+    def lifespan(app: Starlette) -> Any:
+        return handlers.live.running()
+
+    return Starlette(routes=routes, exception_handlers={404: _not_found}, lifespan=lifespan)
+
+
+class _Handlers:
+    """One handler per route; each checks the token first (rules 1, 2)."""
+
+    def __init__(self, info: SessionInfo, token: str) -> None:
+        self.info = info
+        self.live = Live(info)
+        self._token = token
+        self._secret = token.encode()
+
+    def authorised(self, request: Request, *, acting: bool) -> bool:
         given = request.headers.get(HEADER)
         if given is None and not acting:
             given = request.cookies.get(COOKIE)
-        return given is not None and hmac.compare_digest(given.encode(), secret)
+        return given is not None and hmac.compare_digest(given.encode(), self._secret)
 
-    async def page(request: Request) -> Response:
+    async def page(self, request: Request) -> Response:
         given = request.query_params.get("token", "")
-        if not hmac.compare_digest(given.encode(), secret) and not authorised(
+        if not hmac.compare_digest(given.encode(), self._secret) and not self.authorised(
             request, acting=False
         ):
             return _unauthorized()
-        html = (
-            (_STATIC / "board.html")
-            .read_text(encoding="utf-8")
-            .replace("PARENT_ID_HERE", PARENT_ID)
-        )
-        response = HTMLResponse(
-            html,
-            headers={
-                "content-security-policy": "default-src 'self'; script-src 'self' "
-                "'unsafe-inline'; style-src 'self' 'unsafe-inline'; connect-src 'self'",
-                "referrer-policy": "no-referrer",
-                "x-frame-options": "DENY",
-                "cache-control": "no-store",
-            },
-        )
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+        html = (_STATIC / "board.html").read_text(encoding="utf-8")
+        response = HTMLResponse(html.replace("PARENT_ID_HERE", PARENT_ID), headers=_HEADERS)
+        response.set_cookie(COOKIE, self._token, httponly=True, samesite="strict")
         return response
 
-    async def status(request: Request) -> Response:
-        if not authorised(request, acting=False):
+    async def static(self, request: Request) -> Response:
+        if not self.authorised(request, acting=False):
             return _unauthorized()
-        raw = request.query_params.get("cursor", "0")
+        name = request.path_params["name"]
+        if name not in STATIC:
+            return await _not_found(request, KeyError(name))
+        body = (_STATIC / name).read_bytes()
+        return Response(body, media_type=STATIC[name], headers=_HEADERS)
+
+    async def board(self, request: Request) -> Response:
+        if not self.authorised(request, acting=False):
+            return _unauthorized()
+        live = self.live
         try:
-            if not raw.isdigit() or len(raw) > 9:
-                raise InvalidArgument(f"cursor must be a whole number, got {raw[:40]!r}")
-            answer = await board.call("status", {"cursor": int(raw)})
+            query = request.query_params
+            only_known(query, (*LANES, "inbox"))
+            offsets = {lane: number(query, lane) for lane in LANES}
+            inbox = number(query, "inbox")
+            await asyncio.wait_for(live.ready.wait(), timeout=60)
+            if live.error is not None and live.snapshot.now is None:
+                raise live.error
+        except TimeoutError:
+            return _error(SessionUnavailable("the board has no snapshot of the session yet"))
         except ShepherdError as exc:
             return _error(exc)
-        agents = answer.get("agents", [])
+        answer = live.snapshot.page(offsets, inbox)
+        if live.error is not None:
+            answer["error"] = {"code": live.error.code, "message": live.error.message}
+        return JSONResponse(answer)
+
+    async def status(self, request: Request) -> Response:
+        if not self.authorised(request, acting=False):
+            return _unauthorized()
         try:
-            await board.watch(agents)
+            only_known(request.query_params, ("cursor",))
+            cursor = number(request.query_params, "cursor")
+            answer = await self.live.call("status", {"cursor": cursor})
         except ShepherdError as exc:
             return _error(exc)
-        for row in agents:
+        for row in answer.get("agents", []):
             row["lane"] = lane_of(row)
         answer["lanes"] = LANES
         return JSONResponse(answer)
 
-    async def task(request: Request) -> Response:
-        if not authorised(request, acting=False):
+    async def task(self, request: Request) -> Response:
+        if not self.authorised(request, acting=False):
             return _unauthorized()
         try:
-            task_id = request.path_params["task_id"]
-            if len(task_id) > MAX_FILTER_CHARS:
-                raise InvalidArgument(f"a task id is at most {MAX_FILTER_CHARS} characters")
-            result = await board.call("result", {"task_id": task_id})
+            answer = await task_page(
+                request.path_params["task_id"],
+                call=self.live.call,
+                rows=self.live.snapshot.rows,
+                artifacts=Path(self.info.session_dir) / "artifacts",
+                notifications=Path(self.info.notifications),
+            )
         except ShepherdError as exc:
             return _error(exc)
-        return JSONResponse({"task_id": task_id, "result": result})
+        return JSONResponse(answer)
 
-    async def act(request: Request) -> Response:
-        if not authorised(request, acting=True):
+    async def notifications(self, request: Request) -> Response:
+        if not self.authorised(request, acting=False):
             return _unauthorized()
-        name = request.path_params["name"]
         try:
-            if name not in WEB_OPS:
-                raise InvalidArgument(
-                    f"the board runs only {', '.join(sorted(WEB_OPS))}, not {name[:40]!r}"
-                )
-            fields = await _body(request)
-            answer = await board.act(name, fields)
+            query = request.query_params
+            only_known(query, ("agent", "task", "kind", "limit", "before"))
+            wanted = filters(query, self.live.snapshot.ids)
+            limit = number(query, "limit", 50, most=MAX_BACKLOG)
+            before = number(query, "before") if "before" in query else None
+        except ShepherdError as exc:
+            return _error(exc)
+        found, whole = await asyncio.to_thread(
+            newest, Path(self.info.notifications), wanted, limit, before
+        )
+        names = self.live.snapshot.names
+        return JSONResponse({"notifications": [named(n, names) for n in found], "whole": whole})
+
+    async def act(self, request: Request) -> Response:
+        if not self.authorised(request, acting=True):
+            return _unauthorized()
+        try:
+            fields = await json_body(request)
+            answer = await self.live.act(request.path_params["name"], fields)
         except ShepherdError as exc:
             return _error(exc)
         return JSONResponse({"ok": True, "answer": answer})
 
-    async def events(request: Request) -> Response:
-        if not authorised(request, acting=False):
+    async def events(self, request: Request) -> Response:
+        if not self.authorised(request, acting=False):
             return _unauthorized()
         try:
-            wanted = _filters(request)
+            query = request.query_params
+            only_known(query, ("agent", "task", "kind", "board_only"))
+            wanted = filters(query, self.live.snapshot.ids)
+            board_only = number(query, "board_only", most=1) == 1
         except ShepherdError as exc:
             return _error(exc)
+        stream = self.live.feed.open(wanted, notifications=not board_only)
         return StreamingResponse(
-            _follow(Path(info.notifications), wanted, request),
+            _stream(self.live, stream),
             media_type="text/event-stream",
-            headers={"cache-control": "no-store"},
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
         )
-
-    routes = [
-        Route("/", page),
-        Route("/api/status", status),
-        Route("/api/task/{task_id}", task),
-        Route("/api/op/{name}", act, methods=["POST"]),
-        Route("/api/events", events),
-    ]
-    return Starlette(routes=routes, exception_handlers={404: _not_found})
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -274,97 +269,24 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     )
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    """The JSON object of an action's body, within its bounds (rule 3)."""
-    declared = request.headers.get("content-length")
-    too_big = LimitExceeded(f"a request body is at most {MAX_WEB_REQUEST_BYTES} bytes")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_WEB_REQUEST_BYTES):
-        raise too_big
-    if not request.headers.get("content-type", "").startswith("application/json"):
-        raise InvalidArgument("an action's body must be application/json")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_WEB_REQUEST_BYTES:
-            raise too_big
-        chunks.append(chunk)
+async def _stream(live: Live, stream: Stream) -> AsyncIterator[str]:
+    """One page's events (rule 5), until it goes away."""
     try:
-        fields = msgspec.json.decode(b"".join(chunks))
-    except RecursionError:
-        raise InvalidArgument(f"the body nests more than {MAX_NESTING} levels deep") from None
-    except msgspec.DecodeError as exc:
-        raise InvalidArgument(f"the body is not JSON: {exc}") from None
-    if not isinstance(fields, dict):
-        raise InvalidArgument("the body must be a JSON object of the operation's arguments")
-    if nested_deeper(fields, MAX_NESTING):
-        raise InvalidArgument(f"the body nests more than {MAX_NESTING} levels deep")
-    return fields
-
-
-def _filters(request: Request) -> dict[str, str]:
-    """The event stream's filters, each bounded (rule 5)."""
-    wanted = {
-        key: request.query_params[key]
-        for key in ("agent", "task", "kind")
-        if request.query_params.get(key)
-    }
-    for key, value in wanted.items():
-        if len(value) > MAX_FILTER_CHARS:
-            raise InvalidArgument(f"{key} is at most {MAX_FILTER_CHARS} characters")
-    return wanted
-
-
-def matches(note: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
-    """Whether a notification passes the stream's filters (rule 5)."""
-    for key, value in wanted.items():
-        if key == "kind" and note.get("kind") != value:
-            return False
-        if key == "task" and value not in (note.get("task_id"), *(note.get("refs") or ())):
-            return False
-        if key == "agent" and value not in (
-            note.get("agent_id"),
-            note.get("agent_name"),
-            note.get("agent"),
-        ):
-            return False
-    return True
-
-
-async def _follow(path: Path, wanted: Mapping[str, str], request: Request) -> AsyncIterator[str]:
-    """Every notification appended from now on, as server-sent events (rule 5)."""
-    try:
-        offset = path.stat().st_size
-    except OSError:
-        offset = 0
-    yield ": following\n\n"
-    buffer = b""
-    while not await request.is_disconnected():
-        try:
-            size = path.stat().st_size
-        except OSError:
-            size = offset
-        if size < offset:  # the file was replaced: start again
-            offset, buffer = 0, b""
-        if size > offset:
-            with path.open("rb") as f:
-                f.seek(offset)
-                buffer += f.read(size - offset)
-            offset = size
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                if not line.strip():
-                    continue
-                try:
-                    note = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(note, dict) and matches(note, wanted):
-                    text = json.dumps(note)[:MAX_EVENT_BYTES]
-                    yield f"event: notification\ndata: {text}\n\n"
-            if len(buffer) > MAX_EVENT_BYTES * 16:  # a line without end: dropped
-                buffer = b""
-        await asyncio.sleep(EVENT_POLL_S)
+        yield ": following\n\n"
+        hello = {"offset": stream.offset, "version": live.snapshot.version}
+        yield f"event: hello\ndata: {msgspec.json.encode(hello).decode()}\n\n"
+        while True:
+            try:
+                item = await asyncio.wait_for(stream.queue.get(), KEEPALIVE_S)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            if item is None:  # too far behind: ended (the page opens it again)
+                return
+            event, data = item
+            yield f"event: {event}\ndata: {data}\n\n"
+    finally:
+        live.feed.close(stream)
 
 
 def serve(
@@ -391,7 +313,7 @@ def serve(
             sys.stdout.write(f"web {url}?token={token}\n")
         sys.stdout.flush()
         level = os.environ.get("SHEPHERD_LOG_LEVEL", "WARNING").lower()
-        config = uvicorn.Config(app, log_level=level, lifespan="off", timeout_graceful_shutdown=2)
+        config = uvicorn.Config(app, log_level=level, lifespan="on", timeout_graceful_shutdown=2)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: None)
         uvicorn.Server(config).run(sockets=[sock])

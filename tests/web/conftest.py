@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium import webdriver
 
 from tests.processes.conftest import DIE_WITH_PYTEST, START_S, Serve, cli, stop_group
 from tests.reliability.live import write_script
@@ -90,6 +92,10 @@ class Team:
     def cli(self, *args: str, check: bool = True) -> tuple[int, Any]:
         return cli(*args, session=self.session_dir, check=check)
 
+    def spawn(self, name: str, script: dict[str, Any]) -> None:
+        """One more scripted agent."""
+        self.cli("spawn", name, "--script", write_script(self.session_dir.parent, name, script))
+
 
 @pytest.fixture
 def team(tmp_path: Path) -> Iterator[Team]:
@@ -109,3 +115,22 @@ def team(tmp_path: Path) -> Iterator[Team]:
                 web.stop()
         finally:
             serve.stop()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Debian's Chromium, headless, driven by its own driver (never one from the network)."""
+    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        pytest.fail("chromium and chromedriver are missing: run scripts/install_browser.sh")
+    options = webdriver.ChromeOptions()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(flag)
+    options.add_argument("--window-size=1400,1000")
+    options.binary_location = chromium
+    service = webdriver.ChromeService(executable_path=chromedriver)
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        yield driver
+    finally:
+        driver.quit()

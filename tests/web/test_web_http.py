@@ -21,7 +21,7 @@ from actors.surfaces.web import MAX_WEB_REQUEST_BYTES, lane_of
 from protocol.core.errors import InvalidArgument
 from protocol.core.ids import PARENT_ID
 from tests.processes.test_approvals import ASKING_AGENT
-from tests.web.conftest import Team
+from tests.web.conftest import SCRIPTS, Team
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,7 +30,7 @@ WAIT_S = 60.0
 
 
 def _events(team: Team, **filters: str) -> Iterator[dict[str, Any]]:
-    """The notifications of the board's stream, as they come."""
+    """The notifications of the board's stream, as they come (its other events skipped)."""
     with (
         httpx.Client(timeout=httpx.Timeout(WAIT_S)) as http,
         http.stream(
@@ -44,11 +44,13 @@ def _events(team: Team, **filters: str) -> Iterator[dict[str, Any]]:
             buffer += chunk
             *frames, buffer = buffer.split(b"\n\n")
             for frame in frames:
-                for line in frame.decode().splitlines():
-                    if line.startswith("data: "):
-                        yield json.loads(line[6:])
-                    elif line.startswith(": following"):
-                        yield {"kind": "_following"}
+                lines = frame.decode().splitlines()
+                if "event: notification" in lines:
+                    yield from (json.loads(x[6:]) for x in lines if x.startswith("data: "))
+                elif any(x.startswith(": following") for x in lines):
+                    yield {"kind": "_following"}
+                elif any(x.startswith(": keep-alive") for x in lines):
+                    yield {"kind": "_keepalive"}  # lets the reader look at its deadline
 
 
 def _until(
@@ -57,9 +59,10 @@ def _until(
     deadline = time.monotonic() + WAIT_S
     seen = []
     for note in events:
-        seen.append(note)
-        if ok(note):
-            return note
+        if note["kind"] != "_keepalive":
+            seen.append(note)
+            if ok(note):
+                return note
         assert time.monotonic() < deadline, f"no such notification in {seen}"
     raise AssertionError(f"the stream ended; seen {seen}")
 
@@ -121,7 +124,15 @@ def test_a_card_moves_lanes_live_and_a_question_is_answered(team: Team) -> None:
         team.web.url + f"api/task/{task_id}", headers=team.web.headers(), timeout=WAIT_S
     )
     assert shown.status_code == 200
-    assert shown.json()["result"]["status"] == "completed"
+    page = shown.json()
+    assert page["result"]["status"] == "completed"
+    # the task's page: its text, its note's log, the notifications about it, its trace
+    assert page["description"] == "pick a branch"
+    assert page["state"] == "completed"
+    assert any("which branch?" in line for line in page["note"]["log"])
+    kinds = {n["kind"] for n in page["history"]["notifications"]}
+    assert {"agent_message", "task_completion"} <= kinds, kinds
+    assert page["trace"] == {"attribute": "shepherd.task.id", "value": task_id}
 
 
 def test_cancel_and_close_from_the_board(team: Team) -> None:
@@ -217,10 +228,11 @@ def test_bad_reads_get_typed_errors(team: Team) -> None:
     assert (huge.status_code, huge.json()["error"]["code"]) == (400, "invalid_argument")
     gone = httpx.get(team.web.url + "no/such/page", headers=h, timeout=WAIT_S)
     assert gone.status_code == 404
-    unknown = httpx.get(team.web.url + "api/task/t-unknown", headers=h, timeout=WAIT_S)
-    assert unknown.status_code in (200, 404)
-    if unknown.status_code == 200:
-        assert unknown.json()["result"] is None
+    for task_id in ("t-unknown", "shepherd-task-0000000000000000", "shepherd-task-zz", "x" * 5000):
+        unknown = httpx.get(team.web.url + f"api/task/{task_id}", headers=h, timeout=WAIT_S)
+        assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "invalid_handle")
+    around = httpx.get(team.web.url + "api/task/..%2F..%2Fsession.json", headers=h, timeout=WAIT_S)
+    assert around.status_code == 404
 
 
 def test_lanes_of_status_rows() -> None:
@@ -288,3 +300,63 @@ def test_approve_one_and_deny_another_from_the_board(team: Team, tmp_path: Path)
     assert "pushed: tag first" in json.dumps(outcomes["approve"])
     assert outcomes["deny"]["status"] == "blocked"
     assert "denied: not on a Friday" in json.dumps(outcomes["deny"])
+
+
+def _notifications(team: Team, **query: str) -> httpx.Response:
+    return httpx.get(
+        team.web.url + "api/notifications", params=query, headers=team.web.headers(), timeout=WAIT_S
+    )
+
+
+def test_notifications_filtered_by_agent_task_and_kind(team: Team) -> None:
+    completions = _events(team, kind="task_completion")
+    _until(completions, lambda n: n["kind"] == "_following")
+    asked = _act(team, "delegate", {"target": "asker", "task": "pick a branch"}).json()
+    done = _act(team, "delegate", {"target": "worker", "task": "build"}).json()
+    done_id = done["answer"]["task_id"]
+    # the stream filtered on a kind: the worker's completion, and nothing else before it
+    first = _until(completions, lambda n: True)
+    assert first["kind"] == "task_completion" and done_id in first["ids"], first
+    by_kind = _notifications(team, kind="task_completion").json()["notifications"]
+    assert by_kind and {n["kind"] for n in by_kind} == {"task_completion"}
+    by_task = _notifications(team, task=done_id).json()["notifications"]
+    assert by_task and all(done_id in json.dumps(n) for n in by_task)
+    asker_id = _rows(team)["asker"]["agent_id"]
+    assert asked["answer"]["task_id"]
+    by_agent = _notifications(team, agent="asker").json()["notifications"]
+    assert by_agent and all(asker_id in json.dumps(n) for n in by_agent), by_agent
+    assert _notifications(team, agent="asker", kind="task_completion").json()["notifications"] == []
+    assert len(_notifications(team, limit="1").json()["notifications"]) == 1
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"agent": "no such agent!"},
+        {"task": "shepherd-agent-0123456789abcdef"},
+        {"kind": "<script>"},
+        {"kind": "k" * 5000},
+        {"limit": "999999"},
+        {"limit": "-1"},
+        {"before": "1e9"},
+        {"sort": "up"},
+    ],
+)
+def test_bad_notification_filters_get_typed_errors(team: Team, query: dict[str, str]) -> None:
+    answer = _notifications(team, **query)
+    assert (answer.status_code, answer.json()["error"]["code"]) == (400, "invalid_argument")
+    stream = httpx.get(
+        team.web.url + "api/events", params=query, headers=team.web.headers(), timeout=WAIT_S
+    )
+    assert (stream.status_code, stream.json()["error"]["code"]) == (400, "invalid_argument")
+
+
+def test_board_pages_are_checked(team: Team) -> None:
+    h = team.web.headers()
+    page = httpx.get(team.web.url + "api/board", headers=h, timeout=WAIT_S).json()
+    assert sum(page["counts"].values()) == page["summary"]["agents"] == len(SCRIPTS)
+    for query in ("working=-1", "working=x", "nowhere=0", "inbox=1" + "0" * 20):
+        bad = httpx.get(team.web.url + "api/board?" + query, headers=h, timeout=WAIT_S)
+        assert (bad.status_code, bad.json()["error"]["code"]) == (400, "invalid_argument"), query
+    far = httpx.get(team.web.url + "api/board?idle=5000", headers=h, timeout=WAIT_S).json()
+    assert far["lanes"]["idle"]["cards"] == [] and far["counts"] == page["counts"]
