@@ -113,7 +113,8 @@ async def task_page(
             "note": parts.get("agent"),
         },
         "description": parts["description"] or task.get("description") or "",
-        "state": task.get("state") or ((result or {}).get("status")),
+        # a result is the task's settled state; the board's snapshot may be a moment older
+        "state": (result or {}).get("status") or task.get("state"),
         "status": task or None,
         "result": result,
         "note": {"text": note, "cut": note_cut, "log": parts["log"]},
