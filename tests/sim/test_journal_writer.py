@@ -174,7 +174,8 @@ def test_a_status_asked_while_a_delegation_is_being_written_waits_for_it(
     assert journal.entered.wait(WAIT_S)
     asking = threading.Thread(target=call, args=("status", session.status))
     asking.start()
-    assert session.runtime.wait_until(lambda: _held(session) == 2, WAIT_S)  # both held
+    # both held (a late event of the agent's may be held behind them too: at least two)
+    assert session.runtime.wait_until(lambda: _held(session) >= 2, WAIT_S)
     journal.gate.set()
     delegating.join(WAIT_S)
     asking.join(WAIT_S)
