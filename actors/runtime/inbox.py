@@ -49,6 +49,11 @@ class RuntimeInbox:
         self._runtime = runtime
         self._actor = actor
 
+    @property
+    def actor(self) -> Any:
+        """The actor whose mailbox this is."""
+        return self._actor
+
     def put(self, envelope: Envelope, /) -> None:
         self._items.put(envelope)
         if self._mark.acquire(False):
@@ -73,11 +78,23 @@ class RuntimeInbox:
     def take(self) -> Envelope | None:
         """Pop the next envelope, or clear the scheduled mark if there is none (its owner
         only: after None, the caller no longer owns the actor)."""
-        try:
-            return self._items.get_nowait()
-        except queue.Empty:
-            pass
-        return self._items.get_nowait() if self._unmark() else None
+        # only the owner pops, so mail seen here is still there to get: no ``Empty`` raised
+        # at the end of every turn
+        items = self._items
+        if not items.empty():
+            return items.get_nowait()
+        return items.get_nowait() if self._unmark() else None
+
+    def own_if_idle(self) -> bool:
+        """Take the scheduled mark if the actor has no mail and is neither scheduled nor
+        running: the caller then owns it (as a worker does) until :meth:`release`."""
+        if not self._items.empty() or not self._mark.acquire(False):
+            return False
+        if self._items.empty():
+            return True
+        if self._unmark():  # mail came as the mark was taken: it is run as usual
+            self._runtime.schedule(self._actor)
+        return False
 
     def release(self) -> bool:
         """After a batch: True if the actor must be scheduled again (it still has mail)."""

@@ -46,6 +46,7 @@ import pykka
 from pykka._envelope import Envelope as _PykkaEnvelope  # what ActorRef.tell puts
 
 from actors.runtime.clock import Clock, SystemClock
+from actors.runtime.future import RuntimeFuture
 from actors.runtime.ids import IdSource
 from actors.runtime.inbox import Envelope, RuntimeInbox, Stopped
 from actors.runtime.log import logger
@@ -71,30 +72,17 @@ class _Start:
 
 
 _START = _Start()
+_STOP = pykka.messages._ActorStop()
 
-
-class RuntimeFuture(pykka.ThreadingFuture[T]):
-    """pykka's threading future, which also says when it is ``done`` (a public flag, not pykka's
-    private result slot). On the simulation it carries a ``driver``: ``get`` runs the
-    simulation until the answer is there, since nothing else would on its one thread."""
-
-    def __init__(self, driver: Callable[[RuntimeFuture[Any]], None] | None = None) -> None:
-        super().__init__()
-        self.done = False
-        self.driver = driver
-
-    def set(self, value: Any | None = None) -> None:
-        super().set(value)
-        self.done = True
-
-    def set_exception(self, exc_info: Any = None) -> None:
-        super().set_exception(exc_info)
-        self.done = True
-
-    def get(self, *, timeout: float | None = None) -> Any:
-        if self.driver is not None and not self.done:
-            self.driver(self)
-        return super().get(timeout=timeout)
+#: the messages pykka's ``Actor._handle_receive`` handles itself (a stop, the proxy's three)
+_PYKKA_MESSAGES = frozenset(
+    {
+        pykka.messages._ActorStop,
+        pykka.messages.ProxyCall,
+        pykka.messages.ProxyGetAttr,
+        pykka.messages.ProxySetAttr,
+    }
+)
 
 
 class ShepherdActor(pykka.Actor):
@@ -106,6 +94,10 @@ class ShepherdActor(pykka.Actor):
 
     runtime: Runtime
     label: str
+    #: a sender running on a worker may run this actor's turn at once, on its own thread
+    #: (:meth:`ThreadedRuntime.schedule`): for actors whose handlers are short and never
+    #: block (a task's rules), never for one that writes files or waits
+    runs_in_place: ClassVar[bool] = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if "runtime" not in self.__dict__:
@@ -209,6 +201,13 @@ class ShepherdActor(pykka.Actor):
         if self.actor_stopped.is_set():
             self._drain_after_stop()
 
+    def _handle_receive(self, message: Any) -> Any:
+        # pykka's checks four message types of its own before ``on_receive``; most mail here
+        # is none of them, so one lookup of its type decides
+        if type(message) in _PYKKA_MESSAGES:
+            return super()._handle_receive(message)
+        return self.on_receive(message)
+
     def _refuse(self, envelope: Envelope) -> None:
         if envelope.reply_to is None:
             return
@@ -297,6 +296,11 @@ class Runtime:
         """A future an actor sets later (an answer that comes later), waitable at the edge."""
         return RuntimeFuture()
 
+    def retire(self, ref: pykka.ActorRef[Any]) -> None:
+        """Stop an actor that has nothing left to do, after the mail it already has (a stop
+        message); never waits. A runtime may stop an idle one at once instead."""
+        tell_quietly(ref, _STOP)
+
     # -- supplied by each runtime
     def schedule(self, actor: ShepherdActor) -> None:
         raise NotImplementedError
@@ -336,6 +340,7 @@ class ThreadedRuntime(Runtime):
     ) -> None:
         super().__init__(clock or SystemClock(), ids or IdSource())
         self._ready: queue.SimpleQueue[ShepherdActor | None] = queue.SimpleQueue()
+        self._here = threading.local()  # on a worker: ``worker``, ``in_place``
         # wait_until: workers signal this after a turn, but only while someone waits
         self._progress = threading.Condition()
         self._waiters = 0
@@ -348,23 +353,54 @@ class ThreadedRuntime(Runtime):
             thread.start()
 
     def schedule(self, actor: ShepherdActor) -> None:
+        # An actor whose class runs in place, given mail by an actor running on a worker, is
+        # run by that worker at once (its turn inside the sender's): no hand-over to another
+        # thread, no wake-up. The scheduled mark is held here as on any worker, so it still
+        # runs alone and in order; only one level deep (what it sends is queued as usual).
+        here = self._here
+        if actor.runs_in_place and getattr(here, "worker", False) and not here.in_place:
+            here.in_place = True
+            try:
+                self._turn(actor)
+            finally:
+                here.in_place = False
+            return
         self._ready.put(actor)
 
+    def retire(self, ref: pykka.ActorRef[Any]) -> None:
+        # Idle (no mail, neither scheduled nor running): its scheduled mark, taken here, makes
+        # this thread its worker for the moment, so its stop runs here, alone, at once.
+        inbox: RuntimeInbox = ref.actor_inbox  # type: ignore[assignment]  # its runtime's
+        actor: ShepherdActor = inbox.actor
+        if actor.actor_stopped.is_set() or not inbox.own_if_idle():
+            super().retire(ref)
+            return
+        actor._stop()
+        actor._drain_after_stop()
+        if inbox.release():  # mail came meanwhile: its turn refuses it
+            self._ready.put(actor)
+
+    def _turn(self, actor: ShepherdActor) -> None:
+        """One turn of ``actor`` (its worker owns its scheduled mark): up to ``BATCH``
+        messages, then scheduled again if it still has mail."""
+        inbox: RuntimeInbox = actor.actor_inbox  # type: ignore[assignment]  # its runtime's
+        for _ in range(self.BATCH):
+            envelope = inbox.take()
+            if envelope is None:
+                return
+            actor._process(envelope)
+        if inbox.release():
+            self._ready.put(actor)
+
     def _work(self) -> None:
+        self._here.worker = True
+        self._here.in_place = False
         while True:
             actor = self._ready.get()
             if actor is None:
                 return
-            inbox: RuntimeInbox = actor.actor_inbox  # type: ignore[assignment]  # its runtime's
             try:
-                for _ in range(self.BATCH):
-                    envelope = inbox.take()
-                    if envelope is None:
-                        break
-                    actor._process(envelope)
-                else:
-                    if inbox.release():
-                        self._ready.put(actor)
+                self._turn(actor)
             except BaseException:  # pragma: no cover - a worker must not die silently
                 logger.opt(exception=True).critical("worker crashed; stopping runtime")
                 print("shepherd: worker crashed", file=sys.stderr)

@@ -69,7 +69,7 @@ from actors.session.held import HeldRuns
 from actors.session.journal_writer import Committed, JournalFailed, JournalWriter
 from actors.session.note_writer import NoteWriter
 from actors.session.outlets import Outlets
-from actors.session.runs import WATCHDOG_EFFECTS, Run
+from actors.session.runs import WATCHDOG_EFFECTS, Run, split_records
 from actors.session.sinks import GuardedSink
 from actors.session.task_actor import TaskReport
 from actors.session.task_routes import TaskRoutes
@@ -203,6 +203,8 @@ class BrokerActor(ShepherdActor):
             if isinstance(message, _REFUSED_WHEN_STOPPED):
                 raise NotHandled(self._stopped)
             return None
+        if type(message) is TaskReport:  # the most frequent message at scale: first
+            return self._reported(message)
         state = self.state
         match message:
             case Committed(upto=upto):
@@ -215,8 +217,6 @@ class BrokerActor(ShepherdActor):
                 elif self._held:
                     self._hold([], lambda: None, Run())
                 return None
-            case TaskReport(report=report):
-                return self._reported(report)
             case messages.ParentCall(args=args):
                 return self._call(args)
             case messages.Inbound(envelope=env):
@@ -309,12 +309,12 @@ class BrokerActor(ShepherdActor):
             check_spawn_options(one.adapter, agents.options_of(one), os.getcwd())
         return self._run(calls.call(self.state, args, self._ctx()), answering=True)
 
-    def _reported(self, report: Any) -> None:
+    def _reported(self, told: TaskReport) -> None:
         """A task's report, decided by the session's rules. The reports a parent's call (or an
         agent's envelope) waits for are run together once the last is in, and answer it (with
         the report's answer, else the call's own)."""
-        report, call, last = self._tasks.reported(report)
-        effects = settlement.reported(self.state, report, self._ctx())
+        report, call, last = self._tasks.reported(told)
+        effects = [] if report is None else settlement.reported(self.state, report, self._ctx())
         if call is None:
             self._run(effects, reply=None)
         elif not last:
@@ -328,8 +328,7 @@ class BrokerActor(ShepherdActor):
             if call.held is None:
                 self._run(effects, reply=call.reply, seen=True)
             else:
-                records = [e.record for e in effects if isinstance(e, fx.Journal)]
-                rest = [e for e in effects if type(e) is not fx.Journal]
+                records, rest = split_records(effects)
                 run = Run()
                 work = functools.partial(self._effects, rest, run)
                 self._held.close(call.held, records, work, run, call.reply)
@@ -365,8 +364,7 @@ class BrokerActor(ShepherdActor):
         effects = effects if seen else self._seen(effects)
         run = Run(waiting, answering=answering)
         if self._held or any(type(e) is fx.Journal for e in effects):
-            records = [e.record for e in effects if isinstance(e, fx.Journal)]
-            rest = [e for e in effects if type(e) is not fx.Journal]
+            records, rest = split_records(effects)
             self._hold(records, lambda: self._effects(rest, run), run, reply)
             return None
         try:

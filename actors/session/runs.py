@@ -12,7 +12,7 @@ from protocol.calls import api
 from protocol.records.tasks import TaskResult
 from protocol.session import effects as fx
 
-__all__ = ["WATCHDOG_EFFECTS", "Run", "read_output"]
+__all__ = ["WATCHDOG_EFFECTS", "Run", "read_output", "split_records"]
 
 WATCHDOG_EFFECTS = (fx.WatchdogAgent, fx.WatchdogRuntime, fx.WatchdogInstruction, fx.WatchdogTask)
 
@@ -44,3 +44,15 @@ def read_output(ref: pykka.ActorRef[Any] | None, effect: fx.AnswerFromOutput) ->
         return ref.ask(messages.ReadOutput(lines=lines, before=before), block=False)
     except pykka.ActorDeadError:  # gone before a restart: nothing of its output is kept
         return api.ReadResult(agent_id=agent_id, lines=())
+
+
+def split_records(effects: list[fx.Effect]) -> tuple[list[Any], list[fx.Effect]]:
+    """The records of ``effects``' ``Journal`` effects (one write), and the other effects."""
+    records: list[Any] = []
+    rest: list[fx.Effect] = []
+    for effect in effects:
+        if type(effect) is fx.Journal:
+            records.append(effect.record)
+        else:
+            rest.append(effect)
+    return records, rest

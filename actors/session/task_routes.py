@@ -10,15 +10,15 @@ The broker (:mod:`actors.session.broker`) runs three effects of the session's ru
 
 **A parent's call is answered once every task it told has decided**, and the session has
 acted on what each reported: after ``cancel``, ``close`` or a ``reply`` returns, ``status``
-shows what they did. Each ``TellTask`` of a call's run (``Run.answering``) has its ``then``
-wrapped in a :class:`CallThen` numbered for the call (a task reports every message with a
-``then``: :mod:`protocol.session.task` rule 3); the run's answer and its reply are kept under
-that number (:meth:`defer`) until the last of those reports has been acted on
-(:meth:`reported`). What the session decides of each of those reports is gathered into ONE
-run once the last is in (the records of a batch's settlements in one journal write, one
-message per watcher), which keeps its place among the held runs from the first report on
-(nothing decided later overtakes it). The answer is then the report's own (a cancel's or a
-fail's settlement), else the run's.
+shows what they did. Each ``TellTask`` of a call's run (``Run.answering``) is routed with the
+call's number (:class:`~actors.session.task_actor.Routed`; the task answers every routed
+message with a :class:`~actors.session.task_actor.TaskReport` carrying it); the run's answer
+and its reply are kept under that number (:meth:`defer`) until the last of those reports has
+been acted on (:meth:`reported`). What the session decides of each of those reports is
+gathered into ONE run once the last is in (the records of a batch's settlements in one journal
+write, one message per watcher), which keeps its place among the held runs from the first
+report on (nothing decided later overtakes it). The answer is then the report's own (a
+cancel's or a fail's settlement), else the run's.
 
 A route to a task whose actor is gone is never expected (the session routes only to tasks its
 read model shows open, and stops an actor only once it shows it settled): it is logged, and
@@ -30,23 +30,15 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import msgspec
 import pykka
 
 from actors.runtime.runtime import Runtime, tell_quietly
 from actors.session.runs import Run
-from actors.session.task_actor import TASK_TAKEN, TaskActor
+from actors.session.task_actor import Routed, TaskActor, TaskReport
 from protocol.session import effects as fx
 from protocol.session import task as task_rules
 
-__all__ = ["Call", "CallThen", "TaskRoutes"]
-
-
-class CallThen(msgspec.Struct, frozen=True, kw_only=True):
-    """A message's ``then``, sent for the parent's call ``call``: unwrapped when reported."""
-
-    call: int
-    inner: Any = None
+__all__ = ["Call", "TaskRoutes"]
 
 
 class Call:
@@ -75,7 +67,7 @@ class TaskRoutes:
         self._calls: dict[int, Call] = {}
         self._numbers = itertools.count(1)
         #: messages routed whose report has not been acted on yet (every routed message is
-        #: reported: its ``then`` is always set here)
+        #: reported: a task answers each with a ``TaskReport``)
         self.in_flight = 0
 
     def __len__(self) -> int:
@@ -95,8 +87,7 @@ class TaskRoutes:
                 self._calls[run.later] = Call()
             call = run.later
         ref = self._actors.get(effect.task_id)
-        then = CallThen(call=call, inner=message.then)
-        if ref is None or not tell_quietly(ref, msgspec.structs.replace(message, then=then)):
+        if ref is None or not tell_quietly(ref, Routed(message, call)):
             self._log.error("no actor for task {}: {} not routed", effect.task_id, message)
             return
         self.in_flight += 1
@@ -106,7 +97,7 @@ class TaskRoutes:
     def stop(self, effect: fx.StopTask, _: Run) -> None:
         ref = self._actors.pop(effect.task_id, None)
         if ref is not None:
-            tell_quietly(ref, TASK_TAKEN)
+            self._runtime.retire(ref)
 
     def defer(self, number: int, reply: pykka.Future[Any] | None, answer: Any) -> bool:
         """Keep the reply and the answer of the run that numbered the call ``number``; False
@@ -118,22 +109,19 @@ class TaskRoutes:
         call.reply, call.answer = reply, answer
         return True
 
-    def reported(self, report: task_rules.Report) -> tuple[task_rules.Report, Call | None, bool]:
-        """``report`` as the session's rules read it (its ``then`` unwrapped); the call it
+    def reported(self, told: TaskReport) -> tuple[task_rules.Report | None, Call | None, bool]:
+        """What a task reported of a message routed to it (None: nothing); the call it
         answers to, if any, and whether it is the last report that call waited for (then the
         call is forgotten here)."""
-        then = report.then
-        if not isinstance(then, CallThen):
-            return report, None, False
         self.in_flight -= 1
-        report = msgspec.structs.replace(report, then=then.inner)
-        call = self._calls.get(then.call)
+        report = told.report
+        call = self._calls.get(told.call) if told.call else None
         if call is None:
             return report, None, False
         call.owed -= 1
         if call.owed > 0:
             return report, call, False
-        del self._calls[then.call]
+        del self._calls[told.call]
         return report, call, True
 
     def fail(self, error: Exception) -> None:

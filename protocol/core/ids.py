@@ -48,6 +48,9 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
 _ID_OF_KIND = {kind: re.compile(rf"shepherd-{kind.value}-[0-9a-f]{{8,64}}") for kind in IdKind}
 _KIND_NAMED = {kind.value: kind for kind in IdKind}
 _MAX_SHOWN = 80
+# what make_id checks and prepends (an Enum's ``value`` is a descriptor call: one per id made)
+_TOKEN_RE = re.compile(r"[0-9a-f]{8,64}")
+_PREFIX = {kind: f"shepherd-{kind.value}-" for kind in IdKind}
 
 
 def _shown(value: object) -> str:
@@ -57,10 +60,9 @@ def _shown(value: object) -> str:
 
 def make_id(kind: IdKind, token: str) -> str:
     """Build an id from a hex token (the caller supplies randomness: protocol has none)."""
-    result = f"shepherd-{kind.value}-{token}"
-    if _ID_RE.match(result) is None:
+    if not isinstance(token, str) or _TOKEN_RE.fullmatch(token) is None:
         raise ValueError(f"token must be 8-64 lowercase hex characters, got {_shown(token)}")
-    return result
+    return _PREFIX[kind] + token
 
 
 def kind_of(value: str) -> IdKind | None:

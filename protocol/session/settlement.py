@@ -114,7 +114,7 @@ def settle(
 
 def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
     """What a task's actor decided, acted on by the session (rules 3 and 4)."""
-    if isinstance(report, one_task.Settled | one_task.Unchanged | one_task.Refused):
+    if isinstance(report, one_task.ENDINGS):
         task_id = (
             report.record.task_id
             if not isinstance(report, one_task.Settled)
@@ -192,9 +192,10 @@ def _settled(
     if row is not None and row.active_task == task_id:
         s.agents[row.agent_id] = row = msgspec.structs.replace(row, active_task=None)
         effects.append(WatchdogTask(agent_id=row.agent_id, task_id=None))
-    why = f"task {task_id} {settled.state.value}"
-    for request_id in before.pending_requests:
-        effects += requests.close(s, request_id, RequestState.CANCELLED, cx, why=why)
+    if before.pending_requests:
+        why = f"task {task_id} {settled.state.value}"
+        for request_id in before.pending_requests:
+            effects += requests.close(s, request_id, RequestState.CANCELLED, cx, why=why)
     s.turn_stats.pop(task_id, None)
     if row is not None and not row.closed and not by_agent:
         effects.append(_stop_work(s, settled, cx))

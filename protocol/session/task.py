@@ -154,10 +154,15 @@ class Refused(msgspec.Struct, frozen=True, kw_only=True):
 
 Report = Moved | Late | Noted | Settled | Unchanged | Refused
 
+#: what a task is told (a tuple: ``isinstance`` with one is several times quicker than a union)
+_MESSAGES = (Attach, Detach, End, Sync)
+#: the reports of an ending
+ENDINGS = (Settled, Unchanged, Refused)
+
 
 def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Report | None]:
     """The task's new record, and what it reports (None: nothing changed, nothing to say)."""
-    if not isinstance(message, Attach | Detach | End | Sync):
+    if not isinstance(message, _MESSAGES):
         raise TypeError(f"a task is not told {type(message).__name__}")
     then = message.then
     match message:
