@@ -48,7 +48,7 @@ from pykka._envelope import Envelope as _PykkaEnvelope  # what ActorRef.tell put
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.future import RuntimeFuture
 from actors.runtime.ids import IdSource
-from actors.runtime.inbox import Envelope, RuntimeInbox, Stopped
+from actors.runtime.inbox import Envelope, RuntimeInbox
 from actors.runtime.log import logger
 
 __all__ = [
@@ -100,7 +100,9 @@ class ShepherdActor(pykka.Actor):
     runs_in_place: ClassVar[bool] = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if "runtime" not in self.__dict__:
+        # ``getattr``, not a look in ``__dict__``: that makes the instance's dict a separate
+        # object, one more for the garbage collector to walk per actor
+        if getattr(self, "runtime", None) is None:
             raise TypeError(f"start {type(self).__name__} with runtime.spawn(), not start()")
         # pykka.Actor.__init__'s four fields, set here rather than by it: its urn is a uuid4,
         # a read of the kernel's random source that hands the interpreter lock over (at
@@ -110,7 +112,7 @@ class ShepherdActor(pykka.Actor):
         self.label = self.runtime.next_label(type(self).__name__)
         self.actor_urn = f"urn:shepherd:{id(self.runtime):x}:{self.label}"
         self.actor_inbox = self._create_actor_inbox()  # type: ignore[assignment]
-        self.actor_stopped = Stopped()  # type: ignore[assignment]
+        self.actor_stopped = self.actor_inbox  # type: ignore[assignment]  # it says so too
         self._actor_ref = pykka.ActorRef(self)
         # set here, in the same order for every actor, not first in ``_process``: the
         # instances of a class then share one table of attribute names (a task's actor

@@ -48,11 +48,6 @@ def read_output(ref: pykka.ActorRef[Any] | None, effect: fx.AnswerFromOutput) ->
 
 def split_records(effects: list[fx.Effect]) -> tuple[list[Any], list[fx.Effect]]:
     """The records of ``effects``' ``Journal`` effects (one write), and the other effects."""
-    records: list[Any] = []
-    rest: list[fx.Effect] = []
-    for effect in effects:
-        if type(effect) is fx.Journal:
-            records.append(effect.record)
-        else:
-            rest.append(effect)
-    return records, rest
+    journal = fx.Journal
+    records = [e.record for e in effects if type(e) is journal]
+    return records, [e for e in effects if type(e) is not journal]
