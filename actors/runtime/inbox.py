@@ -1,6 +1,6 @@
-"""Where an actor's mail waits, and the flag that says it stopped (:class:`RuntimeInbox`, both):
-the per-actor part of the runtime (:mod:`actors.runtime.runtime`), kept small because every
-actor has one."""
+"""Where an actor's mail waits, and the flag that says it stopped (:class:`RuntimeInbox`, both),
+and its address (:class:`RuntimeRef`): the per-actor parts of the runtime
+(:mod:`actors.runtime.runtime`), kept small because every actor has one of each."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import pykka
 
-__all__ = ["Envelope", "RuntimeInbox", "Scheduler"]
+__all__ = ["Envelope", "RuntimeInbox", "RuntimeRef", "Scheduler"]
 
 
 class Scheduler(Protocol):
@@ -119,3 +119,20 @@ class RuntimeInbox:
         schedule the actor: its envelope is seen here."""
         self._mark.release()
         return not self._items.empty() and self._mark.acquire(False)
+
+
+class RuntimeRef(pykka.ActorRef[Any]):
+    """pykka's ``ActorRef``, less its weak reference to the actor: one object more per actor
+    for the garbage collector to walk (at 10,000 tasks, each with its actor, that tipped a
+    burst of delegations into a full collection), and nothing here needs it. pykka's proxy
+    asks it for the actor (``_actor_weakref()``): the actor's inbox, which this ref holds as
+    pykka's does, holds the actor already."""
+
+    def __init__(self, actor: Any) -> None:  # pykka's fields, less the weakref
+        self.actor_class = type(actor)
+        self.actor_urn = actor.actor_urn
+        self.actor_inbox = actor.actor_inbox
+        self.actor_stopped = actor.actor_stopped
+
+    def _actor_weakref(self) -> Any:  # type: ignore[override]  # what pykka's proxy calls
+        return self.actor_inbox.actor  # type: ignore[attr-defined]

@@ -27,9 +27,10 @@ exception through their future, as in pykka.
 pykka's private names used here (checked against pykka 4.2.0, 4.3.0, 4.4.x and 4.5.0, the
 range ``pyproject.toml`` allows): ``pykka.messages._ActorStop``, to answer a stop request
 that reaches an actor already stopped the way pykka's own loop does (pykka offers no public
-way to recognise one), and the four fields ``pykka.Actor.__init__`` sets (``actor_urn``,
+way to recognise one), the four fields ``pykka.Actor.__init__`` sets (``actor_urn``,
 ``actor_inbox``, ``actor_stopped``, ``_actor_ref``), which :class:`ShepherdActor` sets
-itself.
+itself, and ``ActorRef._actor_weakref``, which pykka's proxy calls for the actor (a ref here
+answers it from the actor's inbox, with no weak reference).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from pykka._envelope import Envelope as _PykkaEnvelope  # what ActorRef.tell put
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.future import RuntimeFuture
 from actors.runtime.ids import IdSource
-from actors.runtime.inbox import Envelope, RuntimeInbox
+from actors.runtime.inbox import Envelope, RuntimeInbox, RuntimeRef
 from actors.runtime.log import logger
 
 __all__ = [
@@ -113,7 +114,7 @@ class ShepherdActor(pykka.Actor):
         self.actor_urn = f"urn:shepherd:{id(self.runtime):x}:{self.label}"
         self.actor_inbox = self._create_actor_inbox()  # type: ignore[assignment]
         self.actor_stopped = self.actor_inbox  # type: ignore[assignment]  # it says so too
-        self._actor_ref = pykka.ActorRef(self)
+        self._actor_ref = RuntimeRef(self)
         # set here, in the same order for every actor, not first in ``_process``: the
         # instances of a class then share one table of attribute names (a task's actor
         # costs about 0.7 KB less)

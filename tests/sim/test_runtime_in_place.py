@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterator
 from typing import Any, cast
@@ -186,3 +187,29 @@ def test_retire_on_the_simulation_is_a_message_taken_in_turn() -> None:
     runtime.run_until_idle()
     assert ref.actor_stopped.is_set()
     assert recorder.seen == ["before"]
+
+
+class Holder(ShepherdActor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.value = 1
+
+    def read(self) -> int:
+        return self.value
+
+
+def test_an_actor_costs_the_collector_six_objects_and_its_proxy_still_works(
+    threaded: ThreadedRuntime,
+) -> None:
+    """The actor, its inbox (which is also its stopped flag), the inbox's queue and the
+    queue's list, the scheduled mark, its ref: no weak reference, no separate dict."""
+    gc.collect()
+    before = {id(o) for o in gc.get_objects()}
+    refs = [threaded.spawn(Holder) for _ in range(100)]
+    gc.collect()
+    added = [o for o in gc.get_objects() if id(o) not in before]
+    assert len(added) <= 6 * len(refs) + 10, sorted({type(o).__name__ for o in added})
+    assert refs[0].proxy().read().get(timeout=WAIT_S) == 1
+    refs[0].stop(timeout=WAIT_S)
+    with pytest.raises(pykka.ActorDeadError):
+        refs[0].proxy()
