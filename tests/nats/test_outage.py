@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from actors.transports.nats.outage import Outage, waiting_out
+from actors.transports.nats.server import NatsServer
 
 
 def test_a_wait_given_up_names_how_long_it_waited_not_one_attempts_bound() -> None:
@@ -79,3 +81,43 @@ def test_a_read_waits_out_a_leader_election_and_a_refusal_goes_out_at_once() -> 
 
     with pytest.raises(Outage, match="read s_journal"):
         asyncio.run(through_outage(down, 0.2, "read s_journal"))
+
+
+def test_making_an_inbox_waits_out_a_consumer_that_does_not_answer_in_time(
+    nats_server: NatsServer, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream just made in a cluster has no leader for a moment: the first attempt at its
+    consumer gets no answer in time. The parent waits that out (within ``outage_s``), as a
+    publish does, and the inbox is made."""
+    from actors.runtime.transport import PARENT_INBOX
+    from actors.transports.nats import setup
+    from actors.transports.nats.transport import NatsTransport
+
+    real = setup.add_consumer
+    attempts: list[int] = []
+
+    async def slow_first(*args: Any, **kwargs: Any) -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise TimeoutError  # as nats-py's request does when no leader answers
+        await real(*args, **kwargs)
+
+    monkeypatch.setattr(setup, "add_consumer", slow_first)
+    transport = NatsTransport(
+        [nats_server.url], session_id, request_timeout_s=1.0, create=True, outage_s=30.0
+    )
+    try:
+        transport.ensure_inbox(PARENT_INBOX)
+        assert transport.has_inbox(PARENT_INBOX)
+        assert len(attempts) == 2
+    finally:
+        transport.close()
+    monkeypatch.setattr(setup, "add_consumer", slow_first)
+    attempts.clear()
+    once = NatsTransport([nats_server.url], session_id, request_timeout_s=1.0, create=True)
+    try:  # without a wait allowed (``outage_s`` 0), the first failure is the answer
+        with pytest.raises(Outage):
+            once.ensure_inbox("shepherd-agent-00000000000000aa")
+        assert len(attempts) == 1
+    finally:
+        once.close()

@@ -193,10 +193,16 @@ class NatsTransport:
             raise ForbiddenSender(f"only the session parent creates inbox {inbox!r}")
         stream, subject = self._places.of(inbox)
         wait, replicas = self._ack_wait, self._replicas
-        if self._create and self._places.agent_replies and kind_of(inbox) is IdKind.AGENT:
-            config = self._places.agent_stream(inbox, replicas)
-            self._run(setup.make_streams(self._js, [config], self._timeout))
-        self._run(setup.add_consumer(self._js, stream, inbox, subject, wait, replicas))
+
+        def make() -> None:  # harmless if made already: tried again through an outage
+            if self._create and self._places.agent_replies and kind_of(inbox) is IdKind.AGENT:
+                config = self._places.agent_stream(inbox, replicas)
+                self._run(setup.make_streams(self._js, [config], self._timeout))
+            self._run(setup.add_consumer(self._js, stream, inbox, subject, wait, replicas))
+
+        # a stream just made in a cluster has no leader for a moment (longer on a busy
+        # machine): its consumer waits that out as a publish does, for at most ``outage_s``
+        waiting_out(make, self._outage_s, lambda: self._closed)
         with self._lock:
             self._inboxes.add(inbox)
             if replies.one_shot_threshold(inbox) is not None:
