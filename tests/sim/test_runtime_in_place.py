@@ -78,11 +78,17 @@ def _spawn(runtime: Any, cls: type[Recorder], *args: Any) -> tuple[pykka.ActorRe
     return ref, ref.actor_inbox.actor
 
 
+def _recorder_and_sender(
+    runtime: ThreadedRuntime,
+) -> tuple[pykka.ActorRef[Any], Recorder, pykka.ActorRef[Any]]:
+    ref, recorder = _spawn(runtime, Recorder)
+    return ref, recorder, runtime.spawn(Sender, ref, recorder)
+
+
 def test_an_actor_that_runs_in_place_is_run_by_the_worker_that_tells_it(
     threaded: ThreadedRuntime,
 ) -> None:
-    ref, recorder = _spawn(threaded, Recorder)
-    sender = threaded.spawn(Sender, ref, recorder)
+    _, recorder, sender = _recorder_and_sender(threaded)
     for i in range(50):
         seen_when_told, sender_thread = cast(tuple[list[Any], int], sender.ask(i, timeout=WAIT_S))
         assert seen_when_told[-1] == i  # handled before the sender's tell returned
@@ -90,17 +96,16 @@ def test_an_actor_that_runs_in_place_is_run_by_the_worker_that_tells_it(
     assert recorder.seen == list(range(50))
 
 
-def test_an_actor_that_does_not_run_in_place_is_queued_for_the_pool(
+def test_a_busy_actor_is_never_run_in_place_its_mail_waits_its_turn(
     threaded: ThreadedRuntime,
 ) -> None:
-    ref, plain = _spawn(threaded, Plain)
+    ref, recorder, sender = _recorder_and_sender(threaded)
     gate = threading.Event()
     ref.tell(gate)  # busy on a worker until the gate opens
-    sender = threaded.spawn(Sender, ref, plain)
     seen_when_told, _ = sender.ask("x", timeout=WAIT_S)
     assert seen_when_told == []
     gate.set()
-    assert threaded.wait_until(lambda: plain.seen == ["x"], timeout=WAIT_S)
+    assert threaded.wait_until(lambda: recorder.seen == ["x"], timeout=WAIT_S)
 
 
 def test_telling_from_outside_the_pool_queues_even_an_actor_that_runs_in_place(
@@ -140,8 +145,7 @@ def test_running_in_place_is_one_level_deep(threaded: ThreadedRuntime) -> None:
 def test_an_actor_run_in_place_keeps_its_order_with_mail_from_outside(
     threaded: ThreadedRuntime,
 ) -> None:
-    ref, recorder = _spawn(threaded, Recorder)
-    sender = threaded.spawn(Sender, ref, recorder)
+    ref, recorder, sender = _recorder_and_sender(threaded)
     for i in range(200):
         if i % 3:
             ref.tell(("outside", i))
