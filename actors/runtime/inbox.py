@@ -29,6 +29,12 @@ class Envelope(Protocol):
     def reply_to(self) -> pykka.Future[Any] | None: ...
 
 
+#: the queue every inbox reads until its first mail (never put into), and the lock that makes
+#: an inbox's own queue once
+_NO_MAIL_YET: queue.SimpleQueue[Any] = queue.SimpleQueue()
+_FIRST_MAIL = threading.Lock()
+
+
 class RuntimeInbox:
     """An actor's mailbox. ``put`` schedules the actor on its runtime when it gains mail.
 
@@ -44,7 +50,10 @@ class RuntimeInbox:
     __slots__ = ("_actor", "_items", "_mark", "_runtime", "_stopped")
 
     def __init__(self, runtime: Scheduler, actor: Any) -> None:
-        self._items: queue.SimpleQueue[Envelope] = queue.SimpleQueue()
+        # its own queue comes with its first mail: until then it shares one that stays empty
+        # (many actors, a task's, wait long for their first message; a queue is two objects
+        # for the garbage collector to walk)
+        self._items: queue.SimpleQueue[Envelope] = _NO_MAIL_YET
         self._mark = threading.Lock()  # held: the actor is scheduled or running
         self._runtime = runtime
         self._actor = actor
@@ -69,7 +78,13 @@ class RuntimeInbox:
         return self._actor
 
     def put(self, envelope: Envelope, /) -> None:
-        self._items.put(envelope)
+        items = self._items
+        if items is _NO_MAIL_YET:
+            with _FIRST_MAIL:  # once per inbox: two first senders make one queue
+                items = self._items
+                if items is _NO_MAIL_YET:
+                    items = self._items = queue.SimpleQueue()
+        items.put(envelope)
         if self._mark.acquire(False):
             self._runtime.schedule(self._actor)
 

@@ -217,3 +217,31 @@ def test_an_actor_costs_the_collector_six_objects_and_its_proxy_still_works(
     refs[0].stop(timeout=WAIT_S)
     with pytest.raises(pykka.ActorDeadError):
         refs[0].proxy()
+
+
+def test_an_inbox_has_its_own_queue_from_its_first_mail_and_loses_none_of_a_rush(
+    threaded: ThreadedRuntime,
+) -> None:
+    """Until its first mail an inbox reads a shared queue that stays empty (a task's actor
+    waits long for its first message); the first mail, from many senders at once, makes one
+    queue and every envelope is handled."""
+    refs = [threaded.spawn(Recorder) for _ in range(20)]
+    shared = {id(ref.actor_inbox._items) for ref in refs}  # type: ignore[attr-defined]
+    assert len(shared) == 1
+    start = threading.Barrier(8)
+
+    def rush(k: int) -> None:
+        start.wait(WAIT_S)
+        for ref in refs:
+            ref.tell(k)
+
+    senders = [threading.Thread(target=rush, args=(k,)) for k in range(8)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(WAIT_S)
+    actors = [ref.actor_inbox.actor for ref in refs]  # type: ignore[attr-defined]
+    assert threaded.wait_until(lambda: all(len(a.seen) == 8 for a in actors), timeout=WAIT_S)
+    assert all(sorted(a.seen) == list(range(8)) for a in actors)
+    owned = {id(ref.actor_inbox._items) for ref in refs}  # type: ignore[attr-defined]
+    assert len(owned) == 20 and not owned & shared

@@ -11,44 +11,40 @@ Layout on the server, per session (``S`` is the session id):
 - one durable pull consumer per inbox, named after it, filtering its subject, explicit acks. Its
   existence is the inbox's: publishing to an inbox with no consumer is ``invalid_handle``, as a
   file mailbox refuses an inbox with no directory (an unknown recipient never swallows messages).
-- stream ``S_quarantine`` (limits retention) keeps every refused message with a
-  ``Shepherd-Reason`` header: nothing is dropped silently.
+- stream ``S_quarantine`` keeps every refused message with its ``Shepherd-Reason`` header.
 
 Rules:
 - **Accepted means never lost.** ``publish`` returns only once the stream acknowledged the
   message, which with ``sync_interval: always`` (:mod:`actors.transports.nats.server`) means it is
   on disk; else it raises a typed error. The inbox and the envelope's message id make the
   ``Nats-Msg-Id``, so a publish retried after a lost acknowledgement is stored once (the
-  server's duplicate window, two minutes by default). The inbox is part of it because the
-  window is the whole stream's: a message the parent forwards keeps its id, and with the id
-  alone the server took the forwarded copy for a repeat of the one its sender published to
-  the parent, and dropped it.
+  server's duplicate window, two minutes by default). The inbox is in it because the window
+  is the whole stream's: a message the parent forwards keeps its id.
 - A message is acknowledged only after the handler took it (or it went to quarantine with its
-  reason recorded). A receiver that dies before acknowledging gets it again from the server; the
-  transport's own de-duplication window (a :class:`SenderGate`) drops the repeat, since consumer
-  redelivery is outside the server's duplicate window.
+  reason). A receiver that dies before acknowledging gets it again from the server; the
+  transport's own de-duplication window (a :class:`SenderGate`) drops the repeat.
 - Authentication and de-duplication are the transport's (see :mod:`actors.runtime.transport`):
   the parent's inbox takes envelopes only from admitted senders with their capability, or, when
   the owner gives a ``validate`` (as it gives the file mailbox), only what that validator
   passes; a refusal goes to quarantine and ``on_reject`` is told, as the file mailbox's drainer
   does. The capability never reaches the handler.
 - Handlers run on a worker thread, never on the event loop (a handler may wait for an actor
-  that publishes through this same transport), one inbox's messages at a time in stream order.
-  A handler that raises sends the message to quarantine.
+  that publishes through this transport), one inbox's messages at a time in stream order; one
+  that raises sends the message to quarantine.
 - A process that did not create the session (``create=False``: a bridge, a CLI client) makes
   no stream and only its own one-shot reply inboxes (:mod:`actors.transports.nats.replies`).
 - With a ``login`` (:mod:`actors.transports.nats.auth`) the process is its own NATS user, whose
-  rights the
-  server enforces; a child's one-shot inboxes and quarantine records are then under its agent id
-  (:class:`~actors.transports.nats.replies.Places`). Without one: no credentials, as before.
+  rights the server enforces; a child's one-shot inboxes and quarantine records are then under
+  its agent id (:class:`~actors.transports.nats.replies.Places`). Without one: no credentials.
 - ``tls://`` servers are reached over TLS only, with the session's ``tls`` files (the CA
   bundle; none: the system's trust store; a client certificate) by
   :func:`actors.transports.nats.setup.connect`.
 - A server that does not answer within ``request_timeout_s`` makes ``publish`` raise
   ``session_unavailable``; the client keeps reconnecting (to any server of a cluster) and the
   pull loops resume where the consumers' ack floors are. The session's creator (the parent)
-  waits an outage out instead, for at most ``outage_s`` (:mod:`actors.transports.nats.outage`), so a
-  task handed over during a failover is not failed for it.
+  waits an outage out instead (a publish, an inbox made), for at most ``outage_s``
+  (:mod:`actors.transports.nats.outage`): a failover fails no task, a stream without a leader
+  yet no start.
 """
 
 from __future__ import annotations
@@ -193,16 +189,14 @@ class NatsTransport:
             raise ForbiddenSender(f"only the session parent creates inbox {inbox!r}")
         stream, subject = self._places.of(inbox)
         wait, replicas = self._ack_wait, self._replicas
+        own = self._create and self._places.agent_replies and kind_of(inbox) is IdKind.AGENT
+        streams = [self._places.agent_stream(inbox, replicas)] if own else []
 
-        def make() -> None:  # harmless if made already: tried again through an outage
-            if self._create and self._places.agent_replies and kind_of(inbox) is IdKind.AGENT:
-                config = self._places.agent_stream(inbox, replicas)
-                self._run(setup.make_streams(self._js, [config], self._timeout))
+        def make() -> None:  # harmless if made already, so tried again through an outage
+            self._run(setup.make_streams(self._js, streams, self._timeout))
             self._run(setup.add_consumer(self._js, stream, inbox, subject, wait, replicas))
 
-        # a stream just made in a cluster has no leader for a moment (longer on a busy
-        # machine): its consumer waits that out as a publish does, for at most ``outage_s``
-        waiting_out(make, self._outage_s, lambda: self._closed)
+        waiting_out(make, self._outage_s, lambda: self._closed)  # e.g. no stream leader yet
         with self._lock:
             self._inboxes.add(inbox)
             if replies.one_shot_threshold(inbox) is not None:
