@@ -61,7 +61,6 @@ __all__ = [
 ]
 
 A = TypeVar("A", bound="ShepherdActor")
-T = TypeVar("T")
 
 #: ``wait_until`` without a timeout on the simulation: a virtual year, longer than any deadline
 #: a user can set (seven days), and still an end if something keeps setting timers

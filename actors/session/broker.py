@@ -255,21 +255,23 @@ class BrokerActor(ShepherdActor):
         sender); the others stay handled, so the transport acknowledges them. A journal write
         that fails stops the session: none of the batch is taken (:class:`NotHandled`)."""
         refused: dict[str, ShepherdError] = {}
-        decided: list[tuple[str, list[fx.Effect]]] = []
+        records: list[Any] = []
+        decided: list[tuple[str, list[fx.Effect]]] = []  # each one's effects but its records
         for env in envelopes:
             try:
-                decided.append(
-                    (env.message_id, self._seen(inbound.envelope(self.state, env, self._ctx())))
-                )
+                effects = self._seen(inbound.envelope(self.state, env, self._ctx()))
             except Exception as exc:
                 refused[env.message_id] = self._failed_on(env.message_id, exc)
-        records = [e.record for _, effects in decided for e in effects if isinstance(e, fx.Journal)]
+                continue
+            some, rest = split_records(effects)
+            records += some
+            decided.append((env.message_id, rest))
         run = Run(answering=True)  # taken once what it told its tasks is decided, and durable
 
         def work() -> Refusals | None:
             for message_id, effects in decided:
                 try:
-                    self._effects([e for e in effects if type(e) is not fx.Journal], run)
+                    self._effects(effects, run)
                 except Exception as exc:
                     refused[message_id] = self._failed_on(message_id, exc)
             return refused or None
