@@ -75,6 +75,7 @@ from actors.records.session_info import SessionInfo
 from actors.runtime.log import logger
 from actors.surfaces.cli_ops import ANSWER_TIMEOUT_S, answer_timeout
 from actors.surfaces.client import Client, find_session, session_alive
+from actors.surfaces.mcp_drain import Drain
 from actors.surfaces.mcp_elicit import ApprovalElicitor
 from actors.surfaces.mcp_tasks import TASK_TOOLS, McpTasks
 from protocol import ops
@@ -323,14 +324,16 @@ class ShepherdMcp:
             tg.start_soon(self.tasks.run)
             options = self.server.create_initialization_options()
             options.capabilities.tasks = McpTasks.capability()
-            await self.server.run(read_stream, write_stream, options)
+            drain = Drain()  # the end of stdin waits for the answers still open
+            await self.server.run(drain.reading(read_stream), drain.writing(write_stream), options)
             tg.cancel_scope.cancel()
 
 
 def serve_stdio(session_dir: str | None, client: str | None = None) -> int:
-    """``shepherd mcp [--session DIR] [--client NAME]``: serve until the client closes stdin.
-    Logs go to stderr (stdout is the protocol); ``SHEPHERD_LOG_LEVEL`` sets the level (default
-    WARNING). A bad ``--client`` is refused before serving (``invalid_argument``)."""
+    """``shepherd mcp [--session DIR] [--client NAME]``: serve until the client closes stdin
+    and every request read from it is answered (:mod:`actors.surfaces.mcp_drain`). Logs go to
+    stderr (stdout is the protocol); ``SHEPHERD_LOG_LEVEL`` sets the level (default WARNING).
+    A bad ``--client`` is refused before serving (``invalid_argument``)."""
     app = ShepherdMcp(session_dir, DEFAULT_CLIENT if client is None else client)
     logger.enable("actors")
     logger.remove()

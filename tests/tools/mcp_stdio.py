@@ -69,10 +69,23 @@ class McpProcess:
         self.proc.stdin.write(json.dumps(message).encode() + b"\n")
         self.proc.stdin.flush()
 
-    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    def send_request(self, method: str, params: dict[str, Any]) -> int:
+        """Send a request without waiting for its answer; its id."""
         self._next_id += 1
-        ident = self._next_id
-        self._send({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
+        self._send({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})
+        return self._next_id
+
+    def end_input(self) -> list[dict[str, Any]]:
+        """Close the server's stdin; every message it writes until it exits."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        messages = []
+        while (message := self._lines.get(timeout=TIMEOUT_S)) is not None:
+            messages.append(message)
+        return messages
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        ident = self.send_request(method, params)
         while True:
             message = self._lines.get(timeout=TIMEOUT_S)
             if message is None:
