@@ -1,8 +1,8 @@
 """Task notes: one working note per delegated task (never per message).
 
-A note is opened when the task is delegated, gains a line when the task starts waiting on a
-question, stays open while the task waits, and is finalised exactly once with the result when
-the task settles. :class:`FileTaskNotes` writes
+A note is opened when the task is delegated, gains a line when the task asks a question and
+one when the question closes (the reply, an approval's outcome, a timeout), and is finalised
+exactly once with the result when the task settles. :class:`FileTaskNotes` writes
 ``<session>/artifacts/<task_id>.md``; :class:`MemoryTaskNotes` keeps them in memory.
 """
 

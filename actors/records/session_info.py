@@ -62,6 +62,9 @@ class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: ``--nats-key``), if any: a client builds its TLS context from them
     #: (:mod:`actors.transports.nats.tls`)
     nats_tls: TlsFiles | None = None
+    #: whether the supervisor exports traces (``serve --otel``, the ``OTEL_*`` variables): a
+    #: task's trace id (:func:`~protocol.core.tracecontext.task_trace_id`) then names spans
+    traced: bool = False
 
 
 def load_info(session_dir: Path) -> SessionInfo:

@@ -291,6 +291,7 @@ class Supervisor:
             command_socket=self.commands.address if self.commands is not None else None,
             nats_auth=self._wire.nats_auth,
             nats_tls=self.nats_tls,
+            traced=self.spans is not None,
         )
         write_private(self.session_dir / "session.json", msgspec.json.encode(self.info))
         private_dir(live_dir())

@@ -212,6 +212,8 @@ class _Handlers:
                 rows=self.live.snapshot.rows,
                 artifacts=Path(self.info.session_dir) / "artifacts",
                 notifications=Path(self.info.notifications),
+                session_id=self.info.session_id,
+                traced=self.info.traced,
             )
         except ShepherdError as exc:
             return _error(exc)

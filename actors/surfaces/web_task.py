@@ -12,8 +12,9 @@ Rules:
    ``watchdog_detect_stuck`` on its agent while the task is open (a refusal is shown, not
    raised).
 3. **Text**: the note's description (whole, within the note's bound), else status's preview.
-4. **Trace**: no operation says a task's trace id; the page names the span attribute
-   (``shepherd.task.id``) a trace collector finds the task's trace by.
+4. **Trace**: the task's trace id (:func:`~protocol.core.tracecontext.task_trace_id` of the
+   session's id and the task's), whether the session exports traces, and the span attribute
+   (``shepherd.task.id``) a trace collector also finds the task's spans by.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from actors.surfaces.web_feed import Filters, newest
 from protocol.core.errors import InvalidHandle, ShepherdError
 from protocol.core.ids import IdKind, parse_id
+from protocol.core.tracecontext import task_trace_id
 
 __all__ = ["HISTORY", "MAX_NOTE_BYTES", "read_note", "task_page"]
 
@@ -85,6 +87,8 @@ async def task_page(
     rows: list[Mapping[str, Any]],
     artifacts: Path,
     notifications: Path,
+    session_id: str,
+    traced: bool,
 ) -> dict[str, Any]:
     """Everything the task's page shows (rules 1-4)."""
     if not isinstance(task_id, str) or len(task_id) > 200:
@@ -120,5 +124,10 @@ async def task_page(
         "note": {"text": note, "cut": note_cut, "log": parts["log"]},
         "history": {"notifications": history, "whole": whole},
         "watchdog": verdict,
-        "trace": {"attribute": "shepherd.task.id", "value": task_id},
+        "trace": {
+            "trace_id": task_trace_id(session_id, task_id),
+            "exported": traced,
+            "attribute": "shepherd.task.id",
+            "value": task_id,
+        },
     }

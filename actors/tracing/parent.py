@@ -38,7 +38,7 @@ from actors.runtime.log import logger
 from actors.tracing import names as n
 from actors.tracing.sdk import Tracing, context_of, nanos, traceparent_of
 from protocol.core.ids import PARENT_ID
-from protocol.core.tracecontext import ENV_TRACEPARENT
+from protocol.core.tracecontext import ENV_TRACEPARENT, task_trace_id
 from protocol.records.notifications import AgentMessage
 from protocol.records.requests import RequestRecord
 from protocol.records.tasks import TaskRecord
@@ -56,6 +56,7 @@ class ParentSpans:
     def __init__(self, tracing: Tracing, session_id: str) -> None:
         self._tracing = tracing
         self._tracer = tracing.tracer
+        self._ids = tracing.ids
         self._session_id = session_id
         self._lock = threading.Lock()
         self._log = logger.bind(session=session_id)
@@ -120,22 +121,23 @@ class ParentSpans:
         span = self._tasks.get(task_id)
         if span is None and not record.terminal:
             name = record.agent_name or self._names.get(record.agent_id) or record.agent_id
-            span = self._tracer.start_span(
-                n.agent_span(name),
-                context=otel_context.Context(),  # the root of the task's own trace
-                kind=SpanKind.CLIENT,
-                links=[Link(self._session.get_span_context())],
-                start_time=None if restored else nanos(record.created_at),
-                attributes={
-                    n.GEN_AI_OPERATION_NAME: n.OP_INVOKE_AGENT,
-                    n.GEN_AI_PROVIDER_NAME: n.PROVIDER,
-                    n.GEN_AI_CONVERSATION_ID: self._session_id,
-                    n.GEN_AI_AGENT_NAME: name,
-                    n.GEN_AI_AGENT_ID: record.agent_id,
-                    n.SHEPHERD_TASK_ID: task_id,
-                    **({n.SHEPHERD_TASK_RESTORED: True} if restored else {}),
-                },
-            )
+            with self._ids.chosen(task_trace_id(self._session_id, task_id)):
+                span = self._tracer.start_span(
+                    n.agent_span(name),
+                    context=otel_context.Context(),  # the root of the task's own trace
+                    kind=SpanKind.CLIENT,
+                    links=[Link(self._session.get_span_context())],
+                    start_time=None if restored else nanos(record.created_at),
+                    attributes={
+                        n.GEN_AI_OPERATION_NAME: n.OP_INVOKE_AGENT,
+                        n.GEN_AI_PROVIDER_NAME: n.PROVIDER,
+                        n.GEN_AI_CONVERSATION_ID: self._session_id,
+                        n.GEN_AI_AGENT_NAME: name,
+                        n.GEN_AI_AGENT_ID: record.agent_id,
+                        n.SHEPHERD_TASK_ID: task_id,
+                        **({n.SHEPHERD_TASK_RESTORED: True} if restored else {}),
+                    },
+                )
             self._tasks[task_id] = span
             self._active[record.agent_id] = task_id
         if span is None or not record.terminal or record.result is None:

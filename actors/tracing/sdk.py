@@ -19,11 +19,12 @@ per batch) are filtered out of the standard ``logging`` loggers it writes to.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,12 +39,14 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
     SpanExportResult,
 )
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 from actors.tracing.variables import ENV_OTEL, ENV_SPANS_DIR, OTLP_ENDPOINTS
 from protocol.core.errors import InvalidArgument
 from protocol.core.tracecontext import format_traceparent, parse_traceparent
 
 __all__ = [
+    "ChosenTraceIds",
     "JsonLinesExporter",
     "OutageToldExporter",
     "Tracing",
@@ -176,11 +179,37 @@ def _collector(environ: Mapping[str, str]) -> str:
     return "the collector at the default endpoint (localhost:4318)"
 
 
-class Tracing:
-    """A tracer and the provider behind it (closed once, flushing what is batched)."""
+class ChosenTraceIds(RandomIdGenerator):
+    """The SDK's random ids, except the trace id of a root span started inside
+    :meth:`chosen` on the same thread (a task's span starts the trace
+    :func:`~protocol.core.tracecontext.task_trace_id` names)."""
 
-    def __init__(self, provider: TracerProvider) -> None:
+    def __init__(self) -> None:
+        self._next = threading.local()
+
+    @contextlib.contextmanager
+    def chosen(self, trace_id: str) -> Iterator[None]:
+        self._next.value = int(trace_id, 16)
+        try:
+            yield
+        finally:
+            self._next.value = None
+
+    def generate_trace_id(self) -> int:
+        chosen: int | None = getattr(self._next, "value", None)
+        if chosen is None:
+            return super().generate_trace_id()
+        self._next.value = None
+        return chosen
+
+
+class Tracing:
+    """A tracer and the provider behind it (closed once, flushing what is batched), and the
+    provider's ids (:class:`ChosenTraceIds`)."""
+
+    def __init__(self, provider: TracerProvider, ids: ChosenTraceIds) -> None:
         self.provider = provider
+        self.ids = ids
         self.tracer = provider.get_tracer(INSTRUMENTATION)
 
     def close(self) -> None:
@@ -236,7 +265,8 @@ def make_tracing(
     resource_attrs: dict[str, Any] = dict(attributes or {})
     if not environ.get("OTEL_SERVICE_NAME"):
         resource_attrs["service.name"] = service_name
-    provider = TracerProvider(resource=Resource.create(resource_attrs))
+    ids = ChosenTraceIds()
+    provider = TracerProvider(resource=Resource.create(resource_attrs), id_generator=ids)
     names = [
         n.strip().lower() for n in environ.get("OTEL_TRACES_EXPORTER", "").split(",") if n.strip()
     ]
@@ -263,7 +293,7 @@ def make_tracing(
         provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(Path(spans_dir))))
     for processor in processors:
         provider.add_span_processor(processor)
-    return Tracing(provider)
+    return Tracing(provider, ids)
 
 
 def context_of(traceparent: str | None) -> otel_context.Context:

@@ -10,12 +10,16 @@ Rules:
   fields, longer than :data:`~protocol.core.limits.MAX_TRACEPARENT_CHARS`) is ``None``, and the
   reader starts a new trace. A bad trace context never costs a delivery or a task.
 - A later version is read as version 00 (its first four fields), as the standard asks.
+- A task's trace id is a function of its session's id and its own
+  (:func:`task_trace_id`: 128 bits of BLAKE2b, never zero), so every surface can name a task's
+  trace without asking the tracer, and a task resumed after a parent restart stays in its trace.
 
 Sans-IO: pure functions only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Final, NamedTuple
 
@@ -27,6 +31,7 @@ __all__ = [
     "TraceParent",
     "format_traceparent",
     "parse_traceparent",
+    "task_trace_id",
 ]
 
 #: the child's environment variable (the name the OpenTelemetry tools use for it)
@@ -65,3 +70,9 @@ def format_traceparent(trace_id: int, span_id: int, flags: int) -> str:
 
 #: as long as the traceparent the parent stamps on what it sends: the room a size check keeps
 TRACEPARENT_ROOM: Final = format_traceparent(1, 1, 1)
+
+
+def task_trace_id(session_id: str, task_id: str) -> str:
+    """The trace id of task ``task_id`` of session ``session_id``: 32 lower-case hex digits."""
+    digest = hashlib.blake2b(f"{session_id}/{task_id}".encode(), digest_size=16).hexdigest()
+    return digest if digest.strip("0") else "0" * 31 + "1"

@@ -199,6 +199,7 @@ def close(
     task = s.tasks.get(closed.task_id) if closed.task_id is not None else None
     if task is not None and not task.terminal:  # it may not have reported it waits, yet
         effects.append(TellTask(task_id=task.task_id, message=Detach(request_id=request_id)))
+        effects.append(AppendNote(task_id=task.task_id, line=_closed_line(s, closed, why)))
     if closed.kind == "approval":
         return effects + decisions.tell(s, closed, cx)  # its call is told, not its inbox
     if notify_sender and state is not RequestState.REPLIED:
@@ -220,6 +221,18 @@ def close(
         else:
             effects += outbox.notice(s, cx, closed.sender_id, code, text, request_id)
     return effects
+
+
+def _closed_line(s: SessionState, closed: RequestRecord, why: str | None) -> str:
+    """The task's note line of its request closing: the answer, the approval's outcome, or how
+    it closed and why."""
+    who, ident = s.name_of(closed.target_id), closed.request_id
+    if closed.kind == "approval":
+        outcome = "approved" if closed.approved else "denied"
+        return f"{who} {outcome} approval {ident}" + (f": {closed.answer}" if closed.answer else "")
+    if closed.state is RequestState.REPLIED:
+        return f"{who} replied ({ident}): {closed.reply_text}"
+    return f"request {ident} to {who} {closed.state.value}" + (f": {why}" if why else "")
 
 
 def timeout(s: SessionState, event: RequestTimeout, cx: Ctx) -> list[Effect]:

@@ -17,7 +17,7 @@ from actors.testing.session import SimSession
 from actors.tracing.parent import ParentSpans
 from actors.tracing.sdk import make_tracing
 from protocol.core.errors import LimitExceeded
-from protocol.core.tracecontext import format_traceparent
+from protocol.core.tracecontext import format_traceparent, task_trace_id
 from protocol.records.tasks import TaskEvent, TaskRecord, settle
 from protocol.session import effects as fx
 from protocol.wire.envelopes import MessageEnvelope, TaskEnvelope, encode_envelope
@@ -42,6 +42,9 @@ BLOCKED = {
 }
 
 
+SESSION_ID = "shepherd-session-0123456789abcdef"
+
+
 @pytest.fixture
 def exporter() -> Iterator[InMemorySpanExporter]:
     memory = InMemorySpanExporter()
@@ -51,7 +54,7 @@ def exporter() -> Iterator[InMemorySpanExporter]:
 
 def _spans(exporter: InMemorySpanExporter) -> ParentSpans:
     tracing = make_tracing({}, "shepherd", processors=[SimpleSpanProcessor(exporter)])
-    return ParentSpans(tracing, "shepherd-session-0123456789abcdef")
+    return ParentSpans(tracing, SESSION_ID)
 
 
 def _named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
@@ -109,6 +112,8 @@ def test_a_task_is_one_span_from_delegate_to_settlement(
     ]
     ctx = span.get_span_context()
     assert ctx is not None
+    # its trace id is the one every surface names for the task (the web board's task page)
+    assert f"{ctx.trace_id:032x}" == task_trace_id(SESSION_ID, task.task_id)
     assert delivered.traceparent == format_traceparent(
         ctx.trace_id, ctx.span_id, int(ctx.trace_flags)
     )
@@ -180,7 +185,7 @@ def test_a_malformed_traceparent_on_a_routed_message_is_ignored(
     spans.close()
 
 
-def test_a_task_restored_after_a_parent_restart_gets_a_new_span(
+def test_a_task_restored_after_a_parent_restart_gets_a_new_span_in_the_same_trace(
     exporter: InMemorySpanExporter,
 ) -> None:
     spans = _spans(exporter)
@@ -197,6 +202,7 @@ def test_a_task_restored_after_a_parent_restart_gets_a_new_span(
     (span,) = _named(exporter, "invoke_agent scout")
     assert span.parent is None and span.attributes is not None
     assert span.attributes["shepherd.task.restored"] is True
+    assert f"{span.context.trace_id:032x}" == task_trace_id(SESSION_ID, record.task_id)
     assert span.attributes["shepherd.task.status"] == "completed"
     spans.close()
 

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from actors.records.session_info import load_info
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
 from actors.tracing import ENV_SPANS_DIR
+from protocol.core.tracecontext import task_trace_id
 from tests.tracing.spans import Span, named, read_spans
 
 pytestmark = pytest.mark.processes
@@ -102,6 +104,10 @@ def test_one_trace_per_task_with_the_childs_tool_spans_inside(tmp_path: Path, tr
     # one trace per task: each task's span is the root of its own trace, linked to the session
     assert scout_span.parent_id is None and plan_span.parent_id is None
     assert scout_span.trace_id != plan_span.trace_id != workflow.trace_id
+    # each task's trace id is the one the surfaces name for it; the session says it traces
+    assert scout_span.trace_id.removeprefix("0x") == task_trace_id(sup.session_id, scout.task_id)
+    assert plan_span.trace_id.removeprefix("0x") == task_trace_id(sup.session_id, plan.task_id)
+    assert load_info(sup.session_dir).traced
     assert scout_span.links[0]["context"]["span_id"] == workflow.span_id
     assert scout_span.attributes == {
         "gen_ai.operation.name": "invoke_agent",

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 from protocol.core.errors import InvalidEnvelope
 from protocol.core.ids import PARENT_ID, IdKind
 from protocol.core.limits import MAX_TRACEPARENT_CHARS
-from protocol.core.tracecontext import TRACEPARENT_ROOM, format_traceparent, parse_traceparent
+from protocol.core.tracecontext import (
+    TRACEPARENT_ROOM,
+    format_traceparent,
+    parse_traceparent,
+    task_trace_id,
+)
 from protocol.wire.envelopes import MessageEnvelope, TaskEnvelope, decode_envelope, encode_envelope
 from tests.child.conftest import new_id
 
@@ -73,6 +78,18 @@ def test_format_and_parse_round_trip(trace_id: int, span_id: int, flags: int) ->
         span_id,
         flags,
     )
+
+
+@given(st.text(max_size=80), st.text(max_size=80))
+def test_a_tasks_trace_id_is_a_valid_one_of_its_session_and_its_id_alone(
+    session_id: str, task_id: str
+) -> None:
+    trace_id = task_trace_id(session_id, task_id)
+    parsed = parse_traceparent(format_traceparent(int(trace_id, 16), 1, 1))
+    assert parsed is not None and f"{parsed.trace_id:032x}" == trace_id
+    assert task_trace_id(session_id, task_id) == trace_id  # the same on every surface
+    assert task_trace_id(session_id + "x", task_id) != trace_id
+    assert task_trace_id(session_id, task_id + "x") != trace_id
 
 
 def _message(**fields: object) -> MessageEnvelope:

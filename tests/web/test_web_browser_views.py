@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 
+from actors.records.session_info import load_info
+from protocol.core.tracecontext import task_trace_id
 from tests.web.conftest import Team
 from tests.web.pages import (
     acted,
@@ -43,6 +45,7 @@ def _task_page(driver: Any) -> dict[str, Any]:
         "return {state: t.dataset.state || null, text: t.innerText,"
         " task_text: (t.querySelector('pre.text') || {}).textContent,"
         " result: status ? status.dataset.resultStatus : null,"
+        " trace_id: (t.querySelector('[data-trace-id]') || {dataset: {}}).dataset.traceId,"
         " replies: [...t.querySelectorAll('[data-reply]')].map((b) => b.dataset.reply)};"
     )
     return shown
@@ -58,6 +61,8 @@ def test_a_tasks_page_shows_its_text_history_result_and_note(team: Team, browser
     assert page["task_text"] == "pick a branch\nfor the release"
     assert "which branch?" in page["text"]  # the note's log and the question to the parent
     assert "shepherd.task.id = " + task_id in page["text"]
+    trace_id = task_trace_id(load_info(team.session_dir).session_id, task_id)
+    assert page["trace_id"] == trace_id
     assert "not stuck" in page["text"]  # the watchdog's verdict on its agent
     # the question answered from the task's own page; the page follows the task to its end
     (request_id,) = page["replies"]
@@ -65,6 +70,7 @@ def test_a_tasks_page_shows_its_text_history_result_and_note(team: Team, browser
     page = wait(browser, lambda d: (p := _task_page(d))["result"] == "completed" and p, "done")
     assert page["state"] == "completed"
     assert "went with release-2" in page["text"]
+    assert "replied" in page["text"] and ": release-2" in page["text"]  # the reply, in the log
     assert "## Result" in page["text"]  # the note, finalised
     assert "task_completion" not in page["text"] or "went with" in page["text"]
     assert error_line(browser) == ""

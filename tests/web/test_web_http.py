@@ -16,10 +16,12 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from actors.records.session_info import load_info
 from actors.surfaces.listening import check_listen
 from actors.surfaces.web import MAX_WEB_REQUEST_BYTES, lane_of
 from protocol.core.errors import InvalidArgument
 from protocol.core.ids import PARENT_ID
+from protocol.core.tracecontext import task_trace_id
 from tests.processes.test_approvals import ASKING_AGENT
 from tests.web.conftest import SCRIPTS, Team
 
@@ -132,7 +134,15 @@ def test_a_card_moves_lanes_live_and_a_question_is_answered(team: Team) -> None:
     assert any("which branch?" in line for line in page["note"]["log"])
     kinds = {n["kind"] for n in page["history"]["notifications"]}
     assert {"agent_message", "task_completion"} <= kinds, kinds
-    assert page["trace"] == {"attribute": "shepherd.task.id", "value": task_id}
+    assert page["trace"] == {
+        "trace_id": task_trace_id(load_info(team.session_dir).session_id, task_id),
+        "exported": load_info(team.session_dir).traced,
+        "attribute": "shepherd.task.id",
+        "value": task_id,
+    }
+    # the history: the question, and the parent's reply to it, in the task's note
+    assert any("which branch?" in line for line in page["note"]["log"])
+    assert any("replied" in line and line.endswith(": main") for line in page["note"]["log"])
 
 
 def test_cancel_and_close_from_the_board(team: Team) -> None:

@@ -58,7 +58,9 @@
       row("task", el("code", {}, t.task_id)),
       row("state", el("strong", {"data-task-state": t.state || ""}, t.state || "unknown")),
       row("agent", t.agent.name ? el("a", {href: "#notifications?agent=" + encodeURIComponent(t.agent.name)}, t.agent.name) : (t.agent.note || "")),
-      row("trace", "its spans carry " + t.trace.attribute + " = " + t.trace.value));
+      row("trace", el("code", {"data-trace-id": t.trace.trace_id}, t.trace.trace_id),
+        " · its spans carry " + t.trace.attribute + " = " + t.trace.value
+          + (t.trace.exported ? "" : " (this session exports no traces: serve --otel)")));
     if (status.created_at) head.append(row("created", S.when(status.created_at)));
     if (status.waiting_since) head.append(row("waiting", el("span", {"data-since": status.waiting_since})));
     if (status.task_id) head.append(row("usage", usage(status.usage, status.budget)));
