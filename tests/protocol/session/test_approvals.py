@@ -19,7 +19,7 @@ from protocol.records.notifications import Notice, StaleWait, WaitCycle
 from protocol.records.requests import RequestRecord, RequestState
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskState
-from protocol.session.effects import Publish, RequestTimeout, StaleDue
+from protocol.session.effects import AppendNote, Publish, RequestTimeout, StaleDue
 from protocol.wire.envelopes import MessageEnvelope, NoticeEnvelope, TaskDoneEnvelope
 
 from .harness import Session, answer, delivered, journaled, notes, receipt
@@ -118,6 +118,22 @@ def test_deny_closes_it_denied_with_the_reason() -> None:
     assert decision.code == DENIED and decision.text == "not on main"
     assert s.state.requests[request_id].approved is False
     assert s.state.tasks[task_id].state is TaskState.RUNNING
+
+
+def test_the_tasks_note_logs_each_approvals_outcome() -> None:
+    s, agent, task_id = _setup()
+    approved = _asks(s, agent)
+    effects = s.call(ApproveArgs(request_id=approved, note="go ahead"))
+    assert (
+        AppendNote(task_id=task_id, line=f"shepherd approved approval {approved}: go ahead")
+        in effects
+    )
+    denied = _asks(s, agent)
+    effects = s.call(DenyArgs(request_id=denied, reason="not on main"))
+    assert (
+        AppendNote(task_id=task_id, line=f"shepherd denied approval {denied}: not on main")
+        in effects
+    )
 
 
 def test_an_approval_is_answered_at_most_once() -> None:

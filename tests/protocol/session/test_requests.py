@@ -70,6 +70,23 @@ def test_the_askers_task_waits_from_its_first_question_until_none_is_pending() -
     assert task.state is TaskState.RUNNING and task.waiting_since is None
 
 
+def test_the_askers_note_logs_how_each_question_closed() -> None:
+    s, a, b, _ = three()
+    task_id = s.delegate("a")
+    replied = s.ask(a, "b")
+    effects = s.reply(b, replied, "the one in src/")
+    assert AppendNote(task_id=task_id, line=f"b replied ({replied}): the one in src/") in effects
+    timed_out = s.ask(a, "b", reply_timeout_s=5.0)
+    s.now += 5
+    effects = s.fire_timer(("reply", timed_out))
+    (line,) = [e.line for e in effects if isinstance(e, AppendNote)]
+    assert line.startswith(f"request {timed_out} to b timed_out")
+    cancelled = s.ask(a, "b")
+    effects = s.call(api.CloseArgs(agent="b"))
+    (line,) = [e.line for e in effects if isinstance(e, AppendNote)]
+    assert line.startswith(f"request {cancelled} to b cancelled: b is no longer running")
+
+
 def test_the_default_reply_timeout_applies_and_none_means_no_deadline() -> None:
     s, a, _, _ = three(default_reply_timeout_s=60.0)
     request_id = s.ask(a, "b")
