@@ -75,9 +75,9 @@ from actors.records.session_info import SessionInfo
 from actors.runtime.log import logger
 from actors.surfaces.cli_ops import ANSWER_TIMEOUT_S, answer_timeout
 from actors.surfaces.client import Client, find_session, session_alive
-from actors.surfaces.mcp_drain import Drain
 from actors.surfaces.mcp_elicit import ApprovalElicitor
 from actors.surfaces.mcp_tasks import TASK_TOOLS, McpTasks
+from actors.surfaces.mcp_wire import BoundedLines, Drain
 from protocol import ops
 from protocol.core.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.ops.tools import (
@@ -319,19 +319,24 @@ class ShepherdMcp:
             return _error(ErrorInfo(code="internal_error", message=repr(exc)))
 
     async def run_stdio(self) -> None:
-        async with stdio_server() as (read_stream, write_stream), anyio.create_task_group() as tg:
+        lines = BoundedLines(sys.stdin.buffer).wrapped()  # mcp_wire's rules: bounded lines,
+        async with (  # a bad frame answered, the end held until every request is answered
+            stdio_server(stdin=lines) as (read_stream, write_stream),
+            anyio.create_task_group() as tg,
+        ):
             tg.start_soon(self.elicitor.run)
             tg.start_soon(self.tasks.run)
             options = self.server.create_initialization_options()
             options.capabilities.tasks = McpTasks.capability()
-            drain = Drain()  # the end of stdin waits for the answers still open
-            await self.server.run(drain.reading(read_stream), drain.writing(write_stream), options)
+            drain = Drain()
+            reading = drain.reading(read_stream, answers=write_stream)
+            await self.server.run(reading, drain.writing(write_stream), options)
             tg.cancel_scope.cancel()
 
 
 def serve_stdio(session_dir: str | None, client: str | None = None) -> int:
     """``shepherd mcp [--session DIR] [--client NAME]``: serve until the client closes stdin
-    and every request read from it is answered (:mod:`actors.surfaces.mcp_drain`). Logs go to
+    and every request read from it is answered (:mod:`actors.surfaces.mcp_wire`). Logs go to
     stderr (stdout is the protocol); ``SHEPHERD_LOG_LEVEL`` sets the level (default WARNING).
     A bad ``--client`` is refused before serving (``invalid_argument``)."""
     app = ShepherdMcp(session_dir, DEFAULT_CLIENT if client is None else client)

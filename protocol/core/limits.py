@@ -46,6 +46,7 @@ __all__ = [
     "MAX_DEADLINE_MINUTES",
     "MAX_DEADLINE_S",
     "MAX_IDS",
+    "MAX_MCP_LINE_BYTES",
     "MAX_NAME_CHARS",
     "MAX_NATS_CREDS_CHARS",
     "MAX_NODE_NAME_CHARS",
@@ -237,3 +238,12 @@ A2A_FILE_POLL_S: Final = 0.025
 #: how often it asks the session for the state of the tasks it follows when nothing was
 #: written there (a reply given from another surface, a peer's answer)
 A2A_REFRESH_S: Final = 0.5
+
+
+# ------------------------------------------------------------------ the MCP server
+# (``shepherd mcp``: :mod:`actors.surfaces.mcp_wire`)
+
+#: the longest line (one JSON-RPC frame) the server reads from stdin, in bytes: four times
+#: the largest envelope a session takes (16 MiB), room for JSON's escapes in a call's text; a
+#: longer line is read to its end without being kept and answered ``Invalid Request``
+MAX_MCP_LINE_BYTES: Final = 64 * 1024 * 1024

@@ -65,9 +65,20 @@ class McpProcess:
         self._lines.put(None)
 
     def _send(self, message: dict[str, Any]) -> None:
+        self.send_line(json.dumps(message).encode())
+
+    def send_line(self, line: bytes) -> None:
+        """One line as it is (a newline added)."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.write(line + b"\n")
         self.proc.stdin.flush()
+
+    def next_message(self) -> dict[str, Any]:
+        """The next message the server writes (those kept as notifications aside)."""
+        message = self._lines.get(timeout=TIMEOUT_S)
+        if message is None:
+            raise AssertionError(f"the MCP server exited: {self.stderr()}")
+        return message
 
     def send_request(self, method: str, params: dict[str, Any]) -> int:
         """Send a request without waiting for its answer; its id."""
