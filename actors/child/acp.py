@@ -57,16 +57,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from acp import PROTOCOL_VERSION, text_block
+from acp import PROTOCOL_VERSION, connect_to_agent, spawn_stdio_transport, text_block
 from acp.schema import (
     ClientCapabilities,
     EnvVariable,
     Implementation,
     McpServerStdio,
 )
-from acp.stdio import spawn_agent_process
 
 from actors.child.acp_events import TEXT_LIMIT, AgentClient, AgentSaid, head
+from actors.child.acp_lines import BUFFER_LIMIT, BoundedLines
 from actors.child.acp_options import AcpOptions
 from actors.child.adapters import AgentContext, control_reason, show_refusal
 from actors.runtime.log import logger
@@ -88,8 +88,6 @@ __all__ = ["AcpAdapter"]
 
 #: How long the loop thread gets to shut the agent down at close.
 CLOSE_TIMEOUT_S = 10.0
-#: The biggest line the SDK's reader accepts from the agent (a bigger one ends the connection).
-LINE_LIMIT = 16 * 1024 * 1024
 SESSION_FILE = "acp_session.json"
 #: the directory holding ``actors/`` (the tools server is run from it)
 _ROOT = str(Path(__file__).resolve().parents[2])
@@ -252,46 +250,49 @@ class AcpAdapter(AgentSaid):
     async def _session(self, environ: dict[str, str]) -> None:
         argv = self._opts.argv
         try:
-            async with (
-                spawn_agent_process(
-                    AgentClient(self),  # type: ignore[arg-type]  # structurally the SDK's Client
-                    argv[0],
-                    *argv[1:],
-                    env=environ,
-                    cwd=self._opts.cwd,
-                    transport_kwargs={"limit": LINE_LIMIT},
-                ) as (conn, process)
-            ):
-                self._conn = conn
-                exited = asyncio.create_task(process.wait())
-                started = asyncio.create_task(self._open_session(conn))
-                done, _ = await asyncio.wait(
-                    {exited, started},
-                    timeout=self._opts.startup_timeout_s,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if started not in done:
-                    started.cancel()
-                    if exited in done:
-                        self._gone(process.returncode, "before its session was open")
-                    else:
-                        exited.cancel()
-                        self._failed(f"no session within {self._opts.startup_timeout_s:g} s", 1)
-                    return
-                if started.exception() is not None:
-                    exited.cancel()
-                    self._failed(f"its session could not open: {started.exception()}", 1)
-                    return
-                turns = asyncio.create_task(self._turns(conn))
-                await asyncio.wait({exited, turns}, return_when=asyncio.FIRST_COMPLETED)
-                turns.cancel()
-                if exited.done():
-                    self._gone(process.returncode, "")
-                else:  # the connection ended (frames it could not read): the agent is lost
-                    exited.cancel()
-                    self._failed("the connection to it was lost", 1)
+            async with spawn_stdio_transport(
+                argv[0], *argv[1:], env=environ, cwd=self._opts.cwd, limit=BUFFER_LIMIT
+            ) as (reader, writer, process):
+                lines = BoundedLines(reader)
+                client = AgentClient(self)  # structurally the SDK's Client
+                conn = connect_to_agent(client, writer, lines)  # type: ignore[arg-type]
+                async with conn:  # closed before the transport is
+                    await self._serve(conn, process, lines)
         except OSError as exc:
             self._failed(f"it could not start: {exc}", 127)
+
+    async def _serve(self, conn: Any, process: Any, lines: BoundedLines) -> None:
+        self._conn = conn
+        exited = asyncio.create_task(process.wait())
+        started = asyncio.create_task(self._open_session(conn))
+        done, _ = await asyncio.wait(
+            {exited, started},
+            timeout=self._opts.startup_timeout_s,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if started not in done:
+            started.cancel()
+            if exited in done:
+                self._gone(process.returncode, "before its session was open")
+            else:
+                exited.cancel()
+                self._failed(f"no session within {self._opts.startup_timeout_s:g} s", 1)
+            return
+        if started.exception() is not None:
+            exited.cancel()
+            self._failed(f"its session could not open: {started.exception()}", 1)
+            return
+        turns = asyncio.create_task(self._turns(conn))
+        unread = asyncio.create_task(lines.stopped.wait())
+        await asyncio.wait({exited, turns, unread}, return_when=asyncio.FIRST_COMPLETED)
+        turns.cancel()
+        unread.cancel()
+        if exited.done():
+            self._gone(process.returncode, "")
+        else:  # the connection ended (frames it could not read): the agent is lost
+            exited.cancel()
+            why = f": {lines.broken}" if lines.broken else ""
+            self._failed(f"the connection to it was lost{why}", 1)
 
     async def _open_session(self, conn: Any) -> None:
         init = await conn.initialize(

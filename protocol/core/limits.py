@@ -37,6 +37,7 @@ __all__ = [
     "A2A_REFRESH_S",
     "MAX_A2A_REQUEST_BYTES",
     "MAX_A2A_STREAMS",
+    "MAX_ACP_LINE_BYTES",
     "MAX_APPROVE_RULES",
     "MAX_APPROVE_RULE_CHARS",
     "MAX_BATCH",
@@ -247,3 +248,7 @@ A2A_REFRESH_S: Final = 0.5
 #: the largest envelope a session takes (16 MiB), room for JSON's escapes in a call's text; a
 #: longer line is read to its end without being kept and answered ``Invalid Request``
 MAX_MCP_LINE_BYTES: Final = 64 * 1024 * 1024
+
+#: the longest line (one JSON-RPC frame) read from an ACP agent, in bytes (``--adapter acp``:
+#: :mod:`actors.child.acp_lines`); a longer one ends the connection, and the agent is failed
+MAX_ACP_LINE_BYTES: Final = 16 * 1024 * 1024

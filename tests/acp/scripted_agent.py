@@ -16,6 +16,7 @@ string a line) and every step's outcome to ``SCRIPT.json.log``. Steps::
     {"tokens": N}                         the prompt response's usage
     {"crash": CODE}                       exit at once
     {"garbage": TEXT}                     write TEXT as a raw line to stdout (malformed frame)
+    {"huge": N}                           write a line of N bytes to stdout (no message)
 """
 
 from __future__ import annotations
@@ -176,6 +177,16 @@ class ScriptedAgent:
             elif "garbage" in step:
                 sys.stdout.buffer.write(step["garbage"].encode() + b"\n")
                 sys.stdout.buffer.flush()
+            elif "huge" in step:
+                # whole, before anything else is written: the SDK's writer made stdout
+                # non-blocking, and a partial write would glue the next frame to this line
+                was_blocking = os.get_blocking(1)
+                os.set_blocking(1, True)
+                try:
+                    sys.stdout.buffer.write(b"x" * int(step["huge"]) + b"\n")
+                    sys.stdout.buffer.flush()
+                finally:
+                    os.set_blocking(1, was_blocking)
         usage = Usage(total_tokens=tokens, input_tokens=tokens, output_tokens=0) if tokens else None
         return PromptResponse(stop_reason="end_turn", usage=usage)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from actors.child.acp_lines import LINE_LIMIT
 from protocol.calls.approvals import APPROVED, DENIED
 from protocol.core.ids import IdKind
 from protocol.wire.envelopes import (
@@ -237,3 +238,26 @@ def test_recover_loads_the_saved_session_again(parent: FakeParent) -> None:
     cmd = f"{shlex.quote(sys.executable)} {shlex.quote(str(AGENT))} {shlex.quote(str(script))}"
     parent.start_bridge("acp", {"acp_cmd": cmd, "recovered": True})
     assert wait_log(parent, script, "load_session") == first
+
+
+def test_a_huge_line_under_the_bound_is_dropped_and_the_session_goes_on(
+    parent: FakeParent,
+) -> None:
+    start(parent, [[{"huge": LINE_LIMIT // 2}, {"say": "still here"}]])
+    parent.delegate("Write a huge line.")
+    _, end = parent.wait_event("turn_end")
+    assert end.text == "end_turn"
+    said = [e.text for e in parent.snapshot() if isinstance(e, RuntimeEnvelope)]
+    assert "still here" in said
+    assert parent.bridges[0].proc.poll() is None
+
+
+def test_a_line_over_the_bound_ends_the_agent_and_the_parent_is_told(parent: FakeParent) -> None:
+    start(parent, [[{"huge": LINE_LIMIT + 1}, {"say": "never read"}]])
+    parent.delegate("Write a line over the bound.")
+    parent.wait_event(
+        "output", text=lambda t: t and f"it wrote a line over {LINE_LIMIT} bytes" in t
+    )
+    assert parent.bridges[0].wait() != 0
+    said = [e.text for e in parent.snapshot() if isinstance(e, RuntimeEnvelope)]
+    assert "never read" not in said
