@@ -88,6 +88,8 @@ __all__ = ["AcpAdapter"]
 
 #: How long the loop thread gets to shut the agent down at close.
 CLOSE_TIMEOUT_S = 10.0
+#: how long an agent whose output ended gets to exit, before it is failed as lost
+EXIT_AFTER_EOF_S = 2.0
 SESSION_FILE = "acp_session.json"
 #: the directory holding ``actors/`` (the tools server is run from it)
 _ROOT = str(Path(__file__).resolve().parents[2])
@@ -287,6 +289,9 @@ class AcpAdapter(AgentSaid):
         await asyncio.wait({exited, turns, unread}, return_when=asyncio.FIRST_COMPLETED)
         turns.cancel()
         unread.cancel()
+        if lines.output_ended and not exited.done():  # an exit closes the output first
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(exited), EXIT_AFTER_EOF_S)
         if exited.done():
             self._gone(process.returncode, "")
         else:  # the connection ended (frames it could not read): the agent is lost

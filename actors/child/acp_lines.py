@@ -5,7 +5,9 @@ that writes without end would grow the bridge's memory without end. :class:`Boun
 stands between them: the SDK's reads go through it, and a line over the bound raises
 :class:`LineTooLong`, which ends the connection (the SDK's receive loop fails and rejects every
 call in flight) and sets :attr:`BoundedLines.stopped`; the adapter then fails the agent saying
-why, and the parent is told as for any agent that ends. A line within the bound that is not
+why, and the parent is told as for any agent that ends. The end of the agent's output sets it
+too: an agent that closes its output and lives on is failed the same way (one that exits is
+reported with its exit status). A line within the bound that is not
 a message is dropped by the SDK (and logged), and the session goes on.
 """
 
@@ -16,12 +18,14 @@ from typing import Any
 
 from protocol.core.limits import MAX_ACP_LINE_BYTES
 
-__all__ = ["BUFFER_LIMIT", "LINE_LIMIT", "BoundedLines", "LineTooLong"]
+__all__ = ["BUFFER_LIMIT", "LINE_LIMIT", "OUTPUT_ENDED", "BoundedLines", "LineTooLong"]
 
 #: the longest line read from an ACP agent, in bytes
 LINE_LIMIT = MAX_ACP_LINE_BYTES
 #: the reader's buffer: a longer line is handed over in pieces of about this size
 BUFFER_LIMIT = 1024 * 1024
+#: why the reading stopped when the agent closed its output
+OUTPUT_ENDED = "it closed its output"
 
 
 class LineTooLong(ConnectionError):
@@ -38,12 +42,21 @@ class BoundedLines(asyncio.StreamReader):
         self._reader = reader
         self._limit = limit
         self._in_line = 0  # bytes of the current line handed over in pieces
-        #: why the reading stopped (a line over the bound), once it has; ``stopped`` is set then
+        #: why the reading stopped (a line over the bound, the end of the agent's output), once
+        #: it has; ``stopped`` is set then
         self.broken: str | None = None
         self.stopped = asyncio.Event()
 
+    @property
+    def output_ended(self) -> bool:
+        return self.broken == OUTPUT_ENDED
+
     async def readuntil(self, separator: Any = b"\n") -> bytes:
-        line = await self._reader.readuntil(separator)  # LimitOverrunError: the SDK reads a piece
+        try:  # LimitOverrunError: the SDK reads a piece, then asks again
+            line = await self._reader.readuntil(separator)
+        except asyncio.IncompleteReadError:
+            self._stop(OUTPUT_ENDED)
+            raise
         self._count(len(line))
         self._in_line = 0
         return line
@@ -68,6 +81,10 @@ class BoundedLines(asyncio.StreamReader):
     def _count(self, n: int) -> None:
         self._in_line += n
         if self._in_line > self._limit + 1:  # the bound, and its newline
-            self.broken = f"it wrote a line over {self._limit} bytes"
-            self.stopped.set()
-            raise LineTooLong(self.broken)
+            raise LineTooLong(self._stop(f"it wrote a line over {self._limit} bytes"))
+
+    def _stop(self, why: str) -> str:
+        if self.broken is None:
+            self.broken = why
+        self.stopped.set()
+        return why

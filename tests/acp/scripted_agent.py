@@ -17,6 +17,7 @@ string a line) and every step's outcome to ``SCRIPT.json.log``. Steps::
     {"crash": CODE}                       exit at once
     {"garbage": TEXT}                     write TEXT as a raw line to stdout (malformed frame)
     {"huge": N}                           write a line of N bytes to stdout (no message)
+    {"close_output": true}                close stdout (logs its pid), then live on
 """
 
 from __future__ import annotations
@@ -172,6 +173,10 @@ class ScriptedAgent:
                 )
             elif "tokens" in step:
                 tokens = int(step["tokens"])
+            elif "close_output" in step:
+                log({"closed_output": os.getpid()})
+                os.close(1)
+                await asyncio.sleep(3600)
             elif "crash" in step:
                 os._exit(int(step["crash"]))
             elif "garbage" in step:

@@ -23,6 +23,7 @@ from protocol.wire.envelopes import (
     TaskDoneEnvelope,
 )
 from tests.child.conftest import WAIT_S, FakeParent, new_id
+from tests.reliability.live import wait_terminated
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -261,3 +262,14 @@ def test_a_line_over_the_bound_ends_the_agent_and_the_parent_is_told(parent: Fak
     assert parent.bridges[0].wait() != 0
     said = [e.text for e in parent.snapshot() if isinstance(e, RuntimeEnvelope)]
     assert "never read" not in said
+
+
+def test_an_agent_that_closes_its_output_and_lives_on_is_failed_and_ended(
+    parent: FakeParent,
+) -> None:
+    script = start(parent, [[{"say": "closing"}, {"close_output": True}]])
+    parent.delegate("Close your output.")
+    pid = wait_log(parent, script, "closed_output")
+    parent.wait_event("output", text=lambda t: t and "it closed its output" in t)
+    assert parent.bridges[0].wait() != 0
+    assert wait_terminated(pid, WAIT_S)  # ended with its bridge, not left behind
