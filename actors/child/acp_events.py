@@ -13,7 +13,10 @@ Rules (the adapter's module says the whole protocol):
 - ``session/request_permission`` runs ``shepherd-child approve-request`` with the call's title
   and input (the task goes ``waiting``; the parent decides); approved: ``allow_once`` (else
   ``allow_always``); denied: ``reject_once`` (else ``reject_always``, else ``cancelled``). A
-  request during a cancel, or withdrawn by one, is answered ``cancelled``.
+  request during a cancel, or withdrawn by one, is answered ``cancelled``. With
+  ``spawn --approve KIND:GLOB`` rules (:mod:`protocol.calls.gates`: the call's kind, its
+  command, path or title), only a request that matches one goes to the parent; any other is
+  allowed at once, and the parent's log says so.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from acp.schema import (
 )
 
 from actors.runtime.procs import OUTPUT_TAIL_BYTES
+from protocol.calls.gates import Gate, matching, subject_of
 from protocol.core.limits import MAX_BUDGET_COST
 
 __all__ = [
@@ -89,10 +93,24 @@ def _compact(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+def _chosen(options: list[PermissionOption], *, approved: bool) -> RequestPermissionResponse | None:
+    """The agent's option for the decision: allow (or reject) once, else always; None when
+    it offered neither."""
+    kinds = ("allow_once", "allow_always") if approved else ("reject_once", "reject_always")
+    for kind in kinds:
+        for option in options:
+            if option.kind == kind:
+                return RequestPermissionResponse(
+                    outcome=AllowedOutcome(outcome="selected", option_id=option.option_id)
+                )
+    return None
+
+
 class AgentSaid:
     """The adapter's half that reads what the agent says (mixed into ``AcpAdapter``, whose
     state it uses: ``_said``, ``_commands``, ``_titles``, ``_cost_seen``, ``_cancelling``,
-    ``_closing``, ``_environ``, ``_approval``, ``_approval_cancelled`` and ``_publish``)."""
+    ``_closing``, ``_environ``, ``_approval``, ``_approval_cancelled``, ``_gates`` and
+    ``_publish``)."""
 
     _said: list[str]
     _commands: dict[str, str]
@@ -103,6 +121,7 @@ class AgentSaid:
     _environ: dict[str, str]
     _approval: Any
     _approval_cancelled: asyncio.Event
+    _gates: list[Gate]
 
     def _publish(self, event: Any, **fields: Any) -> None:
         raise NotImplementedError
@@ -156,20 +175,20 @@ class AgentSaid:
             return cancelled
         what = tool_call.title or tool_call.kind or "a tool call"
         raw = tool_call.raw_input
+        if self._gates:
+            kind = tool_call.kind or self._titles.get(tool_call.tool_call_id) or "other"
+            subject = subject_of(raw, tool_call.title)
+            if matching(self._gates, kind, subject) is None:
+                said = head(f"{kind}: {subject}", APPROVAL_TEXT_LIMIT)
+                self._publish("output", text=f"[shepherd] allowed, no --approve rule: {said}")
+                return _chosen(options, approved=True) or cancelled
         text = f"The agent asks to run {what}" + (f": {_compact(raw)}" if raw is not None else "")
         text = head(text, APPROVAL_TEXT_LIMIT)
         self._publish("output", text=f"[shepherd] approval asked: {text}")
         approved = await self._ask_parent(text)
         if approved is None:  # withdrawn by a cancel (or the approval could not run)
             return cancelled
-        kinds = ("allow_once", "allow_always") if approved else ("reject_once", "reject_always")
-        for kind in kinds:
-            for option in options:
-                if option.kind == kind:
-                    return RequestPermissionResponse(
-                        outcome=AllowedOutcome(outcome="selected", option_id=option.option_id)
-                    )
-        return cancelled
+        return _chosen(options, approved=approved) or cancelled
 
     async def _ask_parent(self, text: str) -> bool | None:
         """``shepherd-child approve-request``: True approved, False denied, None withdrawn."""

@@ -7,7 +7,9 @@ Options::
     {"acp_cmd": "CMD ARGS…",     # the ACP agent's command line (shell words, no shell):
                                  # e.g. "npx @zed-industries/codex-acp"
      "cwd": DIR,                 # the agent's working directory (default: the bridge's)
-     "startup_timeout_s": 60}    # initialize + session/new (or session/load) must answer in it
+     "startup_timeout_s": 60,    # initialize + session/new (or session/load) must answer in it
+     "approve": ["KIND:GLOB"]}   # spawn --approve: which permission requests go to the parent
+                                 # (protocol.calls.gates; the others are allowed at once)
 
 Other keys (``description``, ...) are ignored.
 """
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from protocol.calls.gates import Gate, gates
 from protocol.core.errors import InvalidArgument
 
 __all__ = ["DEFAULT_STARTUP_TIMEOUT_S", "MAX_ACP_CMD_CHARS", "MAX_ACP_CMD_WORDS", "AcpOptions"]
@@ -50,6 +53,10 @@ class AcpOptions:
         ):
             raise InvalidArgument('option "startup_timeout_s" must be in (0, 600] seconds')
         self.startup_timeout_s = float(timeout)
+        approve = options.get("approve") or []
+        if not isinstance(approve, list | tuple) or not all(isinstance(r, str) for r in approve):
+            raise InvalidArgument('option "approve" must be a list of TOOL:GLOB rules')
+        self.gates: list[Gate] = gates(approve)
 
     @staticmethod
     def _argv(cwd: str, value: object) -> list[str]:

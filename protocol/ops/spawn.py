@@ -130,11 +130,12 @@ SPAWN = entry(
         ),
         "approve": Param(
             description=(
-                "Pi tool calls that wait for your approval before they run, each TOOL:GLOB "
-                "(pi-rpc adapter): 'bash:git push*' gates bash commands starting with git push; "
-                "the glob is matched against a bash command, else a path argument, else the "
-                "arguments as JSON (* any text, ? one character). At most 64 rules of 1000 "
-                "characters"
+                "Tool calls that wait for your approval before they run, each TOOL:GLOB "
+                "(pi-rpc: Pi's tool calls; acp: the agent's permission requests, TOOL its "
+                "kind, and those matching no rule are allowed at once): 'bash:git push*' "
+                "gates bash commands starting with git push; the glob is matched against the "
+                "command, else a path argument, else (acp) the title, else the arguments as "
+                "JSON (* any text, ? one character). At most 64 rules of 1000 characters"
             ),
             cli="--approve",
             metavar="TOOL:GLOB",

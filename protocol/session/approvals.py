@@ -25,7 +25,9 @@ Rules:
    :mod:`protocol.core.limits`) is kept in the agent's options, which its bridge and the Pi
    extension read: each matching Pi tool call is turned into an approval request (rule 1)
    before it runs, and runs only if approved (else the model gets the denial as the tool's
-   result). Only the ``pi-rpc`` adapter takes rules.
+   result). An ``acp`` agent's permission requests are matched against the rules
+   (:mod:`protocol.calls.gates`): one that matches goes to the parent, any other is allowed
+   at once. Only these two adapters take rules.
 """
 
 from __future__ import annotations
@@ -43,15 +45,19 @@ from protocol.session.effects import Answer, Effect, Notify
 from protocol.session.state import AgentRow, Ctx, SessionState
 from protocol.wire.envelopes import MessageEnvelope
 
-__all__ = ["answer", "check_answer", "check_spawn", "request"]
+__all__ = ["GATED_ADAPTERS", "answer", "check_answer", "check_spawn", "request"]
+
+#: the adapters that take ``spawn --approve`` rules (rule 5)
+GATED_ADAPTERS = ("pi-rpc", "acp")
 
 
 def check_spawn(args: api.SpawnArgs) -> None:
-    """Rule 5: tool gating is for Pi agents (the only adapter with tool calls to gate)."""
-    if args.approve and args.adapter != "pi-rpc":
+    """Rule 5: tool gating is for Pi agents (their tool calls) and ACP agents (their
+    permission requests)."""
+    if args.approve and args.adapter not in GATED_ADAPTERS:
         raise InvalidArgument(
-            f"approve: gating tool calls needs the pi-rpc adapter, not {args.adapter!r}; a "
-            "command agent asks with shepherd-child approve-request"
+            f"approve: gating tool calls needs the pi-rpc or acp adapter, not {args.adapter!r}; "
+            "a command agent asks with shepherd-child approve-request"
         )
 
 

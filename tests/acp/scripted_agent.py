@@ -10,7 +10,7 @@ string a line) and every step's outcome to ``SCRIPT.json.log``. Steps::
                                           a tool call starting, then its result
     {"shell": [ARGV...]}                  run a command (e.g. shepherd-child done ...)
     {"mcp": TOOL, "arguments": {...}}     call a tool of the client's "shepherd" MCP server
-    {"permission": TITLE}                 ask the client; logs the outcome
+    {"permission": TITLE, "kind": KIND}   ask the client (KIND optional); logs the outcome
     {"wait_cancel": true}                 wait for session/cancel, then end "cancelled"
     {"cost": USD}                         a usage_update with the session's cost so far
     {"tokens": N}                         the prompt response's usage
@@ -149,7 +149,9 @@ class ScriptedAgent:
                 answer = await self.conn.request_permission(
                     session_id=session_id,
                     tool_call=ToolCallUpdate(
-                        tool_call_id=uuid.uuid4().hex, title=step["permission"]
+                        tool_call_id=uuid.uuid4().hex,
+                        title=step["permission"],
+                        kind=step.get("kind"),
                     ),
                     options=[
                         PermissionOption(option_id="yes", name="Allow", kind="allow_once"),

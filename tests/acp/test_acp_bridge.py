@@ -174,6 +174,32 @@ def test_a_permission_request_is_a_shepherd_approval_and_the_decision_reaches_th
     assert outcomes == ["yes", "no"]
 
 
+def test_with_approve_rules_only_a_matching_permission_request_goes_to_the_parent(
+    parent: FakeParent,
+) -> None:
+    script = start(
+        parent,
+        [
+            [
+                {"permission": "rm -rf build", "kind": "execute"},
+                {"permission": "git push origin main", "kind": "execute"},
+                {"permission": "git push origin main", "kind": "edit"},
+            ]
+        ],
+        approve=["execute:git push*"],
+    )
+    parent.delegate("Clean, then push.")
+    _, request = parent.wait_for(lambda e: isinstance(e, MessageEnvelope) and e.approval)
+    assert isinstance(request, MessageEnvelope) and "git push origin main" in request.content
+    decide(parent, request, DENIED)
+    parent.wait_event("turn_end")
+    outcomes = [line["permission"] for line in lines(Path(f"{script}.log")) if "permission" in line]
+    assert outcomes == ["yes", "no", "yes"]  # allowed at once, denied by the parent, allowed
+    asked = [e for e in parent.snapshot() if isinstance(e, MessageEnvelope) and e.approval]
+    assert asked == [request]
+    parent.wait_event("output", text=lambda t: t and "no --approve rule: execute: rm -rf" in t)
+
+
 def decide(parent: FakeParent, request: MessageEnvelope, code: str) -> None:
     assert request.reply_inbox is not None
     notice = NoticeEnvelope(

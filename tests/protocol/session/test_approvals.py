@@ -194,15 +194,17 @@ def test_the_same_request_seen_again_opens_nothing_twice() -> None:
     assert not journaled(effects, RequestRecord) and not notes(effects)
 
 
-def test_tool_gating_rules_need_the_pi_adapter_and_are_kept_in_its_options() -> None:
+def test_tool_gating_rules_need_the_pi_or_acp_adapter_and_are_kept_in_its_options() -> None:
     s = Session()
     error = s.call_refused(
         api.SpawnArgs(name="cmd", adapter="command", cmd="x {message}", approve=("bash:*",)),
         InvalidArgument,
     )
-    assert "pi-rpc" in error.message
+    assert "pi-rpc or acp" in error.message
     s.call(api.SpawnArgs(name="pi", adapter="pi-rpc", approve=("bash:git push*",)))
     assert s.state.agent("pi").options["approve"] == ("bash:git push*",)
+    s.call(api.SpawnArgs(name="zed", adapter="acp", acp_cmd="agent", approve=("execute:rm*",)))
+    assert s.state.agent("zed").options["approve"] == ("execute:rm*",)
     s.call(api.SpawnArgs(name="plain"))
     assert "approve" not in s.state.agent("plain").options
 
