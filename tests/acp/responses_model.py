@@ -1,7 +1,7 @@
 """A scripted model server speaking the OpenAI Responses API (``POST …/responses``, streamed as
 server-sent events), for driving the real codex-acp offline. Each request takes the next
 scripted answer: a text (an assistant message) or a function call; every request body is
-recorded."""
+recorded. ``add_hold()`` makes an answer wait until :meth:`release` (a turn in flight)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ class ResponsesModel:
         self._lock = threading.Lock()
         self._answers: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
+        #: set when a held answer is asked for; the held answer goes out once released
+        self.holding = threading.Event()
+        self._released = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -48,7 +51,17 @@ class ResponsesModel:
                 item["namespace"] = namespace
             self._answers.append(item)
 
+    def add_hold(self) -> None:
+        """The next request waits (``holding`` set) until :meth:`release`, then is answered
+        with the next scripted answer."""
+        with self._lock:
+            self._answers.append({"hold": True})
+
+    def release(self) -> None:
+        self._released.set()
+
     def close(self) -> None:
+        self._released.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
@@ -57,6 +70,12 @@ class ResponsesModel:
         with self._lock:
             self.requests.append(body)
             item = self._answers.pop(0) if self._answers else None
+            held = item is not None and item.get("hold") is True
+            if held:
+                item = self._answers.pop(0) if self._answers else None
+        if held:
+            self.holding.set()
+            self._released.wait(60)
         serial = len(self.requests)
         events: list[dict[str, Any]] = [
             {"type": "response.created", "response": {"id": f"resp_{serial}"}}

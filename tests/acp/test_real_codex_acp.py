@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from protocol.calls.approvals import APPROVED
-from protocol.wire.envelopes import MessageEnvelope, RuntimeEnvelope, TaskDoneEnvelope
+from protocol.wire.envelopes import (
+    ControlEnvelope,
+    MessageEnvelope,
+    RuntimeEnvelope,
+    TaskDoneEnvelope,
+)
 from tests.acp.responses_model import ResponsesModel
 from tests.acp.test_acp_bridge import decide
 from tests.child.conftest import FakeParent
@@ -56,7 +61,9 @@ def model() -> Iterator[ResponsesModel]:
         server.close()
 
 
-def start_codex(parent: FakeParent, codex_acp: Path, model: ResponsesModel) -> None:
+def start_codex(
+    parent: FakeParent, codex_acp: Path, model: ResponsesModel, **options: object
+) -> None:
     home = parent.tmp_path / "codex-home"
     home.mkdir()
     (home / "config.toml").write_text(
@@ -71,7 +78,7 @@ def start_codex(parent: FakeParent, codex_acp: Path, model: ResponsesModel) -> N
     work.mkdir()
     parent.start_bridge(
         "acp",
-        {"acp_cmd": str(codex_acp), "cwd": str(work)},
+        {"acp_cmd": str(codex_acp), "cwd": str(work), **options},
         CODEX_HOME=str(home),
         HOME=str(home),
         SCRIPTED_MODEL_KEY="offline",
@@ -118,3 +125,52 @@ def test_the_real_codex_acp_finishes_a_task_with_the_shepherd_done_mcp_tool(
     _, done = parent.wait_for(lambda e: isinstance(e, TaskDoneEnvelope))
     assert isinstance(done, TaskDoneEnvelope)
     assert (done.status, done.summary) == ("completed", "found 42")
+
+
+def test_the_real_codex_acp_reports_context_occupancy_not_spend_so_budgets_count_none(
+    parent: FakeParent, codex_acp: Path, model: ResponsesModel
+) -> None:
+    """codex-acp 0.16 answers a prompt without ``usage`` and reports only ``usage_update``
+    with the context's occupancy (``used`` 120 of ``size``) and no cost for a model it has no
+    price for: that is not spending, so no ``usage`` event reaches the budgets. If a later
+    codex-acp reports a prompt's usage or a cost, this fails: count it then."""
+    model.add_text("Counted.")
+    start_codex(parent, codex_acp, model)
+    parent.delegate("Count the tokens.")
+    parent.wait_event("turn_end")
+    said = [e.text or "" for e in parent.snapshot() if isinstance(e, RuntimeEnvelope)]
+    assert any("Counted." in text for text in said)
+    used = [e for e in parent.snapshot() if isinstance(e, RuntimeEnvelope) and e.event == "usage"]
+    assert used == []
+
+
+def test_an_abort_cancels_the_real_codex_acps_turn_in_flight(
+    parent: FakeParent, codex_acp: Path, model: ResponsesModel
+) -> None:
+    model.add_hold()
+    model.add_text("Too late.")
+    start_codex(parent, codex_acp, model)
+    parent.delegate("Think for a long time.")
+    assert model.holding.wait(60), "codex never asked the model"
+    parent.send(ControlEnvelope(**parent.base(), action="abort", reason="enough"))
+    _, end = parent.wait_event("turn_end")
+    model.release()
+    assert end.text == "cancelled"
+    said = [e.text or "" for e in parent.snapshot() if isinstance(e, RuntimeEnvelope)]
+    assert not any("Too late." in text for text in said)
+
+
+def test_approve_rules_let_the_real_codex_acps_unmatched_requests_through(
+    parent: FakeParent, codex_acp: Path, model: ResponsesModel
+) -> None:
+    model.add_call(
+        "shepherd_done", {"status": "completed", "summary": "found 42"}, namespace="mcp__shepherd"
+    )
+    model.add_text("Done.")
+    start_codex(parent, codex_acp, model, approve=["execute:git push*"])
+    parent.delegate("Find the answer, then finish.")
+    _, done = parent.wait_for(lambda e: isinstance(e, TaskDoneEnvelope))
+    assert isinstance(done, TaskDoneEnvelope) and done.summary == "found 42"
+    # codex asked permission for the MCP tool call; no rule matched it: allowed, not asked
+    assert not any(isinstance(e, MessageEnvelope) and e.approval for e in parent.snapshot())
+    parent.wait_event("output", text=lambda t: t is not None and "no --approve rule" in t)
