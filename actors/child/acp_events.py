@@ -28,6 +28,7 @@ import math
 import sys
 from typing import Any
 
+from acp import RequestError
 from acp.schema import (
     AgentMessageChunk,
     AllowedOutcome,
@@ -109,8 +110,8 @@ def _chosen(options: list[PermissionOption], *, approved: bool) -> RequestPermis
 class AgentSaid:
     """The adapter's half that reads what the agent says (mixed into ``AcpAdapter``, whose
     state it uses: ``_said``, ``_commands``, ``_titles``, ``_cost_seen``, ``_cancelling``,
-    ``_closing``, ``_environ``, ``_approval``, ``_approval_cancelled``, ``_gates`` and
-    ``_publish``)."""
+    ``_closing``, ``_environ``, ``_approval``, ``_approval_cancelled``, ``_gates``,
+    ``_session_id``, ``_log`` and ``_publish``)."""
 
     _said: list[str]
     _commands: dict[str, str]
@@ -122,6 +123,8 @@ class AgentSaid:
     _approval: Any
     _approval_cancelled: asyncio.Event
     _gates: list[Gate]
+    _session_id: str | None
+    _log: Any
 
     def _publish(self, event: Any, **fields: Any) -> None:
         raise NotImplementedError
@@ -239,7 +242,15 @@ class AgentClient:
     def __init__(self, adapter: AgentSaid) -> None:
         self._a = adapter
 
+    def _foreign(self, session_id: str) -> bool:
+        """Is ``session_id`` another than the agent's one session (once that is open)?"""
+        ours = self._a._session_id
+        return ours is not None and session_id != ours
+
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if self._foreign(session_id):
+            self._a._log.warning("an update for session {!r:.80} dropped: not its own", session_id)
+            return
         self._a._on_update(update)
 
     async def request_permission(
@@ -249,6 +260,10 @@ class AgentClient:
         options: list[PermissionOption],
         **kwargs: Any,
     ) -> RequestPermissionResponse:
+        if self._foreign(session_id):
+            raise RequestError.invalid_params(
+                {"sessionId": session_id[:80], "reason": "not this client's session"}
+            )
         return await self._a._permission(tool_call, options)
 
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -6,11 +6,14 @@ each a list of steps; every prompt's text is appended to ``SCRIPT.json.prompts``
 string a line) and every step's outcome to ``SCRIPT.json.log``. Steps::
 
     {"say": TEXT}                         an agent message chunk
+    {"say": TEXT, "session": ID}          ... in another session's name (a hostile update)
     {"tool": TITLE, "input": {...}, "output": TEXT, "failed": false}
                                           a tool call starting, then its result
     {"shell": [ARGV...]}                  run a command (e.g. shepherd-child done ...)
     {"mcp": TOOL, "arguments": {...}}     call a tool of the client's "shepherd" MCP server
     {"permission": TITLE, "kind": KIND}   ask the client (KIND optional); logs the outcome
+                                          ("session": ID: in another session's name; an
+                                          error is logged as {"permission_error": CODE})
     {"wait_cancel": true}                 wait for session/cancel, then end "cancelled"
     {"cost": USD}                         a usage_update with the session's cost so far
     {"tokens": N}                         the prompt response's usage
@@ -32,6 +35,7 @@ from typing import Any
 
 from acp import (
     PROTOCOL_VERSION,
+    RequestError,
     run_agent,
     start_tool_call,
     text_block,
@@ -121,7 +125,7 @@ class ScriptedAgent:
         for step in steps:
             if "say" in step:
                 await self.conn.session_update(
-                    session_id, update_agent_message(text_block(step["say"]))
+                    step.get("session", session_id), update_agent_message(text_block(step["say"]))
                 )
             elif "tool" in step:
                 call = uuid.uuid4().hex
@@ -145,6 +149,18 @@ class ScriptedAgent:
             elif "shell" in step:
                 done = subprocess.run(step["shell"], capture_output=True, text=True, check=False)
                 log({"shell": done.returncode, "stdout": done.stdout, "stderr": done.stderr})
+            elif "permission" in step and "session" in step:
+                try:
+                    await self.conn.request_permission(
+                        session_id=step["session"],
+                        tool_call=ToolCallUpdate(
+                            tool_call_id=uuid.uuid4().hex, title=step["permission"]
+                        ),
+                        options=[PermissionOption(option_id="y", name="Allow", kind="allow_once")],
+                    )
+                    log({"permission_error": None})
+                except RequestError as exc:
+                    log({"permission_error": exc.code})
             elif "permission" in step:
                 answer = await self.conn.request_permission(
                     session_id=session_id,

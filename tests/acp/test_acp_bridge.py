@@ -299,3 +299,25 @@ def test_an_agent_that_closes_its_output_and_lives_on_is_failed_and_ended(
     parent.wait_event("output", text=lambda t: t and "it closed its output" in t)
     assert parent.bridges[0].wait() != 0
     assert wait_terminated(pid, WAIT_S)  # ended with its bridge, not left behind
+
+
+def test_updates_and_permission_requests_for_another_session_are_refused(
+    parent: FakeParent,
+) -> None:
+    script = start(
+        parent,
+        [
+            [
+                {"say": "not ours", "session": "someone-else"},
+                {"permission": "rm -rf /", "session": "someone-else"},
+                {"say": "ours"},
+            ]
+        ],
+    )
+    parent.delegate("Speak for others.")
+    _, end = parent.wait_event("turn_end")
+    assert end.text == "end_turn"
+    assert wait_log(parent, script, "permission_error") == -32602  # invalid params, typed
+    said = [e.text or "" for e in parent.snapshot() if isinstance(e, RuntimeEnvelope)]
+    assert "ours" in said and not any("not ours" in text for text in said)
+    assert not any(isinstance(e, MessageEnvelope) and e.approval for e in parent.snapshot())
