@@ -15,8 +15,9 @@ Rules:
    session's; each live (not closed) agent is one skill whose id is the agent's name. A
    message names its agent by ``metadata.agent`` (name or id), else by its ``contextId``: the
    context of a task is its agent's id, so a client continues with the same agent by reusing
-   the context. A message that names no agent, or an unknown one, is refused with
-   ``InvalidParamsError`` (its data says ``agent_required`` / ``invalid_handle``).
+   the context. A message that names no agent goes to the session's one live agent; with
+   none or several, and for an unknown one, it is refused with ``InvalidParamsError`` (its
+   data says ``agent_required`` / ``invalid_handle``).
 2. **The methods.** ``SendMessage`` delegates (the message's text parts, joined, are the task;
    other parts are refused); it waits until the task is terminal or needs input, unless
    ``returnImmediately``. A message naming an open task is a follow-up to its agent; naming an
@@ -108,6 +109,18 @@ __all__ = ["TOKEN_FILE", "FrontDoor", "ShepherdHandler", "build_app", "check_lis
 _KEPT_MESSAGES = 1000
 
 
+def _history_length(params: pb.GetTaskRequest | pb.ListTasksRequest) -> int | None:
+    """The request's ``historyLength``, if it gives one; a negative one is refused."""
+    if not params.HasField("history_length"):
+        return None
+    if params.history_length < 0:
+        raise InvalidParamsError(
+            f"historyLength must be 0 or more, not {params.history_length}",
+            {"code": "invalid_argument"},
+        )
+    return params.history_length
+
+
 class ShepherdHandler(RequestHandler):
     """The A2A methods over the session (rules 1-3 and 6)."""
 
@@ -159,12 +172,19 @@ class ShepherdHandler(RequestHandler):
             message.context_id = task.agent_id
             return task, message
         if agent is None:
-            raise InvalidParamsError(
-                "name the agent: metadata.agent (a skill id of the Agent Card), or the "
-                "contextId of an earlier task of it",
-                {"code": "agent_required"},
-            )
+            agent = await self._only_agent()
         return await self._delegate(agent, text, message), message
+
+    async def _only_agent(self) -> str:
+        """The agent of a message that names none: the session's one live agent (rule 1)."""
+        live = [row for row in await self.door.agents() if not row.get("closed")]
+        if len(live) == 1:
+            return str(live[0]["agent_id"])
+        raise InvalidParamsError(
+            f"name the agent (the session has {len(live)}): metadata.agent (a skill id of the "
+            "Agent Card), or the contextId of an earlier task of it",
+            {"code": "agent_required"},
+        )
 
     async def _delegate(self, agent: str, text: str, message: pb.Message) -> Seen:
         given = await self.door.call("delegate", {"target": agent, "task": text})
@@ -243,8 +263,8 @@ class ShepherdHandler(RequestHandler):
     # --------------------------------------------------------------- reading, cancelling
 
     async def on_get_task(self, params: pb.GetTaskRequest, context: ServerCallContext) -> pb.Task:
+        length = _history_length(params)
         task = await self.door.one(params.id)
-        length = params.history_length if params.HasField("history_length") else None
         return task_object(task, self._history(task.task_id, length))
 
     async def on_list_tasks(
@@ -252,6 +272,7 @@ class ShepherdHandler(RequestHandler):
     ) -> pb.ListTasksResponse:
         """Each agent's task as ``status`` shows it (its active one, else its newest),
         newest first; filtered by ``contextId`` (the agent's id) and ``status``."""
+        _history_length(params)
         rows = [r for r in await self.door.agents() if r.get("task")]
         if params.context_id:
             rows = [r for r in rows if r["agent_id"] == params.context_id]

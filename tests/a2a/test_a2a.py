@@ -111,12 +111,29 @@ def test_a_blocked_task_is_rejected_with_the_agents_reason(team: Team) -> None:
     team.run(body)
 
 
+def test_a_message_naming_no_agent_goes_to_the_sessions_only_live_agent(team: Team) -> None:
+    for name in SCRIPTS:
+        if name != "worker":
+            team.cli("close", name)
+
+    async def body(http: httpx.AsyncClient) -> None:
+        client = await _client(team, http)
+        task = await _send(client, _message("sort the imports"))
+        assert task.status.state == State.TASK_STATE_COMPLETED
+        assert _summary(task) == "did: sort the imports"
+        _, status = team.cli("status", "worker")
+        assert status["agents"][0]["task"]["task_id"] == task.id
+
+    team.run(body)
+
+
 def test_an_agent_missing_or_unknown_is_a_typed_error(team: Team) -> None:
     async def body(http: httpx.AsyncClient) -> None:
         client = await _client(team, http)
         with pytest.raises(InvalidParamsError) as missing:
             await _send(client, _message("anything"))
         assert "metadata.agent" in str(missing.value)
+        assert f"the session has {len(SCRIPTS)}" in str(missing.value)
         assert missing.value.data == {"code": "agent_required"}
         with pytest.raises(InvalidParamsError) as unknown:
             await _send(client, _message("anything", agent="nobody"))
@@ -319,6 +336,9 @@ def test_hostile_frames_get_typed_errors_and_the_server_keeps_serving(team: Team
         ):
             nested = error_of(deep)
             assert nested["code"] == -32600 and f"{MAX_NESTING} levels" in nested["message"]
+        for method in ("GetTask", "ListTasks"):
+            negative = error_of(json.dumps(_rpc(method, {"id": "x", "historyLength": -1})).encode())
+            assert negative["code"] == -32602 and "historyLength" in negative["message"]
         unknown = error_of(json.dumps(_rpc("GetTask", {"id": "shepherd-task-0123"})).encode())
         assert unknown["code"] == -32001
         image = {
