@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
+pytest_plugins = ["tests.serving"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--sim-seeds", type=int, default=200, help="seeds per simulation test")

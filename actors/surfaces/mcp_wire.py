@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextvars
 from types import TracebackType
-from typing import IO, Any, Generic, TypeVar, cast
+from typing import IO, Any, Generic, Self, TypeVar, cast
 
 import anyio
 import pydantic
@@ -143,8 +143,31 @@ class Drain:
             )
 
 
-class _Reading(Generic[T]):
+class _Wrapped:
+    """A stream around ``_inner``: closing it closes the inner one, also as a context."""
+
+    _inner: ReadStream[Any] | WriteStream[Any]
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+class _Reading(_Wrapped, Generic[T]):
     """A read stream whose end waits for :meth:`Drain.settled`."""
+
+    _inner: ReadStream[T]
 
     def __init__(
         self, inner: ReadStream[T], drain: Drain, answers: WriteStream[SessionMessage]
@@ -170,9 +193,6 @@ class _Reading(Generic[T]):
             self._drain.read(item)  # type: ignore[arg-type]
         return item
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
     def __aiter__(self) -> _Reading[T]:
         return self
 
@@ -182,21 +202,11 @@ class _Reading(Generic[T]):
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
-    async def __aenter__(self) -> _Reading[T]:
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None
-
-
-class _Writing:
+class _Writing(_Wrapped):
     """A write stream that crosses off each answer it sends."""
+
+    _inner: WriteStream[SessionMessage]
 
     def __init__(self, inner: WriteStream[SessionMessage], drain: Drain) -> None:
         self._inner = inner
@@ -207,18 +217,3 @@ class _Writing:
         message = item.message
         if isinstance(message, (JSONRPCResponse, JSONRPCError)):
             self._drain.answered(message.id)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _Writing:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None

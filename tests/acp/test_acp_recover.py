@@ -11,43 +11,20 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.pi.test_pi_recover import _has
-from tests.processes.conftest import Serve, bridge_pids, cli
+from tests.processes.conftest import bridge_pids, cli
 from tests.reliability.live import wait_gone
+from tests.serving import Servers
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]
 
 AGENT = Path(__file__).with_name("scripted_agent.py")
 WAIT_S = 60.0
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
-    return dict(os.environ)
-
-
-@pytest.fixture
-def servers() -> Iterator[list[Serve]]:
-    started: list[Serve] = []
-    yield started
-    for server in started:
-        server.stop()
-
-
-def _serve(servers: list[Serve], session: Path, env: dict[str, str], *extra: str) -> Serve:
-    server = Serve(session, env, *extra)
-    servers.append(server)
-    assert server.wait_for(lambda lines: any("session" in x for x in lines)), "no serve"
-    return server
 
 
 def _log(script: Path) -> list[dict[str, Any]]:
@@ -56,7 +33,7 @@ def _log(script: Path) -> list[dict[str, Any]]:
 
 
 def test_a_recovered_acp_agent_loads_its_session_and_finishes_the_resumed_task(
-    tmp_path: Path, env: dict[str, str], servers: list[Serve]
+    tmp_path: Path, servers: Servers
 ) -> None:
     script = tmp_path / "scout.json"
     script.write_text(json.dumps([[{"say": "noted: I start with the lexer"}]]))
@@ -64,7 +41,7 @@ def test_a_recovered_acp_agent_loads_its_session_and_finishes_the_resumed_task(
     work = tmp_path / "work"
     work.mkdir()
     session = tmp_path / "session"
-    first = _serve(servers, session, env)
+    first = servers.start(session)
     cli("spawn", "scout", "--adapter", "acp", "--acp-cmd", cmd, "--cwd", str(work), session=session)
     _, task = cli("delegate", "scout", "map the code base", session=session)
     task_id = task["task_id"]
@@ -80,7 +57,7 @@ def test_a_recovered_acp_agent_loads_its_session_and_finishes_the_resumed_task(
     child = str(Path(sys.executable).with_name("shepherd-child"))
     done = [child, "done", "--status", "completed", "--summary", "lexer mapped"]
     script.write_text(json.dumps([[{"shell": done}]]))  # the agent started again reads this
-    second = _serve(servers, session, env, "--recover")
+    second = servers.start(session, "--recover")
     assert second.wait_for(_has("completion", task_id), timeout=WAIT_S), second.lines
     log = _log(script)
     assert [line["load_session"] for line in log if "load_session" in line] == [opened]

@@ -8,42 +8,19 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from actors.child.scripted_model import ScriptedModel, Text, ToolCall, models_json
-from tests.processes.conftest import Serve, bridge_pids, cli
+from tests.processes.conftest import bridge_pids, cli
 from tests.reliability.live import wait_gone
+from tests.serving import Servers
 
 pytestmark = [pytest.mark.pi, pytest.mark.processes]
 
 WAIT_S = 90.0
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
-    return dict(os.environ)
-
-
-@pytest.fixture
-def servers() -> Iterator[list[Serve]]:
-    started: list[Serve] = []
-    yield started
-    for server in started:
-        server.stop()
-
-
-def _serve(servers: list[Serve], session: Path, env: dict[str, str], *extra: str) -> Serve:
-    server = Serve(session, env, *extra)
-    servers.append(server)
-    assert server.wait_for(lambda lines: any("session" in x for x in lines)), "no serve"
-    return server
 
 
 def _has(code: str, task_id: str) -> Any:
@@ -66,7 +43,7 @@ def _texts(message: dict[str, Any]) -> str:
 
 
 def test_a_recovered_pi_agent_continues_its_own_session(
-    pi_bin: Path, tmp_path: Path, env: dict[str, str], servers: list[Serve]
+    pi_bin: Path, tmp_path: Path, servers: Servers
 ) -> None:
     model = ScriptedModel([Text("Noted: I start with the lexer.")])  # a turn without done
     try:
@@ -75,7 +52,7 @@ def test_a_recovered_pi_agent_continues_its_own_session(
         work = tmp_path / "work"
         work.mkdir()
         session = tmp_path / "session"
-        first = _serve(servers, session, env)
+        first = servers.start(session)
         _, spawned = cli(
             "spawn",
             "scout",
@@ -106,7 +83,7 @@ def test_a_recovered_pi_agent_continues_its_own_session(
             ToolCall("shepherd_done", {"status": "completed", "summary": "lexer mapped"}),
             Text("Done."),
         )
-        second = _serve(servers, session, env, "--recover")
+        second = servers.start(session, "--recover")
         assert second.wait_for(_has("completion", task_id), timeout=WAIT_S), second.lines
         resumed = model.requests[before]
         said = [(m.get("role"), _texts(m)) for m in resumed["messages"]]
