@@ -29,11 +29,13 @@ import tracemalloc
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from actors.child.scripted import ScriptedDriver
+from actors.records.notes import FileTaskNotes
 from actors.runtime.clock import SystemClock
 from actors.runtime.runtime import ShepherdActor, ThreadedRuntime
 from actors.runtime.transport import PARENT_INBOX, InMemoryTransport
@@ -234,7 +236,7 @@ class Round:
 
 
 class Rig:
-    def __init__(self) -> None:
+    def __init__(self, artifacts: Path) -> None:
         self.news = News()
         self.traffic = Traffic()
         self.runtime = ObservedRuntime(self.news)
@@ -256,6 +258,9 @@ class Rig:
             settings=self.settings,
             sink=self.sink,
             journal=NullJournal(),
+            # the notes on disk, as a real session keeps them (in memory, each note's lines
+            # would count as retained by the session)
+            notes=FileTaskNotes(artifacts),
         )
         self.names = [f"a{i:02d}" for i in range(AGENTS)]
         script = parse_script(IDLE)
@@ -495,8 +500,8 @@ class Rig:
 
 
 @pytest.fixture
-def rig() -> Any:
-    built = Rig()
+def rig(tmp_path: Path) -> Any:
+    built = Rig(tmp_path / "artifacts")
     yield built
     built.session.shutdown()
 
