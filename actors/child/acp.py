@@ -134,7 +134,6 @@ class AcpAdapter(AgentSaid):
         self._approval_cancelled = asyncio.Event()
         self._commands: dict[str, str] = {}
         self._titles: dict[str, str] = {}
-        self._gates = self._opts.gates
         self._said: list[str] = []
         self._cost_seen = 0.0
         # --- core thread state

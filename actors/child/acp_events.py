@@ -42,8 +42,9 @@ from acp.schema import (
     UsageUpdate,
 )
 
+from actors.child.acp_options import AcpOptions
 from actors.runtime.procs import OUTPUT_TAIL_BYTES
-from protocol.calls.gates import Gate, matching, subject_of
+from protocol.calls.gates import matching, subject_of
 from protocol.core.limits import MAX_BUDGET_COST
 
 __all__ = [
@@ -110,7 +111,7 @@ def _chosen(options: list[PermissionOption], *, approved: bool) -> RequestPermis
 class AgentSaid:
     """The adapter's half that reads what the agent says (mixed into ``AcpAdapter``, whose
     state it uses: ``_said``, ``_commands``, ``_titles``, ``_cost_seen``, ``_cancelling``,
-    ``_closing``, ``_environ``, ``_approval``, ``_approval_cancelled``, ``_gates``,
+    ``_closing``, ``_environ``, ``_approval``, ``_approval_cancelled``, ``_opts``,
     ``_session_id``, ``_log`` and ``_publish``)."""
 
     _said: list[str]
@@ -122,7 +123,7 @@ class AgentSaid:
     _environ: dict[str, str]
     _approval: Any
     _approval_cancelled: asyncio.Event
-    _gates: list[Gate]
+    _opts: AcpOptions
     _session_id: str | None
     _log: Any
 
@@ -178,10 +179,10 @@ class AgentSaid:
             return cancelled
         what = tool_call.title or tool_call.kind or "a tool call"
         raw = tool_call.raw_input
-        if self._gates:
+        if self._opts.gates:
             kind = tool_call.kind or self._titles.get(tool_call.tool_call_id) or "other"
             subject = subject_of(raw, tool_call.title)
-            if matching(self._gates, kind, subject) is None:
+            if matching(self._opts.gates, kind, subject) is None:
                 said = head(f"{kind}: {subject}", APPROVAL_TEXT_LIMIT)
                 self._publish("output", text=f"[shepherd] allowed, no --approve rule: {said}")
                 return _chosen(options, approved=True) or cancelled

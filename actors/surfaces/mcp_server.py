@@ -77,7 +77,7 @@ from actors.surfaces.cli_ops import ANSWER_TIMEOUT_S, answer_timeout
 from actors.surfaces.client import Client, find_session, session_alive
 from actors.surfaces.mcp_elicit import ApprovalElicitor
 from actors.surfaces.mcp_tasks import TASK_TOOLS, McpTasks
-from actors.surfaces.mcp_wire import BoundedLines, Drain
+from actors.surfaces.mcp_wire import Drain, StdinLines
 from protocol import ops
 from protocol.core.errors import ErrorInfo, InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.ops.tools import (
@@ -319,7 +319,7 @@ class ShepherdMcp:
             return _error(ErrorInfo(code="internal_error", message=repr(exc)))
 
     async def run_stdio(self) -> None:
-        lines = BoundedLines(sys.stdin.buffer).wrapped()  # mcp_wire's rules: bounded lines,
+        lines = StdinLines(sys.stdin.buffer).wrapped()  # mcp_wire's rules: bounded lines,
         async with (  # a bad frame answered, the end held until every request is answered
             stdio_server(stdin=lines) as (read_stream, write_stream),
             anyio.create_task_group() as tg,

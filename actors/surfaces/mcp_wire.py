@@ -3,7 +3,7 @@ frame that is not a message, and every request answered before the server ends.
 
 Rules:
 
-1. **A line is bounded** (:class:`BoundedLines`): at most
+1. **A line is bounded** (:class:`StdinLines`): at most
    :data:`~protocol.core.limits.MAX_MCP_LINE_BYTES`; a longer one is read to its end without
    being kept, and answered as rule 2 says (``Invalid Request``, naming the bound).
 2. **A frame that is not a JSON-RPC message is answered** (the SDK's reader only logs it): not
@@ -45,20 +45,20 @@ from mcp.types import (
 from actors.runtime.log import logger
 from protocol.core.limits import MAX_MCP_LINE_BYTES
 
-__all__ = ["DRAIN_BOUND_S", "BoundedLines", "Drain", "bad_frame"]
+__all__ = ["DRAIN_BOUND_S", "Drain", "StdinLines", "bad_frame"]
 
 #: how long the end of the client's input waits for the answers still open
 DRAIN_BOUND_S = 330.0
 
 T = TypeVar("T")
 _CANCELLED = "notifications/cancelled"
-#: what :class:`BoundedLines` gives in place of a line over its bound (rule 1)
+#: what :class:`StdinLines` gives in place of a line over its bound (rule 1)
 _OVER = "shepherd_line_over_bytes"
 #: a reason is cut to this many characters
 _REASON_CHARS = 200
 
 
-class BoundedLines:
+class StdinLines:
     """The lines of a binary input as text, each at most ``limit`` bytes (rule 1), for
     ``anyio.wrap_file`` and the SDK's ``stdio_server(stdin=...)``."""
 

@@ -13,7 +13,7 @@ import pytest
 from mcp.shared.message import SessionMessage
 from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, jsonrpc_message_adapter
 
-from actors.surfaces.mcp_wire import BoundedLines, Drain, bad_frame
+from actors.surfaces.mcp_wire import Drain, StdinLines, bad_frame
 
 from .conftest import Running
 from .mcp_stdio import McpProcess
@@ -133,7 +133,7 @@ def test_frames_that_are_no_message_get_typed_answers_and_the_server_goes_on(
 
 def test_a_line_over_the_bound_is_dropped_whole_and_stands_as_one_refusal() -> None:
     raw = io.BytesIO(b"short\n" + b"x" * 30 + b"\n" + b"y" * 10 + b"\n" + b"tail")
-    lines = BoundedLines(raw, limit=10)
+    lines = StdinLines(raw, limit=10)
     read = [lines.readline() for _ in range(5)]
     assert read[0] == "short\n"
     assert json.loads(read[1]) == {"shepherd_line_over_bytes": 10}
