@@ -7,6 +7,9 @@
   const el = S.el;
   const MAX_SHOWN = 500;
   let params = "";
+  // the stream the shown filters asked for (null while it is being chosen): what an older
+  // stream still brings, under other filters, is not shown
+  let wanted = null;
 
   function who(n) {
     if (n.sender_name || n.agent_name) return n.sender_name || n.agent_name;
@@ -62,12 +65,21 @@
       delete list.dataset.loaded;
       S.$("#feed-state").textContent = "";
       // the filters checked first: a refused one is shown, and the stream stays the board's
+      wanted = null;
+      const asked = params;
       S.get("/api/notifications?limit=0" + (params ? "&" + params : "")).then((body) => {
-        S.listen(body ? params || "board_only=0" : "board_only=1");
+        if (asked !== params) return;  // the filters changed again meanwhile
+        wanted = body ? params || "board_only=0" : "board_only=1";
+        S.listen(wanted);
       });
     },
-    hello(data) { S.$("#feed").replaceChildren(); backlog(data.offset); },
-    notification(n) {
+    hello(data, stream) {
+      if (stream !== wanted) return;
+      S.$("#feed").replaceChildren();
+      backlog(data.offset);
+    },
+    notification(n, stream) {
+      if (stream !== wanted) return;
       const list = S.$("#feed");
       list.prepend(item(n));
       while (list.children.length > MAX_SHOWN) list.lastChild.remove();

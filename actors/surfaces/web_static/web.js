@@ -107,7 +107,7 @@ const Shepherd = (() => {
     source = new EventSource("/api/events?" + params);
     const on = (name) => source.addEventListener(name, (e) => {
       const view = views[current];
-      if (view && view[name]) view[name](JSON.parse(e.data));
+      if (view && view[name]) view[name](JSON.parse(e.data), params);  // and the stream's filters
     });
     for (const name of ["hello", "board", "notification", "board_error"]) on(name);
   }
