@@ -282,6 +282,8 @@ def _receipt(ack: AckEnvelope, message_id: str) -> dict[str, Any]:
         receipt["task_id"] = ack.task_id
     if ack.result is not None:
         receipt["result"] = msgspec.to_builtins(ack.result)
+    if ack.note is not None:
+        receipt["note"] = ack.note
     return receipt
 
 

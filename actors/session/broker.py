@@ -17,25 +17,19 @@ Rules of the runner:
   is run, each caller is told ``session_unavailable``. A batch of inbound envelopes (one
   receiving pass) is one run: each envelope's rule in order, all their records in one write,
   then each one's other effects in order. ``Drain`` is answered once every earlier run ran.
-- Each effect's runner is found by the effect's type (one dict lookup). What goes to other
-  actors (task notes to the one note writer, settled results to each watcher's actor, what
-  the watchdog is told) is gathered over the run and sent when it ends: one message per
-  actor per run (:mod:`actors.session.note_writer`, :mod:`actors.session.watcher`).
-- A watcher is an actor of its own (``SpawnWatcher`` starts it from the state the rules gave;
-  ``HandOver`` routes a result to it). This actor keeps only its address, until it says it is
-  done; what it has pending, buffered and delivered, and its coalescing window, are its own.
-- A task is an actor of its own too (``SpawnTask``, ``TellTask``, ``StopTask``:
-  :mod:`actors.session.task_routes`): it decides its waiting transitions and its settlement;
-  its reports (``TaskReport``) come back here, where the session's rules act on them. The
-  state's ``tasks`` is the read model those reports keep. A parent's cancel or fail is
-  answered once its task has decided.
+- Each effect's runner is found by its type (one dict lookup). What goes to other actors
+  (notes, results to watchers, the watchdog) is gathered over the run: one message per actor.
+- A watcher is an actor of its own (``SpawnWatcher``, ``HandOver``): this actor keeps only its
+  address until it is done; its pending, buffered and delivered results and its coalescing
+  window are its own.
+- A task is an actor of its own too (:mod:`actors.session.task_routes`): it decides its
+  waiting transitions and its settlement; its reports come back here, where the session's
+  rules act on them (``tasks`` is their read model). A cancel is answered once it decided.
 - The answer to an operation is its ``Answer`` effect, or a future of it (``read``: the
-  agent's actor holds its output). The edge resolves a future; there is no other way of
-  saying "the answer comes later".
-- A timer hands its event back to this actor; the rules ignore an event that no longer
-  applies (a timer cancelled too late, or fired early by the simulation).
-- The transport authenticated and de-duplicated every envelope that reaches this actor: it
-  trusts them (:mod:`actors.runtime.transport`).
+  agent's actor holds its output); the edge resolves a future.
+- A timer, git and a task's check hand their event back to this actor; the rules ignore an
+  event that no longer applies (a timer cancelled too late, a check of a settled task).
+- The transport authenticated and de-duplicated every envelope that reaches this actor.
 - After a parent restart (``restore``), the first thing it does is run the effects of
   :func:`protocol.session.restore.resume`: the same effects as a live session, no second path.
 """
@@ -55,16 +49,11 @@ from actors.records.journal import Journal
 from actors.records.notes import TaskNotes
 from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor, tell_quietly
-from actors.runtime.transport import (
-    PARENT_INBOX,
-    DeliveryFailed,
-    NotHandled,
-    Refusals,
-    Transport,
-)
+from actors.runtime.transport import PARENT_INBOX, DeliveryFailed, NotHandled, Refusals, Transport
 from actors.session import messages
 from actors.session.agent import Launcher
 from actors.session.agent_routes import AgentRoutes
+from actors.session.checks import CheckRunner
 from actors.session.held import HeldRuns
 from actors.session.journal_writer import Committed, JournalFailed, JournalWriter
 from actors.session.note_writer import NoteWriter
@@ -78,12 +67,14 @@ from actors.session.watcher_routes import WatcherRoutes
 from actors.session.worktrees import GitWorker
 from protocol.calls import api
 from protocol.core.errors import ShepherdError
+from protocol.records.checks import CheckDone
 from protocol.records.notifications import Notice
 from protocol.records.settings import Settings
 from protocol.records.worktrees import WorktreeProbed, WorktreeReleased
 from protocol.session import (
     agents,
     calls,
+    checks,
     inbound,
     settlement,
     status,
@@ -126,6 +117,7 @@ class BrokerActor(ShepherdActor):
         restore: Restore | None = None,
         spans: Any = None,
         git: GitWorker | None = None,
+        checks: CheckRunner | None = None,
     ) -> None:
         super().__init__()
         #: the session's tracing (actors.tracing.parent.ParentSpans), when it is on: it sees
@@ -141,10 +133,10 @@ class BrokerActor(ShepherdActor):
         log = self._log = logger.bind(session=session_id)
         self._coalesce_s = settings.coalesce_ms / 1000.0
         #: the parent's sink, receipts, notes, the watchdog (it observes; the rules only tell
-        #: it what happens), git, the story
+        #: it what happens), git, the tasks' checks, the story
         watchdog = watchdog_factory(self.actor_ref) if watchdog_factory else None
         outlets = self._outlets = Outlets(
-            self.actor_ref, sink, transport, log, tap=tap, watchdog=watchdog, git=git
+            self.actor_ref, sink, transport, log, tap=tap, watchdog=watchdog, git=git, checks=checks
         )
         #: the agents', the tasks' and the watchers' actors: where their mail goes (and the
         #: parent's calls waiting for their tasks)
@@ -175,6 +167,8 @@ class BrokerActor(ShepherdActor):
             fx.Story: outlets.story,
             fx.Log: lambda e, _: self._log.log(e.level.upper(), e.text),
             fx.ProbeWorktree: outlets.probe,
+            fx.RunCheck: outlets.run_check,
+            fx.StopCheck: outlets.stop_check,
             **dict.fromkeys(WATCHDOG_EFFECTS, outlets.watched),
         }
         #: why the session stopped deciding (its journal failed), or None
@@ -237,6 +231,8 @@ class BrokerActor(ShepherdActor):
                 return None
             case WorktreeProbed():
                 return self._run(worktree_events.probed(state, message, self._ctx()))
+            case CheckDone():
+                return self._run(checks.checked(state, message, self._ctx()))
             case WorktreeReleased():
                 return self._run(worktrees.released(state, message, self._ctx()))
             case messages.WorktreeOf(agent_id=agent_id):

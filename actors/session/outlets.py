@@ -8,6 +8,9 @@ one-shot inbox, the task notes' writer, the watchdog, git, the story (:mod:`acto
   (:meth:`Outlets.flush`): one message to each per run.
 - ``ProbeWorktree`` runs git on the session's git worker; its answer comes back to the broker
   as an event (a session with no git worker answers at once that it has none).
+- ``RunCheck`` / ``StopCheck``: a task's acceptance check, on the session's check runner
+  (:mod:`actors.session.checks`); its end comes back to the broker as a ``CheckDone`` (a
+  session with no runner answers at once that it runs none: the attempt fails, told).
 - ``Story``: one human line per lifecycle change, for ``shepherd demo`` and ``serve
   --verbose`` (a failing tap is logged).
 """
@@ -22,11 +25,13 @@ import pykka
 
 from actors.runtime.runtime import tell_quietly
 from actors.runtime.transport import Transport
+from actors.session.checks import CheckRunner
 from actors.session.note_writer import NoteWrites
 from actors.session.runs import Run
 from actors.session.sinks import GuardedSink
 from actors.session.worktrees import GitWorker
 from protocol.core.errors import ShepherdError
+from protocol.records.checks import CheckDone, Evidence
 from protocol.records.worktrees import WorktreeProbed
 from protocol.session import effects as fx
 
@@ -44,6 +49,7 @@ class Outlets:
         tap: Callable[[str], None] | None = None,
         watchdog: pykka.ActorRef[Any] | None = None,
         git: GitWorker | None = None,
+        checks: CheckRunner | None = None,
     ) -> None:
         self._broker = broker
         self._sink = sink
@@ -52,6 +58,7 @@ class Outlets:
         self._tap = tap
         self.watchdog = watchdog
         self._git = git
+        self._checks = checks
         #: every task's note, written by one actor (started with the broker)
         self.note_writer: pykka.ActorRef[Any] | None = None
 
@@ -87,6 +94,25 @@ class Outlets:
         kind, task_id, agent_id = effect.kind, effect.task_id, effect.worktree.agent_id
         why = "this session runs no git worker"
         answer(WorktreeProbed(kind=kind, task_id=task_id, agent_id=agent_id, error=why))
+
+    def run_check(self, effect: fx.RunCheck, _: Run) -> None:
+        answer = functools.partial(tell_quietly, self._broker)
+        if self._checks is not None:
+            self._checks.run(effect, answer)
+            return
+        why = "this session runs no checks"
+        evidence = Evidence(
+            command=effect.check.command,
+            attempt=effect.attempt,
+            exit_status=None,
+            duration_s=0.0,
+            error=why,
+        )
+        answer(CheckDone(task_id=effect.task_id, evidence=evidence))
+
+    def stop_check(self, effect: fx.StopCheck, _: Run) -> None:
+        if self._checks is not None:
+            self._checks.stop(effect.task_id)
 
     def story(self, effect: fx.Story, _: Run) -> None:
         if self._tap is None:

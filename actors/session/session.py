@@ -37,6 +37,7 @@ from actors.runtime.transport import (
 from actors.session import worktrees as wt
 from actors.session.agent import Launcher
 from actors.session.broker import BrokerActor
+from actors.session.checks import CheckRunner
 from actors.session.git import GIT_TIMEOUT_S
 from actors.session.messages import (
     Drain,
@@ -106,10 +107,11 @@ class Session(WatchdogMethods):
         self.notes = notes if notes is not None else MemoryTaskNotes()
         #: the watchdog actor, started by the broker (it tells the watchdog what happens)
         self.watchdog_ref: pykka.ActorRef[Any] | None = None
-        #: where agents' git worktrees are made (None: this session makes none), and the one
-        #: thread that runs git for them (:mod:`actors.session.worktrees`)
+        #: where agents' worktrees are made (None: none), and its git thread (.worktrees)
         self.worktrees_root = worktrees_root
         self.git = GitWorker() if worktrees_root is not None else None
+        #: the tasks' acceptance checks, each on a thread of its own (actors.session.checks)
+        self.checks = CheckRunner(self.session_id)
         self.broker = runtime.spawn(
             BrokerActor,
             self.session_id,
@@ -123,6 +125,7 @@ class Session(WatchdogMethods):
             self._watchdog_factory if watchdog else None,
             restore,
             git=self.git,
+            checks=self.checks,
             spans=spans,
         )
         #: with a durable transport, the receiver hands an envelope over only once the broker
@@ -442,5 +445,6 @@ class Session(WatchdogMethods):
             self.broker.ask(Drain(), timeout=ASK_TIMEOUT_S)
         if self.git is not None:
             self.git.close()
+        self.checks.close()
         self.runtime.shutdown()
         self.transport.close()

@@ -32,7 +32,11 @@ from protocol.core.limits import (
     OptionText,
     RefName,
     Text,
+    VerifyAttempts,
+    VerifyCommand,
+    VerifyTimeout,
 )
+from protocol.records.checks import Check
 from protocol.records.requests import RequestRecord
 from protocol.records.tasks import TaskResult, TaskState
 from protocol.records.usage import Budget, Usage
@@ -148,6 +152,11 @@ class TaskStatus(msgspec.Struct, frozen=True, kw_only=True):
     # --- budgets
     usage: Usage | None = None
     budget: Budget | None = None
+    # --- acceptance checks
+    #: the check a ``completed`` done must pass, and its attempts begun (the one running,
+    #: while ``verifying``)
+    check: Check | None = None
+    attempt: int = 0
 
 
 class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -296,6 +305,10 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: the ``shepherd node`` to start it on (``any``: the least-loaded live node; None: this
     #: host, as the parent's own child). Only over NATS (protocol.wire.nodes)
     node: NodeName | None = None
+    #: the acceptance check of every task of the agent that gives none (protocol.records.checks)
+    verify: VerifyCommand | None = None
+    verify_attempts: VerifyAttempts | None = None
+    verify_timeout_s: VerifyTimeout | None = None
 
 
 class SpawnArgs(
@@ -316,6 +329,10 @@ class DelegateArgs(
     max_tokens: BudgetTokens | None = None
     max_cost: BudgetCost | None = None
     max_minutes: BudgetMinutes | None = None
+    # --- the acceptance check of a ``completed`` done (None: the agent's, from its spawn)
+    verify: VerifyCommand | None = None
+    verify_attempts: VerifyAttempts | None = None
+    verify_timeout_s: VerifyTimeout | None = None
 
 
 class MessageArgs(Arguments[MessageResult], frozen=True, kw_only=True, forbid_unknown_fields=True):

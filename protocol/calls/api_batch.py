@@ -19,6 +19,9 @@ from protocol.core.limits import (
     DeadlineMinutes,
     Handle,
     Text,
+    VerifyAttempts,
+    VerifyCommand,
+    VerifyTimeout,
 )
 
 __all__ = [
@@ -46,6 +49,10 @@ class DelegateItem(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_tokens: BudgetTokens | msgspec.UnsetType = msgspec.UNSET
     max_cost: BudgetCost | msgspec.UnsetType = msgspec.UNSET
     max_minutes: BudgetMinutes | msgspec.UnsetType = msgspec.UNSET
+    #: delegate's acceptance check of this task (left out: the call's)
+    verify: VerifyCommand | msgspec.UnsetType = msgspec.UNSET
+    verify_attempts: VerifyAttempts | msgspec.UnsetType = msgspec.UNSET
+    verify_timeout_s: VerifyTimeout | msgspec.UnsetType = msgspec.UNSET
 
 
 class ItemError(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +83,10 @@ class DelegateManyArgs(
     max_tokens: BudgetTokens | None = None
     max_cost: BudgetCost | None = None
     max_minutes: BudgetMinutes | None = None
+    #: the acceptance check of every item that gives none (None: each agent's own)
+    verify: VerifyCommand | None = None
+    verify_attempts: VerifyAttempts | None = None
+    verify_timeout_s: VerifyTimeout | None = None
     #: also register one watcher of every accepted task (in the same journal write)
     watch: bool = False
 

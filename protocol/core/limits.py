@@ -57,6 +57,9 @@ __all__ = [
     "MAX_TRACEPARENT_CHARS",
     "MAX_TRANSPORT_CHARS",
     "MAX_TRANSPORT_SERVERS",
+    "MAX_VERIFY_ATTEMPTS",
+    "MAX_VERIFY_COMMAND_CHARS",
+    "MAX_VERIFY_TIMEOUT_S",
     "NODE_NAME_PATTERN",
     "PREVIEW_CHARS",
     "WORKTREES_PAGE",
@@ -83,6 +86,9 @@ __all__ = [
     "Traceparent",
     "UsageCost",
     "UsageTokens",
+    "VerifyAttempts",
+    "VerifyCommand",
+    "VerifyTimeout",
     "answer_budget",
     "preview",
 ]
@@ -164,6 +170,18 @@ BudgetMinutes = DeadlineMinutes
 #: one usage report: zero or more, finite, at most the ceiling of a budget
 UsageTokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_BUDGET_TOKENS)]
 UsageCost = Annotated[float, msgspec.Meta(ge=0, le=MAX_BUDGET_COST)]
+# --- acceptance checks (``delegate --verify CMD``: protocol.records.checks)
+
+#: the longest check command, in characters (a shell command line, not a script)
+MAX_VERIFY_COMMAND_CHARS: Final = 4096
+#: the most attempts one task's check may get
+MAX_VERIFY_ATTEMPTS: Final = 10
+#: the longest one run of a check may take, in seconds (an hour)
+MAX_VERIFY_TIMEOUT_S: Final = 3600.0
+VerifyCommand = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_VERIFY_COMMAND_CHARS)]
+VerifyAttempts = Annotated[int, msgspec.Meta(ge=1, le=MAX_VERIFY_ATTEMPTS)]
+VerifyTimeout = Annotated[float, msgspec.Meta(gt=0, le=MAX_VERIFY_TIMEOUT_S)]
+
 #: the share of a budget at which the parent is warned once (the soft limit)
 SoftFraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from protocol.calls import api, views
 from protocol.calls.answers import READ_PAGES, STATUS_PAGES
-from protocol.ops.spawn import SPAWN
+from protocol.ops.spawn import SPAWN, check_params
 from protocol.ops.spec import Param, Tool, entry, respell
 
 __all__ = [
@@ -102,6 +102,7 @@ DELEGATE = entry(
             metavar="M",
             help="most minutes for the task (at most 10080)",
         ),
+        **check_params("this task (default: the agent's, from spawn --verify)"),
     },
     tool=Tool(
         description=(

@@ -7,7 +7,40 @@ from protocol.calls import api, views
 from protocol.ops.nodes import NODE_PARAM
 from protocol.ops.spec import Param, Tool, entry
 
-__all__ = ["SPAWN"]
+__all__ = ["SPAWN", "check_params"]
+
+
+def check_params(whose: str) -> dict[str, Param]:
+    """The acceptance check's three fields (``delegate``'s, and ``spawn``'s default of them),
+    saying ``whose`` check they are."""
+    return {
+        "verify": Param(
+            description=(
+                f"Acceptance check of {whose}: a shell command (1 to 4096 characters) run in "
+                "the agent's directory when the agent says completed; exit status 0 accepts "
+                "the claim, anything else sends the task back to the agent with the output's "
+                "tail (after the last attempt it fails with verification_failed)"
+            ),
+            cli="--verify",
+            metavar="CMD",
+            help="acceptance check: a shell command that must exit 0 (1-4096 characters)",
+        ),
+        "verify_attempts": Param(
+            description="Attempts the check gets (1 to 10, default 2)",
+            cli="--verify-attempts",
+            metavar="N",
+            help="attempts of the check (1-10, default 2)",
+        ),
+        "verify_timeout_s": Param(
+            description=(
+                "Seconds one run of the check may take (above 0, at most 3600, default 600); "
+                "past it the run is killed and counts as failed"
+            ),
+            cli="--verify-timeout",
+            metavar="S",
+            help="seconds one run of the check may take (at most 3600, default 600)",
+        ),
+    }
 
 
 SPAWN = entry(
@@ -142,6 +175,7 @@ SPAWN = entry(
             help="gate matching Pi tool calls on your approval (repeatable)",
         ),
         "node": NODE_PARAM,
+        **check_params("every task of the agent that names none"),
     },
     tool=Tool(
         description=(

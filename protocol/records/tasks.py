@@ -11,6 +11,12 @@ Rules:
    the last pending request moves waiting → running.
 4. ``done(completed)`` is refused with ``unresolved_requests`` while requests are pending,
    unless the agent asks to cancel them; every other terminal event cancels them.
+5. **A checked claim is verified first.** A task with an acceptance check
+   (:mod:`protocol.records.checks`) goes from ``running`` (or ``waiting``, its requests
+   cancelled) to ``verifying`` on its agent's ``done(completed)`` (``verify``); the check's pass
+   completes it, a failed attempt with attempts left sends it back to ``running`` (``reject``),
+   and the parent's fail, cancel or deadline end it as from any open state. ``blocked`` and
+   ``failed`` from the agent are never verified.
 
 Theory of operation: :data:`TRANSITIONS` is the whole machine as a table of
 ``(state, event) -> state``; the functions below only look moves up in it, check the one
@@ -26,6 +32,7 @@ from typing import Final, Literal
 import msgspec
 
 from protocol.core.errors import InvalidTransition, UnresolvedRequests
+from protocol.records.checks import Check, Evidence
 from protocol.records.usage import Budget, Usage
 from protocol.records.worktrees import WorktreeChanges
 
@@ -40,8 +47,10 @@ __all__ = [
     "TaskState",
     "close_request",
     "open_request",
+    "reject",
     "settle",
     "start",
+    "verify",
 ]
 
 
@@ -49,6 +58,7 @@ class TaskState(enum.StrEnum):
     CREATED = "created"
     RUNNING = "running"
     WAITING = "waiting"
+    VERIFYING = "verifying"
     COMPLETED = "completed"
     BLOCKED = "blocked"
     FAILED = "failed"
@@ -66,6 +76,8 @@ class TaskEvent(enum.StrEnum):
     FAIL = "fail"  # done(failed), or the parent failed it (process exit, publish failure)
     CANCEL = "cancel"  # the parent cancelled it (or closed the agent)
     TIME_OUT = "time_out"  # the task deadline passed
+    VERIFY = "verify"  # done(completed) from the owning agent, on a task with a check
+    REJECT = "reject"  # the check failed an attempt, and attempts are left
 
 
 DoneStatus = Literal["completed", "blocked", "failed"]
@@ -110,6 +122,13 @@ def _build_table() -> dict[tuple[TaskState, TaskEvent], TaskState]:
     for state in (TaskState.CREATED, TaskState.RUNNING, TaskState.WAITING):
         for event, target in _TERMINAL_EVENTS.items():
             table[(state, event)] = target
+    # rule 5: a claim that is checked (the agent's own done never reaches a verifying task:
+    # its rules refuse it, so complete and fail here are the check's and the parent's)
+    table[(TaskState.RUNNING, TaskEvent.VERIFY)] = TaskState.VERIFYING
+    table[(TaskState.WAITING, TaskEvent.VERIFY)] = TaskState.VERIFYING
+    table[(TaskState.VERIFYING, TaskEvent.REJECT)] = TaskState.RUNNING
+    for event in (TaskEvent.COMPLETE, TaskEvent.FAIL, TaskEvent.CANCEL, TaskEvent.TIME_OUT):
+        table[(TaskState.VERIFYING, event)] = _TERMINAL_EVENTS[event]
     return table
 
 
@@ -140,6 +159,9 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     #: an agent in a git worktree: the paths the task changed, and their overlap with
     #: other live agents' worktrees (:mod:`protocol.records.worktrees`)
     changes: WorktreeChanges | None = None
+    # --- acceptance checks
+    #: what the last run of the task's check showed (a verified or a failed claim)
+    evidence: Evidence | None = None
 
 
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -163,6 +185,13 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     # --- budgets
     #: the task's limits, as granted (capped by what the session had left)
     budget: Budget | None = None
+    # --- acceptance checks (rule 5)
+    #: the check a ``completed`` done must pass (None: the claim is taken)
+    check: Check | None = None
+    #: the check's attempts begun (the one running, while ``verifying``)
+    attempt: int = 0
+    #: the summary of the ``done`` being checked: the result's text once it passes
+    claim: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -226,6 +255,7 @@ def settle(
     cancel_requests: bool = False,
     reason: str | None = None,
     usage: Usage | None = None,
+    evidence: Evidence | None = None,
 ) -> tuple[TaskRecord, bool]:
     """Apply a terminal event. Returns ``(record, changed)``.
 
@@ -259,11 +289,32 @@ def settle(
         description=record.description,
         reason=reason,
         usage=usage,
+        evidence=evidence,
     )
     settled = msgspec.structs.replace(
         record, state=state, waiting_since=None, pending_requests=(), result=result
     )
     return settled, True
+
+
+def verify(record: TaskRecord, text: str | None) -> TaskRecord:
+    """running/waiting → verifying (rule 5): the claim ``text`` waits for the next attempt of
+    the check. Its pending requests are dropped (the caller cancels them, as a settlement's)."""
+    _move(record, TaskEvent.VERIFY)
+    return msgspec.structs.replace(
+        record,
+        state=TaskState.VERIFYING,
+        waiting_since=None,
+        pending_requests=(),
+        attempt=record.attempt + 1,
+        claim=text,
+    )
+
+
+def reject(record: TaskRecord) -> TaskRecord:
+    """verifying → running: the attempt failed and another is left (rule 5)."""
+    _move(record, TaskEvent.REJECT)
+    return msgspec.structs.replace(record, state=TaskState.RUNNING, claim=None)
 
 
 def event_for_done(status: DoneStatus) -> TaskEvent:

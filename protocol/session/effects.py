@@ -35,6 +35,10 @@ effect              what running it means
 ``AnswerFromOutput`` the answer is a page of the agent's output (its actor holds it): the
                     broker answers with a future of it
 ``Watchdog*``       tell the watchdog what happened (it observes; it never decides here)
+``RunCheck``        run a task's acceptance check off the broker's thread, in its agent's
+                    directory and its own process group; its end comes back as a
+                    ``CheckDone`` event (:mod:`protocol.session.checks`)
+``StopCheck``       kill the process group of a task's running check (nothing if none runs)
 ``ProbeWorktree``   run git in an agent's worktree, off the broker's thread: where it stands
                     when a task is handed over (``snapshot``), or what the task changed and
                     what overlaps when it settled (``diff``); the answer comes back as a
@@ -52,6 +56,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from protocol.records.checks import Check
 from protocol.records.notifications import AnyNotification
 from protocol.records.tasks import TaskRecord, TaskResult
 from protocol.records.worktrees import Snapshot, WorktreeRef
@@ -78,6 +83,7 @@ __all__ = [
     "ProbeWorktree",
     "Publish",
     "RequestTimeout",
+    "RunCheck",
     "SessionTimer",
     "SpawnAgent",
     "SpawnTask",
@@ -85,6 +91,7 @@ __all__ = [
     "StaleDue",
     "StartTimer",
     "StopAgent",
+    "StopCheck",
     "StopTask",
     "Story",
     "TaskDeadline",
@@ -324,3 +331,22 @@ class ProbeWorktree(Effect, frozen=True, kw_only=True):
     snapshot: Snapshot | None = None
     #: ``diff``: the other live agents' worktrees, for the overlap
     others: tuple[WorktreeRef, ...] = ()
+
+
+# --- acceptance checks
+
+
+class RunCheck(Effect, frozen=True, kw_only=True):
+    """Run attempt ``attempt`` of ``check`` for a task (its agent's directory: ``cwd``; None:
+    the session's own). A check of the same task still running is ended first."""
+
+    task_id: str
+    agent_id: str
+    agent_name: str
+    check: Check
+    attempt: int
+    cwd: str | None = None
+
+
+class StopCheck(Effect, frozen=True, kw_only=True):
+    task_id: str

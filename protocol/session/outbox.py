@@ -52,6 +52,7 @@ def ack(
     error: ErrorInfo | None = None,
     request_id: str | None = None,
     result: TaskResult | None = None,
+    note: str | None = None,
 ) -> list[Effect]:
     row = s.agents.get(env.sender_id)
     if row is None:
@@ -67,6 +68,7 @@ def ack(
         request_id=request_id,
         task_id=getattr(env, "task_id", None),
         result=preview_result(result) if result is not None else None,
+        note=note,
     )
     if env.reply_inbox is not None:
         stamped = msgspec.structs.replace(receipt, capability=row.capability)

@@ -47,10 +47,11 @@ from protocol.records.journal import (
 )
 from protocol.records.requests import RequestRecord
 from protocol.records.settings import Settings
-from protocol.records.tasks import TaskEvent, TaskRecord
+from protocol.records.tasks import TaskEvent, TaskRecord, TaskState
 from protocol.session import (
     agents,
     budgets,
+    checks,
     recover,
     requests,
     settlement,
@@ -194,6 +195,8 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         if record.deadline_at is not None:
             delay = max(0.0, record.deadline_at - cx.now)
             effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=task_id)))
+        if record.state is TaskState.VERIFYING:  # its check runs again, once
+            effects.append(checks.run_check(s, record))
         episode = s.stale.get(task_id)
         if episode is not None:
             if restore.stale_notice_given(task_id):

@@ -32,8 +32,8 @@ from protocol.calls import api
 from protocol.core.errors import ErrorInfo, ForbiddenSender, InvalidHandle
 from protocol.core.ids import IdKind, kind_of
 from protocol.records.requests import RequestState
-from protocol.records.tasks import TaskEvent, TaskRecord, event_for_done
-from protocol.session import outbox, requests, worktrees
+from protocol.records.tasks import TaskEvent, TaskRecord, TaskState, event_for_done
+from protocol.session import checks, outbox, requests, worktrees
 from protocol.session import task as one_task
 from protocol.session.effects import (
     Answer,
@@ -43,6 +43,7 @@ from protocol.session.effects import (
     FinaliseNote,
     Journal,
     Log,
+    StopCheck,
     StopTask,
     TaskDeadline,
     TellTask,
@@ -115,11 +116,10 @@ def settle(
 def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
     """What a task's actor decided, acted on by the session (rules 3 and 4)."""
     if isinstance(report, one_task.ENDINGS):
-        task_id = (
-            report.record.task_id
-            if not isinstance(report, one_task.Settled)
-            else report.after.task_id
-        )
+        if isinstance(report, one_task.MOVES):
+            task_id = report.after.task_id
+        else:
+            task_id = report.record.task_id
         left = s.endings.pop(task_id, 1) - 1
         if left > 0:
             s.endings[task_id] = left
@@ -139,6 +139,10 @@ def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
             return _then(s, then, record, cx, already=True)
         case one_task.Refused(record=record, error=error, then=then):
             return _then(s, then, record, cx, error=error)
+        case one_task.Verifying(after=after, then=then):
+            return checks.verifying(s, report, cx) + _then(s, then, after, cx)
+        case one_task.Rejected(after=after, then=then):
+            return checks.rejected(s, report, cx) + _then(s, then, after, cx)
     raise TypeError(f"a task does not report {type(report).__name__}")
 
 
@@ -156,6 +160,13 @@ def _then(
         case AckDone(envelope=env):
             if error is not None:  # refused by the machine (unresolved requests): nothing moved
                 return outbox.ack(s, cx, env, error=error)
+            if record.state is TaskState.VERIFYING and record.check is not None:
+                note = (
+                    f"your claim is being checked: the parent runs `{record.check.command}` "
+                    f"(attempt {record.attempt} of {record.check.attempts}); you are told if it "
+                    "fails"
+                )
+                return outbox.ack(s, cx, env, note=note)
             return outbox.ack(s, cx, env, result=record.result)
         case AnswerSettle():
             assert error is None, error  # a cancel or a fail is never refused by the machine
@@ -186,6 +197,8 @@ def _settled(
         effects.append(CancelTimer(key=("deadline", task_id)))
     if before.budget is not None and before.budget.max_minutes is not None:
         effects += [CancelTimer(key=("budget_soft", task_id)), CancelTimer(key=("budget", task_id))]
+    if before.state is TaskState.VERIFYING:  # an ending during a check ends the check
+        effects.append(StopCheck(task_id=task_id))
     effects += [Journal(record=settled), FinaliseNote(record=settled)]
     effects += requests.task_moved(s, before, settled, cx)
     row = s.agents.get(settled.agent_id)

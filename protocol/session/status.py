@@ -120,6 +120,8 @@ def _task(s: SessionState, task_id: str, now: float) -> api.TaskStatus:
         last_turn_exit_code=turns.exit_code,
         usage=s.task_usage.get(task_id),
         budget=record.budget,
+        check=record.check,
+        attempt=record.attempt,
     )
 
 

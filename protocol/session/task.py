@@ -23,7 +23,14 @@ Rules:
    task settled changes nothing and is reported ``Unchanged``, with the result that won. An
    ``End`` the machine refuses (``completed`` while requests are pending) changes nothing and
    is reported ``Refused``, with the error.
-3. **What comes after is the session's.** A message carries ``then``: what the session does
+3. **A checked claim is verified first** (:mod:`protocol.records.checks`). The agent's
+   ``completed`` on a task with a check moves it to ``verifying`` (``Verifying``) instead of
+   settling it; ``Checked`` (the check's run ended) completes it on a pass, sends it back to
+   ``running`` on a failed attempt with attempts left (``Rejected``), or fails it with
+   ``verification_failed`` after the last. While it is verifying, the agent's own ``done`` is
+   refused and a request it opens is ``Late``; the parent's endings end it as from any open
+   state. A ``Checked`` of an attempt no longer running changes nothing.
+4. **What comes after is the session's.** A message carries ``then``: what the session does
    once it is decided (answer the parent's call, send the agent its receipt); the task hands
    it back in its report, untouched. A message with a ``then`` is always reported (``Noted``
    when nothing changed), so whoever waits for it is never left waiting.
@@ -35,29 +42,36 @@ from typing import Any
 
 import msgspec
 
-from protocol.core.errors import ErrorInfo, ShepherdError
+from protocol.core.errors import ErrorInfo, InvalidTransition, ShepherdError, UnresolvedRequests
+from protocol.records.checks import Evidence
 from protocol.records.tasks import (
     TaskEvent,
     TaskRecord,
+    TaskState,
     close_request,
     open_request,
+    reject,
+    verify,
 )
 from protocol.records.tasks import settle as settle_record
 from protocol.records.usage import Usage
 
 __all__ = [
     "Attach",
+    "Checked",
     "Detach",
     "End",
     "Late",
     "Moved",
     "Noted",
     "Refused",
+    "Rejected",
     "Report",
     "Settled",
     "Sync",
     "TaskMessage",
     "Unchanged",
+    "Verifying",
     "receive",
 ]
 
@@ -103,7 +117,16 @@ class Sync(msgspec.Struct, frozen=True, kw_only=True):
     then: Any = None
 
 
-TaskMessage = Attach | Detach | End | Sync
+class Checked(msgspec.Struct, frozen=True, kw_only=True):
+    """A run of the task's check ended (rule 3)."""
+
+    evidence: Evidence
+    at: float
+    usage: Usage | None = None
+    then: Any = None
+
+
+TaskMessage = Attach | Detach | End | Sync | Checked
 
 
 # ------------------------------------------------------------------ what a task reports
@@ -152,12 +175,32 @@ class Refused(msgspec.Struct, frozen=True, kw_only=True):
     then: Any = None
 
 
-Report = Moved | Late | Noted | Settled | Unchanged | Refused
+class Verifying(msgspec.Struct, frozen=True, kw_only=True):
+    """The agent's ``completed`` is being checked (rule 3): ``before``'s pending requests were
+    dropped."""
+
+    before: TaskRecord
+    after: TaskRecord
+    then: Any = None
+
+
+class Rejected(msgspec.Struct, frozen=True, kw_only=True):
+    """An attempt of the check failed and another is left: the task runs again (rule 3)."""
+
+    before: TaskRecord
+    after: TaskRecord
+    evidence: Evidence
+    then: Any = None
+
+
+Report = Moved | Late | Noted | Settled | Unchanged | Refused | Verifying | Rejected
 
 #: what a task is told (a tuple: ``isinstance`` with one is several times quicker than a union)
-_MESSAGES = (Attach, Detach, End, Sync)
-#: the reports of an ending
-ENDINGS = (Settled, Unchanged, Refused)
+_MESSAGES = (Attach, Detach, End, Sync, Checked)
+#: the reports of an ending (an ``End``, or the ``Checked`` a check's end is routed as)
+ENDINGS = (Settled, Unchanged, Refused, Verifying, Rejected)
+#: the reports of an ending that moved the task (they hold ``after``, the others ``record``)
+MOVES = (Settled, Verifying, Rejected)
 
 
 def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Report | None]:
@@ -167,7 +210,7 @@ def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Repor
     then = message.then
     match message:
         case Attach(request_id=request_id, at=at):
-            if record.terminal:
+            if record.terminal or record.state is TaskState.VERIFYING:
                 return record, Late(record=record, request_id=request_id, then=then)
             after = open_request(record, request_id, at)
             if after is not record:
@@ -178,10 +221,21 @@ def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Repor
                 return after, Moved(before=record, after=after, then=then)
         case End():
             return _end(record, message)
+        case Checked():
+            return _checked(record, message)
     return record, None if then is None else Noted(record=record, then=then)
 
 
 def _end(record: TaskRecord, end: End) -> tuple[TaskRecord, Report]:
+    if (
+        end.by_agent
+        and not record.terminal
+        and (
+            record.state is TaskState.VERIFYING
+            or (end.event is TaskEvent.COMPLETE and record.check is not None)
+        )
+    ):
+        return _claimed(record, end)
     try:
         settled, changed = settle_record(
             record,
@@ -198,3 +252,55 @@ def _end(record: TaskRecord, end: End) -> tuple[TaskRecord, Report]:
     if not changed:
         return record, Unchanged(record=record, then=end.then)
     return settled, Settled(before=record, after=settled, by_agent=end.by_agent, then=end.then)
+
+
+def _claimed(record: TaskRecord, end: End) -> tuple[TaskRecord, Report]:
+    """The agent's ``done`` on a task with a check (rule 3)."""
+    check = record.check
+    assert check is not None
+    if record.state is TaskState.VERIFYING:
+        why = (
+            f"task {record.task_id} is being verified (attempt {record.attempt} of "
+            f"{check.attempts} of `{check.command}`): wait to be told its outcome"
+        )
+        return record, Refused(record=record, error=InvalidTransition(why).info(), then=end.then)
+    if record.pending_requests and not end.cancel_requests:
+        try:  # the machine's own refusal, with its words
+            settle_record(record, TaskEvent.COMPLETE, end.at)
+        except UnresolvedRequests as exc:
+            return record, Refused(record=record, error=exc.info(), then=end.then)
+    after = verify(record, end.text)
+    return after, Verifying(before=record, after=after, then=end.then)
+
+
+def _checked(record: TaskRecord, checked: Checked) -> tuple[TaskRecord, Report]:
+    """A run of the check ended (rule 3)."""
+    evidence, check = checked.evidence, record.check
+    if record.state is not TaskState.VERIFYING or evidence.attempt != record.attempt:
+        # an attempt no longer running: the task moved on (still reported: the session counts
+        # each ending it routed until it is decided)
+        return record, Unchanged(record=record, then=checked.then)
+    assert check is not None
+    if not evidence.passed and record.attempt < check.attempts:
+        after = reject(record)
+        return after, Rejected(before=record, after=after, evidence=evidence, then=checked.then)
+    if evidence.passed:
+        event, text, error, reason = TaskEvent.COMPLETE, record.claim, None, None
+    else:
+        event, text, reason = TaskEvent.FAIL, record.claim, "verification_failed"
+        error = (
+            f"verification_failed: `{evidence.command}` {evidence.outcome()} "
+            f"(attempt {record.attempt} of {check.attempts})"
+        )
+    settled, _ = settle_record(
+        record,
+        event,
+        checked.at,
+        text=text,
+        error=error,
+        reason=reason,
+        usage=checked.usage,
+        evidence=evidence,
+    )
+    by_agent = evidence.passed  # a failed claim is ended by the parent: the agent is told
+    return settled, Settled(before=record, after=settled, by_agent=by_agent, then=checked.then)

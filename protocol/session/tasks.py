@@ -41,7 +41,7 @@ from protocol.records.tasks import (
 )
 from protocol.records.tasks import settle as settle_record
 from protocol.records.usage import Budget
-from protocol.session import outbox, requests, worktrees
+from protocol.session import checks, outbox, requests, worktrees
 from protocol.session import task as one_task
 from protocol.session.effects import (
     Answer,
@@ -134,6 +134,7 @@ def delegate_one(
         deadline_at=cx.now + timeout_s if timeout_s is not None else None,
         message_id=cx.ids.new(IdKind.MESSAGE),
         budget=budget,
+        check=checks.check_of(row, args),
     )
     envelope = task_envelope(s, record, cx)
     # checked with a deadline, as if it had one: never too big once handed over
@@ -260,6 +261,14 @@ def turn_ended(
     ]
 
 
+def _checked_move(before: TaskRecord, record: TaskRecord) -> bool:
+    """A task's record journaled again while open: a move of its check (the only open moves
+    journaled: ``verifying``, and ``running`` again after a failed attempt)."""
+    return (not before.terminal and record.attempt > before.attempt) or (
+        before.state is TaskState.VERIFYING and record.state is TaskState.RUNNING
+    )
+
+
 def _indented(lines: Sequence[str]) -> str:
     return "".join(f"\n  {line}" for line in lines)
 
@@ -282,6 +291,8 @@ def replay(s: SessionState, record: TaskRecord, cx: Ctx) -> None:
     row = s.agents.get(record.agent_id)
     if not record.terminal:
         if before is not None:
+            if _checked_move(before, record):  # into verifying, or a failed attempt back
+                requests.task_moved(s, before, record, cx)
             return
         s.tasks[task_id] = record
         if record.state is TaskState.CREATED:
@@ -302,6 +313,7 @@ def replay(s: SessionState, record: TaskRecord, cx: Ctx) -> None:
         cancel_requests=True,
         reason=result.reason,
         usage=result.usage,
+        evidence=result.evidence,
     )
     requests.task_moved(s, before, settled, cx)
     s.turn_stats.pop(task_id, None)

@@ -188,6 +188,9 @@ class AckEnvelope(Envelope, frozen=True, kw_only=True, tag="ack"):
     request_id: str | None = None
     task_id: str | None = None
     result: TaskResult | None = None
+    #: what the parent does with what it accepted, when it is not the end (a ``done`` whose
+    #: claim is being checked)
+    note: str | None = None
 
 
 class ControlEnvelope(Envelope, frozen=True, kw_only=True, tag="control"):

@@ -27,8 +27,10 @@ from protocol.records.tasks import (
     close_request,
     event_for_done,
     open_request,
+    reject,
     settle,
     start,
+    verify,
 )
 
 S = TaskState
@@ -47,7 +49,7 @@ TERMINAL_EVENTS = {
     E.CANCEL: S.CANCELLED,
     E.TIME_OUT: S.TIMED_OUT,
 }
-NON_TERMINAL_EVENTS = [E.START, E.OPEN_REQUEST, E.RESOLVE_REQUEST, E.RESUME]
+NON_TERMINAL_EVENTS = [E.START, E.OPEN_REQUEST, E.RESOLVE_REQUEST, E.RESUME, E.VERIFY, E.REJECT]
 
 #: The machine (created → running ⇄ waiting → one terminal state), written out independently of
 #: protocol/records/tasks.py.
@@ -62,6 +64,15 @@ EXPECTED_TABLE: dict[tuple[TaskState, TaskEvent], TaskState] = {
         for state in (S.CREATED, S.RUNNING, S.WAITING)
         for event, target in TERMINAL_EVENTS.items()
     },
+    # a checked claim (delegate --verify): verifying until the check passes, fails its last
+    # attempt, or the parent ends it; a failed attempt with attempts left runs again
+    (S.RUNNING, E.VERIFY): S.VERIFYING,
+    (S.WAITING, E.VERIFY): S.VERIFYING,
+    (S.VERIFYING, E.REJECT): S.RUNNING,
+    (S.VERIFYING, E.COMPLETE): S.COMPLETED,
+    (S.VERIFYING, E.FAIL): S.FAILED,
+    (S.VERIFYING, E.CANCEL): S.CANCELLED,
+    (S.VERIFYING, E.TIME_OUT): S.TIMED_OUT,
 }
 
 
@@ -136,6 +147,10 @@ def _apply(rec: TaskRecord, event: TaskEvent) -> TaskRecord:
         return open_request(rec, R3, NOW)
     if event in (E.RESOLVE_REQUEST, E.RESUME):
         return close_request(rec, R1)
+    if event is E.VERIFY:
+        return verify(rec, "claimed")
+    if event is E.REJECT:
+        return reject(rec)
     settled, _changed = settle(rec, event, NOW, cancel_requests=True)
     return settled
 
