@@ -157,6 +157,8 @@ class TaskStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: while ``verifying``)
     check: Check | None = None
     attempt: int = 0
+    #: the tool calls its agent reported for it (None: not known, since a parent restart)
+    tool_calls: int | None = 0
 
 
 class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -309,6 +311,8 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     verify: VerifyCommand | None = None
     verify_attempts: VerifyAttempts | None = None
     verify_timeout_s: VerifyTimeout | None = None
+    #: refuse the agent's ``completed`` when its task made no tool call (protocol.session.claims)
+    require_evidence: bool = False
 
 
 class SpawnArgs(

@@ -24,6 +24,7 @@ __all__ = [
     "InvalidTransition",
     "LimitExceeded",
     "MixedIds",
+    "NoEvidence",
     "SessionBusy",
     "SessionUnavailable",
     "ShepherdError",
@@ -75,6 +76,13 @@ class UnresolvedRequests(ShepherdError):
     """``done(completed)`` while the task still waits for replies."""
 
     code = "unresolved_requests"
+
+
+class NoEvidence(ShepherdError):
+    """A ``completed`` done with no evidence of work (no tool call during its task), refused
+    because its agent was spawned with ``--require-evidence``."""
+
+    code = "no_evidence"
 
 
 class MixedIds(ShepherdError):

@@ -176,6 +176,15 @@ SPAWN = entry(
         ),
         "node": NODE_PARAM,
         **check_params("every task of the agent that names none"),
+        "require_evidence": Param(
+            description=(
+                "Refuse the agent's done(completed) when its task made no tool call (default "
+                "false): the agent is told and the task stays open. Scripted, pi-rpc and acp "
+                "agents only (a command agent reports no tool calls: use verify)"
+            ),
+            cli="--require-evidence",
+            help="refuse a completed done from a task that made no tool call",
+        ),
     },
     tool=Tool(
         description=(

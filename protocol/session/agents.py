@@ -38,7 +38,7 @@ from protocol.records.journal import AgentCloseRecord, AgentExitRecord, AgentRec
 from protocol.records.notifications import Notice
 from protocol.records.requests import RequestState
 from protocol.records.tasks import TaskEvent
-from protocol.session import budgets, requests, settlement, tasks, worktrees
+from protocol.session import budgets, claims, requests, settlement, tasks, worktrees
 from protocol.session.effects import (
     Answer,
     Effect,
@@ -279,6 +279,8 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
             lines = env.text.splitlines() or [""]
             s.turns[agent_id] = _tail(turn, lines[-TURN_TAIL_LINES:])
         case "tool_call" | "tool_result":
+            if env.event == "tool_call":
+                claims.counted(s, row)
             line = env.command if env.event == "tool_call" else env.output
             prefix = "$ " if env.event == "tool_call" else ""
             if line:

@@ -52,6 +52,7 @@ from protocol.session import (
     agents,
     budgets,
     checks,
+    claims,
     recover,
     requests,
     settlement,
@@ -195,6 +196,7 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         if record.deadline_at is not None:
             delay = max(0.0, record.deadline_at - cx.now)
             effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=task_id)))
+        claims.restored(s, task_id)  # its tool calls before the restart are not known
         if record.state is TaskState.VERIFYING:  # its check runs again, once
             effects.append(checks.run_check(s, record))
         episode = s.stale.get(task_id)

@@ -33,7 +33,7 @@ from protocol.core.errors import ErrorInfo, ForbiddenSender, InvalidHandle
 from protocol.core.ids import IdKind, kind_of
 from protocol.records.requests import RequestState
 from protocol.records.tasks import TaskEvent, TaskRecord, TaskState, event_for_done
-from protocol.session import checks, outbox, requests, worktrees
+from protocol.session import checks, claims, outbox, requests, worktrees
 from protocol.session import task as one_task
 from protocol.session.effects import (
     Answer,
@@ -209,6 +209,8 @@ def _settled(
         why = f"task {task_id} {settled.state.value}"
         for request_id in before.pending_requests:
             effects += requests.close(s, request_id, RequestState.CANCELLED, cx, why=why)
+    if by_agent:
+        effects += claims.settled(s, before, settled, cx)
     s.turn_stats.pop(task_id, None)
     if row is not None and not row.closed and not by_agent:
         effects.append(_stop_work(s, settled, cx))
@@ -265,6 +267,8 @@ def done(s: SessionState, row: AgentRow, env: TaskDoneEnvelope, cx: Ctx) -> list
         raise ForbiddenSender(f"task {task_id} belongs to another agent")
     if record.terminal:  # a redelivery: the stored result
         return outbox.ack(s, cx, env, result=record.result)
+    if env.status == "completed":
+        claims.refused(s, row, record)
     return settle(
         s,
         task_id,

@@ -100,11 +100,13 @@ class Turn(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TurnStats(msgspec.Struct, frozen=True, kw_only=True):
-    """Per open task: its turns that ended without done, the last one's end and status."""
+    """Per open task: its turns that ended without done, the last one's end and status, and
+    the tool calls its agent reported for it (None: not known, since a parent restart)."""
 
     count: int = 0
     ended_at: float | None = None
     exit_code: int | None = None
+    tool_calls: int | None = 0
 
 
 class Episode(msgspec.Struct, frozen=True, kw_only=True):
@@ -200,6 +202,9 @@ class SessionState:
         self.snapshots: dict[str, Snapshot] = {}
         #: settled task ids whose changes are being listed (their watchers wait for them)
         self.diffing: set[str] = set()
+        #: settled tasks whose claim showed no tool call, judged once their worktree's changes
+        #: are listed (their tool calls; None: not reported) (protocol.session.claims)
+        self.unproven: dict[str, int | None] = {}
 
     @property
     def episodes(self) -> dict[str, tuple[str, ...]]:

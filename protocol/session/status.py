@@ -122,6 +122,7 @@ def _task(s: SessionState, task_id: str, now: float) -> api.TaskStatus:
         budget=record.budget,
         check=record.check,
         attempt=record.attempt,
+        tool_calls=turns.tool_calls,
     )
 
 

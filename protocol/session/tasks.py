@@ -234,8 +234,8 @@ def turn_ended(
     if s.waits(agent_id):
         return []  # it asked and waits for a reply: ending the turn is what it should do
     stats = s.turn_stats.get(record.task_id, TurnStats())
-    s.turn_stats[record.task_id] = TurnStats(
-        count=stats.count + 1, ended_at=cx.now, exit_code=exit_code
+    s.turn_stats[record.task_id] = msgspec.structs.replace(
+        stats, count=stats.count + 1, ended_at=cx.now, exit_code=exit_code
     )
     status = ""
     if exit_code is not None:

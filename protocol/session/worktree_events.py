@@ -9,7 +9,7 @@ import msgspec
 from protocol.records.journal import TaskChangesRecord
 from protocol.records.notifications import Notice
 from protocol.records.worktrees import WorktreeChanges, WorktreeProbed
-from protocol.session import tasks, watchers
+from protocol.session import claims, tasks, watchers
 from protocol.session.effects import Deliver, Effect, Journal, Notify
 from protocol.session.state import Ctx, SessionState
 
@@ -57,9 +57,10 @@ def probed(s: SessionState, event: WorktreeProbed, cx: Ctx) -> list[Effect]:
             error=event.error or "no changes were listed",
         )
     result = msgspec.structs.replace(record.result, changes=changes)
-    s.tasks[event.task_id] = msgspec.structs.replace(record, result=result)
+    s.tasks[event.task_id] = record = msgspec.structs.replace(record, result=result)
     journal = Journal(record=TaskChangesRecord(task_id=event.task_id, changes=changes))
-    return [*effects, journal, *watchers.hand_over(s, result, cx)]
+    told = claims.diffed(s, record, changes, cx)
+    return [*effects, journal, *told, *watchers.hand_over(s, result, cx)]
 
 
 def replay_changes(s: SessionState, record: TaskChangesRecord) -> None:
