@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from protocol.core.errors import InvalidArgument
+from protocol.records.notifications import Notice
 
 from .conftest import Running
 from .test_mcp_server import DEADLINE_S, _server_log, call, call_error, mcp_session
@@ -114,7 +115,9 @@ def test_checks_over_mcp_fail_then_pass_fail_every_attempt_and_refuse_hostile_va
     except BaseException:
         print(_server_log(running.root), file=sys.stderr)
         raise
-    told = [n for n in running.sink.items if getattr(n, "code", None) == "verification_failed"]
+    told = [
+        n for n in running.sink.items if isinstance(n, Notice) and n.code == "verification_failed"
+    ]
     # the fixer's first attempt and the stuck agent's first (the last ones fail the tasks)
     assert len(told) == 2 and all("1 left" in n.text for n in told), told
 

@@ -66,9 +66,9 @@ def test_a_tool_call_is_evidence_and_status_counts_them() -> None:
 def test_blocked_failed_and_verified_claims_are_not_judged() -> None:
     s = Session()
     agent = spawn(s)
-    for status in ("blocked", "failed"):
-        s.delegate("worker", task=status)
-        assert claims_told(s.done(agent, status=status)) == []
+    for said in ("blocked", "failed"):
+        s.delegate("worker", task=said)
+        assert claims_told(s.done(agent, status=said)) == []
     task_id = s.delegate("worker", verify="true")
     s.done(agent)
     ev = Evidence(command="true", attempt=1, exit_status=0, duration_s=0.1)
