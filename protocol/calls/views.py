@@ -73,6 +73,8 @@ def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str
         result = task.get("result")
         if result is not None:
             detail += f" (rc {result['return_code']})"
+        elif state == "verifying" and task.get("check"):
+            detail += f" (check attempt {task.get('attempt')} of {task['check']['attempts']})"
         elif task.get("turns_without_done"):
             code = task.get("last_turn_exit_code")
             status = f", status {code}" if code is not None else ""

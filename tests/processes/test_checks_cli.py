@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +137,14 @@ def test_a_cancel_mid_check_kills_the_check(serve: Any, tmp_path: Path) -> None:
     check = "sleep 600 & echo $! > check.pid; wait"
     _, task = cli("delegate", "worker", "t", "--verify", check, session=session)
     pid = _verifying(session, workdir / "check.pid")
+    shown = subprocess.run(
+        [sys.executable, "-m", "actors.surfaces.entry", "status", "--session", str(session)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "verifying (check attempt 1 of 2)" in shown, shown
     _, cancelled = cli(
         "cancel", task["task_id"], "--reason", "enough", session=session, check=False
     )

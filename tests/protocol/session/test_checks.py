@@ -14,7 +14,7 @@ from protocol.records.checks import Check, CheckDone, Evidence
 from protocol.records.notifications import Notice, TaskCompletion
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session import checks
-from protocol.session.effects import Effect, RunCheck, StopCheck, TaskDeadline
+from protocol.session.effects import BudgetDue, Effect, RunCheck, StopCheck, TaskDeadline
 from protocol.wire.envelopes import ControlEnvelope, NoticeEnvelope, TaskDoneEnvelope
 
 from .harness import Session, answer, delivered, journaled, notes, of, receipt
@@ -149,12 +149,12 @@ def test_a_run_without_exit_status_zero_is_a_failed_attempt(ev: Evidence) -> Non
     assert ev.outcome() in (result.error or "")
 
 
-@pytest.mark.parametrize("ending", ["cancel", "fail", "deadline", "exit"])
+@pytest.mark.parametrize("ending", ["cancel", "fail", "deadline", "exit", "budget"])
 def test_an_ending_during_a_check_ends_the_check_and_its_late_answer_changes_nothing(
     ending: str,
 ) -> None:
     s, agent = session_with_agent()
-    task_id = s.delegate("worker", verify=CMD, timeout_minutes=5)
+    task_id = s.delegate("worker", verify=CMD, timeout_minutes=5, max_minutes=2)
     claimed(s, agent, task_id)
     if ending == "cancel":
         effects = s.call(api.CancelArgs(task_id=task_id, reason="enough"))
@@ -162,6 +162,8 @@ def test_an_ending_during_a_check_ends_the_check_and_its_late_answer_changes_not
         effects = s.call(api.FailArgs(task_id=task_id, error="wrong approach"))
     elif ending == "deadline":
         effects = s.fire(TaskDeadline(task_id=task_id))
+    elif ending == "budget":
+        effects = s.fire(BudgetDue(task_id=task_id))
     else:
         effects = s.exit(agent, 1)
     assert of(effects, StopCheck) == [StopCheck(task_id=task_id)]
