@@ -53,6 +53,8 @@ __all__ = [
     "MAX_NODE_NAME_CHARS",
     "MAX_OPTION_CHARS",
     "MAX_PAGE_LINES",
+    "MAX_PROVIDER_CHARS",
+    "MAX_RETRY_AFTER_S",
     "MAX_TEXT_CHARS",
     "MAX_TRACEPARENT_CHARS",
     "MAX_TRANSPORT_CHARS",
@@ -62,6 +64,7 @@ __all__ = [
     "MAX_VERIFY_TIMEOUT_S",
     "NODE_NAME_PATTERN",
     "PREVIEW_CHARS",
+    "PROVIDER_PATTERN",
     "WORKTREES_PAGE",
     "WORKTREE_FILES_LISTED",
     "WORKTREE_OVERLAP_AGENTS",
@@ -80,7 +83,9 @@ __all__ = [
     "NodeName",
     "OptionText",
     "OptionalText",
+    "ProviderName",
     "RefName",
+    "RetryAfterSeconds",
     "SoftFraction",
     "Text",
     "Traceparent",
@@ -170,6 +175,19 @@ BudgetMinutes = DeadlineMinutes
 #: one usage report: zero or more, finite, at most the ceiling of a budget
 UsageTokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_BUDGET_TOKENS)]
 UsageCost = Annotated[float, msgspec.Meta(ge=0, le=MAX_BUDGET_COST)]
+# --- model providers (rate limits, provider errors: protocol.session.providers)
+
+#: a model provider's name (``openai``, ``anthropic``, a models.json key): a token, no spaces
+MAX_PROVIDER_CHARS: Final = 64
+PROVIDER_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(?![\s\S])"
+#: the longest wait a provider's Retry-After may ask for that is taken as said (a day); the
+#: session caps its cool-down lower (``provider_cooldown_max_s``)
+MAX_RETRY_AFTER_S: Final = 86400.0
+ProviderName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_PROVIDER_CHARS, pattern=PROVIDER_PATTERN)
+]
+RetryAfterSeconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_RETRY_AFTER_S)]
+
 # --- acceptance checks (``delegate --verify CMD``: protocol.records.checks)
 
 #: the longest check command, in characters (a shell command line, not a script)

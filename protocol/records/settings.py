@@ -25,7 +25,13 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from protocol.core.errors import InvalidArgument
-from protocol.core.limits import BudgetCost, BudgetTokens, DeadlineSeconds, SoftFraction
+from protocol.core.limits import (
+    BudgetCost,
+    BudgetTokens,
+    DeadlineSeconds,
+    ProviderName,
+    SoftFraction,
+)
 from protocol.watchdog.config import WatchdogConfig, apply_watchdog_overrides
 
 __all__ = ["SessionLimits", "Settings", "apply_overrides", "check_settings", "parse_value"]
@@ -78,6 +84,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     #: a node not heard from for this long (it beats every second) is lost: its agents are
     #: gone, and their tasks fail with a reason naming the node
     node_lost_s: Annotated[float, msgspec.Meta(ge=3, le=3600)] = 10.0
+    # --- admission and model providers (protocol.session.admission, .providers)
+    #: at most this many tasks handed to agents at once; the rest wait, queued (None: no cap)
+    max_running: _Count | None = None
+    #: the same cap per model provider (``{"openai": 4}``), beside ``max_running``
+    max_running_per_provider: dict[ProviderName, _Count] = msgspec.field(default_factory=dict)
+    #: a turn failed by its provider (not a rate limit) is run again this many times, then
+    #: the task fails (provider_error)
+    provider_retries: Annotated[int, msgspec.Meta(ge=0, le=20)] = 3
+    #: the first retry's wait, doubled for each next one (jittered), up to the max
+    provider_backoff_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 2.0
+    provider_backoff_max_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0
+    #: the longest a provider's rate-limit cool-down may last, whatever it asks for
+    provider_cooldown_max_s: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 300.0
 
 
 class SessionLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -42,6 +42,8 @@ from protocol.core.limits import (
     MAX_NESTING,
     DeadlineSeconds,
     OptionalText,
+    ProviderName,
+    RetryAfterSeconds,
     Traceparent,
     UsageCost,
     UsageTokens,
@@ -86,8 +88,16 @@ RuntimeEvent = Literal[
     "condensation",  # the agent's context was summarised (Pi's compaction); text: what
     "usage",  # what the agent spent since its last report (tokens, cost): counted, not settled
     "not_sent",  # text: what the bridge gave up sending while the session was unreachable
+    # the model provider refused the agent's turn for its rate limit (provider, retry_after_s
+    # when the provider said one, text: its words); the agent waits for ``resume``
+    "rate_limited",
+    # the model provider failed the agent's turn otherwise (provider, text: the error); the
+    # agent waits for ``resume`` (the session retries it, or ends the task: provider_error)
+    "provider_error",
 ]
-ControlAction = Literal["cancel_task", "close", "abort"]
+#: ``hold``: start no new turn (a provider's cool-down: ``reason`` says whose and until when)
+#: until ``resume``; ``resume``: run again the turn the provider refused, and take new turns
+ControlAction = Literal["cancel_task", "close", "abort", "hold", "resume"]
 #: How a process's inbox reader is woken: an inotify watch, the inbox's doorbell, watchfiles,
 #: or nothing but the fallback rescan ("polling": deliveries wait up to fallback_poll_s); on
 #: NATS, "nats" (the server answers a pending pull as soon as a message is stored).
@@ -179,6 +189,10 @@ class RuntimeEnvelope(Envelope, frozen=True, kw_only=True, tag="runtime"):
     #: on ``usage``: tokens and cost (US dollars) spent since the last report
     tokens: UsageTokens | None = None
     cost: UsageCost | None = None
+    #: on ``rate_limited`` / ``provider_error``: the model provider, and how long it asked to
+    #: be left alone (its Retry-After), when it said
+    provider: ProviderName | None = None
+    retry_after_s: RetryAfterSeconds | None = None
 
 
 class AckEnvelope(Envelope, frozen=True, kw_only=True, tag="ack"):
