@@ -30,6 +30,7 @@ from actors.surfaces.cli_output import emit, session_of
 from protocol.core.errors import InvalidArgument, ShepherdError
 from protocol.core.transport_url import TlsFiles
 from protocol.records.settings import Settings, check_settings
+from protocol.session.admission import parse_caps
 
 __all__ = [
     "TOP_INTERVAL_S",
@@ -74,7 +75,15 @@ def run_serve(args: argparse.Namespace) -> int:
         from actors.tracing import ENV_OTEL
 
         os.environ[ENV_OTEL] = "1"
-    settings = session_budget(settings, args.budget_tokens, args.budget_cost)
+    settings = session_settings(
+        settings,
+        budget_tokens=args.budget_tokens,
+        budget_cost=args.budget_cost,
+        max_running=args.max_running,
+        max_running_per_provider=(
+            parse_caps(args.max_running_per_provider) if args.max_running_per_provider else None
+        ),
+    )
     if args.nats_auth is not None:  # refused before anything is made
         from actors.transports.nats.auth import Authority
 
@@ -169,10 +178,11 @@ def run_node(args: argparse.Namespace) -> int:
     return 0
 
 
-def session_budget(settings: Settings, tokens: int | None, cost: float | None) -> Settings:
-    """``serve --budget-tokens/--budget-cost`` over the settings files, checked against the
-    same bounds (``invalid_argument`` naming the flag's setting)."""
-    given = {k: v for k, v in (("budget_tokens", tokens), ("budget_cost", cost)) if v is not None}
+def session_settings(settings: Settings, **flags: Any) -> Settings:
+    """``serve``'s setting flags (``--budget-tokens``, ``--max-running``, ...) over the
+    settings files, checked against the same bounds (``invalid_argument`` naming the flag's
+    setting); a flag not given leaves the files' value."""
+    given = {k: v for k, v in flags.items() if v is not None}
     if not given:
         return settings
     return check_settings(msgspec.structs.replace(settings, **given))

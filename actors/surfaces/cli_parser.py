@@ -119,6 +119,19 @@ def _add_serve(sub: Any) -> None:
         metavar="USD",
         help="the session's budget of cost, US dollars (at most 1000000)",
     )
+    # admission: how many tasks are handed to agents at once (the settings' max_running)
+    p.add_argument(
+        "--max-running",
+        type=int,
+        metavar="N",
+        help="hand at most N tasks to agents at once; the rest wait, queued (1-1000000)",
+    )
+    p.add_argument(
+        "--max-running-per-provider",
+        action="append",
+        metavar="P=N",
+        help="at most N running tasks for agents of model provider P (repeat per provider)",
+    )
 
 
 def _add_nats_tls(p: Any) -> None:

@@ -30,8 +30,10 @@ from protocol.core.limits import (
     NodeName,
     OptionalText,
     OptionText,
+    Priority,
     RefName,
     Text,
+    TimeoutFrom,
     VerifyAttempts,
     VerifyCommand,
     VerifyTimeout,
@@ -99,6 +101,9 @@ class DelegateResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     budget: Budget | None = None
     #: the limits lowered to the session's remainder (``max_tokens``, ``max_cost``)
     clamped: tuple[str, ...] = ()
+    # --- admission (``serve --max-running``): no slot was free; it waits, at this place
+    queued: bool = False
+    queue_place: int | None = None
 
 
 class MessageResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -153,10 +158,11 @@ class TaskStatus(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage | None = None
     budget: Budget | None = None
     # --- acceptance checks
-    #: the check a ``completed`` done must pass, and its attempts begun (the one running,
-    #: while ``verifying``)
+    #: the check a ``completed`` done must pass, and its attempts begun
     check: Check | None = None
     attempt: int = 0
+    #: ``queued``: its place in the queue, from 1 (serve --max-running)
+    queue_place: int | None = None
     #: the tool calls its agent reported for it (None: not known, since a parent restart)
     tool_calls: int | None = 0
 
@@ -202,6 +208,10 @@ class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage | None = None
     budget_tokens: int | None = None
     budget_cost: float | None = None
+    # --- admission (serve --max-running): tasks holding a slot, waiting for one, the cap
+    running: int = 0
+    queued: int = 0
+    max_running: int | None = None
 
 
 class StatusResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -307,7 +317,7 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: the ``shepherd node`` to start it on (``any``: the least-loaded live node; None: this
     #: host, as the parent's own child). Only over NATS (protocol.wire.nodes)
     node: NodeName | None = None
-    #: the acceptance check of every task of the agent that gives none (protocol.records.checks)
+    #: its tasks' acceptance check when they give none (protocol.records.checks)
     verify: VerifyCommand | None = None
     verify_attempts: VerifyAttempts | None = None
     verify_timeout_s: VerifyTimeout | None = None
@@ -337,6 +347,9 @@ class DelegateArgs(
     verify: VerifyCommand | None = None
     verify_attempts: VerifyAttempts | None = None
     verify_timeout_s: VerifyTimeout | None = None
+    # --- admission (``serve --max-running``): queue priority (None: 0), deadline start
+    priority: Priority | None = None
+    timeout_from: TimeoutFrom | None = None
 
 
 class MessageArgs(Arguments[MessageResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -370,8 +383,7 @@ class WatchArgs(Arguments[WatchResult], frozen=True, kw_only=True, forbid_unknow
 
 class StatusArgs(Arguments[StatusResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
     agent: Handle | None = None
-    #: the first agent of the page (agents in spawn order); an answer that did not hold every
-    #: agent gives the cursor of the next page
+    #: the page's first agent (spawn order); a partial answer gives the next page's cursor
     cursor: Cursor = 0
 
 

@@ -18,7 +18,9 @@ from protocol.core.limits import (
     BudgetTurns,
     DeadlineMinutes,
     Handle,
+    Priority,
     Text,
+    TimeoutFrom,
     VerifyAttempts,
     VerifyCommand,
     VerifyTimeout,
@@ -53,6 +55,9 @@ class DelegateItem(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     verify: VerifyCommand | msgspec.UnsetType = msgspec.UNSET
     verify_attempts: VerifyAttempts | msgspec.UnsetType = msgspec.UNSET
     verify_timeout_s: VerifyTimeout | msgspec.UnsetType = msgspec.UNSET
+    #: delegate's queue priority and deadline start of this task (left out: the call's)
+    priority: Priority | msgspec.UnsetType = msgspec.UNSET
+    timeout_from: TimeoutFrom | msgspec.UnsetType = msgspec.UNSET
 
 
 class ItemError(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +92,9 @@ class DelegateManyArgs(
     verify: VerifyCommand | None = None
     verify_attempts: VerifyAttempts | None = None
     verify_timeout_s: VerifyTimeout | None = None
+    #: the queue priority and deadline start of every item that gives none
+    priority: Priority | None = None
+    timeout_from: TimeoutFrom | None = None
     #: also register one watcher of every accepted task (in the same journal write)
     watch: bool = False
 

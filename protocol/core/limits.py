@@ -28,7 +28,7 @@ Sans-IO: constants, annotated types and pure helpers only.
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 import msgspec
 
@@ -53,6 +53,7 @@ __all__ = [
     "MAX_NODE_NAME_CHARS",
     "MAX_OPTION_CHARS",
     "MAX_PAGE_LINES",
+    "MAX_PRIORITY",
     "MAX_PROVIDER_CHARS",
     "MAX_RETRY_AFTER_S",
     "MAX_TEXT_CHARS",
@@ -83,11 +84,13 @@ __all__ = [
     "NodeName",
     "OptionText",
     "OptionalText",
+    "Priority",
     "ProviderName",
     "RefName",
     "RetryAfterSeconds",
     "SoftFraction",
     "Text",
+    "TimeoutFrom",
     "Traceparent",
     "UsageCost",
     "UsageTokens",
@@ -187,6 +190,14 @@ ProviderName = Annotated[
     str, msgspec.Meta(min_length=1, max_length=MAX_PROVIDER_CHARS, pattern=PROVIDER_PATTERN)
 ]
 RetryAfterSeconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_RETRY_AFTER_S)]
+
+# --- admission (``serve --max-running``: protocol.session.admission)
+
+#: a queued task's priority: higher first, then first queued first
+MAX_PRIORITY: Final = 1000
+Priority = Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
+#: where a task's deadline counts from: its delegation (default) or its start (out of the queue)
+TimeoutFrom = Literal["delegate", "start"]
 
 # --- acceptance checks (``delegate --verify CMD``: protocol.records.checks)
 

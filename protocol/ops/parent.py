@@ -103,6 +103,25 @@ DELEGATE = entry(
             help="most minutes for the task (at most 10080)",
         ),
         **check_params("this task (default: the agent's, from spawn --verify)"),
+        # --- admission (serve --max-running)
+        "priority": Param(
+            description=(
+                "Its place among queued tasks when the session caps how many run at once "
+                "(serve --max-running): higher first, then first queued first (-1000 to 1000, "
+                "default 0)"
+            ),
+            cli="--priority",
+            metavar="N",
+            help="queue priority: higher first (-1000 to 1000, default 0)",
+        ),
+        "timeout_from": Param(
+            description=(
+                "Where its deadline counts from: 'delegate' (default: the time in the queue "
+                "counts) or 'start' (from when it is handed to the agent)"
+            ),
+            cli="--timeout-from",
+            help="where the deadline counts from (default delegate)",
+        ),
     },
     tool=Tool(
         description=(

@@ -17,6 +17,10 @@ Rules:
    completes it, a failed attempt with attempts left sends it back to ``running`` (``reject``),
    and the parent's fail, cancel or deadline end it as from any open state. ``blocked`` and
    ``failed`` from the agent are never verified.
+6. **A queued task waits for a slot** (``serve --max-running``: :mod:`protocol.session.admission`):
+   ``queue`` moves a new task to ``queued`` instead of handing it over; ``start`` hands it over
+   (``running``) when a slot frees; the parent's cancel and fail and the deadline end it there
+   (its agent never had it, so its agent's ``done`` is refused).
 
 Theory of operation: :data:`TRANSITIONS` is the whole machine as a table of
 ``(state, event) -> state``; the functions below only look moves up in it, check the one
@@ -47,6 +51,7 @@ __all__ = [
     "TaskState",
     "close_request",
     "open_request",
+    "queue",
     "reject",
     "settle",
     "start",
@@ -56,6 +61,7 @@ __all__ = [
 
 class TaskState(enum.StrEnum):
     CREATED = "created"
+    QUEUED = "queued"
     RUNNING = "running"
     WAITING = "waiting"
     VERIFYING = "verifying"
@@ -67,6 +73,7 @@ class TaskState(enum.StrEnum):
 
 
 class TaskEvent(enum.StrEnum):
+    QUEUE = "queue"  # admission had no slot: the task waits for one
     START = "start"  # the task envelope was accepted for the agent
     OPEN_REQUEST = "open_request"  # the agent asked something and expects a reply
     RESOLVE_REQUEST = "resolve_request"  # a pending request was answered/cancelled; others remain
@@ -122,6 +129,11 @@ def _build_table() -> dict[tuple[TaskState, TaskEvent], TaskState]:
     for state in (TaskState.CREATED, TaskState.RUNNING, TaskState.WAITING):
         for event, target in _TERMINAL_EVENTS.items():
             table[(state, event)] = target
+    # rule 6: a task that waits for a slot (never done by its agent: it does not have it)
+    table[(TaskState.CREATED, TaskEvent.QUEUE)] = TaskState.QUEUED
+    table[(TaskState.QUEUED, TaskEvent.START)] = TaskState.RUNNING
+    for event in (TaskEvent.FAIL, TaskEvent.CANCEL, TaskEvent.TIME_OUT):
+        table[(TaskState.QUEUED, event)] = _TERMINAL_EVENTS[event]
     # rule 5: a claim that is checked (the agent's own done never reaches a verifying task:
     # its rules refuse it, so complete and fail here are the check's and the parent's)
     table[(TaskState.RUNNING, TaskEvent.VERIFY)] = TaskState.VERIFYING
@@ -192,6 +204,12 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int = 0
     #: the summary of the ``done`` being checked: the result's text once it passes
     claim: str | None = None
+    # --- admission (rule 6)
+    #: higher first among queued tasks; then in the order they were queued (``queue_seq``)
+    priority: int = 0
+    queue_seq: int = 0
+    #: a deadline that counts from the start (``--timeout-from start``): set when it starts
+    start_timeout_s: float | None = None
 
     @property
     def terminal(self) -> bool:
@@ -208,9 +226,20 @@ def _move(record: TaskRecord, event: TaskEvent) -> TaskState:
 
 
 def start(record: TaskRecord, now: float) -> TaskRecord:
-    """created → running."""
+    """created or queued → running; a deadline counted from the start is set now (rule 6)."""
     _move(record, TaskEvent.START)
-    return msgspec.structs.replace(record, state=TaskState.RUNNING, started_at=now)
+    deadline_at = record.deadline_at
+    if record.start_timeout_s is not None:
+        deadline_at = now + record.start_timeout_s
+    return msgspec.structs.replace(
+        record, state=TaskState.RUNNING, started_at=now, deadline_at=deadline_at
+    )
+
+
+def queue(record: TaskRecord) -> TaskRecord:
+    """created → queued (rule 6)."""
+    _move(record, TaskEvent.QUEUE)
+    return msgspec.structs.replace(record, state=TaskState.QUEUED)
 
 
 def open_request(record: TaskRecord, request_id: str, now: float) -> TaskRecord:

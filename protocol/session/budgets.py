@@ -48,7 +48,6 @@ from protocol.session.effects import (
     Effect,
     Journal,
     Notify,
-    StartTimer,
     Story,
 )
 from protocol.session.state import AgentRow, Ctx, SessionState
@@ -144,21 +143,7 @@ def _with_budget(
     if isinstance(value, api.DelegateResult):
         value = msgspec.structs.replace(value, budget=budget, clamped=clamped)
     record = s.tasks[value.task_id]
-    return [*before, *_timers(s, record, cx), Answer(value=value)]
-
-
-def _timers(s: SessionState, record: TaskRecord, cx: Ctx) -> list[Effect]:
-    """The task's ``max_minutes``, and its soft share, as timers (from its delegation)."""
-    if record.budget is None or record.budget.max_minutes is None or record.terminal:
-        return []
-    end = record.created_at + record.budget.max_minutes * 60.0
-    found: list[Effect] = []
-    if (record.task_id, "max_minutes") not in s.budget_warned:
-        soft = record.created_at + record.budget.max_minutes * 60.0 * _fraction(s)
-        event = BudgetDue(task_id=record.task_id, soft=True)
-        found.append(StartTimer(delay=max(0.0, soft - cx.now), event=event))
-    found.append(StartTimer(delay=max(0.0, end - cx.now), event=BudgetDue(task_id=record.task_id)))
-    return found
+    return [*before, *tasks.minute_timers(s, record, cx), Answer(value=value)]
 
 
 def _fraction(s: SessionState) -> float:
@@ -365,8 +350,10 @@ def resume(s: SessionState, cx: Ctx) -> list[Effect]:
     for record in [r for r in s.tasks.values() if not r.terminal]:
         if record.budget is None or record.budget.max_minutes is None:
             continue
-        soft_at = record.created_at + record.budget.max_minutes * 60.0 * _fraction(s)
+        if record.started_at is None:
+            continue  # queued: its minutes count from its start
+        soft_at = record.started_at + record.budget.max_minutes * 60.0 * _fraction(s)
         if (record.task_id, "max_minutes") not in s.budget_warned and cx.now >= soft_at:
             effects += due(s, BudgetDue(task_id=record.task_id, soft=True), cx)
-        effects += _timers(s, record, cx)
+        effects += tasks.minute_timers(s, record, cx)
     return effects + _check_session(s, cx)  # a session soft share passed and never told

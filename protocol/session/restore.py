@@ -49,6 +49,7 @@ from protocol.records.requests import RequestRecord
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskEvent, TaskRecord, TaskState
 from protocol.session import (
+    admission,
     agents,
     budgets,
     checks,
@@ -206,10 +207,12 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
             delay = max(0.0, episode.since + s.settings.stale_wait_threshold_s - cx.now)
             due = StaleDue(task_id=task_id, waiting_since=episode.since)
             effects.append(StartTimer(delay=delay, event=due))
-        effects += recover.hand(s, record, cx, restore.told)
+        if record.state is not TaskState.QUEUED:  # a queued one waits for its slot still
+            effects += recover.hand(s, record, cx, restore.told)
     watching = _watchers(restore, cx)
     effects += watching
     effects += budgets.resume(s, cx)
+    effects += admission.restored(s, cx)  # the slots held, the queue, and what fits now
     open_tasks = sum(1 for r in s.tasks.values() if not r.terminal)
     effects.append(
         Story(

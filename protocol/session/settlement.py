@@ -33,7 +33,7 @@ from protocol.core.errors import ErrorInfo, ForbiddenSender, InvalidHandle
 from protocol.core.ids import IdKind, kind_of
 from protocol.records.requests import RequestState
 from protocol.records.tasks import TaskEvent, TaskRecord, TaskState, event_for_done
-from protocol.session import checks, claims, outbox, requests, worktrees
+from protocol.session import admission, checks, claims, outbox, requests, watchers, worktrees
 from protocol.session import task as one_task
 from protocol.session.effects import (
     Answer,
@@ -50,7 +50,7 @@ from protocol.session.effects import (
     WatchdogTask,
 )
 from protocol.session.state import AgentRow, Ctx, SessionState
-from protocol.session.tasks import TurnEnd, turn_ended
+from protocol.session.tasks import TurnEnd, started, turn_ended
 from protocol.wire.envelopes import ControlEnvelope, TaskDoneEnvelope
 
 __all__ = [
@@ -175,6 +175,8 @@ def _then(
             return list(told)
         case TurnEnd(agent_id=agent_id, turn=turn, exit_code=exit_code, is_error=is_error):
             return turn_ended(s, agent_id, turn, cx, exit_code=exit_code, is_error=is_error)
+        case admission.Started():
+            return started(s, record, cx)
     return []
 
 
@@ -212,9 +214,14 @@ def _settled(
     if by_agent:
         effects += claims.settled(s, before, settled, cx)
     s.turn_stats.pop(task_id, None)
-    if row is not None and not row.closed and not by_agent:
+    handed = before.state is not TaskState.QUEUED  # a queued task's agent never had it
+    if row is not None and not row.closed and not by_agent and handed:
         effects.append(_stop_work(s, settled, cx))
-    effects += worktrees.on_settle(s, result, cx)
+    if handed:
+        effects += worktrees.on_settle(s, result, cx)
+    else:
+        effects += watchers.hand_over(s, result, cx)
+    effects += admission.release(s, before, cx)
     rc = result.return_code
     effects.append(Log(text=f"task {task_id} {settled.state.value} (rc {rc})"))
     effects.append(StopTask(task_id=task_id))

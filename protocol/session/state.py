@@ -205,6 +205,23 @@ class SessionState:
         #: settled tasks whose claim showed no tool call, judged once their worktree's changes
         #: are listed (their tool calls; None: not reported) (protocol.session.claims)
         self.unproven: dict[str, int | None] = {}
+        # --- admission and model providers (protocol.session.admission, .providers)
+        #: open task id -> its agent's provider (None: none known): the tasks handed over
+        #: while admission is on (each holds a slot)
+        self.admitted: dict[str, str | None] = {}
+        #: the queued tasks, in the order they start: (-priority, queue_seq, task id)
+        self.queue: list[tuple[int, int, str]] = []
+        #: the next queued task's place in its order, from 1 (0: never queued; restored from
+        #: the records)
+        self.queue_seq = 1
+        #: agent id -> the model provider it reported using (beside its ``provider`` option)
+        self.providers: dict[str, str] = {}
+        #: provider -> when its rate-limit cool-down ends
+        self.cooldowns: dict[str, float] = {}
+        #: task id (or agent id, for a turn outside a task) -> provider errors retried so far
+        self.provider_attempts: dict[str, int] = {}
+        #: agent id -> the provider whose refusal it waits out (it waits for ``resume``)
+        self.held: dict[str, str] = {}
 
     @property
     def episodes(self) -> dict[str, tuple[str, ...]]:

@@ -16,11 +16,17 @@ import msgspec
 from protocol.calls import api
 from protocol.calls.answers import preview_result
 from protocol.core.limits import PREVIEW_CHARS, preview
+from protocol.records.tasks import TaskState
 from protocol.records.worktrees import ref_of
+from protocol.session import admission
 from protocol.session.state import AgentRow, SessionState, TurnStats
 from protocol.wire.envelopes import MailboxWake
 
 __all__ = ["view"]
+
+
+#: a task that holds a slot: handed to its agent and open (admission, rule 2)
+_HOLDING = (TaskState.RUNNING, TaskState.WAITING, TaskState.VERIFYING)
 
 
 def view(
@@ -40,8 +46,9 @@ def view(
         task_id = row.active_task or last_tasks.get(row.agent_id)
         if task_id is not None:
             states[s.tasks[task_id].state.value] += 1
+    places = admission.places(s) if s.queue else {}
     rows = tuple(
-        _agent(s, row, row.active_task or last_tasks.get(row.agent_id), now)
+        _agent(s, row, row.active_task or last_tasks.get(row.agent_id), now, places)
         for row in everyone[cursor:]
     )
     return api.StatusResult(
@@ -56,20 +63,29 @@ def view(
             usage=s.session_usage,
             budget_tokens=s.settings.budget_tokens,
             budget_cost=s.settings.budget_cost,
+            running=sum(
+                1
+                for r in s.agents.values()
+                if r.active_task is not None and s.tasks[r.active_task].state in _HOLDING
+            ),
+            queued=len(s.queue),
+            max_running=s.settings.max_running,
         ),
         journal_problems=s.journal_problems,
         mailbox_wake=parent_wake,
     )
 
 
-def _agent(s: SessionState, row: AgentRow, task_id: str | None, now: float) -> api.AgentStatus:
+def _agent(
+    s: SessionState, row: AgentRow, task_id: str | None, now: float, places: dict[str, int]
+) -> api.AgentStatus:
     return api.AgentStatus(
         agent_id=row.agent_id,
         name=row.name,
         adapter=row.adapter,
         process_state=row.process_state,
         closed=row.closed,
-        task=_task(s, task_id, now) if task_id is not None else None,
+        task=_task(s, task_id, now, places) if task_id is not None else None,
         last_active_at=row.last_active_at,
         exit_code=row.exit_code,
         mailbox_wake=row.mailbox_wake,
@@ -88,7 +104,7 @@ def _worktree(s: SessionState, row: AgentRow) -> dict[str, Any]:
     return {"branch": ref.branch, "changed_files": s.worktree_changed.get(row.agent_id)}
 
 
-def _task(s: SessionState, task_id: str, now: float) -> api.TaskStatus:
+def _task(s: SessionState, task_id: str, now: float, places: dict[str, int]) -> api.TaskStatus:
     record = s.tasks[task_id]
     pending = tuple(
         msgspec.structs.replace(s.requests[r], question=preview(s.requests[r].question) or "")
@@ -123,6 +139,7 @@ def _task(s: SessionState, task_id: str, now: float) -> api.TaskStatus:
         check=record.check,
         attempt=record.attempt,
         tool_calls=turns.tool_calls,
+        queue_place=places.get(task_id),
     )
 
 

@@ -30,7 +30,9 @@ Rules:
    ``verification_failed`` after the last. While it is verifying, the agent's own ``done`` is
    refused and a request it opens is ``Late``; the parent's endings end it as from any open
    state. A ``Checked`` of an attempt no longer running changes nothing.
-4. **What comes after is the session's.** A message carries ``then``: what the session does
+4. **A queued task starts when told** (``Start``: its slot is free): ``queued`` → ``running``
+   (``Moved``); a task that settled first stays so (``Noted``).
+5. **What comes after is the session's.** A message carries ``then``: what the session does
    once it is decided (answer the parent's call, send the agent its receipt); the task hands
    it back in its report, untouched. A message with a ``then`` is always reported (``Noted``
    when nothing changed), so whoever waits for it is never left waiting.
@@ -51,6 +53,7 @@ from protocol.records.tasks import (
     close_request,
     open_request,
     reject,
+    start,
     verify,
 )
 from protocol.records.tasks import settle as settle_record
@@ -68,6 +71,7 @@ __all__ = [
     "Rejected",
     "Report",
     "Settled",
+    "Start",
     "Sync",
     "TaskMessage",
     "Unchanged",
@@ -110,6 +114,14 @@ class End(msgspec.Struct, frozen=True, kw_only=True):
     then: Any = None
 
 
+class Start(msgspec.Struct, frozen=True, kw_only=True):
+    """A queued task's slot is free: it is handed over (rule 4; a task already settled, by a
+    cancel that came first, stays so and reports ``Noted``)."""
+
+    at: float
+    then: Any = None
+
+
 class Sync(msgspec.Struct, frozen=True, kw_only=True):
     """Nothing for the task to decide: it reports ``then`` back once it has decided
     everything it was told before (a turn's end is judged after a ``done`` sent before it)."""
@@ -126,7 +138,7 @@ class Checked(msgspec.Struct, frozen=True, kw_only=True):
     then: Any = None
 
 
-TaskMessage = Attach | Detach | End | Sync | Checked
+TaskMessage = Attach | Detach | End | Sync | Checked | Start
 
 
 # ------------------------------------------------------------------ what a task reports
@@ -196,7 +208,7 @@ class Rejected(msgspec.Struct, frozen=True, kw_only=True):
 Report = Moved | Late | Noted | Settled | Unchanged | Refused | Verifying | Rejected
 
 #: what a task is told (a tuple: ``isinstance`` with one is several times quicker than a union)
-_MESSAGES = (Attach, Detach, End, Sync, Checked)
+_MESSAGES = (Attach, Detach, End, Sync, Checked, Start)
 #: the reports of an ending (an ``End``, or the ``Checked`` a check's end is routed as)
 ENDINGS = (Settled, Unchanged, Refused, Verifying, Rejected)
 #: the reports of an ending that moved the task (they hold ``after``, the others ``record``)
@@ -223,6 +235,9 @@ def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Repor
             return _end(record, message)
         case Checked():
             return _checked(record, message)
+        case Start(at=at) if record.state is TaskState.QUEUED:
+            after = start(record, at)
+            return after, Moved(before=record, after=after, then=then)
     return record, None if then is None else Noted(record=record, then=then)
 
 

@@ -37,14 +37,16 @@ from protocol.records.tasks import (
     TaskEvent,
     TaskRecord,
     TaskState,
+    queue,
     start,
 )
 from protocol.records.tasks import settle as settle_record
 from protocol.records.usage import Budget
-from protocol.session import checks, outbox, requests, worktrees
+from protocol.session import admission, checks, outbox, requests, worktrees
 from protocol.session import task as one_task
 from protocol.session.effects import (
     Answer,
+    BudgetDue,
     Effect,
     Journal,
     Notify,
@@ -57,7 +59,7 @@ from protocol.session.effects import (
     WatchdogInstruction,
     WatchdogTask,
 )
-from protocol.session.state import Ctx, SessionState, Turn, TurnStats
+from protocol.session.state import AgentRow, Ctx, SessionState, Turn, TurnStats
 from protocol.wire.envelopes import TaskEnvelope
 
 __all__ = [
@@ -125,40 +127,99 @@ def delegate_one(
         if args.timeout_minutes is not None
         else s.settings.default_task_timeout_s
     )
+    from_start = args.timeout_from == "start" and timeout_s is not None
     record = TaskRecord(
         task_id=cx.ids.new(IdKind.TASK),
         agent_id=row.agent_id,
         agent_name=row.name,
         description=args.task,
         created_at=cx.now,
-        deadline_at=cx.now + timeout_s if timeout_s is not None else None,
+        deadline_at=cx.now + timeout_s if timeout_s is not None and not from_start else None,
         message_id=cx.ids.new(IdKind.MESSAGE),
         budget=budget,
         check=checks.check_of(row, args),
+        priority=args.priority or 0,
+        start_timeout_s=timeout_s if from_start else None,
     )
     envelope = task_envelope(s, record, cx)
     # checked with a deadline, as if it had one: never too big once handed over
     outbox.check_fits(s, msgspec.structs.replace(envelope, deadline_at=cx.now), "the task text")
     task_id = record.task_id
     s.agents[row.agent_id] = msgspec.structs.replace(row, active_task=task_id)
+    queued = admission.enabled(s) and not admission.fits(s, row.agent_id, cx.now)
+    place = 0
+    if queued:  # no slot: it waits, journaled queued (admission, rule 2)
+        record, place = admission.enqueue(s, queue(record))
     effects: list[Effect] = [Journal(record=record), OpenNote(record=record)]
     if record.deadline_at is not None:
         delay = record.deadline_at - cx.now
         effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=task_id)))
     s.tasks[task_id] = record
-    effects += requests.task_moved(s, record, start(record, cx.now), cx)
-    effects.append(SpawnTask(record=s.tasks[task_id]))
-    effects += [
-        worktrees.deliver_task(s, row, record, envelope),
-        WatchdogTask(agent_id=row.agent_id, task_id=task_id),
-        WatchdogInstruction(
-            agent_id=row.agent_id, kind="task", text=args.task, task_id=task_id, at=cx.now
-        ),
-    ]
     result = api.DelegateResult(
         task_id=task_id, agent_id=row.agent_id, accepted=True, agent_name=row.name
     )
-    return result, effects
+    if queued:
+        effects += requests.task_moved(s, None, record, cx)
+        effects.append(SpawnTask(record=record))
+        return msgspec.structs.replace(result, queued=True, queue_place=place), effects
+    effects += requests.task_moved(s, record, start(record, cx.now), cx)
+    admission.took(s, s.tasks[task_id])
+    effects.append(SpawnTask(record=s.tasks[task_id]))
+    return result, effects + _handed(s, row, s.tasks[task_id], cx, envelope)
+
+
+def _handed(
+    s: SessionState, row: AgentRow, record: TaskRecord, cx: Ctx, envelope: TaskEnvelope
+) -> list[Effect]:
+    """The task goes to its agent (or first where its worktree stands is recorded)."""
+    return [
+        worktrees.deliver_task(s, row, record, envelope),
+        WatchdogTask(agent_id=row.agent_id, task_id=record.task_id),
+        WatchdogInstruction(
+            agent_id=row.agent_id,
+            kind="task",
+            text=record.description,
+            task_id=record.task_id,
+            at=cx.now,
+        ),
+    ]
+
+
+def started(s: SessionState, record: TaskRecord, cx: Ctx) -> list[Effect]:
+    """A queued task's actor decided its ``Start`` (admission, rule 5): journaled running,
+    its deadline from the start and its budget's minutes armed, handed over. One that settled
+    first gives its slot to the next."""
+    row = s.agents.get(record.agent_id)
+    if record.state is not TaskState.RUNNING or row is None:
+        s.admitted.pop(record.task_id, None)
+        return admission.fill(s, cx)
+    effects: list[Effect] = [Journal(record=record)]
+    if record.start_timeout_s is not None and record.deadline_at is not None:
+        delay = record.deadline_at - cx.now
+        effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=record.task_id)))
+    effects += minute_timers(s, record, cx)
+    waited = cx.now - record.created_at
+    effects.append(Story(text=f"{row.name}: task {record.task_id} started ({waited:.1f} s queued)"))
+    return effects + _handed(s, row, record, cx, task_envelope(s, record, cx))
+
+
+def minute_timers(s: SessionState, record: TaskRecord, cx: Ctx) -> list[Effect]:
+    """A task's budget of minutes, and its soft share, as timers from its start (a queued
+    task has none until it starts)."""
+    budget = record.budget
+    if budget is None or budget.max_minutes is None or record.terminal:
+        return []
+    if record.state is TaskState.QUEUED:
+        return []
+    begun = record.started_at if record.started_at is not None else record.created_at
+    end = begun + budget.max_minutes * 60.0
+    found: list[Effect] = []
+    if (record.task_id, "max_minutes") not in s.budget_warned:
+        soft = begun + budget.max_minutes * 60.0 * s.settings.budget_soft_fraction
+        event = BudgetDue(task_id=record.task_id, soft=True)
+        found.append(StartTimer(delay=max(0.0, soft - cx.now), event=event))
+    found.append(StartTimer(delay=max(0.0, end - cx.now), event=BudgetDue(task_id=record.task_id)))
+    return found
 
 
 def prompt(
@@ -261,11 +322,12 @@ def turn_ended(
     ]
 
 
-def _checked_move(before: TaskRecord, record: TaskRecord) -> bool:
-    """A task's record journaled again while open: a move of its check (the only open moves
-    journaled: ``verifying``, and ``running`` again after a failed attempt)."""
-    return (not before.terminal and record.attempt > before.attempt) or (
-        before.state is TaskState.VERIFYING and record.state is TaskState.RUNNING
+def _journaled_move(before: TaskRecord, record: TaskRecord) -> bool:
+    """A task's record journaled again while open: the open moves that are journaled (a
+    queued task started, a claim into ``verifying``, ``running`` again after a failed
+    attempt); the others are derived."""
+    return not before.terminal and (
+        record.state is not before.state or record.attempt != before.attempt
     )
 
 
@@ -291,7 +353,7 @@ def replay(s: SessionState, record: TaskRecord, cx: Ctx) -> None:
     row = s.agents.get(record.agent_id)
     if not record.terminal:
         if before is not None:
-            if _checked_move(before, record):  # into verifying, or a failed attempt back
+            if _journaled_move(before, record):  # started, verifying, an attempt back
                 requests.task_moved(s, before, record, cx)
             return
         s.tasks[task_id] = record

@@ -137,6 +137,7 @@ ALLOWED_IMPORTS = frozenset(
         "typing",
         "enum",
         "re",
+        "bisect",
         "collections",
         "collections.abc",
         "dataclasses",

@@ -27,6 +27,7 @@ from protocol.records.tasks import (
     close_request,
     event_for_done,
     open_request,
+    queue,
     reject,
     settle,
     start,
@@ -49,7 +50,15 @@ TERMINAL_EVENTS = {
     E.CANCEL: S.CANCELLED,
     E.TIME_OUT: S.TIMED_OUT,
 }
-NON_TERMINAL_EVENTS = [E.START, E.OPEN_REQUEST, E.RESOLVE_REQUEST, E.RESUME, E.VERIFY, E.REJECT]
+NON_TERMINAL_EVENTS = [
+    E.START,
+    E.OPEN_REQUEST,
+    E.RESOLVE_REQUEST,
+    E.RESUME,
+    E.VERIFY,
+    E.REJECT,
+    E.QUEUE,
+]
 
 #: The machine (created → running ⇄ waiting → one terminal state), written out independently of
 #: protocol/records/tasks.py.
@@ -73,6 +82,13 @@ EXPECTED_TABLE: dict[tuple[TaskState, TaskEvent], TaskState] = {
     (S.VERIFYING, E.FAIL): S.FAILED,
     (S.VERIFYING, E.CANCEL): S.CANCELLED,
     (S.VERIFYING, E.TIME_OUT): S.TIMED_OUT,
+    # admission (serve --max-running): a task waits for a slot, then starts; its agent never
+    # had it, so only the parent's endings and the deadline end it there
+    (S.CREATED, E.QUEUE): S.QUEUED,
+    (S.QUEUED, E.START): S.RUNNING,
+    (S.QUEUED, E.FAIL): S.FAILED,
+    (S.QUEUED, E.CANCEL): S.CANCELLED,
+    (S.QUEUED, E.TIME_OUT): S.TIMED_OUT,
 }
 
 
@@ -151,6 +167,8 @@ def _apply(rec: TaskRecord, event: TaskEvent) -> TaskRecord:
         return verify(rec, "claimed")
     if event is E.REJECT:
         return reject(rec)
+    if event is E.QUEUE:
+        return queue(rec)
     settled, _changed = settle(rec, event, NOW, cancel_requests=True)
     return settled
 
@@ -193,7 +211,7 @@ def test_start_moves_created_to_running() -> None:
     assert not rec.terminal
 
 
-@pytest.mark.parametrize("state", [s for s in TaskState if s is not S.CREATED])
+@pytest.mark.parametrize("state", [s for s in TaskState if s not in (S.CREATED, S.QUEUED)])
 def test_start_twice_is_invalid(state: TaskState) -> None:
     with pytest.raises(InvalidTransition):
         start(record(state, (R1,) if state is S.WAITING else ()), NOW)
