@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,8 @@ __all__ = ["BrokerActor"]
 #: the reply of the message being handled (the default of :meth:`BrokerActor._run`)
 _ASKED: Any = object()
 
+#: the session's timers' events (each handed back to :func:`protocol.session.calls.fire`)
+_TIMERS = frozenset(typing.get_args(fx.SessionTimer))
 #: what a stopped session answers with ``session_unavailable`` (the rest waits for the next)
 _REFUSED_WHEN_STOPPED = (
     messages.ParentCall,
@@ -225,7 +228,7 @@ class BrokerActor(ShepherdActor):
                 return self._run(effects)
             case messages.DeliveryFailed(envelope=env, error=error):
                 return self._run(inbound.delivery_failed(state, env, error, self._ctx()))
-            case fx.TaskDeadline() | fx.RequestTimeout() | fx.StaleDue() | fx.BudgetDue():
+            case _ if type(message) in _TIMERS:
                 self._timers.fired(message)
                 self._run(calls.fire(state, message, self._ctx()))
                 return None

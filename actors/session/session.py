@@ -51,7 +51,7 @@ from actors.session.messages import (
 from actors.session.sinks import GuardedSink, Sink
 from actors.session.watchdog_methods import WatchdogMethods
 from actors.session.worktrees import GitWorker
-from protocol.calls import api, api_batch
+from protocol.calls import api, api_batch, api_worktrees
 from protocol.calls.watchdog import WatchdogArgs, watchdog_call
 from protocol.core.errors import InvalidArgument, SessionUnavailable, ShepherdError
 from protocol.core.ids import IdKind
@@ -238,7 +238,7 @@ class Session(WatchdogMethods):
                 answer = self._spawn_many(args)
             case api.CloseArgs():
                 answer = self._close(args)
-            case api.WorktreesArgs():
+            case api_worktrees.WorktreesArgs():
                 answer = self._worktrees(args)
             case WatchdogArgs():
                 op, fields = watchdog_call(args)
@@ -376,8 +376,8 @@ class Session(WatchdogMethods):
             closed, worktree_removed=released.removed, worktree_kept_because=released.why
         )
 
-    def _worktrees(self, args: api.WorktreesArgs) -> api.WorktreesResult:
-        page: api.WorktreesResult = self._ask(args)
+    def _worktrees(self, args: api_worktrees.WorktreesArgs) -> api_worktrees.WorktreesResult:
+        page: api_worktrees.WorktreesResult = self._ask(args)
         if self.git is None or not page.worktrees:
             return page
         rows = self.git.inspect(page.worktrees).result(timeout=GIT_WAIT_S)

@@ -32,7 +32,7 @@ import msgspec
 
 from actors.runtime.log import logger
 from actors.session.git import GitError, content_hashes, differ_from, dirty_paths, git, snapshot
-from protocol.calls import api
+from protocol.calls import api, api_worktrees
 from protocol.core.errors import InvalidArgument
 from protocol.core.ids import is_valid_name
 from protocol.records.worktrees import (
@@ -165,8 +165,8 @@ class GitWorker:
         return self._submit(lambda: _release(ref))
 
     def inspect(
-        self, rows: tuple[api.WorktreeStatus, ...]
-    ) -> Future[tuple[api.WorktreeStatus, ...]]:
+        self, rows: tuple[api_worktrees.WorktreeStatus, ...]
+    ) -> Future[tuple[api_worktrees.WorktreeStatus, ...]]:
         return self._submit(lambda: tuple(_inspect(row) for row in rows))
 
     def _submit(self, fn: Callable[[], Any]) -> Future[Any]:
@@ -230,7 +230,7 @@ def _release(ref: WorktreeRef) -> WorktreeReleased:
     return WorktreeReleased(agent_id=ref.agent_id, path=ref.path, removed=True)
 
 
-def _inspect(row: api.WorktreeStatus) -> api.WorktreeStatus:
+def _inspect(row: api_worktrees.WorktreeStatus) -> api_worktrees.WorktreeStatus:
     if row.state == "removed":
         return row
     if not os.path.isdir(row.path):

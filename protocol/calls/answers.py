@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from protocol.calls import api
+from protocol.calls import api, api_worktrees
 from protocol.core.errors import LimitExceeded
 from protocol.core.limits import PREVIEW_CHARS, preview
 from protocol.records.tasks import TaskResult
@@ -147,10 +147,12 @@ def _fit_read(answer: api.ReadResult, budget: int) -> api.ReadResult:
     )
 
 
-def _fit_worktrees(answer: api.WorktreesResult, budget: int) -> api.WorktreesResult:
+def _fit_worktrees(
+    answer: api_worktrees.WorktreesResult, budget: int
+) -> api_worktrees.WorktreesResult:
     """As many worktrees as fit (at least one), ``next_cursor`` after the last one kept."""
     room = budget - encoded_size(msgspec.structs.replace(answer, worktrees=())) - 64
-    kept: list[api.WorktreeStatus] = []
+    kept: list[api_worktrees.WorktreeStatus] = []
     for row in answer.worktrees:
         size = encoded_size(row) + 1
         if size > room and kept:
@@ -178,7 +180,7 @@ def fit_answer(answer: Any, budget: int) -> Any:
             )
         case TaskResult():
             answer = _fit_results((answer,), budget)[0]
-        case api.WorktreesResult():
+        case api_worktrees.WorktreesResult():
             answer = _fit_worktrees(answer, budget)
     size = encoded_size(answer)
     if size > budget:

@@ -73,9 +73,6 @@ __all__ = [
     "WaitResult",
     "WatchArgs",
     "WatchResult",
-    "WorktreeStatus",
-    "WorktreesArgs",
-    "WorktreesResult",
     "build_args",
     "convert_args",
 ]
@@ -208,10 +205,12 @@ class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage | None = None
     budget_tokens: int | None = None
     budget_cost: float | None = None
-    # --- admission (serve --max-running): tasks holding a slot, waiting for one, the cap
+    # --- admission (serve --max-running): tasks holding a slot, waiting for one, the cap;
+    # the providers cooling down after a rate limit, and until when
     running: int = 0
     queued: int = 0
     max_running: int | None = None
+    cooldowns: dict[str, float] = {}
 
 
 class StatusResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -412,39 +411,3 @@ class ResultArgs(
 class FailArgs(Arguments[SettleResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
     task_id: Handle
     error: Text
-
-
-# ----------------------------------------------------------------------------- worktrees
-
-
-class WorktreeStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One agent's git worktree (``shepherd worktrees``)."""
-
-    agent: str
-    agent_id: str
-    path: str
-    branch: str
-    #: the commit the branch started from (changes are counted since it)
-    base: str
-    #: "clean", "dirty" (uncommitted changes or untracked files), "removed" (by a close),
-    #: "missing" (gone from disk), "unknown" (git failed: see ``error``)
-    state: Literal["clean", "dirty", "removed", "missing", "unknown"]
-    #: paths changed since the branch's base (committed or not); None when not known
-    changed_files: int | None = None
-    closed: bool = False
-    error: str | None = None
-
-
-class WorktreesResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    #: this page's worktrees (agents in spawn order), from ``cursor`` on
-    worktrees: tuple[WorktreeStatus, ...]
-    cursor: int = 0
-    #: more follow: ask again with this cursor
-    next_cursor: int | None = None
-
-
-class WorktreesArgs(
-    Arguments[WorktreesResult], frozen=True, kw_only=True, forbid_unknown_fields=True
-):
-    #: the first worktree of the page (at most ``WORKTREES_PAGE`` per page)
-    cursor: Cursor = 0

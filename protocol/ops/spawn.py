@@ -107,10 +107,14 @@ SPAWN = entry(
             path="cli",
         ),
         "provider": Param(
-            description="Pi provider name (pi-rpc adapter)",
+            description=(
+                "The model provider the agent uses: Pi's provider (pi-rpc adapter); for any "
+                "adapter, the name its rate-limit cool-downs and serve's "
+                "--max-running-per-provider cap are shared by"
+            ),
             cli="--provider",
             metavar="NAME",
-            help="the Pi provider name (pi-rpc)",
+            help="its model provider (Pi's, for pi-rpc; shared rate limits and caps by name)",
         ),
         "model": Param(
             description="Pi model id (pi-rpc adapter)",

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from protocol.calls import api, views
+from protocol.calls import api_worktrees, views
 from protocol.calls.answers import WORKTREE_PAGES
 from protocol.ops.spec import Tool, entry
 
@@ -12,7 +12,7 @@ __all__ = ["WORKTREES"]
 
 WORKTREES = entry(
     "worktrees",
-    api.WorktreesArgs,
+    api_worktrees.WorktreesArgs,
     help="agents' git worktrees: path, branch, clean or dirty, changed files",
     view=views.worktrees,
     pager=WORKTREE_PAGES,

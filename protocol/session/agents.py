@@ -38,7 +38,15 @@ from protocol.records.journal import AgentCloseRecord, AgentExitRecord, AgentRec
 from protocol.records.notifications import Notice
 from protocol.records.requests import RequestState
 from protocol.records.tasks import TaskEvent
-from protocol.session import budgets, claims, requests, settlement, tasks, worktrees
+from protocol.session import (
+    budgets,
+    claims,
+    providers,
+    requests,
+    settlement,
+    tasks,
+    worktrees,
+)
 from protocol.session.effects import (
     Answer,
     Effect,
@@ -264,8 +272,15 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
             effects += move(s, agent_id, "turn_start", cx)
             effects += budgets.reported(s, row, env, cx)
         case "usage":
+            providers.got_through(s, row)
             effects += budgets.reported(s, row, env, cx)
+        case "rate_limited":
+            effects += providers.rate_limited(s, row, env, cx)
+        case "provider_error":
+            effects += providers.provider_error(s, row, env, cx)
         case "turn_end":
+            if not env.is_error:
+                providers.got_through(s, row)
             exited = row.process_state == "exited"
             effects += move(s, agent_id, "turn_end", cx)
             s.turns.pop(agent_id, None)
@@ -281,6 +296,7 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
         case "tool_call" | "tool_result":
             if env.event == "tool_call":
                 claims.counted(s, row)
+                providers.got_through(s, row)
             line = env.command if env.event == "tool_call" else env.output
             prefix = "$ " if env.event == "tool_call" else ""
             if line:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.calls import api, api_batch
+from protocol.calls import api, api_batch, api_worktrees
 from protocol.calls.approvals import ApproveArgs, DenyArgs
 from protocol.core.errors import InvalidArgument
 from protocol.records.tasks import TaskEvent
@@ -19,6 +19,7 @@ from protocol.session import (
     approvals,
     batch,
     budgets,
+    providers,
     requests,
     routing,
     settlement,
@@ -30,8 +31,10 @@ from protocol.session.effects import (
     Answer,
     AnswerFromOutput,
     BudgetDue,
+    CooldownDue,
     Effect,
     RequestTimeout,
+    RetryDue,
     SessionTimer,
     StaleDue,
     TaskDeadline,
@@ -68,7 +71,7 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
             return [AnswerFromOutput(agent_id=row.agent_id, lines=args.lines, before=args.before)]
         case api.ResultArgs():
             return [Answer(value=s.result_of(args.task_id))]
-        case api.WorktreesArgs():
+        case api_worktrees.WorktreesArgs():
             return [Answer(value=worktrees.listing(s, args.cursor))]
         case ApproveArgs() | DenyArgs():
             return approvals.answer(s, args, cx)
@@ -87,3 +90,7 @@ def fire(s: SessionState, event: SessionTimer, cx: Ctx) -> list[Effect]:
             return stale.due(s, event, cx)
         case BudgetDue():
             return budgets.due(s, event, cx)
+        case CooldownDue():
+            return providers.cooled(s, event, cx)
+        case RetryDue():
+            return providers.retry(s, event, cx)

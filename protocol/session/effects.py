@@ -70,6 +70,7 @@ __all__ = [
     "AppendNote",
     "BudgetDue",
     "CancelTimer",
+    "CooldownDue",
     "Deliver",
     "Effect",
     "FinaliseNote",
@@ -83,6 +84,7 @@ __all__ = [
     "ProbeWorktree",
     "Publish",
     "RequestTimeout",
+    "RetryDue",
     "RunCheck",
     "SessionTimer",
     "SpawnAgent",
@@ -266,8 +268,36 @@ class BudgetDue(msgspec.Struct, frozen=True, kw_only=True):
         return ("budget_soft" if self.soft else "budget", self.task_id)
 
 
+# --- model providers (protocol.session.providers)
+
+
+class CooldownDue(msgspec.Struct, frozen=True, kw_only=True):
+    """A provider's rate-limit cool-down ends at ``until`` (one that was extended since has a
+    later timer: this one changes nothing)."""
+
+    provider: str
+    until: float
+
+    @property
+    def key(self) -> TimerKey:
+        return ("cooldown", self.provider)
+
+
+class RetryDue(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent's turn that its provider failed is run again (its ``attempt``-th retry)."""
+
+    agent_id: str
+    #: what the attempts are counted for: the agent's task, or the agent outside a task
+    counted: str
+    attempt: int
+
+    @property
+    def key(self) -> TimerKey:
+        return ("retry", self.agent_id)
+
+
 #: the session's timers (the broker's), and every timer (a watcher's ``Flush`` is its own)
-SessionTimer = TaskDeadline | RequestTimeout | StaleDue | BudgetDue
+SessionTimer = TaskDeadline | RequestTimeout | StaleDue | BudgetDue | CooldownDue | RetryDue
 TimerEvent = SessionTimer | Flush
 
 

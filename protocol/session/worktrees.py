@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.calls import api
+from protocol.calls import api_worktrees
 from protocol.core.limits import WORKTREES_PAGE
 from protocol.records.journal import WorktreeRemovedRecord
 from protocol.records.notifications import Notice
@@ -111,16 +111,16 @@ def replay_removed(s: SessionState, record: WorktreeRemovedRecord) -> None:
     s.worktree_removed[record.agent_id] = record.path
 
 
-def listing(s: SessionState, cursor: int) -> api.WorktreesResult:
+def listing(s: SessionState, cursor: int) -> api_worktrees.WorktreesResult:
     """Rule 4: a page of worktrees, as far as the session knows them (the edge asks git)."""
-    rows: list[api.WorktreeStatus] = []
+    rows: list[api_worktrees.WorktreeStatus] = []
     for row in s.agents.values():
         ref = ref_of(row.agent_id, row.name, row.options)
         if ref is None:
             continue
         removed = row.agent_id in s.worktree_removed
         rows.append(
-            api.WorktreeStatus(
+            api_worktrees.WorktreeStatus(
                 agent=row.name,
                 agent_id=row.agent_id,
                 path=ref.path,
@@ -133,7 +133,7 @@ def listing(s: SessionState, cursor: int) -> api.WorktreesResult:
         )
     page = tuple(rows[cursor : cursor + WORKTREES_PAGE])
     more = cursor + WORKTREES_PAGE < len(rows)
-    return api.WorktreesResult(
+    return api_worktrees.WorktreesResult(
         worktrees=page, cursor=cursor, next_cursor=cursor + len(page) if more else None
     )
 

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol.calls import api, api_batch
+from protocol.calls import api, api_batch, api_worktrees
 from protocol.calls.api import build_args
 from protocol.core.errors import InvalidArgument
 
@@ -30,7 +30,7 @@ VALID: dict[str, tuple[type[Any], dict[str, Any]]] = {
     "cancel": (api.CancelArgs, {"task_id": TASK, "reason": "enough"}),
     "result": (api.ResultArgs, {"task_id": TASK}),
     "fail": (api.FailArgs, {"task_id": TASK, "error": "gave up"}),
-    "worktrees": (api.WorktreesArgs, {"cursor": 3}),
+    "worktrees": (api_worktrees.WorktreesArgs, {"cursor": 3}),
     "delegate_many": (
         api_batch.DelegateManyArgs,
         {"items": (api_batch.DelegateItem(target="scout", task="x"),), "watch": True},
@@ -62,7 +62,7 @@ WRONG_TYPE: dict[str, tuple[str, Any]] = {
 def test_every_args_struct_is_covered() -> None:
     args_classes = {
         obj
-        for module in (api, api_batch)
+        for module in (api, api_batch, api_worktrees)
         for name, obj in vars(module).items()
         if name.endswith("Args")
         and not name.startswith("_")

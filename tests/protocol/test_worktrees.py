@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from protocol.calls import api_worktrees
 from protocol.calls.answers import preview_result
 from protocol.core.limits import WORKTREE_FILES_LISTED, WORKTREE_OVERLAP_AGENTS
 from protocol.records.tasks import TaskResult
@@ -187,11 +188,10 @@ def test_what_a_human_reads() -> None:
 
 
 def test_a_worktrees_page_fits_its_frame() -> None:
-    from protocol.calls import api
     from protocol.calls.answers import encoded_size, fit_answer
 
     rows = tuple(
-        api.WorktreeStatus(
+        api_worktrees.WorktreeStatus(
             agent=f"a{i}",
             agent_id=f"id{i}",
             path="/" + "p" * 3000,
@@ -201,9 +201,9 @@ def test_a_worktrees_page_fits_its_frame() -> None:
         )
         for i in range(20)
     )
-    page = api.WorktreesResult(worktrees=rows, cursor=40, next_cursor=60)
+    page = api_worktrees.WorktreesResult(worktrees=rows, cursor=40, next_cursor=60)
     fitted = fit_answer(page, 16_000)
     assert 1 <= len(fitted.worktrees) < 20 and encoded_size(fitted) <= 16_000
     assert fitted.next_cursor == 40 + len(fitted.worktrees)
-    small = api.WorktreesResult(worktrees=rows[:2])
+    small = api_worktrees.WorktreesResult(worktrees=rows[:2])
     assert fit_answer(small, 16_000) == small

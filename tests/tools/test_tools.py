@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol.calls import api, api_batch
+from protocol.calls import api, api_batch, api_worktrees
 from protocol.calls.approvals import ApproveArgs, DenyArgs
 from protocol.core import limits
 from protocol.core.errors import InvalidArgument
@@ -110,7 +110,7 @@ def test_parent_tools_are_one_per_parent_operation() -> None:
         "close": api.CloseArgs,
         "read": api.ReadArgs,
         "cancel": api.CancelArgs,
-        "worktrees": api.WorktreesArgs,
+        "worktrees": api_worktrees.WorktreesArgs,
         "spawn_many": api_batch.SpawnManyArgs,
         "delegate_many": api_batch.DelegateManyArgs,
         "approve": ApproveArgs,

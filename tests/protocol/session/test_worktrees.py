@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.calls import api
+from protocol.calls import api, api_worktrees
 from protocol.records.journal import TaskChangesRecord, WorktreeRemovedRecord
 from protocol.records.notifications import Notice, TaskCompletion
 from protocol.records.settings import Settings
@@ -148,7 +148,7 @@ def test_close_names_the_worktree_and_released_is_journaled_or_told() -> None:
     ]
     assert answer(s.call(api.CloseArgs(agent="alpha"))).worktree_path is None
     assert s.run(worktrees.released(s.state, gone, s.ctx())) == []
-    listing = answer(s.call(api.WorktreesArgs()))
+    listing = answer(s.call(api_worktrees.WorktreesArgs()))
     assert [(w.agent, w.state) for w in listing.worktrees] == [("alpha", "removed")]
 
 
@@ -157,12 +157,12 @@ def test_listing_is_paged_and_status_shows_the_branch() -> None:
     for i in range(25):
         spawn_in_worktree(s, f"a{i:02}")
     s.spawn("plain")
-    first = answer(s.call(api.WorktreesArgs()))
+    first = answer(s.call(api_worktrees.WorktreesArgs()))
     assert len(first.worktrees) == 20 and first.next_cursor == 20
-    rest = answer(s.call(api.WorktreesArgs(cursor=20)))
+    rest = answer(s.call(api_worktrees.WorktreesArgs(cursor=20)))
     assert [w.agent for w in rest.worktrees] == [f"a{i}" for i in range(20, 25)]
     assert rest.next_cursor is None
-    assert answer(s.call(api.WorktreesArgs(cursor=1000))).worktrees == ()
+    assert answer(s.call(api_worktrees.WorktreesArgs(cursor=1000))).worktrees == ()
     view = status.view(s.state, None, s.now)
     rows = {r.name: r for r in view.agents}
     assert rows["a00"].branch == "b/a00" and rows["a00"].changed_files is None
