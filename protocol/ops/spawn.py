@@ -142,6 +142,15 @@ SPAWN = entry(
             help="gate matching Pi tool calls on your approval (repeatable)",
         ),
         "node": NODE_PARAM,
+        "role": Param(
+            description=(
+                "What the agent is for: 'worker' (default) or 'watchdog', which may also read "
+                "the watchdog's view of the session's agents and alert the parent (read-only: "
+                "it cannot steer, cancel or close anyone)"
+            ),
+            cli="--role",
+            help="worker (default) or watchdog: reads the watchdog's view, alerts the parent",
+        ),
     },
     tool=Tool(
         description=(

@@ -35,6 +35,8 @@ effect              what running it means
 ``AnswerFromOutput`` the answer is a page of the agent's output (its actor holds it): the
                     broker answers with a future of it
 ``Watchdog*``       tell the watchdog what happened (it observes; it never decides here)
+``WatchdogQuery``   a watchdog agent's question: the watchdog answers it in the receipt given
+                    (:mod:`protocol.session.watchdog_queries`), in order after what it was told
 ``ProbeWorktree``   run git in an agent's worktree, off the broker's thread: where it stands
                     when a task is handed over (``snapshot``), or what the task changed and
                     what overlaps when it settled (``diff``); the answer comes back as a
@@ -57,7 +59,7 @@ from protocol.records.tasks import TaskRecord, TaskResult
 from protocol.records.worktrees import Snapshot, WorktreeRef
 from protocol.session.state import WatcherState
 from protocol.session.task import TaskMessage
-from protocol.wire.envelopes import AnyEnvelope, RuntimeEnvelope
+from protocol.wire.envelopes import AckEnvelope, AnyEnvelope, RuntimeEnvelope
 
 __all__ = [
     "Answer",
@@ -93,6 +95,7 @@ __all__ = [
     "TimerKey",
     "WatchdogAgent",
     "WatchdogInstruction",
+    "WatchdogQuery",
     "WatchdogRuntime",
     "WatchdogTask",
 ]
@@ -286,6 +289,8 @@ class WatchdogAgent(Effect, frozen=True, kw_only=True):
     at: float
     #: how the agent runs (``command``, ``pi-rpc``, ...): what its output lines are
     adapter: str | None = None
+    #: ``watchdog``: the agent was spawned to watch the others (its target's kind)
+    role: str | None = None
 
 
 class WatchdogRuntime(Effect, frozen=True, kw_only=True):
@@ -311,6 +316,23 @@ class WatchdogTask(Effect, frozen=True, kw_only=True):
 
     agent_id: str
     task_id: str | None
+
+
+class WatchdogQuery(Effect, frozen=True, kw_only=True):
+    """A watchdog agent's question (checked: :mod:`protocol.session.watchdog_queries`): the
+    watchdog answers it by publishing ``receipt`` into ``inbox`` with its ``data`` (fitted to
+    ``budget`` bytes), or turned into a refusal with the error."""
+
+    asker_id: str
+    asker_name: str
+    op: str
+    #: the agent asked about (its id), if any
+    agent_id: str | None = None
+    limit: int | None = None
+    text: str | None = None
+    inbox: str
+    receipt: AckEnvelope
+    budget: int
 
 
 # --- agents' git worktrees

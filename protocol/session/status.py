@@ -76,6 +76,7 @@ def _agent(s: SessionState, row: AgentRow, task_id: str | None, now: float) -> a
         pid=row.pid if row.process_state != "exited" else None,
         usage=s.agent_usage.get(row.agent_id),
         node=row.options.get("node"),
+        role=row.role,
         **_worktree(s, row),
     )
 
