@@ -49,7 +49,8 @@ def answer(w: Watchdog, q: WatchdogQuery) -> Any:
         shown, total = queries.newest_targets(w.targets.values())
         status = {k: v for k, v in w._call("status", {}).items() if k != "targets"}
         targets = [msgspec.to_builtins(t) for t in shown]
-        return {**status, "targets": targets, "targets_total": total}
+        answer = {**status, "targets": targets, "targets_total": total}
+        return queries.fit_list(answer, "targets", q.budget, keep="first")
     if q.op == "events":
         answer = w._call("read_events", {"agent": q.agent_id, "limit": q.limit or 20})
         return queries.fit_events(answer, q.budget)
@@ -62,7 +63,8 @@ def answer(w: Watchdog, q: WatchdogQuery) -> Any:
             for t in shown
             if t.id in w._agents
         ]
-        return {"checked": len(verdicts), "agents": total, "stuck": queries.stuck_list(verdicts)}
+        found = {"checked": len(verdicts), "agents": total, "stuck": queries.stuck_list(verdicts)}
+        return queries.fit_list(found, "stuck", q.budget, keep="first")
     agent_id, agent = w._known(q.agent_id)  # alert
     verdict = w._verdict(agent)
     why = "disabled" if not w.config.enabled else "paused" if w.state.paused else None

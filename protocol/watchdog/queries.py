@@ -5,8 +5,9 @@ Rules
 * Every answer is bounded: at most :data:`~protocol.core.limits.MAX_WATCHDOG_TARGETS` agents
   (the most recently active first, with how many there are in all), at most the asked number of
   an agent's newest events, each a normalised command, an output hash and a short preview
-  (never a whole output); an answer still too big for one envelope drops its oldest events
-  first and says how many (``cut``).
+  (never a whole output). An answer still too big for one envelope (a session may lower
+  ``max_envelope_bytes`` to 1 KiB) drops what matters least first, its oldest events, its
+  least recently active agents, its least confident verdicts, and says how many (``cut``).
 * ``stuck`` without an agent runs the detector over the listed agents and names those with a
   confidence above ``none``, the most confident first (ties: the most recently active).
 * The alert a watchdog agent writes is quoted as written, under a header naming who wrote it
@@ -19,7 +20,7 @@ Sans-IO: pure functions over the watchdog's data.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -27,7 +28,7 @@ from protocol.core.limits import MAX_WATCHDOG_TARGETS
 from protocol.watchdog.detect import CONFIDENCE_LEVELS, Verdict
 from protocol.watchdog.targets import WatchdogTarget
 
-__all__ = ["fit_events", "newest_targets", "render_agent_alert", "stuck_list"]
+__all__ = ["fit_events", "fit_list", "newest_targets", "render_agent_alert", "stuck_list"]
 
 
 def newest_targets(
@@ -61,17 +62,28 @@ def stuck_list(verdicts: Iterable[tuple[WatchdogTarget, str | None, Verdict]]) -
 def fit_events(answer: dict[str, Any], budget: int) -> dict[str, Any]:
     """``answer`` (with its ``events``, oldest first) fitted to ``budget`` bytes of JSON:
     its oldest events dropped until it fits, and ``cut`` says how many went."""
-    events = list(answer.get("events", ()))
+    return fit_list(answer, "events", budget, keep="newest")
+
+
+def fit_list(
+    answer: dict[str, Any], key: str, budget: int, *, keep: Literal["newest", "first"]
+) -> dict[str, Any]:
+    """``answer`` fitted to ``budget`` bytes of JSON by dropping items of its list ``key``:
+    from its start (``keep="newest"``: the list is oldest first) or from its end
+    (``keep="first"``: it is most important first); ``cut`` says how many went. It may still
+    not fit (its other fields alone are too big): the caller checks the size again."""
+    items = list(answer.get(key, ()))
     size = len(msgspec.json.encode(answer))
     if size <= budget:
         return answer
     cut = 0
-    while events and size > budget:
-        # drop in proportion to the excess (at least one): a few passes, not one per event
-        drop = max(1, len(events) * (size - budget) // max(size, 1))
-        events, cut = events[drop:], cut + drop
-        size = len(msgspec.json.encode({**answer, "events": events, "cut": cut}))
-    return {**answer, "events": events, "cut": cut}
+    while items and size > budget:
+        # drop in proportion to the excess (at least one): a few passes, not one per item
+        drop = max(1, len(items) * (size - budget) // max(size, 1))
+        items = items[drop:] if keep == "newest" else items[: len(items) - drop]
+        cut += drop
+        size = len(msgspec.json.encode({**answer, key: items, "cut": cut}))
+    return {**answer, key: items, "cut": cut}
 
 
 def render_agent_alert(

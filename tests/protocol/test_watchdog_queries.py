@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from protocol.calls.views import status_line
 from protocol.core.limits import MAX_WATCHDOG_TARGETS
 from protocol.watchdog.detect import Verdict
-from protocol.watchdog.queries import fit_events, newest_targets, render_agent_alert, stuck_list
+from protocol.watchdog.queries import (
+    fit_events,
+    fit_list,
+    newest_targets,
+    render_agent_alert,
+    stuck_list,
+)
 from protocol.watchdog.targets import WatchdogTarget, apply_target_event, make_target
 
 
@@ -73,6 +79,20 @@ def test_events_that_do_not_fit_lose_their_oldest_first_and_say_how_many(
     assert cut == n - len(events)
     assert events == answer["events"][cut:]  # type: ignore[index]  # the newest kept, in order
     assert not events or len(msgspec.json.encode(fitted)) <= budget
+
+
+@given(n=st.integers(0, 150), budget=st.integers(200, 40_000))
+def test_a_list_most_important_first_loses_its_tail(n: int, budget: int) -> None:
+    targets = [{"id": f"a{i}", "name": "x" * 100} for i in range(n)]
+    answer: dict[str, object] = {"targets": targets, "total": n}
+    fitted = fit_list(answer, "targets", budget, keep="first")
+    items = fitted["targets"]
+    if len(msgspec.json.encode(answer)) <= budget:
+        assert fitted is answer
+        return
+    assert items == targets[: len(items)]  # the first ones kept, in order
+    assert fitted["cut"] == n - len(items)
+    assert not items or len(msgspec.json.encode(fitted)) <= budget
 
 
 def test_the_alert_quotes_the_watchdog_agent_with_the_detectors_verdict() -> None:

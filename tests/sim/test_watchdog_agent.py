@@ -17,7 +17,14 @@ from actors.testing.simagent import SimLauncher
 from actors.testing.simulation import SimRuntime, SimTransport
 from protocol.core.ids import PARENT_ID, IdKind, make_id
 from protocol.records.notifications import WatchdogAlert
-from protocol.wire.envelopes import AckEnvelope, AnyEnvelope, QueryEnvelope, RuntimeEnvelope
+from protocol.records.settings import Settings
+from protocol.wire.envelopes import (
+    AckEnvelope,
+    AnyEnvelope,
+    QueryEnvelope,
+    RuntimeEnvelope,
+    encode_envelope,
+)
 from tests.sim.scenarios import new_session
 
 IDLE: dict[str, Any] = {"steps": []}
@@ -129,5 +136,25 @@ def test_a_session_without_a_watchdog_refuses_the_question() -> None:
             "invalid_argument",
             "this session runs without a watchdog",
         )
+    finally:
+        session.shutdown()
+
+
+def test_answers_fit_a_small_envelope_and_say_what_they_cut() -> None:
+    settings = Settings(max_envelope_bytes=1024)
+    session, _ = new_session(9, settings=settings)
+    try:
+        wd = session.spawn("wd", script=IDLE, role="watchdog").agent_id
+        for i in range(12):
+            session.spawn(f"w{i}", script=IDLE)
+        session.sim.run_all(max_time=1)
+        env, got = _ask(session, wd, "status")
+        assert session.broker.ask(InboundBatch(envelopes=(env,)), timeout=30) is None
+        session.sim.run_all(max_time=1)
+        ack = _answer(got)
+        assert ack.accepted, ack
+        data = ack.data
+        assert data["targets_total"] == 13 and data["cut"] == 13 - len(data["targets"]) > 0
+        assert len(encode_envelope(ack)) <= settings.max_envelope_bytes
     finally:
         session.shutdown()

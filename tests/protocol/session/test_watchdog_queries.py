@@ -22,6 +22,7 @@ from protocol.session.effects import WatchdogAgent, WatchdogQuery
 from protocol.wire.envelopes import QueryEnvelope, WatchdogQueryOp, decode_envelope, encode_envelope
 
 from .harness import Session, answer, of, snapshot
+from .test_restore import restart
 
 
 def _spawn(s: Session, name: str, role: str = "worker") -> str:
@@ -57,6 +58,19 @@ def test_the_role_is_recorded_with_the_agent_shown_in_status_and_told_the_watchd
     _spawn(s, "scout")
     rows = {a.name: a.role for a in status.view(s.state, None, s.now).agents}
     assert rows == {"wd": "watchdog", "scout": "worker"}
+
+
+def test_a_restarted_parent_knows_the_role_and_still_answers_only_the_watchdog(
+    s: Session,
+) -> None:
+    wd = _spawn(s, "wd", "watchdog")
+    worker = _spawn(s, "worker")
+    t, effects = restart(s)
+    told = {e.agent_id: e.role for e in of(effects, WatchdogAgent)}
+    assert told == {wd: "watchdog", worker: "worker"}
+    (asked,) = t.send(_query(t, wd, "status"))
+    assert isinstance(asked, WatchdogQuery)
+    t.send_refused(_query(t, worker, "status"), "forbidden_sender")
 
 
 def test_an_agent_recorded_before_roles_existed_is_a_worker(s: Session) -> None:
