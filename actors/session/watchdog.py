@@ -360,6 +360,10 @@ class WatchdogActor(ShepherdActor):
             reply = msgspec.structs.replace(q.receipt, data=data)
         except ShepherdError as exc:
             reply = msgspec.structs.replace(q.receipt, accepted=False, error=exc.info())
+        except Exception as exc:  # a bug still answers: the asker never waits in vain
+            logger.opt(exception=True).error("watchdog question {} failed", q.op)
+            error = ShepherdError(f"internal error: {exc!r}").info()
+            reply = msgspec.structs.replace(q.receipt, accepted=False, error=error)
         if self._publish is not None:
             try:
                 self._publish(q.inbox, reply)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from actors.session import watchdog_answers
 from actors.session.messages import InboundBatch
 from actors.session.sinks import CollectingSink
 from actors.testing import SimSession
@@ -156,5 +157,24 @@ def test_answers_fit_a_small_envelope_and_say_what_they_cut() -> None:
         data = ack.data
         assert data["targets_total"] == 13 and data["cut"] == 13 - len(data["targets"]) > 0
         assert len(encode_envelope(ack)) <= settings.max_envelope_bytes
+    finally:
+        session.shutdown()
+
+
+def test_a_failing_answer_still_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("a bug in the answer")
+
+    monkeypatch.setattr(watchdog_answers, "answer", broken)
+    session, _ = new_session(4)
+    try:
+        wd = session.spawn("wd", script=IDLE, role="watchdog").agent_id
+        session.sim.run_all(max_time=1)
+        env, got = _ask(session, wd, "status")
+        assert session.broker.ask(InboundBatch(envelopes=(env,)), timeout=30) is None
+        session.sim.run_all(max_time=1)
+        ack = _answer(got)
+        assert not ack.accepted and ack.error is not None
+        assert "internal error" in ack.error.message and "a bug in the answer" in ack.error.message
     finally:
         session.shutdown()
