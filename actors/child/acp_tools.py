@@ -2,6 +2,9 @@
 passed to the agent in ``session/new`` / ``session/load`` as a stdio MCP server named
 ``shepherd``): ``shepherd_done`` and ``shepherd_message``, so the explicit-done rule holds for
 any ACP agent (its turn ending is never a task's completion; calling ``shepherd_done`` is).
+An agent spawned with ``--role watchdog`` (its options' ``role``) also gets the watchdog
+agent's tools, as a Pi agent does: ``watchdog_status``, ``watchdog_read_events``,
+``watchdog_detect_stuck`` and ``watchdog_alert_main`` (``shepherd-child watchdog-*``).
 
 Rules:
 - Each tool runs the matching child command (``shepherd-child done`` / ``message``, with
@@ -14,6 +17,7 @@ Rules:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -69,6 +73,63 @@ def shepherd_done(status: Literal["completed", "blocked", "failed"], summary: st
 @server.tool(description="Send a message to the parent (target 'shepherd') or to a peer agent.")
 def shepherd_message(message: str, target: str = "shepherd", expects_reply: bool = False) -> str:
     return _run("message", ["--expects-reply"] if expects_reply else [], [target, message])
+
+
+def _role() -> str:
+    """This agent's role, from its options (the parent checked them)."""
+    try:
+        options = json.loads(os.environ.get("SHEPHERD_AGENT_OPTIONS") or "{}")
+    except ValueError:
+        return "worker"
+    return str(options.get("role", "worker")) if isinstance(options, dict) else "worker"
+
+
+def _watchdog_tools() -> None:
+    """A watchdog agent's tools (see the module rules); the parent answers them only for one.
+    Their bounds (an agent's name or id, a limit of 1-200, an alert of 1-4000 characters) are
+    checked by ``shepherd-child``: a value out of them is its typed error, as the result."""
+
+    @server.tool(
+        description=(
+            "The watchdog's state (enabled, paused, alert mode, alerts sent) and the agents it "
+            "watches, the most recently active first (at most 100)."
+        )
+    )
+    def watchdog_status() -> str:
+        return _run("watchdog-status", [], [])
+
+    @server.tool(
+        description=(
+            "An agent's most recent tool events as the watchdog keeps them: normalised command, "
+            "output hash and a short preview (never whole outputs). agent: its name or id; "
+            "limit: how many of the newest (1-200, default 20)."
+        )
+    )
+    def watchdog_read_events(agent: str, limit: int = 20) -> str:
+        return _run("watchdog-events", [f"--limit={limit}"], [agent])
+
+    @server.tool(
+        description=(
+            "The stuck-loop detector's verdict on an agent (likely_stuck, confidence, reasons, "
+            "evidence), or, with agent empty, on every agent: the ones above none. Changes nothing."
+        )
+    )
+    def watchdog_detect_stuck(agent: str = "") -> str:
+        return _run("watchdog-stuck", [], [agent] if agent else [])
+
+    @server.tool(
+        description=(
+            "Send the parent a [Watchdog Alert] about an agent that looks stuck, in your words; "
+            "the parent also gets the detector's verdict. Nothing is killed or steered. agent: "
+            "its name or id; text: the alert (1-4000 characters)."
+        )
+    )
+    def watchdog_alert_main(agent: str, text: str) -> str:
+        return _run("watchdog-alert", [], [agent, text])
+
+
+if _role() == "watchdog":
+    _watchdog_tools()
 
 
 def main() -> None:

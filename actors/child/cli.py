@@ -11,6 +11,10 @@ parent one:
     shepherd-child approve-request TEXT [--timeout S] [--json]
         ask the parent's approval and block until it answers (exit 0 approved, 1 denied):
         see ``actors.child.approval``
+    shepherd-child watchdog-status|watchdog-events AGENT [--limit N]|watchdog-stuck [AGENT]
+                   |watchdog-alert AGENT TEXT [--json]
+        a watchdog agent's questions (``spawn --role watchdog``), answered in the receipt:
+        see ``protocol.ops.child_watchdog``; they print the answer (JSON), not the receipt
 
 ``message``, ``done`` and ``usage`` are what an agent runs from its shell, generated from the
 child's entries of the operation table (:mod:`protocol.ops.child`): their arguments are checked
@@ -65,11 +69,13 @@ from protocol.core.errors import (
 from protocol.core.ids import PARENT_ID, IdKind, is_valid_name, kind_of
 from protocol.ops.approvals import ChildApprovalArgs
 from protocol.ops.child import ChildDoneArgs, ChildMessageArgs, ChildUsageArgs
+from protocol.ops.child_watchdog import ChildWatchdogArgs, query_fields
 from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
     Delivery,
     MessageEnvelope,
+    QueryEnvelope,
     ReplyEnvelope,
     RuntimeEnvelope,
     TaskDoneEnvelope,
@@ -274,6 +280,12 @@ def _usage_builder(args: ChildUsageArgs) -> Callable[[dict[str, Any]], AnyEnvelo
     )
 
 
+def _query_builder(args: ChildWatchdogArgs) -> Callable[[dict[str, Any]], AnyEnvelope]:
+    """A watchdog agent's question (``query``): the parent answers it in the receipt."""
+    fields = query_fields(args)
+    return lambda base: QueryEnvelope(**base, target_id=PARENT_ID, **fields)
+
+
 def _receipt(ack: AckEnvelope, message_id: str) -> dict[str, Any]:
     receipt: dict[str, Any] = {"message_id": message_id, "accepted": ack.accepted}
     if ack.request_id is not None:
@@ -316,6 +328,8 @@ def _send_command(
             build = _done_builder(checked)
         case ChildUsageArgs():
             build = _usage_builder(checked)
+        case ChildWatchdogArgs():
+            build = _query_builder(checked)
         case _:  # pragma: no cover - every child operation is one of the above
             raise AssertionError(args.command)
     env = child_env_from(environ, bridge=False)
@@ -341,8 +355,9 @@ def _send_command(
         return _fail(error_from_info(info), as_json=args.json, out=out, err=err)
     if span is not None:
         span.end()
-    receipt = _receipt(ack, ack.ack_for)
-    print(json.dumps(receipt) if args.json else op.view(receipt), file=out)
+    # a watchdog agent's question: its answer; anything else: the receipt
+    shown = ack.data if isinstance(checked, ChildWatchdogArgs) else _receipt(ack, ack.ack_for)
+    print(json.dumps(shown) if args.json else op.view(shown), file=out)
     return 0
 
 

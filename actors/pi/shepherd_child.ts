@@ -6,6 +6,13 @@
  *   shepherd_message           send an asynchronous message (to a peer, the parent, or as a reply)
  *   shepherd_done              the explicit terminal signal for this agent's delegated task
  *   shepherd_request_approval  ask the parent's approval, wait for its answer
+ * and, only for an agent spawned with `--role watchdog` (its options' `role`), the watchdog
+ * agent's read-only tools, each one `shepherd-child watchdog-*` call (the parent answers them
+ * only for a watchdog agent, and nothing in them steers, cancels or closes anyone):
+ *   watchdog_status            the watchdog's state and the agents it watches
+ *   watchdog_read_events       an agent's newest normalised tool events
+ *   watchdog_detect_stuck      the stuck-loop detector's verdict on one agent, or on all
+ *   watchdog_alert_main        a [Watchdog Alert] to the parent about an agent, in its words
  * and gates tool calls on the parent's approval: the agent's options (SHEPHERD_AGENT_OPTIONS,
  * set by the bridge) may hold `approve` rules, TOOL:GLOB (`spawn --approve 'bash:git push*'`).
  * A tool call whose tool is TOOL and whose subject matches GLOB (the bash command, else the
@@ -26,6 +33,7 @@
  *   shepherd-child message --json [--expects-reply] [--reply-to=ID] [--thread=ID] [--steer] -- TARGET TEXT
  *   shepherd-child done --json --status=STATUS [--summary=TEXT]
  *   shepherd-child approve-request --json [--timeout=S] -- TEXT
+ *   shepherd-child watchdog-events --json [--limit=N] -- AGENT   (and the other watchdog-*)
  */
 
 import { StringEnum } from "@mariozechner/pi-ai";
@@ -93,14 +101,19 @@ function globToRegExp(glob: string): RegExp {
 	return new RegExp(`^${re}$`);
 }
 
+/** This agent's options (SHEPHERD_AGENT_OPTIONS, set by the bridge; the parent checked them). */
+function agentOptions(): Record<string, unknown> {
+	try {
+		const options = JSON.parse(process.env.SHEPHERD_AGENT_OPTIONS || "{}");
+		return options && typeof options === "object" ? options : {};
+	} catch {
+		return {};
+	}
+}
+
 /** The `approve` rules of this agent's options (the parent checked their bounds). */
 function approvalRules(): ApprovalRule[] {
-	let approve: unknown;
-	try {
-		approve = JSON.parse(process.env.SHEPHERD_AGENT_OPTIONS || "{}")?.approve;
-	} catch {
-		return [];
-	}
+	const approve = agentOptions().approve;
 	if (!Array.isArray(approve)) return [];
 	return approve
 		.filter((r): r is string => typeof r === "string" && r.indexOf(":") > 0)
@@ -222,6 +235,98 @@ export default function shepherdChild(pi: ExtensionAPI) {
 		async execute(_toolCallId, params, signal) {
 			const decision = await askApproval(params.message, params.timeout_s, signal);
 			return textResult(`${decision.approved ? "approved" : "denied"}: ${decision.answer}`);
+		},
+	});
+
+	if (agentOptions().role === "watchdog") registerWatchdogTools(pi);
+}
+
+/** The longest alert the parent takes (MAX_WATCHDOG_ALERT_CHARS) and the most events. */
+const MAX_ALERT_TEXT = 4000;
+const MAX_EVENTS = 200;
+
+/** A watchdog agent's tools: each runs `shepherd-child watchdog-* --json`; its answer is the result. */
+function registerWatchdogTools(pi: ExtensionAPI) {
+	const agent = Type.String({ minLength: 1, maxLength: 200, description: "The agent's name or id" });
+	pi.registerTool({
+		name: "watchdog_status",
+		label: "Watchdog status",
+		description:
+			"The watchdog's state (enabled, paused, alert mode, alerts sent) and the agents it watches, " +
+			"the most recently active first (at most 100): id, name, kind (task or watchdog), process " +
+			"status, tool-call count, created and last-active times.",
+		promptSnippet: "List the agents the watchdog observes, with the watchdog's state",
+		parameters: Type.Object({}),
+		async execute(_toolCallId, _params, signal) {
+			return textResult(await runChild(["watchdog-status", "--json"], signal));
+		},
+	});
+	pi.registerTool({
+		name: "watchdog_read_events",
+		label: "Watchdog events",
+		description:
+			"Read an agent's most recent tool events as the watchdog keeps them: normalised command, " +
+			"output hash and a short preview (never whole outputs), exit code, time.",
+		promptSnippet: "Read an agent's recent normalised tool events",
+		parameters: Type.Object({
+			agent,
+			limit: Type.Optional(
+				Type.Integer({
+					minimum: 1,
+					maximum: MAX_EVENTS,
+					description: `How many of the newest events (1-${MAX_EVENTS}, default 20)`,
+				}),
+			),
+		}),
+		async execute(_toolCallId, params, signal) {
+			const args = ["watchdog-events", "--json"];
+			if (params.limit !== undefined) args.push(`--limit=${params.limit}`);
+			args.push("--", params.agent);
+			return textResult(await runChild(args, signal));
+		},
+	});
+	pi.registerTool({
+		name: "watchdog_detect_stuck",
+		label: "Watchdog detect",
+		description:
+			"Run the deterministic stuck-loop rules on one agent's events since its last instruction " +
+			"(likely_stuck, confidence none/low/medium/high, reasons and evidence), or, without an " +
+			"agent, on every agent: the ones above confidence none are listed. Changes nothing.",
+		promptSnippet: "Check whether an agent (or any agent) looks stuck in a loop",
+		parameters: Type.Object({
+			agent: Type.Optional(
+				Type.String({
+					minLength: 1,
+					maxLength: 200,
+					description: "The agent's name or id (default: every agent)",
+				}),
+			),
+		}),
+		async execute(_toolCallId, params, signal) {
+			const args = ["watchdog-stuck", "--json"];
+			if (params.agent) args.push("--", params.agent);
+			return textResult(await runChild(args, signal));
+		},
+	});
+	pi.registerTool({
+		name: "watchdog_alert_main",
+		label: "Watchdog alert",
+		description:
+			"Send the parent a [Watchdog Alert] about an agent that looks stuck, in your words (who, " +
+			"on what, what you suggest); the parent also gets the detector's verdict. Nothing is " +
+			"killed or steered: the parent decides.",
+		promptSnippet: "Alert the parent that an agent looks stuck, with your reasoning",
+		parameters: Type.Object({
+			agent,
+			text: Type.String({
+				minLength: 1,
+				maxLength: MAX_ALERT_TEXT,
+				description: `The alert (1-${MAX_ALERT_TEXT} characters)`,
+			}),
+		}),
+		async execute(_toolCallId, params, signal) {
+			const args = ["watchdog-alert", "--json", "--", params.agent, params.text];
+			return textResult(await runChild(args, signal));
 		},
 	});
 }

@@ -5,7 +5,9 @@ one-shot inbox, the task notes' writer, the watchdog, git, the story (:mod:`acto
   ``Publish`` puts a receipt in the one-shot inbox it names (one that cannot take it is
   logged: its caller has gone).
 - Note effects and what the watchdog is told are gathered over a run and sent when it ends
-  (:meth:`Outlets.flush`): one message to each per run.
+  (:meth:`Outlets.flush`): one message to each per run. A watchdog agent's question
+  (``WatchdogQuery``) goes with them, so it is answered after what came before it; a session
+  without a watchdog refuses it at once.
 - ``ProbeWorktree`` runs git on the session's git worker; its answer comes back to the broker
   as an event (a session with no git worker answers at once that it has none).
 - ``RunCheck`` / ``StopCheck``: a task's acceptance check, on the session's check runner
@@ -21,6 +23,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pykka
 
 from actors.runtime.runtime import tell_quietly
@@ -30,7 +33,7 @@ from actors.session.note_writer import NoteWrites
 from actors.session.runs import Run
 from actors.session.sinks import GuardedSink
 from actors.session.worktrees import GitWorker
-from protocol.core.errors import ShepherdError
+from protocol.core.errors import InvalidArgument, ShepherdError
 from protocol.records.checks import CheckDone, Evidence
 from protocol.records.worktrees import WorktreeProbed
 from protocol.session import effects as fx
@@ -78,6 +81,10 @@ class Outlets:
     def watched(self, effect: Any, run: Run) -> None:
         if self.watchdog is not None:
             run.watchdog.append(effect)
+        elif isinstance(effect, fx.WatchdogQuery):
+            why = InvalidArgument("this session runs without a watchdog")
+            refused = msgspec.structs.replace(effect.receipt, accepted=False, error=why.info())
+            self.publish(fx.Publish(inbox=effect.inbox, envelope=refused), run)
 
     def flush(self, run: Run) -> None:
         """What ``run`` gathered for the note writer and the watchdog: one message each."""

@@ -14,7 +14,13 @@ from protocol.session import effects as fx
 
 __all__ = ["WATCHDOG_EFFECTS", "Run", "read_output", "split_records"]
 
-WATCHDOG_EFFECTS = (fx.WatchdogAgent, fx.WatchdogRuntime, fx.WatchdogInstruction, fx.WatchdogTask)
+WATCHDOG_EFFECTS = (
+    fx.WatchdogAgent,
+    fx.WatchdogRuntime,
+    fx.WatchdogInstruction,
+    fx.WatchdogTask,
+    fx.WatchdogQuery,
+)
 
 
 class Run:

@@ -145,7 +145,7 @@ class Session(WatchdogMethods):
         from actors.session.watchdog import WatchdogActor
 
         self.watchdog_ref = self.runtime.spawn(
-            WatchdogActor, self.settings.watchdog, self.sink, broker
+            WatchdogActor, self.settings.watchdog, self.sink, broker, self.transport.publish
         )
         return self.watchdog_ref
 

@@ -17,18 +17,24 @@ to the agent as a steer — the only automatic action, and only when configured.
 request is dry-run by default. A steer the watchdog sent comes back as the agent's next
 message; it is kept as a rescue message (source ``watchdog``), not as a new instruction, so
 an agent that goes on looping after the nudge keeps its counts.
+
+A watchdog agent's question (``WatchdogQuery``, checked by
+:mod:`protocol.session.watchdog_queries`) arrives in order with what the broker told it, and
+is answered by publishing its receipt with the answer (:mod:`protocol.watchdog.queries`).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 import pykka
 
+from actors.runtime.log import logger
 from actors.runtime.runtime import ShepherdActor, tell_quietly
+from actors.session import watchdog_answers
 from actors.session.messages import (
     ParentCall,
     WatchdogAgent,
@@ -40,9 +46,12 @@ from actors.session.messages import (
 from actors.session.sinks import GuardedSink
 from protocol import watchdog as wd
 from protocol.calls import api
-from protocol.core.errors import InvalidArgument, InvalidHandle
+from protocol.calls.answers import fit_answer
+from protocol.core.errors import InvalidArgument, InvalidHandle, ShepherdError
 from protocol.ops import watchdog as watchdog_ops
 from protocol.records.notifications import WatchdogAlert
+from protocol.session.effects import WatchdogQuery
+from protocol.wire.envelopes import AnyEnvelope
 
 __all__ = ["WatchdogActor", "is_watchdog_call", "session_call"]
 
@@ -63,9 +72,15 @@ class _Agent:
 
 class WatchdogActor(ShepherdActor):
     def __init__(
-        self, config: wd.WatchdogConfig, sink: GuardedSink, broker: pykka.ActorRef[Any]
+        self,
+        config: wd.WatchdogConfig,
+        sink: GuardedSink,
+        broker: pykka.ActorRef[Any],
+        publish: Callable[[str, AnyEnvelope], None] | None = None,
     ) -> None:
         super().__init__()
+        #: how a watchdog agent's answer is sent (the session's transport)
+        self._publish = publish
         self.config = config
         self.state = wd.WatchdogSession()
         self.targets: dict[str, wd.WatchdogTarget] = {}
@@ -89,6 +104,8 @@ class WatchdogActor(ShepherdActor):
                 self._runtime(message)
             case WatchdogCall(op=op, args=args):
                 return self._call(op, dict(args))
+            case WatchdogQuery():
+                self._query(message)
             case list():  # what one run of the broker's effects told, in order (one message)
                 for each in message:
                     self.on_receive(each)
@@ -109,6 +126,7 @@ class WatchdogActor(ShepherdActor):
             status=msg.process_state,
             name=msg.name,
             description=msg.description,
+            role=msg.role,
         )
 
     def _target_event(self, agent_id: str, at: float, **changes: Any) -> None:
@@ -332,6 +350,25 @@ class WatchdogActor(ShepherdActor):
                 }
             case _:
                 raise InvalidArgument(f"unknown watchdog operation {op!r}")
+
+    # ------------------------------------------------------------------ a watchdog agent's
+
+    def _query(self, q: WatchdogQuery) -> None:
+        """Answer a watchdog agent's question in its receipt (a refusal if it fails)."""
+        try:
+            data = fit_answer(watchdog_answers.answer(self, q), q.budget)
+            reply = msgspec.structs.replace(q.receipt, data=data)
+        except ShepherdError as exc:
+            reply = msgspec.structs.replace(q.receipt, accepted=False, error=exc.info())
+        except Exception as exc:  # a bug still answers: the asker never waits in vain
+            logger.opt(exception=True).error("watchdog question {} failed", q.op)
+            error = ShepherdError(f"internal error: {exc!r}").info()
+            reply = msgspec.structs.replace(q.receipt, accepted=False, error=error)
+        if self._publish is not None:
+            try:
+                self._publish(q.inbox, reply)
+            except ShepherdError as exc:  # its asker has gone: nobody to tell
+                logger.warning("watchdog answer to {} undeliverable: {}", q.inbox, exc.message)
 
 
 # ------------------------------------------------------------------ the watchdog operations

@@ -45,6 +45,7 @@ from protocol.records.usage import Budget, Usage
 from protocol.wire.envelopes import MailboxWake
 
 __all__ = [
+    "AgentRole",
     "AgentStatus",
     "Arguments",
     "CancelArgs",
@@ -79,6 +80,10 @@ __all__ = [
 
 ProcessState = Literal["starting", "working", "idle", "exited"]
 Adapter = Literal["scripted", "command", "pi-rpc", "acp", "simulated"]
+#: what an agent is for: a ``worker`` (the default) does tasks; a ``watchdog`` may also read the
+#: watchdog's view of the session and alert the parent (``shepherd-child watchdog-*``), and
+#: nothing more (protocol.session.watchdog_queries)
+AgentRole = Literal["worker", "watchdog"]
 
 
 class SpawnResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -190,6 +195,8 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     # --- agents on other hosts
     #: the ``shepherd node`` it runs on (None: the parent's host); ``pid`` is then on that host
     node: str | None = None
+    #: what the agent is for (``worker``, or ``watchdog``: it may read the watchdog's view)
+    role: AgentRole = "worker"
 
 
 class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -322,6 +329,8 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     verify_timeout_s: VerifyTimeout | None = None
     #: refuse the agent's ``completed`` when its task made no tool call (protocol.session.claims)
     require_evidence: bool = False
+    #: ``watchdog``: the agent may ask the parent for the watchdog's view and alert it
+    role: AgentRole = "worker"
 
 
 class SpawnArgs(

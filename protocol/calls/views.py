@@ -122,9 +122,10 @@ def _used(agent: dict[str, Any], task: dict[str, Any]) -> str:
 
 
 def _branch(agent: dict[str, Any]) -> str:
-    """An agent on a node (``@HOST``); one in a git worktree: its branch and its changed files
-    (as last counted)."""
-    node = f"  @{agent['node']}" if agent.get("node") else ""
+    """A watchdog agent (``[watchdog]``); an agent on a node (``@HOST``); one in a git
+    worktree: its branch and its changed files (as last counted)."""
+    role = "  [watchdog]" if agent.get("role") == "watchdog" else ""
+    node = f"{role}  @{agent['node']}" if agent.get("node") else role
     if not agent.get("branch"):
         return node
     count = agent.get("changed_files")

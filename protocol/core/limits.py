@@ -63,6 +63,9 @@ __all__ = [
     "MAX_VERIFY_ATTEMPTS",
     "MAX_VERIFY_COMMAND_CHARS",
     "MAX_VERIFY_TIMEOUT_S",
+    "MAX_WATCHDOG_ALERT_CHARS",
+    "MAX_WATCHDOG_EVENTS",
+    "MAX_WATCHDOG_TARGETS",
     "NODE_NAME_PATTERN",
     "PREVIEW_CHARS",
     "PROVIDER_PATTERN",
@@ -97,6 +100,8 @@ __all__ = [
     "VerifyAttempts",
     "VerifyCommand",
     "VerifyTimeout",
+    "WatchdogAlertText",
+    "WatchdogEventLimit",
     "answer_budget",
     "preview",
 ]
@@ -299,3 +304,19 @@ MAX_MCP_LINE_BYTES: Final = 64 * 1024 * 1024
 #: the longest line (one JSON-RPC frame) read from an ACP agent, in bytes (``--adapter acp``:
 #: :mod:`actors.child.acp_lines`); a longer one ends the connection, and the agent is failed
 MAX_ACP_LINE_BYTES: Final = 16 * 1024 * 1024
+
+
+# ------------------------------------------------------------------ the watchdog role
+# (``spawn --role watchdog``: what such an agent may ask the parent, ``shepherd-child
+# watchdog-*``; protocol.session.watchdog_queries)
+
+#: events one ``watchdog-events`` answer may hold (the newest; the watchdog keeps at most
+#: ``max_events_per_agent`` per agent, 200 by default), 20 when not given
+MAX_WATCHDOG_EVENTS: Final = 200
+#: agents one ``watchdog-status`` or ``watchdog-stuck`` answer lists (the most recently
+#: active first; the answer gives how many there are in all)
+MAX_WATCHDOG_TARGETS: Final = 100
+#: the longest alert a watchdog agent may send the parent, in characters
+MAX_WATCHDOG_ALERT_CHARS: Final = 4000
+WatchdogEventLimit = Annotated[int, msgspec.Meta(ge=1, le=MAX_WATCHDOG_EVENTS)]
+WatchdogAlertText = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_WATCHDOG_ALERT_CHARS)]

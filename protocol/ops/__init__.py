@@ -41,7 +41,7 @@ from typing import Any
 
 from protocol.calls import api
 from protocol.core.errors import InvalidArgument
-from protocol.ops import batch, child, parent, watchdog, worktrees
+from protocol.ops import batch, child, child_watchdog, parent, watchdog, worktrees
 from protocol.ops.parent import WAIT_TIMED_OUT
 from protocol.ops.spec import Method, Op, Param, Role, Tool, field_kind
 
@@ -71,8 +71,12 @@ PARENT: tuple[Op[Any], ...] = (
 #: the watchdog's operations (``shepherd watchdog ...``, the ``watchdog_*`` tools), listed
 #: after the others (:mod:`protocol.ops.watchdog`)
 WATCHDOG: tuple[Op[Any], ...] = watchdog.WATCHDOG
-#: the child's operations (``shepherd-child message|done`` and the child's tools)
-CHILD: tuple[Op[Any], ...] = tuple(v for v in vars(child).values() if isinstance(v, Op))
+#: the child's operations (``shepherd-child message|done`` and the child's tools), then a
+#: watchdog agent's (``shepherd-child watchdog-*``: :mod:`protocol.ops.child_watchdog`)
+CHILD: tuple[Op[Any], ...] = (
+    *(v for v in vars(child).values() if isinstance(v, Op)),
+    *child_watchdog.CHILD_WATCHDOG,
+)
 
 _BY_NAME: dict[str, Op[Any]] = {op.name: op for op in (*PARENT, *WATCHDOG)}
 #: the session's operations (what ``Session.run`` takes) by name

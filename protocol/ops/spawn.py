@@ -189,6 +189,15 @@ SPAWN = entry(
             cli="--require-evidence",
             help="refuse a completed done from a task that made no tool call",
         ),
+        "role": Param(
+            description=(
+                "What the agent is for: 'worker' (default) or 'watchdog', which may also read "
+                "the watchdog's view of the session's agents and alert the parent (read-only: "
+                "it cannot steer, cancel or close anyone)"
+            ),
+            cli="--role",
+            help="worker (default) or watchdog: reads the watchdog's view, alerts the parent",
+        ),
     },
     tool=Tool(
         description=(

@@ -109,6 +109,8 @@ class WatchdogAlert(Notification, frozen=True, kw_only=True, tag="watchdog_alert
     evidence: tuple[dict[str, object], ...]
     rescue_message: str
     text: str  # the rendered [Watchdog Alert]
+    #: the watchdog agent that wrote it (``spawn --role watchdog``; None: the watchdog's rules)
+    reported_by: str | None = None
 
 
 AnyNotification = TaskCompletion | AgentMessage | Notice | StaleWait | WaitCycle | WatchdogAlert

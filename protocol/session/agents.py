@@ -165,6 +165,7 @@ def spawn(s: SessionState, args: api.SpawnArgs, cx: Ctx) -> list[Effect]:
             description=args.description,
             at=cx.now,
             adapter=args.adapter,
+            role=args.role,
         ),
         Answer(
             value=api.SpawnResult(

@@ -39,6 +39,8 @@ effect              what running it means
                     directory and its own process group; its end comes back as a
                     ``CheckDone`` event (:mod:`protocol.session.checks`)
 ``StopCheck``       kill the process group of a task's running check (nothing if none runs)
+``WatchdogQuery``   a watchdog agent's question: the watchdog answers it in the receipt given
+                    (:mod:`protocol.session.watchdog_queries`), in order after what it was told
 ``ProbeWorktree``   run git in an agent's worktree, off the broker's thread: where it stands
                     when a task is handed over (``snapshot``), or what the task changed and
                     what overlaps when it settled (``diff``); the answer comes back as a
@@ -62,7 +64,7 @@ from protocol.records.tasks import TaskRecord, TaskResult
 from protocol.records.worktrees import Snapshot, WorktreeRef
 from protocol.session.state import WatcherState
 from protocol.session.task import TaskMessage
-from protocol.wire.envelopes import AnyEnvelope, RuntimeEnvelope
+from protocol.wire.envelopes import AckEnvelope, AnyEnvelope, RuntimeEnvelope
 
 __all__ = [
     "Answer",
@@ -102,6 +104,7 @@ __all__ = [
     "TimerKey",
     "WatchdogAgent",
     "WatchdogInstruction",
+    "WatchdogQuery",
     "WatchdogRuntime",
     "WatchdogTask",
 ]
@@ -323,6 +326,8 @@ class WatchdogAgent(Effect, frozen=True, kw_only=True):
     at: float
     #: how the agent runs (``command``, ``pi-rpc``, ...): what its output lines are
     adapter: str | None = None
+    #: ``watchdog``: the agent was spawned to watch the others (its target's kind)
+    role: str | None = None
 
 
 class WatchdogRuntime(Effect, frozen=True, kw_only=True):
@@ -348,6 +353,23 @@ class WatchdogTask(Effect, frozen=True, kw_only=True):
 
     agent_id: str
     task_id: str | None
+
+
+class WatchdogQuery(Effect, frozen=True, kw_only=True):
+    """A watchdog agent's question (checked: :mod:`protocol.session.watchdog_queries`): the
+    watchdog answers it by publishing ``receipt`` into ``inbox`` with its ``data`` (fitted to
+    ``budget`` bytes), or turned into a refusal with the error."""
+
+    asker_id: str
+    asker_name: str
+    op: str
+    #: the agent asked about (its id), if any
+    agent_id: str | None = None
+    limit: int | None = None
+    text: str | None = None
+    inbox: str
+    receipt: AckEnvelope
+    budget: int
 
 
 # --- agents' git worktrees

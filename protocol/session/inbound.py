@@ -5,8 +5,9 @@ Rules:
 1. The transport has authenticated every envelope that gets here (its sender proved its id
    with its capability, for this session) and dropped duplicates: the rules trust the sender
    id. A sender the session does not know is logged and ignored.
-2. Every ``message``, ``reply`` and ``done`` gets one receipt (accepted, or refused with a
-   typed error); a runtime event gets none. An agent cannot send the parent's kinds (``task``,
+2. Every ``message``, ``reply``, ``done`` and ``query`` gets one receipt (accepted, or refused
+   with a typed error; a query's carries its answer: :mod:`protocol.session.watchdog_queries`);
+   a runtime event gets none. An agent cannot send the parent's kinds (``task``,
    ``ack``, ``control``, ``notice``): refused.
 3. **A failure after acceptance is told.** An envelope the parent accepted but could not hand
    to an agent's inbox (the agent exited, its inbox is full) fails the task it carried (and
@@ -23,12 +24,21 @@ from protocol.core.ids import PARENT_ID
 from protocol.records.notifications import Notice
 from protocol.records.requests import RequestState
 from protocol.records.tasks import TaskEvent
-from protocol.session import agents, approvals, outbox, requests, routing, settlement
+from protocol.session import (
+    agents,
+    approvals,
+    outbox,
+    requests,
+    routing,
+    settlement,
+    watchdog_queries,
+)
 from protocol.session.effects import Effect, Log, Notify
 from protocol.session.state import Ctx, SessionState
 from protocol.wire.envelopes import (
     AnyEnvelope,
     MessageEnvelope,
+    QueryEnvelope,
     ReplyEnvelope,
     RuntimeEnvelope,
     TaskDoneEnvelope,
@@ -55,6 +65,8 @@ def envelope(s: SessionState, env: AnyEnvelope, cx: Ctx) -> list[Effect]:
                 return effects + outbox.ack(s, cx, env, request_id=receipt.request_id)
             case TaskDoneEnvelope():
                 return settlement.done(s, row, env, cx)
+            case QueryEnvelope():  # a watchdog agent's question: answered by the watchdog
+                return watchdog_queries.query(s, row, env, cx)
             case _:
                 raise InvalidArgument(f"an agent cannot send {type(env).__name__}")
     except ShepherdError as exc:  # refused before anything changed

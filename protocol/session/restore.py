@@ -178,7 +178,9 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         else:
             effects.append(agents.respawn(row))
         effects.append(
-            WatchdogAgent(agent_id=agent_id, name=row.name, at=cx.now, adapter=row.adapter)
+            WatchdogAgent(
+                agent_id=agent_id, name=row.name, at=cx.now, adapter=row.adapter, role=row.role
+            )
         )
         if row.closed and row.process_state != "exited":  # closed, not yet gone: close it again
             effects.append(StopAgent(agent_id=agent_id))

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -90,6 +90,12 @@ class AgentRow(msgspec.Struct, frozen=True, kw_only=True):
     mailbox_wake: MailboxWake | None = None
     #: 0 as spawned; n after its n-th start by ``serve --recover`` (protocol.session.recover)
     incarnation: int = 0
+
+    @property
+    def role(self) -> Literal["worker", "watchdog"]:
+        """What it was spawned as (its ``role`` option; an agent recorded before roles existed
+        is a ``worker``)."""
+        return "watchdog" if self.options.get("role") == "watchdog" else "worker"
 
 
 class Turn(msgspec.Struct, frozen=True, kw_only=True):

@@ -93,6 +93,7 @@ def _agent(
         pid=row.pid if row.process_state != "exited" else None,
         usage=s.agent_usage.get(row.agent_id),
         node=row.options.get("node"),
+        role=row.role,
         **_worktree(s, row),
     )
 

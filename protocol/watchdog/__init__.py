@@ -22,6 +22,7 @@ reset_episode(gate)``. The rules live in the submodules, each opening with them:
 * :mod:`protocol.watchdog.alert`     — cooldown and evidence dedup, the alert text
 * :mod:`protocol.watchdog.replay`    — the JSON-lines replay format
 * :mod:`protocol.watchdog.targets`   — the agents the watchdog knows about
+* :mod:`protocol.watchdog.queries`   — what a watchdog agent is answered, its alert's text
 
 The names of ``__all__`` are importable from the package; each is imported from its submodule
 on first use (module ``__getattr__``), so a process that needs only the settings (every

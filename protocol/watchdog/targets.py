@@ -2,8 +2,9 @@
 
 Rules
 -----
-* kind: ``watchdog`` when the agent's name or description mentions "watchdog" (any case),
-  else ``task`` when there is a name or description at all, else ``unknown``.
+* kind: ``watchdog`` when the agent was spawned with role ``watchdog``, or its name or
+  description mentions "watchdog" (any case), else ``task`` when there is a name or
+  description at all, else ``unknown``. A role, once known, is kept.
 * Lifecycle events update status and ``last_active_at`` (never backwards) and count tool
   calls; an event for an unknown agent creates a minimal target; an event with no agent id
   changes nothing.
@@ -42,9 +43,11 @@ class WatchdogTarget(msgspec.Struct, frozen=True, kw_only=True):
     last_active_at: float = 0.0
 
 
-def classify_kind(name: str | None, description: str | None = None) -> TargetKind:
+def classify_kind(
+    name: str | None, description: str | None = None, role: str | None = None
+) -> TargetKind:
     text = f"{name or ''} {description or ''}"
-    if "watchdog" in text.casefold():
+    if role == "watchdog" or "watchdog" in text.casefold():
         return "watchdog"
     return "task" if text.strip() else "unknown"
 
@@ -81,6 +84,7 @@ def apply_target_event(
     tool_calls: int = 0,
     name: str | None = None,
     description: str | None = None,
+    role: str | None = None,
 ) -> dict[str, WatchdogTarget]:
     """The targets after one lifecycle or tool event of ``agent_id`` at ``now``."""
     result = dict(targets)
@@ -95,7 +99,9 @@ def apply_target_event(
         current,
         name=new_name,
         description=new_description,
-        kind=classify_kind(new_name, new_description),
+        kind="watchdog"
+        if current.kind == "watchdog" and role is None
+        else classify_kind(new_name, new_description, role),
         status=status if status is not None else current.status,
         tool_call_count=current.tool_call_count + max(tool_calls, 0),
         last_active_at=max(current.last_active_at, now),

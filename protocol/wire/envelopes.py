@@ -12,6 +12,8 @@ kind           direction              meaning
 ``task_done``  agent → parent          the explicit terminal signal for the agent's task
 ``runtime``    agent → parent          turn start/end, tool call/result, output, exit: never
                                        a settlement
+``query``      agent → parent          a watchdog agent's read-only question about the session's
+                                       agents, or its alert (answered in the ``ack``'s ``data``)
 ``ack``        parent → sender         the honest receipt for an envelope: accepted or refused
 ``control``    parent → agent          cancel the task, close, abort the running turn
 ``notice``     parent → agent          something the agent should know (request timed out,
@@ -41,12 +43,15 @@ from protocol.core.ids import PARENT_ID, IdKind, an_id_of, is_id_of, is_valid_na
 from protocol.core.limits import (
     MAX_NESTING,
     DeadlineSeconds,
+    Handle,
     OptionalText,
     ProviderName,
     RetryAfterSeconds,
     Traceparent,
     UsageCost,
     UsageTokens,
+    WatchdogAlertText,
+    WatchdogEventLimit,
 )
 from protocol.core.tracecontext import parse_traceparent
 from protocol.records.tasks import DoneStatus, TaskResult
@@ -63,12 +68,14 @@ __all__ = [
     "MailboxWake",
     "MessageEnvelope",
     "NoticeEnvelope",
+    "QueryEnvelope",
     "ReplyEnvelope",
     "ResultEnvelope",
     "RuntimeEnvelope",
     "RuntimeEvent",
     "TaskDoneEnvelope",
     "TaskEnvelope",
+    "WatchdogQueryOp",
     "decode_envelope",
     "encode_envelope",
     "nested_deeper",
@@ -102,6 +109,9 @@ ControlAction = Literal["cancel_task", "close", "abort", "hold", "resume"]
 #: or nothing but the fallback rescan ("polling": deliveries wait up to fallback_poll_s); on
 #: NATS, "nats" (the server answers a pending pull as soon as a message is stored).
 MailboxWake = Literal["inotify", "bell", "watchfiles", "polling", "nats", "unknown"]
+#: what a watchdog agent may ask the parent (``shepherd-child watchdog-status|watchdog-events|
+#: watchdog-stuck|watchdog-alert``): read the watchdog's view, or alert the parent
+WatchdogQueryOp = Literal["status", "events", "stuck", "alert"]
 
 
 class Envelope(
@@ -195,6 +205,20 @@ class RuntimeEnvelope(Envelope, frozen=True, kw_only=True, tag="runtime"):
     retry_after_s: RetryAfterSeconds | None = None
 
 
+class QueryEnvelope(Envelope, frozen=True, kw_only=True, tag="query"):
+    """A watchdog agent's question to the parent (:mod:`protocol.session.watchdog_queries`):
+    the watchdog's status and targets, an agent's recent events, the detector's verdicts, or
+    an alert for the parent. The answer is its receipt's ``data``."""
+
+    op: WatchdogQueryOp
+    #: the agent asked about (an agent name or id): ``events`` and ``alert`` need one
+    agent: Handle | None = None
+    #: ``events``: how many of the newest (default 20)
+    limit: WatchdogEventLimit | None = None
+    #: ``alert``: what the watchdog agent tells the parent
+    text: WatchdogAlertText | None = None
+
+
 class AckEnvelope(Envelope, frozen=True, kw_only=True, tag="ack"):
     ack_for: str
     accepted: bool
@@ -205,6 +229,8 @@ class AckEnvelope(Envelope, frozen=True, kw_only=True, tag="ack"):
     #: what the parent does with what it accepted, when it is not the end (a ``done`` whose
     #: claim is being checked)
     note: str | None = None
+    #: the answer to a ``query`` (JSON-able, fitted to one envelope)
+    data: Any = None
 
 
 class ControlEnvelope(Envelope, frozen=True, kw_only=True, tag="control"):
@@ -237,6 +263,7 @@ AnyEnvelope = (
     | TaskEnvelope
     | TaskDoneEnvelope
     | RuntimeEnvelope
+    | QueryEnvelope
     | AckEnvelope
     | ControlEnvelope
     | NoticeEnvelope
@@ -270,7 +297,7 @@ def decode_envelope(data: bytes, *, max_bytes: int | None = None) -> AnyEnvelope
         envelope.args
         if isinstance(envelope, CallEnvelope)
         else envelope.data
-        if isinstance(envelope, ResultEnvelope)
+        if isinstance(envelope, ResultEnvelope | AckEnvelope)
         else None
     )
     if nested_deeper(free_form, MAX_NESTING):

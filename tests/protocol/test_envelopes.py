@@ -41,6 +41,7 @@ from protocol.wire.envelopes import (
     Envelope,
     MessageEnvelope,
     NoticeEnvelope,
+    QueryEnvelope,
     ReplyEnvelope,
     ResultEnvelope,
     RuntimeEnvelope,
@@ -136,6 +137,14 @@ SAMPLES: dict[str, Envelope] = {
         request_id=OTHER_MSG,
         task_id=TASK,
         result=RESULT,
+        data={"events": [{"seq": 1, "preview": "ok"}], "dropped": 0},
+    ),
+    "query": QueryEnvelope(
+        **_common(),
+        op="events",
+        agent=PEER,
+        limit=20,
+        reply_inbox=OTHER_MSG,
     ),
     "control": ControlEnvelope(
         **_common(sender="shepherd", target=AGENT),

@@ -85,7 +85,7 @@ def test_a_cancel_racing_a_queued_tasks_start_settles_it_once(seeds: SeedRunner)
         assert row.task is not None and row.task.state.value == "running", row
         s.message("c", "go")
         s.sim.run_all()
-        results = [r for n in sink.items if isinstance(n, TaskCompletion) for r in n.results]
-        assert sorted(r.task_id for r in results) == sorted((first, second, third))
+        told = [r for n in sink.items if isinstance(n, TaskCompletion) for r in n.results]
+        assert sorted(r.task_id for r in told) == sorted((first, second, third))
 
     seeds.run(scenario)
