@@ -208,3 +208,46 @@ def test_hostile_check_values_are_refused_with_typed_errors(serve: Any, tmp_path
     assert result["reason"] == "verification_failed"
     assert result["evidence"]["exit_status"] == 127
     assert "not found" in " ".join(result["evidence"]["output_tail"])
+
+
+def test_a_claim_without_work_is_told_once_and_require_evidence_refuses_it(
+    serve: Any, tmp_path: Path
+) -> None:
+    server = serve()
+    session = tmp_path / "session"
+    idle_claim = {
+        "steps": [
+            {"await": "task"},
+            {"done": {"status": "completed", "summary": "success"}},
+            {"await": "any"},
+            {"run": "echo now some work"},
+            {"done": {"status": "completed", "summary": "did it"}},
+            {"await": "any"},
+        ]
+    }
+    script = write_script(tmp_path, "idle_claim", idle_claim)
+    cli("spawn", "quick", "--script", script, session=session)
+    _, task = cli("delegate", "quick", "t", session=session)
+    assert _wait(session, task["task_id"])["status"] == "completed"  # taken all the same
+    assert server.wait_for(lambda _: _notices(server, "unverified_claim"), timeout=30)
+    (told,) = _notices(server, "unverified_claim")
+    assert told["task_id"] == task["task_id"] and "no tool call" in told["text"]
+
+    # with --require-evidence the same claim is refused: the agent works, then it is taken
+    cli("spawn", "strict", "--script", script, "--require-evidence", session=session)
+    _, task = cli("delegate", "strict", "t", session=session)
+    for _ in range(600):  # its receipt refused the done (each a real CLI round trip, bounded)
+        lines = cli("read", "strict", session=session)[1]["lines"]
+        if any("no_evidence" in line for line in lines):
+            break
+    assert any("no_evidence" in line for line in lines), lines
+    assert cli("status", "strict", session=session)[1]["agents"][0]["task"]["state"] == "running"
+    cli("message", "strict", "show your work", session=session)  # the script's next step
+    result = _wait(session, task["task_id"])
+    assert (result["status"], result["text"]) == ("completed", "did it")
+    assert len(_notices(server, "unverified_claim")) == 1  # still only the first agent's
+    code, refused = cli(
+        "spawn", "cmdagent", "--adapter", "command", "--cmd", "true {message}",
+        "--require-evidence", session=session, check=False,
+    )  # fmt: skip
+    assert code == 2 and "require_evidence" in refused["error"]["message"]
