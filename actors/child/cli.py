@@ -11,6 +11,11 @@ parent one:
     shepherd-child approve-request TEXT [--timeout S] [--json]
         ask the parent's approval and block until it answers (exit 0 approved, 1 denied):
         see ``actors.child.approval``
+    shepherd-child rate-limited --provider NAME [--retry-after S] [--text TEXT] [--json]
+    shepherd-child provider-error --provider NAME --text TEXT [--json]
+        from inside a command agent's turn: its model provider refused the turn. The report
+        goes to the agent's bridge (``actors.child.turn_reports``), which tells the parent when
+        the turn has ended and runs the turn again when the parent resumes the agent
 
 ``message``, ``done`` and ``usage`` are what an agent runs from its shell, generated from the
 child's entries of the operation table (:mod:`protocol.ops.child`): their arguments are checked
@@ -64,7 +69,15 @@ from protocol.core.errors import (
 )
 from protocol.core.ids import PARENT_ID, IdKind, is_valid_name, kind_of
 from protocol.ops.approvals import ChildApprovalArgs
-from protocol.ops.child import ChildDoneArgs, ChildMessageArgs, ChildUsageArgs
+from protocol.ops.child import (
+    ChildDoneArgs,
+    ChildMessageArgs,
+    ChildProviderErrorArgs,
+    ChildRateLimitedArgs,
+    ChildUsageArgs,
+)
+from protocol.ops.spec import Op
+from protocol.records.refusals import Refusal
 from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -274,6 +287,33 @@ def _usage_builder(args: ChildUsageArgs) -> Callable[[dict[str, Any]], AnyEnvelo
     )
 
 
+def _report_refusal(
+    op: Op[Any],
+    args: ChildRateLimitedArgs | ChildProviderErrorArgs,
+    environ: Mapping[str, str],
+    *,
+    as_json: bool,
+    out: TextIO,
+) -> int:
+    """``rate-limited`` / ``provider-error``: the running turn's report, for its bridge."""
+    from actors.child.turn_reports import write_report
+
+    if isinstance(args, ChildProviderErrorArgs) and not args.text.strip():
+        raise InvalidArgument("--text is empty: say what the provider answered")
+    refusal = Refusal(
+        kind="rate_limited" if isinstance(args, ChildRateLimitedArgs) else "provider_error",
+        provider=args.provider,
+        retry_after_s=args.retry_after_s if isinstance(args, ChildRateLimitedArgs) else None,
+        text=args.text or "",
+    )
+    write_report(environ, refusal)
+    answer: dict[str, Any] = {"reported": refusal.kind, "provider": refusal.provider}
+    if refusal.retry_after_s is not None:
+        answer["retry_after_s"] = refusal.retry_after_s
+    print(json.dumps(answer) if as_json else op.view(answer), file=out)
+    return 0
+
+
 def _receipt(ack: AckEnvelope, message_id: str) -> dict[str, Any]:
     receipt: dict[str, Any] = {"message_id": message_id, "accepted": ack.accepted}
     if ack.request_id is not None:
@@ -316,6 +356,8 @@ def _send_command(
             build = _done_builder(checked)
         case ChildUsageArgs():
             build = _usage_builder(checked)
+        case ChildRateLimitedArgs() | ChildProviderErrorArgs():
+            return _report_refusal(op, checked, environ, as_json=args.json, out=out)
         case _:  # pragma: no cover - every child operation is one of the above
             raise AssertionError(args.command)
     env = child_env_from(environ, bridge=False)

@@ -62,7 +62,9 @@ WAIT_MARGIN_S = 10.0
 #: where an agent's bridge takes its commands: an abstract Unix socket name, ``@`` for its NUL
 ENV_COMMAND_SOCKET = "SHEPHERD_COMMAND_SOCKET"
 #: the commands an agent's bridge runs for it (``run`` is the bridge itself)
-CHILD_COMMANDS = frozenset({"message", "done", "usage", "approve-request"})
+CHILD_COMMANDS = frozenset(
+    {"message", "done", "usage", "approve-request", "rate-limited", "provider-error"}
+)
 #: the commands a session's supervisor runs for ``shepherd``: every session operation but
 #: ``shutdown`` (it ends the server that would answer); checked against the operation table
 #: by the tests
