@@ -141,7 +141,7 @@ class AcpAdapter(AgentSaid):
         # --- core thread state
         self._task_id: str | None = None
         self._ended: list[str] = []
-        self._holding: Holding[None] = Holding(ctx)
+        self._holding: Holding[None] = Holding(ctx.runtime)
 
     # ------------------------------------------------------------------ adapter (core thread)
 

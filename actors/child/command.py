@@ -124,7 +124,7 @@ class CommandAdapter:
         self._closed = False
         self._log = logger.bind(agent=ctx.env.name or ctx.env.agent_id)
         #: the parent's hold, and the wait after a refused turn (its command line)
-        self._holding: Holding[str] = Holding(ctx)
+        self._holding: Holding[str] = Holding(ctx.runtime)
         self._reports = TurnReports()
 
     # ------------------------------------------------------------------ adapter

@@ -14,18 +14,17 @@ Rules:
 - ``cancel_task`` of the refused turn's task, and ``abort``, drop the refused turn (a cancelled
   task's turn is never run again) and end the wait; a ``hold`` still stands until ``resume``.
   ``close`` works as always.
-- Only the core thread uses this (:mod:`actors.child.adapters`).
+- Only the owner's one thread uses this (an adapter's core thread, :mod:`actors.child.adapters`;
+  the scripted driver's, also in the simulation).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from protocol.records.refusals import Refusal
 from protocol.wire.envelopes import ControlEnvelope
-
-if TYPE_CHECKING:
-    from actors.child.adapters import AgentContext
 
 __all__ = ["Holding"]
 
@@ -36,8 +35,9 @@ class Holding(Generic[T]):
     """One agent's hold (the parent's) and wait (its refused turn, ``T``: what the adapter
     needs to run it again)."""
 
-    def __init__(self, ctx: AgentContext) -> None:
-        self._ctx = ctx
+    def __init__(self, runtime: Callable[..., Any]) -> None:
+        #: publishes a runtime event of the agent: ``runtime(event, **fields)``
+        self._runtime = runtime
         #: the parent's hold, with its reason, until resume
         self.held: str | None = None
         #: the refusal reported and the turn to run again on resume (with its task), if any
@@ -52,25 +52,25 @@ class Holding(Generic[T]):
 
     def hold(self, envelope: ControlEnvelope) -> None:
         self.held = envelope.reason or "hold"
-        self._ctx.runtime(
+        self._runtime(
             "output", text=f"[shepherd] held by the parent: {self.held}; no new turn until resume"
         )
 
     def queued(self, what: str) -> None:
         """Say that ``what`` waits here (held, or waiting after a refusal) until resume."""
-        self._ctx.runtime("output", text=f"[shepherd] {what} queued: no new turn until resume")
+        self._runtime("output", text=f"[shepherd] {what} queued: no new turn until resume")
 
     def refused(self, refusal: Refusal, turn: T, task_id: str | None) -> None:
         """Report the refused turn and wait (the module rules)."""
         self.refusal, self.refused_turn, self.refused_task = refusal, turn, task_id
-        self._ctx.runtime(
+        self._runtime(
             refusal.kind,
             provider=refusal.provider,
             retry_after_s=refusal.retry_after_s,
             text=refusal.text or None,
             is_error=True,
         )
-        self._ctx.runtime(
+        self._runtime(
             "output", text=f"[shepherd] {_said(refusal)}; waiting for the parent's resume"
         )
 
@@ -78,7 +78,7 @@ class Holding(Generic[T]):
         """``control resume``: nothing blocks any more; the refused turn to run again, if any."""
         turn = self.refused_turn
         if self.blocked:
-            self._ctx.runtime("output", text="[shepherd] resumed by the parent")
+            self._runtime("output", text="[shepherd] resumed by the parent")
         self.held, self.refusal, self.refused_turn, self.refused_task = None, None, None, None
         return turn
 
@@ -88,7 +88,7 @@ class Holding(Generic[T]):
         if self.refusal is None or (task_id is not None and task_id != self.refused_task):
             return False
         self.refusal, self.refused_turn, self.refused_task = None, None, None
-        self._ctx.runtime("output", text="[shepherd] the refused turn is dropped, not run again")
+        self._runtime("output", text="[shepherd] the refused turn is dropped, not run again")
         return True
 
 

@@ -9,9 +9,6 @@ Rules:
   shell reports it and the last :data:`~actors.runtime.procs.OUTPUT_TAIL_BYTES` of stdout+stderr.
 - ``close`` stops every running command (SIGTERM, then SIGKILL after the grace period), and
   so does the parent ending the script's task (``control cancel_task``), without waiting.
-- ``control hold`` / ``resume`` (:mod:`actors.child.holding`): while held, deliveries are queued
-  here, not given to the script, and ``resume`` gives them in arrival order; controls
-  (``cancel_task``, ``abort``) reach the script at once.
 - The options are checked by :meth:`ScriptedAdapter.check_options`, which the parent also
   runs before it starts the bridge: the script must be a regular file of at most
   :data:`~protocol.scripted.script.MAX_SCRIPT_BYTES` that parses as a script.
@@ -28,7 +25,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from actors.child.adapters import AgentContext
-from actors.child.holding import Holding
 from actors.child.scripted import ScriptedDriver
 from actors.runtime.procs import (
     KILL_GRACE_S,
@@ -40,15 +36,7 @@ from actors.runtime.procs import (
 )
 from protocol.scripted.script import MAX_SCRIPT_BYTES, Script, ScriptError, load_script_text
 from protocol.scripted.script_machine import ScriptMachine
-from protocol.wire.envelopes import (
-    AnyEnvelope,
-    ControlEnvelope,
-    MessageEnvelope,
-    NoticeEnvelope,
-    ReplyEnvelope,
-    RuntimeEnvelope,
-    TaskEnvelope,
-)
+from protocol.wire.envelopes import AnyEnvelope, RuntimeEnvelope
 
 __all__ = ["ScriptedAdapter", "ShellRunner", "load_script_file"]
 
@@ -196,8 +184,6 @@ class ScriptedAdapter:
             on_exit=ctx.finish,
             stop_commands=self._runner.stop_all,
         )
-        self._holding: Holding[None] = Holding(ctx)
-        self._held: list[AnyEnvelope] = []
 
     def _publish(self, envelope: AnyEnvelope) -> None:
         if isinstance(envelope, RuntimeEnvelope) and envelope.event == "ready":
@@ -208,23 +194,7 @@ class ScriptedAdapter:
         self.driver.start()
 
     def deliver(self, envelope: AnyEnvelope) -> None:
-        match envelope:
-            case ControlEnvelope(action="hold"):
-                self._holding.hold(envelope)
-            case ControlEnvelope(action="resume"):
-                self._holding.resume()
-                held, self._held = self._held, []
-                for queued in held:
-                    self.driver.on_envelope(queued)
-            case ControlEnvelope():
-                self.driver.on_envelope(envelope)
-            case TaskEnvelope() | MessageEnvelope() | ReplyEnvelope() | NoticeEnvelope() if (
-                self._holding.blocked
-            ):
-                self._held.append(envelope)
-                self._holding.queued(f"the {envelope.__struct_config__.tag}")
-            case _:
-                self.driver.on_envelope(envelope)
+        self.driver.on_envelope(envelope)
 
     def close(self) -> None:
         if self.driver.exited is None:

@@ -153,7 +153,7 @@ class PiRpcAdapter:
         self._stranded_timer: TimerHandle | None = None
         self._stranded_tries = 0
         #: the parent's hold, and the wait after a refused turn
-        self._holding: Holding[Refusal] = Holding(ctx)
+        self._holding: Holding[Refusal] = Holding(ctx.runtime)
 
     # ------------------------------------------------------------------ adapter
 
