@@ -61,15 +61,16 @@ def test_a_429_is_reported_with_its_retry_after_and_nothing_runs_until_resume(
         Text("the queued message, read"),
     )
     start_pi_bridge(parent, pi_bin, model)
-    settings = json.loads(
-        (parent.session_dir / "agents" / parent.agent_id / "pi" / "settings.json").read_text()
-    )
-    assert settings["retry"] == {"enabled": False, "provider": {"maxRetries": 0}}
     task = parent.delegate("Do the thing, then finish.")
 
     at, limited = parent.wait_event("rate_limited")
     assert (limited.provider, limited.retry_after_s) == ("fake", 2.0)
     assert limited.text is not None and limited.text.startswith("429 Rate limit reached")
+    # Pi was told to retry nothing (read now: the bridge says ready before it starts Pi)
+    settings = json.loads(
+        (parent.session_dir / "agents" / parent.agent_id / "pi" / "settings.json").read_text()
+    )
+    assert settings["retry"] == {"enabled": False, "provider": {"maxRetries": 0}}
     end_at, ended = parent.wait_event("turn_end", after=at)
     assert ended.is_error
     events = [e for e in parent.snapshot() if isinstance(e, RuntimeEnvelope)]
@@ -139,3 +140,29 @@ def test_a_held_pi_starts_no_turn_until_resume(
     parent.wait_event("turn_end", after=start_at)
     (request,) = model.requests
     assert user_texts(request) == [render_task_context(task)]
+
+
+def test_a_cancelled_task_s_refused_turn_is_not_run_again(
+    parent: FakeParent, pi_bin: Path, model: ScriptedModel
+) -> None:
+    model.add_steps(Fail(500, "Internal server error"), Text("on to the next"))
+    start_pi_bridge(parent, pi_bin, model)
+    task = parent.delegate("Answer.")
+    at, _ = parent.wait_event("provider_error")
+    end_at, _ = parent.wait_event("turn_end", after=at)
+    parent.send(
+        ControlEnvelope(
+            **parent.base(), action="cancel_task", task_id=task.task_id, reason="failed"
+        )
+    )
+    dropped_at, _ = parent.wait_for(output_with("the refused turn is dropped"), after=end_at)
+    # the wait is over: the next delivery runs at once, without the refused turn's note
+    message = parent.message("Something else.", sender_id=parent.peer_id, sender_name="planner")
+    start_at, _ = parent.wait_event("turn_start", after=dropped_at)
+    parent.wait_event("turn_end", after=start_at)
+    refused, then = model.requests
+    texts = user_texts(then)
+    assert texts[: len(user_texts(refused))] == user_texts(refused)
+    assert texts[-1].endswith(render_delivery(message))
+    assert f"Your task {task.task_id} was ended by the parent" in texts[-1]
+    assert not any("continue where you stopped" in t for t in texts)
