@@ -150,14 +150,17 @@ def test_a_cancelled_task_s_refused_turn_is_not_run_again(
     task = parent.delegate("Answer.")
     at, _ = parent.wait_event("provider_error")
     end_at, _ = parent.wait_event("turn_end", after=at)
+    # a message waits for the resume...
+    message = parent.message("Something else.", sender_id=parent.peer_id, sender_name="planner")
+    queued_at, _ = parent.wait_for(output_with("queued: no new turn until resume"), after=end_at)
+    # ...but the task is cancelled: its refused turn is dropped, the wait is over, and the
+    # message goes at once, told that the task ended, without the refused turn's note
     parent.send(
         ControlEnvelope(
             **parent.base(), action="cancel_task", task_id=task.task_id, reason="failed"
         )
     )
-    dropped_at, _ = parent.wait_for(output_with("the refused turn is dropped"), after=end_at)
-    # the wait is over: the next delivery runs at once, without the refused turn's note
-    message = parent.message("Something else.", sender_id=parent.peer_id, sender_name="planner")
+    dropped_at, _ = parent.wait_for(output_with("the refused turn is dropped"), after=queued_at)
     start_at, _ = parent.wait_event("turn_start", after=dropped_at)
     parent.wait_event("turn_end", after=start_at)
     refused, then = model.requests

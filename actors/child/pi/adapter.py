@@ -352,13 +352,12 @@ class PiRpcAdapter:
             self._ctx.runtime(
                 "output", text=f"[shepherd] {why}; {dropped} waiting deliveries for it dropped"
             )
-        if self._holding.drop_refused(task_id):
+        if self._task_id == task_id:
+            self._task_id = None
+            self._ended.append(render_task_ended(task_id, envelope.reason))
+            self._abort(why)
+        if self._holding.drop_refused(task_id):  # after the note: what waited goes with it
             self._release()
-        if self._task_id != task_id:
-            return
-        self._task_id = None
-        self._ended.append(render_task_ended(task_id, envelope.reason))
-        self._abort(why)
 
     def _abort(self, why: str) -> None:
         pi = self._pi
