@@ -16,6 +16,8 @@ Rules:
 - ``control`` ``abort`` is ``session/cancel``. ``control`` ``cancel_task``: the prompts of that
   task still waiting are dropped and, if the agent was given that task, its turn is cancelled
   and the agent is told with its next prompt that the task ended.
+- ``control hold`` / ``resume`` (:mod:`actors.child.holding`): while held no prompt starts;
+  deliveries wait in order and ``resume`` releases them.
 - A turn ending (any stop reason) is ``turn_end``, NEVER a task settlement: only
   ``shepherd_done`` settles a task, through the parent. The session gets the child tools
   (``shepherd_done`` / ``shepherd_message``) as a stdio MCP server
@@ -47,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -67,8 +68,9 @@ from acp.schema import (
 
 from actors.child.acp_events import TEXT_LIMIT, AgentClient, AgentSaid, head
 from actors.child.acp_lines import BUFFER_LIMIT, BoundedLines
-from actors.child.acp_options import AcpOptions
+from actors.child.acp_options import AcpOptions, save_session, saved_session
 from actors.child.adapters import AgentContext, control_reason, show_refusal
+from actors.child.holding import Holding
 from actors.runtime.log import logger
 from actors.runtime.procs import exit_status
 from protocol.calls.render import render_delivery, render_task_context, render_task_ended
@@ -90,7 +92,6 @@ __all__ = ["AcpAdapter"]
 CLOSE_TIMEOUT_S = 10.0
 #: how long an agent whose output ended gets to exit, before it is failed as lost
 EXIT_AFTER_EOF_S = 2.0
-SESSION_FILE = "acp_session.json"
 #: the directory holding ``actors/`` (the tools server is run from it)
 _ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -129,6 +130,7 @@ class AcpAdapter(AgentSaid):
         #: set when a prompt is queued (made here: deliveries may come before the loop runs)
         self._wake = asyncio.Event()
         self._turn_open = False
+        self._held = False  # the parent's hold (set on the loop, from the core's Holding)
         self._cancelling = False
         self._approval: asyncio.subprocess.Process | None = None
         self._approval_cancelled = asyncio.Event()
@@ -139,6 +141,7 @@ class AcpAdapter(AgentSaid):
         # --- core thread state
         self._task_id: str | None = None
         self._ended: list[str] = []
+        self._holding: Holding[None] = Holding(ctx.runtime)
 
     # ------------------------------------------------------------------ adapter (core thread)
 
@@ -185,6 +188,12 @@ class AcpAdapter(AgentSaid):
                 self._cancel_task(task_id, envelope)
             case ControlEnvelope(action="cancel_task" | "abort"):
                 self._call(self._cancel_turn(control_reason(envelope)))
+            case ControlEnvelope(action="hold"):
+                self._holding.hold(envelope)
+                self._call(self._hold(True))
+            case ControlEnvelope(action="resume"):
+                self._holding.resume()
+                self._call(self._hold(False))
             case _:
                 self._log.debug("ignored {}", envelope.__struct_config__.tag)
 
@@ -306,7 +315,7 @@ class AcpAdapter(AgentSaid):
             client_info=Implementation(name="shepherd", version="1"),
         )
         caps = init.agent_capabilities
-        saved = self._saved_session()
+        saved = saved_session(self._agent_dir)
         if self._recovered and saved and caps is not None and caps.load_session:
             await conn.load_session(
                 cwd=self._opts.cwd, session_id=saved, mcp_servers=[self._tools_server()]
@@ -316,7 +325,8 @@ class AcpAdapter(AgentSaid):
         else:
             answer = await conn.new_session(cwd=self._opts.cwd, mcp_servers=[self._tools_server()])
             self._session_id = answer.session_id
-            self._save_session(answer.session_id)
+            if not self._own_dir:
+                save_session(self._agent_dir, answer.session_id)
             how = f"session {answer.session_id}"
         info = init.agent_info
         name = f"{info.name} {info.version}" if info is not None else self._opts.argv[0]
@@ -337,24 +347,10 @@ class AcpAdapter(AgentSaid):
             env=[EnvVariable(name=k, value=v) for k, v in sorted(keep.items())],
         )
 
-    def _saved_session(self) -> str | None:
-        if self._agent_dir is None:
-            return None
-        with contextlib.suppress(OSError, ValueError):
-            data = json.loads((self._agent_dir / SESSION_FILE).read_text(encoding="utf-8"))
-            if isinstance(data, dict) and isinstance(data.get("session_id"), str):
-                return str(data["session_id"])
-        return None
-
-    def _save_session(self, session_id: str) -> None:
-        if self._agent_dir is not None and not self._own_dir:
-            with contextlib.suppress(OSError):
-                (self._agent_dir / SESSION_FILE).write_text(json.dumps({"session_id": session_id}))
-
     async def _turns(self, conn: Any) -> None:
         """One prompt turn at a time, in order, until the connection ends."""
         while True:
-            while not self._prompts:
+            while not self._prompts or self._held:
                 self._wake.clear()
                 await self._wake.wait()
             prompt = self._prompts.popleft()
@@ -389,10 +385,13 @@ class AcpAdapter(AgentSaid):
                 await self._cancel_turn(f"{prompt.what} steers")
         else:
             self._prompts.append(prompt)
-            if self._turn_open:
-                self._publish(
-                    "output", text=f"[shepherd] {prompt.what} queued: lands after this turn"
-                )
+            if self._turn_open or self._held:
+                lands = "no new turn until resume" if self._held else "lands after this turn"
+                self._publish("output", text=f"[shepherd] {prompt.what} queued: {lands}")
+        self._wake.set()
+
+    async def _hold(self, held: bool) -> None:
+        self._held = held
         self._wake.set()
 
     async def _drop_task(self, task_id: str, why: str, *, cancel: bool) -> None:

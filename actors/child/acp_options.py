@@ -16,6 +16,8 @@ Other keys (``description``, ...) are ignored.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -26,7 +28,15 @@ from typing import Any
 from protocol.calls.gates import Gate, gates
 from protocol.core.errors import InvalidArgument
 
-__all__ = ["DEFAULT_STARTUP_TIMEOUT_S", "MAX_ACP_CMD_CHARS", "MAX_ACP_CMD_WORDS", "AcpOptions"]
+__all__ = [
+    "DEFAULT_STARTUP_TIMEOUT_S",
+    "MAX_ACP_CMD_CHARS",
+    "MAX_ACP_CMD_WORDS",
+    "SESSION_FILE",
+    "AcpOptions",
+    "save_session",
+    "saved_session",
+]
 
 DEFAULT_STARTUP_TIMEOUT_S = 60.0
 #: the bounds of ``acp_cmd``
@@ -89,3 +99,25 @@ class AcpOptions:
                 raise InvalidArgument(f'option "acp_cmd": {program!r} is not on PATH')
             argv[0] = found
         return argv
+
+
+#: the agent's ACP session id, kept in its dir (``serve --recover`` loads that session again)
+SESSION_FILE = "acp_session.json"
+
+
+def saved_session(agent_dir: Path | None) -> str | None:
+    """The ACP session id kept in ``agent_dir``, if any."""
+    if agent_dir is None:
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((agent_dir / SESSION_FILE).read_text(encoding="utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("session_id"), str):
+            return str(data["session_id"])
+    return None
+
+
+def save_session(agent_dir: Path | None, session_id: str) -> None:
+    """Keep ``session_id`` in ``agent_dir`` (best effort)."""
+    if agent_dir is not None:
+        with contextlib.suppress(OSError):
+            (agent_dir / SESSION_FILE).write_text(json.dumps({"session_id": session_id}))

@@ -15,6 +15,11 @@ parent one:
                    |watchdog-alert AGENT TEXT [--json]
         a watchdog agent's questions (``spawn --role watchdog``), answered in the receipt:
         see ``protocol.ops.child_watchdog``; they print the answer (JSON), not the receipt
+    shepherd-child rate-limited --provider NAME [--retry-after S] [--text TEXT] [--json]
+    shepherd-child provider-error --provider NAME --text TEXT [--json]
+        from inside a command agent's turn: its model provider refused the turn. The report
+        goes to the agent's bridge (``actors.child.turn_reports``), which tells the parent when
+        the turn has ended and runs the turn again when the parent resumes the agent
 
 ``message``, ``done`` and ``usage`` are what an agent runs from its shell, generated from the
 child's entries of the operation table (:mod:`protocol.ops.child`): their arguments are checked
@@ -53,6 +58,7 @@ from actors import tracing
 from actors.child.approval import ask
 from actors.child.env import ChildEnv, child_env_from, envelope_validator
 from actors.child.outbox import until_reachable
+from actors.child.turn_reports import report_refusal
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.command_wire import wants_json
 from actors.runtime.ids import IdSource
@@ -68,7 +74,13 @@ from protocol.core.errors import (
 )
 from protocol.core.ids import PARENT_ID, IdKind, is_valid_name, kind_of
 from protocol.ops.approvals import ChildApprovalArgs
-from protocol.ops.child import ChildDoneArgs, ChildMessageArgs, ChildUsageArgs
+from protocol.ops.child import (
+    ChildDoneArgs,
+    ChildMessageArgs,
+    ChildProviderErrorArgs,
+    ChildRateLimitedArgs,
+    ChildUsageArgs,
+)
 from protocol.ops.child_watchdog import ChildWatchdogArgs, query_fields
 from protocol.wire.envelopes import (
     AckEnvelope,
@@ -330,6 +342,8 @@ def _send_command(
             build = _usage_builder(checked)
         case ChildWatchdogArgs():
             build = _query_builder(checked)
+        case ChildRateLimitedArgs() | ChildProviderErrorArgs():
+            return report_refusal(op, checked, environ, as_json=args.json, out=out)
         case _:  # pragma: no cover - every child operation is one of the above
             raise AssertionError(args.command)
     env = child_env_from(environ, bridge=False)

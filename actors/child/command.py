@@ -28,6 +28,13 @@ Rules:
   started with or after the task's envelope), and the next queued delivery starts the next
   turn. The agent is told that its task ended with its next turn's input, never with a turn
   of its own.
+- A provider's refusal (:mod:`actors.child.holding`): ``shepherd-child rate-limited|provider-error``
+  from the turn's shell reports it (:mod:`actors.child.turn_reports`); when that turn's process
+  has ended, the adapter publishes ``rate_limited`` / ``provider_error`` and then the turn's
+  ``turn_end``, and waits: no turn starts until ``control resume``, which runs the refused turn
+  again, the same command line (template and message), as a new turn, then what was queued.
+  An interrupted turn's report is not acted on (the parent stopped it). ``control hold``
+  stops new turns the same way until ``resume``.
 - The agent is told the commands it has: ``shepherd-child message|done`` from its shell
   (:data:`~protocol.calls.render.CHILD_SHELL`).
 - Every turn runs in its own process group (``process_group=0``) inside the bridge's
@@ -43,20 +50,21 @@ reused under a ``killpg``.
 
 from __future__ import annotations
 
-import codecs
 import shlex
 import signal
 import subprocess
 import threading
 from collections import deque
 from collections.abc import Mapping
-from typing import IO, Any, ClassVar, NamedTuple
+from typing import IO, Any, ClassVar
 
 from actors.child.adapters import AgentContext, control_reason, show_refusal
 from actors.child.command_options import CommandOptions, check_command_options
-from actors.runtime.clock import TimerHandle
+from actors.child.command_turn import Queued, Turn, shorten
+from actors.child.holding import Holding
+from actors.child.turn_reports import ENV_TURN_REPORT, TurnReports
 from actors.runtime.log import logger
-from actors.runtime.procs import OutputTail, exit_status, pump_process, signal_group
+from actors.runtime.procs import exit_status, pump_process, signal_group
 from actors.tracing.variables import ENV_TASK_ID
 from protocol.calls.render import (
     CHILD_SHELL,
@@ -64,6 +72,7 @@ from protocol.calls.render import (
     render_task_context,
     render_task_ended,
 )
+from protocol.records.refusals import Refusal
 from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -82,51 +91,6 @@ FLUSH_S = 0.05
 FLUSH_CHARS = 8000
 #: Keep the expanded command under MAX_ARG_STRLEN (128 KiB on Linux), with room to spare.
 MAX_COMMAND_BYTES = 120 * 1024
-#: The tail of a failed turn's stderr quoted in its error output.
-STDERR_TAIL_BYTES = 2048
-
-
-class _Queued(NamedTuple):
-    text: str
-    #: the task this delivery is about (a task envelope, or a message or reply about it)
-    task_id: str | None = None
-    is_task: bool = False
-
-
-class _Turn:
-    __slots__ = (
-        "decoder",
-        "finished",
-        "flush_timer",
-        "interrupted",
-        "kill_timer",
-        "number",
-        "pending",
-        "proc",
-        "reader",
-        "stderr_tail",
-        "task_id",
-    )
-
-    def __init__(
-        self, number: int, proc: subprocess.Popen[bytes], task_id: str | None = None
-    ) -> None:
-        self.number = number
-        self.proc = proc
-        #: the task this turn works for (its envelope went into this turn or an earlier one)
-        self.task_id = task_id
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.pending = ""
-        self.flush_timer: TimerHandle | None = None
-        self.kill_timer: TimerHandle | None = None
-        self.interrupted: str | None = None
-        self.finished = False
-        self.stderr_tail = OutputTail(STDERR_TAIL_BYTES)
-        self.reader: threading.Thread | None = None
-
-    @property
-    def pgid(self) -> int:
-        return self.proc.pid  # process_group=0: the turn leads its own group
 
 
 class CommandAdapter:
@@ -146,19 +110,22 @@ class CommandAdapter:
         self._grace = opts.kill_grace_s
         self._environ = ctx.child_environ()
         #: queued deliveries: (text, the task it is about, it is that task's envelope)
-        self._steers: deque[_Queued] = deque()
-        self._follow_ups: deque[_Queued] = deque()
+        self._steers: deque[Queued] = deque()
+        self._follow_ups: deque[Queued] = deque()
         #: told with the next turn's input: the tasks the parent ended
         self._ended: list[str] = []
         #: the task whose envelope the agent has been given (until the parent ends it)
         self._task_id: str | None = None
-        self._turn: _Turn | None = None
+        self._turn: Turn | None = None
         self._turns_run = 0
         #: started again by ``serve --recover``: the agent's conversation goes on, so even the
         #: first turn runs ``resume_cmd``
         self._recovered = bool(options.get("recovered"))
         self._closed = False
         self._log = logger.bind(agent=ctx.env.name or ctx.env.agent_id)
+        #: the parent's hold, and the wait after a refused turn (its command line)
+        self._holding: Holding[str] = Holding(ctx.runtime)
+        self._reports = TurnReports()
 
     # ------------------------------------------------------------------ adapter
 
@@ -171,13 +138,13 @@ class CommandAdapter:
         match envelope:
             case TaskEnvelope():
                 text = render_task_context(envelope, CHILD_SHELL)
-                self._enqueue(_Queued(text, envelope.task_id, True), steer=False)
+                self._enqueue(Queued(text, envelope.task_id, True), steer=False)
             case MessageEnvelope() | ReplyEnvelope():
                 text = render_delivery(envelope, CHILD_SHELL)
                 steer = envelope.delivery == "steer"
-                self._enqueue(_Queued(text, envelope.task_id), steer=steer)
+                self._enqueue(Queued(text, envelope.task_id), steer=steer)
             case NoticeEnvelope():
-                self._enqueue(_Queued(render_delivery(envelope, CHILD_SHELL)), steer=False)
+                self._enqueue(Queued(render_delivery(envelope, CHILD_SHELL)), steer=False)
             case AckEnvelope():
                 show_refusal(self._ctx, envelope)
             case ControlEnvelope(action="cancel_task", task_id=task_id) if task_id is not None:
@@ -186,12 +153,24 @@ class CommandAdapter:
                 why = control_reason(envelope)
                 self._ctx.runtime("output", text=f"[shepherd] {why}")
                 self._interrupt(why)
+                if self._holding.drop_refused():
+                    self._start_next()
+            case ControlEnvelope(action="hold"):
+                self._holding.hold(envelope)
+            case ControlEnvelope(action="resume"):
+                task_id = self._holding.refused_task
+                command = self._holding.resume()
+                if command is not None and self._turn is None:
+                    self._run(command, task_id)
+                else:
+                    self._start_next()
             case _:
                 self._log.debug("ignored {}", envelope.__struct_config__.tag)
 
     def close(self) -> None:
         """Stop the running turn and wait for it (SIGTERM, SIGKILL after the grace)."""
         self._closed = True
+        self._reports.close()
         turn = self._turn
         if turn is None or turn.finished:
             return
@@ -212,8 +191,10 @@ class CommandAdapter:
 
     # ------------------------------------------------------------------ queue
 
-    def _enqueue(self, item: _Queued, *, steer: bool) -> None:
+    def _enqueue(self, item: Queued, *, steer: bool) -> None:
         (self._steers if steer else self._follow_ups).append(item)
+        if self._holding.blocked and self._turn is None:
+            self._holding.queued("the delivery")
         if self._turn is None:
             self._start_next()
         elif steer:
@@ -237,6 +218,8 @@ class CommandAdapter:
         turn = self._turn
         if turn is not None and turn.task_id == task_id:
             self._interrupt(why)
+        if self._holding.drop_refused(task_id):
+            self._start_next()
 
     def _take_message(self) -> str:
         """What the ended tasks' notes say, then steers, then follow-ups, joined by blank
@@ -259,7 +242,7 @@ class CommandAdapter:
                 if item.is_task:
                     self._task_id = item.task_id
                 if quoted > MAX_COMMAND_BYTES - 8192:
-                    text = _shorten(text, MAX_COMMAND_BYTES // 8)
+                    text = shorten(text, MAX_COMMAND_BYTES // 8)
                 parts.append(text)
                 size += quoted
         return "\n\n".join(parts)
@@ -269,11 +252,17 @@ class CommandAdapter:
     def _start_next(self) -> None:
         if self._closed or self._turn is not None or not (self._steers or self._follow_ups):
             return
+        if self._holding.blocked:
+            return
         message = self._take_message()
         resuming = self._turns_run or self._recovered
         template = self._resume if resuming and self._resume else self._cmd
-        command = template.replace("{message}", shlex.quote(message))
+        self._run(template.replace("{message}", shlex.quote(message)), self._task_id)
+
+    def _run(self, command: str, task_id: str | None) -> None:
+        """Start a turn running ``command`` for ``task_id``."""
         number = self._turns_run + 1
+        report = self._reports.path_for(number)
         self._ctx.runtime("turn_start")
         try:
             proc = subprocess.Popen(
@@ -283,7 +272,8 @@ class CommandAdapter:
                     **self._environ,
                     **self._ctx.trace_environ(),
                     "SHEPHERD_TURN": str(number),
-                    **({ENV_TASK_ID: self._task_id} if self._task_id else {}),
+                    ENV_TURN_REPORT: report,
+                    **({ENV_TASK_ID: task_id} if task_id else {}),
                 },
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -298,7 +288,7 @@ class CommandAdapter:
             self._ctx.runtime("turn_end", exit_code=127, is_error=True)
             return
         self._turns_run = number
-        turn = _Turn(number, proc, self._task_id)
+        turn = Turn(number, proc, task_id, command=command, report=report)
         self._turn = turn
         self._log.info("turn {} started (pid {})", number, proc.pid)
         turn.reader = threading.Thread(
@@ -306,7 +296,7 @@ class CommandAdapter:
         )
         turn.reader.start()
 
-    def _read(self, turn: _Turn) -> None:
+    def _read(self, turn: Turn) -> None:
         """Reader thread: hand chunks and the end over to the core, nothing else."""
         post = self._ctx.post
 
@@ -321,7 +311,7 @@ class CommandAdapter:
         finally:
             post(lambda: self._finished(turn))
 
-    def _stdout(self, turn: _Turn, data: bytes) -> None:
+    def _stdout(self, turn: Turn, data: bytes) -> None:
         if turn.finished:
             return
         turn.pending += turn.decoder.decode(data)
@@ -333,12 +323,12 @@ class CommandAdapter:
                 FLUSH_S, lambda: post(lambda: self._flush(turn))
             )
 
-    def _stderr(self, turn: _Turn, data: bytes) -> None:
+    def _stderr(self, turn: Turn, data: bytes) -> None:
         turn.stderr_tail.write(data)
         for line in data.decode("utf-8", errors="replace").splitlines():
             self._log.info("turn {} stderr: {}", turn.number, line)
 
-    def _flush(self, turn: _Turn, *, final: bool = False) -> None:
+    def _flush(self, turn: Turn, *, final: bool = False) -> None:
         """Publish pending stdout: complete lines (everything when ``final``, or when one
         line alone reaches the batch size), in events of at most FLUSH_CHARS characters."""
         if turn.flush_timer is not None:
@@ -370,12 +360,12 @@ class CommandAdapter:
             self._grace, lambda: post(lambda: self._escalate(turn))
         )
 
-    def _escalate(self, turn: _Turn) -> None:
+    def _escalate(self, turn: Turn) -> None:
         if not turn.finished:
             self._log.warning("turn {} ignored SIGTERM; killing its group", turn.number)
             signal_group(turn.pgid, signal.SIGKILL)
 
-    def _finished(self, turn: _Turn) -> None:
+    def _finished(self, turn: Turn) -> None:
         if turn.finished:
             return  # close() already stopped and reaped it
         if turn.interrupted is not None:
@@ -398,19 +388,32 @@ class CommandAdapter:
                 text=f"[shepherd] the agent command exited with status {code}{detail}",
                 is_error=True,
             )
+        refusal = self._refusal_of(turn)
+        if refusal is not None:
+            self._holding.refused(refusal, turn.command, turn.task_id)
         self._ctx.runtime("turn_end", exit_code=code, is_error=code != 0)
         self._log.info("turn {} ended with status {}", turn.number, code)
         self._turn = None
         self._start_next()
 
+    def _refusal_of(self, turn: Turn) -> Refusal | None:
+        """What the turn reported of its provider's refusal (:mod:`actors.child.turn_reports`),
+        unless the parent interrupted it."""
+        report = self._reports.take(turn.report)
+        if isinstance(report, str):
+            self._ctx.runtime("output", text=f"[shepherd] {report}", is_error=True)
+            return None
+        if report is not None and turn.interrupted is not None:
+            self._ctx.runtime(
+                "output",
+                text=f"[shepherd] the turn reported {report.kind} but was interrupted "
+                f"({turn.interrupted}): it is not run again",
+            )
+            return None
+        return report
+
     @staticmethod
-    def _close_pipes(turn: _Turn) -> None:
+    def _close_pipes(turn: Turn) -> None:
         for stream in (turn.proc.stdout, turn.proc.stderr):
             if stream is not None:
                 stream.close()
-
-
-def _shorten(text: str, limit: int) -> str:
-    """Cut an oversized delivery (it cannot be passed on one command line)."""
-    note = "\n[… cut by shepherd: too long for one command line …]"
-    return text if len(text) <= limit else text[:limit] + note

@@ -11,7 +11,9 @@ Rules:
   command is stopped (``stop_commands``), and a completion or sleep that belonged to the work
   left behind is ignored when it comes back (each carries the *epoch* it started in); the
   machine leaves the task (:meth:`~protocol.scripted.script_machine.ScriptMachine.cancel_task`).
-  Other controls are only told in the agent's output.
+  ``hold`` / ``resume`` (:mod:`actors.child.holding`): while held, deliveries wait here, not
+  given to the machine, and ``resume`` gives them in arrival order (the simulation's agents
+  obey a hold as the bridge's do). Other controls are only told in the agent's output.
 - A notice closes one of the script's questions (and so ends an ``await reply``) only when it
   says that request closed without a reply and names one of the script's own questions.
 """
@@ -23,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from actors.child.holding import Holding
 from actors.runtime.clock import Clock
 from actors.runtime.ids import IdSource
 from actors.runtime.log import logger
@@ -90,6 +93,9 @@ class ScriptedDriver:
         self.duplicates = 0
         self._seen: set[str] = set()
         self._log = logger.bind(agent=identity.name or identity.agent_id)
+        #: the parent's hold, and the deliveries that wait for its resume
+        self._holding: Holding[None] = Holding(self._emit_runtime)
+        self._held: list[AnyEnvelope] = []
 
     # -------------------------------------------------------------- inputs
 
@@ -104,6 +110,30 @@ class ScriptedDriver:
             self.duplicates += 1
             return
         self._seen.add(env.message_id)
+        if not self._held_back(env):
+            self._take(env)
+
+    def _held_back(self, env: AnyEnvelope) -> bool:
+        """``hold`` / ``resume``, and a delivery that waits for the resume: handled here."""
+        match env:
+            case ControlEnvelope(action="hold"):
+                self._holding.hold(env)
+            case ControlEnvelope(action="resume"):
+                self._holding.resume()
+                held, self._held = self._held, []
+                for queued in held:
+                    if self.exited is None:
+                        self._take(queued)
+            case TaskEnvelope() | MessageEnvelope() | ReplyEnvelope() | NoticeEnvelope() if (
+                self._holding.blocked
+            ):
+                self._held.append(env)
+                self._holding.queued(f"the {env.__struct_config__.tag}")
+            case _:
+                return False
+        return True
+
+    def _take(self, env: AnyEnvelope) -> None:
         self.received.append(env)
         match env:
             case TaskEnvelope():

@@ -7,7 +7,9 @@ Rules:
   answer is the default text (``"ok"`` unless configured).
 - A step is a :class:`Text`, a :class:`ToolCall`, a :class:`ToolCalls` (several calls in one
   answer), a :class:`Gate` (wait for a ``threading.Event``, then answer with its inner step)
-  or a :class:`Fail` (an HTTP error).
+  or a :class:`Fail` (an HTTP error with an OpenAI-style error body: a provider refusing the
+  turn, e.g. ``Fail(429, "Rate limit reached … Please try again in 2s.", retry_after=2)``
+  with a ``Retry-After`` header, ``Fail(529, "Overloaded")``, ``Fail(500)``).
 - Streaming follows what the real Pi agent accepts (measured with Pi 0.73.1): one
   ``chat.completion.chunk`` with the assistant role, then either text deltas and
   ``finish_reason: "stop"`` or ``delta.tool_calls[{index,id,type,function{name,arguments}}]``
@@ -85,10 +87,12 @@ class ToolCalls:
 
 @dataclass(frozen=True, slots=True)
 class Fail:
-    """Answer with an HTTP error status and an OpenAI-style error body."""
+    """Answer with an HTTP error status and an OpenAI-style error body; ``retry_after`` (in
+    seconds) adds a ``Retry-After`` header, as a rate-limiting provider sends one."""
 
     status: int = 400
     message: str = "scripted failure"
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +320,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, serial: int, step: _Answer, *, stream: bool) -> None:
         if isinstance(step, Fail):
-            self._send_error(step.status, step.message)
+            wait = step.retry_after
+            headers = {"Retry-After": f"{wait:g}"} if wait is not None else {}
+            self._send_error(step.status, step.message, headers)
             return
         text, calls = _content(serial, step)
         if stream:
@@ -376,15 +382,20 @@ class _Handler(BaseHTTPRequestHandler):
             },
         )
 
-    def _send_error(self, status: int, message: str) -> None:
+    def _send_error(
+        self, status: int, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self._send_json(
-                status, {"error": {"message": message, "type": "scripted_error", "code": status}}
-            )
+            body = {"error": {"message": message, "type": "scripted_error", "code": status}}
+            self._send_json(status, body, headers)
 
-    def _send_json(self, status: int, obj: dict[str, Any]) -> None:
+    def _send_json(
+        self, status: int, obj: dict[str, Any], headers: Mapping[str, str] | None = None
+    ) -> None:
         data = json.dumps(obj).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Connection", "close")

@@ -68,6 +68,8 @@ CHILD_COMMANDS = frozenset(
         "done",
         "usage",
         "approve-request",
+        "rate-limited",
+        "provider-error",
         "watchdog-status",
         "watchdog-events",
         "watchdog-stuck",

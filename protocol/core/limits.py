@@ -55,6 +55,7 @@ __all__ = [
     "MAX_PAGE_LINES",
     "MAX_PRIORITY",
     "MAX_PROVIDER_CHARS",
+    "MAX_REFUSAL_TEXT_CHARS",
     "MAX_RETRY_AFTER_S",
     "MAX_TEXT_CHARS",
     "MAX_TRACEPARENT_CHARS",
@@ -90,6 +91,7 @@ __all__ = [
     "Priority",
     "ProviderName",
     "RefName",
+    "RefusalText",
     "RetryAfterSeconds",
     "SoftFraction",
     "Text",
@@ -195,6 +197,10 @@ ProviderName = Annotated[
     str, msgspec.Meta(min_length=1, max_length=MAX_PROVIDER_CHARS, pattern=PROVIDER_PATTERN)
 ]
 RetryAfterSeconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_RETRY_AFTER_S)]
+#: what a provider said when it refused a turn (its error text), as an agent reports it: a
+#: quarter of an envelope (an adapter cuts a longer one; ``shepherd-child`` refuses it)
+MAX_REFUSAL_TEXT_CHARS: Final = 16 * 1024
+RefusalText = Annotated[str, msgspec.Meta(max_length=MAX_REFUSAL_TEXT_CHARS)]
 
 # --- admission (``serve --max-running``: protocol.session.admission)
 

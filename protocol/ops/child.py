@@ -3,15 +3,39 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from protocol.calls import api, views
-from protocol.core.limits import Handle, OptionalText, Text, UsageCost, UsageTokens
+from protocol.core.limits import (
+    MAX_REFUSAL_TEXT_CHARS,
+    MAX_RETRY_AFTER_S,
+    Handle,
+    OptionalText,
+    ProviderName,
+    RefusalText,
+    RetryAfterSeconds,
+    Text,
+    UsageCost,
+    UsageTokens,
+)
 from protocol.ops.parent import MESSAGE_PARAMS
 from protocol.ops.spec import Param, Tool, entry, respell
 from protocol.records.tasks import DoneStatus
 
-__all__ = ["DONE", "MESSAGE", "USAGE", "ChildDoneArgs", "ChildMessageArgs", "ChildUsageArgs"]
+__all__ = [
+    "DONE",
+    "MESSAGE",
+    "PROVIDER_ERROR",
+    "RATE_LIMITED",
+    "USAGE",
+    "ChildDoneArgs",
+    "ChildMessageArgs",
+    "ChildProviderErrorArgs",
+    "ChildRateLimitedArgs",
+    "ChildUsageArgs",
+]
 
 #: what the child's commands answer: the parent's receipt (``message_id``, ``accepted``, and
 #: ``request_id``, ``task_id``, ``result`` when they apply)
@@ -140,6 +164,85 @@ USAGE = entry(
             cli="--cost",
             metavar="USD",
             help="cost since the last report, US dollars (0-1000000)",
+        ),
+    },
+)
+
+
+# --- model providers: a command agent's turn refused by its provider (actors.child.turn_reports)
+
+
+class ChildRateLimitedArgs(
+    api.Arguments[Receipt], frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    """``shepherd-child rate-limited``: the model provider refused this turn for its rate limit."""
+
+    provider: ProviderName
+    retry_after_s: RetryAfterSeconds | None = None
+    text: RefusalText | None = None
+
+
+class ChildProviderErrorArgs(
+    api.Arguments[Receipt], frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    """``shepherd-child provider-error``: the model provider failed this turn otherwise."""
+
+    provider: ProviderName
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_REFUSAL_TEXT_CHARS)]
+
+
+def _reported(data: dict[str, Any]) -> str:
+    wait = data.get("retry_after_s")
+    after = f", retry after {wait:g} s" if wait is not None else ""
+    return (
+        f"reported {data['reported']} ({data['provider']}{after}): end this turn now; the "
+        "parent is told when it has ended, and it runs again when the parent resumes you"
+    )
+
+
+_PROVIDER = Param(
+    description="The model provider (openai, anthropic, a models.json key): a name, no spaces",
+    cli="--provider",
+    metavar="NAME",
+    help="the model provider (a name, no spaces, at most 64 characters)",
+)
+
+RATE_LIMITED = entry(
+    "rate-limited",
+    ChildRateLimitedArgs,
+    role="child",
+    help="report that the model provider refused this turn for its rate limit (429, 529)",
+    view=_reported,
+    params={
+        "provider": _PROVIDER,
+        "retry_after_s": Param(
+            description=f"The provider's Retry-After, in seconds (0 to {MAX_RETRY_AFTER_S:g})",
+            cli="--retry-after",
+            metavar="S",
+            help=f"the provider's Retry-After, seconds (0-{MAX_RETRY_AFTER_S:g})",
+        ),
+        "text": Param(
+            description="What the provider said",
+            cli="--text",
+            metavar="TEXT",
+            help=f"what the provider said (at most {MAX_REFUSAL_TEXT_CHARS} characters)",
+        ),
+    },
+)
+
+PROVIDER_ERROR = entry(
+    "provider-error",
+    ChildProviderErrorArgs,
+    role="child",
+    help="report that the model provider failed this turn (a 5xx, a model error)",
+    view=_reported,
+    params={
+        "provider": _PROVIDER,
+        "text": Param(
+            description="The provider's error",
+            cli="--text",
+            metavar="TEXT",
+            help=f"the provider's error (at most {MAX_REFUSAL_TEXT_CHARS} characters)",
         ),
     },
 )

@@ -238,3 +238,26 @@ def test_rejects_a_non_loopback_host_and_bad_steps() -> None:
         ScriptedModel(["not a step"])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="at least one"):
         ToolCalls()
+
+
+def test_refusing_steps_answer_429_with_retry_after_529_and_500() -> None:
+    steps = [
+        Fail(429, "Please try again in 2s.", retry_after=2),
+        Fail(529, "Overloaded"),
+        Fail(500),
+    ]
+    with ScriptedModel(steps) as model:
+        for status, message, retry_after in [
+            (429, "Please try again in 2s.", "2"),
+            (529, "Overloaded", None),
+            (500, "scripted failure", None),
+        ]:
+            request = urllib.request.Request(
+                model.base_url + "/chat/completions", data=b"{}", method="POST"
+            )
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(request, timeout=5)
+            with err.value:
+                assert err.value.code == status
+                assert err.value.headers.get("Retry-After") == retry_after
+                assert json.loads(err.value.read())["error"]["message"] == message

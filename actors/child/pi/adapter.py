@@ -37,6 +37,17 @@ Rules:
   RPC has no command for it). Close (the bridge's exit): ``abort``, then
   :meth:`PiProcess.close <actors.child.pi.rpc.PiProcess.close>` (end of input, SIGTERM / SIGKILL of
   Pi's group, then every process carrying Pi's instance tag: its detached bash tools).
+- Model providers (:mod:`actors.child.holding`): Shepherd owns the retries (one provider's
+  cool-down is shared by every agent), so Pi's are off (:func:`~actors.child.pi.bridged.no_retries`,
+  and ``set_auto_retry`` false once Pi answers). An assistant message that ended with an error
+  (Pi's ``errorMessage``: ``429 Rate limit reached … Please try again in 2s.``) is the provider
+  refusing the turn, reported as ``rate_limited`` / ``provider_error``
+  (:func:`~protocol.records.refusals.refusal_of`), not as an ``error``; a context overflow is
+  not one (Pi compacts and goes on). Then, and while held, deliveries wait here, not in Pi.
+  ``resume`` runs the refused turn again as a prompt asking Pi to continue where it stopped:
+  its conversation already holds the turn's input (the errored answer is left out of what Pi
+  sends the model), so sending the input again would say it twice, and a turn refused after
+  some tool calls would start over.
 - Pi exiting on its own (crash, kill, end of its input) is an error output with the tail of
   its stderr, and the bridge exits with Pi's status (1 if Pi said 0): the parent fails the
   task (rc 1) unless ``shepherd_done`` settled it before.
@@ -56,8 +67,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, NamedTuple
 
 from actors.child.adapters import AgentContext, control_reason, show_refusal
+from actors.child.holding import Holding
 from actors.child.pi.bridged import agent_dir_for, start_bridged_pi, stderr_note, with_child_bin
 from actors.child.pi.errors import PiError, PiExitedError
+from actors.child.pi.events import error_of
 from actors.child.pi.options import PiOptions
 from actors.child.pi.rpc import PiProcess
 from actors.child.pi.turns import PiTurns
@@ -65,6 +78,12 @@ from actors.runtime.clock import TimerHandle
 from actors.runtime.log import logger
 from actors.runtime.procs import exit_status
 from protocol.calls.render import render_delivery, render_task_context, render_task_ended
+from protocol.records.refusals import (
+    Refusal,
+    is_context_overflow,
+    refusal_of,
+    render_resume_note,
+)
 from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -133,6 +152,8 @@ class PiRpcAdapter:
         self._turns = PiTurns(ctx, self._log)
         self._stranded_timer: TimerHandle | None = None
         self._stranded_tries = 0
+        #: the parent's hold, and the wait after a refused turn
+        self._holding: Holding[Refusal] = Holding(ctx.runtime)
 
     # ------------------------------------------------------------------ adapter
 
@@ -194,6 +215,17 @@ class PiRpcAdapter:
                 self._cancel_task(task_id, envelope)
             case ControlEnvelope(action="cancel_task" | "abort"):
                 self._abort(control_reason(envelope))
+                if self._holding.drop_refused():
+                    self._release()
+            case ControlEnvelope(action="hold"):
+                self._holding.hold(envelope)
+            case ControlEnvelope(action="resume"):
+                refusal = self._holding.resume()
+                if refusal is not None:  # first in line: the turn continues before the rest
+                    self._backlog.insert(
+                        0, _Delivery(render_resume_note(refusal), "followUp", "the refused turn")
+                    )
+                self._release()
             case _:
                 self._log.debug("ignored {}", envelope.__struct_config__.tag)
 
@@ -239,11 +271,22 @@ class PiRpcAdapter:
         model = state.get("model")
         name = model.get("id") if isinstance(model, Mapping) else None
         self._log.info("pi ready: pid {} in {:.3f} s (model {})", self._pi.pid, took, name)
+        try:  # Shepherd owns the retries (the module rules)
+            self._pi.command({"type": "set_auto_retry", "enabled": False}, COMMAND_TIMEOUT_S)
+        except PiError as exc:
+            self._log.warning("could not turn Pi's auto-retry off: {}", exc)
         self._ctx.runtime(
             "output",
             text=f"[shepherd] pi ready: pid {self._pi.pid} in {took:.2f} s, model "
             f"{self._opts.provider}/{name or self._opts.model}",
         )
+        self._release()
+
+    def _release(self) -> None:
+        """Send what waited (Pi starting, a hold, a refused turn), in order, unless it must
+        wait on."""
+        if self._holding.blocked:
+            return
         backlog, self._backlog = self._backlog, []
         for item in backlog:
             self._send(*item)
@@ -269,8 +312,10 @@ class PiRpcAdapter:
         if self._closing:
             return
         pi = self._pi
-        if pi is None or not self._ready:
+        if pi is None or not self._ready or self._holding.blocked:
             self._backlog.append(_Delivery(text, behavior, what, task_id, gives_task))
+            if self._holding.blocked:
+                self._holding.queued(what)
             return
         if gives_task:
             self._task_id = task_id
@@ -307,11 +352,12 @@ class PiRpcAdapter:
             self._ctx.runtime(
                 "output", text=f"[shepherd] {why}; {dropped} waiting deliveries for it dropped"
             )
-        if self._task_id != task_id:
-            return
-        self._task_id = None
-        self._ended.append(render_task_ended(task_id, envelope.reason))
-        self._abort(why)
+        if self._task_id == task_id:
+            self._task_id = None
+            self._ended.append(render_task_ended(task_id, envelope.reason))
+            self._abort(why)
+        if self._holding.drop_refused(task_id):  # after the note: what waited goes with it
+            self._release()
 
     def _abort(self, why: str) -> None:
         pi = self._pi
@@ -330,7 +376,8 @@ class PiRpcAdapter:
         """Pi holds queued messages but no run is open: confirm, then start a run."""
         self._stranded_timer = None
         pi = self._pi
-        if self._closing or pi is None or not self._ready or not self._turns.stranded:
+        stranded = self._turns.stranded and not self._holding.blocked  # resume will flush it
+        if self._closing or pi is None or not self._ready or not stranded:
             self._stranded_tries = 0
             return
         try:
@@ -368,6 +415,13 @@ class PiRpcAdapter:
         self._ctx.post(lambda: self._exited(returncode))
 
     def _event(self, event: Mapping[str, Any]) -> None:
+        error = error_of(event)
+        if error is not None and not self._closing and not is_context_overflow(error):
+            self._turns.observe(event, publish=False)  # reported as the refusal it is
+            refusal = refusal_of(error, self._opts.provider)
+            self._log.warning("the provider refused the turn: {}: {}", refusal.kind, error)
+            self._holding.refused(refusal, refusal, self._task_id)
+            return
         self._turns.observe(event, publish=not self._closing)
         if (
             event.get("type") in ("agent_end", "queue_update")

@@ -11,6 +11,10 @@ Rules:
   temporary one, removed at close, without a session dir (and then Pi saves no session).
 - Started again by ``serve --recover``, Pi continues its latest saved session
   (``--continue``), so the model keeps the context it had.
+- Pi retries nothing by itself (:func:`no_retries`): its agent dir's ``settings.json`` turns
+  off its auto-retry and its provider client's own retries (the OpenAI client retries a 429
+  or a 5xx twice unless told not to, waiting out a Retry-After), so a refused turn reaches the
+  bridge at once and Shepherd's shared cool-down decides when it runs again.
 - It gets its own process group *inside the bridge's session* (:class:`BridgedPi`), so the
   parent's sweep of that session reaches Pi even if the bridge dies without closing it.
 """
@@ -18,6 +22,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import json
 import shlex
 import sys
 import tempfile
@@ -30,7 +35,14 @@ from actors.child.pi.launch import SHEPHERD_CHILD_EXTENSION
 from actors.child.pi.options import PiOptions
 from actors.child.pi.rpc import PiProcess
 
-__all__ = ["BridgedPi", "agent_dir_for", "start_bridged_pi", "stderr_note", "with_child_bin"]
+__all__ = [
+    "BridgedPi",
+    "agent_dir_for",
+    "no_retries",
+    "start_bridged_pi",
+    "stderr_note",
+    "with_child_bin",
+]
 
 
 class BridgedPi(PiProcess):
@@ -66,6 +78,23 @@ def with_child_bin(environ: dict[str, str], agent_dir: Path) -> dict[str, str]:
     return environ
 
 
+def no_retries(agent_dir: Path) -> None:
+    """Write Pi's ``settings.json`` in ``agent_dir`` with its retries off (the module rules),
+    keeping whatever else a kept agent dir's file says."""
+    path = agent_dir / "settings.json"
+    settings: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(loaded, dict):
+            settings = loaded
+    retry = settings.get("retry")
+    retry = retry if isinstance(retry, dict) else {}
+    provider = retry.get("provider")
+    provider = provider if isinstance(provider, dict) else {}
+    settings["retry"] = {**retry, "enabled": False, "provider": {**provider, "maxRetries": 0}}
+    path.write_text(json.dumps(settings, indent=2))
+
+
 def start_bridged_pi(
     opts: PiOptions,
     agent_dir: Path,
@@ -77,6 +106,7 @@ def start_bridged_pi(
     resume: bool = False,
 ) -> BridgedPi:
     """Start Pi as the module rules say (raises ``OSError`` or ``PiError`` if it cannot)."""
+    no_retries(agent_dir)
     return BridgedPi(
         opts.pi,
         models=opts.models_json,

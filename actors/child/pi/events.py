@@ -19,7 +19,7 @@ import msgspec
 
 from protocol.core.limits import MAX_BUDGET_COST, MAX_BUDGET_TOKENS
 
-__all__ = ["RuntimeEvent", "RuntimeEventKind", "map_event"]
+__all__ = ["RuntimeEvent", "RuntimeEventKind", "error_of", "map_event", "usage_of"]
 
 RuntimeEventKind = Literal[
     "turn_start", "turn_end", "tool_call", "tool_result", "output", "error", "condensation"
@@ -121,6 +121,17 @@ def map_event(ev: Mapping[str, Any]) -> RuntimeEvent | None:
             f"{ev.get('error')}",
         )
     return None
+
+
+def error_of(ev: Mapping[str, Any]) -> str | None:
+    """The error of a finished assistant message that ended with one (``stopReason``
+    ``error``: the model call failed), else ``None``."""
+    message = ev.get("message") if ev.get("type") == "message_end" else None
+    if not isinstance(message, Mapping) or message.get("role") != "assistant":
+        return None
+    if message.get("stopReason") != "error":
+        return None
+    return _str_or_none(message.get("errorMessage")) or "model call failed"
 
 
 # --- budgets
