@@ -158,6 +158,8 @@ class Bridge:
         return self._runtime_envelope("not_sent", text=text, is_error=True)
 
     def runtime(self, event: RuntimeEvent, **fields: Any) -> None:
+        if event == "ready":  # with its model provider, when its adapter names one
+            fields.setdefault("provider", getattr(self._adapter, "provider", None))
         self.publish(self._runtime_envelope(event, **fields))
 
     def _runtime_envelope(self, event: RuntimeEvent, **fields: Any) -> RuntimeEnvelope:
@@ -280,11 +282,9 @@ class Bridge:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
         # logged before the parent is told: whoever saw "ready" finds the line in the log
+        env = self.env
         self._log.info(
-            "ready: pid {} adapter {} session {}",
-            os.getpid(),
-            self.env.adapter,
-            self.env.session_id,
+            "ready: pid {} adapter {} session {}", os.getpid(), env.adapter, env.session_id
         )
         self.runtime("ready", pid=os.getpid(), mailbox_wake=self._inbox.first_ready_wake())
         self._call(self._adapter.start)

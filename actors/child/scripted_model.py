@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -157,6 +158,8 @@ class ScriptedModel:
         self._default: Step = default if default is not None else Text("ok")
         self._steps: deque[Step] = deque()
         self._requests: list[dict[str, Any]] = []
+        #: when each request arrived (wall clock, as the session's notices are stamped)
+        self._times: list[float] = []
         self._open_gates: list[threading.Event] = []
         self._cond = threading.Condition()
         self._closed = False
@@ -200,6 +203,12 @@ class ScriptedModel:
         """A snapshot of the JSON bodies of every chat-completions request, in order."""
         with self._cond:
             return list(self._requests)
+
+    @property
+    def request_times(self) -> list[float]:
+        """When each request arrived (``time.time()``), in order."""
+        with self._cond:
+            return list(self._times)
 
     def wait_for_requests(self, n: int, timeout: float) -> list[dict[str, Any]]:
         """Wait until at least ``n`` requests have arrived; return the snapshot.
@@ -246,6 +255,7 @@ class ScriptedModel:
         with self._cond:
             self._serial += 1
             self._requests.append(body)
+            self._times.append(time.time())
             step = self._steps.popleft() if self._steps else self._default
             self._cond.notify_all()
             return self._serial, step

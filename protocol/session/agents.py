@@ -262,6 +262,7 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
     if env.event in FORWARDED:
         effects.append(Forward(agent_id=agent_id, envelope=env))
     effects.append(WatchdogRuntime(agent_id=agent_id, envelope=env, at=cx.now))
+    effects += providers.seen(s, row, env, cx)
     turn = s.turns.get(agent_id, Turn())
     match env.event:
         case "ready":
@@ -273,15 +274,8 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
             effects += move(s, agent_id, "turn_start", cx)
             effects += budgets.reported(s, row, env, cx)
         case "usage":
-            providers.got_through(s, row)
             effects += budgets.reported(s, row, env, cx)
-        case "rate_limited":
-            effects += providers.rate_limited(s, row, env, cx)
-        case "provider_error":
-            effects += providers.provider_error(s, row, env, cx)
         case "turn_end":
-            if not env.is_error:
-                providers.got_through(s, row)
             exited = row.process_state == "exited"
             effects += move(s, agent_id, "turn_end", cx)
             s.turns.pop(agent_id, None)
@@ -297,7 +291,6 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
         case "tool_call" | "tool_result":
             if env.event == "tool_call":
                 claims.counted(s, row)
-                providers.got_through(s, row)
             line = env.command if env.event == "tool_call" else env.output
             prefix = "$ " if env.event == "tool_call" else ""
             if line:

@@ -53,10 +53,10 @@ __all__ = [
     "PROVIDER_ERROR",
     "cooled",
     "cooling",
-    "got_through",
     "provider_error",
     "rate_limited",
     "retry",
+    "seen",
 ]
 
 #: the reason of a task ended by its provider's errors (rule 3)
@@ -205,7 +205,16 @@ def retry(s: SessionState, event: RetryDue, cx: Ctx) -> list[Effect]:
     return [_control(s, row, "resume", f"retry {event.attempt} after a {provider} error", cx)]
 
 
-def got_through(s: SessionState, row: AgentRow) -> None:
-    """Rule 3: the agent's provider answered: its count starts again."""
-    if s.provider_attempts:
-        s.provider_attempts.pop(row.active_task or row.agent_id, None)
+def seen(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) -> list[Effect]:
+    """What of an agent's runtime event concerns its provider: a refusal (rules 1 and 3), a
+    turn that got through (rule 3), the provider its adapter names with ``ready``."""
+    match env.event:
+        case "rate_limited":
+            return rate_limited(s, row, env, cx)
+        case "provider_error":
+            return provider_error(s, row, env, cx)
+        case "ready" if env.provider is not None:
+            s.providers[row.agent_id] = env.provider
+        case "usage" | "tool_call" | "turn_end" if not env.is_error and s.provider_attempts:
+            s.provider_attempts.pop(row.active_task or row.agent_id, None)
+    return []

@@ -81,6 +81,7 @@ from protocol.calls.render import render_delivery, render_task_context, render_t
 from protocol.records.refusals import (
     Refusal,
     is_context_overflow,
+    provider_or_unknown,
     refusal_of,
     render_resume_note,
 )
@@ -128,6 +129,12 @@ class PiRpcAdapter:
     def check_options(options: Mapping[str, Any], cwd: str) -> PiOptions:
         """The options, checked (the parent runs this before starting the bridge)."""
         return PiOptions(cwd, options)
+
+    @property
+    def provider(self) -> str:
+        """Its model provider's name as the session knows providers (else ``unknown``): told
+        with the bridge's ``ready``, so every agent of a provider shares its cool-downs."""
+        return provider_or_unknown(self._opts.provider)
 
     def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None:
         self._ctx = ctx
