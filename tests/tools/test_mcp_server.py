@@ -31,14 +31,17 @@ pytestmark = pytest.mark.processes
 DEADLINE_S = 60.0
 
 #: two tasks, each done only after a message from the parent, so each is certainly still
-#: pending when it is watched
+#: pending when it is watched; each task's work is a tool call (a claim with none is told to
+#: the parent first, as ``unverified_claim``: not what these tests are about)
 SCRIPT = {
     "steps": [
         {"await": "task"},
         {"say": "working on: {last}"},
+        {"run": "echo working"},
         {"await": "message"},
         {"done": {"status": "completed", "summary": "done after: {last}"}},
         {"await": "task"},
+        {"run": "echo working"},
         {"await": "message"},
         {"done": {"status": "completed", "summary": "also done after: {last}"}},
         {"await": "any"},
