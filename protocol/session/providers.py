@@ -216,5 +216,7 @@ def seen(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) -> list[
         case "ready" if env.provider is not None:
             s.providers[row.agent_id] = env.provider
         case "usage" | "tool_call" | "turn_end" if not env.is_error and s.provider_attempts:
+            if env.event == "turn_end" and row.agent_id in s.held:
+                return []  # the refused turn's own end (a command's exit status may be 0)
             s.provider_attempts.pop(row.active_task or row.agent_id, None)
     return []

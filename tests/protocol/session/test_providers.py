@@ -235,3 +235,15 @@ def test_a_cool_down_timer_that_goes_off_early_is_armed_again() -> None:
     effects = s.fire_timer(("cooldown", "p1"))  # at the same time it was armed
     assert controls(effects, "resume") == [] and s.state.cooldowns["p1"] == until
     assert [e.event for e in of(effects, StartTimer)] == [CooldownDue(provider="p1", until=until)]
+
+
+def test_the_refused_turns_own_end_does_not_start_the_count_again() -> None:
+    s = team(("a", "p1"))
+    me = agent(s, "a")
+    task_id = s.delegate("a")
+    s.runtime(me, "provider_error", provider="p1", text="boom")
+    s.runtime(me, "turn_end", exit_code=0)  # a command's turn that reported, then exited 0
+    assert s.state.provider_attempts[task_id] == 1
+    s.fire_timer(("retry", me))
+    s.runtime(me, "turn_end", exit_code=0)  # resumed, and this time it got through
+    assert task_id not in s.state.provider_attempts
