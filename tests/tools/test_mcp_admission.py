@@ -86,3 +86,44 @@ def test_queued_delegations_over_mcp_and_the_python_api(capped: Running) -> None
     session.cancel(session.status("a").agents[0].task.task_id)  # type: ignore[union-attr]
     row = session.status("c").agents[0]
     assert row.task is not None and row.task.state.value == "running"  # the higher priority
+
+
+def test_a_providers_cool_down_over_mcp(running: Running) -> None:
+    from tests.processes.test_providers_cli import REFUSED_ONCE
+
+    script = running.root / "agent.py"
+    script.write_text(REFUSED_ONCE)
+    cmd = f"env REFUSE=once {sys.executable} {script} {{message}}"
+
+    async def scenario() -> None:
+        with anyio.fail_after(DEADLINE_S):
+            async with mcp_session(running.root, running.supervisor.session_dir) as session:
+                spawned = {
+                    "name": "caller",
+                    "adapter": "command",
+                    "cmd": cmd,
+                    "provider": "sim",
+                    "cwd": str(running.root),
+                }
+                await call(session, "shepherd_spawn", spawned)
+                task = await call(session, "shepherd_delegate", {"target": "caller", "task": "t"})
+                codes: list[str] = []
+                while "provider_cooldown" not in codes:
+                    got = await call(session, "shepherd_notifications", {"wait_seconds": 30})
+                    codes += [n.get("code", "") for n in got["notifications"]]
+                status = await call(session, "shepherd_status", {})
+                assert "sim" in status["summary"]["cooldowns"]
+                while "provider_cooldown_ended" not in codes:
+                    got = await call(session, "shepherd_notifications", {"wait_seconds": 30})
+                    codes += [n.get("code", "") for n in got["notifications"]]
+                watched = await call(session, "shepherd_watch", {"ids": [task["task_id"]]})
+                while not watched["completed"]:
+                    await call(session, "shepherd_notifications", {"wait_seconds": 30})
+                    watched = await call(session, "shepherd_watch", {"ids": [task["task_id"]]})
+                assert watched["completed"][0]["status"] == "completed"
+
+    try:
+        anyio.run(scenario)
+    except BaseException:
+        print(_server_log(running.root), file=sys.stderr)
+        raise
