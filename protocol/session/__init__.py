@@ -22,6 +22,14 @@ module          rules
 ``stale``       one stale-wait notification per waiting episode
 ``budgets``     limits granted within the session's remainder; usage counted; one soft
                 warning per task and limit; the hard limit ends the task (budget_exceeded)
+``checks``      a claimed completion checked (``verifying``): the check run, a failed attempt
+                told to both sides, a restart running it again
+``claims``      a completion with no sign of work told once (``unverified_claim``), or refused
+                (``spawn --require-evidence``)
+``admission``   at most ``max_running`` tasks handed over at once; the queue's order; a freed
+                slot filled at once
+``providers``   one rate-limit cool-down per provider, shared by its agents; provider errors
+                retried with backoff, then the task failed (``provider_error``)
 ``watchers``    who watches which task: a result routed once to each watcher subscribed
 ``watcher``     one watcher's own rules (its actor's): exactly once; coalescing; done
 ``inbound``     envelopes from agents (receipts); failures after acceptance
