@@ -224,9 +224,32 @@ class WatchdogActor(ShepherdActor):
         verdict: wd.Verdict,
         destinations: frozenset[str] | None = None,
     ) -> WatchdogAlert:
+        alert = self.new_alert(agent_id, agent, verdict)
+        rescue = alert.rescue_message
+        self.alerts += 1
+        if destinations is None:
+            destinations = wd.alert_destinations(self.config.alert_mode)
+        if "parent" in destinations:
+            self._sink(alert)
+        if "agent" in destinations:
+            self._steer(agent_id, rescue)
+        return alert
+
+    def new_alert(
+        self,
+        agent_id: str,
+        agent: _Agent,
+        verdict: wd.Verdict,
+        *,
+        text: str | None = None,
+        reported_by: str | None = None,
+    ) -> WatchdogAlert:
+        """The alert about ``agent`` (``text``: said by a watchdog agent, ``reported_by``;
+        else the detector's own words)."""
         rescue = wd.effective_rescue_message(self.config, self.state)
-        text = wd.render_alert(agent.name, agent_id, agent.task_id, verdict, rescue)
-        alert = WatchdogAlert(
+        if text is None:
+            text = wd.render_alert(agent.name, agent_id, agent.task_id, verdict, rescue)
+        return WatchdogAlert(
             created_at=self.clock.now(),
             agent_id=agent_id,
             agent_name=agent.name,
@@ -236,15 +259,8 @@ class WatchdogActor(ShepherdActor):
             evidence=tuple(msgspec.to_builtins(e) for e in verdict.evidence),
             rescue_message=rescue,
             text=text,
+            reported_by=reported_by,
         )
-        self.alerts += 1
-        if destinations is None:
-            destinations = wd.alert_destinations(self.config.alert_mode)
-        if "parent" in destinations:
-            self._sink(alert)
-        if "agent" in destinations:
-            self._steer(agent_id, rescue)
-        return alert
 
     def _steer(self, agent_id: str, text: str) -> None:
         if agent_id in self._agents:

@@ -42,6 +42,16 @@ class Watchdog(Protocol):
 
     def _known(self, handle: Any) -> tuple[str, Any]: ...
 
+    def new_alert(
+        self,
+        agent_id: str,
+        agent: Any,
+        verdict: wd.Verdict,
+        *,
+        text: str | None = None,
+        reported_by: str | None = None,
+    ) -> WatchdogAlert: ...
+
 
 def answer(w: Watchdog, q: WatchdogQuery) -> Any:
     """The answer to ``q`` (raises the typed error that refuses it)."""
@@ -79,18 +89,7 @@ def answer(w: Watchdog, q: WatchdogQuery) -> Any:
         text=q.text or "",
         verdict=verdict,
     )
-    alert = WatchdogAlert(
-        created_at=w.clock.now(),
-        agent_id=agent_id,
-        agent_name=agent.name,
-        task_id=agent.task_id,
-        confidence=verdict.confidence,
-        reasons=tuple(verdict.reasons),
-        evidence=tuple(msgspec.to_builtins(e) for e in verdict.evidence),
-        rescue_message=wd.effective_rescue_message(w.config, w.state),
-        text=text,
-        reported_by=q.asker_id,
-    )
+    alert = w.new_alert(agent_id, agent, verdict, text=text, reported_by=q.asker_id)
     w.alerts += 1
     w._sink(alert)
     agent.gate = wd.record_alert(agent.gate, verdict, w.clock.now())

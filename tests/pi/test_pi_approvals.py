@@ -5,14 +5,13 @@ not run), then runs once approved, or returns the denial to the model; the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from actors.child.scripted_model import ScriptedModel, Step, Text, ToolCall, models_json
+from actors.child.scripted_model import ScriptedModel, Step, Text, ToolCall
 from protocol.records.notifications import Notice
 from protocol.records.tasks import TaskState
 from tests.pi.test_pi_live import WAIT_S, Team, completions
@@ -41,19 +40,7 @@ PUSH = "git push --dry-run origin main 2>&1; echo PUSH-RAN"
 
 
 def _spawn(team: Team, name: str, *steps: Step, approve: tuple[str, ...] = ()) -> ScriptedModel:
-    model = ScriptedModel(steps)
-    team.models.append(model)
-    path = team.tmp_path / f"{name}-models.json"
-    path.write_text(json.dumps(models_json(model.base_url)))
-    team.session.spawn(
-        name,
-        adapter="pi-rpc",
-        pi=str(team.pi_bin),
-        models_json=str(path),
-        cwd=str(team.workdir),
-        approve=approve,
-    )
-    return model
+    return team.spawn_pi(name, *steps, approve=approve)
 
 
 def _requested(team: Team) -> Notice:

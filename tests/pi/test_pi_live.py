@@ -166,7 +166,9 @@ class Team:
         self.session = self.sup.session
         self.models: list[ScriptedModel] = []
 
-    def spawn_pi(self, name: str, *steps: Step) -> ScriptedModel:
+    def spawn_pi(self, name: str, *steps: Step, **options: Any) -> ScriptedModel:
+        """A Pi agent whose model is a new scripted model of ``steps`` (``options``: spawn's
+        other options, ``role``, ``approve``, ...)."""
         model = ScriptedModel(steps)
         self.models.append(model)
         path = self.tmp_path / f"{name}-models.json"
@@ -177,6 +179,7 @@ class Team:
             pi=str(self.pi_bin),
             models_json=str(path),
             cwd=str(self.workdir),
+            **options,
         )
         return model
 

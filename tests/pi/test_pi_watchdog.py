@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from actors.child.scripted_model import ScriptedModel, Step, Text, ToolCall, models_json
+from actors.child.scripted_model import ScriptedModel, Step, Text, ToolCall
 from protocol.records.notifications import WatchdogAlert
 from tests.pi.test_pi_approvals import SLOW_S, _settled, _tool_results
 from tests.pi.test_pi_live import Team
@@ -42,19 +42,7 @@ def team(tmp_path: Path, pi_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
 
 
 def _spawn_pi(team: Team, name: str, *steps: Step, role: str = "worker") -> ScriptedModel:
-    model = ScriptedModel(steps)
-    team.models.append(model)
-    path = team.tmp_path / f"{name}-models.json"
-    path.write_text(json.dumps(models_json(model.base_url)))
-    team.session.spawn(
-        name,
-        adapter="pi-rpc",
-        pi=str(team.pi_bin),
-        models_json=str(path),
-        cwd=str(team.workdir),
-        role=role,
-    )
-    return model
+    return team.spawn_pi(name, *steps, role=role)
 
 
 def _looping(team: Team) -> str:
