@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +27,6 @@ from tests.reliability.live import wait_terminated
 pytestmark = [pytest.mark.timeout(90)]
 
 AGENT = Path(__file__).with_name("scripted_agent.py")
-
-
-@pytest.fixture
-def parent(tmp_path: Path) -> Iterator[FakeParent]:
-    fake = FakeParent(tmp_path)
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 def start(parent: FakeParent, turns: list[list[dict[str, Any]]], **options: Any) -> Path:

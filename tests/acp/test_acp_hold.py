@@ -3,7 +3,6 @@ was delivered meanwhile then runs, in order (a scripted ACP agent, a real bridge
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,6 @@ from tests.acp.test_acp_bridge import lines, start
 from tests.child.conftest import FakeParent
 
 pytestmark = [pytest.mark.timeout(90)]
-
-
-@pytest.fixture
-def parent(tmp_path: Path) -> Iterator[FakeParent]:
-    fake = FakeParent(tmp_path)
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 def test_a_held_acp_agent_starts_no_prompt_until_resume(parent: FakeParent) -> None:

@@ -44,15 +44,6 @@ def codex_acp() -> Path:
 
 
 @pytest.fixture
-def parent(tmp_path: Path) -> Iterator[FakeParent]:
-    fake = FakeParent(tmp_path)
-    try:
-        yield fake
-    finally:
-        fake.close()
-
-
-@pytest.fixture
 def model() -> Iterator[ResponsesModel]:
     server = ResponsesModel()
     try:

@@ -16,6 +16,9 @@ from actors.child.pi.events import RuntimeEvent, map_event
 from actors.child.pi.rpc import PiProcess
 from actors.child.scripted_model import ScriptedModel, models_json
 
+# the fake parent of a bridge under test (tests/child): the ``parent`` fixture here too
+from tests.child.conftest import parent  # noqa: F401
+
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_PI = REPO / "scripts" / "install_pi.sh"
 

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,15 +25,6 @@ from tests.pi.test_pi_live import agent_processes, blocking_command, read_fifo_l
 from tests.reliability.live import process_running
 
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(90)]
-
-
-@pytest.fixture
-def parent(tmp_path: Path) -> Iterator[FakeParent]:
-    fake = FakeParent(tmp_path)
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 def pi_pids(bridge_pid: int) -> list[int]:

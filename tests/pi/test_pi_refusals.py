@@ -6,7 +6,7 @@ with the provider, sends the model nothing more (Pi's own retries are off) until
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,15 +28,6 @@ RATE_LIMIT = (
     "Rate limit reached for fake-model in organization org-test on requests per min (RPM): "
     "Limit 3, Used 3, Requested 1. Please try again in 2s."
 )
-
-
-@pytest.fixture
-def parent(tmp_path: Path) -> Iterator[FakeParent]:
-    fake = FakeParent(tmp_path)
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 def output_with(text: str) -> Callable[[AnyEnvelope], bool]:

@@ -5,7 +5,6 @@ real Pi (against the scripted model), its spans written as JSON lines
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,6 @@ from tests.tracing.spans import read_spans
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(90)]
 
 TASK_TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
-
-@pytest.fixture
-def parent(tmp_path: Path) -> Iterator[FakeParent]:
-    fake = FakeParent(tmp_path)
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 def test_pis_tool_calls_are_tool_spans_in_the_tasks_trace(
