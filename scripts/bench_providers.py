@@ -55,10 +55,15 @@ child = os.path.join(os.path.dirname(sys.executable), "shepherd-child")
 try:
     urllib.request.urlopen(urllib.request.Request(os.environ["SIM_URL"], data=b"x"), timeout=60)
 except urllib.error.HTTPError as exc:
-    if exc.code != 429:
-        raise
-    after = exc.headers.get("Retry-After", "1")
-    subprocess.run([child, "rate-limited", "--provider", "sim", "--retry-after", after], check=True)
+    if exc.code == 429:
+        after = exc.headers.get("Retry-After", "1")
+        report = ["rate-limited", "--provider", "sim", "--retry-after", after]
+    else:
+        report = ["provider-error", "--provider", "sim", "--text", f"HTTP {exc.code}"]
+    subprocess.run([child, *report], check=True)
+    sys.exit(0)
+except OSError as exc:  # the provider could not be reached: a provider error too
+    subprocess.run([child, "provider-error", "--provider", "sim", "--text", repr(exc)], check=True)
     sys.exit(0)
 subprocess.run([child, "done", "--status", "completed", "--summary", "ok"], check=True)
 """
@@ -70,11 +75,12 @@ for attempt in range(4):
     try:
         urllib.request.urlopen(urllib.request.Request(os.environ["SIM_URL"], data=b"x"), timeout=60)
         break
-    except urllib.error.HTTPError as exc:
-        if exc.code != 429 or attempt == 3:
-            subprocess.run([child, "done", "--status", "failed", "--summary", "rate limited"])
+    except (urllib.error.HTTPError, OSError) as exc:
+        limited = isinstance(exc, urllib.error.HTTPError) and exc.code == 429
+        if attempt == 3:
+            subprocess.run([child, "done", "--status", "failed", "--summary", repr(exc)])
             sys.exit(0)
-        time.sleep(float(exc.headers.get("Retry-After", "1")))
+        time.sleep(float(exc.headers.get("Retry-After", "1")) if limited else 1.0)
 subprocess.run([child, "done", "--status", "completed", "--summary", "ok"], check=True)
 """
 
@@ -126,7 +132,11 @@ class Provider:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 1024  # a burst of every agent at once is accepted, not reset
+            daemon_threads = True
+
+        server = Server(("127.0.0.1", 0), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
 
@@ -180,7 +190,7 @@ def run(mode: str, agents: int, tasks: int, rate: int) -> dict[str, Any]:
             def agent_work(name: str) -> None:  # its next task as soon as its last ended
                 for _ in range(tasks):
                     task_id = session.delegate(name, "one model call").task_id
-                    results.extend(session.wait([task_id], timeout_s=3600).completed)
+                    results.extend(session.wait([task_id], timeout_s=600).completed)
 
             threads = [threading.Thread(target=agent_work, args=(n,)) for n in names]
             started = time.monotonic()
@@ -198,6 +208,7 @@ def run(mode: str, agents: int, tasks: int, rate: int) -> dict[str, Any]:
         "limit_seconds": agents * tasks / rate,
         "completed": sum(1 for r in results if r.status == "completed"),
         "failed": sum(1 for r in results if r.status != "completed"),
+        "unfinished": agents * tasks - len(results),
         "refused": sum(1 for _, ok in arrivals if not ok),
         "requests": len(arrivals),
         "during_cooldown": sum(1 for at, _ in arrivals if cooldowns.inside(at)),
@@ -226,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{mode:>12}: {row['seconds']:.1f} s for {row['limit_seconds']:.0f} s of limit "
             f"({row['ratio']:.2f}x); completed {row['completed']:.0f}, failed "
-            f"{row['failed']:.0f}; requests {row['requests']:.0f}, refused "
+            f"{row['failed']:.0f}, unfinished {row['unfinished']:.0f}; requests "
+            f"{row['requests']:.0f}, refused "
             f"{row['refused']:.0f}, during the session's cool-down "
             f"{row['during_cooldown']:.0f}, before the provider's Retry-After "
             f"{row['before_retry_after']:.0f}"
