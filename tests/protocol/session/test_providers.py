@@ -16,6 +16,7 @@ from protocol.records.notifications import Notice
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskState
 from protocol.session.effects import CooldownDue, RetryDue, StartTimer, TellTask
+from protocol.session.task import Start
 from protocol.wire.envelopes import ControlEnvelope
 
 from .harness import Session, delivered, notes, of
@@ -247,3 +248,45 @@ def test_the_refused_turns_own_end_does_not_start_the_count_again() -> None:
     s.fire_timer(("retry", me))
     s.runtime(me, "turn_end", exit_code=0)  # resumed, and this time it got through
     assert task_id not in s.state.provider_attempts
+
+
+ADMISSION_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["delegate", "done", "limit", "advance", "timer"]),
+        st.sampled_from(["a", "b", "x", "y"]),
+        st.floats(0.0, 20.0),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=ADMISSION_STEPS)
+def test_no_queued_task_starts_for_a_provider_in_cool_down(
+    steps: list[tuple[str, str, float]],
+) -> None:
+    s = team(("a", "p1"), ("b", "p1"), ("x", "p2"), ("y", "p2"), max_running=2)
+    for kind, name, value in steps:
+        me = agent(s, name)
+        row = s.state.agents[me]
+        if kind == "delegate" and row.active_task is None:
+            effects = s.call(api.DelegateArgs(target=name, task="t"))
+        elif kind == "done" and row.active_task is not None:
+            record = s.state.tasks[row.active_task]
+            effects = s.done(me) if record.state is TaskState.RUNNING else []
+        elif kind == "limit":
+            effects = limited(s, name, value)
+        elif kind == "advance":
+            s.now += value
+            effects = []
+        else:
+            due = sorted(s.timers.items(), key=lambda kv: str(kv[0]))
+            if due and isinstance(due[0][1], CooldownDue):
+                s.now = max(s.now, due[0][1].until)
+            effects = s.fire_timer(due[0][0]) if due else []
+        starts = [e.task_id for e in of(effects, TellTask) if isinstance(e.message, Start)]
+        for started in starts:
+            provider = (
+                "p1" if s.state.tasks[started].agent_id in (agent(s, "a"), agent(s, "b")) else "p2"
+            )
+            assert s.state.cooldowns.get(provider, 0.0) <= s.now, (provider, s.state.cooldowns)
