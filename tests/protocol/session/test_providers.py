@@ -252,15 +252,16 @@ def test_the_refused_turns_own_end_does_not_start_the_count_again() -> None:
 
 ADMISSION_STEPS = st.lists(
     st.tuples(
-        st.sampled_from(["delegate", "done", "limit", "advance", "timer"]),
+        st.sampled_from(["delegate", "delegate", "done", "limit", "advance", "timer"]),
         st.sampled_from(["a", "b", "x", "y"]),
-        st.floats(0.0, 20.0),
+        st.floats(1.0, 20.0),
     ),
-    max_size=40,
+    min_size=4,
+    max_size=30,
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(steps=ADMISSION_STEPS)
 def test_no_queued_task_starts_for_a_provider_in_cool_down(
     steps: list[tuple[str, str, float]],
