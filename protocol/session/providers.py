@@ -205,6 +205,18 @@ def retry(s: SessionState, event: RetryDue, cx: Ctx) -> list[Effect]:
     return [_control(s, row, "resume", f"retry {event.attempt} after a {provider} error", cx)]
 
 
+def restored(s: SessionState, cx: Ctx) -> list[Effect]:
+    """After a parent restart: the cool-downs and waits of the last parent are not known (not
+    journaled), so none stands: every live agent is told ``resume`` (a no-op for one that
+    neither holds nor waits; one whose refused turn is refused again reports it again)."""
+    why = "a restarted parent: the last one's holds are over"
+    return [
+        _control(s, row, "resume", why, cx)
+        for row in s.agents.values()
+        if not row.closed and row.process_state != "exited"
+    ]
+
+
 def seen(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) -> list[Effect]:
     """What of an agent's runtime event concerns its provider: a refusal (rules 1 and 3), a
     turn that got through (rule 3), the provider its adapter names with ``ready``."""

@@ -54,6 +54,7 @@ from protocol.session import (
     budgets,
     checks,
     claims,
+    providers,
     recover,
     requests,
     settlement,
@@ -214,6 +215,7 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
     watching = _watchers(restore, cx)
     effects += watching
     effects += budgets.resume(s, cx)
+    effects += providers.restored(s, cx)  # no hold of the last parent stands
     effects += admission.restored(s, cx)  # the slots held, the queue, and what fits now
     open_tasks = sum(1 for r in s.tasks.values() if not r.terminal)
     effects.append(

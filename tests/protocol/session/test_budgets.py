@@ -52,7 +52,9 @@ def assert_ended_by_budget(s: Session, task_id: str, effects: list[Any]) -> None
     assert result is not None and result.reason == "budget_exceeded"
     assert result.error is not None and result.error.startswith("budget_exceeded")
     # stopped as a cancel stops it: a control cancel_task naming the task
-    (control,) = delivered(effects, ControlEnvelope, record.agent_id)
+    # (after a restart every live agent is also told resume: no hold of the last parent stands)
+    controls = delivered(effects, ControlEnvelope, record.agent_id)
+    (control,) = [c for c in controls if c.action != "resume"]
     assert control.action == "cancel_task" and control.task_id == task_id
     assert any(n.task_id == task_id for n in notes(effects, Notice) if n.code == "budget_exceeded")
 

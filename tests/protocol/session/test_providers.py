@@ -291,3 +291,15 @@ def test_no_queued_task_starts_for_a_provider_in_cool_down(
                 "p1" if s.state.tasks[started].agent_id in (agent(s, "a"), agent(s, "b")) else "p2"
             )
             assert s.state.cooldowns.get(provider, 0.0) <= s.now, (provider, s.state.cooldowns)
+
+
+def test_a_restarted_parent_resumes_every_live_agent_no_hold_of_the_last_one_stands() -> None:
+    from .test_restore import restart
+
+    s = team(("a", "p1"), ("b", "p1"), ("gone", "p2"))
+    s.delegate("a")
+    limited(s, "a", 60.0)  # a waits, b is held: then the parent dies
+    s.exit(agent(s, "gone"), 0)
+    t, effects = restart(s)
+    assert controls(effects, "resume") == sorted([agent(t, "a"), agent(t, "b")])
+    assert not t.state.cooldowns and not t.state.held
