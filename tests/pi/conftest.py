@@ -139,3 +139,8 @@ def start_pi(pi_bin: Path, model: ScriptedModel, tmp_path: Path) -> Iterator[Sta
     yield start
     for pi in started:
         pi.close()
+
+
+# the live scenarios' team (a real supervisor whose agents are real Pi processes), for every
+# test here that asks for ``team``
+from tests.pi.test_pi_live import team  # noqa: E402, F401

@@ -5,8 +5,6 @@ not run), then runs once approved, or returns the denial to the model; the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,19 +19,6 @@ pytestmark = [pytest.mark.pi, pytest.mark.timeout(300)]
 #: a generous ceiling: Pi's start and the approval call's own Python start-up each take many
 #: seconds on a loaded machine (measured: Pi ready in 11 s at a load average of 35)
 SLOW_S = 3 * WAIT_S
-
-
-@pytest.fixture
-def team(tmp_path: Path, pi_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Team]:
-    """The live scenarios' team: a real supervisor whose agents are real Pi processes."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
-    built = Team(tmp_path, pi_bin)
-    try:
-        yield built
-    finally:
-        built.close()
 
 
 PUSH = "git push --dry-run origin main 2>&1; echo PUSH-RAN"

@@ -6,8 +6,6 @@ watchdog agent; a worker Pi agent is never given those tools."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,18 +25,6 @@ WATCHDOG_TOOLS = {
 }
 LOOP = "printf 'src/a.py:1: TODO fix\\n'"
 ALERT = "looper ran the same printf three times with the same output; ask it to change approach"
-
-
-@pytest.fixture
-def team(tmp_path: Path, pi_bin: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Team]:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SHEPHERD_SESSION", raising=False)
-    built = Team(tmp_path, pi_bin)
-    try:
-        yield built
-    finally:
-        built.close()
 
 
 def _spawn_pi(team: Team, name: str, *steps: Step, role: str = "worker") -> ScriptedModel:

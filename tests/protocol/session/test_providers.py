@@ -54,6 +54,16 @@ def cooled(s: Session, provider: str) -> list:  # type: ignore[type-arg]
     return s.fire_timer(("cooldown", provider))
 
 
+def next_timer(s: Session) -> list:  # type: ignore[type-arg]
+    """The first armed timer (by key) goes off; a cool-down's at its end."""
+    due = sorted(s.timers.items(), key=lambda kv: str(kv[0]))
+    if not due:
+        return []
+    if isinstance(due[0][1], CooldownDue):
+        s.now = max(s.now, due[0][1].until)
+    return s.fire_timer(due[0][0])
+
+
 def limited(s: Session, name: str, retry_after: float | None = None, **kw: object) -> list:  # type: ignore[type-arg]
     return s.runtime(
         agent(s, name), "rate_limited", retry_after_s=retry_after, text="429 slow down", **kw
@@ -207,10 +217,7 @@ def test_no_agent_is_resumed_in_its_providers_cool_down_and_it_never_shortens(
             s.now += value
             effects = []
         else:
-            due = sorted(s.timers.items(), key=lambda kv: str(kv[0]))
-            if due and isinstance(due[0][1], CooldownDue):
-                s.now = max(s.now, due[0][1].until)  # a cool-down's timer goes off at its end
-            effects = s.fire_timer(due[0][0]) if due else []
+            effects = next_timer(s)
         for provider, until in before.items():
             if until > s.now:  # not over yet: never shortened, whatever fired
                 assert s.state.cooldowns.get(provider, 0.0) >= until
@@ -281,10 +288,7 @@ def test_no_queued_task_starts_for_a_provider_in_cool_down(
             s.now += value
             effects = []
         else:
-            due = sorted(s.timers.items(), key=lambda kv: str(kv[0]))
-            if due and isinstance(due[0][1], CooldownDue):
-                s.now = max(s.now, due[0][1].until)
-            effects = s.fire_timer(due[0][0]) if due else []
+            effects = next_timer(s)
         starts = [e.task_id for e in of(effects, TellTask) if isinstance(e.message, Start)]
         for started in starts:
             provider = (
