@@ -60,9 +60,15 @@ ANSWERER = {"steps": PLANNER["steps"][1:]}
 QUICK = {"steps": [{"await": "task"}, {"done": {"status": "completed", "summary": "quick"}}]}
 
 
+#: the canonical scout, whose work is a tool call: a claim without one is told at once
+#: (``unverified_claim``), a notification before the completion's, which the crash points that
+#: kill at a notification would take for it
+WORKING_SCOUT = {"steps": [*SCOUT["steps"][:-2], {"run": "echo mapped"}, *SCOUT["steps"][-2:]]}
+
+
 def _spawn_pair(tmp_path: Path, session: Path, planner: dict = PLANNER) -> None:  # type: ignore[type-arg]
     """The canonical scout and planner, started through the CLI."""
-    for name, script in (("scout", SCOUT), ("planner", planner)):
+    for name, script in (("scout", WORKING_SCOUT), ("planner", planner)):
         cli("spawn", name, "--script", write_script(tmp_path, name, script), session=session)
 
 
