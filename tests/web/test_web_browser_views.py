@@ -85,7 +85,7 @@ def test_notifications_filtered_by_agent_task_and_kind(team: Team, browser: Any)
     browser.find_element(By.ID, "nav-feed").click()
     fill(browser, "feed-form", agent="asker")
     shown = wait(browser, lambda d: (rows := _feed(d)) and rows, "the asker's notifications")
-    assert all(asked["task_id"] in r["text"] or r["task"] == asked["task_id"] for r in shown)
+    assert all(asked["task_id"] in r["text"] or r["task"] == asked["task_id"] for r in shown), shown
     assert any(r["kind"] == "agent_message" for r in shown)
     # live: the asker's completion comes into the filtered list as it happens
     team.cli("message", "asker", "main", "--reply-to", _request_of(team))
