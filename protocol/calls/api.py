@@ -10,6 +10,7 @@ the operation table, :mod:`protocol.ops`.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
@@ -279,13 +280,21 @@ def build_args(cls: type[A], **fields: Any) -> A:
     return convert_args(cls, fields, words.removeprefix("_").lower())
 
 
+#: a value quoted in a validation message (an enum's), cut: the answer never echoes a huge input
+_LONG_VALUE = re.compile(r"'([^']{80})[^']+'")
+
+
+def _cut_value(match: re.Match[str]) -> str:
+    return f"'{match.group(1)}…'"
+
+
 def convert_args(cls: type[A], fields: Any, what: str) -> A:
     """``fields`` (a mapping) as ``cls``, checked; a bad field is ``invalid_argument`` saying
     ``what`` was called."""
     try:
         args: A = msgspec.convert(fields, cls)
     except msgspec.ValidationError as exc:
-        raise InvalidArgument(f"{what}: {exc}") from None
+        raise InvalidArgument(f"{what}: {_LONG_VALUE.sub(_cut_value, str(exc))}") from None
     except (OverflowError, RecursionError) as exc:  # an integer beyond 64 bits, a deep nest
         raise InvalidArgument(f"{what}: {exc}") from None
     return args
