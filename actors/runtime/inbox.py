@@ -103,6 +103,12 @@ class RuntimeInbox:
     def __len__(self) -> int:
         return self._items.qsize()
 
+    @property
+    def idle(self) -> bool:
+        """No mail, and the actor neither scheduled nor running (a reading: true only until
+        the next ``put``)."""
+        return self._items.empty() and not self._mark.locked()
+
     def take(self) -> Envelope | None:
         """Pop the next envelope, or clear the scheduled mark if there is none (its owner
         only: after None, the caller no longer owns the actor)."""

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.processes.conftest import bridge_pids, cli
-from tests.reliability.live import pids_with_env
+from tests.reliability.live import pids_with_env, wait_for_files
 
 pytestmark = pytest.mark.processes
 
@@ -218,18 +218,15 @@ def test_close_kills_the_agents_whole_tree_and_top_shows_a_frame(
     session = tmp_path / "session"
     tree = tmp_path / "tree.json"
     # the agent's tool starts a grandchild that would outlive a careless close
-    tree.write_text(
-        json.dumps(
-            {"steps": [{"await": "task"}, {"run": "sleep 300 & sleep 300"}, {"await": "any"}]}
-        )
-    )
+    # (the marker is written once both sleeps are forked: the test waits on it, not on luck)
+    marker = tmp_path / "forked"
+    run = f"sleep 300 & sleep 300 & touch {marker}; wait"
+    tree.write_text(json.dumps({"steps": [{"await": "task"}, {"run": run}, {"await": "any"}]}))
     _, agent = cli("spawn", "worker", "--script", str(tree), session=session)
     cli("spawn", "bystander", "--script", scripts["idle"], session=session)
     cli("delegate", "worker", "run the tree", session=session)
-    for _ in range(200):
-        if len(_agent_pids(agent["agent_id"])) >= 3:  # bridge, bash, sleeps
-            break
-    assert len(_agent_pids(agent["agent_id"])) >= 3
+    assert wait_for_files(tmp_path, marker.exists, 60), "the agent's tool never ran"
+    assert len(_agent_pids(agent["agent_id"])) >= 4  # bridge, shell, two sleeps
     frame = subprocess.run(
         [sys.executable, "-m", "actors.surfaces.cli", "top", "--once", "--session", str(session)],
         capture_output=True,

@@ -26,13 +26,17 @@ from tests.web.pages import (
 pytestmark = pytest.mark.timeout(240)
 
 
-def _feed(driver: Any) -> list[dict[str, Any]]:
-    """The notifications listed, once the backlog is read."""
+def _feed(driver: Any, query: str | None = None) -> list[dict[str, Any]]:
+    """The notifications listed, once the backlog is read; with ``query`` (``agent=asker``),
+    only once the list shows those filters (a submitted form changes the view a moment later:
+    until then the list is the last filters')."""
     rows: list[dict[str, Any]] = driver.execute_script(
         "const list = document.querySelector('#feed');"
         "if (!list.dataset.loaded) return null;"
+        "if (arguments[0] !== null && list.dataset.query !== arguments[0]) return null;"
         "return [...list.children].map((li) => ({kind: li.dataset.kind, code: li.dataset.code,"
-        " task: li.dataset.task, text: li.textContent}));"
+        " task: li.dataset.task, text: li.textContent}));",
+        query,
     )
     return rows
 
@@ -84,23 +88,25 @@ def test_notifications_filtered_by_agent_task_and_kind(team: Team, browser: Any)
     wait(browser, in_lane("asker", "needs_parent"), "the asker's question")
     browser.find_element(By.ID, "nav-feed").click()
     fill(browser, "feed-form", agent="asker")
-    shown = wait(browser, lambda d: (rows := _feed(d)) and rows, "the asker's notifications")
+    shown = wait(browser, lambda d: (rows := _feed(d, "agent=asker")) and rows, "the asker's")
     assert all(asked["task_id"] in r["text"] or r["task"] == asked["task_id"] for r in shown), shown
     assert any(r["kind"] == "agent_message" for r in shown)
     # live: the asker's completion comes into the filtered list as it happens
     team.cli("message", "asker", "main", "--reply-to", _request_of(team))
     wait(
         browser,
-        lambda d: any(r["kind"] == "task_completion" for r in _feed(d) or []),
+        lambda d: any(r["kind"] == "task_completion" for r in _feed(d, "agent=asker") or []),
         "the asker's completion streamed in",
     )
     assert all(worked["task_id"] not in r["text"] for r in _feed(browser))
     # by task, then by kind (a notice's code)
     fill(browser, "feed-form", agent="", task=asked["task_id"])
-    rows = wait(browser, lambda d: len(found := _feed(d) or []) >= 2 and found, "the asker's task")
+    by_task = f"task={asked['task_id']}"
+    rows = wait(browser, lambda d: len(found := _feed(d, by_task) or []) >= 2 and found, "by task")
     assert {r["task"] for r in rows} == {asked["task_id"]}
     fill(browser, "feed-form", task="", kind="turn_ended_without_done")
-    rows = wait(browser, lambda d: (found := _feed(d)) is not None and found, "by code")
+    by_code = "kind=turn_ended_without_done"
+    rows = wait(browser, lambda d: (found := _feed(d, by_code)) is not None and found, "by code")
     assert {r["code"] for r in rows} == {"turn_ended_without_done"}
     # a bad filter is refused with its typed error, shown
     fill(browser, "feed-form", kind="", task="not-a-task")

@@ -46,6 +46,7 @@
     list.append(...body.notifications.map(item));  // newest first, after any already streamed
     S.$("#feed-state").textContent = list.children.length + " shown" + (body.whole ? "" : " (older ones not read)");
     list.dataset.loaded = "1";
+    list.dataset.query = shownParams;  // which filters the list shows (a page reads it)
   }
   S.$("#feed-form").onsubmit = (e) => {
     e.preventDefault();
@@ -63,6 +64,7 @@
       const list = S.$("#feed");
       list.replaceChildren();
       delete list.dataset.loaded;
+      delete list.dataset.query;
       S.$("#feed-state").textContent = "";
       // the filters checked first: a refused one is shown, and the stream stays the board's
       wanted = null;
