@@ -108,6 +108,7 @@ class NodeServer:
         grace_s: float = STOP_GRACE_S,
         login: NatsLogin | None = None,
         tls: TlsFiles | None = None,
+        max_running: int | None = None,
     ) -> None:
         """``tls``: the TLS files of ``tls://`` servers (``--nats-ca``..., checked), which the
         node's bridges are given too."""
@@ -117,6 +118,8 @@ class NodeServer:
         self.root = root
         self.boot = secrets.token_hex(8)
         self.seq = 0
+        #: told in every beat: each session's admission caps its tasks on this node's agents
+        self.max_running = max_running
         self.bridges: dict[str, _Bridge] = {}
         self._starting: set[str] = set()
         self._python = python
@@ -220,7 +223,13 @@ class NodeServer:
     # ------------------------------------------------------------------ beats
 
     def beat(self) -> nodes.Beat:
-        return nodes.Beat(name=self.name, boot=self.boot, seq=self.seq, agents=tuple(self.bridges))
+        return nodes.Beat(
+            name=self.name,
+            boot=self.boot,
+            seq=self.seq,
+            agents=tuple(self.bridges),
+            max_running=self.max_running,
+        )
 
     async def _beat_loop(self) -> None:
         while True:

@@ -27,7 +27,7 @@ Rules of the runner:
   rules act on them (``tasks`` is their read model). A cancel is answered once it decided.
 - The answer to an operation is its ``Answer`` effect, or a future of it (``read``: the
   agent's actor holds its output); the edge resolves a future.
-- A timer, git and a task's check hand their event back to this actor; the rules ignore an
+- Timers, git, checks and node caps hand their event back to this actor; the rules ignore an
   event that no longer applies (a timer cancelled too late, a check of a settled task).
 - The transport authenticated and de-duplicated every envelope that reaches this actor.
 - After a parent restart (``restore``), the first thing it does is run the effects of
@@ -73,6 +73,7 @@ from protocol.records.notifications import Notice
 from protocol.records.settings import Settings
 from protocol.records.worktrees import WorktreeProbed, WorktreeReleased
 from protocol.session import (
+    admission,
     agents,
     calls,
     checks,
@@ -96,6 +97,13 @@ _ASKED: Any = object()
 
 #: the session's timers' events (each handed back to :func:`protocol.session.calls.fire`)
 _TIMERS = frozenset(typing.get_args(fx.SessionTimer))
+#: what the session's helpers report (git, checks, nodes) -> the rule that decides it
+_EVENTS: dict[type, Callable[[SessionState, Any, Ctx], list[fx.Effect]]] = {
+    WorktreeProbed: worktree_events.probed,
+    CheckDone: checks.checked,
+    WorktreeReleased: worktrees.released,
+    admission.NodeCap: admission.node_cap,
+}
 #: what a stopped session answers with ``session_unavailable`` (the rest waits for the next)
 _REFUSED_WHEN_STOPPED = (
     messages.ParentCall,
@@ -232,12 +240,8 @@ class BrokerActor(ShepherdActor):
                 self._timers.fired(message)
                 self._run(calls.fire(state, message, self._ctx()))
                 return None
-            case WorktreeProbed():
-                return self._run(worktree_events.probed(state, message, self._ctx()))
-            case CheckDone():
-                return self._run(checks.checked(state, message, self._ctx()))
-            case WorktreeReleased():
-                return self._run(worktrees.released(state, message, self._ctx()))
+            case _ if type(message) in _EVENTS:  # a helper's news: its rule decides
+                return self._run(_EVENTS[type(message)](state, message, self._ctx()))
             case messages.WorktreeOf(agent_id=agent_id):
                 return worktrees.worktree_of(state, agent_id)
             case messages.WaitFor(ids=ids):
@@ -404,9 +408,7 @@ class BrokerActor(ShepherdActor):
         """Run ``effects`` in order into ``run``; the ``Answer`` among them."""
         answer: Any = None
         runners = self._runners
-        i, n = 0, len(effects)
-        while i < n:
-            effect = effects[i]
+        for effect in effects:
             kind = type(effect)
             if kind is fx.Answer:
                 answer = effect.value  # type: ignore[attr-defined]
@@ -417,7 +419,6 @@ class BrokerActor(ShepherdActor):
                 runner(effect, run)
             else:  # a new kind of effect: its runner belongs in ``_runners``
                 raise TypeError(f"the broker has no runner for {kind.__name__} effects")
-            i += 1
         return answer
 
     def _tell_helpers(self, run: Run) -> None:

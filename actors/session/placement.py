@@ -97,6 +97,7 @@ class NodeLauncher(ProcessLauncher):
         self._reserved: dict[str, tuple[str, float]] = {}  # agent name -> (node, when)
         self._heard = threading.Condition()
         self._deaf = False  # cut off from the servers (since the last check)
+        self._told_cap: Callable[[str, int | None], None] | None = None
         self._loop = LoopThread("shepherd-nodes")
         try:
             self._loop.run(self._connect(), NATS_TIMEOUT_S * 3)
@@ -143,10 +144,22 @@ class NodeLauncher(ProcessLauncher):
         if nodes.sent_by(msg.subject, beat.name):  # a node speaks only for itself
             self._heard_from(beat)
 
+    def watch_caps(self, told: Callable[[str, int | None], None]) -> None:
+        """``told(node, cap)`` with each node's ``--max-running`` as heard, and at each change
+        (the session's admission counts it)."""
+        with self._heard:  # told under the lock: in the order heard
+            self._told_cap = told
+            for name, heard in self._nodes.items():
+                told(name, heard.beat.max_running)
+
     def _heard_from(self, beat: nodes.Beat) -> None:
         with self._heard:
+            last = self._nodes.get(beat.name)
             self._nodes[beat.name] = _Heard(beat=beat, at=time.monotonic())
             self._heard.notify_all()
+            told = self._told_cap
+            if told is not None and (last is None or last.beat.max_running != beat.max_running):
+                told(beat.name, beat.max_running)
         listed = set(beat.agents)
         for handle in list(self._remote.values()):
             if handle.node != beat.name or handle.boot is None:

@@ -47,7 +47,7 @@ from actors.runtime import procs
 from actors.runtime.command_socket import CommandServer, Request
 from actors.runtime.command_wire import PARENT_COMMANDS
 from actors.runtime.log import logger
-from actors.runtime.runtime import ThreadedRuntime
+from actors.runtime.runtime import ThreadedRuntime, tell_quietly
 from actors.session import recovery
 from actors.session.call_desk import MAX_WAITING_CALLS, CallDesk
 from actors.session.locate import locate
@@ -69,6 +69,7 @@ from protocol.core.ids import IdKind
 from protocol.core.transport_url import TlsFiles
 from protocol.records.settings import Settings, check_settings
 from protocol.session import limits as session_limits
+from protocol.session.admission import NodeCap
 from protocol.session.restore import Restore
 
 __all__ = ["MAX_WAITING_CALLS", "Supervisor"]
@@ -137,6 +138,13 @@ class Supervisor:
         self.runtime.shutdown()
         if traced is not None:
             traced.close()
+
+    def _watch_node_caps(self) -> None:
+        """A node's ``--max-running``, told to the session's admission as heard."""
+        watch_caps = getattr(self.launcher, "watch_caps", None)
+        if watch_caps is not None:
+            broker = self.session.broker
+            watch_caps(lambda node, cap: tell_quietly(broker, NodeCap(node=node, max_running=cap)))
 
     def _start(
         self,
@@ -272,6 +280,7 @@ class Supervisor:
             spans=self.spans,
             worktrees_root=self.session_dir / "worktrees",
         )
+        self._watch_node_caps()
         self.commands = (
             CommandServer(functools.partial(commands, self), PARENT_COMMANDS)
             if commands is not None

@@ -153,10 +153,12 @@ def run_node(args: argparse.Namespace) -> int:
     from actors.transports.nats.node_login import load_node_login
     from actors.transports.nats.permissions import check_node_name
     from actors.transports.wire import NATS_TIMEOUT_S
+    from protocol.core.limits import running_cap
     from protocol.core.transport_url import parse_transport
 
     _log_to_stderr()
     name = check_node_name(args.name)
+    cap = None if args.max_running is None else running_cap(args.max_running, "--max-running")
     servers = parse_transport(args.transport).server_urls
     login = None if args.nats_creds is None else load_node_login(args.nats_creds, name)
     tls = None
@@ -165,9 +167,11 @@ def run_node(args: argparse.Namespace) -> int:
 
         tls = load_tls(args.transport.strip(), args.nats_ca, args.nats_cert, args.nats_key)
     root = Path(args.dir).absolute() if args.dir else state_dir() / "nodes" / name
-    node = NodeServer(servers, name, root, timeout_s=NATS_TIMEOUT_S, login=login, tls=tls)
+    node = NodeServer(
+        servers, name, root, timeout_s=NATS_TIMEOUT_S, login=login, tls=tls, max_running=cap
+    )
     stop = _stop_on_signals()  # before the ready line, as serve's header
-    ready = {"name": name, "pid": os.getpid(), "dir": str(root)}
+    ready = {"name": name, "pid": os.getpid(), "dir": str(root), "max_running": cap}
     if args.json:
         sys.stdout.write(msgspec.json.encode({"node": ready}).decode() + "\n")
     else:

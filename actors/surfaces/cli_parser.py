@@ -171,6 +171,12 @@ def _add_node(sub: Any) -> None:
         help="log in as this node's NATS user (0600; minted by the session's authority: "
         "python -m actors.transports.nats.auth DIR --node NAME)",
     )
+    p.add_argument(
+        "--max-running",
+        metavar="N",
+        help="each session hands at most N tasks at once to the agents it placed on this node; "
+        "the rest wait in its queue (1-1000000)",
+    )
     p.add_argument("--json", action="store_true", help="the ready line as JSON")
 
 

@@ -219,6 +219,8 @@ class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
     queued: int = 0
     max_running: int | None = None
     cooldowns: dict[str, float] = {}
+    #: the nodes' own caps (``shepherd node --max-running``), as their beats tell them
+    node_caps: dict[str, int] = {}
 
 
 class StatusResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -32,6 +32,8 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
+from protocol.core.errors import InvalidArgument
+
 __all__ = [
     "A2A_FILE_POLL_S",
     "A2A_REFRESH_S",
@@ -209,6 +211,20 @@ MAX_PRIORITY: Final = 1000
 Priority = Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
 #: where a task's deadline counts from: its delegation (default) or its start (out of the queue)
 TimeoutFrom = Literal["delegate", "start"]
+#: a cap on tasks handed over at once (``serve --max-running``, ``shepherd node --max-running``)
+MAX_RUNNING_CAP: Final = 1_000_000
+RunningCap = Annotated[int, msgspec.Meta(ge=1, le=MAX_RUNNING_CAP)]
+
+
+def running_cap(value: object, what: str) -> int:
+    """``value`` as a cap on running tasks, or ``invalid_argument`` naming ``what``."""
+    try:
+        return msgspec.convert(value, RunningCap, strict=False)
+    except msgspec.ValidationError:
+        raise InvalidArgument(
+            f"{what}: {str(value)[:20]!r}: a whole number of 1 to {MAX_RUNNING_CAP}"
+        ) from None
+
 
 # --- acceptance checks (``delegate --verify CMD``: protocol.records.checks)
 

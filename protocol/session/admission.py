@@ -3,17 +3,20 @@
 
 Rules:
 
-1. **Off unless capped.** With neither cap set, every task is handed over at ``delegate`` and
-   nothing here applies.
+1. **Off unless capped.** With no cap set (the session's, a provider's, or a node's: ``shepherd
+   node --max-running N``, told in its beats), every task is handed over at ``delegate`` and
+   nothing here applies. A node's cap holds in each session apart (a node does not see tasks).
 2. **A slot** is held by each task handed over and still open (``running``, ``waiting``,
-   ``verifying``): one of the session's cap and one of its provider's (its agent's
-   ``provider`` option, or the provider it reported). A task delegated when no slot fits is
+   ``verifying``): one of the session's cap, one of its provider's (its agent's
+   ``provider`` option, or the provider it reported) and one of its node's (the node its
+   agent was placed on). A task delegated when no slot fits is
    ``queued``: journaled so, with its place, and not handed over; its agent's slot (one task
    per agent) is taken all the same.
 3. **The queue's order**: higher ``priority`` first, then first queued first (``queue_seq``,
    journaled with the record: a restart keeps the order).
 4. **A freed slot is filled at once.** When a task holding a slot settles, when a queued task
-   leaves the queue, when a provider's cool-down ends and after a restart, the queue is
+   leaves the queue, when a provider's cool-down ends, when a node's cap changes and after a
+   restart, the queue is
    walked in order and each task that fits is started; one that does not fit (its provider at
    its cap, or cooling down) is passed over, never waited for. So after every step no queued
    task fits, and a new delegation that fits may start at once without overtaking one.
@@ -41,11 +44,13 @@ from protocol.session.effects import Effect, TellTask
 from protocol.session.state import Ctx, SessionState
 
 __all__ = [
+    "NodeCap",
     "Started",
     "enabled",
     "enqueue",
     "fill",
     "fits",
+    "node_cap",
     "parse_caps",
     "places",
     "provider_of",
@@ -62,9 +67,47 @@ class Started(msgspec.Struct, frozen=True, kw_only=True):
     """After a queued task's actor decided its ``Start`` (rule 5)."""
 
 
+class NodeCap(msgspec.Struct, frozen=True, kw_only=True):
+    """A node's ``--max-running``, as its beats tell it (None: it has none)."""
+
+    node: str
+    max_running: int | None = None
+
+
 def enabled(s: SessionState) -> bool:
     """Rule 1."""
-    return s.settings.max_running is not None or bool(s.settings.max_running_per_provider)
+    settings = s.settings
+    return (
+        settings.max_running is not None
+        or bool(settings.max_running_per_provider)
+        or bool(s.node_caps)
+    )
+
+
+def node_of(s: SessionState, agent_id: str) -> str | None:
+    """The node an agent was placed on (None: the parent's host)."""
+    row = s.agents.get(agent_id)
+    node = row.options.get("node") if row is not None else None
+    return node if isinstance(node, str) else None
+
+
+def _on_node(s: SessionState, node: str) -> int:
+    """Slots held by tasks of agents placed on ``node``."""
+    tasks = s.tasks
+    return sum(
+        1 for task_id in s.admitted if (t := tasks.get(task_id)) and node_of(s, t.agent_id) == node
+    )
+
+
+def node_cap(s: SessionState, event: NodeCap, cx: Ctx) -> list[Effect]:
+    """A node's cap, heard (rules 1 and 4)."""
+    if s.node_caps.get(event.node) == event.max_running:
+        return []
+    if event.max_running is None:
+        del s.node_caps[event.node]
+    else:
+        s.node_caps[event.node] = event.max_running
+    return fill(s, cx)
 
 
 def provider_of(s: SessionState, agent_id: str) -> str | None:
@@ -79,6 +122,9 @@ def fits(s: SessionState, agent_id: str, now: float) -> bool:
     cap = s.settings.max_running
     if cap is not None and len(s.admitted) >= cap:
         return False
+    node = node_of(s, agent_id) if s.node_caps else None
+    if node is not None and node in s.node_caps and _on_node(s, node) >= s.node_caps[node]:
+        return False
     provider = provider_of(s, agent_id)
     if provider is None:
         return True
@@ -89,9 +135,9 @@ def fits(s: SessionState, agent_id: str, now: float) -> bool:
 
 
 def took(s: SessionState, record: TaskRecord) -> None:
-    """A task handed over while admission is on holds its slot (rule 2)."""
-    if enabled(s):
-        s.admitted[record.task_id] = provider_of(s, record.agent_id)
+    """A task handed over holds its slot (rule 2; counted with admission off too: a node's cap
+    may be heard later)."""
+    s.admitted[record.task_id] = provider_of(s, record.agent_id)
 
 
 def enqueue(s: SessionState, record: TaskRecord) -> tuple[TaskRecord, int]:
@@ -156,7 +202,7 @@ def restored(s: SessionState, cx: Ctx) -> list[Effect]:
     for record in s.tasks.values():
         if record.state is TaskState.QUEUED:
             s.queue.append((-record.priority, record.queue_seq, record.task_id))
-        elif record.state in _HOLDING and enabled(s):
+        elif record.state in _HOLDING:
             s.admitted[record.task_id] = provider_of(s, record.agent_id)
         s.queue_seq = max(s.queue_seq, record.queue_seq + 1)
     s.queue.sort()

@@ -220,6 +220,8 @@ class SessionState:
         #: the next queued task's place in its order, from 1 (0: never queued; restored from
         #: the records)
         self.queue_seq = 1
+        #: node -> its ``shepherd node --max-running`` (as its beats tell it)
+        self.node_caps: dict[str, int] = {}
         #: agent id -> the model provider it reported using (beside its ``provider`` option)
         self.providers: dict[str, str] = {}
         #: provider -> when its rate-limit cool-down ends

@@ -71,6 +71,7 @@ def view(
             queued=len(s.queue),
             max_running=s.settings.max_running,
             cooldowns={p: until for p, until in s.cooldowns.items() if until > now},
+            node_caps=dict(s.node_caps),
         ),
         journal_problems=s.journal_problems,
         mailbox_wake=parent_wake,

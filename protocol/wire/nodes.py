@@ -39,7 +39,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from protocol.core.errors import ErrorInfo
-from protocol.core.limits import MAX_NATS_CREDS_CHARS, NodeName
+from protocol.core.limits import MAX_NATS_CREDS_CHARS, NodeName, RunningCap
 
 __all__ = [
     "ANY_NODE",
@@ -114,6 +114,9 @@ class Beat(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     #: ids of the agents the node runs (bridges not yet exited), every session's
     agents: tuple[str, ...] = ()
+    #: ``shepherd node --max-running N``: each session hands at most N tasks at once to the
+    #: agents it placed here (its admission queues the rest); None: no cap of the node's
+    max_running: RunningCap | None = None
 
 
 class CheckRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -40,7 +40,37 @@ def test_without_a_cap_nothing_is_queued() -> None:
     s, _ = team(3)
     for i in range(3):
         s.delegate(f"a{i}")
-    assert len(holding(s)) == 3 and not s.state.queue and not s.state.admitted
+    assert len(holding(s)) == 3 and not s.state.queue
+    assert sorted(s.state.admitted) == sorted(holding(s))  # counted: a node's cap may come
+
+
+def test_a_nodes_cap_queues_its_agents_tasks_only_and_a_raised_cap_starts_them() -> None:
+    s = Session(Settings())
+    on_node = [answer(s.call(api.SpawnArgs(name=f"n{i}", node="n1"))).agent_id for i in range(3)]
+    s.spawn("here")
+    first = s.delegate("n0")  # handed over before the node's cap was heard: still counted
+    effects = s.run(
+        admission.node_cap(s.state, admission.NodeCap(node="n1", max_running=2), s.ctx())
+    )
+    assert of(effects, TellTask) == []  # nothing queued yet
+    second = s.delegate("n1")
+    third = s.delegate("n2")
+    assert queued(s) == [third] and s.state.tasks[second].state is TaskState.RUNNING
+    s.delegate("here")  # another host's agent: not counted against n1
+    assert queued(s) == [third]
+    summary = status.view(s.state, None, s.now).summary
+    assert summary is not None and summary.node_caps == {"n1": 2}
+    # the node's cap raised: the queued task starts at once
+    effects = s.run(
+        admission.node_cap(s.state, admission.NodeCap(node="n1", max_running=3), s.ctx())
+    )
+    assert [e.task_id for e in of(effects, TellTask)] == [third]
+    assert s.state.tasks[third].state is TaskState.RUNNING
+    # heard again unchanged: nothing; and a node that drops its cap holds none any more
+    assert admission.node_cap(s.state, admission.NodeCap(node="n1", max_running=3), s.ctx()) == []
+    admission.node_cap(s.state, admission.NodeCap(node="n1"), s.ctx())
+    assert s.state.node_caps == {} and not admission.enabled(s.state)
+    assert first in s.state.admitted and on_node[0] == s.state.tasks[first].agent_id
 
 
 def test_a_task_beyond_the_cap_is_queued_journaled_and_not_handed_over() -> None:
