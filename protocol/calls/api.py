@@ -219,6 +219,8 @@ class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
     queued: int = 0
     max_running: int | None = None
     cooldowns: dict[str, float] = {}
+    #: the providers paced since a rate limit: the turns per second the session starts for each
+    paced: dict[str, float] = {}
     #: the nodes' own caps (``shepherd node --max-running``), as their beats tell them
     node_caps: dict[str, int] = {}
 

@@ -39,8 +39,9 @@ import msgspec
 from protocol.core.errors import InvalidArgument
 from protocol.core.limits import ProviderName
 from protocol.records.tasks import TaskRecord, TaskState
+from protocol.session import pacing
 from protocol.session import task as one_task
-from protocol.session.effects import Effect, TellTask
+from protocol.session.effects import Effect, PaceDue, StartTimer, TellTask
 from protocol.session.state import Ctx, SessionState
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "release",
     "restored",
     "took",
+    "wake",
 ]
 
 #: the states in which a task holds a slot (rule 2)
@@ -81,6 +83,7 @@ def enabled(s: SessionState) -> bool:
         settings.max_running is not None
         or bool(settings.max_running_per_provider)
         or bool(s.node_caps)
+        or bool(s.paces)
     )
 
 
@@ -128,16 +131,17 @@ def fits(s: SessionState, agent_id: str, now: float) -> bool:
     provider = provider_of(s, agent_id)
     if provider is None:
         return True
-    if s.cooldowns.get(provider, 0.0) > now:
+    if s.cooldowns.get(provider, 0.0) > now or not pacing.ready(s, provider, now):
         return False
     per = s.settings.max_running_per_provider.get(provider)
     return per is None or sum(1 for p in s.admitted.values() if p == provider) < per
 
 
-def took(s: SessionState, record: TaskRecord) -> None:
+def took(s: SessionState, record: TaskRecord, now: float) -> None:
     """A task handed over holds its slot (rule 2; counted with admission off too: a node's cap
-    may be heard later)."""
-    s.admitted[record.task_id] = provider_of(s, record.agent_id)
+    may be heard later) and its provider's token, if paced."""
+    provider = s.admitted[record.task_id] = provider_of(s, record.agent_id)
+    pacing.spend(s, provider, now)
 
 
 def enqueue(s: SessionState, record: TaskRecord) -> tuple[TaskRecord, int]:
@@ -180,12 +184,33 @@ def fill(s: SessionState, cx: Ctx) -> list[Effect]:
         if record is None or record.state is not TaskState.QUEUED:
             continue  # settled meanwhile: its place is gone
         if fits(s, record.agent_id, cx.now):
-            s.admitted[record.task_id] = provider_of(s, record.agent_id)
+            took(s, record, cx.now)
             start = one_task.Start(at=cx.now, then=Started())
             effects.append(TellTask(task_id=record.task_id, message=start))
         else:
             kept.append(key)
     s.queue = kept
+    return effects + wake(s, cx)
+
+
+def wake(s: SessionState, cx: Ctx) -> list[Effect]:
+    """A ``PaceDue`` timer for each paced provider with a turn waiting for its next token: a
+    refused turn, or a queued task (:mod:`protocol.session.pacing`, rule 1)."""
+    if not s.paces:
+        return []
+    effects: list[Effect] = []
+    queued: set[str | None] | None = None
+    for provider, pace in s.paces.items():
+        if pace.armed:
+            continue
+        if not pace.waiting:
+            if queued is None:
+                queued = {provider_of(s, t.agent_id) for k in s.queue if (t := s.tasks.get(k[2]))}
+            if provider not in queued:
+                continue
+        pace.armed = True
+        delay = max(pace.next_at, s.cooldowns.get(provider, 0.0)) - cx.now
+        effects.append(StartTimer(delay=max(delay, 0.0), event=PaceDue(provider=provider)))
     return effects
 
 

@@ -33,6 +33,7 @@ from protocol.session.effects import (
     BudgetDue,
     CooldownDue,
     Effect,
+    PaceDue,
     RequestTimeout,
     RetryDue,
     SessionTimer,
@@ -94,3 +95,5 @@ def fire(s: SessionState, event: SessionTimer, cx: Ctx) -> list[Effect]:
             return providers.cooled(s, event, cx)
         case RetryDue():
             return providers.retry(s, event, cx)
+        case PaceDue():
+            return providers.paced(s, event, cx)

@@ -83,6 +83,7 @@ __all__ = [
     "Log",
     "Notify",
     "OpenNote",
+    "PaceDue",
     "ProbeWorktree",
     "Publish",
     "RequestTimeout",
@@ -299,8 +300,20 @@ class RetryDue(msgspec.Struct, frozen=True, kw_only=True):
         return ("retry", self.agent_id)
 
 
+class PaceDue(msgspec.Struct, frozen=True, kw_only=True):
+    """A paced provider's next token is due (:mod:`protocol.session.pacing`)."""
+
+    provider: str
+
+    @property
+    def key(self) -> TimerKey:
+        return ("pace", self.provider)
+
+
 #: the session's timers (the broker's), and every timer (a watcher's ``Flush`` is its own)
-SessionTimer = TaskDeadline | RequestTimeout | StaleDue | BudgetDue | CooldownDue | RetryDue
+SessionTimer = (
+    TaskDeadline | RequestTimeout | StaleDue | BudgetDue | CooldownDue | RetryDue | PaceDue
+)
 TimerEvent = SessionTimer | Flush
 
 

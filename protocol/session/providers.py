@@ -16,8 +16,11 @@ Rules:
    the provider it reported) is told ``hold`` when it starts; agents of other providers are
    unaffected; no queued task of that provider starts (admission).
 2. **Told once each way.** The parent gets one ``provider_cooldown`` notice when a cool-down
-   starts (extending it says nothing more) and one ``provider_cooldown_ended`` when it ends;
-   then every agent of the provider is told ``resume`` and the queue is walked again.
+   starts (extending it says nothing more) and one ``provider_cooldown_ended`` when it ends.
+   A cool-down's start paces the provider (:mod:`protocol.session.pacing`): at its end every
+   agent of the provider without a refused turn is told ``resume`` at once (its tasks waited
+   in the queue), and the refused turns are resumed one per token, first refused first, as
+   the queue's tasks start.
 3. **A provider error is retried, then ends the task honestly.** Each ``provider_error`` of
    an agent's turn is an attempt: it is resumed after ``provider_backoff_s`` doubled per
    attempt (jittered, capped at ``provider_backoff_max_s``; later still if its provider is
@@ -36,12 +39,13 @@ import hashlib
 
 from protocol.records.notifications import Notice
 from protocol.records.tasks import TaskEvent
-from protocol.session import admission, outbox, settlement
+from protocol.session import admission, outbox, pacing, settlement
 from protocol.session.effects import (
     CooldownDue,
     Deliver,
     Effect,
     Notify,
+    PaceDue,
     RetryDue,
     StartTimer,
     Story,
@@ -53,6 +57,7 @@ __all__ = [
     "PROVIDER_ERROR",
     "cooled",
     "cooling",
+    "paced",
     "provider_error",
     "rate_limited",
     "retry",
@@ -118,6 +123,7 @@ def rate_limited(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) 
     )
     if before > cx.now:
         return effects  # extended: told once when it started
+    pacing.refused(s, provider, cx.now)
     held = [r for r in _agents_of(s, provider) if r.agent_id not in s.held]
     said = f" ({env.text[:200]})" if env.text else ""
     text = (
@@ -147,17 +153,48 @@ def cooled(s: SessionState, event: CooldownDue, cx: Ctx) -> list[Effect]:
     del s.cooldowns[event.provider]
     provider = event.provider
     rows = _agents_of(s, provider)
-    for agent_id in [a for a, p in s.held.items() if p == provider]:
-        del s.held[agent_id]
+    pace = s.paces[provider]
+    refused = [a for a, p in s.held.items() if p == provider and a not in pace.waiting]
+    pace.waiting.extend(refused)
     note = Notice(
         created_at=cx.now,
         code="provider_cooldown_ended",
-        text=f"{provider}'s cool-down ended: its {len(rows)} agent(s) go on",
+        text=f"{provider}'s cool-down ended: its {len(rows)} agent(s) go on, paced at "
+        f"{pace.rate:.1f} turns/s ({len(pace.waiting)} refused turn(s) wait their turn)",
         refs=(provider,),
     )
     why = f"{provider}'s cool-down ended"
     effects: list[Effect] = [Notify(note=note)]
-    effects += [_control(s, row, "resume", why, cx) for row in rows]
+    effects += [_control(s, row, "resume", why, cx) for row in rows if row.agent_id not in s.held]
+    return effects + _next_turn(s, provider, cx)
+
+
+def paced(s: SessionState, event: PaceDue, cx: Ctx) -> list[Effect]:
+    """A paced provider's next token (pacing, rule 1)."""
+    pace = s.paces.get(event.provider)
+    if pace is None:
+        return []
+    pace.armed = False
+    return _next_turn(s, event.provider, cx)
+
+
+def _next_turn(s: SessionState, provider: str, cx: Ctx) -> list[Effect]:
+    """Start the next waiting turn of ``provider`` if its token is there: a refused turn
+    (first refused first), else the queue's next task; then the timer for the next token."""
+    pace = s.paces[provider]
+    effects: list[Effect] = []
+    if not cooling(s, provider, cx.now) and pacing.ready(s, provider, cx.now):
+        while pace.waiting:
+            agent_id = pace.waiting.popleft()
+            row = s.agents.get(agent_id)
+            if s.held.get(agent_id) != provider:
+                continue  # resumed meanwhile: no token spent
+            del s.held[agent_id]
+            if row is None or row.closed:
+                continue  # gone: no token spent
+            pacing.spend(s, provider, cx.now)
+            effects.append(_control(s, row, "resume", f"{provider}'s turn for it came", cx))
+            break
     return effects + admission.fill(s, cx)
 
 
@@ -227,8 +264,13 @@ def seen(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) -> list[
             return provider_error(s, row, env, cx)
         case "ready" if env.provider is not None:
             s.providers[row.agent_id] = env.provider
-        case "usage" | "tool_call" | "turn_end" if not env.is_error and s.provider_attempts:
-            if env.event == "turn_end" and row.agent_id in s.held:
-                return []  # the refused turn's own end (a command's exit status may be 0)
-            s.provider_attempts.pop(row.active_task or row.agent_id, None)
+        case "usage" | "tool_call" | "turn_end" if not env.is_error:
+            if env.event == "turn_end":
+                if row.agent_id in s.held:
+                    return []  # the refused turn's own end (a command's exit status may be 0)
+                provider = admission.provider_of(s, row.agent_id)
+                if provider is not None:  # it got through (pacing, rule 2)
+                    pacing.through(s, provider, cx.now)
+            if s.provider_attempts:
+                s.provider_attempts.pop(row.active_task or row.agent_id, None)
     return []

@@ -29,9 +29,10 @@ nothing). Time and ids come in through :class:`Ctx`: a rule never reads a clock.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 
@@ -44,6 +45,9 @@ from protocol.records.tasks import TaskRecord, TaskResult
 from protocol.records.usage import Usage
 from protocol.records.worktrees import Snapshot
 from protocol.wire.envelopes import MailboxWake
+
+if TYPE_CHECKING:
+    from protocol.session.pacing import Pace
 
 __all__ = [
     "AgentRow",
@@ -228,6 +232,10 @@ class SessionState:
         self.cooldowns: dict[str, float] = {}
         #: task id (or agent id, for a turn outside a task) -> provider errors retried so far
         self.provider_attempts: dict[str, int] = {}
+        #: provider -> its pace once it refused a turn for its rate limit (protocol.session
+        #: .pacing), and the times its turns got through in the last second
+        self.paces: dict[str, Pace] = {}
+        self.got_through: dict[str, deque[float]] = {}
         #: agent id -> the provider whose refusal it waits out (it waits for ``resume``)
         self.held: dict[str, str] = {}
 

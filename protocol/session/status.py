@@ -18,7 +18,7 @@ from protocol.calls.answers import preview_result
 from protocol.core.limits import PREVIEW_CHARS, preview
 from protocol.records.tasks import TaskState
 from protocol.records.worktrees import ref_of
-from protocol.session import admission
+from protocol.session import admission, pacing
 from protocol.session.state import AgentRow, SessionState, TurnStats
 from protocol.wire.envelopes import MailboxWake
 
@@ -72,6 +72,7 @@ def view(
             max_running=s.settings.max_running,
             cooldowns={p: until for p, until in s.cooldowns.items() if until > now},
             node_caps=dict(s.node_caps),
+            paced=pacing.paced_rates(s),
         ),
         journal_problems=s.journal_problems,
         mailbox_wake=parent_wake,

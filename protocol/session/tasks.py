@@ -161,9 +161,10 @@ def delegate_one(
     if queued:
         effects += requests.task_moved(s, None, record, cx)
         effects.append(SpawnTask(record=record))
+        effects += admission.wake(s, cx)  # its provider's next token, if paced
         return msgspec.structs.replace(result, queued=True, queue_place=place), effects
     effects += requests.task_moved(s, record, start(record, cx.now), cx)
-    admission.took(s, s.tasks[task_id])
+    admission.took(s, s.tasks[task_id], cx.now)
     effects.append(SpawnTask(record=s.tasks[task_id]))
     return result, effects + _handed(s, row, s.tasks[task_id], cx, envelope)
 

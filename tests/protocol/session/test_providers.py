@@ -2,7 +2,7 @@
 agents, told once each way, only ever extended; provider errors retried with capped, jittered
 exponential backoff, then failing the task ``provider_error``; a rate limit is no attempt; and
 Hypothesis properties: no agent of a provider is resumed during its cool-down, a cool-down
-never shortens."""
+never shortens, a paced provider starts one task per token and never before it is due."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from protocol.calls import api
 from protocol.records.notifications import Notice
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskState
-from protocol.session.effects import CooldownDue, RetryDue, StartTimer, TellTask
+from protocol.session.effects import CooldownDue, PaceDue, RetryDue, StartTimer, TellTask
 from protocol.session.task import Start
 from protocol.wire.envelopes import ControlEnvelope
 
@@ -54,13 +54,22 @@ def cooled(s: Session, provider: str) -> list:  # type: ignore[type-arg]
     return s.fire_timer(("cooldown", provider))
 
 
+def next_token(s: Session, provider: str) -> list:  # type: ignore[type-arg]
+    """A paced provider's next token comes (its timer goes off at its time)."""
+    s.now = max(s.now, s.state.paces[provider].next_at)
+    return s.fire_timer(("pace", provider))
+
+
 def next_timer(s: Session) -> list:  # type: ignore[type-arg]
-    """The first armed timer (by key) goes off; a cool-down's at its end."""
+    """The first armed timer (by key) goes off; a cool-down's at its end, a token's at its."""
     due = sorted(s.timers.items(), key=lambda kv: str(kv[0]))
     if not due:
         return []
-    if isinstance(due[0][1], CooldownDue):
-        s.now = max(s.now, due[0][1].until)
+    event = due[0][1]
+    if isinstance(event, CooldownDue):
+        s.now = max(s.now, event.until)
+    elif isinstance(event, PaceDue):
+        s.now = max(s.now, s.state.paces[event.provider].next_at)
     return s.fire_timer(due[0][0])
 
 
@@ -98,8 +107,10 @@ def test_the_cool_down_only_extends_and_is_told_once_each_way() -> None:
     assert "p1" in s.state.cooldowns
     effects = cooled(s, "p1")
     assert len(told(effects, "provider_cooldown_ended")) == 1
-    assert controls(effects, "resume") == sorted([agent(s, "a"), agent(s, "b")])
-    assert "p1" not in s.state.cooldowns and not s.state.held
+    # paced: the first refused turn now, the next one at the next token
+    assert controls(effects, "resume") == [agent(s, "a")]
+    assert "p1" not in s.state.cooldowns and list(s.state.held) == [agent(s, "b")]
+    assert controls(next_token(s, "p1"), "resume") == [agent(s, "b")] and not s.state.held
 
 
 def test_a_cool_down_is_capped_and_without_retry_after_it_backs_off() -> None:
@@ -118,6 +129,11 @@ def test_a_queued_task_of_a_cooling_provider_waits_and_starts_when_it_ends() -> 
     assert s.state.tasks[blocked].state is TaskState.QUEUED
     assert s.state.tasks[free].state is TaskState.RUNNING
     effects = cooled(s, "p1")
+    # every agent of p1 may take turns again; the refused turn takes the first token, and
+    # the queued task waits for the next
+    assert controls(effects, "resume") == sorted([agent(s, "a"), agent(s, "b")])
+    assert s.state.tasks[blocked].state is TaskState.QUEUED
+    effects = next_token(s, "p1")
     starts = [e.task_id for e in of(effects, TellTask)]
     assert starts == [blocked] and s.state.tasks[blocked].state is TaskState.RUNNING
 
@@ -275,6 +291,8 @@ def test_no_queued_task_starts_for_a_provider_in_cool_down(
 ) -> None:
     s = team(("a", "p1"), ("b", "p1"), ("x", "p2"), ("y", "p2"), max_running=2)
     for kind, name, value in steps:
+        # a paced provider's next token: one start per token, never before it is due
+        tokens = {p: pace.next_at for p, pace in s.state.paces.items()}
         me = agent(s, name)
         row = s.state.agents[me]
         if kind == "delegate" and row.active_task is None:
@@ -295,6 +313,10 @@ def test_no_queued_task_starts_for_a_provider_in_cool_down(
                 "p1" if s.state.tasks[started].agent_id in (agent(s, "a"), agent(s, "b")) else "p2"
             )
             assert s.state.cooldowns.get(provider, 0.0) <= s.now, (provider, s.state.cooldowns)
+        for provider, due in tokens.items():
+            mine = {agent(s, n) for n in (("a", "b") if provider == "p1" else ("x", "y"))}
+            paced = [t for t in starts if s.state.tasks[t].agent_id in mine]
+            assert len(paced) <= 1 and (not paced or due <= s.now), (provider, paced, due)
 
 
 def test_a_restarted_parent_resumes_every_live_agent_no_hold_of_the_last_one_stands() -> None:

@@ -1,0 +1,98 @@
+"""Pacing (protocol.session.pacing): once a provider refused a turn for its rate limit, the
+turns the session starts for it (tasks handed over, refused turns resumed) take a token each,
+tokens come ``1 / pace`` seconds apart, and the pace is learned from what got through."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.calls import api
+from protocol.records.tasks import TaskState
+from protocol.session import pacing, status
+
+from .harness import Session
+from .test_providers import agent, controls, cooled, limited, next_token, team
+
+
+def through(s: Session, *names: str) -> None:
+    """Each named agent's turn got through (it ended cleanly)."""
+    for name in names:
+        s.runtime(agent(s, name), "turn_end", exit_code=0)
+
+
+def test_the_pace_starts_at_what_got_through_in_the_second_before() -> None:
+    s = team(*((n, "p1") for n in "abcdef"))
+    through(s, "e")  # more than a second before: not counted
+    s.now += 1.5
+    through(s, "b", "c", "d")
+    s.now += 0.5
+    limited(s, "a", 2.0)
+    assert s.state.paces["p1"].rate == 3.0
+    assert s.state.paces["p1"].slow_start
+    # nothing got through at all: one turn a second to start with
+    s = team(("a", "p1"))
+    limited(s, "a", 2.0)
+    assert s.state.paces["p1"].rate == 1.0
+
+
+def test_a_paced_providers_tasks_start_a_token_apart_and_wait_queued_meanwhile() -> None:
+    s = team(*((n, "p1") for n in "abcd"), ("x", "p2"))
+    limited(s, "a", 1.0)
+    cooled(s, "p1")  # a's refused turn takes the first token
+    rate = s.state.paces["p1"].rate
+    first, second = s.delegate("b"), s.delegate("c")
+    assert s.state.tasks[first].state is TaskState.QUEUED  # a took the token
+    assert s.state.tasks[second].state is TaskState.QUEUED
+    other = s.delegate("x")  # another provider: not paced
+    assert s.state.tasks[other].state is TaskState.RUNNING
+    summary = status.view(s.state, None, s.now).summary
+    assert summary is not None and summary.paced == {"p1": round(rate, 2)}
+    at = s.now
+    next_token(s, "p1")
+    assert s.now == pytest.approx(at + 1.0 / rate)
+    assert s.state.tasks[first].state is TaskState.RUNNING
+    assert s.state.tasks[second].state is TaskState.QUEUED  # one token, one start
+    next_token(s, "p1")
+    assert s.state.tasks[second].state is TaskState.RUNNING
+    assert not s.state.queue and ("pace", "p1") not in s.timers
+
+
+def test_slow_start_then_a_refusal_while_paced_lowers_the_pace() -> None:
+    s = team(*((n, "p1") for n in "abcdef"))
+    limited(s, "a", 1.0)
+    cooled(s, "p1")
+    pace = s.state.paces["p1"]
+    assert pace.rate == 2.0 and pace.slow_start  # one token spent: +1
+    for name in "bcd":
+        s.delegate(name)
+        next_token(s, "p1")
+    assert pace.rate == 5.0  # +1 a token while it was never refused paced
+    through(s, "b", "c")
+    limited(s, "b", 1.0)  # refused while paced: a tenth below what got through
+    assert not pace.slow_start and pace.rate == pytest.approx(1.8)
+    cooled(s, "p1")  # b's refused turn: its token, and the pace rises by RAISE / pace
+    assert pace.rate == pytest.approx(1.8 + pacing.RAISE / 1.8)
+
+
+def test_no_token_is_given_during_a_cool_down() -> None:
+    s = team(*((n, "p1") for n in "abc"))
+    limited(s, "a", 1.0)
+    cooled(s, "p1")
+    waiting = s.delegate("b")
+    limited(s, "c", 30.0)  # a new cool-down before the token's time
+    effects = next_token(s, "p1")
+    assert controls(effects, "resume") == [] and s.state.tasks[waiting].state is TaskState.QUEUED
+    cooled(s, "p1")  # the refused turn of c first, then b's task at the next token
+    assert s.state.tasks[waiting].state is TaskState.QUEUED
+    next_token(s, "p1")
+    assert s.state.tasks[waiting].state is TaskState.RUNNING
+
+
+def test_a_refused_turn_whose_agent_was_closed_takes_no_token() -> None:
+    s = team(*((n, "p1") for n in "abc"))
+    limited(s, "a", 1.0)
+    limited(s, "b", 1.0)
+    s.call(api.CloseArgs(agent="a"))
+    effects = cooled(s, "p1")
+    assert controls(effects, "resume") == sorted([agent(s, "b"), agent(s, "c")])
+    assert not s.state.held and not s.state.paces["p1"].waiting
