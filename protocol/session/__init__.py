@@ -26,10 +26,12 @@ module          rules
                 told to both sides, a restart running it again
 ``claims``      a completion with no sign of work told once (``unverified_claim``), or refused
                 (``spawn --require-evidence``)
-``admission``   at most ``max_running`` tasks handed over at once; the queue's order; a freed
-                slot filled at once
+``admission``   at most ``max_running`` tasks handed over at once (a provider's, a node's);
+                the queue's order; a freed slot filled at once
 ``providers``   one rate-limit cool-down per provider, shared by its agents; provider errors
                 retried with backoff, then the task failed (``provider_error``)
+``pacing``      a provider refused for its rate limit is paced: a token per turn the session
+                starts for it, at a pace learned from what got through
 ``watchers``    who watches which task: a result routed once to each watcher subscribed
 ``watcher``     one watcher's own rules (its actor's): exactly once; coalescing; done
 ``inbound``     envelopes from agents (receipts); failures after acceptance
