@@ -262,8 +262,13 @@ def seen(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) -> list[
             return rate_limited(s, row, env, cx)
         case "provider_error":
             return provider_error(s, row, env, cx)
-        case "ready" if env.provider is not None:
-            s.providers[row.agent_id] = env.provider
+        case "ready":  # one that comes up during its provider's cool-down holds too
+            if env.provider is not None:
+                s.providers[row.agent_id] = env.provider
+            provider = admission.provider_of(s, row.agent_id)
+            if provider is not None and cooling(s, provider, cx.now):
+                why = f"{provider} is cooling down after a rate limit"
+                return [_control(s, row, "hold", why, cx)]
         case "usage" | "tool_call" | "turn_end" if not env.is_error:
             if env.event == "turn_end":
                 if row.agent_id in s.held:

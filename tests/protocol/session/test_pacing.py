@@ -96,3 +96,14 @@ def test_a_refused_turn_whose_agent_was_closed_takes_no_token() -> None:
     effects = cooled(s, "p1")
     assert controls(effects, "resume") == sorted([agent(s, "b"), agent(s, "c")])
     assert not s.state.held and not s.state.paces["p1"].waiting
+
+
+def test_an_agent_that_comes_up_during_its_providers_cool_down_is_told_hold() -> None:
+    s = team(("a", "p1"), ("x", "p2"))
+    limited(s, "a", 10.0)
+    s.call(api.SpawnArgs(name="late", adapter="pi-rpc", provider="p1"))
+    s.call(api.SpawnArgs(name="other", adapter="pi-rpc", provider="p2"))
+    assert controls(s.runtime(agent(s, "late"), "ready"), "hold") == [agent(s, "late")]
+    assert controls(s.runtime(agent(s, "other"), "ready"), "hold") == []
+    effects = cooled(s, "p1")  # and is resumed with the others at its end
+    assert agent(s, "late") in controls(effects, "resume")
