@@ -7,7 +7,8 @@ Rules:
    its result: ``completed`` is ``COMPLETED``, ``blocked`` is ``REJECTED`` (the agent declined
    the work), ``failed`` is ``FAILED``, ``timed_out`` is ``FAILED`` with ``error.type
    timeout`` in the metadata, ``cancelled`` is ``CANCELED``. An open task is ``SUBMITTED``
-   until its agent takes it (``created``), then ``WORKING``; a ``waiting`` task is
+   until its agent takes it (``created``, and ``queued`` for a slot), then ``WORKING`` (its
+   acceptance check's ``verifying`` too); a ``waiting`` task is
    ``INPUT_REQUIRED`` while a question (or an approval) of it to the parent is pending, and
    stays ``WORKING`` while it waits on a peer only.
 2. **Terminal is final.** The terminal states are the A2A states of a settled task, and only
@@ -80,7 +81,7 @@ def a2a_state(
         return _SETTLED[str(result["status"])]
     if state in _SETTLED:  # settled, its result not at hand: the state says enough
         return _SETTLED[state]
-    if state == "created":
+    if state in ("created", "queued"):
         return SUBMITTED
     if state == "waiting" and _to_parent(pending_requests):
         return INPUT_REQUIRED

@@ -41,6 +41,8 @@ def test_a_settled_task_is_terminal_whatever_its_open_state(status: str, expecte
 
 def test_open_states() -> None:
     assert a2a.a2a_state("created") == a2a.SUBMITTED
+    assert a2a.a2a_state("queued") == a2a.SUBMITTED  # admission: not handed over yet
+    assert a2a.a2a_state("verifying") == a2a.WORKING  # its acceptance check runs
     assert a2a.a2a_state("running") == a2a.WORKING
     # waiting on a peer only: still working
     assert a2a.a2a_state("waiting", [_request("shepherd-agent-0123456789abcdef")]) == a2a.WORKING
