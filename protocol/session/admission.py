@@ -208,8 +208,10 @@ def wake(s: SessionState, cx: Ctx) -> list[Effect]:
                 queued = {provider_of(s, t.agent_id) for k in s.queue if (t := s.tasks.get(k[2]))}
             if provider not in queued:
                 continue
-        pace.armed = True
         delay = max(pace.next_at, s.cooldowns.get(provider, 0.0)) - cx.now
+        if delay <= 0 and not pace.waiting:
+            continue  # its token is there: what is queued waits for a slot, not a token
+        pace.armed = True
         effects.append(StartTimer(delay=max(delay, 0.0), event=PaceDue(provider=provider)))
     return effects
 

@@ -107,3 +107,16 @@ def test_an_agent_that_comes_up_during_its_providers_cool_down_is_told_hold() ->
     assert controls(s.runtime(agent(s, "other"), "ready"), "hold") == []
     effects = cooled(s, "p1")  # and is resumed with the others at its end
     assert agent(s, "late") in controls(effects, "resume")
+
+
+def test_a_task_queued_for_a_slot_not_a_token_sets_no_timer_again_and_again() -> None:
+    s = team(("a", "p1"), ("b", "p1"), max_running=1)
+    s.delegate("a")
+    limited(s, "a", 1.0)
+    cooled(s, "p1")  # a's refused turn resumed: the one slot stays a's
+    waiting = s.delegate("b")
+    next_token(s, "p1")  # the token is there, the slot is not
+    assert s.state.tasks[waiting].state is TaskState.QUEUED
+    assert ("pace", "p1") not in s.timers  # no timer firing at once, forever
+    s.done(agent(s, "a"))  # the slot frees: the task starts (its token was there)
+    assert s.state.tasks[waiting].state is TaskState.RUNNING
