@@ -141,7 +141,7 @@ def took(s: SessionState, record: TaskRecord, now: float) -> None:
     """A task handed over holds its slot (rule 2; counted with admission off too: a node's cap
     may be heard later) and its provider's token, if paced."""
     provider = s.admitted[record.task_id] = provider_of(s, record.agent_id)
-    pacing.spend(s, provider, now)
+    pacing.spend(s, provider, record.agent_id, now)
 
 
 def enqueue(s: SessionState, record: TaskRecord) -> tuple[TaskRecord, int]:

@@ -13,11 +13,14 @@ Rules:
    cool-down. A turn an agent starts by itself (a second turn of a task, a message's turn)
    takes none: the session does not start it.
 2. **The pace is learned.** It starts at the turns of the provider that got through (ended
-   cleanly) in the second before its first refusal, at least 1 per second. While it was
-   never refused paced, each token raises it by 1 (it doubles each second: a slow start);
-   after, by ``RAISE / pace`` (``RAISE`` turns per second each second). A cool-down that
-   starts while paced sets it a tenth below the lesser of the pace and what got through in
-   the second before. Always within 1 and :data:`MAX_PACE`.
+   cleanly) in the second before its first refusal, at least 1 per second. While no paced
+   turn was refused, each token raises it by 1 (it doubles each second: a slow start);
+   after, by ``RAISE / pace`` (``RAISE`` turns per second each second). A cool-down started
+   by the refusal of a *paced* turn (one a token started) lowers it, at most once a second:
+   the first time to a tenth below the lesser of the pace and what got through in the
+   second before, then by a tenth. A refused turn the session did not start by a token (one
+   of the burst before pacing, reported late) says nothing of the pace. Always within 1 and
+   :data:`MAX_PACE`.
 3. Not journaled, as cool-downs are not: a restarted parent starts unpaced and learns again.
 4. Pure and deterministic: the same events at the same times give the same tokens.
 """
@@ -43,20 +46,26 @@ _WINDOW_S = 1.0
 class Pace:
     """One paced provider: its rate, when its next token comes, its refused turns waiting."""
 
-    __slots__ = ("armed", "next_at", "rate", "slow_start", "waiting")
+    __slots__ = ("armed", "granted", "lowered_at", "next_at", "rate", "slow_start", "waiting")
 
     def __init__(self, rate: float, now: float) -> None:
         self.rate = rate
         self.next_at = now
         self.slow_start = True
+        self.lowered_at = now
+        #: agents whose turn a token started, until it ends or is refused
+        self.granted: set[str] = set()
         #: agent ids whose refused turn waits for a token, first refused first
         self.waiting: deque[str] = deque()
         #: a ``PaceDue`` timer is set for the next token
         self.armed = False
 
 
-def through(s: SessionState, provider: str, now: float) -> None:
+def through(s: SessionState, provider: str, agent_id: str, now: float) -> None:
     """A turn of ``provider`` got through (rule 2's count)."""
+    pace = s.paces.get(provider)
+    if pace is not None:
+        pace.granted.discard(agent_id)
     times = s.got_through.get(provider)
     if times is None:
         times = s.got_through[provider] = deque()
@@ -70,15 +79,21 @@ def _seen_taking(s: SessionState, provider: str, now: float) -> int:
     return sum(1 for at in times if at > now - _WINDOW_S)
 
 
-def refused(s: SessionState, provider: str, now: float) -> None:
-    """A cool-down of ``provider`` starts: paced from now on, at a learned pace (rule 2)."""
+def refused(s: SessionState, provider: str, agent_id: str, now: float) -> None:
+    """A cool-down of ``provider`` starts, after ``agent_id``'s turn was refused: paced from
+    now on, at a learned pace (rule 2)."""
     seen = float(max(1, _seen_taking(s, provider, now)))
     pace = s.paces.get(provider)
     if pace is None:
         s.paces[provider] = Pace(min(seen, MAX_PACE), now)
         return
+    if agent_id not in pace.granted or now - pace.lowered_at < _WINDOW_S:
+        return  # not a paced turn; or the pace was lowered for this burst already
+    pace.granted.discard(agent_id)
+    pace.lowered_at = now
+    target = min(pace.rate, seen) if pace.slow_start else pace.rate
     pace.slow_start = False
-    pace.rate = max(1.0, min(pace.rate, seen) * _LOWER)
+    pace.rate = max(1.0, target * _LOWER)
 
 
 def ready(s: SessionState, provider: str | None, now: float) -> bool:
@@ -87,11 +102,12 @@ def ready(s: SessionState, provider: str | None, now: float) -> bool:
     return pace is None or pace.next_at <= now
 
 
-def spend(s: SessionState, provider: str | None, now: float) -> None:
-    """A turn of ``provider`` starts: it took the token (rules 1 and 2)."""
+def spend(s: SessionState, provider: str | None, agent_id: str, now: float) -> None:
+    """A turn of ``provider`` starts for ``agent_id``: it took the token (rules 1 and 2)."""
     pace = s.paces.get(provider) if provider is not None else None
     if pace is None:
         return
+    pace.granted.add(agent_id)
     step = 1.0 if pace.slow_start else RAISE / pace.rate
     pace.rate = min(pace.rate + step, MAX_PACE)
     pace.next_at = max(pace.next_at, now) + 1.0 / pace.rate

@@ -123,7 +123,7 @@ def rate_limited(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) 
     )
     if before > cx.now:
         return effects  # extended: told once when it started
-    pacing.refused(s, provider, cx.now)
+    pacing.refused(s, provider, row.agent_id, cx.now)
     held = [r for r in _agents_of(s, provider) if r.agent_id not in s.held]
     said = f" ({env.text[:200]})" if env.text else ""
     text = (
@@ -192,7 +192,7 @@ def _next_turn(s: SessionState, provider: str, cx: Ctx) -> list[Effect]:
             del s.held[agent_id]
             if row is None or row.closed:
                 continue  # gone: no token spent
-            pacing.spend(s, provider, cx.now)
+            pacing.spend(s, provider, agent_id, cx.now)
             effects.append(_control(s, row, "resume", f"{provider}'s turn for it came", cx))
             break
     return effects + admission.fill(s, cx)
@@ -275,7 +275,7 @@ def seen(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) -> list[
                     return []  # the refused turn's own end (a command's exit status may be 0)
                 provider = admission.provider_of(s, row.agent_id)
                 if provider is not None:  # it got through (pacing, rule 2)
-                    pacing.through(s, provider, cx.now)
+                    pacing.through(s, provider, row.agent_id, cx.now)
             if s.provider_attempts:
                 s.provider_attempts.pop(row.active_task or row.agent_id, None)
     return []

@@ -67,11 +67,31 @@ def test_slow_start_then_a_refusal_while_paced_lowers_the_pace() -> None:
         s.delegate(name)
         next_token(s, "p1")
     assert pace.rate == 5.0  # +1 a token while it was never refused paced
-    through(s, "b", "c")
-    limited(s, "b", 1.0)  # refused while paced: a tenth below what got through
+    through(s, "c", "d")
+    limited(s, "b", 0.2)  # a paced turn refused: a tenth below what got through
     assert not pace.slow_start and pace.rate == pytest.approx(1.8)
     cooled(s, "p1")  # b's refused turn: its token, and the pace rises by RAISE / pace
     assert pace.rate == pytest.approx(1.8 + pacing.RAISE / 1.8)
+    lowered = pace.rate
+    limited(s, "b", 0.2)  # refused again within the second: lowered once a second at most
+    assert pace.rate == lowered
+    s.now += 1.0
+    s.fire_timer(("cooldown", "p1"))  # b's turn resumed by a token again
+    before = pace.rate
+    limited(s, "b", 0.2)  # a second on: out of slow start, lowered by a tenth
+    assert pace.rate == pytest.approx(before * 0.9)
+
+
+def test_a_late_refusal_of_a_turn_no_token_started_leaves_the_pace() -> None:
+    s = team(*((n, "p1") for n in "abc"))
+    s.delegate("b")  # handed over before the provider was paced
+    limited(s, "a", 1.0)
+    cooled(s, "p1")
+    pace = s.state.paces["p1"]
+    rate = pace.rate
+    s.now += 2.0
+    limited(s, "b", 1.0)  # its turn was of the burst before pacing, reported late
+    assert pace.rate == rate and pace.slow_start
 
 
 def test_no_token_is_given_during_a_cool_down() -> None:
