@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Many agents, one provider: the session's gate against the agents' own retries, same run.
 
-    python scripts/bench_providers.py [--agents 50] [--tasks 4] [--rate 5] [--runs 3]
+    python scripts/bench_providers.py [--agents 50] [--tasks 4] [--rate 5] [--runs 3] [--trace]
 
 A simulated model provider (an HTTP server in this process) answers at most ``--rate``
 requests in any one second; past that it answers 429 with a ``Retry-After`` of the seconds
@@ -13,7 +13,8 @@ a task is one successful request.
 
 - ``gate``: a refused turn reports it (``shepherd-child rate-limited --provider sim
   --retry-after S``) and ends; the session's cool-down for ``sim`` holds every agent of it
-  until it ends, then resumes them (the refused turn runs again). Nothing retries by itself.
+  until it ends; from then on ``sim`` is paced (:mod:`protocol.session.pacing`): the refused
+  turns are resumed and the queued tasks started a token apart. Nothing retries by itself.
 - ``gate+cap``: the same, with ``--max-running-per-provider sim=RATE`` (admission).
 - ``own retries``: no gate; the agent's turn retries by itself, honouring Retry-After, three
   times, then says ``done --status failed`` (what an agent with its own retry policy does).
@@ -26,6 +27,7 @@ seconds against the time the limit itself imposes (requests / rate), tasks compl
 failed, requests the provider refused, and requests that reached the provider while the
 session's cool-down for it was on (from the ``provider_cooldown`` notice to its end; a turn
 already running when it began can still reach it: counted, not hidden). Asserts nothing.
+``--trace`` prints each second's pace, queue and what the provider took and refused.
 """
 
 from __future__ import annotations
@@ -158,7 +160,22 @@ class Cooldowns:
         return any(start < at < end for start, end in self.windows)
 
 
-def run(mode: str, agents: int, tasks: int, rate: int) -> dict[str, Any]:
+def _sample(session: Any, provider: Provider, threads: list[Any], started: float) -> None:
+    """Each second until the agents are done: the pace, the queue, what the provider took."""
+    while alive := [t for t in threads if t.is_alive()]:
+        alive[0].join(timeout=1.0)  # a second's pace: the sampling's, not a wait for an event
+        summary = session.status().summary
+        now = time.monotonic()
+        took = sum(1 for at, ok in provider.arrivals if ok and at > now - 1.0)
+        refused = sum(1 for at, ok in provider.arrivals if not ok and at > now - 1.0)
+        print(
+            f"{now - started:6.1f}s pace {summary.paced.get('sim', 0):5.2f} queued "
+            f"{summary.queued:3d} running {summary.running:3d} took {took} refused {refused}",
+            flush=True,
+        )
+
+
+def run(mode: str, agents: int, tasks: int, rate: int, trace: bool = False) -> dict[str, Any]:
     from actors.session.sinks import CollectingSink
     from actors.session.supervisor import Supervisor
     from protocol.records.settings import Settings
@@ -196,6 +213,8 @@ def run(mode: str, agents: int, tasks: int, rate: int) -> dict[str, Any]:
             started = time.monotonic()
             for thread in threads:
                 thread.start()
+            if trace:
+                _sample(session, provider, threads, started)
             for thread in threads:
                 thread.join()
             seconds = time.monotonic() - started
@@ -223,12 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--modes", default="gate,gate+cap,own retries")
+    parser.add_argument("--trace", action="store_true", help="each second's pace and queue")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",")]
     got: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for _ in range(args.runs):
         for mode in modes:  # alternating: the machine's load spreads over every mode
-            got[mode].append(run(mode, args.agents, args.tasks, args.rate))
+            got[mode].append(run(mode, args.agents, args.tasks, args.rate, args.trace))
     table = {}
     for mode, runs in got.items():
         row = {k: statistics.median(r[k] for r in runs) for k in runs[0]}

@@ -36,7 +36,7 @@ __all__ = ["MAX_PACE", "RAISE", "Pace", "paced_rates", "ready", "refused", "spen
 #: the fastest a provider is paced, turns per second
 MAX_PACE = 1000.0
 #: turns per second added each second of pacing, once refused while paced (rule 2)
-RAISE = 0.5
+RAISE = 0.1
 #: what a cool-down that starts while paced leaves of the pace (rule 2)
 _LOWER = 0.9
 #: turns counted as got through: those of the last second
