@@ -1,6 +1,7 @@
 """Many agents, one provider, from the command line: real command agents of a real ``shepherd
 serve`` report their provider's refusal with ``shepherd-child rate-limited``; the provider's
-cool-down holds its other agent until it ends (told once each way), then every task completes;
+cool-down holds its other agent until it ends (told once each way), the provider is paced from
+then on (a task delegated meanwhile waits queued for its token), then every task completes;
 repeated provider errors end the task ``provider_error``; and every new ``serve`` flag refuses
 hostile values with a typed error before anything starts."""
 
@@ -66,9 +67,12 @@ def test_a_rate_limit_holds_the_providers_agents_and_every_task_completes(
     assert server.wait_for(lambda _: _notices(server, "provider_cooldown"), timeout=60)
     summary = cli("status", session=session)[1]["summary"]
     assert "sim" in summary["cooldowns"]
-    two = cli("delegate", "second", "call the model too", session=session)[1]["task_id"]
+    _, delegated = cli("delegate", "second", "call the model too", session=session)
+    two = delegated["task_id"]
+    assert delegated["queued"]  # the provider is paced now: no token during its cool-down
     _, waited = cli("wait", one, two, "--timeout", "50", session=session)
     assert sorted(r["status"] for r in waited["completed"]) == ["completed", "completed"]
+    assert "sim" in cli("status", session=session)[1]["summary"]["paced"]
     (ended,) = _notices(server, "provider_cooldown_ended")
     assert len(_notices(server, "provider_cooldown")) == 1
     # the first agent's turn ran twice (refused, then again); the second's once, after the end
