@@ -91,6 +91,11 @@ def test_notifications_filtered_by_agent_task_and_kind(team: Team, browser: Any)
     shown = wait(browser, lambda d: (rows := _feed(d, "agent=asker")) and rows, "the asker's")
     assert all(asked["task_id"] in r["text"] or r["task"] == asked["task_id"] for r in shown), shown
     assert any(r["kind"] == "agent_message" for r in shown)
+    # the same filters shown again (another spelling of them): the list is read back, not
+    # left empty (its stream is the one already open, which says hello only when opened)
+    browser.execute_script("location.hash = '#notifications?agent=%61sker'")
+    again = wait(browser, lambda d: (rows := _feed(d, "agent=asker")) and rows, "read back")
+    assert len(again) == len(shown)
     # live: the asker's completion comes into the filtered list as it happens
     team.cli("message", "asker", "main", "--reply-to", _request_of(team))
     wait(

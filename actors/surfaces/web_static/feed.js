@@ -72,7 +72,7 @@
       S.get("/api/notifications?limit=0" + (params ? "&" + params : "")).then((body) => {
         if (asked !== params) return;  // the filters changed again meanwhile
         wanted = body ? params || "board_only=0" : "board_only=1";
-        S.listen(wanted);
+        S.listen(wanted, wanted !== "board_only=1");  // the list was cleared: its hello reads it back
       });
     },
     hello(data, stream) {

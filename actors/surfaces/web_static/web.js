@@ -97,11 +97,12 @@ const Shepherd = (() => {
     return node;
   }
 
-  // the event stream: one per page, opened again with the view's filters
+  // the event stream: one per page, opened again with the view's filters (or ``again``: a view
+  // that cleared what it shows needs the stream's ``hello`` to read it back)
   const views = {};
   let current = null, source = null, streamParams = null;
-  function listen(params) {
-    if (source && params === streamParams) return;
+  function listen(params, again = false) {
+    if (source && params === streamParams && !again) return;
     if (source) source.close();
     streamParams = params;
     source = new EventSource("/api/events?" + params);
