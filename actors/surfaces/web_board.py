@@ -5,7 +5,8 @@ Rules:
 
 1. **Lanes from status alone.** An agent's lane (:func:`lane_of`) is read from its ``status``
    row: a question or an approval to the parent pending first, then a task waiting on a peer,
-   a working one, an exited or closed agent, else idle.
+   a task queued for a slot (admission: not handed over yet), a working one, an exited or
+   closed agent, else idle.
 2. **One snapshot, every agent.** :class:`Snapshot` follows ``status``'s pages to the end (at
    most :data:`MAX_STATUS_PAGES`), so a lane's count is that of every agent of the session,
    never that of a page. A snapshot is replaced whole; its ``version`` grows only when a card
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 #: lanes, in the order the board shows them
-LANES = ("needs_parent", "working", "waiting_peer", "idle", "exited")
+LANES = ("needs_parent", "working", "waiting_peer", "queued", "idle", "exited")
 #: cards of one lane in one answer at most (rule 5)
 LANE_PAGE = 50
 #: requests to the parent in one answer at most (rule 5)
@@ -70,6 +71,8 @@ def lane_of(row: Mapping[str, Any]) -> str:
     if task and not task.get("result"):
         if task.get("state") == "waiting":
             return "waiting_peer"
+        if task.get("state") == "queued":
+            return "queued"
         return "working"
     return "idle"
 
@@ -91,6 +94,9 @@ def exact_since(row: Mapping[str, Any], lane: str) -> float | None:
         return min((a for a in asked if isinstance(a, (int, float))), default=None)
     if lane == "waiting_peer":
         since = task.get("waiting_since")
+        return since if isinstance(since, (int, float)) else None
+    if lane == "queued":  # queued when it was delegated
+        since = task.get("created_at")
         return since if isinstance(since, (int, float)) else None
     if lane == "idle" and task.get("result"):
         settled = task["result"].get("completed_at")
@@ -182,6 +188,7 @@ def card(
         out["task"] = {
             "task_id": task.get("task_id"),
             "state": task.get("state"),
+            "queue_place": task.get("queue_place"),
             "description": _cut(task.get("description")),
             "created_at": task.get("created_at"),
             "stale": bool(task.get("stale")),

@@ -99,8 +99,18 @@ class Team:
 
 @pytest.fixture
 def team(tmp_path: Path) -> Iterator[Team]:
+    yield from _team(tmp_path)
+
+
+@pytest.fixture
+def capped_team(tmp_path: Path) -> Iterator[Team]:
+    """The same team, its session handing one task at a time to its agents (the rest queue)."""
+    yield from _team(tmp_path, "--max-running", "1")
+
+
+def _team(tmp_path: Path, *serve_args: str) -> Iterator[Team]:
     session_dir = tmp_path / "session"
-    serve = Serve(session_dir, dict(os.environ))
+    serve = Serve(session_dir, dict(os.environ), *serve_args)
     web: Web | None = None
     try:
         assert serve.wait_for(lambda lines: any("session" in x for x in lines), START_S)

@@ -15,10 +15,12 @@ from tests.web.conftest import Team
 from tests.web.pages import (
     acted,
     answer_request,
+    card,
     click,
     error_line,
     fill,
     in_lane,
+    lane_of,
     open_board,
     wait,
 )
@@ -167,3 +169,20 @@ def test_a_bad_task_id_in_the_address_gets_a_typed_error(team: Team, browser: An
     wait(browser, lambda d: error_line(d).startswith("invalid_handle"), "the typed error")
     open_board(browser, team, "#task/shepherd-task-0000000000000000")
     wait(browser, lambda d: error_line(d).startswith("invalid_handle: the session knows no task"))
+
+
+def test_a_task_queued_for_a_slot_is_in_the_queued_lane_with_its_place(
+    capped_team: Team, browser: Any
+) -> None:
+    team = capped_team
+    team.cli("delegate", "asker", "pick a branch")  # the one slot
+    _, queued = team.cli("delegate", "worker", "build it")
+    assert queued["queued"] and queued["queue_place"] == 1
+    open_board(browser, team)
+    wait(browser, in_lane("worker", "queued"), "the worker's task queued")
+    shown = card(browser, "worker")
+    assert shown is not None and "queued #1" in shown["text"], shown
+    # the slot frees: the queued task is handed over and its card leaves the lane
+    wait(browser, in_lane("asker", "needs_parent"), "the asker's question")
+    team.cli("message", "asker", "main", "--reply-to", _request_of(team))
+    wait(browser, lambda d: lane_of(d, "worker") != "queued", "the worker's task started")

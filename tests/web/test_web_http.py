@@ -257,6 +257,8 @@ def test_lanes_of_status_rows() -> None:
     peer = {"task_id": "t", "state": "waiting", "pending_requests": [{"target_id": "a-planner"}]}
     assert lane_of({"task": peer}) == "waiting_peer"
     assert lane_of({"task": {"task_id": "t", "state": "running"}}) == "working"
+    assert lane_of({"task": {"task_id": "t", "state": "queued"}}) == "queued"  # not handed over
+    assert lane_of({"task": {"task_id": "t", "state": "verifying"}}) == "working"  # its check
 
 
 def test_listen_is_loopback_unless_allowed() -> None:

@@ -51,6 +51,8 @@ def _agent(i: int, lane: str, now: float = 1000.0) -> dict[str, Any]:
         ask |= {"state": "pending", "created_at": now - 20 - i % 5, "kind": "approval"}
     elif lane == "waiting_peer":
         task |= {"state": "waiting", "waiting_since": now - 40}
+    elif lane == "queued":
+        task |= {"state": "queued", "queue_place": 1 + i % 3}
     elif lane == "idle":
         task |= {"state": "completed", "result": {"status": "completed", "completed_at": now - 9}}
     elif lane == "exited":
@@ -91,6 +93,7 @@ def test_a_snapshot_of_1000_agents_is_paged_with_exact_counts() -> None:
         "needs_parent": 120,
         "working": 400,
         "waiting_peer": 0,
+        "queued": 0,
         "idle": 300,
         "exited": 180,
     }

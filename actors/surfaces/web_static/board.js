@@ -5,9 +5,9 @@
 (() => {
   const S = Shepherd;
   const el = S.el;
-  const TITLES = {needs_parent: "Needs the parent", working: "Working", waiting_peer: "Waiting on a peer", idle: "Idle", exited: "Exited"};
+  const TITLES = {needs_parent: "Needs the parent", working: "Working", waiting_peer: "Waiting on a peer", queued: "Queued for a slot", idle: "Idle", exited: "Exited"};
   const PAGE = 50;
-  const offsets = {needs_parent: 0, working: 0, waiting_peer: 0, idle: 0, exited: 0};
+  const offsets = {needs_parent: 0, working: 0, waiting_peer: 0, queued: 0, idle: 0, exited: 0};
   let inboxOffset = 0, shown = -1, loading = false, again = false, inboxShown = "";
 
   function number(n) { return Number(n || 0).toLocaleString("en-US"); }
@@ -26,7 +26,7 @@
       el("div", {class: "name"}, c.name + " ", el("span", {class: "meta"}, c.process_state || "")));
     if (task) {
       node.append(el("div", {class: "meta"}, el("a", {href: "#task/" + task.task_id, "data-task-link": task.task_id},
-        (task.state || "") + " · " + task.task_id)));
+        (task.state || "") + (task.queue_place ? " #" + task.queue_place : "") + " · " + task.task_id)));
       node.append(el("div", {class: "text"}, task.description || ""));
       if (task.result) node.append(el("div", {class: "meta"}, "result: " + task.result.status + (task.result.text ? ": " + task.result.text : "")));
     }
