@@ -49,6 +49,18 @@ class GitError(Exception):
 
 def git(args: list[str], cwd: str, *, timeout: float = GIT_TIMEOUT_S) -> str:
     """``git ARGS`` in ``cwd``; its standard output (``GitError`` if it fails)."""
+    return run_git(args, cwd, ok=(0,), timeout=timeout)[1]
+
+
+def run_git(
+    args: list[str],
+    cwd: str,
+    *,
+    ok: tuple[int, ...] | None = None,
+    timeout: float = GIT_TIMEOUT_S,
+) -> tuple[int, str]:
+    """``git ARGS`` in ``cwd``: its exit status and standard output (``GitError`` if it could
+    not run, or, given ``ok``, if it exited otherwise)."""
     env = {k: v for k, v in os.environ.items() if k not in _REDIRECTS}
     env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C", GIT_OPTIONAL_LOCKS="0")
     try:
@@ -65,10 +77,10 @@ def git(args: list[str], cwd: str, *, timeout: float = GIT_TIMEOUT_S) -> str:
         raise GitError(f"git {args[0]} took longer than {timeout:g} s") from None
     except OSError as exc:
         raise GitError(f"git could not be run in {cwd}: {exc.strerror or exc}") from None
-    if proc.returncode != 0:
+    if ok is not None and proc.returncode not in ok:
         message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise GitError(" ".join(message[-3:]) or f"git {args[0]} exited {proc.returncode}")
-    return proc.stdout.decode("utf-8", "surrogateescape")
+    return proc.returncode, proc.stdout.decode("utf-8", "surrogateescape")
 
 
 def dirty_paths(path: str) -> list[str]:

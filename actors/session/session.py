@@ -5,10 +5,9 @@ they may block (``ask(...).get(timeout)``), actors never do. One method per oper
 table (:mod:`protocol.ops`), generated from it: ``protocol.calls.api`` Structs in, Structs out, with
 the same checks and typed errors as the CLI and the tools (which reach :meth:`Session.run`).
 
-The runtime, the transport and the launcher are given to it: the supervisor gives real
-ones (threads, the mailbox, processes); :class:`actors.testing.SimSession` gives the seeded
-simulation's (the form the lifecycle tests and the demo's story use). This module knows
-nothing of the simulation.
+The runtime, the transport and the launcher are given to it: the supervisor gives real ones
+(threads, the mailbox, processes), :class:`actors.testing.SimSession` the seeded simulation's
+(the lifecycle tests' and the demo's). This module knows nothing of the simulation.
 """
 
 from __future__ import annotations
@@ -238,7 +237,7 @@ class Session(WatchdogMethods):
                 answer = self._spawn_many(args)
             case api.CloseArgs():
                 answer = self._close(args)
-            case api_worktrees.WorktreesArgs():
+            case api_worktrees.WorktreesArgs() | api_worktrees.MergeArgs():
                 answer = self._worktrees(args)
             case WatchdogArgs():
                 op, fields = watchdog_call(args)
@@ -376,7 +375,11 @@ class Session(WatchdogMethods):
             closed, worktree_removed=released.removed, worktree_kept_because=released.why
         )
 
-    def _worktrees(self, args: api_worktrees.WorktreesArgs) -> api_worktrees.WorktreesResult:
+    def _worktrees(self, args: api_worktrees.WorktreesArgs | api_worktrees.MergeArgs) -> Any:
+        if isinstance(args, api_worktrees.MergeArgs):  # the broker names the branch, git merges
+            if self.git is None:
+                raise SessionUnavailable("merge: this session makes no worktrees")
+            return self.git.merge(self._ask(args), args).result(timeout=GIT_WAIT_S)
         page: api_worktrees.WorktreesResult = self._ask(args)
         if self.git is None or not page.worktrees:
             return page
@@ -410,11 +413,8 @@ class Session(WatchdogMethods):
         watch = self.broker.ask(wait, timeout=ASK_TIMEOUT_S)
         assert isinstance(watch, api.WatchResult)
         if not watch.pending:  # no watcher was started
-            answer(
-                api.WaitResult(
-                    ids=watch.ids, completed=watch.completed, pending=(), timed_out=False
-                )
-            )
+            w = watch
+            answer(api.WaitResult(ids=w.ids, completed=w.completed, pending=(), timed_out=False))
 
     def _wait(self, args: api.WaitArgs) -> api.WaitResult:
         """A blocking ``wait`` for the caller of this API (its own thread waits; the session

@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 
 from actors.runtime.log import logger
+from actors.session import git_merge
 from actors.session.git import GitError, content_hashes, differ_from, dirty_paths, git, snapshot
 from protocol.calls import api, api_worktrees
 from protocol.core.errors import InvalidArgument
@@ -168,6 +169,9 @@ class GitWorker:
         self, rows: tuple[api_worktrees.WorktreeStatus, ...]
     ) -> Future[tuple[api_worktrees.WorktreeStatus, ...]]:
         return self._submit(lambda: tuple(_inspect(row) for row in rows))
+
+    def merge(self, ref: WorktreeRef, args: api_worktrees.MergeArgs) -> Future[Any]:
+        return self._submit(lambda: git_merge.merge(ref, args))
 
     def _submit(self, fn: Callable[[], Any]) -> Future[Any]:
         try:

@@ -1,5 +1,6 @@
-"""The ``worktrees`` operation's Structs: agents' git worktrees, paged (beside
-:mod:`protocol.calls.api`, whose :class:`~protocol.calls.api.Arguments` they are)."""
+"""The ``worktrees`` and ``merge`` operations' Structs: agents' git worktrees, paged, and an
+agent's branch merged (beside :mod:`protocol.calls.api`, whose
+:class:`~protocol.calls.api.Arguments` they are)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,20 @@ from typing import Literal
 import msgspec
 
 from protocol.calls.api import Arguments
-from protocol.core.limits import Cursor
+from protocol.core.limits import Cursor, Handle, RefName
 
-__all__ = ["WorktreeStatus", "WorktreesArgs", "WorktreesResult"]
+__all__ = [
+    "MergeArgs",
+    "MergeResult",
+    "MergeStrategy",
+    "WorktreeStatus",
+    "WorktreesArgs",
+    "WorktreesResult",
+]
+
+#: ``merge``: a merge commit (two parents), one squashed commit, or the branch's commits
+#: replayed one by one on top of ``into``
+MergeStrategy = Literal["merge", "squash", "rebase"]
 
 
 class WorktreeStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -44,3 +56,39 @@ class WorktreesArgs(
 ):
     #: the first worktree of the page (at most ``WORKTREES_PAGE`` per page)
     cursor: Cursor = 0
+
+
+class MergeResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An agent's branch merged into ``into`` (``shepherd merge``), or why not: nothing is
+    changed unless ``merged``."""
+
+    agent: str
+    branch: str
+    into: str
+    strategy: MergeStrategy
+    #: ``into``'s commit before
+    before: str
+    #: ``into`` moved to ``commit``
+    merged: bool
+    commit: str | None = None
+    #: the branch has nothing ``into`` lacks: nothing to merge
+    up_to_date: bool = False
+    #: only checked (``check``): it would merge cleanly, or these paths conflict
+    checked_only: bool = False
+    #: the paths that conflict (git merge-tree's), sorted, at most 50, and their count
+    conflicts: tuple[str, ...] = ()
+    conflicts_count: int = 0
+    #: the paths the merge changed in ``into`` (or would), sorted, at most 50, and their count
+    files: tuple[str, ...] = ()
+    files_count: int = 0
+
+
+class MergeArgs(Arguments[MergeResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: the agent (spawned with a worktree) whose branch is merged
+    agent: Handle
+    #: the branch to merge into (default: the branch checked out in the repository's own
+    #: directory)
+    into: RefName | None = None
+    strategy: MergeStrategy = "merge"
+    #: only check with git merge-tree whether it merges cleanly; change nothing
+    check: bool = False

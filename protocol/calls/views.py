@@ -260,6 +260,20 @@ def worktrees(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def merge(data: dict[str, Any]) -> str:
+    head = f"{data['agent']}: {data['branch']} into {data['into']} ({data['strategy']})"
+    if data.get("conflicts_count"):
+        more = data["conflicts_count"] - len(data.get("conflicts", ()))
+        paths = ", ".join(data.get("conflicts", ())) + (f" and {more} more" if more > 0 else "")
+        return f"{head}: conflicts, nothing changed: {paths}"
+    if data.get("up_to_date"):
+        return f"{head}: nothing to merge"
+    count = data.get("files_count", 0)
+    if data.get("checked_only"):
+        return f"{head}: merges cleanly ({count} file(s)); nothing changed"
+    return f"{head}: merged as {str(data.get('commit'))[:12]} ({count} file(s) changed)"
+
+
 def settled(command: str) -> Any:
     """The view of ``cancel`` or ``fail`` (named in the line when the call changed nothing)."""
 

@@ -17,6 +17,7 @@ __all__ = [
     "DuplicateIds",
     "ErrorInfo",
     "ForbiddenSender",
+    "GitFailed",
     "InboxFull",
     "InvalidArgument",
     "InvalidEnvelope",
@@ -132,6 +133,13 @@ class DiskFull(LimitExceeded):
     tries the same envelope again for a bounded time. The same code as any limit."""
 
 
+class GitFailed(ShepherdError):
+    """git failed at something the call asked for (its words are in the message); nothing the
+    call would have changed was changed."""
+
+    code = "git_failed"
+
+
 class SessionUnavailable(ShepherdError):
     """No live session could be found or reached."""
 
@@ -166,6 +174,7 @@ _BY_CODE: dict[str, type[ShepherdError]] = {
         LimitExceeded,
         SessionUnavailable,
         SessionBusy,
+        GitFailed,
     )
 }
 

@@ -65,7 +65,7 @@ __all__ = [
 #: tools list them)
 PARENT: tuple[Op[Any], ...] = (
     *(v for v in vars(parent).values() if isinstance(v, Op)),
-    *(getattr(worktrees, name) for name in worktrees.__all__),
+    *(v for v in vars(worktrees).values() if isinstance(v, Op)),
     *(getattr(batch, name) for name in batch.__all__),
 )
 #: the watchdog's operations (``shepherd watchdog ...``, the ``watchdog_*`` tools), listed

@@ -1,13 +1,13 @@
-"""The agents' git worktrees' operation (``shepherd worktrees``), beside
-:mod:`protocol.ops.parent`: one entry of the operation table (see :mod:`protocol.ops`)."""
+"""The agents' git worktrees' operations (``shepherd worktrees``, ``shepherd merge``), beside
+:mod:`protocol.ops.parent`: entries of the operation table (see :mod:`protocol.ops`)."""
 
 from __future__ import annotations
 
 from protocol.calls import api_worktrees, views
 from protocol.calls.answers import WORKTREE_PAGES
-from protocol.ops.spec import Tool, entry
+from protocol.ops.spec import Param, Tool, entry
 
-__all__ = ["WORKTREES"]
+__all__ = ["MERGE", "WORKTREES"]
 
 
 WORKTREES = entry(
@@ -29,5 +29,46 @@ WORKTREES = entry(
             "changed since its branch's base. A close removes only a clean worktree."
         ),
         prompt_snippet="List the agents' git worktrees and what each changed",
+    ),
+)
+
+
+MERGE = entry(
+    "merge",
+    api_worktrees.MergeArgs,
+    help="merge an agent's branch: checked with git merge-tree first, conflicts reported",
+    view=views.merge,
+    params={
+        "agent": Param(
+            description="The agent (spawned with a worktree) whose branch to merge", cli="agent"
+        ),
+        "into": Param(
+            description=(
+                "The branch to merge into (default: the branch checked out in the "
+                "repository's own directory)"
+            ),
+            cli="--into",
+            metavar="BRANCH",
+        ),
+        "strategy": Param(
+            description=(
+                "merge (a merge commit), squash (one commit), or rebase (the branch's commits "
+                "replayed on top); default merge"
+            ),
+            cli="--strategy",
+        ),
+        "check": Param(
+            description="Only check whether it merges cleanly (git merge-tree); change nothing",
+            cli="--check",
+        ),
+    },
+    tool=Tool(
+        description=(
+            "Merge an agent's worktree branch into a branch (default: the repository's checked "
+            "out one). git merge-tree checks it first without touching any checkout: a clean "
+            "result is committed (merge, squash or rebase); conflicts are reported as paths, "
+            "with nothing changed. The agent's worktree must have no uncommitted changes."
+        ),
+        prompt_snippet="Merge an agent's branch, or list the paths that conflict",
     ),
 )

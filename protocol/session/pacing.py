@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from protocol.session.state import SessionState
+from protocol.session.state import Pace, SessionState
 
-__all__ = ["MAX_PACE", "RAISE", "Pace", "paced_rates", "ready", "refused", "spend", "through"]
+__all__ = ["MAX_PACE", "RAISE", "paced_rates", "ready", "refused", "spend", "through"]
 
 #: the fastest a provider is paced, turns per second
 MAX_PACE = 1000.0
@@ -41,24 +41,6 @@ RAISE = 0.1
 _LOWER = 0.9
 #: turns counted as got through: those of the last second
 _WINDOW_S = 1.0
-
-
-class Pace:
-    """One paced provider: its rate, when its next token comes, its refused turns waiting."""
-
-    __slots__ = ("armed", "granted", "lowered_at", "next_at", "rate", "slow_start", "waiting")
-
-    def __init__(self, rate: float, now: float) -> None:
-        self.rate = rate
-        self.next_at = now
-        self.slow_start = True
-        self.lowered_at = now
-        #: agents whose turn a token started, until it ends or is refused
-        self.granted: set[str] = set()
-        #: agent ids whose refused turn waits for a token, first refused first
-        self.waiting: deque[str] = deque()
-        #: a ``PaceDue`` timer is set for the next token
-        self.armed = False
 
 
 def through(s: SessionState, provider: str, agent_id: str, now: float) -> None:

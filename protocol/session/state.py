@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -46,14 +46,12 @@ from protocol.records.usage import Usage
 from protocol.records.worktrees import Snapshot
 from protocol.wire.envelopes import MailboxWake
 
-if TYPE_CHECKING:
-    from protocol.session.pacing import Pace
-
 __all__ = [
     "AgentRow",
     "Ctx",
     "Episode",
     "Ids",
+    "Pace",
     "SessionState",
     "Turn",
     "TurnStats",
@@ -164,6 +162,25 @@ class _Results(Mapping[str, TaskResult]):
 
     def __len__(self) -> int:
         return sum(1 for r in self._tasks.values() if r.result is not None)
+
+
+class Pace:
+    """One paced provider (:mod:`protocol.session.pacing`): its rate, when its next token
+    comes, its refused turns waiting."""
+
+    __slots__ = ("armed", "granted", "lowered_at", "next_at", "rate", "slow_start", "waiting")
+
+    def __init__(self, rate: float, now: float) -> None:
+        self.rate = rate
+        self.next_at = now
+        self.slow_start = True
+        self.lowered_at = now
+        #: agents whose turn a token started, until it ends or is refused
+        self.granted: set[str] = set()
+        #: agent ids whose refused turn waits for a token, first refused first
+        self.waiting: deque[str] = deque()
+        #: a ``PaceDue`` timer is set for the next token
+        self.armed = False
 
 
 class SessionState:

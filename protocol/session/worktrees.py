@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.calls import api_worktrees
+from protocol.core.errors import InvalidArgument
 from protocol.core.limits import WORKTREES_PAGE
 from protocol.records.journal import WorktreeRemovedRecord
 from protocol.records.notifications import Notice
@@ -55,6 +56,15 @@ def worktree_of(s: SessionState, agent_id: str) -> WorktreeRef | None:
     if row is None or agent_id in s.worktree_removed:
         return None
     return ref_of(row.agent_id, row.name, row.options)
+
+
+def merge_ref(s: SessionState, handle: str) -> WorktreeRef:
+    """The agent's branch for ``merge`` (its worktree may be removed: the branch stays)."""
+    row = s.agent(handle)
+    ref = ref_of(row.agent_id, row.name, row.options)
+    if ref is None:
+        raise InvalidArgument(f"merge: agent: {row.name} has no worktree (spawn it with worktree)")
+    return ref
 
 
 def deliver_task(s: SessionState, row: AgentRow, record: TaskRecord, env: TaskEnvelope) -> Effect:

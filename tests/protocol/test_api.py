@@ -31,6 +31,7 @@ VALID: dict[str, tuple[type[Any], dict[str, Any]]] = {
     "result": (api.ResultArgs, {"task_id": TASK}),
     "fail": (api.FailArgs, {"task_id": TASK, "error": "gave up"}),
     "worktrees": (api_worktrees.WorktreesArgs, {"cursor": 3}),
+    "merge": (api_worktrees.MergeArgs, {"agent": "scout", "into": "main", "strategy": "squash"}),
     "delegate_many": (
         api_batch.DelegateManyArgs,
         {"items": (api_batch.DelegateItem(target="scout", task="x"),), "watch": True},
@@ -54,6 +55,7 @@ WRONG_TYPE: dict[str, tuple[str, Any]] = {
     "result": ("task_id", {"id": TASK}),
     "fail": ("error", False),
     "worktrees": ("cursor", "next"),
+    "merge": ("check", "yes"),
     "delegate_many": ("items", {"target": "scout", "task": "x"}),
     "spawn_many": ("names", "a"),
 }

@@ -68,6 +68,7 @@ VALID_CALLS: dict[str, dict[str, Any]] = {
     "watchdog_config": {},
     "shepherd_notifications": {},
     "shepherd_worktrees": {},
+    "shepherd_merge": {"agent": "scout"},
     "shepherd_approve": {"request_id": "shepherd-message-0123456789abcdef"},
     "shepherd_deny": {"request_id": "shepherd-message-0123456789abcdef", "reason": "no"},
 }

@@ -1,0 +1,154 @@
+"""``shepherd merge``: an agent's worktree branch merged into another branch of one real git
+repository (made in a temporary directory), by real scripted agents that commit their work:
+checked first with ``git merge-tree`` and nothing changed by a check or a conflict; a merge
+commit, a squash or a rebase committed without touching a checkout other than the target's;
+the target's checkout following when it is checked out; and every refusal typed, with nothing
+changed. Nothing sleeps: tests wait on the agents' completions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
+from protocol.core.errors import InvalidArgument
+from tests.processes.conftest import cli
+from tests.processes.test_worktrees import finish, git, git_identity, repo, script
+
+pytestmark = pytest.mark.processes
+
+__all__ = ["git_identity", "repo"]  # fixtures used here
+
+Team = tuple[Supervisor, CollectingSink]
+
+
+def committing(tmp_path: Path, name: str, *changes: str) -> str:
+    """An agent whose task writes each ``path=text`` and commits it, one commit a change."""
+    commands = [
+        " && ".join(
+            f"mkdir -p $(dirname {path}) && printf '%s\\n' '{text}' > {path} && git add -A && "
+            f"git commit -qm '{name}: {path}'"
+            for path, text in (change.split("=", 1) for change in changes)
+        )
+    ]
+    return script(tmp_path, name, *commands)
+
+
+def spawn_and_work(team: Team, tmp_path: Path, repo: Path, name: str, *changes: str) -> None:
+    sup, sink = team
+    made = committing(tmp_path, name, *changes)
+    sup.call("spawn", {"name": name, "script": made, "worktree": True, "repo": str(repo)})
+    assert finish(sup, sink, name, "commit your work").status == "completed"
+
+
+def head(repo: Path, ref: str = "HEAD") -> str:
+    return git(repo, "rev-parse", ref).strip()
+
+
+def parents(repo: Path, ref: str) -> list[str]:
+    return git(repo, "rev-list", "--parents", "-n", "1", ref).split()[1:]
+
+
+def test_a_check_changes_nothing_then_a_merge_moves_the_checked_out_branch(
+    supervisor: Team, tmp_path: Path, repo: Path
+) -> None:
+    sup, _ = supervisor
+    spawn_and_work(supervisor, tmp_path, repo, "alpha", "src/a.txt=from alpha")
+    before = head(repo)
+    checked = sup.call("merge", {"agent": "alpha", "check": True})
+    assert checked.checked_only and not checked.merged and checked.into == "main"
+    assert checked.files == ("src/a.txt",) and checked.files_count == 1
+    assert head(repo) == before and not (repo / "src" / "a.txt").exists()  # nothing changed
+    merged = sup.call("merge", {"agent": "alpha"})
+    assert merged.merged and merged.before == before and merged.commit == head(repo)
+    assert parents(repo, "HEAD") == [before, head(repo, merged.branch)]  # a merge commit
+    assert (repo / "src" / "a.txt").read_text() == "from alpha\n"  # the checkout followed
+    assert git(repo, "status", "--porcelain") == ""
+    again = sup.call("merge", {"agent": "alpha"})
+    assert again.up_to_date and not again.merged and head(repo) == merged.commit
+
+
+def test_conflicting_paths_are_reported_and_nothing_changes(
+    supervisor: Team, tmp_path: Path, repo: Path
+) -> None:
+    sup, _ = supervisor
+    spawn_and_work(supervisor, tmp_path, repo, "alpha", "shared.txt=from alpha", "only.txt=a")
+    (repo / "shared.txt").write_text("from main\n")
+    git(repo, "commit", "-qam", "main moves on")
+    before = head(repo)
+    result = sup.call("merge", {"agent": "alpha", "strategy": "squash"})
+    assert not result.merged and result.conflicts == ("shared.txt",)
+    assert result.conflicts_count == 1 and result.commit is None
+    assert head(repo) == before and (repo / "shared.txt").read_text() == "from main\n"
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_squash_and_rebase_into_a_branch_not_checked_out_touch_no_checkout(
+    supervisor: Team, tmp_path: Path, repo: Path
+) -> None:
+    sup, _ = supervisor
+    git(repo, "branch", "release")
+    git(repo, "branch", "staging")
+    start = head(repo)
+    spawn_and_work(supervisor, tmp_path, repo, "alpha", "one.txt=1", "two.txt=2")
+    squashed = sup.call("merge", {"agent": "alpha", "into": "release", "strategy": "squash"})
+    assert squashed.merged and squashed.files == ("one.txt", "two.txt")
+    assert parents(repo, "release") == [start]  # one commit, on release's head
+    assert "squashed (2 commit(s)" in git(repo, "log", "-1", "--format=%B", "release")
+    rebased = sup.call("merge", {"agent": "alpha", "into": "staging", "strategy": "rebase"})
+    assert rebased.merged and rebased.files_count == 2
+    chain = git(repo, "rev-list", "--reverse", f"{start}..staging").split()
+    assert len(chain) == 2 and parents(repo, chain[0]) == [start]  # replayed, one by one
+    assert git(repo, "rev-parse", "staging^{tree}") == git(repo, "rev-parse", "release^{tree}")
+    assert head(repo) == start and not (repo / "one.txt").exists()  # main's checkout untouched
+
+
+def test_refusals_are_typed_and_change_nothing(
+    supervisor: Team, tmp_path: Path, repo: Path
+) -> None:
+    sup, _ = supervisor
+    spawn_and_work(supervisor, tmp_path, repo, "alpha", "a.txt=a")
+    sup.call("spawn", {"name": "plain", "script": script(tmp_path, "plain")})
+    before = head(repo)
+    branch = sup.call("merge", {"agent": "alpha", "check": True}).branch
+    refused: list[tuple[dict[str, Any], str]] = [
+        ({"agent": "plain"}, "has no worktree"),
+        ({"agent": "alpha", "into": "no-such-branch"}, "no branch 'no-such-branch'"),
+        ({"agent": "alpha", "into": "-x"}, "not a valid branch name"),
+        ({"agent": "alpha", "into": "a..b"}, "not a valid branch name"),
+        ({"agent": "alpha", "into": branch}, "own branch"),
+        ({"agent": "alpha", "into": "x" * 201}, "into"),
+        ({"agent": "alpha", "strategy": "octopus"}, "strategy"),
+    ]
+    for fields, words in refused:
+        with pytest.raises(InvalidArgument, match="merge") as caught:
+            sup.call("merge", fields)
+        assert words in str(caught.value), (fields, str(caught.value))
+    # the agent's uncommitted change is not on its branch: refused, naming it
+    (sup.session_dir / "worktrees" / "alpha" / "loose.txt").write_text("not committed\n")
+    with pytest.raises(InvalidArgument, match=r"uncommitted change\(s\) \(loose.txt\)"):
+        sup.call("merge", {"agent": "alpha"})
+    (sup.session_dir / "worktrees" / "alpha" / "loose.txt").unlink()
+    # the target's checkout has uncommitted changes: refused before anything is made
+    (repo / "README.md").write_text("edited, not committed\n")
+    with pytest.raises(InvalidArgument, match="checked out in"):
+        sup.call("merge", {"agent": "alpha"})
+    assert head(repo) == before
+
+
+def test_merge_from_the_command_line(serve: Any, repo: Path, tmp_path: Path) -> None:
+    serve()
+    session = tmp_path / "session"
+    made = committing(tmp_path, "alpha", "cli.txt=from the cli")
+    cli("spawn", "alpha", "--script", made, "--worktree", "--repo", str(repo), session=session)
+    _, task = cli("delegate", "alpha", "commit your work", session=session)
+    cli("wait", task["task_id"], "--timeout", "60", session=session)
+    _, checked = cli("merge", "alpha", "--check", session=session)
+    assert checked["checked_only"] and checked["files"] == ["cli.txt"]
+    _, merged = cli("merge", "alpha", "--strategy", "squash", session=session)
+    assert merged["merged"] and (repo / "cli.txt").read_text() == "from the cli\n"
+    code, refused = cli("merge", "alpha", "--strategy", "bogus", session=session, check=False)
+    assert code != 0 and refused["error"]["code"] == "invalid_argument"
