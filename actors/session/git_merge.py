@@ -25,6 +25,10 @@ Rules:
    with git's words; commits made before it are left unreferenced, harmless.
 6. **Bounded**: at most :data:`~protocol.core.limits.WORKTREE_FILES_LISTED` conflicting and
    changed paths listed (sorted; counts whole), each cut to 300 characters.
+7. **The others told.** After a merge, each other live agent whose worktree changed (since
+   its branch's base, committed or not) paths the merge changed is listed in ``overlaps`` (at
+   most :data:`~protocol.core.limits.WORKTREE_OVERLAP_AGENTS`); the session sends each a
+   message naming them (:mod:`actors.session.session`).
 """
 
 from __future__ import annotations
@@ -34,11 +38,11 @@ import tempfile
 
 import msgspec
 
-from actors.session.git import GitError, dirty_paths, git, run_git
+from actors.session.git import GitError, differ_from, dirty_paths, git, run_git
 from protocol.calls.api_worktrees import MergeArgs, MergeResult
 from protocol.core.errors import GitFailed, InvalidArgument
-from protocol.core.limits import WORKTREE_FILES_LISTED
-from protocol.records.worktrees import WorktreeRef, shown
+from protocol.core.limits import WORKTREE_FILES_LISTED, WORKTREE_OVERLAP_AGENTS
+from protocol.records.worktrees import MergeTarget, Overlap, WorktreeRef, shown
 
 __all__ = ["merge"]
 
@@ -46,12 +50,33 @@ __all__ = ["merge"]
 _SUBJECTS = 50
 
 
-def merge(ref: WorktreeRef, args: MergeArgs) -> MergeResult:
+def merge(target: MergeTarget, args: MergeArgs) -> MergeResult:
     """The module rules; ``invalid_argument`` or ``git_failed`` when nothing was changed."""
     try:
-        return _merge(ref, args)
+        result = _merge(target.ref, args)
     except GitError as exc:
         raise GitFailed(f"merge: {exc}") from None
+    if not result.merged or not target.siblings:
+        return result
+    assert result.commit is not None
+    merged = set(_paths(target.ref.repo, result.before, result.commit))
+    return msgspec.structs.replace(result, overlaps=_overlaps(merged, target.siblings))
+
+
+def _overlaps(merged: set[str], siblings: tuple[WorktreeRef, ...]) -> tuple[Overlap, ...]:
+    """Rule 7: each live sibling whose worktree changed paths the merge changed."""
+    found = []
+    for sibling in siblings:
+        try:
+            common = sorted(merged & differ_from(sibling.path, sibling.base))
+        except (GitError, OSError):  # gone, or git failed there: nothing known to tell
+            continue
+        if common:
+            files, count = _listed(common)
+            found.append(
+                Overlap(agent=sibling.agent, branch=sibling.branch, files=files, count=count)
+            )
+    return tuple(found[:WORKTREE_OVERLAP_AGENTS])
 
 
 def _merge(ref: WorktreeRef, args: MergeArgs) -> MergeResult:
@@ -149,8 +174,12 @@ def _checkout_of(repo: str, branch: str) -> str | None:
 
 
 def _changed(repo: str, before: str, after: str) -> tuple[tuple[str, ...], int]:
+    return _listed(_paths(repo, before, after))
+
+
+def _paths(repo: str, before: str, after: str) -> list[str]:
     out = git(["diff", "--name-only", "-z", "--no-renames", before, after, "--"], repo)
-    return _listed([p for p in out.split("\0") if p])
+    return [p for p in out.split("\0") if p]
 
 
 def _listed(paths: list[str]) -> tuple[tuple[str, ...], int]:

@@ -33,11 +33,11 @@ from actors.runtime.transport import (
     Subscription,
     Transport,
 )
+from actors.session import merging
 from actors.session import worktrees as wt
 from actors.session.agent import Launcher
 from actors.session.broker import BrokerActor
 from actors.session.checks import CheckRunner
-from actors.session.git import GIT_TIMEOUT_S
 from actors.session.messages import (
     Drain,
     Inbound,
@@ -49,7 +49,7 @@ from actors.session.messages import (
 )
 from actors.session.sinks import GuardedSink, Sink
 from actors.session.watchdog_methods import WatchdogMethods
-from actors.session.worktrees import GitWorker
+from actors.session.worktrees import GIT_WAIT_S, GitWorker
 from protocol.calls import api, api_batch, api_worktrees
 from protocol.calls.watchdog import WatchdogArgs, watchdog_call
 from protocol.core.errors import InvalidArgument, SessionUnavailable, ShepherdError
@@ -71,8 +71,6 @@ ASK_TIMEOUT_S = 30.0
 WAIT_MARGIN_S = 5.0
 #: how long the parent's inbox waits for the broker to take what it received (_hand_over)
 INBOUND_CEILING_S = 3600.0
-#: the edge's wait for the git worker (what was asked before, then its own git calls)
-GIT_WAIT_S = 4 * GIT_TIMEOUT_S
 R = TypeVar("R")
 
 
@@ -379,7 +377,7 @@ class Session(WatchdogMethods):
         if isinstance(args, api_worktrees.MergeArgs):  # the broker names the branch, git merges
             if self.git is None:
                 raise SessionUnavailable("merge: this session makes no worktrees")
-            return self.git.merge(self._ask(args), args).result(timeout=GIT_WAIT_S)
+            return merging.merge(args, self._ask, self.git.merge, self.run, GIT_WAIT_S)
         page: api_worktrees.WorktreesResult = self._ask(args)
         if self.git is None or not page.worktrees:
             return page

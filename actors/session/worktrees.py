@@ -32,11 +32,20 @@ import msgspec
 
 from actors.runtime.log import logger
 from actors.session import git_merge
-from actors.session.git import GitError, content_hashes, differ_from, dirty_paths, git, snapshot
+from actors.session.git import (
+    GIT_TIMEOUT_S,
+    GitError,
+    content_hashes,
+    differ_from,
+    dirty_paths,
+    git,
+    snapshot,
+)
 from protocol.calls import api, api_worktrees
 from protocol.core.errors import InvalidArgument
 from protocol.core.ids import is_valid_name
 from protocol.records.worktrees import (
+    MergeTarget,
     WorktreeProbed,
     WorktreeRef,
     WorktreeReleased,
@@ -139,6 +148,10 @@ def undo(args: api.SpawnArgs, made_branch: bool) -> None:
 # ----------------------------------------------------------------------------- the worker
 
 
+#: the edge's wait for the git worker (what was asked before, then its own git calls)
+GIT_WAIT_S = 4 * GIT_TIMEOUT_S
+
+
 class GitWorker:
     """One thread running git for a session, in the order it was asked."""
 
@@ -170,8 +183,8 @@ class GitWorker:
     ) -> Future[tuple[api_worktrees.WorktreeStatus, ...]]:
         return self._submit(lambda: tuple(_inspect(row) for row in rows))
 
-    def merge(self, ref: WorktreeRef, args: api_worktrees.MergeArgs) -> Future[Any]:
-        return self._submit(lambda: git_merge.merge(ref, args))
+    def merge(self, target: MergeTarget, args: api_worktrees.MergeArgs) -> Future[Any]:
+        return self._submit(lambda: git_merge.merge(target, args))
 
     def _submit(self, fn: Callable[[], Any]) -> Future[Any]:
         try:

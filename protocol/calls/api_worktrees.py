@@ -10,6 +10,7 @@ import msgspec
 
 from protocol.calls.api import Arguments
 from protocol.core.limits import Cursor, Handle, RefName
+from protocol.records.worktrees import Overlap
 
 __all__ = [
     "MergeArgs",
@@ -81,6 +82,9 @@ class MergeResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     #: the paths the merge changed in ``into`` (or would), sorted, at most 50, and their count
     files: tuple[str, ...] = ()
     files_count: int = 0
+    #: the other live agents whose worktrees changed paths the merge changed (at most 10,
+    #: each with at most 50 paths and their count): each was sent a message saying so
+    overlaps: tuple[Overlap, ...] = ()
 
 
 class MergeArgs(Arguments[MergeResult], frozen=True, kw_only=True, forbid_unknown_fields=True):

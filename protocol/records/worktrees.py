@@ -195,6 +195,14 @@ class WorktreeRef(msgspec.Struct, frozen=True, kw_only=True):
     repo: str
 
 
+class MergeTarget(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``merge`` needs of the session: the agent's branch, and the other live agents'
+    worktrees (told when the merge changed paths they changed too)."""
+
+    ref: WorktreeRef
+    siblings: tuple[WorktreeRef, ...] = ()
+
+
 def ref_of(agent_id: str, name: str, options: Mapping[str, object]) -> WorktreeRef | None:
     """The agent's worktree, if its options name one (all five keys, as the spawn left them)."""
     if options.get("worktree") is not True:

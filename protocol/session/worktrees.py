@@ -33,7 +33,7 @@ from protocol.core.limits import WORKTREES_PAGE
 from protocol.records.journal import WorktreeRemovedRecord
 from protocol.records.notifications import Notice
 from protocol.records.tasks import TaskRecord, TaskResult
-from protocol.records.worktrees import WorktreeRef, WorktreeReleased, ref_of
+from protocol.records.worktrees import MergeTarget, WorktreeRef, WorktreeReleased, ref_of
 from protocol.session import watchers
 from protocol.session.effects import Deliver, Effect, Journal, Notify, ProbeWorktree, Story
 from protocol.session.state import AgentRow, Ctx, SessionState
@@ -58,13 +58,20 @@ def worktree_of(s: SessionState, agent_id: str) -> WorktreeRef | None:
     return ref_of(row.agent_id, row.name, row.options)
 
 
-def merge_ref(s: SessionState, handle: str) -> WorktreeRef:
-    """The agent's branch for ``merge`` (its worktree may be removed: the branch stays)."""
+def merge_target(s: SessionState, handle: str) -> MergeTarget:
+    """The agent's branch for ``merge`` (its worktree may be removed: the branch stays), and
+    every other live agent's worktree."""
     row = s.agent(handle)
     ref = ref_of(row.agent_id, row.name, row.options)
     if ref is None:
         raise InvalidArgument(f"merge: agent: {row.name} has no worktree (spawn it with worktree)")
-    return ref
+    siblings = tuple(
+        other
+        for r in s.agents.values()
+        if r.agent_id != row.agent_id and not r.closed
+        if (other := worktree_of(s, r.agent_id)) is not None
+    )
+    return MergeTarget(ref=ref, siblings=siblings)
 
 
 def deliver_task(s: SessionState, row: AgentRow, record: TaskRecord, env: TaskEnvelope) -> Effect:

@@ -17,6 +17,7 @@ from actors.session.supervisor import Supervisor
 from protocol.core.errors import InvalidArgument
 from tests.processes.conftest import cli
 from tests.processes.test_worktrees import finish, git, git_identity, repo, script
+from tests.reliability.live import wait_for_files
 
 pytestmark = pytest.mark.processes
 
@@ -69,6 +70,26 @@ def test_a_check_changes_nothing_then_a_merge_moves_the_checked_out_branch(
     assert git(repo, "status", "--porcelain") == ""
     again = sup.call("merge", {"agent": "alpha"})
     assert again.up_to_date and not again.merged and head(repo) == merged.commit
+
+
+def test_a_live_agent_whose_worktree_changed_the_merged_paths_is_told(
+    supervisor: Team, tmp_path: Path, repo: Path
+) -> None:
+    sup, _ = supervisor
+    spawn_and_work(supervisor, tmp_path, repo, "alpha", "shared.txt=from alpha", "a.txt=a")
+    # beta writes what it is told into a file, renamed into place whole (the test waits on it)
+    heard = tmp_path / "beta-heard.txt"
+    cmd = f"printf '%s' {{message}} > {heard}.part && mv {heard}.part {heard}"
+    sup.call("spawn", {"name": "beta", "adapter": "command", "cmd": cmd, "worktree": True,
+                       "repo": str(repo)})  # fmt: skip
+    (sup.session_dir / "worktrees" / "beta" / "shared.txt").write_text("beta's edit\n")
+    sup.call("spawn", {"name": "gamma", "script": script(tmp_path, "gamma"), "worktree": True,
+                       "repo": str(repo)})  # fmt: skip  # changed nothing: not told
+    merged = sup.call("merge", {"agent": "alpha"})
+    assert merged.merged
+    assert [(o.agent, o.files, o.count) for o in merged.overlaps] == [("beta", ("shared.txt",), 1)]
+    said = wait_for_files(tmp_path, lambda: heard.exists() and heard.read_text(), 60)
+    assert said and "alpha's branch was merged into main" in said and "shared.txt" in said
 
 
 def test_conflicting_paths_are_reported_and_nothing_changes(
