@@ -96,6 +96,7 @@ PARENT_COMMANDS = frozenset(
         "approve",
         "deny",
         "worktrees",
+        "merge",
         "delegate-many",
         "spawn-many",
     }

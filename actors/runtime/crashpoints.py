@@ -9,7 +9,8 @@ Points: ``settle.before_journal``, ``settle.after_journal``, ``notify.before_wri
 envelope read from the parent inbox, before / after the broker handled it),
 ``mailbox.before_ack`` (any process's mailbox receiver: a batch handed over and handled, none of
 its files acknowledged yet), ``spawn.before_launch`` (a spawn accepted and journaled, its bridge
-not started yet), and two torn
+not started yet), ``merge.planned`` / ``merge.moved`` (a merge journaled planned, its branch
+not moved yet / moved, not journaled done yet), and two torn
 writes: ``settle.torn_journal`` (half of a settlement's journal line written) and
 ``notify.torn_write`` (half of a notification's line written), each then killed.
 """
@@ -30,6 +31,8 @@ POINTS = (
     "done.after_handle",
     "mailbox.before_ack",
     "spawn.before_launch",
+    "merge.planned",
+    "merge.moved",
     "settle.torn_journal",
     "notify.torn_write",
 )

@@ -68,20 +68,15 @@ from actors.session.watcher_routes import WatcherRoutes
 from actors.session.worktrees import GitWorker
 from protocol.calls import api
 from protocol.core.errors import ShepherdError
-from protocol.records.checks import CheckDone
 from protocol.records.notifications import Notice
 from protocol.records.settings import Settings
-from protocol.records.worktrees import WorktreeProbed, WorktreeReleased
 from protocol.session import (
-    admission,
     agents,
     calls,
-    checks,
     inbound,
     settlement,
     status,
     watchers,
-    worktree_events,
     worktrees,
 )
 from protocol.session import effects as fx
@@ -97,13 +92,6 @@ _ASKED: Any = object()
 
 #: the session's timers' events (each handed back to :func:`protocol.session.calls.fire`)
 _TIMERS = frozenset(typing.get_args(fx.SessionTimer))
-#: what the session's helpers report (git, checks, nodes) -> the rule that decides it
-_EVENTS: dict[type, Callable[[SessionState, Any, Ctx], list[fx.Effect]]] = {
-    WorktreeProbed: worktree_events.probed,
-    CheckDone: checks.checked,
-    WorktreeReleased: worktrees.released,
-    admission.NodeCap: admission.node_cap,
-}
 #: what a stopped session answers with ``session_unavailable`` (the rest waits for the next)
 _REFUSED_WHEN_STOPPED = (
     messages.ParentCall,
@@ -178,6 +166,7 @@ class BrokerActor(ShepherdActor):
             fx.Story: outlets.story,
             fx.Log: lambda e, _: self._log.log(e.level.upper(), e.text),
             fx.ProbeWorktree: outlets.probe,
+            fx.ProbeMerge: outlets.probe_merge,
             fx.RunCheck: outlets.run_check,
             fx.StopCheck: outlets.stop_check,
             **dict.fromkeys(WATCHDOG_EFFECTS, outlets.watched),
@@ -240,8 +229,8 @@ class BrokerActor(ShepherdActor):
                 self._timers.fired(message)
                 self._run(calls.fire(state, message, self._ctx()))
                 return None
-            case _ if type(message) in _EVENTS:  # a helper's news: its rule decides
-                return self._run(_EVENTS[type(message)](state, message, self._ctx()))
+            case _ if type(message) in calls.EVENTS:  # a helper's news: its rule decides
+                return self._run(calls.EVENTS[type(message)](state, message, self._ctx()))
             case messages.WorktreeOf(agent_id=agent_id):
                 return worktrees.worktree_of(state, agent_id)
             case messages.WaitFor(ids=ids):

@@ -44,23 +44,54 @@ from protocol.core.errors import GitFailed, InvalidArgument
 from protocol.core.limits import WORKTREE_FILES_LISTED, WORKTREE_OVERLAP_AGENTS
 from protocol.records.worktrees import MergeTarget, Overlap, WorktreeRef, shown
 
-__all__ = ["merge"]
+__all__ = ["Plan", "head_of", "move", "plan"]
 
 #: commit subjects a squashed commit's message lists at most
 _SUBJECTS = 50
 
 
-def merge(target: MergeTarget, args: MergeArgs) -> MergeResult:
-    """The module rules; ``invalid_argument`` or ``git_failed`` when nothing was changed."""
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    """A clean merge committed, ``into`` not moved yet (rule 5: :func:`move` moves it)."""
+
+    target: MergeTarget
+    #: what the answer will be (``commit`` set, ``merged`` still false)
+    result: MergeResult
+    #: the worktree that has ``into`` checked out, if one does
+    checkout: str | None
+    message: str
+
+
+def plan(target: MergeTarget, args: MergeArgs) -> MergeResult | Plan:
+    """Rules 1-4: the answer when nothing is to move (conflicts, a check, up to date), else the
+    plan; ``invalid_argument`` or ``git_failed`` when nothing was changed."""
     try:
-        result = _merge(target.ref, args)
+        return _plan(target, args)
     except GitError as exc:
         raise GitFailed(f"merge: {exc}") from None
-    if not result.merged or not target.siblings:
-        return result
+
+
+def move(plan: Plan) -> MergeResult:
+    """Rules 5 and 7: ``into`` moved to the plan's commit, and the other agents it concerns."""
+    result, repo = plan.result, plan.target.ref.repo
     assert result.commit is not None
-    merged = set(_paths(target.ref.repo, result.before, result.commit))
-    return msgspec.structs.replace(result, overlaps=_overlaps(merged, target.siblings))
+    try:
+        if plan.checkout is not None:
+            git(["merge", "--ff-only", "--quiet", result.commit], plan.checkout)
+        else:
+            into, before = f"refs/heads/{result.into}", result.before
+            git(["update-ref", "-m", plan.message, into, result.commit, before], repo)
+        merged = set(_paths(repo, result.before, result.commit))
+    except GitError as exc:
+        raise GitFailed(f"merge: {exc}") from None
+    overlaps = _overlaps(merged, plan.target.siblings)
+    return msgspec.structs.replace(result, merged=True, overlaps=overlaps)
+
+
+def head_of(repo: str, branch: str) -> str | None:
+    """``branch``'s commit in ``repo`` (None: no such branch)."""
+    ask = ["rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"]
+    code, out = run_git(ask, repo, ok=(0, 1))
+    return out.strip() if code == 0 else None
 
 
 def _overlaps(merged: set[str], siblings: tuple[WorktreeRef, ...]) -> tuple[Overlap, ...]:
@@ -79,7 +110,8 @@ def _overlaps(merged: set[str], siblings: tuple[WorktreeRef, ...]) -> tuple[Over
     return tuple(found[:WORKTREE_OVERLAP_AGENTS])
 
 
-def _merge(ref: WorktreeRef, args: MergeArgs) -> MergeResult:
+def _plan(target: MergeTarget, args: MergeArgs) -> MergeResult | Plan:
+    ref = target.ref
     repo, branch = ref.repo, ref.branch
     if os.path.isdir(ref.path) and (dirty := dirty_paths(ref.path)):
         listed = ", ".join(shown(p) for p in sorted(dirty)[:10])
@@ -94,10 +126,10 @@ def _merge(ref: WorktreeRef, args: MergeArgs) -> MergeResult:
         raise InvalidArgument(f"merge: into: {into} is {ref.agent}'s own branch")
     before = _head(repo, into, "into")
     head = _head(repo, branch, "agent")
-    target = _checkout_of(repo, into)
-    if target is not None and (dirty := dirty_paths(target)):
+    checkout = _checkout_of(repo, into)
+    if checkout is not None and (dirty := dirty_paths(checkout)):
         raise InvalidArgument(
-            f"merge: into: {into} is checked out in {target} with {len(dirty)} uncommitted "
+            f"merge: into: {into} is checked out in {checkout} with {len(dirty)} uncommitted "
             "change(s); commit or stash them first"
         )
     base = MergeResult(
@@ -118,8 +150,8 @@ def _merge(ref: WorktreeRef, args: MergeArgs) -> MergeResult:
     tree, *paths = [p for p in out.split("\0") if p]
     if code == 1:
         return _conflicts(base, paths)
+    files, count = _changed(repo, before, tree)
     if args.check:
-        files, count = _changed(repo, before, tree)
         return msgspec.structs.replace(base, checked_only=True, files=files, files_count=count)
     message = f"Merge {branch} into {into} (shepherd merge of {ref.agent})"
     if args.strategy == "merge":
@@ -131,13 +163,8 @@ def _merge(ref: WorktreeRef, args: MergeArgs) -> MergeResult:
         if isinstance(replayed, list):
             return _conflicts(base, replayed)
         commit = replayed
-    commit = commit.strip()
-    if target is not None:
-        git(["merge", "--ff-only", "--quiet", commit], target)
-    else:
-        git(["update-ref", "-m", message, f"refs/heads/{into}", commit, before], repo)
-    files, count = _changed(repo, before, commit)
-    return msgspec.structs.replace(base, merged=True, commit=commit, files=files, files_count=count)
+    result = msgspec.structs.replace(base, commit=commit.strip(), files=files, files_count=count)
+    return Plan(target=target, result=result, checkout=checkout, message=message)
 
 
 def _conflicts(base: MergeResult, paths: list[str]) -> MergeResult:

@@ -1,19 +1,28 @@
-"""``merge`` at the session's edge: the broker names the agent's branch and the other live
-agents' worktrees (:func:`protocol.session.worktrees.merge_target`), the session's git thread
-merges (:mod:`actors.session.git_merge`), and each other agent whose worktree changed paths
-the merge changed is sent a message naming them, as the parent's message (a closed agent is
-passed over)."""
+"""``merge`` at the session's edge (:mod:`protocol.session.merges`' rules): the broker names
+the agent's branch and the other live agents' worktrees
+(:func:`protocol.session.worktrees.merge_target`); the session's git thread checks and commits
+(:func:`actors.session.git_merge.plan`); the merge is journaled ``planned``; git moves
+``into`` (:func:`~actors.session.git_merge.move`); it is journaled ``done`` and told; and each
+other agent whose worktree changed paths the merge changed is sent the parent's message naming
+them (a closed agent is passed over). Crash points: ``merge.planned`` (journaled, not moved)
+and ``merge.moved`` (moved, not journaled done)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any
 
+import msgspec
+import pykka
+
+from actors.runtime.crashpoints import crashpoint
+from actors.session.git_merge import Plan
+from actors.session.worktrees import GitWorker
 from protocol.calls import api
 from protocol.calls.api_worktrees import MergeArgs, MergeResult
 from protocol.core.errors import ShepherdError
+from protocol.records.journal import MergeRecord
 from protocol.records.worktrees import MergeTarget, Overlap
 
 __all__ = ["merge", "told"]
@@ -22,16 +31,54 @@ __all__ = ["merge", "told"]
 def merge(
     args: MergeArgs,
     ask: Callable[[MergeArgs], MergeTarget],
-    git: Callable[[MergeTarget, MergeArgs], Future[MergeResult]],
+    git: GitWorker,
+    broker: pykka.ActorRef[Any],
     run: Callable[[api.MessageArgs], Any],
+    now: Callable[[], float],
     timeout_s: float,
 ) -> MergeResult:
-    """``ask``: the broker's answer; ``git``: the git thread's merge; ``run``: an operation."""
-    result = git(ask(args), args).result(timeout=timeout_s)
+    """``ask``: the broker's answer to ``args``; ``broker``: it journals (and tells) a merge's
+    record, answering once it is durable; ``run``: an operation of the parent's."""
+
+    def record(merge: MergeRecord) -> None:
+        broker.ask(merge, timeout=timeout_s)
+
+    target = ask(args)
+    step = git.plan_merge(target, args).result(timeout=timeout_s)
+    if not isinstance(step, Plan):
+        return step  # type: ignore[no-any-return]  # conflicts, a check, up to date
+    planned = _record(target, step.result, now())
+    record(planned)
+    crashpoint("merge.planned")
+    try:
+        result: MergeResult = git.move(step).result(timeout=timeout_s)
+    except BaseException:
+        with contextlib.suppress(Exception):  # not moved: the journal says so
+            record(msgspec.structs.replace(planned, state="abandoned", at=now()))
+        raise
+    crashpoint("merge.moved")
+    done = {"overlaps": result.overlaps, "files_count": result.files_count}
+    record(msgspec.structs.replace(planned, state="done", at=now(), **done))
     for overlap in result.overlaps:
         with contextlib.suppress(ShepherdError):  # closed meanwhile: nothing to tell
             run(api.MessageArgs(target=overlap.agent, message=told(result, overlap)))
     return result
+
+
+def _record(target: MergeTarget, result: MergeResult, at: float) -> MergeRecord:
+    assert result.commit is not None
+    return MergeRecord(
+        agent_id=target.ref.agent_id,
+        agent=result.agent,
+        repo=target.ref.repo,
+        branch=result.branch,
+        into=result.into,
+        strategy=result.strategy,
+        before=result.before,
+        commit=result.commit,
+        state="planned",
+        at=at,
+    )
 
 
 def told(result: MergeResult, overlap: Overlap) -> str:

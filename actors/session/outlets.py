@@ -8,8 +8,9 @@ one-shot inbox, the task notes' writer, the watchdog, git, the story (:mod:`acto
   (:meth:`Outlets.flush`): one message to each per run. A watchdog agent's question
   (``WatchdogQuery``) goes with them, so it is answered after what came before it; a session
   without a watchdog refuses it at once.
-- ``ProbeWorktree`` runs git on the session's git worker; its answer comes back to the broker
-  as an event (a session with no git worker answers at once that it has none).
+- ``ProbeWorktree`` and ``ProbeMerge`` run git on the session's git worker; the answer comes
+  back to the broker as an event (a session with no git worker answers at once that it has
+  none; a merge it cannot check is told not done).
 - ``RunCheck`` / ``StopCheck``: a task's acceptance check, on the session's check runner
   (:mod:`actors.session.checks`); its end comes back to the broker as a ``CheckDone`` (a
   session with no runner answers at once that it runs none: the attempt fails, told).
@@ -37,6 +38,7 @@ from protocol.core.errors import InvalidArgument, ShepherdError
 from protocol.records.checks import CheckDone, Evidence
 from protocol.records.worktrees import WorktreeProbed
 from protocol.session import effects as fx
+from protocol.session import merges
 
 __all__ = ["Outlets"]
 
@@ -101,6 +103,13 @@ class Outlets:
         kind, task_id, agent_id = effect.kind, effect.task_id, effect.worktree.agent_id
         why = "this session runs no git worker"
         answer(WorktreeProbed(kind=kind, task_id=task_id, agent_id=agent_id, error=why))
+
+    def probe_merge(self, effect: fx.ProbeMerge, _: Run) -> None:
+        answer = functools.partial(tell_quietly, self._broker)
+        if self._git is not None:
+            self._git.probe_merge(effect.record, answer)
+            return
+        answer(merges.settle(effect.record, None, effect.record.at))  # nothing known: not done
 
     def run_check(self, effect: fx.RunCheck, _: Run) -> None:
         answer = functools.partial(tell_quietly, self._broker)

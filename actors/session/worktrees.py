@@ -44,6 +44,7 @@ from actors.session.git import (
 from protocol.calls import api, api_worktrees
 from protocol.core.errors import InvalidArgument
 from protocol.core.ids import is_valid_name
+from protocol.records.journal import MergeRecord
 from protocol.records.worktrees import (
     MergeTarget,
     WorktreeProbed,
@@ -54,6 +55,7 @@ from protocol.records.worktrees import (
     make_changes,
     shown,
 )
+from protocol.session import merges
 from protocol.session.effects import ProbeWorktree
 
 __all__ = ["GitWorker", "prepare", "undo"]
@@ -183,8 +185,23 @@ class GitWorker:
     ) -> Future[tuple[api_worktrees.WorktreeStatus, ...]]:
         return self._submit(lambda: tuple(_inspect(row) for row in rows))
 
-    def merge(self, target: MergeTarget, args: api_worktrees.MergeArgs) -> Future[Any]:
-        return self._submit(lambda: git_merge.merge(target, args))
+    def plan_merge(self, target: MergeTarget, args: api_worktrees.MergeArgs) -> Future[Any]:
+        return self._submit(lambda: git_merge.plan(target, args))
+
+    def move(self, plan: git_merge.Plan) -> Future[Any]:
+        return self._submit(lambda: git_merge.move(plan))
+
+    def probe_merge(self, record: MergeRecord, answer: Callable[[MergeRecord], object]) -> None:
+        """Where a merge's ``into`` stands now (:func:`protocol.session.merges.settle`)."""
+
+        def run() -> None:
+            try:
+                head = git_merge.head_of(record.repo, record.into)
+            except Exception:  # git failed, the repository is gone: not known to be done
+                head = None
+            answer(merges.settle(record, head, record.at))
+
+        self._submit(run)
 
     def _submit(self, fn: Callable[[], Any]) -> Future[Any]:
         try:

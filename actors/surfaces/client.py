@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -149,6 +150,10 @@ def announcement(info: SessionInfo) -> str:
     )
 
 
+#: how often a call waiting for its answer looks whether its supervisor is still there
+_LOOK_S = 0.5
+
+
 class Client:
     def __init__(self, info: SessionInfo) -> None:
         self.info = info
@@ -200,10 +205,7 @@ class Client:
                         args={k: v for k, v in (args or {}).items() if v is not None},
                     ),
                 )
-                if not arrived.wait(timeout):
-                    raise SessionUnavailable(
-                        f"no answer from the session within {timeout:g}s (is it still running?)"
-                    )
+                self._wait(arrived, timeout)
             finally:
                 sub.cancel()
             result = got[0]
@@ -216,3 +218,19 @@ class Client:
             assert result.error is not None
             raise error_from_info(result.error)
         return result.data
+
+    def _wait(self, arrived: threading.Event, timeout: float) -> None:
+        """Until the answer arrived; ``session_unavailable`` when ``timeout`` passes, or as soon
+        as the supervisor is seen gone (killed mid-call: its answer will never come), after a
+        last look for an answer it sent before it went."""
+        deadline = time.monotonic() + timeout
+        while not arrived.wait(min(_LOOK_S, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                raise SessionUnavailable(
+                    f"no answer from the session within {timeout:g}s (is it still running?)"
+                )
+            if not is_live(self.info) and not arrived.wait(_LOOK_S):
+                raise SessionUnavailable(
+                    f"the supervisor of {self.info.session_dir} (pid {self.info.parent_pid}) "
+                    "is gone: it stopped before it answered"
+                )

@@ -36,14 +36,14 @@ notices already given (per waiting episode). How the records fold back into a se
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 
 from protocol.records.requests import RequestRecord
 from protocol.records.settings import SessionLimits
 from protocol.records.tasks import TaskRecord
-from protocol.records.worktrees import WorktreeChanges
+from protocol.records.worktrees import Overlap, WorktreeChanges
 
 __all__ = [
     "AgentCloseRecord",
@@ -51,6 +51,7 @@ __all__ = [
     "AgentRecord",
     "AgentRecoverRecord",
     "Entry",
+    "MergeRecord",
     "PromptRecord",
     "Record",
     "SessionLimitsRecord",
@@ -160,6 +161,27 @@ class TaskChangesRecord(msgspec.Struct, frozen=True, kw_only=True):
     changes: WorktreeChanges
 
 
+class MergeRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A ``merge`` of an agent's branch (:mod:`protocol.session.merges`): ``planned`` before
+    ``into`` moves to ``commit``, then ``done``; or ``abandoned`` when a restarted parent found
+    it had not moved (``found``: ``into``'s commit then)."""
+
+    agent_id: str
+    agent: str
+    repo: str
+    branch: str
+    into: str
+    strategy: str
+    before: str
+    commit: str
+    state: Literal["planned", "done", "abandoned"]
+    at: float
+    found: str | None = None
+    #: the other live agents whose worktrees changed paths the merge changed (``done``)
+    overlaps: tuple[Overlap, ...] = ()
+    files_count: int = 0
+
+
 # --- the session's own bounds (protocol.session.limits)
 
 
@@ -185,6 +207,7 @@ Record = (
     | WorktreeRemovedRecord
     | TaskChangesRecord
     | SessionLimitsRecord
+    | MergeRecord
 )
 
 
@@ -244,6 +267,10 @@ class SessionLimitsEntry(_Entry, frozen=True, kw_only=True, tag="session_limits"
     record: SessionLimitsRecord
 
 
+class MergeEntry(_Entry, frozen=True, kw_only=True, tag="merge"):
+    record: MergeRecord
+
+
 #: One journal line.
 Entry = (
     AgentEntry
@@ -259,6 +286,7 @@ Entry = (
     | WorktreeRemovedEntry
     | TaskChangesEntry
     | SessionLimitsEntry
+    | MergeEntry
 )
 
 _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
@@ -275,6 +303,7 @@ _ENTRY_OF: Final[dict[type[msgspec.Struct], type[_Entry]]] = {
     WorktreeRemovedRecord: WorktreeRemovedEntry,
     TaskChangesRecord: TaskChangesEntry,
     SessionLimitsRecord: SessionLimitsEntry,
+    MergeRecord: MergeEntry,
 }
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(Entry)

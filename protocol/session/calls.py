@@ -1,4 +1,5 @@
-"""The parent's operations and the timers, each mapped to its rule.
+"""The parent's operations, the timers and what the session's helpers report, each mapped to
+its rule.
 
 An operation is its ``protocol.calls.api`` Args Struct; the rules answer with an ``Answer`` effect
 (the operation's Result Struct) or, for ``read``, an ``AnswerFromOutput`` (the agent's actor
@@ -8,23 +9,31 @@ caller, which knows how its transport wakes the parent's inbox.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from protocol.calls import api, api_batch, api_worktrees
 from protocol.calls.approvals import ApproveArgs, DenyArgs
 from protocol.core.errors import InvalidArgument
+from protocol.records.checks import CheckDone
+from protocol.records.journal import MergeRecord
 from protocol.records.tasks import TaskEvent
+from protocol.records.worktrees import WorktreeProbed, WorktreeReleased
 from protocol.session import (
+    admission,
     agents,
     approvals,
     batch,
     budgets,
+    checks,
+    merges,
     providers,
     requests,
     routing,
     settlement,
     stale,
     watchers,
+    worktree_events,
     worktrees,
 )
 from protocol.session.effects import (
@@ -42,7 +51,16 @@ from protocol.session.effects import (
 )
 from protocol.session.state import Ctx, SessionState
 
-__all__ = ["call", "fire"]
+__all__ = ["EVENTS", "call", "fire"]
+
+#: what the session's helpers report (git, checks, nodes, the edge's merges) -> its rule
+EVENTS: dict[type, Callable[[SessionState, Any, Ctx], list[Effect]]] = {
+    WorktreeProbed: worktree_events.probed,
+    CheckDone: checks.checked,
+    WorktreeReleased: worktrees.released,
+    admission.NodeCap: admission.node_cap,
+    MergeRecord: merges.merged,
+}
 
 
 def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:

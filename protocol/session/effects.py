@@ -59,6 +59,7 @@ from typing import Any, Literal
 import msgspec
 
 from protocol.records.checks import Check
+from protocol.records.journal import MergeRecord
 from protocol.records.notifications import AnyNotification
 from protocol.records.tasks import TaskRecord, TaskResult
 from protocol.records.worktrees import Snapshot, WorktreeRef
@@ -84,6 +85,7 @@ __all__ = [
     "Notify",
     "OpenNote",
     "PaceDue",
+    "ProbeMerge",
     "ProbeWorktree",
     "Publish",
     "RequestTimeout",
@@ -396,6 +398,14 @@ class ProbeWorktree(Effect, frozen=True, kw_only=True):
     snapshot: Snapshot | None = None
     #: ``diff``: the other live agents' worktrees, for the overlap
     others: tuple[WorktreeRef, ...] = ()
+
+
+class ProbeMerge(Effect, frozen=True, kw_only=True):
+    """A restarted parent asks git where a merge's ``into`` stands (a ``planned`` merge that
+    was not journaled ``done``: :mod:`protocol.session.merges`); its answer is the record
+    settled (``done`` or ``abandoned``, with ``found``)."""
+
+    record: MergeRecord
 
 
 # --- acceptance checks

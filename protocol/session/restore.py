@@ -37,6 +37,7 @@ from protocol.records.journal import (
     AgentExitRecord,
     AgentRecord,
     AgentRecoverRecord,
+    MergeRecord,
     PromptRecord,
     SessionLimitsRecord,
     TaskChangesRecord,
@@ -54,6 +55,7 @@ from protocol.session import (
     budgets,
     checks,
     claims,
+    merges,
     providers,
     recover,
     requests,
@@ -130,6 +132,8 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
                 worktree_events.replay_changes(s, record)
             case SessionLimitsRecord():
                 s.limits = record.limits
+            case MergeRecord():
+                merges.replay(s, record)
     return s
 
 
@@ -217,6 +221,7 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
     effects += budgets.resume(s, cx)
     effects += providers.restored(s, cx)  # no hold of the last parent stands
     effects += admission.restored(s, cx)  # the slots held, the queue, and what fits now
+    effects += merges.restored(s)  # a merge planned and not known done: git says which
     open_tasks = sum(1 for r in s.tasks.values() if not r.terminal)
     effects.append(
         Story(

@@ -39,6 +39,7 @@ import msgspec
 from protocol.calls.api import ProcessState
 from protocol.core.errors import InvalidHandle
 from protocol.core.ids import PARENT_ID, IdKind, an_id_of, kind_of
+from protocol.records.journal import MergeRecord
 from protocol.records.request_table import RequestTable
 from protocol.records.settings import SessionLimits, Settings
 from protocol.records.tasks import TaskRecord, TaskResult
@@ -241,6 +242,8 @@ class SessionState:
         #: the next queued task's place in its order, from 1 (0: never queued; restored from
         #: the records)
         self.queue_seq = 1
+        #: planned merges not yet journaled done, by their commit (protocol.session.merges)
+        self.merges: dict[str, MergeRecord] = {}
         #: node -> its ``shepherd node --max-running`` (as its beats tell it)
         self.node_caps: dict[str, int] = {}
         #: agent id -> the model provider it reported using (beside its ``provider`` option)

@@ -104,8 +104,9 @@ TORN = {"settle.torn_journal": "journal.jsonl", "notify.torn_write": "notificati
 
 #: the points a settlement reaches; ``mailbox.before_ack`` is reached by the parent's very first
 #: batch (a CLI call), so it is exercised on a mailbox of its own (tests/mailbox/test_batches.py),
-#: and ``spawn.before_launch`` by the first spawn (its own test below)
-SETTLEMENT_POINTS = tuple(p for p in POINTS if not p.startswith(("mailbox.", "spawn.")))
+#: ``spawn.before_launch`` by the first spawn (its own test below), and ``merge.*`` by a merge
+#: (tests/processes/test_merge.py)
+SETTLEMENT_POINTS = tuple(p for p in POINTS if not p.startswith(("mailbox.", "spawn.", "merge.")))
 
 
 @pytest.mark.parametrize("point", SETTLEMENT_POINTS)

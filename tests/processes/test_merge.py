@@ -7,6 +7,10 @@ changed. Nothing sleeps: tests wait on the agents' completions."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,9 @@ import pytest
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
 from protocol.core.errors import InvalidArgument
-from tests.processes.conftest import cli
+from tests.processes.conftest import Serve, cli
+from tests.processes.test_crash_points import _start
+from tests.processes.test_task_lifecycle import _notices
 from tests.processes.test_worktrees import finish, git, git_identity, repo, script
 from tests.reliability.live import wait_for_files
 
@@ -173,3 +179,71 @@ def test_merge_from_the_command_line(serve: Any, repo: Path, tmp_path: Path) -> 
     assert merged["merged"] and (repo / "cli.txt").read_text() == "from the cli\n"
     code, refused = cli("merge", "alpha", "--strategy", "bogus", session=session, check=False)
     assert code != 0 and refused["error"]["code"] == "invalid_argument"
+
+
+def _journaled_merges(session: Path) -> list[dict[str, Any]]:
+    lines = (session / "journal.jsonl").read_text().splitlines()
+    return [r["record"] for r in map(json.loads, lines) if r["type"] == "merge"]
+
+
+def test_a_merge_is_journaled_and_told_as_a_notice(serve: Any, repo: Path, tmp_path: Path) -> None:
+    server = serve()
+    session = tmp_path / "session"
+    made = committing(tmp_path, "alpha", "told.txt=told")
+    cli("spawn", "alpha", "--script", made, "--worktree", "--repo", str(repo), session=session)
+    _, task = cli("delegate", "alpha", "commit your work", session=session)
+    cli("wait", task["task_id"], "--timeout", "60", session=session)
+    _, merged = cli("merge", "alpha", session=session)
+    assert [r["state"] for r in _journaled_merges(session)] == ["planned", "done"]
+    assert server.wait_for(lambda _: _notices(server, "branch_merged"), timeout=60)
+    (note,) = _notices(server, "branch_merged")
+    assert merged["commit"][:12] in note["text"] and note["refs"][0] == merged["commit"]
+
+
+@pytest.mark.parametrize(("point", "done"), [("merge.planned", False), ("merge.moved", True)])
+def test_a_parent_killed_mid_merge_says_at_its_restart_whether_it_was_done(
+    point: str, done: bool, repo: Path, tmp_path: Path
+) -> None:
+    session = tmp_path / "session"
+    servers: list[Serve] = []
+    try:
+        first = _start(session, point)
+        servers.append(first)
+        made = committing(tmp_path, "alpha", "crash.txt=crash")
+        cli("spawn", "alpha", "--script", made, "--worktree", "--repo", str(repo),
+            session=session)  # fmt: skip
+        _, task = cli("delegate", "alpha", "commit your work", session=session)
+        cli("wait", task["task_id"], "--timeout", "60", session=session)
+        before = head(repo)
+        # the whole command line here, not the supervisor's socket: its own client sees the
+        # supervisor gone and says so at once (it would wait out its 30 s bound)
+        here = [sys.executable, "-m", "actors.surfaces.cli", "merge", "alpha", "--json"]
+        ran = subprocess.run(
+            [*here, "--session", str(session)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        first.proc.wait(timeout=60)
+        assert first.proc.returncode == -signal.SIGKILL, f"{point} not reached"
+        refused = json.loads(ran.stdout)["error"]
+        assert ran.returncode != 0 and refused["code"] == "session_unavailable"
+        assert "is gone: it stopped before it answered" in refused["message"], refused
+        (planned,) = _journaled_merges(session)
+        assert planned["state"] == "planned" and planned["before"] == before
+        assert head(repo) == (planned["commit"] if done else before)  # all or nothing
+        second = _start(session, None)
+        servers.append(second)
+        assert second.wait_for(lambda _: _notices(second, "merge_recovered"), timeout=60)
+        (note,) = _notices(second, "merge_recovered")
+        said = "was done before the restart" if done else "was not done before the restart"
+        assert said in note["text"], note
+        states = [r["state"] for r in _journaled_merges(session)]
+        assert states == ["planned", "done" if done else "abandoned"]
+        if not done:  # merged again by the new parent, once
+            _, again = cli("merge", "alpha", session=session)
+            assert again["merged"] and head(repo) == again["commit"]
+    finally:
+        for server in servers:
+            server.stop()

@@ -45,6 +45,7 @@ def _argv(command: str, agent: str, task: str, script: str) -> list[str]:
         "approve": ["approve", "shepherd-message-00000000deadbeef"],
         "deny": ["deny", "shepherd-message-00000000deadbeef", "--reason", "no"],
         "worktrees": ["worktrees"],
+        "merge": ["merge", agent],
         "shutdown": ["shutdown"],
         "watchdog": ["watchdog", "status"],
     }[command]
