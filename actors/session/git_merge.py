@@ -12,8 +12,8 @@ Rules:
    detached HEAD). A branch checked out in a worktree with uncommitted changes is refused.
 3. **Checked first.** ``git merge-tree --write-tree`` merges the two in the object store only:
    conflicts are answered as their paths (``merged: false``), with nothing changed; so is a
-   ``--check``'s clean result. A branch already in ``into`` has nothing to merge
-   (``up_to_date``).
+   ``--check``'s clean result. A branch already in ``into``, or whose merge would change
+   nothing (squashed in before), has nothing to merge (``up_to_date``).
 4. **Committed without a checkout.** ``merge``: a commit of merge-tree's tree with both heads as
    parents; ``squash``: the same tree, ``into``'s head its one parent; ``rebase``: each of the
    branch's commits (merges refused) cherry-picked in order in a temporary detached worktree,
@@ -150,6 +150,8 @@ def _plan(target: MergeTarget, args: MergeArgs) -> MergeResult | Plan:
     tree, *paths = [p for p in out.split("\0") if p]
     if code == 1:
         return _conflicts(base, paths)
+    if tree == git(["rev-parse", f"{before}^{{tree}}"], repo).strip():
+        return msgspec.structs.replace(base, up_to_date=True)  # squashed in already, say
     files, count = _changed(repo, before, tree)
     if args.check:
         return msgspec.structs.replace(base, checked_only=True, files=files, files_count=count)

@@ -20,8 +20,8 @@ from actors.runtime.crashpoints import crashpoint
 from actors.session.git_merge import Plan
 from actors.session.worktrees import GitWorker
 from protocol.calls import api
-from protocol.calls.api_worktrees import MergeArgs, MergeResult
-from protocol.core.errors import ShepherdError
+from protocol.calls.api_worktrees import MergeArgs, MergeResult, QueuedMerge
+from protocol.core.errors import InvalidArgument, ShepherdError
 from protocol.records.journal import MergeRecord
 from protocol.records.worktrees import MergeTarget, Overlap
 
@@ -30,7 +30,7 @@ __all__ = ["merge", "told"]
 
 def merge(
     args: MergeArgs,
-    ask: Callable[[MergeArgs], MergeTarget],
+    ask: Callable[[MergeArgs], tuple[MergeTarget, ...]],
     git: GitWorker,
     broker: pykka.ActorRef[Any],
     run: Callable[[api.MessageArgs], Any],
@@ -38,12 +38,48 @@ def merge(
     timeout_s: float,
 ) -> MergeResult:
     """``ask``: the broker's answer to ``args``; ``broker``: it journals (and tells) a merge's
-    record, answering once it is durable; ``run``: an operation of the parent's."""
+    record, answering once it is durable; ``run``: an operation of the parent's. With
+    ``queue``, one merge after another, until a conflict."""
 
+    def one(target: MergeTarget) -> MergeResult:
+        asked = msgspec.structs.replace(args, agent=target.ref.agent, queue=False)
+        return _merge(asked, target, git, broker, run, now, timeout_s)
+
+    targets = ask(args)
+    if not args.queue:
+        return one(targets[0])
+    if not targets:
+        raise InvalidArgument("merge: queue: no agent with a worktree has a completed last task")
+    steps: list[QueuedMerge] = []
+    for target in targets:
+        result = one(target)
+        steps.append(
+            QueuedMerge(
+                agent=result.agent,
+                merged=result.merged,
+                commit=result.commit,
+                up_to_date=result.up_to_date,
+                conflicts=result.conflicts,
+                conflicts_count=result.conflicts_count,
+            )
+        )
+        if result.conflicts_count:
+            break  # the rest would merge onto what the parent has to settle first
+    return msgspec.structs.replace(result, queue=tuple(steps))
+
+
+def _merge(
+    args: MergeArgs,
+    target: MergeTarget,
+    git: GitWorker,
+    broker: pykka.ActorRef[Any],
+    run: Callable[[api.MessageArgs], Any],
+    now: Callable[[], float],
+    timeout_s: float,
+) -> MergeResult:
     def record(merge: MergeRecord) -> None:
         broker.ask(merge, timeout=timeout_s)
 
-    target = ask(args)
     step = git.plan_merge(target, args).result(timeout=timeout_s)
     if not isinstance(step, Plan):
         return step  # type: ignore[no-any-return]  # conflicts, a check, up to date

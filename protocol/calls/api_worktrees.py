@@ -16,6 +16,7 @@ __all__ = [
     "MergeArgs",
     "MergeResult",
     "MergeStrategy",
+    "QueuedMerge",
     "WorktreeStatus",
     "WorktreesArgs",
     "WorktreesResult",
@@ -59,6 +60,17 @@ class WorktreesArgs(
     cursor: Cursor = 0
 
 
+class QueuedMerge(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One step of ``merge --queue``: an agent's branch, merged or why not."""
+
+    agent: str
+    merged: bool
+    commit: str | None = None
+    up_to_date: bool = False
+    conflicts: tuple[str, ...] = ()
+    conflicts_count: int = 0
+
+
 class MergeResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """An agent's branch merged into ``into`` (``shepherd merge``), or why not: nothing is
     changed unless ``merged``."""
@@ -85,11 +97,16 @@ class MergeResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     #: the other live agents whose worktrees changed paths the merge changed (at most 10,
     #: each with at most 50 paths and their count): each was sent a message saying so
     overlaps: tuple[Overlap, ...] = ()
+    #: ``--queue``: every merge tried, in order (the fields above are the last one's); a
+    #: conflict stops the queue
+    queue: tuple[QueuedMerge, ...] = ()
 
 
 class MergeArgs(Arguments[MergeResult], frozen=True, kw_only=True, forbid_unknown_fields=True):
-    #: the agent (spawned with a worktree) whose branch is merged
-    agent: Handle
+    #: the agent (spawned with a worktree) whose branch is merged (or ``queue``)
+    agent: Handle | None = None
+    #: every agent whose last task completed, in the order they completed, one after another
+    queue: bool = False
     #: the branch to merge into (default: the branch checked out in the repository's own
     #: directory)
     into: RefName | None = None

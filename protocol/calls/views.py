@@ -261,6 +261,22 @@ def worktrees(data: dict[str, Any]) -> str:
 
 
 def merge(data: dict[str, Any]) -> str:
+    line = _merged(data)
+    if not data.get("queue"):
+        return line
+    steps = []
+    for step in data["queue"]:
+        if step.get("merged"):
+            said = f"merged as {str(step.get('commit'))[:12]}"
+        elif step.get("conflicts_count"):
+            said = f"conflicts ({', '.join(step.get('conflicts', ()))}): the queue stopped"
+        else:
+            said = "nothing to merge" if step.get("up_to_date") else "checked"
+        steps.append(f"{step['agent']} {said}")
+    return "queue: " + "; ".join(steps) + "\n" + line
+
+
+def _merged(data: dict[str, Any]) -> str:
     head = f"{data['agent']}: {data['branch']} into {data['into']} ({data['strategy']})"
     if data.get("conflicts_count"):
         more = data["conflicts_count"] - len(data.get("conflicts", ()))

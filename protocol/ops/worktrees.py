@@ -57,6 +57,13 @@ MERGE = entry(
             ),
             cli="--strategy",
         ),
+        "queue": Param(
+            description=(
+                "Instead of one agent: every agent whose last task completed, in the order they "
+                "completed, one after another (a conflict stops the queue)"
+            ),
+            cli="--queue",
+        ),
         "check": Param(
             description="Only check whether it merges cleanly (git merge-tree); change nothing",
             cli="--check",

@@ -93,7 +93,7 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
         case api_worktrees.WorktreesArgs():
             return [Answer(value=worktrees.listing(s, args.cursor))]
         case api_worktrees.MergeArgs():  # the session's part: the branch; git merges it
-            return [Answer(value=worktrees.merge_target(s, args.agent))]
+            return [Answer(value=worktrees.merge_targets(s, args))]
         case ApproveArgs() | DenyArgs():
             return approvals.answer(s, args, cx)
         case _:

@@ -58,6 +58,25 @@ def worktree_of(s: SessionState, agent_id: str) -> WorktreeRef | None:
     return ref_of(row.agent_id, row.name, row.options)
 
 
+def merge_targets(s: SessionState, args: api_worktrees.MergeArgs) -> tuple[MergeTarget, ...]:
+    """What ``merge`` merges: the agent named, or (``queue``) every agent with a worktree whose
+    last task completed, in the order they completed."""
+    if (args.agent is None) == (not args.queue):
+        raise InvalidArgument("merge: name an agent, or queue (not both)")
+    if args.agent is not None:
+        return (merge_target(s, args.agent),)
+    newest: dict[str, TaskResult | None] = {}
+    for record in s.tasks.values():  # in delegation order: each agent's last one stays
+        newest[record.agent_id] = record.result
+    done = sorted(
+        (result.completed_at, agent_id)
+        for agent_id, result in newest.items()
+        if result is not None and result.status == "completed"
+        if (row := s.agents.get(agent_id)) and ref_of(agent_id, row.name, row.options)
+    )
+    return tuple(merge_target(s, agent_id) for _, agent_id in done)
+
+
 def merge_target(s: SessionState, handle: str) -> MergeTarget:
     """The agent's branch for ``merge`` (its worktree may be removed: the branch stays), and
     every other live agent's worktree."""

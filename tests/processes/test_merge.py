@@ -133,6 +133,30 @@ def test_squash_and_rebase_into_a_branch_not_checked_out_touch_no_checkout(
     assert head(repo) == start and not (repo / "one.txt").exists()  # main's checkout untouched
 
 
+def test_the_queue_merges_in_completion_order_and_stops_at_a_conflict(
+    supervisor: Team, tmp_path: Path, repo: Path
+) -> None:
+    sup, _ = supervisor
+    spawn_and_work(supervisor, tmp_path, repo, "beta", "b.txt=b", "shared.txt=from beta")
+    spawn_and_work(supervisor, tmp_path, repo, "alpha", "a.txt=a")
+    spawn_and_work(supervisor, tmp_path, repo, "gamma", "shared.txt=from gamma")
+    spawn_and_work(supervisor, tmp_path, repo, "delta", "d.txt=d")
+    sup.call("spawn", {"name": "idle", "script": script(tmp_path, "idle"), "worktree": True,
+                       "repo": str(repo)})  # fmt: skip  # no task completed: not queued
+    result = sup.call("merge", {"queue": True})
+    steps = [(q.agent, q.merged, q.conflicts) for q in result.queue]
+    # beta, then alpha (the order they completed); gamma conflicts with beta's shared.txt and
+    # stops the queue: delta is not tried
+    assert steps == [("beta", True, ()), ("alpha", True, ()), ("gamma", False, ("shared.txt",))]
+    assert result.agent == "gamma" and not result.merged
+    assert (repo / "a.txt").exists() and (repo / "b.txt").exists()
+    assert not (repo / "d.txt").exists()
+    assert (repo / "shared.txt").read_text() == "from beta\n"
+    for fields in ({}, {"agent": "alpha", "queue": True}):  # one agent, or the queue
+        with pytest.raises(InvalidArgument, match="name an agent, or queue"):
+            sup.call("merge", fields)
+
+
 def test_refusals_are_typed_and_change_nothing(
     supervisor: Team, tmp_path: Path, repo: Path
 ) -> None:
@@ -179,6 +203,8 @@ def test_merge_from_the_command_line(serve: Any, repo: Path, tmp_path: Path) -> 
     assert merged["merged"] and (repo / "cli.txt").read_text() == "from the cli\n"
     code, refused = cli("merge", "alpha", "--strategy", "bogus", session=session, check=False)
     assert code != 0 and refused["error"]["code"] == "invalid_argument"
+    _, queued = cli("merge", "--queue", session=session)  # alpha's branch is in main already
+    assert queued["queue"] == [{"agent": "alpha", "merged": False, "up_to_date": True}]
 
 
 def _journaled_merges(session: Path) -> list[dict[str, Any]]:
