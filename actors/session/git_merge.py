@@ -28,7 +28,11 @@ Rules:
 7. **The others told.** After a merge, each other live agent whose worktree changed (since
    its branch's base, committed or not) paths the merge changed is listed in ``overlaps`` (at
    most :data:`~protocol.core.limits.WORKTREE_OVERLAP_AGENTS`); the session sends each a
-   message naming them (:mod:`actors.session.session`).
+   message naming them (:mod:`actors.session.merging`).
+8. **Siblings rebased, when asked** (``rebase_siblings``): each of those agents whose worktree
+   has no uncommitted change gets its branch rebased onto the merge in its worktree; a rebase
+   that conflicts is undone (``git rebase --abort``). Each is listed as ``rebased`` or
+   ``not_rebased`` and told which.
 """
 
 from __future__ import annotations
@@ -70,8 +74,9 @@ def plan(target: MergeTarget, args: MergeArgs) -> MergeResult | Plan:
         raise GitFailed(f"merge: {exc}") from None
 
 
-def move(plan: Plan) -> MergeResult:
-    """Rules 5 and 7: ``into`` moved to the plan's commit, and the other agents it concerns."""
+def move(plan: Plan, rebase_siblings: bool = False) -> MergeResult:
+    """Rules 5, 7 and 8: ``into`` moved to the plan's commit, the other agents it concerns,
+    and (``rebase_siblings``) their branches rebased onto it."""
     result, repo = plan.result, plan.target.ref.repo
     assert result.commit is not None
     try:
@@ -84,7 +89,32 @@ def move(plan: Plan) -> MergeResult:
     except GitError as exc:
         raise GitFailed(f"merge: {exc}") from None
     overlaps = _overlaps(merged, plan.target.siblings)
-    return msgspec.structs.replace(result, merged=True, overlaps=overlaps)
+    result = msgspec.structs.replace(result, merged=True, overlaps=overlaps)
+    if not rebase_siblings or not overlaps:
+        return result
+    told = {o.agent for o in overlaps}
+    onto = result.commit
+    assert onto is not None
+    rebased: list[str] = []
+    not_rebased: list[str] = []
+    for sibling in plan.target.siblings:
+        if sibling.agent in told:
+            (rebased if _rebase(sibling.path, onto) else not_rebased).append(sibling.agent)
+    return msgspec.structs.replace(result, rebased=tuple(rebased), not_rebased=tuple(not_rebased))
+
+
+def _rebase(path: str, onto: str) -> bool:
+    """Rule 8: a worktree with no uncommitted change, its branch rebased onto ``onto`` (a
+    conflict undoes it); whether it was."""
+    try:
+        if dirty_paths(path):
+            return False
+        if run_git(["rebase", "--quiet", onto], path)[0] == 0:
+            return True
+        run_git(["rebase", "--abort"], path)
+    except (GitError, OSError):
+        pass
+    return False
 
 
 def head_of(repo: str, branch: str) -> str | None:

@@ -87,7 +87,7 @@ def _merge(
     record(planned)
     crashpoint("merge.planned")
     try:
-        result: MergeResult = git.move(step).result(timeout=timeout_s)
+        result: MergeResult = git.move(step, args.rebase_siblings).result(timeout=timeout_s)
     except BaseException:
         with contextlib.suppress(Exception):  # not moved: the journal says so
             record(msgspec.structs.replace(planned, state="abandoned", at=now()))
@@ -121,8 +121,14 @@ def told(result: MergeResult, overlap: Overlap) -> str:
     """The message to an agent whose worktree changed paths the merge changed."""
     more = overlap.count - len(overlap.files)
     paths = ", ".join(overlap.files) + (f" and {more} more" if more > 0 else "")
-    return (
+    said = (
         f"[shepherd] {result.agent}'s branch was merged into {result.into} "
         f"({(result.commit or '')[:12]}): it changed {overlap.count} path(s) your worktree "
-        f"changed too: {paths}. Bring {result.into} into your branch before you go on."
+        f"changed too: {paths}."
     )
+    if overlap.agent in result.rebased:
+        return f"{said} Your branch was rebased onto it: look at those paths again."
+    if overlap.agent in result.not_rebased:
+        why = "it has uncommitted changes, or the rebase conflicted and was undone"
+        return f"{said} Your branch was not rebased onto it ({why}): bring {result.into} in."
+    return f"{said} Bring {result.into} into your branch before you go on."

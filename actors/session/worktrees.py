@@ -188,8 +188,8 @@ class GitWorker:
     def plan_merge(self, target: MergeTarget, args: api_worktrees.MergeArgs) -> Future[Any]:
         return self._submit(lambda: git_merge.plan(target, args))
 
-    def move(self, plan: git_merge.Plan) -> Future[Any]:
-        return self._submit(lambda: git_merge.move(plan))
+    def move(self, plan: git_merge.Plan, rebase_siblings: bool = False) -> Future[Any]:
+        return self._submit(lambda: git_merge.move(plan, rebase_siblings))
 
     def probe_merge(self, record: MergeRecord, answer: Callable[[MergeRecord], object]) -> None:
         """Where a merge's ``into`` stands now (:func:`protocol.session.merges.settle`)."""

@@ -97,6 +97,11 @@ class MergeResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     #: the other live agents whose worktrees changed paths the merge changed (at most 10,
     #: each with at most 50 paths and their count): each was sent a message saying so
     overlaps: tuple[Overlap, ...] = ()
+    #: ``rebase_siblings``: the agents in ``overlaps`` whose branches were rebased onto the
+    #: merge, and those that were not (a worktree with uncommitted changes, or a conflict:
+    #: the rebase was undone), each told so in its message
+    rebased: tuple[str, ...] = ()
+    not_rebased: tuple[str, ...] = ()
     #: ``--queue``: every merge tried, in order (the fields above are the last one's); a
     #: conflict stops the queue
     queue: tuple[QueuedMerge, ...] = ()
@@ -113,3 +118,6 @@ class MergeArgs(Arguments[MergeResult], frozen=True, kw_only=True, forbid_unknow
     strategy: MergeStrategy = "merge"
     #: only check with git merge-tree whether it merges cleanly; change nothing
     check: bool = False
+    #: after the merge, rebase onto it the branches of the agents told (``overlaps``) whose
+    #: worktrees have no uncommitted change
+    rebase_siblings: bool = False

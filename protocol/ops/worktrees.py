@@ -68,6 +68,13 @@ MERGE = entry(
             description="Only check whether it merges cleanly (git merge-tree); change nothing",
             cli="--check",
         ),
+        "rebase_siblings": Param(
+            description=(
+                "After the merge, rebase onto it the branches of the other agents whose "
+                "worktrees changed the same paths, when they have no uncommitted change"
+            ),
+            cli="--rebase-siblings",
+        ),
     },
     tool=Tool(
         description=(

@@ -16,9 +16,12 @@ from typing import Any
 
 import pytest
 
+from actors.session.merging import told
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
+from protocol.calls.api_worktrees import MergeResult
 from protocol.core.errors import InvalidArgument
+from protocol.records.worktrees import Overlap
 from tests.processes.conftest import Serve, cli
 from tests.processes.test_crash_points import _start
 from tests.processes.test_task_lifecycle import _notices
@@ -96,6 +99,31 @@ def test_a_live_agent_whose_worktree_changed_the_merged_paths_is_told(
     assert [(o.agent, o.files, o.count) for o in merged.overlaps] == [("beta", ("shared.txt",), 1)]
     said = wait_for_files(tmp_path, lambda: heard.exists() and heard.read_text(), 60)
     assert said and "alpha's branch was merged into main" in said and "shared.txt" in said
+
+
+def test_rebase_siblings_rebases_the_clean_ones_and_tells_each_which(
+    supervisor: Team, tmp_path: Path, repo: Path
+) -> None:
+    sup, sink = supervisor
+    (repo / "shared.txt").write_text("one\ntwo\nthree\n")
+    git(repo, "commit", "-qam", "three lines")
+    edit = "sed -i s/one/ONE/ shared.txt && git commit -qam 'alpha: line one'"
+    sup.call("spawn", {"name": "alpha", "script": script(tmp_path, "alpha", edit),
+                       "worktree": True, "repo": str(repo)})  # fmt: skip
+    assert finish(sup, sink, "alpha", "edit line one").status == "completed"
+    for name in ("beta", "gamma"):
+        sup.call("spawn", {"name": name, "script": script(tmp_path, name), "worktree": True,
+                           "repo": str(repo)})  # fmt: skip
+    beta, gamma = (sup.session_dir / "worktrees" / n for n in ("beta", "gamma"))
+    (beta / "shared.txt").write_text("one\ntwo\nTHREE\n")  # committed: a clean worktree
+    git(beta, "commit", "-qam", "beta: line three")
+    (gamma / "shared.txt").write_text("one\nTWO\nthree\n")  # not committed: left alone
+    merged = sup.call("merge", {"agent": "alpha", "rebase_siblings": True})
+    assert merged.merged and sorted(o.agent for o in merged.overlaps) == ["beta", "gamma"]
+    assert merged.rebased == ("beta",) and merged.not_rebased == ("gamma",)
+    assert (beta / "shared.txt").read_text() == "ONE\ntwo\nTHREE\n"  # on top of the merge
+    assert git(beta, "merge-base", "--is-ancestor", merged.commit, "HEAD") == ""
+    assert (gamma / "shared.txt").read_text() == "one\nTWO\nthree\n"  # untouched
 
 
 def test_conflicting_paths_are_reported_and_nothing_changes(
@@ -273,3 +301,27 @@ def test_a_parent_killed_mid_merge_says_at_its_restart_whether_it_was_done(
     finally:
         for server in servers:
             server.stop()
+
+
+def test_what_each_agent_told_is_told_says_whether_its_branch_was_rebased() -> None:
+    result = MergeResult(
+        agent="alpha",
+        branch="b",
+        into="main",
+        strategy="merge",
+        before="0" * 40,
+        merged=True,
+        commit="1" * 40,
+        rebased=("beta",),
+        not_rebased=("gamma",),
+    )
+    said = {
+        name: told(result, Overlap(agent=name, branch="x", files=("a.txt",), count=3))
+        for name in ("beta", "gamma", "delta")
+    }
+    assert all(
+        "changed 3 path(s) your worktree changed too: a.txt and 2 more" in t for t in said.values()
+    )
+    assert "was rebased onto it" in said["beta"]
+    assert "was not rebased onto it" in said["gamma"]
+    assert said["delta"].endswith("Bring main into your branch before you go on.")
