@@ -4,12 +4,12 @@ agent's branch merged (beside :mod:`protocol.calls.api`, whose
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
 from protocol.calls.api import Arguments
-from protocol.core.limits import Cursor, Handle, RefName
+from protocol.core.limits import MAX_BATCH, Cursor, Handle, RefName
 from protocol.records.worktrees import Overlap
 
 __all__ = [
@@ -112,6 +112,8 @@ class MergeArgs(Arguments[MergeResult], frozen=True, kw_only=True, forbid_unknow
     agent: Handle | None = None
     #: every agent whose last task completed, in the order they completed, one after another
     queue: bool = False
+    #: with ``queue``: these agents, in this order, instead
+    order: Annotated[tuple[Handle, ...], msgspec.Meta(max_length=MAX_BATCH)] | None = None
     #: the branch to merge into (default: the branch checked out in the repository's own
     #: directory)
     into: RefName | None = None

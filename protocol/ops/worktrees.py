@@ -64,6 +64,11 @@ MERGE = entry(
             ),
             cli="--queue",
         ),
+        "order": Param(
+            description="With queue: these agents, in this order (at most 100), instead",
+            cli="--order",
+            metavar="AGENT",
+        ),
         "check": Param(
             description="Only check whether it merges cleanly (git merge-tree); change nothing",
             cli="--check",

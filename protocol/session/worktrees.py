@@ -63,8 +63,12 @@ def merge_targets(s: SessionState, args: api_worktrees.MergeArgs) -> tuple[Merge
     last task completed, in the order they completed."""
     if (args.agent is None) == (not args.queue):
         raise InvalidArgument("merge: name an agent, or queue (not both)")
+    if args.order and not args.queue:
+        raise InvalidArgument("merge: order: only with queue")
     if args.agent is not None:
         return (merge_target(s, args.agent),)
+    if args.order:
+        return tuple(merge_target(s, handle) for handle in args.order)
     newest: dict[str, TaskResult | None] = {}
     for record in s.tasks.values():  # in delegation order: each agent's last one stays
         newest[record.agent_id] = record.result

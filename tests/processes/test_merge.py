@@ -183,6 +183,14 @@ def test_the_queue_merges_in_completion_order_and_stops_at_a_conflict(
     for fields in ({}, {"agent": "alpha", "queue": True}):  # one agent, or the queue
         with pytest.raises(InvalidArgument, match="name an agent, or queue"):
             sup.call("merge", fields)
+    with pytest.raises(InvalidArgument, match="order: only with queue"):
+        sup.call("merge", {"agent": "delta", "order": ["delta"]})
+    with pytest.raises(InvalidArgument, match="order"):
+        sup.call("merge", {"queue": True, "order": ["delta"] * 101})
+    # a given order: delta alone (gamma's conflict left for the parent)
+    ordered = sup.call("merge", {"queue": True, "order": ["delta"], "strategy": "squash"})
+    assert [(q.agent, q.merged) for q in ordered.queue] == [("delta", True)]
+    assert (repo / "d.txt").exists()
 
 
 def test_refusals_are_typed_and_change_nothing(
@@ -233,6 +241,8 @@ def test_merge_from_the_command_line(serve: Any, repo: Path, tmp_path: Path) -> 
     assert code != 0 and refused["error"]["code"] == "invalid_argument"
     _, queued = cli("merge", "--queue", session=session)  # alpha's branch is in main already
     assert queued["queue"] == [{"agent": "alpha", "merged": False, "up_to_date": True}]
+    _, ordered = cli("merge", "--queue", "--order", "alpha", "--order", "alpha", session=session)
+    assert [q["agent"] for q in ordered["queue"]] == ["alpha", "alpha"]
 
 
 def _journaled_merges(session: Path) -> list[dict[str, Any]]:
