@@ -45,7 +45,7 @@ from acp.schema import (
 from actors.child.acp_options import AcpOptions
 from actors.runtime.procs import OUTPUT_TAIL_BYTES
 from protocol.calls.gates import matching, subject_of
-from protocol.core.limits import MAX_BUDGET_COST
+from protocol.core.limits import MAX_BUDGET_COST, MAX_EDIT_PATHS
 
 __all__ = [
     "APPROVAL_TEXT_LIMIT",
@@ -149,7 +149,8 @@ class AgentSaid:
                 self._commands[update.tool_call_id] = command
                 tool = update.kind or update.title
                 self._titles[update.tool_call_id] = tool
-                self._publish("tool_call", tool=tool, command=command)
+                paths = _written(update.kind, update.locations)
+                self._publish("tool_call", tool=tool, command=command, paths=paths)
             case ToolCallProgress(status="completed" | "failed" as status):
                 call = update.tool_call_id
                 output = _tool_text(update.content)
@@ -275,3 +276,16 @@ class AgentClient:
 
     def on_connect(self, conn: Any) -> None:
         return None
+
+
+#: the kinds of ACP tool calls that change the files at their locations
+_WRITING_KINDS = frozenset({"edit", "delete", "move"})
+
+
+def _written(kind: str | None, locations: Any) -> tuple[str, ...]:
+    """The files an ACP tool call changes: its locations' paths, for an edit, delete or move
+    (at most :data:`~protocol.core.limits.MAX_EDIT_PATHS`)."""
+    if kind not in _WRITING_KINDS or not locations:
+        return ()
+    paths = [p for loc in locations if isinstance(p := getattr(loc, "path", None), str)]
+    return tuple(p for p in paths if 0 < len(p) <= 1024)[:MAX_EDIT_PATHS]

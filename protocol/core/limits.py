@@ -204,6 +204,13 @@ RetryAfterSeconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_RETRY_AFTER_S)]
 MAX_REFUSAL_TEXT_CHARS: Final = 16 * 1024
 RefusalText = Annotated[str, msgspec.Meta(max_length=MAX_REFUSAL_TEXT_CHARS)]
 
+# --- live edit collisions (protocol.session.collisions)
+
+#: the files one tool call of an agent says it writes, at most (more are not counted)
+MAX_EDIT_PATHS: Final = 20
+EditPath = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+EditPaths = Annotated[tuple[EditPath, ...], msgspec.Meta(max_length=MAX_EDIT_PATHS)]
+
 # --- admission (``serve --max-running``: protocol.session.admission)
 
 #: a queued task's priority: higher first, then first queued first

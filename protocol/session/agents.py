@@ -41,6 +41,7 @@ from protocol.records.tasks import TaskEvent
 from protocol.session import (
     budgets,
     claims,
+    collisions,
     providers,
     requests,
     settlement,
@@ -291,6 +292,7 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
         case "tool_call" | "tool_result":
             if env.event == "tool_call":
                 claims.counted(s, row)
+                effects += collisions.edited(s, row, env, cx)
             line = env.command if env.event == "tool_call" else env.output
             prefix = "$ " if env.event == "tool_call" else ""
             if line:

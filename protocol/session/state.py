@@ -242,6 +242,9 @@ class SessionState:
         #: the next queued task's place in its order, from 1 (0: never queued; restored from
         #: the records)
         self.queue_seq = 1
+        #: path -> agent id -> when it last edited it; pairs told (protocol.session.collisions)
+        self.edits: dict[str, dict[str, float]] = {}
+        self.collisions_told: dict[tuple[str, str, str], None] = {}
         #: planned merges not yet journaled done, by their commit (protocol.session.merges)
         self.merges: dict[str, MergeRecord] = {}
         #: node -> its ``shepherd node --max-running`` (as its beats tell it)

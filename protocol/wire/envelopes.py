@@ -43,6 +43,7 @@ from protocol.core.ids import PARENT_ID, IdKind, an_id_of, is_id_of, is_valid_na
 from protocol.core.limits import (
     MAX_NESTING,
     DeadlineSeconds,
+    EditPaths,
     Handle,
     OptionalText,
     ProviderName,
@@ -203,6 +204,9 @@ class RuntimeEnvelope(Envelope, frozen=True, kw_only=True, tag="runtime"):
     #: be left alone (its Retry-After), when it said
     provider: ProviderName | None = None
     retry_after_s: RetryAfterSeconds | None = None
+    #: on ``tool_call``: the files the tool writes, as the agent named them (Pi's ``write`` /
+    #: ``edit``, an ACP agent's edit locations): what live edit collisions are judged on
+    paths: EditPaths = ()
 
 
 class QueryEnvelope(Envelope, frozen=True, kw_only=True, tag="query"):

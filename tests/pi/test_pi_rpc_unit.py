@@ -73,6 +73,14 @@ def test_tool_events_carry_command_and_output() -> None:
     )
     assert other is not None
     assert other.command == '{"limit":3,"path":"ä.txt"}'  # compact, sorted, stable
+    assert other.paths == ()  # read writes nothing
+    for tool, args in (("write", {"path": "src/a.py", "content": "x"}), ("edit", {"path": "b"})):
+        wrote = map_event({"type": "tool_execution_start", "toolName": tool, "args": args})
+        assert wrote is not None and wrote.paths == (args["path"],)  # live edit collisions
+    long = map_event(
+        {"type": "tool_execution_start", "toolName": "write", "args": {"path": "x" * 2000}}
+    )
+    assert long is not None and long.paths == ()  # beyond the wire's bound: not counted
     assert map_event(
         {
             "type": "tool_execution_end",

@@ -34,7 +34,8 @@ class RuntimeEvent(msgspec.Struct, frozen=True, kw_only=True):
       when a terminating tool such as ``shepherd_done`` ended the run). A turn ending is never
       a task ending.
     - ``tool_call``: ``tool``, ``tool_call_id`` and ``command`` (bash: the command line; other
-      tools: compact JSON of the arguments with sorted keys, stable for hashing).
+      tools: compact JSON of the arguments with sorted keys, stable for hashing); ``paths``:
+      the file a ``write`` or ``edit`` call writes (its ``path`` argument).
     - ``tool_result``: ``tool``, ``tool_call_id``, ``output`` (the text parts joined) and
       ``is_error``.
     - ``output``: assistant text of one finished assistant message.
@@ -49,6 +50,7 @@ class RuntimeEvent(msgspec.Struct, frozen=True, kw_only=True):
     tool: str | None = None
     tool_call_id: str | None = None
     command: str | None = None
+    paths: tuple[str, ...] = ()
     output: str | None = None
     is_error: bool = False
     text: str | None = None
@@ -79,6 +81,7 @@ def map_event(ev: Mapping[str, Any]) -> RuntimeEvent | None:
             tool=tool,
             tool_call_id=_str_or_none(ev.get("toolCallId")),
             command=_tool_command(tool, ev.get("args")),
+            paths=_written(tool, ev.get("args")),
         )
     if kind == "tool_execution_end":
         result = ev.get("result")
@@ -191,6 +194,22 @@ def _join_text(content: object) -> str:
         and part.get("type") == "text"
         and isinstance(part.get("text"), str)
     )
+
+
+#: Pi's tools that write a file, and the argument naming it
+_WRITERS = frozenset({"write", "edit"})
+_PATH_ARGS = ("path", "file_path", "filePath")
+
+
+def _written(tool: str, args: object) -> tuple[str, ...]:
+    """The file a writing tool's call writes (its path argument), if it names one."""
+    if tool not in _WRITERS or not isinstance(args, Mapping):
+        return ()
+    for key in _PATH_ARGS:
+        path = args.get(key)
+        if isinstance(path, str) and 0 < len(path) <= 1024:
+            return (path,)
+    return ()
 
 
 def _tool_command(tool: str, args: object) -> str:

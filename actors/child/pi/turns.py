@@ -109,7 +109,7 @@ class PiTurns:
                 command = _head(ev.command or "", COMMAND_LIMIT)
                 if ev.tool_call_id is not None:
                     self._commands[ev.tool_call_id] = command
-                runtime("tool_call", tool=ev.tool, command=command)
+                runtime("tool_call", tool=ev.tool, command=command, paths=ev.paths)
             case "tool_result":
                 called = self._commands.pop(ev.tool_call_id or "", None)
                 runtime(
