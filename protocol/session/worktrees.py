@@ -61,10 +61,10 @@ def worktree_of(s: SessionState, agent_id: str) -> WorktreeRef | None:
 def merge_targets(s: SessionState, args: api_worktrees.MergeArgs) -> tuple[MergeTarget, ...]:
     """What ``merge`` merges: the agent named, or (``queue``) every agent with a worktree whose
     last task completed, in the order they completed."""
-    if (args.agent is None) == (not args.queue):
-        raise InvalidArgument("merge: name an agent, or queue (not both)")
     if args.order and not args.queue:
         raise InvalidArgument("merge: order: only with queue")
+    if (args.agent is None) == (not args.queue):
+        raise InvalidArgument("merge: name an agent, or queue (not both)")
     if args.agent is not None:
         return (merge_target(s, args.agent),)
     if args.order:
