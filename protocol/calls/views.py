@@ -73,6 +73,8 @@ def status_line(agent: dict[str, Any], names: dict[str, str], now: float) -> str
         result = task.get("result")
         if result is not None:
             detail += f" (rc {result['return_code']})"
+        elif state == "queued" and task.get("queue_place"):
+            detail += f" (place {task['queue_place']})"
         elif state == "verifying" and task.get("check"):
             detail += f" (check attempt {task.get('attempt')} of {task['check']['attempts']})"
         elif task.get("turns_without_done"):
@@ -144,7 +146,25 @@ def summary_line(data: dict[str, Any]) -> str:
     line += f"; tasks: {tasks}" if tasks else ""
     budget = {"max_tokens": summary.get("budget_tokens"), "max_cost": summary.get("budget_cost")}
     spent = usage_text(summary.get("usage"), budget)
-    return line + (f"; session used: {spent}" if spent else "")
+    return line + (f"; session used: {spent}" if spent else "") + _admission(summary)
+
+
+def _admission(summary: dict[str, Any]) -> str:
+    """``; 4 running of at most 4, 2 queued; cooling down: sim; paced: sim 4.5/s; ...``."""
+    cap, queued = summary.get("max_running"), summary.get("queued", 0)
+    parts = []
+    if cap is not None or queued:
+        of = f" of at most {cap}" if cap is not None else ""
+        parts.append(f"{summary.get('running', 0)} running{of}, {queued} queued")
+    if summary.get("cooldowns"):
+        parts.append("cooling down: " + ", ".join(sorted(summary["cooldowns"])))
+    if summary.get("paced"):
+        paced = sorted(summary["paced"].items())
+        parts.append("paced: " + ", ".join(f"{p} {rate:g}/s" for p, rate in paced))
+    if summary.get("node_caps"):
+        caps = sorted(summary["node_caps"].items())
+        parts.append("node caps: " + ", ".join(f"{n} {cap}" for n, cap in caps))
+    return "".join(f"; {part}" for part in parts)
 
 
 def render_status(data: dict[str, Any]) -> str:

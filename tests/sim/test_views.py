@@ -64,3 +64,31 @@ def test_only_a_polled_mailbox_is_shown() -> None:
     out = io.StringIO()
     Console(file=out, width=200).print(status_table(data))
     assert out.getvalue().count("(mailbox polling)") == 2  # the title (parent) and slow
+
+
+def test_the_summary_says_the_queue_the_caps_the_cool_downs_and_the_paces() -> None:
+    s, _ = new_session(4)
+    s.spawn("scout", script=IDLE)
+    s.spawn("planner", script=IDLE)
+    s.sim.run_all()
+    data = msgspec.to_builtins(s.status())
+    assert "queued" not in render_status(data)  # no admission: nothing said
+    data["summary"] |= {
+        "running": 1,
+        "queued": 2,
+        "max_running": 1,
+        "cooldowns": {"sim": 1e12},
+        "paced": {"sim": 4.5},
+        "node_caps": {"n1": 2},
+    }
+    data["agents"][0]["task"] = {
+        "task_id": "shepherd-task-0000000000000001",
+        "state": "queued",
+        "queue_place": 2,
+        "created_at": data["now"],
+    }
+    text = render_status(data)
+    assert "queued (place 2)" in text
+    assert (
+        "; 1 running of at most 1, 2 queued; cooling down: sim; paced: sim 4.5/s; node caps: n1 2"
+    ) in text
