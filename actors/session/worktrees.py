@@ -240,7 +240,7 @@ def _probe(effect: ProbeWorktree) -> WorktreeProbed:
             problems.append(f"{other.agent}: {exc}")
     changes = make_changes(ref.branch, ref.path, changed, others, since=since)  # type: ignore[arg-type]
     return WorktreeProbed(
-        kind="diff",
+        kind=effect.kind,
         task_id=effect.task_id,
         agent_id=ref.agent_id,
         changes=changes,

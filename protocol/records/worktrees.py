@@ -223,7 +223,7 @@ def ref_of(agent_id: str, name: str, options: Mapping[str, object]) -> WorktreeR
 class WorktreeProbed(msgspec.Struct, frozen=True, kw_only=True):
     """A ``ProbeWorktree``'s answer, handed back to the session's rules."""
 
-    kind: Literal["snapshot", "diff"]
+    kind: Literal["snapshot", "diff", "live"]
     task_id: str
     agent_id: str
     snapshot: Snapshot | None = None

@@ -278,6 +278,7 @@ def runtime_event(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx)
             effects += budgets.reported(s, row, env, cx)
         case "turn_end":
             exited = row.process_state == "exited"
+            effects += collisions.turn_ended(s, row)  # before its task may end with the turn
             effects += move(s, agent_id, "turn_end", cx)
             s.turns.pop(agent_id, None)
             if not exited:

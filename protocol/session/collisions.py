@@ -4,7 +4,9 @@ told, with the parent, before either says done.
 Rules:
 
 1. **What counts as an edit.** A ``tool_call`` runtime event naming the files it writes
-   (``paths``: Pi's ``write`` and ``edit`` tools, an ACP agent's edit locations). A path is
+   (``paths``: Pi's ``write`` and ``edit`` tools, an ACP agent's edit locations); for a
+   command or scripted agent in a worktree (their tools name no files), the files its task
+   changed so far, read from the worktree at each of its turns' ends. A path is
    taken relative to the agent's directory (its worktree): two agents in two worktrees of
    one repository editing ``src/app.py`` each edit the same file. A path outside the agent's
    directory is taken as it is (absolute).
@@ -24,13 +26,17 @@ from __future__ import annotations
 from typing import Final
 
 from protocol.records.notifications import Notice
+from protocol.records.worktrees import WorktreeProbed
 from protocol.session import outbox
-from protocol.session.effects import Effect, Notify
+from protocol.session.effects import Effect, Notify, ProbeWorktree
 from protocol.session.state import AgentRow, Ctx, SessionState
+from protocol.session.worktrees import worktree_of
 from protocol.wire.envelopes import RuntimeEnvelope
 
-__all__ = ["MAX_PATHS", "MAX_TOLD", "WINDOW_S", "edited"]
+__all__ = ["MAX_PATHS", "MAX_TOLD", "WINDOW_S", "edited", "probed", "turn_ended"]
 
+#: the adapters whose tools name no files: their worktrees are read (rule 1)
+_SILENT: Final = frozenset({"command", "scripted"})
 #: how close in time two edits of one path must be to collide (rule 2)
 WINDOW_S: Final = 600.0
 #: rule 4's bounds
@@ -40,11 +46,36 @@ MAX_TOLD: Final = 10_000
 
 def edited(s: SessionState, row: AgentRow, env: RuntimeEnvelope, cx: Ctx) -> list[Effect]:
     """Rules 1-3, for one ``tool_call`` of ``row``'s agent."""
-    if not env.paths or row.active_task is None:
+    return _edited(s, row, env.paths, cx)
+
+
+def turn_ended(s: SessionState, row: AgentRow) -> list[Effect]:
+    """Rule 1 for an agent whose tools name no files: what its task changed so far in its
+    worktree, read at its turn's end (the answer comes back to :func:`probed`)."""
+    if row.adapter not in _SILENT or row.active_task is None:
+        return []
+    ref = worktree_of(s, row.agent_id)
+    if ref is None:
+        return []
+    task_id = row.active_task
+    snapshot = s.snapshots.get(task_id)
+    return [ProbeWorktree(kind="live", task_id=task_id, worktree=ref, snapshot=snapshot)]
+
+
+def probed(s: SessionState, event: WorktreeProbed, cx: Ctx) -> list[Effect]:
+    """What a turn's end found changed (``live``): edits, as of now, while the task is open."""
+    row = s.agents.get(event.agent_id)
+    if row is None or row.active_task != event.task_id or event.changes is None:
+        return []  # its task ended meanwhile, or git failed (the task's end tells that)
+    return _edited(s, row, event.changes.files, cx)
+
+
+def _edited(s: SessionState, row: AgentRow, paths: tuple[str, ...], cx: Ctx) -> list[Effect]:
+    if not paths or row.active_task is None:
         return []
     root = row.options.get("cwd")
     effects: list[Effect] = []
-    for named in env.paths:
+    for named in paths:
         path = _relative(named, root if isinstance(root, str) else None)
         seen = s.edits.pop(path, {})  # popped and put back: the newest path is last
         for other, at in list(seen.items()):

@@ -391,7 +391,9 @@ class WatchdogQuery(Effect, frozen=True, kw_only=True):
 
 
 class ProbeWorktree(Effect, frozen=True, kw_only=True):
-    kind: Literal["snapshot", "diff"]
+    #: where the worktree stands at a task's start; what the task changed at its end; what it
+    #: changed so far, at a turn's end (``live``: :mod:`protocol.session.collisions`)
+    kind: Literal["snapshot", "diff", "live"]
     task_id: str
     worktree: WorktreeRef
     #: ``diff``: where the worktree stood when the task started (None: not recorded)

@@ -9,7 +9,7 @@ import msgspec
 from protocol.records.journal import TaskChangesRecord
 from protocol.records.notifications import Notice
 from protocol.records.worktrees import WorktreeChanges, WorktreeProbed
-from protocol.session import claims, tasks, watchers
+from protocol.session import claims, collisions, tasks, watchers
 from protocol.session.effects import Deliver, Effect, Journal, Notify
 from protocol.session.state import Ctx, SessionState
 
@@ -17,6 +17,8 @@ __all__ = ["probed", "replay_changes"]
 
 
 def probed(s: SessionState, event: WorktreeProbed, cx: Ctx) -> list[Effect]:
+    if event.kind == "live":  # a turn's end, read for live edit collisions
+        return collisions.probed(s, event, cx)
     record = s.tasks.get(event.task_id)
     if record is None:
         return []

@@ -183,9 +183,9 @@ def test_the_queue_merges_in_completion_order_and_stops_at_a_conflict(
     for fields in ({}, {"agent": "alpha", "queue": True}):  # one agent, or the queue
         with pytest.raises(InvalidArgument, match="name an agent, or queue"):
             sup.call("merge", fields)
-    for fields in ({"agent": "delta", "order": ["delta"]}, {"order": ["delta"]}):
+    for ordered_only in ({"agent": "delta", "order": ["delta"]}, {"order": ["delta"]}):
         with pytest.raises(InvalidArgument, match="order: only with queue"):
-            sup.call("merge", fields)
+            sup.call("merge", ordered_only)
     with pytest.raises(InvalidArgument, match="order"):
         sup.call("merge", {"queue": True, "order": ["delta"] * 101})
     # a given order: delta alone (gamma's conflict left for the parent)

@@ -490,3 +490,23 @@ def test_spawn_many_refuses_a_name_alone_and_undoes_its_worktree(
     assert not (sup.session_dir / "worktrees" / "beta").exists()
     trees = {w.agent for w in sup.call("worktrees", {}).worktrees}
     assert trees == {"alpha", "gamma"}
+
+
+def test_two_command_agents_changing_one_file_are_told_at_their_turns_end(
+    supervisor: tuple[Supervisor, CollectingSink], repo: Path, tmp_path: Path
+) -> None:
+    """Live edit collisions for agents whose tools name no files: each turn's end reads what
+    the task changed so far in the worktree (their tasks stay open: no done)."""
+    sup, sink = supervisor
+    for name in ("alpha", "beta"):
+        cmd = f"echo {name} > shared.txt; : {{message}}"
+        sup.call("spawn", {"name": name, "adapter": "command", "cmd": cmd, "worktree": True,
+                           "repo": str(repo)})  # fmt: skip
+        sup.call("delegate", {"target": name, "task": "change shared.txt"})
+
+    def collided(items: list[Any]) -> list[Notice]:
+        return [n for n in items if isinstance(n, Notice) and n.code == "edit_collision"]
+
+    assert sink.wait_for(lambda items: bool(collided(items)), timeout=60)
+    (note,) = collided(sink.items)
+    assert note.refs[0] == "shared.txt" and "alpha" in note.text and "beta" in note.text
