@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -25,25 +26,31 @@ from protocol.core.errors import InvalidArgument, ShepherdError
 from protocol.records.journal import MergeRecord
 from protocol.records.worktrees import MergeTarget, Overlap
 
-__all__ = ["merge", "told"]
+__all__ = ["Edge", "merge", "told"]
+
+
+@dataclass(frozen=True)
+class Edge:
+    """What a merge uses of the session: its git thread; its broker, which journals (and
+    tells) a merge's record, answering once it is durable; ``run``, an operation of the
+    parent's; its clock; how long to wait for git."""
+
+    git: GitWorker
+    broker: pykka.ActorRef[Any]
+    run: Callable[[api.MessageArgs], Any]
+    now: Callable[[], float]
+    timeout_s: float
 
 
 def merge(
-    args: MergeArgs,
-    ask: Callable[[MergeArgs], tuple[MergeTarget, ...]],
-    git: GitWorker,
-    broker: pykka.ActorRef[Any],
-    run: Callable[[api.MessageArgs], Any],
-    now: Callable[[], float],
-    timeout_s: float,
+    args: MergeArgs, ask: Callable[[MergeArgs], tuple[MergeTarget, ...]], edge: Edge
 ) -> MergeResult:
-    """``ask``: the broker's answer to ``args``; ``broker``: it journals (and tells) a merge's
-    record, answering once it is durable; ``run``: an operation of the parent's. With
-    ``queue``, one merge after another, until a conflict."""
+    """``ask``: the broker's answer to ``args``. With ``queue``, one merge after another,
+    until a conflict."""
 
     def one(target: MergeTarget) -> MergeResult:
         asked = msgspec.structs.replace(args, agent=target.ref.agent, queue=False)
-        return _merge(asked, target, git, broker, run, now, timeout_s)
+        return _merge(asked, target, edge)
 
     targets = ask(args)
     if not args.queue:
@@ -68,17 +75,11 @@ def merge(
     return msgspec.structs.replace(result, queue=tuple(steps))
 
 
-def _merge(
-    args: MergeArgs,
-    target: MergeTarget,
-    git: GitWorker,
-    broker: pykka.ActorRef[Any],
-    run: Callable[[api.MessageArgs], Any],
-    now: Callable[[], float],
-    timeout_s: float,
-) -> MergeResult:
+def _merge(args: MergeArgs, target: MergeTarget, edge: Edge) -> MergeResult:
+    git, run, now, timeout_s = edge.git, edge.run, edge.now, edge.timeout_s
+
     def record(merge: MergeRecord) -> None:
-        broker.ask(merge, timeout=timeout_s)
+        edge.broker.ask(merge, timeout=timeout_s)
 
     step = git.plan_merge(target, args).result(timeout=timeout_s)
     if not isinstance(step, Plan):

@@ -377,8 +377,8 @@ class Session(WatchdogMethods):
         if isinstance(args, api_worktrees.MergeArgs):  # the broker names the branch, git merges
             if self.git is None:
                 raise SessionUnavailable("merge: this session makes no worktrees")
-            now = self.runtime.clock.now
-            return merging.merge(args, self._ask, self.git, self.broker, self.run, now, GIT_WAIT_S)
+            edge = merging.Edge(self.git, self.broker, self.run, self.runtime.clock.now, GIT_WAIT_S)
+            return merging.merge(args, self._ask, edge)
         page: api_worktrees.WorktreesResult = self._ask(args)
         if self.git is None or not page.worktrees:
             return page
