@@ -32,13 +32,15 @@ module          rules
                 retried with backoff, then the task failed (``provider_error``)
 ``pacing``      a provider refused for its rate limit is paced: a token per turn the session
                 starts for it, at a pace learned from what got through
+``merges``      a merge of an agent's branch journaled planned then done; a restart says which
+``collisions``  two live agents changing one file within a window, told once with the parent
 ``watchers``    who watches which task: a result routed once to each watcher subscribed
 ``watcher``     one watcher's own rules (its actor's): exactly once; coalescing; done
 ``inbound``     envelopes from agents (receipts); failures after acceptance
 ``outbox``      what the parent sends agents (receipts, notices); envelopes fit
 ``status``      the status answer, a pure view
 ``restore``     a restart: a fold of the journal, then the same effects
-``calls``       each operation and timer mapped to its rule
+``calls``       each operation, timer and helper's report mapped to its rule
 ==============  ============================================================================
 
 The machines themselves stay where they are: tasks in :mod:`protocol.records.tasks`, requests
