@@ -214,11 +214,10 @@ def _checked_out_branch(repo: str) -> str:
 
 
 def _head(repo: str, branch: str, field: str) -> str:
-    ask = ["rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"]
-    code, out = run_git(ask, repo, ok=(0, 1))
-    if code != 0:
+    head = head_of(repo, branch)
+    if head is None:
         raise InvalidArgument(f"merge: {field}: no branch {branch[:80]!r} in {repo}")
-    return out.strip()
+    return head
 
 
 def _checkout_of(repo: str, branch: str) -> str | None:
