@@ -74,6 +74,7 @@ from actors.child.holding import Holding
 from actors.runtime.log import logger
 from actors.runtime.procs import exit_status
 from protocol.calls.render import render_delivery, render_task_context, render_task_ended
+from protocol.core.errors import SandboxUnavailable
 from protocol.core.limits import MAX_BUDGET_TOKENS
 from protocol.wire.envelopes import (
     AckEnvelope,
@@ -259,8 +260,8 @@ class AcpAdapter(AgentSaid):
             loop.close()
 
     async def _session(self, environ: dict[str, str]) -> None:
-        argv = self._opts.argv
-        try:
+        try:  # in the agent's sandbox, if it has one; the ACP state directory kept writable
+            argv, environ = self._ctx.sandboxed(self._opts.argv, environ, (str(self._agent_dir),))
             async with spawn_stdio_transport(
                 argv[0], *argv[1:], env=environ, cwd=self._opts.cwd, limit=BUFFER_LIMIT
             ) as (reader, writer, process):
@@ -269,7 +270,7 @@ class AcpAdapter(AgentSaid):
                 conn = connect_to_agent(client, writer, lines)  # type: ignore[arg-type]
                 async with conn:  # closed before the transport is
                     await self._serve(conn, process, lines)
-        except OSError as exc:
+        except (OSError, SandboxUnavailable) as exc:
             self._failed(f"it could not start: {exc}", 127)
 
     async def _serve(self, conn: Any, process: Any, lines: BoundedLines) -> None:
@@ -336,7 +337,7 @@ class AcpAdapter(AgentSaid):
     def _tools_server(self) -> McpServerStdio:
         """The child tools (:mod:`actors.child.acp_tools`) as a stdio MCP server, with the
         variables that make its commands publish as this agent."""
-        env = self._environ
+        env = self._ctx.sandboxed((), self._environ)[1]  # sandboxed: no capability in it
         keep = {k: v for k, v in env.items() if k.startswith("SHEPHERD_")}
         keep["PYTHONPATH"] = env["PYTHONPATH"]
         keep["PATH"] = env.get("PATH", os.defpath)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from actors.child.env import ChildEnv
@@ -32,6 +32,7 @@ __all__ = [
     "ADAPTERS",
     "Adapter",
     "AgentContext",
+    "Wrap",
     "adapter_class",
     "check_spawn_options",
     "control_reason",
@@ -49,6 +50,10 @@ ADAPTERS: dict[str, str] = {
 
 #: Adapter name -> the extra whose packages it needs (a bad spawn is invalid_argument without).
 ADAPTER_EXTRAS: dict[str, str] = {"acp": "acp"}
+
+
+#: :meth:`AgentContext.sandboxed` as a value: a command line and its environment, as run
+Wrap = Callable[[Sequence[str], Mapping[str, str]], "tuple[list[str], dict[str, str]]"]
 
 
 class AgentContext(Protocol):
@@ -75,6 +80,14 @@ class AgentContext(Protocol):
 
     def child_environ(self) -> dict[str, str]:
         """The environment for processes the agent runs (SHEPHERD_* included)."""
+
+    def sandboxed(
+        self, argv: Sequence[str], env: Mapping[str, str], rw: Sequence[str] = ()
+    ) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment to start a process of the agent with: inside its
+        sandbox if it has one (``rw``: the adapter's own state directories, kept writable;
+        :mod:`actors.child.sandbox`), else unchanged. Every process an adapter starts goes
+        through here."""
 
     def trace_environ(self) -> dict[str, str]:
         """``TRACEPARENT`` of the agent's work now, for a process it starts now (empty when
@@ -137,6 +150,10 @@ def check_spawn_options(adapter: str, options: Mapping[str, Any], parent_cwd: st
     if not os.path.isdir(cwd):
         raise InvalidArgument(f'"cwd": {cwd} is not an existing directory')
     cls.check_options(options, cwd)
+    if options.get("sandbox"):  # fail closed: refused now if it cannot be made here
+        from actors.child.sandbox import check_available
+
+        check_available(options)
 
 
 def show_refusal(ctx: AgentContext, ack: AckEnvelope) -> None:

@@ -57,7 +57,7 @@ import os
 import queue
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -69,12 +69,12 @@ from actors.child.env import FORWARDED_KINDS, ChildEnv, child_env_from, envelope
 from actors.child.inbox_reports import InboxReports
 from actors.child.outbox import ParentOutbox
 from actors.child.parent_watch import ParentWatch, Reconnect, reconnect_window_s
+from actors.child.sandbox import Sandbox, sandbox_for
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.command_socket import CommandServer, Runner
 from actors.runtime.command_wire import CHILD_COMMANDS, ENV_COMMAND_SOCKET
 from actors.runtime.ids import IdSource
-from actors.runtime.log import logger, use_plain
-from actors.runtime.plain_log import PlainLogger
+from actors.runtime.log import logger, use_plain_from_env
 from actors.runtime.procs import KILL_GRACE_S, terminate_session
 from actors.runtime.transport import Subscription
 from actors.transports.wire import NATS_OUTAGE_S, SessionTransport
@@ -85,7 +85,7 @@ from protocol.records.settings import Settings
 from protocol.scripted.script import ScriptError
 from protocol.wire.envelopes import AnyEnvelope, ControlEnvelope, RuntimeEnvelope, RuntimeEvent
 
-__all__ = ["Bridge", "configure_logging", "run_bridge"]
+__all__ = ["Bridge", "run_bridge"]
 
 
 @dataclass(slots=True)
@@ -131,6 +131,8 @@ class Bridge:
         self._spans: Any = None
         #: runs the agent's `shepherd-child` calls (actors.runtime.command_socket)
         self._commands: CommandServer | None = None
+        #: the agent's sandbox (``spawn --sandbox``), made before its adapter starts
+        self.sandbox: Sandbox | None = None
 
     # ------------------------------------------------------------------ AgentContext
 
@@ -195,6 +197,13 @@ class Bridge:
             environ.pop(ENV_TRACEPARENT, None)  # a command turn gets its task's (trace_environ)
         return environ
 
+    def sandboxed(
+        self, argv: Sequence[str], env: Mapping[str, str], rw: Sequence[str] = ()
+    ) -> tuple[list[str], dict[str, str]]:
+        if self.sandbox is None:
+            return list(argv), dict(env)
+        return self.sandbox.wrap(argv, env, rw=rw)
+
     def trace_environ(self) -> dict[str, str]:
         if self._spans is None:
             return {}
@@ -256,7 +265,8 @@ class Bridge:
 
     def _start(self) -> int | None:
         """Everything before the loop; an exit code means a fatal start-up error."""
-        try:
+        try:  # never the agent without the sandbox it asked for (rule 1 of actors.child.sandbox)
+            self.sandbox = sandbox_for(self.env, self._run_command)
             self._adapter = adapter_class(self.env.adapter)(self, self.env.options)
         except ShepherdError as exc:
             self._fatal(
@@ -330,6 +340,8 @@ class Bridge:
                 self._log.opt(exception=True).error("stopping the agent failed")
         if self._commands is not None:
             self._commands.close()
+        if self.sandbox is not None:
+            self.sandbox.close()
         if os.getsid(0) == os.getpid():  # we lead our session: nothing of it may outlive us
             left = terminate_session(
                 os.getpid(), grace_s=KILL_GRACE_S, monotonic=self.clock.monotonic
@@ -424,24 +436,11 @@ class Bridge:
 # ---------------------------------------------------------------------- entry point
 
 
-def configure_logging(level: str | None = None) -> None:
-    """Log lines to stderr (the parent points it at the agent's log file), through the plain
-    logger: loguru's import would cost every agent's bridge about 4 MB and a quarter of its
-    start-up (:mod:`actors.runtime.plain_log`)."""
-    wanted = level or os.environ.get("SHEPHERD_LOG_LEVEL") or "INFO"
-    try:
-        plain = PlainLogger(wanted)
-    except ValueError as exc:  # a bad level in the user's environment must not stop every agent
-        plain = PlainLogger("INFO")
-        plain.warning("{}; logging at INFO", exc)
-    use_plain(plain)
-
-
 def run_bridge(environ: Mapping[str, str] | None = None, commands: Runner | None = None) -> int:
     """``shepherd-child run``: parse the environment, run the bridge, return its exit code.
     ``commands`` runs the agent's ``shepherd-child`` calls (a command socket:
     :mod:`actors.runtime.command_socket`)."""
-    configure_logging()
+    use_plain_from_env()
     try:
         env = child_env_from(os.environ if environ is None else environ, bridge=True)
     except ShepherdError as exc:

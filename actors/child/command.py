@@ -72,6 +72,7 @@ from protocol.calls.render import (
     render_task_context,
     render_task_ended,
 )
+from protocol.core.errors import ShepherdError
 from protocol.records.refusals import Refusal
 from protocol.wire.envelopes import (
     AckEnvelope,
@@ -264,23 +265,25 @@ class CommandAdapter:
         number = self._turns_run + 1
         report = self._reports.path_for(number)
         self._ctx.runtime("turn_start")
+        env = {
+            **self._environ,
+            **self._ctx.trace_environ(),
+            "SHEPHERD_TURN": str(number),
+            ENV_TURN_REPORT: report,
+            **({ENV_TASK_ID: task_id} if task_id else {}),
+        }
         try:
+            argv, env = self._ctx.sandboxed(["bash", "-c", command], env)
             proc = subprocess.Popen(
-                ["bash", "-c", command],
+                argv,
                 cwd=self._cwd,
-                env={
-                    **self._environ,
-                    **self._ctx.trace_environ(),
-                    "SHEPHERD_TURN": str(number),
-                    ENV_TURN_REPORT: report,
-                    **({ENV_TASK_ID: task_id} if task_id else {}),
-                },
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 process_group=0,
             )
-        except OSError as exc:
+        except (OSError, ShepherdError) as exc:  # a sandbox that cannot be made: not run
             self._log.error("turn {} could not start: {}", number, exc)
             self._ctx.runtime(
                 "output", text=f"[shepherd] the agent command could not start: {exc}", is_error=True

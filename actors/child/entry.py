@@ -22,6 +22,7 @@ from actors.runtime.command_wire import (
     ANSWER_TIMEOUT_S,
     CHILD_COMMANDS,
     ENV_COMMAND_SOCKET,
+    SANDBOX_SOCKET,
     UNANSWERED_CODE,
     WAIT_MARGIN_S,
     forward,
@@ -64,7 +65,8 @@ def _answer_within(argv: Sequence[str], environ: Mapping[str, str]) -> float | N
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     environ = os.environ if environ is None else environ
-    address = socket_address(environ.get(ENV_COMMAND_SOCKET, ""))
+    named = environ.get(ENV_COMMAND_SOCKET, "")
+    address = named if named == SANDBOX_SOCKET else socket_address(named)
     if (
         address is not None
         and arguments

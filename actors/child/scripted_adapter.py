@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from actors.child.adapters import AgentContext
+from actors.child.adapters import AgentContext, Wrap
 from actors.child.scripted import ScriptedDriver
 from actors.runtime.procs import (
     KILL_GRACE_S,
@@ -34,6 +34,7 @@ from actors.runtime.procs import (
     pump_process,
     signal_group,
 )
+from protocol.core.errors import ShepherdError
 from protocol.scripted.script import MAX_SCRIPT_BYTES, Script, ScriptError, load_script_text
 from protocol.scripted.script_machine import ScriptMachine
 from protocol.wire.envelopes import AnyEnvelope, RuntimeEnvelope
@@ -83,26 +84,35 @@ class ShellRunner:
     """
 
     def __init__(
-        self, cwd: str | None, environ: Mapping[str, str], grace_s: float = KILL_GRACE_S
+        self,
+        cwd: str | None,
+        environ: Mapping[str, str],
+        grace_s: float = KILL_GRACE_S,
+        wrap: Wrap | None = None,
     ) -> None:
         self._cwd = cwd
         self._environ = dict(environ)
+        #: the agent's sandbox (AgentContext.sandboxed), if the commands run in one
+        self._wrap = wrap
         self._grace_s = grace_s
         self._lock = threading.Lock()
         self._running: dict[subprocess.Popen[bytes], threading.Thread] = {}
 
     def run(self, command: str, done: Callable[[str, int], None]) -> None:
+        argv, env = ["bash", "-c", command], self._environ
         try:
+            if self._wrap is not None:
+                argv, env = self._wrap(argv, env)
             proc = subprocess.Popen(
-                ["bash", "-c", command],
+                argv,
                 cwd=self._cwd,
-                env=self._environ,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 process_group=0,
             )
-        except OSError as exc:
+        except (OSError, ShepherdError) as exc:  # a sandbox that cannot be made: not run
             done(f"cannot run command: {exc}", 127)
             return
         thread = threading.Thread(
@@ -172,7 +182,7 @@ class ScriptedAdapter:
     def __init__(self, ctx: AgentContext, options: Mapping[str, Any]) -> None:
         script = self.check_options(options, ctx.cwd)
         self._ctx = ctx
-        self._runner = ShellRunner(ctx.cwd, ctx.child_environ())
+        self._runner = ShellRunner(ctx.cwd, ctx.child_environ(), wrap=ctx.sandboxed)
         self.driver = ScriptedDriver(
             ScriptMachine(script),
             ctx.env.identity,

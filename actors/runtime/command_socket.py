@@ -4,7 +4,9 @@ format: :mod:`actors.runtime.command_wire`).
 
 Rules:
 - The socket is an abstract Unix socket with a random name (nothing on disk to clean up after
-  a SIGKILL); it takes only processes of this user (``SO_PEERCRED``). What it runs carries the
+  a SIGKILL); it takes only processes of this user (``SO_PEERCRED``) in this process's pid
+  namespace (a sandboxed agent that shares the network could otherwise reach it), except a
+  sandbox's own socket: a file bound into that one sandbox. What it runs carries the
   caller's own environment and directory; a supervisor's calls need what ``session.json``
   (private to this user) gives a client anyway, and a bridge's carry the caller's own identity
   and capability, which the parent checks as for any call: the socket gives a caller nothing
@@ -99,14 +101,20 @@ class CommandServer:
         *,
         program: str = "shepherd",
         max_running: int = MAX_RUNNING,
+        path: str | None = None,
     ) -> None:
         self._run = run
         self._allowed = allowed
         self._program = program
         self._slots = threading.BoundedSemaphore(max_running)
         self._name = f"shepherd-{os.getpid()}-{secrets.token_hex(12)}"
+        #: a sandbox's socket: a file in a private directory bound into one agent's sandbox,
+        #: whose callers are in that sandbox's process namespace (actors.child.sandbox)
+        self._path = path
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind("\0" + self._name)
+        self._sock.bind(path if path is not None else "\0" + self._name)
+        if path is not None:
+            os.chmod(path, 0o600)
         self._sock.listen(64)
         self._closed = False
         self._thread = threading.Thread(target=self._accept, name="commands", daemon=True)
@@ -116,7 +124,7 @@ class CommandServer:
     def address(self) -> str:
         """The socket's name as callers are told it (``session.json``,
         ``SHEPHERD_COMMAND_SOCKET``): see :func:`~actors.runtime.command_wire.socket_address`."""
-        return "@" + self._name
+        return self._path if self._path is not None else "@" + self._name
 
     def close(self) -> None:
         self._closed = True
@@ -131,7 +139,7 @@ class CommandServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return  # closed
-            if not self._same_user(conn):
+            if not self._same_user(conn) or not (self._path or self._same_namespace(conn)):
                 conn.close()
                 continue
             if not self._slots.acquire(blocking=False):
@@ -144,6 +152,17 @@ class CommandServer:
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         uid: int = struct.unpack("3i", creds)[1]
         return uid == os.getuid()
+
+    @staticmethod
+    def _same_namespace(conn: socket.socket) -> bool:
+        """A caller in this process's pid namespace: a sandboxed agent (which may share the
+        network, so reach an abstract socket) is never served here."""
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid: int = struct.unpack("3i", creds)[0]
+        try:
+            return os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
+        except OSError:
+            return pid != 0  # no /proc to tell: the peer is named, so it is in sight
 
     def _serve(self, conn: socket.socket) -> None:
         try:

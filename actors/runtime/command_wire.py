@@ -40,6 +40,7 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "PARENT_COMMANDS",
     "READY",
+    "SANDBOX_SOCKET",
     "UNANSWERED_CODE",
     "WAIT_MARGIN_S",
     "answer_bound",
@@ -51,6 +52,9 @@ __all__ = [
     "wants_json",
 ]
 
+#: the bridge's socket as a sandboxed agent sees it (``spawn --sandbox``:
+#: :mod:`actors.child.sandbox`), the one path ``shepherd-child`` connects to
+SANDBOX_SOCKET = "/run/shepherd/bridge.sock"
 #: the greeting of a server that takes the call
 READY = b'{"ready": true}\n'
 #: how long a caller waits for a server's greeting: it greets as soon as it accepts

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from actors.runtime.plain_log import PlainLogger
 
-__all__ = ["disable_until_enabled", "logger", "use_plain"]
+__all__ = ["disable_until_enabled", "logger", "use_plain", "use_plain_from_env"]
 
 _PACKAGE = "actors"
 _LEVELS = frozenset(
@@ -99,6 +99,24 @@ _plain: list[PlainLogger] = []
 def use_plain(plain: PlainLogger) -> None:
     """Send every record of :data:`logger` to ``plain`` from now on, never to loguru."""
     _plain[:] = [plain]
+
+
+def use_plain_from_env(level: str | None = None) -> None:
+    """Log lines to stderr through the plain logger, at ``level`` or ``SHEPHERD_LOG_LEVEL``
+    (default INFO): what an agent's bridge does (its parent points stderr at the agent's log
+    file); loguru's import would cost every bridge about 4 MB and a quarter of its start-up
+    (:mod:`actors.runtime.plain_log`)."""
+    import os
+
+    from actors.runtime.plain_log import PlainLogger
+
+    wanted = level or os.environ.get("SHEPHERD_LOG_LEVEL") or "INFO"
+    try:
+        plain = PlainLogger(wanted)
+    except ValueError as exc:  # a bad level in the user's environment must not stop every agent
+        plain = PlainLogger("INFO")
+        plain.warning("{}; logging at INFO", exc)
+    use_plain(plain)
 
 
 class _DisableAfterExec:

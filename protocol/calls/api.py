@@ -41,6 +41,7 @@ from protocol.core.limits import (
 )
 from protocol.records.checks import Check
 from protocol.records.requests import RequestRecord
+from protocol.records.sandbox import EnvNames, SandboxPaths, SandboxPids, SandboxTmpMb, SandboxView
 from protocol.records.tasks import TaskResult, TaskState
 from protocol.records.usage import Budget, Usage
 from protocol.wire.envelopes import MailboxWake
@@ -198,6 +199,8 @@ class AgentStatus(msgspec.Struct, frozen=True, kw_only=True):
     node: str | None = None
     #: what the agent is for (``worker``, or ``watchdog``: it may read the watchdog's view)
     role: AgentRole = "worker"
+    #: its sandbox (``spawn --sandbox``; None: it runs unsandboxed)
+    sandbox: SandboxView | None = None
 
 
 class StatusSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -344,6 +347,13 @@ class SpawnOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     require_evidence: bool = False
     #: ``watchdog``: the agent may ask the parent for the watchdog's view and alert it
     role: AgentRole = "worker"
+    # --- a sandbox (protocol.records.sandbox; made by actors.child.sandbox)
+    sandbox: bool = False
+    sandbox_rw: SandboxPaths | None = None
+    sandbox_net: bool = False
+    sandbox_pids: SandboxPids | None = None
+    sandbox_tmp_mb: SandboxTmpMb | None = None
+    env: EnvNames | None = None
 
 
 class SpawnArgs(

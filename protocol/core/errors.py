@@ -26,6 +26,7 @@ __all__ = [
     "LimitExceeded",
     "MixedIds",
     "NoEvidence",
+    "SandboxUnavailable",
     "SessionBusy",
     "SessionUnavailable",
     "ShepherdError",
@@ -140,6 +141,14 @@ class GitFailed(ShepherdError):
     code = "git_failed"
 
 
+class SandboxUnavailable(ShepherdError):
+    """An agent asked for a sandbox (``spawn --sandbox``) that cannot be made here (no
+    bubblewrap, no user namespaces, no process-count group): it is refused, never started
+    without one."""
+
+    code = "sandbox_unavailable"
+
+
 class SessionUnavailable(ShepherdError):
     """No live session could be found or reached."""
 
@@ -175,6 +184,7 @@ _BY_CODE: dict[str, type[ShepherdError]] = {
         SessionUnavailable,
         SessionBusy,
         GitFailed,
+        SandboxUnavailable,
     )
 }
 

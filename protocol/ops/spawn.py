@@ -198,6 +198,60 @@ SPAWN = entry(
             cli="--role",
             help="worker (default) or watchdog: reads the watchdog's view, alerts the parent",
         ),
+        "sandbox": Param(
+            description=(
+                "Run the agent's processes in a sandbox (bubblewrap; default false): the file "
+                "system read-only except its working directory, its own home and temporary "
+                "directory and sandbox_rw; the session's files, the parent's home and other "
+                "agents' worktrees hidden; no network unless sandbox_net; its own process "
+                "namespace; the environment cut to a short list plus env. If the sandbox "
+                "cannot be made the spawn is refused (sandbox_unavailable)"
+            ),
+            cli="--sandbox",
+            help="run the agent in a sandbox (bubblewrap): see docs/guides/sandbox.md",
+        ),
+        "sandbox_rw": Param(
+            description=(
+                "More paths the sandboxed agent may write (existing, absolute, normalised, "
+                "not /; at most 16 of 1024 characters)"
+            ),
+            cli="--sandbox-rw",
+            metavar="PATH",
+            help="a path the sandboxed agent may write (repeatable, at most 16)",
+        ),
+        "sandbox_net": Param(
+            description="Let the sandboxed agent use the network (default false: none)",
+            cli="--sandbox-net",
+            help="let the sandboxed agent use the network",
+        ),
+        "sandbox_pids": Param(
+            description=(
+                "At most this many processes in the sandbox at once (0 to 65536, default 512; "
+                "0: no bound); a fork beyond it fails inside the sandbox"
+            ),
+            cli="--sandbox-pids",
+            metavar="N",
+            help="at most N processes in the sandbox (default 512; 0: no bound)",
+        ),
+        "sandbox_tmp_mb": Param(
+            description=(
+                "Size of the sandbox's temporary directory /tmp, MiB (1 to 65536, default "
+                "256); a write beyond it fails with 'no space left'"
+            ),
+            cli="--sandbox-tmp-mb",
+            metavar="MIB",
+            help="size of the sandbox's /tmp in MiB (default 256)",
+        ),
+        "env": Param(
+            description=(
+                "Names of the parent's environment variables passed into the sandbox (at most "
+                "64; not SHEPHERD_*); everything else but a short list (PATH, locale, TERM, "
+                "TZ) is left out"
+            ),
+            cli="--env",
+            metavar="NAME",
+            help="pass the parent's variable NAME into the sandbox (repeatable)",
+        ),
     },
     tool=Tool(
         description=(

@@ -29,6 +29,7 @@ from protocol.calls.answers import encoded_size
 from protocol.core.errors import InvalidArgument, LimitExceeded, ShepherdError
 from protocol.core.ids import IdKind, make_id
 from protocol.core.limits import answer_budget, preview
+from protocol.records import sandbox
 from protocol.session import agents, approvals, budgets, checks, claims, watchers
 from protocol.session.effects import Answer, Effect, Journal
 from protocol.session.state import Ctx, SessionState
@@ -102,6 +103,7 @@ def spawn_one(s: SessionState, args: api.SpawnArgs, cx: Ctx) -> list[Effect]:
     approvals.check_spawn(args)
     checks.check_options(args.verify, args.node, "spawn: verify")
     claims.check_spawn(args)
+    sandbox.check_spawn(args)
     return agents.spawn(s, args, cx)
 
 

@@ -16,6 +16,7 @@ import msgspec
 from protocol.calls import api
 from protocol.calls.answers import preview_result
 from protocol.core.limits import PREVIEW_CHARS, preview
+from protocol.records import sandbox
 from protocol.records.tasks import TaskState
 from protocol.records.worktrees import ref_of
 from protocol.session import admission, pacing
@@ -96,6 +97,7 @@ def _agent(
         usage=s.agent_usage.get(row.agent_id),
         node=row.options.get("node"),
         role=row.role,
+        sandbox=sandbox.view_of(row.options),
         **_worktree(s, row),
     )
 

@@ -68,7 +68,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 
 from actors.child.adapters import AgentContext, control_reason, show_refusal
 from actors.child.holding import Holding
-from actors.child.pi.bridged import agent_dir_for, start_bridged_pi, stderr_note, with_child_bin
+from actors.child.pi.bridged import agent_dir_for, start_bridged_pi, stderr_note
 from actors.child.pi.errors import PiError, PiExitedError
 from actors.child.pi.events import error_of
 from actors.child.pi.options import PiOptions
@@ -78,6 +78,7 @@ from actors.runtime.clock import TimerHandle
 from actors.runtime.log import logger
 from actors.runtime.procs import exit_status
 from protocol.calls.render import render_delivery, render_task_context, render_task_ended
+from protocol.core.errors import SandboxUnavailable
 from protocol.records.refusals import (
     Refusal,
     is_context_overflow,
@@ -168,18 +169,17 @@ class PiRpcAdapter:
         ctx = self._ctx
         try:
             self._agent_dir, self._own_agent_dir = agent_dir_for(ctx.env)
-            env = with_child_bin(ctx.child_environ(), self._agent_dir)
             self._started_at = ctx.clock.monotonic()
             self._pi = start_bridged_pi(
                 self._opts,
                 self._agent_dir,
-                env,
+                ctx,
                 on_event=self._on_pi_event,
                 on_exit=self._on_pi_exit,
                 keep_session=not self._own_agent_dir,
                 resume=self._recovered,
             )
-        except (OSError, PiError) as exc:
+        except (OSError, PiError, SandboxUnavailable) as exc:
             self._log.error("pi could not start: {}", exc)
             ctx.runtime("error", text=f"the Pi agent could not start: {exc}", is_error=True)
             ctx.finish(127)

@@ -22,6 +22,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shlex
 import sys
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from actors.child.adapters import AgentContext
 from actors.child.env import ChildEnv
 from actors.child.pi.launch import SHEPHERD_CHILD_EXTENSION
 from actors.child.pi.options import PiOptions
@@ -98,15 +100,17 @@ def no_retries(agent_dir: Path) -> None:
 def start_bridged_pi(
     opts: PiOptions,
     agent_dir: Path,
-    environ: dict[str, str],
+    ctx: AgentContext,
     *,
     on_event: Callable[[dict[str, Any]], None],
     on_exit: Callable[[int], None],
     keep_session: bool = False,
     resume: bool = False,
 ) -> BridgedPi:
-    """Start Pi as the module rules say (raises ``OSError`` or ``PiError`` if it cannot)."""
+    """Start Pi as the module rules say, in the agent's sandbox if it has one (raises
+    ``OSError``, ``PiError`` or ``SandboxUnavailable`` if it cannot)."""
     no_retries(agent_dir)
+    environ = with_child_bin(ctx.child_environ(), agent_dir)
     return BridgedPi(
         opts.pi,
         models=opts.models_json,
@@ -121,6 +125,7 @@ def start_bridged_pi(
         stderr_path=agent_dir / "stderr.log",
         session_dir=agent_dir / "sessions" if keep_session else None,
         extra_args=["--continue"] if keep_session and resume else [],
+        wrap=functools.partial(ctx.sandboxed, rw=(str(agent_dir),)),
     )
 
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, ClassVar, Literal, Self
 
+from actors.child.adapters import Wrap
 from actors.child.pi.calls import PendingCalls
 from actors.child.pi.errors import PiCommandError, PiError, PiExitedError, PiTimeoutError
 from actors.child.pi.launch import TAG_VAR, new_tag, pi_argv, pi_environ, write_models
@@ -87,6 +88,7 @@ class PiProcess:
         stderr_path: str | os.PathLike[str] | None = None,
         stderr_limit: int = _STDERR_LIMIT,
         session_dir: str | os.PathLike[str] | None = None,
+        wrap: Wrap | None = None,
     ) -> None:
         self._on_event = on_event
         self._on_exit = on_exit
@@ -116,6 +118,8 @@ class PiProcess:
         try:
             write_models(self.agent_dir, models)
             full_env = pi_environ(env, self.agent_dir, self._tag)
+            if wrap is not None:  # the agent's sandbox (AgentContext.sandboxed)
+                self.argv, full_env = wrap(self.argv, full_env)
             self._proc = self._spawn(full_env, cwd)
         except BaseException:
             if self._own_agent_dir:

@@ -1,0 +1,405 @@
+"""``spawn --sandbox``: every process an agent runs (a command turn, a scripted ``run`` step, Pi,
+an ACP agent) starts inside a bubblewrap sandbox made by its bridge. The bridge itself stays
+outside: it keeps the agent's Shepherd channel (mailbox or NATS, the capability, the
+credentials), and the agent reaches it only through a socket bound into the sandbox.
+
+Rules (the options' bounds and checks: :mod:`protocol.records.sandbox`):
+
+1. **Fail closed.** The parent checks the sandbox can be made before the spawn is accepted
+   (:func:`check_available`: bubblewrap runs this very shape once per process, and the
+   process-count group can be made); a bridge that cannot make it exits before its agent
+   starts. Nothing runs unsandboxed in its place: ``sandbox_unavailable``.
+2. **Files**: the root read-only; hidden behind an empty read-only directory: the session's
+   directory (journal, other agents' files and worktrees, credentials), the mailbox, the
+   parent's home, ``/run``; writable: the working directory, a private home
+   (``agents/<id>/home``), ``/tmp`` (a fresh one of ``sandbox_tmp_mb`` MiB; ``/dev`` has the
+   same bound), the adapter's own state directory and ``sandbox_rw``. The most specific rule
+   governs each path (a worktree inside the hidden session directory is writable; the
+   session directory inside a writable checkout stays hidden); Python, this package and the
+   ``PATH`` stay readable. An agent in a git worktree may also write its repository's git
+   directory (its commits and branches; another worktree's files stay hidden, what others
+   committed is in the shared repository).
+3. **Processes**: its own process, IPC and host-name namespaces (it sees and signals only its
+   own processes); no capability left (the ``/tmp`` bound is set first, then every capability
+   is dropped before the agent's program runs, with ``no_new_privs``); at most
+   ``sandbox_pids`` processes at once (a pids cgroup per agent, removed at close).
+4. **Network**: none (a namespace of its own with loopback only) unless ``sandbox_net``.
+5. **Environment**: only :data:`PASSED` names, the ``env`` names (from the bridge's own
+   environment, which is the parent's), and what the adapter set for its process; no
+   ``SHEPHERD_*`` but :data:`AGENT_KEEPS` (never the capability or the credentials' path).
+6. **The channel**: ``shepherd-child`` inside the sandbox is forwarded to the bridge's sandbox
+   socket (``/run/shepherd/bridge.sock``; :class:`~actors.runtime.command_socket.CommandServer`),
+   which runs it with the bridge's own identity; of the caller's ``SHEPHERD_*`` it keeps only
+   the call's timeout and a turn's report path the bridge itself handed out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import actors
+from actors.runtime.command_socket import CommandServer, Request, Runner
+from actors.runtime.command_wire import CHILD_COMMANDS, ENV_COMMAND_SOCKET, SANDBOX_SOCKET
+from protocol.core.errors import InvalidArgument, SandboxUnavailable
+from protocol.records.sandbox import SandboxView, view_of
+
+if TYPE_CHECKING:
+    from actors.child.env import ChildEnv
+
+__all__ = [
+    "AGENT_KEEPS",
+    "INSIDE_SOCKET",
+    "PASSED",
+    "Sandbox",
+    "check_available",
+    "pids_base",
+    "sandbox_for",
+]
+
+#: variables of the bridge's environment every sandboxed process gets (rule 5)
+PASSED: Final = frozenset(
+    {
+        "PATH",
+        "PYTHONPATH",
+        "LANG",
+        "LANGUAGE",
+        "TERM",
+        "TZ",
+        "COLORTERM",
+        "NO_COLOR",
+        "USER",
+        "LOGNAME",
+    }
+)
+#: the ``SHEPHERD_*`` an agent's process may see (none is a secret)
+AGENT_KEEPS: Final = frozenset(
+    {
+        "SHEPHERD_AGENT_ID",
+        "SHEPHERD_AGENT_NAME",
+        "SHEPHERD_CHILD_BIN",
+        "SHEPHERD_COMMAND_SOCKET",
+        "SHEPHERD_TURN",
+        "SHEPHERD_TURN_REPORT",
+        "SHEPHERD_TASK_ID",
+        "SHEPHERD_CHILD_TIMEOUT_S",
+    }
+)
+#: where the bridge's sandbox socket is, inside (rule 6)
+INSIDE_SOCKET: Final = SANDBOX_SOCKET
+INSIDE_DIR: Final = os.path.dirname(SANDBOX_SOCKET)
+#: the rules' order for one path: the more permissive wins
+_RANK: Final = {"hide": 0, "ro": 1, "rw": 2}
+
+
+def _bwrap() -> str:
+    found = shutil.which("bwrap")
+    if found is None:
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is not installed here: install it (Debian: apt-get install "
+            "bubblewrap) or spawn without --sandbox"
+        )
+    return found
+
+
+def _namespaces(net: bool) -> list[str]:
+    spaces = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    spaces += ["--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
+    return spaces if net else [*spaces, "--unshare-net"]
+
+
+def _inner(tmp_mb: int) -> list[str]:
+    """Set the size bounds, then drop every capability and run the agent's program (rule 3)."""
+    script = (
+        f"mount -o remount,size={tmp_mb}m /tmp && mount -o remount,size={tmp_mb}m /dev && "
+        'exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"'
+    )
+    return ["--cap-add", "CAP_SYS_ADMIN", "--", "/bin/sh", "-c", script, "shepherd-sandbox"]
+
+
+@functools.lru_cache(maxsize=4)
+def _probe(net: bool) -> None:
+    """Run the sandbox's very shape once (cached only when it works)."""
+    argv = [_bwrap(), *_namespaces(net), "--ro-bind", "/", "/", "--proc", "/proc"]
+    argv += ["--dev", "/dev", "--tmpfs", "/tmp", *_inner(1), "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxUnavailable(f"bubblewrap could not run: {exc}") from None
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip()[-300:]
+        raise SandboxUnavailable(f"bubblewrap cannot make the sandbox here: {said}")
+
+
+def pids_base() -> Path | None:
+    """The pids cgroup of this process, where an agent's group is made (None: none usable).
+    cgroup v1 (a ``pids`` hierarchy) or v2 (``pids`` among the controllers)."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+        own = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        where, kind, opts = fields[1], fields[2], fields[3].split(",")
+        if kind == "cgroup" and "pids" in opts:
+            path = next((c.split(":", 2)[2] for c in own if ":pids:" in c), "/")
+            return Path(where + path)
+        if kind == "cgroup2":
+            path = next((c.split(":", 2)[2] for c in own if c.startswith("0::")), "/")
+            base = Path(where + path)
+            with contextlib.suppress(OSError):
+                if "pids" in (base / "cgroup.subtree_control").read_text().split():
+                    return base
+    return None
+
+
+def _pids_group(name: str, limit: int) -> Path:
+    """A new pids cgroup of at most ``limit`` processes (rule 3)."""
+    base = pids_base()
+    if base is None:
+        raise SandboxUnavailable(
+            "no pids cgroup can be made here to bound the sandbox's processes; "
+            "give --sandbox-pids 0 to run without that bound"
+        )
+    group = base / name
+    try:
+        group.mkdir(mode=0o755, exist_ok=True)
+        (group / "pids.max").write_text(f"{limit}\n")
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        raise SandboxUnavailable(
+            f"the sandbox's process bound cannot be set ({exc.strerror} at {group}); "
+            "give --sandbox-pids 0 to run without it"
+        ) from None
+    return group
+
+
+def check_available(options: Mapping[str, Any]) -> None:
+    """Rule 1, the parent's (or a node's) check before a sandboxed spawn is accepted."""
+    _probe(bool(options.get("sandbox_net")))
+    for path in options.get("sandbox_rw") or ():
+        if not os.path.exists(str(path)):
+            raise InvalidArgument(f"spawn: sandbox_rw: {str(path)[:200]} does not exist")
+    pids = options.get("sandbox_pids")
+    if pids != 0:
+        probe = _pids_group(f"shepherd-probe-{os.getpid()}", 1)
+        with contextlib.suppress(OSError):
+            probe.rmdir()
+
+
+class Sandbox:
+    """One agent's sandbox, made by its bridge (module rules)."""
+
+    def __init__(
+        self,
+        view: SandboxView,
+        *,
+        environ: Mapping[str, str],
+        cwd: str,
+        agent_dir: Path,
+        hidden: Sequence[str],
+        runner: Runner | None,
+        name: str,
+    ) -> None:
+        self.view = view
+        self._environ = dict(environ)
+        self._cwd = os.path.realpath(cwd)
+        self._home = agent_dir / "home"
+        self._hidden = [os.path.realpath(p) for p in hidden if p and os.path.isdir(p)]
+        self._runner = runner
+        self._name = name
+        #: turn report paths handed to the agent's processes (rule 6)
+        self._reports: set[str] = set()
+        self._group: Path | None = None
+        self._socket_dir: str | None = None
+        self._server: CommandServer | None = None
+
+    def start(self) -> None:
+        """Make what the sandbox needs outside: the home, the process bound, the socket."""
+        _probe(self.view.net)
+        self._home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.view.pids:
+            self._group = _pids_group(self._name, self.view.pids)
+        self._socket_dir = tempfile.mkdtemp(prefix="shepherd-sbx-")
+        if self._runner is not None:
+            path = os.path.join(self._socket_dir, "bridge.sock")
+            self._server = CommandServer(
+                self._run, CHILD_COMMANDS, program="shepherd-child", path=path
+            )
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+        if self._group is not None:
+            _empty(self._group)
+
+    # -- the channel (rule 6)
+
+    def _run(self, request: Request) -> tuple[int, str, str] | None:
+        assert self._runner is not None
+        env = {k: v for k, v in request.env.items() if not k.startswith("SHEPHERD_")}
+        own = ((k, v) for k, v in self._environ.items() if k.startswith("SHEPHERD_"))
+        env.update((k, v) for k, v in own if k != ENV_COMMAND_SOCKET)
+        timeout = request.env.get("SHEPHERD_CHILD_TIMEOUT_S")
+        if timeout is not None:
+            env["SHEPHERD_CHILD_TIMEOUT_S"] = timeout
+        report = request.env.get("SHEPHERD_TURN_REPORT")
+        if report is not None and report in self._reports:  # one the bridge handed out
+            env["SHEPHERD_TURN_REPORT"] = report
+        return self._runner(Request(request.argv, env, request.cwd, request.announce))
+
+    # -- a process
+
+    def environ(self, env: Mapping[str, str]) -> dict[str, str]:
+        """Rule 5: what of ``env`` (an adapter's environment for its process) gets in."""
+        named = set(self.view.env)
+        kept: dict[str, str] = {}
+        for key, value in env.items():
+            own = self._environ.get(key) == value  # the bridge's, not the adapter's
+            if key.startswith("SHEPHERD_"):
+                if key in AGENT_KEEPS:
+                    kept[key] = value
+            elif key in PASSED or key in named or key.startswith("LC_") or not own:
+                kept[key] = value
+        for key in named:
+            if key in self._environ:
+                kept.setdefault(key, self._environ[key])
+        if self._server is not None:
+            kept[ENV_COMMAND_SOCKET] = INSIDE_SOCKET
+        kept["HOME"] = str(self._home)
+        kept["TMPDIR"] = "/tmp"
+        return kept
+
+    def wrap(
+        self, argv: Sequence[str], env: Mapping[str, str], *, rw: Sequence[str] = ()
+    ) -> tuple[list[str], dict[str, str]]:
+        """``argv`` as a sandboxed command line, and its environment (rules 2-5); ``rw``: the
+        adapter's own state directories."""
+        inside = self.environ(env)
+        if "SHEPHERD_TURN_REPORT" in inside:
+            self._reports.add(inside["SHEPHERD_TURN_REPORT"])
+        command = [_bwrap(), *_namespaces(self.view.net), *self._mounts(rw)]
+        command += ["--chdir", self._cwd, *_inner(self.view.tmp_mb), *argv]
+        if self._group is not None:  # join the group first: everything forked is counted
+            join = 'echo $$ > "$0" || exit 125; exec "$@"'
+            command = ["/bin/sh", "-c", join, str(self._group / "cgroup.procs"), *command]
+        return command, inside
+
+    def _rules(self, rw: Sequence[str]) -> dict[str, str]:
+        rules: dict[str, str] = {}
+
+        def put(path: str, kind: str) -> None:
+            real = os.path.realpath(path)
+            if real not in rules or _RANK[kind] > _RANK[rules[real]]:
+                rules[real] = kind
+
+        for path in self._hidden:
+            put(path, "hide")
+        readable = [sys.prefix, sys.base_prefix, os.path.dirname(sys.executable)]
+        readable.append(str(Path(actors.__file__).resolve().parent.parent))
+        readable += [p for p in self._environ.get("PATH", "").split(":") if p.startswith("/")]
+        for path in readable:
+            if os.path.isdir(path) and any(_under(path, h) for h in self._hidden):
+                put(path, "ro")
+        for path in (self._cwd, str(self._home), *self.view.rw, *rw):
+            if os.path.exists(path):
+                put(path, "rw")
+        common = _git_common_dir(self._cwd)
+        if common is not None:  # a worktree: its repository's git directory (commits, refs)
+            put(common, "rw")
+        return rules
+
+    def _mounts(self, rw: Sequence[str]) -> list[str]:
+        mounts = ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+        mounts += ["--tmpfs", "/tmp", "--tmpfs", "/run"]
+        rules = self._rules(rw)
+        for path in sorted(rules, key=lambda p: (p.count("/"), p)):
+            kind = rules[path]
+            if kind == "hide":
+                mounts += ["--tmpfs", path]
+            else:
+                mounts += ["--bind" if kind == "rw" else "--ro-bind", path, path]
+        if self._socket_dir is not None:
+            mounts += ["--bind", self._socket_dir, INSIDE_DIR]
+        for path in ["/run", *(p for p, kind in rules.items() if kind == "hide")]:
+            mounts += ["--remount-ro", path]
+        return mounts
+
+
+def sandbox_for(env: ChildEnv, runner: Runner | None) -> Sandbox | None:
+    """The sandbox a bridge makes for its agent, started (None: the agent asked for none)."""
+    view = view_of(env.options)
+    if view is None:
+        return None
+    if env.session_dir:
+        agent_dir = Path(env.session_dir) / "agents" / env.agent_id
+    else:  # a node's agent: a private directory of its own
+        agent_dir = Path(tempfile.mkdtemp(prefix="shepherd-agent-"))
+    hidden = [env.session_dir or "", env.mailbox, os.path.expanduser("~")]
+    sandbox = Sandbox(
+        view,
+        environ=os.environ,
+        cwd=os.getcwd(),
+        agent_dir=agent_dir,
+        hidden=hidden,
+        runner=runner,
+        name=f"shepherd-{env.agent_id}-{os.getpid()}",
+    )
+    sandbox.start()
+    return sandbox
+
+
+def _git_common_dir(path: str) -> str | None:
+    """The repository's own git directory when ``path`` is a git worktree (its ``.git`` is a
+    file naming the worktree's git directory, whose ``commondir`` leads to the repository's)."""
+    try:
+        with open(os.path.join(path, ".git"), encoding="utf-8") as f:
+            line = f.read(4096).strip()
+    except OSError:  # none, or a directory: a repository of its own, inside ``path``
+        return None
+    if not line.startswith("gitdir: "):
+        return None
+    gitdir = os.path.join(path, line.removeprefix("gitdir: "))
+    try:
+        with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as f:
+            common = os.path.join(gitdir, f.read(4096).strip())
+    except OSError:
+        return None
+    return os.path.realpath(common) if os.path.isdir(common) else None
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _empty(group: Path) -> None:
+    """Kill what is left in an agent's process group, then remove it (at most ~2 s)."""
+    for _ in range(200):
+        try:
+            pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+        except OSError:
+            return
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)  # the kernel takes killed processes out of the group
+    with contextlib.suppress(OSError):
+        group.rmdir()

@@ -1,0 +1,91 @@
+"""Sandboxed agents (``spawn --sandbox``) in a real session: a :class:`Supervisor` in this
+process, real bridges, real bubblewrap sandboxes (installed by the README's test command:
+``scripts/install_sandbox.sh``). Each hostile agent is a ``command`` agent whose turn runs a
+probe script from its own directory, writes what it found there (the test reads it from the
+host) and says ``done`` through its sandbox's socket. Nothing sleeps: the tests wait on the
+task's completion (the sink) with a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.session.sinks import CollectingSink
+from actors.session.supervisor import Supervisor
+from protocol.records.tasks import TaskResult
+
+Team = tuple[Supervisor, CollectingSink]
+
+#: a probe's last lines: what it found, then the explicit done (its summary: "probed")
+DONE = "shepherd-child done --status completed --summary probed\n"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(isolated_state: Path) -> Path:
+    return isolated_state
+
+
+@pytest.fixture
+def team(tmp_path: Path) -> Iterator[Team]:
+    sink = CollectingSink()
+    sup = Supervisor(tmp_path / "session", sinks=[sink], mailbox_root=tmp_path / "mailbox")
+    try:
+        yield sup, sink
+    finally:
+        sup.shutdown()
+
+
+def finish(team: Team, agent: str, text: str = "probe", timeout: float = 60) -> TaskResult:
+    """Delegate ``text`` to ``agent``, watch the task, and return its result."""
+    sup, sink = team
+    task_id = sup.call("delegate", {"target": agent, "task": text}).task_id
+    sup.call("watch", {"ids": [task_id]})
+
+    def found(items: list[Any]) -> TaskResult | None:
+        for note in items:
+            for result in getattr(note, "results", ()):
+                if result.task_id == task_id:
+                    return result  # type: ignore[no-any-return]
+        return None
+
+    assert sink.wait_for(lambda items: found(items) is not None, timeout=timeout), (
+        f"{agent}'s task did not end: {sup.call('status', {})}"
+    )
+    result = found(sink.items)
+    assert result is not None
+    return result
+
+
+def probe_agent(team: Team, work: Path, name: str, body: str, **options: Any) -> None:
+    """Spawn ``name``: a sandboxed command agent in ``work`` whose every turn runs ``body``
+    (bash) and then says done."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / f"{name}.sh").write_text(body + "\n" + DONE)
+    spawn = {"name": name, "adapter": "command", "cmd": f"bash {name}.sh {{message}}"}
+    team[0].call("spawn", {**spawn, "cwd": str(work), "sandbox": True, **options})
+
+
+def found(work: Path) -> dict[str, str]:
+    """What a probe wrote as ``key=value`` lines into ``work/found.txt``."""
+    lines = (work / "found.txt").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def idle_script(tmp_path: Path) -> str:
+    """A scripted agent that takes tasks and never ends them."""
+    path = tmp_path / "idle.json"
+    path.write_text('{"steps": [{"await": "task"}, {"await": "any"}]}')
+    return str(path)
