@@ -52,7 +52,7 @@ import actors
 from actors.runtime.command_socket import CommandServer, Request, Runner
 from actors.runtime.command_wire import CHILD_COMMANDS, ENV_COMMAND_SOCKET, SANDBOX_SOCKET
 from protocol.core.errors import InvalidArgument, SandboxUnavailable
-from protocol.records.sandbox import SandboxView, view_of
+from protocol.records.sandbox import SandboxView, is_normal_path, view_of
 
 if TYPE_CHECKING:
     from actors.child.env import ChildEnv
@@ -191,8 +191,8 @@ def _pids_group(name: str, limit: int) -> Path:
 def check_available(options: Mapping[str, Any]) -> None:
     """Rule 1, the parent's (or a node's) check before a sandboxed spawn is accepted."""
     _probe(bool(options.get("sandbox_net")))
-    for path in options.get("sandbox_rw") or ():
-        if not os.path.exists(str(path)):
+    for path in options.get("sandbox_rw") or ():  # of the right shape (the rule says the rest)
+        if is_normal_path(str(path)) and not os.path.exists(str(path)):
             raise InvalidArgument(f"spawn: sandbox_rw: {str(path)[:200]} does not exist")
     pids = options.get("sandbox_pids")
     if pids != 0:

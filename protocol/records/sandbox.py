@@ -40,6 +40,7 @@ __all__ = [
     "SandboxTmpMb",
     "SandboxView",
     "check_spawn",
+    "is_normal_path",
     "view_of",
 ]
 
@@ -83,7 +84,7 @@ class SandboxView(msgspec.Struct, frozen=True, kw_only=True):
     env: tuple[str, ...] = ()
 
 
-def _normal(path: str) -> bool:
+def is_normal_path(path: str) -> bool:
     """Rule 2's shape: absolute, normalised, not the root."""
     if not path.startswith("/") or path == "/" or "\0" in path or path.endswith("/"):
         return False
@@ -99,7 +100,7 @@ def check_spawn(args: Any) -> None:
                 raise InvalidArgument(f"spawn: {field} ({flag}) needs sandbox (--sandbox)")
         return
     for path in args.sandbox_rw or ():
-        if not _normal(path):
+        if not is_normal_path(path):
             raise InvalidArgument(
                 f"spawn: sandbox_rw: {path[:80]!r} must be an absolute, normalised path "
                 "other than / (no '.', '..' or doubled '/')"

@@ -197,9 +197,10 @@ printf 'kill_sibling=%s\\nsignal_parent=%s\\nptrace=%s\\n' $a $b "$c" > found.tx
 
 
 REACH = """
-import socket
+import socket, sys
+prefix = f"@shepherd-{sys.argv[1]}-"  # the sibling bridge's (other processes have theirs)
 names = [l.split()[-1] for l in open('/proc/net/unix').read().splitlines()[1:]
-         if l.split()[-1].startswith('@shepherd-')]
+         if l.split()[-1].startswith(prefix)]
 greeted = 0
 for name in names:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -224,14 +225,16 @@ def test_on_the_network_a_sandboxed_agent_is_refused_by_the_other_command_socket
     ``shepherd-child`` calls); none serves a caller in another process namespace."""
     sup, _ = team
     sibling = tmp_path / "sibling"
-    probe_agent(team, sibling, "sibling", "true")  # any bridge with a command socket
+    probe_agent(team, sibling, "sibling", "true")  # a bridge with a command socket
+    assert finish(team, "sibling").status == "completed"  # running, its pid known
+    pid = next(a.pid for a in sup.call("status", {}).agents if a.name == "sibling")
     work = tmp_path / "work"
     work.mkdir()
     (work / "reach.py").write_text(REACH)
-    probe_agent(team, work, "reacher", f"{PY} reach.py > found.txt", sandbox_net=True)
+    probe_agent(team, work, "reacher", f"{PY} reach.py {pid} > found.txt", sandbox_net=True)
     assert finish(team, "reacher").status == "completed"
     seen = found(work)
-    assert int(seen["sockets"]) >= 1, seen  # it did see some
+    assert int(seen["sockets"]) == 1, seen  # it did see it
     assert seen["greeted"] == "0", seen
     assert sup.call("status", {}).agents  # the session goes on
 
