@@ -123,11 +123,27 @@ def _used(agent: dict[str, Any], task: dict[str, Any]) -> str:
     return f"  used: {mine or 'nothing'}" + (f" (agent: {theirs})" if theirs != mine else "")
 
 
+def _sandbox(box: dict[str, Any] | None) -> str:
+    """``  [sandbox: no net, 512 pids, /tmp 256 MiB, +2 rw, env HOME]``, or nothing."""
+    if not box:
+        return ""
+    parts = ["net" if box.get("net") else "no net"]
+    parts.append(f"{box.get('pids')} pids" if box.get("pids") else "no pid bound")
+    parts.append(f"/tmp {box.get('tmp_mb')} MiB")
+    if box.get("rw"):
+        parts.append(f"+{len(box['rw'])} rw")
+    if box.get("env"):
+        parts.append("env " + " ".join(box["env"]))
+    return f"  [sandbox: {', '.join(parts)}]"
+
+
 def _branch(agent: dict[str, Any]) -> str:
-    """A watchdog agent (``[watchdog]``); an agent on a node (``@HOST``); one in a git
-    worktree: its branch and its changed files (as last counted)."""
+    """A watchdog agent (``[watchdog]``); an agent on a node (``@HOST``); a sandboxed one
+    (``[sandbox: ...]``); one in a git worktree: its branch and its changed files (as last
+    counted)."""
     role = "  [watchdog]" if agent.get("role") == "watchdog" else ""
     node = f"{role}  @{agent['node']}" if agent.get("node") else role
+    node += _sandbox(agent.get("sandbox"))
     if not agent.get("branch"):
         return node
     count = agent.get("changed_files")

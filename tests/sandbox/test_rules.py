@@ -148,3 +148,15 @@ def test_the_most_specific_rule_governs_each_path(tmp_path: Path) -> None:
     mounts = box._mounts([str(tmp_path / "checkout")])
     order = [mounts.index(str(p)) for p in (tmp_path / "checkout", session, worktree)]
     assert order == sorted(order)  # shallower first: the deeper rule is mounted over it
+
+
+def test_the_human_status_line_says_the_sandbox() -> None:
+    from protocol.calls.views import status_line
+
+    agent = {"name": "boxed", "process_state": "idle", "last_active_at": 0.0}
+    assert "sandbox" not in status_line(agent, {}, 0.0)
+    box = {"net": False, "pids": 16, "tmp_mb": 4, "rw": ["/a", "/b"], "env": ["HOME"]}
+    line = status_line({**agent, "sandbox": box}, {}, 0.0)
+    assert line.endswith("[sandbox: no net, 16 pids, /tmp 4 MiB, +2 rw, env HOME]"), line
+    line = status_line({**agent, "sandbox": {"net": True, "pids": 0, "tmp_mb": 256}}, {}, 0.0)
+    assert line.endswith("[sandbox: net, no pid bound, /tmp 256 MiB]"), line
