@@ -63,6 +63,7 @@ __all__ = [
     "PASSED",
     "Sandbox",
     "check_available",
+    "clear_sandbox_leftovers",
     "pids_base",
     "sandbox_for",
 ]
@@ -234,7 +235,7 @@ class Sandbox:
         self._home.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.view.pids:
             self._group = _pids_group(self._name, self.view.pids)
-        self._socket_dir = tempfile.mkdtemp(prefix="shepherd-sbx-")
+        self._socket_dir = _private_dir(Path(tempfile.gettempdir()) / self._name)
         if self._runner is not None:
             path = os.path.join(self._socket_dir, "bridge.sock")
             self._server = CommandServer(
@@ -359,7 +360,7 @@ def sandbox_for(env: ChildEnv, runner: Runner | None) -> Sandbox | None:
         agent_dir=agent_dir,
         hidden=hidden,
         runner=runner,
-        name=f"shepherd-{env.agent_id}-{os.getpid()}",
+        name=leftover_name(env.agent_id, os.getpid()),
     )
     sandbox.start()
     return sandbox
@@ -382,6 +383,34 @@ def _git_common_dir(path: str) -> str | None:
     except OSError:
         return None
     return os.path.realpath(common) if os.path.isdir(common) else None
+
+
+def leftover_name(agent_id: str, bridge_pid: int) -> str:
+    """The name of a bridge's pids group and of its socket's directory (in the temporary
+    directory): whoever sees the bridge exit can find and remove them."""
+    return f"shepherd-{agent_id}-{bridge_pid}"
+
+
+def clear_sandbox_leftovers(agent_id: str, bridge_pid: int) -> None:
+    """Remove what a sandboxed agent's bridge made outside, once it has exited, however it
+    ended (its own close removes them; a ``SIGKILL`` does not): its pids group (killing what
+    is left in it) and its socket's directory."""
+    name = leftover_name(agent_id, bridge_pid)
+    base = pids_base()
+    if base is not None and (base / name).is_dir():
+        _empty(base / name)
+    sockets = Path(tempfile.gettempdir()) / name
+    if sockets.is_dir() and not sockets.is_symlink() and sockets.stat().st_uid == os.getuid():
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def _private_dir(path: Path) -> str:
+    """``path`` made anew, 0700 (a fresh random one beside it if the name is taken)."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        return tempfile.mkdtemp(prefix=f"{path.name}-")
+    return str(path)
 
 
 def _under(path: str, root: str) -> bool:

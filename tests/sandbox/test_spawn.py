@@ -8,6 +8,8 @@ import json
 import os
 import secrets
 import select
+import signal
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +187,29 @@ def test_the_pids_group_is_removed_when_the_agent_exits(team: Team, tmp_path: Pa
         os.close(bridge)
     left = [p.name for p in base.iterdir() if p.name.startswith(f"shepherd-{row.agent_id}-")]
     assert left == []  # the bridge removed it before it exited
+
+
+def test_what_a_killed_bridge_left_outside_is_removed_by_the_parent(
+    team: Team, tmp_path: Path
+) -> None:
+    sup, sink = team
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "w.sh").write_text("shepherd-child done --status completed --summary ok\n")
+    sup.call("spawn", {"name": "w", "adapter": "command", "cwd": str(work),
+                       "cmd": "bash w.sh {message}", "sandbox": True})  # fmt: skip
+    assert finish(team, "w").status == "completed"
+    row = sup.call("status", {}).agents[0]
+    assert row.pid is not None
+    name = sandbox.leftover_name(row.agent_id, row.pid)
+    base = sandbox.pids_base()
+    assert base is not None and (base / name).is_dir()
+    sockets = Path(tempfile.gettempdir()) / name
+    assert (sockets / "bridge.sock").exists()
+    os.kill(row.pid, signal.SIGKILL)  # no clean-up of its own
+
+    def exited(items: list[Any]) -> bool:
+        return any(getattr(n, "code", None) == "agent_exited" for n in items)
+
+    assert sink.wait_for(exited, timeout=60), sink.items
+    assert not (base / name).exists() and not sockets.exists()
