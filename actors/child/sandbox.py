@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -64,6 +64,7 @@ __all__ = [
     "Sandbox",
     "check_available",
     "clear_sandbox_leftovers",
+    "clearing",
     "pids_base",
     "sandbox_for",
 ]
@@ -402,6 +403,21 @@ def clear_sandbox_leftovers(agent_id: str, bridge_pid: int) -> None:
     sockets = Path(tempfile.gettempdir()) / name
     if sockets.is_dir() and not sockets.is_symlink() and sockets.stat().st_uid == os.getuid():
         shutil.rmtree(sockets, ignore_errors=True)
+
+
+def clearing(
+    sandboxed: bool, agent_id: str, pid: int, on_exit: Callable[[int], None]
+) -> Callable[[int], None]:
+    """``on_exit`` of an agent's bridge ``pid`` (the parent's launcher's, a node's), after
+    what a sandboxed one left outside is removed (:func:`clear_sandbox_leftovers`)."""
+    if not sandboxed:
+        return on_exit
+
+    def exited(code: int) -> None:
+        clear_sandbox_leftovers(agent_id, pid)
+        on_exit(code)
+
+    return exited
 
 
 def _private_dir(path: Path) -> str:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from actors.child.env import (
+    ENV_AGENT_OPTIONS,
     ENV_NATS_CREDS,
     ENV_NATS_TLS,
     ENV_PARENT_PID,
@@ -51,6 +52,7 @@ from actors.child.env import (
     ENV_VARS,
     tls_environ,
 )
+from actors.child.sandbox import clearing
 from actors.records.session_lock import DirectoryLock
 from actors.runtime.clock import SystemClock
 from actors.runtime.log import logger
@@ -276,7 +278,10 @@ class NodeServer:
             finally:
                 self._starting.discard(req.agent_id)
             self.bridges[req.agent_id] = bridge
-            self.reaper.watch(bridge.child.proc, self._exit_callback(req), req.agent_id)
+            on_exit = clearing(
+                _sandboxed(req), req.agent_id, bridge.child.pid, self._exit_callback(req)
+            )
+            self.reaper.watch(bridge.child.proc, on_exit, req.agent_id)
             reply = nodes.NodeReply(pid=bridge.child.pid, boot=self.boot, seq=self.seq)
             logger.info("node {}: started {} (pid {})", self.name, req.agent_id, bridge.child.pid)
         except ShepherdError as exc:
@@ -418,3 +423,12 @@ def _decode(data: bytes, kind: type[Any]) -> Any:
         return msgspec.json.decode(data, type=kind)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise InvalidArgument(f"a malformed {kind.__name__}: {exc}") from None
+
+
+def _sandboxed(req: nodes.SpawnRequest) -> bool:
+    """Does the agent run in a sandbox (its options, as the parent's launcher wrote them)?"""
+    try:
+        options = msgspec.json.decode(req.env.get(ENV_AGENT_OPTIONS, "{}"))
+    except msgspec.DecodeError:
+        return False
+    return isinstance(options, dict) and bool(options.get("sandbox"))

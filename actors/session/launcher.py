@@ -44,7 +44,7 @@ from actors.child.env import (
     ENV_SETTINGS,
     tls_environ,
 )
-from actors.child.sandbox import clear_sandbox_leftovers
+from actors.child.sandbox import clearing
 from actors.runtime.clock import Clock
 from actors.runtime.log import logger
 from actors.runtime.procs import (
@@ -342,7 +342,10 @@ class ProcessLauncher:
         restore_open_files_limit(proc.pid, self._open_files_soft)
         child = ChildProcess(proc, self._clock, self._grace_s, log_path)
         self.children[spec.agent_id] = child
-        self.reaper.watch(proc, _clearing(spec, proc.pid, on_exit), spec.agent_id)
+        sandboxed = bool(spec.options.get("sandbox"))
+        self.reaper.watch(
+            proc, clearing(sandboxed, spec.agent_id, proc.pid, on_exit), spec.agent_id
+        )
         logger.bind(agent=spec.name).info("started bridge pid {pid}", pid=proc.pid)
         return child
 
@@ -398,7 +401,8 @@ class ProcessLauncher:
         log_path = self._session_dir / "agents" / spec.agent_id / "output.log"
         child = ChildProcess(pid, self._clock, self._grace_s, log_path)
         self.children[spec.agent_id] = child
-        self.reaper.watch(pid, _clearing(spec, pid, on_exit), spec.agent_id)
+        sandboxed = bool(spec.options.get("sandbox"))
+        self.reaper.watch(pid, clearing(sandboxed, spec.agent_id, pid, on_exit), spec.agent_id)
         logger.bind(agent=spec.name).info("adopted bridge pid {pid}", pid=pid)
         return child
 
@@ -422,15 +426,3 @@ class ProcessLauncher:
             for child in self.children.values():
                 child.wait(timeout=5)
         self.reaper.close()
-
-
-def _clearing(spec: AgentSpec, pid: int, on_exit: Callable[[int], None]) -> Callable[[int], None]:
-    """``on_exit``, after what a sandboxed agent's bridge left outside is removed."""
-    if not spec.options.get("sandbox"):
-        return on_exit
-
-    def exited(code: int) -> None:
-        clear_sandbox_leftovers(spec.agent_id, pid)
-        on_exit(code)
-
-    return exited
