@@ -24,7 +24,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,29 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_lib.common import temp_dir
-
-
-class ReadyAt:
-    """The broker's story tap: when each agent's process left ``starting``."""
-
-    def __init__(self) -> None:
-        self.at: dict[str, float] = {}
-        self._cond = threading.Condition()
-
-    def __call__(self, line: str) -> None:
-        name, _, rest = line.partition(": ")
-        if rest.startswith("process ") and rest != "process starting":
-            with self._cond:
-                self.at.setdefault(name, time.perf_counter())
-                self._cond.notify_all()
-
-    def wait(self, name: str, timeout_s: float) -> float:
-        with self._cond:
-            if not self._cond.wait_for(lambda: name in self.at, timeout_s):
-                raise TimeoutError(f"{name} never became ready")
-            return self.at[name]
-
+from bench_lib.common import ReadyTap, temp_dir
 
 #: the two sessions of a run: over a server without credentials, and over one with an
 #: authority (``serve --nats-auth``: a node with ``--nats-creds``, each child its own user)
@@ -63,7 +40,7 @@ WHERE = ("local", "node")
 
 
 def one_run(
-    run: int, spawns: int, sessions: dict[str, tuple[Any, ReadyAt]], script: Path
+    run: int, spawns: int, sessions: dict[str, tuple[Any, ReadyTap]], script: Path
 ) -> dict[str, float]:
     times: dict[str, list[float]] = {f"{m} {w}": [] for m in MODES for w in WHERE}
     names: list[tuple[str, str]] = []
@@ -77,7 +54,7 @@ def one_run(
                     args["node"] = f"bench-{mode}"
                 start = time.perf_counter()
                 sup.call("spawn", args)
-                times[f"{mode} {where}"].append((tap.wait(name, 60) - start) * 1000)
+                times[f"{mode} {where}"].append((tap.ready_at(name, 60) - start) * 1000)
                 names.append((mode, name))
     for mode, name in names:
         sessions[mode][0].call("close", {"agent": name})
@@ -123,12 +100,12 @@ def main() -> None:
                 servers["auth"].url, "bench-auth", tmp / "host-auth", "--nats-creds", str(creds)
             ),
         ]
-        sessions: dict[str, tuple[Any, ReadyAt]] = {}
+        sessions: dict[str, tuple[Any, ReadyTap]] = {}
         try:
             script = tmp / "wait.json"
             script.write_text(json.dumps({"steps": [{"await": "any"}]}))
             for mode in MODES:
-                tap = ReadyAt()
+                tap = ReadyTap()
                 auth: dict[str, Any] = {"nats_auth": str(tmp / "auth")} if mode == "auth" else {}
                 sup = Supervisor(
                     tmp / f"session-{mode}", tap=tap, transport=servers[mode].url, **auth

@@ -25,7 +25,6 @@ import argparse
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -33,30 +32,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_lib.common import temp_dir
+from bench_lib.common import ReadyTap, temp_dir
 
 MODES = ("plain", "sandbox")
-
-
-class Tap:
-    """The session's story: when each agent's bridge said ready."""
-
-    def __init__(self) -> None:
-        self.ready: dict[str, float] = {}
-        self._cond = threading.Condition()
-
-    def __call__(self, line: str) -> None:
-        name, _, rest = line.partition(": ")
-        if rest.startswith("process ") and rest != "process starting":
-            with self._cond:
-                self.ready.setdefault(name, time.perf_counter())
-                self._cond.notify_all()
-
-    def wait(self, name: str, timeout_s: float = 60) -> float:
-        with self._cond:
-            if not self._cond.wait_for(lambda: name in self.ready, timeout_s):
-                raise TimeoutError(f"{name} never became ready")
-            return self.ready[name]
 
 
 def process_starts(root: Path, procs: int) -> dict[str, float]:
@@ -90,7 +68,7 @@ def process_starts(root: Path, procs: int) -> dict[str, float]:
 
 
 def agent_figures(
-    sup: Any, sink: Any, tap: Tap, work: Path, run: int, spawns: int
+    sup: Any, sink: Any, tap: ReadyTap, work: Path, run: int, spawns: int
 ) -> dict[str, dict[str, float]]:
     ready: dict[str, list[float]] = {mode: [] for mode in MODES}
     turn: dict[str, list[float]] = {mode: [] for mode in MODES}
@@ -101,7 +79,7 @@ def agent_figures(
             args["cmd"] = "shepherd-child done --status completed --summary ok # {message}"
             start = time.perf_counter()
             sup.call("spawn", {**args, **({"sandbox": True} if mode == "sandbox" else {})})
-            ready[mode].append((tap.wait(name) - start) * 1000)
+            ready[mode].append((tap.ready_at(name) - start) * 1000)
             start = time.perf_counter()
             task_id = sup.call("delegate", {"target": name, "task": "go"}).task_id
             sup.call("watch", {"ids": [task_id]})
@@ -137,7 +115,7 @@ def main() -> None:
         os.environ["XDG_STATE_HOME"] = str(tmp / "state")
         work = tmp / "work"
         work.mkdir()
-        sink, tap = CollectingSink(), Tap()
+        sink, tap = CollectingSink(), ReadyTap()
         sup = Supervisor(tmp / "session", sinks=[sink], mailbox_root=tmp / "mailbox", tap=tap)
         figures: dict[str, dict[str, list[float]]] = {}
         try:

@@ -12,12 +12,11 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from bench_lib.common import memory_base_dir, temp_dir
+from bench_lib.common import ReadyTap, memory_base_dir, temp_dir
 
 BRIDGE_MODULE = "actors.child.cli"
 QUIET_SCRIPT = {"steps": [{"await": "task"}, {"await": "any"}]}
@@ -32,26 +31,6 @@ def bridge_missing() -> str | None:
     if not found:
         return f"the child bridge ({BRIDGE_MODULE}, `shepherd-child run`) is not installed"
     return None
-
-
-class _ReadyTap:
-    """The broker's story tap: notes when an agent's process state first leaves ``starting``."""
-
-    def __init__(self) -> None:
-        self.ready: dict[str, float] = {}
-        self._cond = threading.Condition()
-
-    def __call__(self, line: str) -> None:
-        name, _, rest = line.partition(": ")
-        if rest.startswith("process ") and rest != "process starting":
-            with self._cond:
-                self.ready.setdefault(name, time.perf_counter())
-                self._cond.notify_all()
-
-    def wait(self, name: str, timeout_s: float) -> float | None:
-        with self._cond:
-            self._cond.wait_for(lambda: name in self.ready, timeout_s)
-            return self.ready.get(name)
 
 
 def _time_command(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -73,7 +52,7 @@ def bridge_job(params: dict[str, Any]) -> dict[str, Any]:
 
         script = tmp / "quiet.json"
         script.write_text(json.dumps(QUIET_SCRIPT))
-        tap = _ReadyTap()
+        tap = ReadyTap()
         supervisor = Supervisor(tmp / "session", tap=tap, mailbox_root=tmp / "mbox")
         samples: list[float] = []
         try:

@@ -84,7 +84,7 @@ def _session(tmp: Path, n: int, rounds: int) -> dict[str, Any]:
         for name in names:
             session.spawn(name, script=str(script), cwd=str(tmp))
         spawned_s = time.perf_counter() - started
-        if not ready.wait(n, 60 + n):
+        if not ready.wait_count(n, 60 + n):
             return {"unavailable": f"only {len(ready.ready)} of {n} children got ready"}
         start_s = time.perf_counter() - started
         samples: dict[str, list[int]] = {name: [] for name in names}

@@ -59,7 +59,7 @@ def spawn_quiet_agent(
     script = tmp / f"{name}.json"
     script.write_text(json.dumps({"steps": [{"run": f"env -0 > {dump}"}, *QUIET_SCRIPT["steps"]]}))
     session.spawn(name, script=str(script), cwd=str(tmp))
-    if not ready.wait(count, 60):
+    if not ready.wait_count(count, 60):
         raise RuntimeError(f"agent {name} never got ready within 60 s")
     return _agent_env(dump, 60)
 
@@ -145,7 +145,7 @@ def cli_job(params: dict[str, Any]) -> dict[str, Any]:
             started = time.perf_counter()
             for i in range(1, agents):
                 session.spawn(f"a{i:04d}", script=str(script), cwd=str(tmp))
-            if not ready.wait(agents, 60 + 2 * agents):
+            if not ready.wait_count(agents, 60 + 2 * agents):
                 return {"unavailable": f"only {len(ready.ready)} of {agents} agents got ready"}
             spawn_s = time.perf_counter() - started
             subjects = {"python": python, "status_agents": status, "status_agents_direct": direct}

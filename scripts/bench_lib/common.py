@@ -303,19 +303,34 @@ def new_ids() -> tuple[str, str, str]:
 
 
 class ReadyTap:
-    """The broker's story tap: counts agents whose process state left ``starting``."""
+    """A supervisor's story tap: when each agent's process first left ``starting`` (its
+    bridge said ready)."""
 
     def __init__(self) -> None:
-        self.ready: set[str] = set()
+        self.ready: dict[str, float] = {}
         self._cond = threading.Condition()
 
     def __call__(self, line: str) -> None:
         name, _, rest = line.partition(": ")
         if rest.startswith("process ") and rest != "process starting":
             with self._cond:
-                self.ready.add(name)
+                self.ready.setdefault(name, time.perf_counter())
                 self._cond.notify_all()
 
-    def wait(self, count: int, timeout_s: float) -> bool:
+    def wait_count(self, count: int, timeout_s: float) -> bool:
+        """Until ``count`` agents are ready (False after ``timeout_s``)."""
         with self._cond:
             return self._cond.wait_for(lambda: len(self.ready) >= count, timeout_s)
+
+    def wait(self, name: str, timeout_s: float = 60) -> float | None:
+        """When ``name`` became ready (``perf_counter``), or None after ``timeout_s``."""
+        with self._cond:
+            self._cond.wait_for(lambda: name in self.ready, timeout_s)
+            return self.ready.get(name)
+
+    def ready_at(self, name: str, timeout_s: float = 60) -> float:
+        """:meth:`wait`, raising ``TimeoutError`` if it never became ready."""
+        at = self.wait(name, timeout_s)
+        if at is None:
+            raise TimeoutError(f"{name} never became ready")
+        return at
