@@ -153,7 +153,7 @@ def check_spawn_options(adapter: str, options: Mapping[str, Any], parent_cwd: st
     if options.get("sandbox"):  # fail closed: refused now if it cannot be made here
         from actors.child.sandbox import check_available
 
-        check_available(options)
+        check_available(options, cwd)
 
 
 def show_refusal(ctx: AgentContext, ack: AckEnvelope) -> None:

@@ -100,8 +100,9 @@ AGENT_KEEPS: Final = frozenset(
 #: where the bridge's sandbox socket is, inside (rule 6)
 INSIDE_SOCKET: Final = SANDBOX_SOCKET
 INSIDE_DIR: Final = os.path.dirname(SANDBOX_SOCKET)
-#: the rules' order for one path: the more permissive wins
-_RANK: Final = {"hide": 0, "ro": 1, "rw": 2}
+#: the rules' order for one path: the more permissive wins, but the session's own files
+#: (``secret``) stay hidden even where a writable path names them
+_RANK: Final = {"hide": 0, "ro": 1, "rw": 2, "secret": 3}
 
 
 def _bwrap() -> str:
@@ -190,8 +191,11 @@ def _pids_group(name: str, limit: int) -> Path:
     return group
 
 
-def check_available(options: Mapping[str, Any]) -> None:
-    """Rule 1, the parent's (or a node's) check before a sandboxed spawn is accepted."""
+def check_available(options: Mapping[str, Any], cwd: str) -> None:
+    """Rule 1, the parent's (or a node's) check before a sandboxed spawn is accepted, of an
+    agent that would work in ``cwd``."""
+    if os.path.realpath(cwd) == "/":
+        raise InvalidArgument("spawn: a sandboxed agent cannot work in / (all of it writable)")
     _probe(bool(options.get("sandbox_net")))
     for path in options.get("sandbox_rw") or ():  # of the right shape (the rule says the rest)
         if is_normal_path(str(path)) and not os.path.exists(str(path)):
@@ -216,12 +220,16 @@ class Sandbox:
         hidden: Sequence[str],
         runner: Runner | None,
         name: str,
+        private: Sequence[str] = (),
     ) -> None:
+        """``hidden``: the session's files, hidden whatever else is asked; ``private``: hidden
+        unless a writable path asks for it (the parent's home, when the agent works there)."""
         self.view = view
         self._environ = dict(environ)
         self._cwd = os.path.realpath(cwd)
         self._home = agent_dir / "home"
-        self._hidden = [os.path.realpath(p) for p in hidden if p and os.path.isdir(p)]
+        self._secret = _directories(hidden)
+        self._hidden = self._secret + _directories(private)
         self._runner = runner
         self._name = name
         #: turn report paths handed to the agent's processes (rule 6)
@@ -312,7 +320,7 @@ class Sandbox:
                 rules[real] = kind
 
         for path in self._hidden:
-            put(path, "hide")
+            put(path, "secret" if path in self._secret else "hide")
         readable = [sys.prefix, sys.base_prefix, os.path.dirname(sys.executable)]
         readable.append(str(Path(actors.__file__).resolve().parent.parent))
         readable += [p for p in self._environ.get("PATH", "").split(":") if p.startswith("/")]
@@ -333,13 +341,13 @@ class Sandbox:
         rules = self._rules(rw)
         for path in sorted(rules, key=lambda p: (p.count("/"), p)):
             kind = rules[path]
-            if kind == "hide":
+            if kind in ("hide", "secret"):
                 mounts += ["--tmpfs", path]
             else:
                 mounts += ["--bind" if kind == "rw" else "--ro-bind", path, path]
         if self._socket_dir is not None:
             mounts += ["--bind", self._socket_dir, INSIDE_DIR]
-        for path in ["/run", *(p for p, kind in rules.items() if kind == "hide")]:
+        for path in ["/run", *(p for p, kind in rules.items() if kind in ("hide", "secret"))]:
             mounts += ["--remount-ro", path]
         return mounts
 
@@ -353,13 +361,15 @@ def sandbox_for(env: ChildEnv, runner: Runner | None) -> Sandbox | None:
         agent_dir = Path(env.session_dir) / "agents" / env.agent_id
     else:  # a node's agent: a private directory of its own
         agent_dir = Path(tempfile.mkdtemp(prefix="shepherd-agent-"))
-    hidden = [env.session_dir or "", env.mailbox, os.path.expanduser("~")]
+    if os.path.realpath(os.getcwd()) == "/":
+        raise InvalidArgument("a sandboxed agent cannot work in / (all of it would be writable)")
     sandbox = Sandbox(
         view,
         environ=os.environ,
         cwd=os.getcwd(),
         agent_dir=agent_dir,
-        hidden=hidden,
+        hidden=[env.session_dir or "", env.mailbox],
+        private=[os.path.expanduser("~")],
         runner=runner,
         name=leftover_name(env.agent_id, os.getpid()),
     )
@@ -427,6 +437,12 @@ def _private_dir(path: Path) -> str:
     except FileExistsError:
         return tempfile.mkdtemp(prefix=f"{path.name}-")
     return str(path)
+
+
+def _directories(paths: Sequence[str]) -> list[str]:
+    """The existing directories of ``paths``, resolved; never the root."""
+    found = (os.path.realpath(p) for p in paths if p and os.path.isdir(p))
+    return [p for p in found if p != "/"]
 
 
 def _under(path: str, root: str) -> bool:

@@ -137,12 +137,17 @@ def test_the_most_specific_rule_governs_each_path(tmp_path: Path) -> None:
         environ=BRIDGE_ENV,
         cwd=str(worktree),
         agent_dir=tmp_path / "agent",
-        hidden=[str(session), str(tmp_path / "home")],
+        hidden=[str(session)],
+        private=[str(tmp_path / "home")],
         runner=None,
         name="test",
     )
     rules = box._rules(rw=[str(tmp_path / "checkout")])
-    assert rules[str(session)] == "hide"  # inside a writable checkout: still hidden
+    assert rules[str(session)] == "secret"  # inside a writable checkout: still hidden
+    assert rules[str(tmp_path / "home")] == "hide"
+    asked = box._rules(rw=[str(session), str(tmp_path / "home")])
+    assert asked[str(session)] == "secret"  # named writable: the session's files stay hidden
+    assert asked[str(tmp_path / "home")] == "rw"  # the parent's home, when asked for
     assert rules[str(worktree)] == "rw"  # inside the hidden session: its own, writable
     assert rules[str(tmp_path / "checkout")] == "rw"
     mounts = box._mounts([str(tmp_path / "checkout")])

@@ -121,6 +121,14 @@ def test_hostile_sandbox_values_are_refused_by_name_and_nothing_changes(
     assert sup.call("status", {}).agents == ()
 
 
+def test_a_sandboxed_agent_cannot_work_in_the_root(team: Team) -> None:
+    sup, _ = team
+    with pytest.raises(InvalidArgument, match="cannot work in /"):
+        sup.call("spawn", {"name": "boxed", "adapter": "command", "cmd": "x {message}",
+                           "cwd": "/", "sandbox": True})  # fmt: skip
+    assert sup.call("status", {}).agents == ()
+
+
 @pytest.mark.parametrize(
     "extra",
     [
