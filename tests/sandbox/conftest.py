@@ -8,7 +8,9 @@ task's completion (the sink) with a timeout.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,13 +63,32 @@ def finish(team: Team, agent: str, text: str = "probe", timeout: float = 60) -> 
     return result
 
 
-def probe_agent(team: Team, work: Path, name: str, body: str, **options: Any) -> None:
-    """Spawn ``name``: a sandboxed command agent in ``work`` whose every turn runs ``body``
-    (bash) and then says done."""
+@pytest.fixture(params=["command", "scripted"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """The hostile agent's kind: a command agent's turn, or a scripted agent's ``run`` step."""
+    return str(request.param)
+
+
+def probe_spawn(scripts: Path, kind: str, name: str, body: str, **options: Any) -> dict[str, Any]:
+    """The spawn of ``name``, sandboxed: a command agent whose every turn runs ``body`` (bash)
+    then says done, or a scripted agent whose ``run`` step does (its script in ``scripts``)."""
+    if kind == "command":
+        cmd = f"bash -c {shlex.quote(body + chr(10) + DONE)} probe {{message}}"
+        return {"name": name, "adapter": "command", "cmd": cmd, "sandbox": True, **options}
+    steps: list[dict[str, Any]] = [{"await": "task"}, {"run": body}]
+    steps += [{"done": {"status": "completed", "summary": "probed"}}, {"await": "any"}]
+    script = scripts / f"{name}.json"
+    script.write_text(json.dumps({"steps": steps}))
+    return {"name": name, "script": str(script), "sandbox": True, **options}
+
+
+def probe_agent(
+    team: Team, work: Path, name: str, body: str, kind: str = "command", **options: Any
+) -> None:
+    """Spawn ``name`` (:func:`probe_spawn`) to work in ``work``."""
     work.mkdir(parents=True, exist_ok=True)
-    (work / f"{name}.sh").write_text(body + "\n" + DONE)
-    spawn = {"name": name, "adapter": "command", "cmd": f"bash {name}.sh {{message}}"}
-    team[0].call("spawn", {**spawn, "cwd": str(work), "sandbox": True, **options})
+    spawn = probe_spawn(work.parent, kind, name, body, **options)
+    team[0].call("spawn", {**spawn, "cwd": str(work)})
 
 
 def found(work: Path) -> dict[str, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shlex
 import socket
 import sys
 import threading
@@ -15,9 +14,19 @@ from pathlib import Path
 import pytest
 
 from tests.processes.test_worktrees import GIT_ENV, git, repo
-from tests.sandbox.conftest import DONE, Team, alive, finish, found, idle_script, probe_agent
+from tests.sandbox.conftest import (
+    DONE,
+    Team,
+    alive,
+    finish,
+    found,
+    idle_script,
+    kind,
+    probe_agent,
+    probe_spawn,
+)
 
-__all__ = ["repo"]  # a fixture used here
+__all__ = ["kind", "repo"]  # fixtures used here
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(120)]
 
@@ -25,7 +34,7 @@ PY = sys.executable
 
 
 def test_writes_outside_fail_its_own_directory_and_sandbox_rw_are_written(
-    team: Team, tmp_path: Path
+    team: Team, tmp_path: Path, kind: str
 ) -> None:
     outside = Path("/var/tmp") / f"shepherd-probe-{secrets.token_hex(6)}"
     shared = tmp_path / "shared"
@@ -38,7 +47,7 @@ echo mine > mine.txt; d=$?
 printf 'var_tmp=%s\\netc=%s\\nshared=%s\\nown=%s\\n' $a $b $c $d > found.txt
 """
     work = tmp_path / "work"
-    probe_agent(team, work, "writer", body, sandbox_rw=[str(shared)])
+    probe_agent(team, work, "writer", body, kind, sandbox_rw=[str(shared)])
     assert finish(team, "writer").status == "completed"
     seen = found(work)
     assert seen["var_tmp"] != "0" and seen["etc"] != "0", seen
@@ -52,7 +61,7 @@ printf 'var_tmp=%s\\netc=%s\\nshared=%s\\nown=%s\\n' $a $b $c $d > found.txt
 
 
 def test_another_agents_worktree_and_the_session_files_are_hidden(
-    team: Team, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+    team: Team, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     sup, _ = team
     for key, value in GIT_ENV.items():  # for its commit: passed in by name (--env)
@@ -73,9 +82,8 @@ printf 'theirs=%s\\njournal=%s\\nsession_entries=%s\\nmailbox_entries=%s\\ncommi
   $a $b $(cat n_session) $(cat n_mailbox) $c > .found.txt
 rm n_session n_mailbox n_home
 """
-    sup.call("spawn", {"name": "snoop", "adapter": "command", "worktree": True,
-                       "repo": str(repo), "sandbox": True, "env": list(GIT_ENV),
-                       "cmd": f"bash -c {shlex.quote(body + DONE)} probe {{message}}"})  # fmt: skip
+    spawn = probe_spawn(tmp_path, kind, "snoop", body, env=list(GIT_ENV))
+    sup.call("spawn", {**spawn, "worktree": True, "repo": str(repo)})
     result = finish(team, "snoop")
     assert result.status == "completed"
     lines = (session / "worktrees" / "snoop" / ".found.txt").read_text().splitlines()
@@ -91,7 +99,7 @@ rm n_session n_mailbox n_home
 
 
 def test_the_parents_environment_and_the_agents_capability_stay_outside(
-    team: Team, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    team: Team, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     monkeypatch.setenv("PARENT_SECRET", "hunter2-" + secrets.token_hex(4))
     monkeypatch.setenv("PASSED_ON", "given by name")
@@ -102,7 +110,7 @@ ls /proc | grep -c '^[0-9]' > n_procs
 printf 'procs=%s\\n' $(cat n_procs) > found.txt
 """
     work = tmp_path / "work"
-    probe_agent(team, work, "envy", body, env=["PASSED_ON"])
+    probe_agent(team, work, "envy", body, kind, env=["PASSED_ON"])
     assert finish(team, "envy").status == "completed"
     row = next(a for a in team[0].call("status", {}).agents if a.name == "envy")
     assert row.pid is not None
@@ -145,13 +153,15 @@ class _Listener:
 
 
 @pytest.mark.parametrize("net", [False, True], ids=["no-network", "sandbox-net"])
-def test_a_tcp_connection_needs_sandbox_net(team: Team, tmp_path: Path, net: bool) -> None:
+def test_a_tcp_connection_needs_sandbox_net(
+    team: Team, tmp_path: Path, net: bool, kind: str
+) -> None:
     listener = _Listener()
     try:
         connect = f"import socket; socket.create_connection(('127.0.0.1', {listener.port}), 5)"
         body = f"{PY} -c \"{connect}\" 2>/dev/null; printf 'tcp=%s\\n' $? > found.txt"
         work = tmp_path / "work"
-        probe_agent(team, work, "caller", body, **({"sandbox_net": True} if net else {}))
+        probe_agent(team, work, "caller", body, kind, **({"sandbox_net": True} if net else {}))
         assert finish(team, "caller").status == "completed"
         assert (found(work)["tcp"] == "0") is net
         assert (listener.accepted == 1) is net
@@ -166,7 +176,9 @@ print(libc.ptrace(16, int(sys.argv[1]), 0, 0))  # PTRACE_ATTACH
 """
 
 
-def test_a_sibling_and_the_parent_cannot_be_killed_or_traced(team: Team, tmp_path: Path) -> None:
+def test_a_sibling_and_the_parent_cannot_be_killed_or_traced(
+    team: Team, tmp_path: Path, kind: str
+) -> None:
     sup, _ = team
     sibling_work = tmp_path / "sibling"
     sibling_work.mkdir()
@@ -185,7 +197,7 @@ kill -0 {os.getpid()} 2>/dev/null; b=$?
 c=$({PY} ptrace.py {sibling.pid} 2>/dev/null || echo failed)
 printf 'kill_sibling=%s\\nsignal_parent=%s\\nptrace=%s\\n' $a $b "$c" > found.txt
 """
-    probe_agent(team, work, "killer", body)
+    probe_agent(team, work, "killer", body, kind)
     assert finish(team, "killer").status == "completed"
     seen = found(work)
     assert seen["kill_sibling"] != "0" and seen["signal_parent"] != "0", seen
@@ -219,7 +231,7 @@ print(f"greeted={greeted}")
 
 
 def test_on_the_network_a_sandboxed_agent_is_refused_by_the_other_command_sockets(
-    team: Team, tmp_path: Path
+    team: Team, tmp_path: Path, kind: str
 ) -> None:
     """Sharing the network, it can see the abstract sockets of its siblings' bridges (their
     ``shepherd-child`` calls); none serves a caller in another process namespace."""
@@ -231,7 +243,7 @@ def test_on_the_network_a_sandboxed_agent_is_refused_by_the_other_command_socket
     work = tmp_path / "work"
     work.mkdir()
     (work / "reach.py").write_text(REACH)
-    probe_agent(team, work, "reacher", f"{PY} reach.py {pid} > found.txt", sandbox_net=True)
+    probe_agent(team, work, "reacher", f"{PY} reach.py {pid} > found.txt", kind, sandbox_net=True)
     assert finish(team, "reacher").status == "completed"
     seen = found(work)
     assert int(seen["sockets"]) == 1, seen  # it did see it
@@ -239,7 +251,9 @@ def test_on_the_network_a_sandboxed_agent_is_refused_by_the_other_command_socket
     assert sup.call("status", {}).agents  # the session goes on
 
 
-def test_filling_its_temporary_directory_stops_at_its_bound(team: Team, tmp_path: Path) -> None:
+def test_filling_its_temporary_directory_stops_at_its_bound(
+    team: Team, tmp_path: Path, kind: str
+) -> None:
     body = """
 head -c 20000000 /dev/zero > /tmp/fill 2>/dev/null; a=$?
 head -c 20000000 /dev/zero > /dev/shm/fill 2>/dev/null; b=$?
@@ -248,7 +262,7 @@ printf 'tmp=%s\\ntmp_size=%s\\nshm=%s\\nshm_size=%s\\n' $a $(stat -c %s /tmp/fil
 rm -f /tmp/fill /dev/shm/fill
 """
     work = tmp_path / "work"
-    probe_agent(team, work, "filler", body, sandbox_tmp_mb=4)
+    probe_agent(team, work, "filler", body, kind, sandbox_tmp_mb=4)
     assert finish(team, "filler").status == "completed"
     seen = found(work)
     assert seen["tmp"] != "0" and int(seen["tmp_size"]) <= 4 * 1024 * 1024, seen
@@ -276,12 +290,12 @@ print(f"forked={len(children)}")
 
 
 def test_a_fork_bomb_is_held_at_sandbox_pids_and_the_session_goes_on(
-    team: Team, tmp_path: Path
+    team: Team, tmp_path: Path, kind: str
 ) -> None:
     work = tmp_path / "work"
     work.mkdir()
     (work / "bomb.py").write_text(BOMB)
-    probe_agent(team, work, "bomber", f"{PY} bomb.py > found.txt", sandbox_pids=16)
+    probe_agent(team, work, "bomber", f"{PY} bomb.py > found.txt", kind, sandbox_pids=16)
     assert finish(team, "bomber").status == "completed"
     forked = int(found(work)["forked"])
     assert 0 < forked < 16, forked
