@@ -100,6 +100,9 @@ AGENT_KEEPS: Final = frozenset(
 #: where the bridge's sandbox socket is, inside (rule 6)
 INSIDE_SOCKET: Final = SANDBOX_SOCKET
 INSIDE_DIR: Final = os.path.dirname(SANDBOX_SOCKET)
+#: directories the sandbox has fresh and empty (what the programs it runs need there is
+#: bound back: Python or the package installed under ``/tmp``)
+_FRESH: Final = ("/tmp", "/run")
 #: the rules' order for one path: the more permissive wins, but the session's own files
 #: (``secret``) stay hidden even where a writable path names them
 _RANK: Final = {"hide": 0, "ro": 1, "rw": 2, "secret": 3}
@@ -324,8 +327,9 @@ class Sandbox:
         readable = [sys.prefix, sys.base_prefix, os.path.dirname(sys.executable)]
         readable.append(str(Path(actors.__file__).resolve().parent.parent))
         readable += [p for p in self._environ.get("PATH", "").split(":") if p.startswith("/")]
+        covered = [*self._hidden, *_FRESH]  # what the sandbox covers with its own
         for path in readable:
-            if os.path.isdir(path) and any(_under(path, h) for h in self._hidden):
+            if os.path.isdir(path) and any(_under(path, h) for h in covered):
                 put(path, "ro")
         for path in (self._cwd, str(self._home), *self.view.rw, *rw):
             if os.path.exists(path):
@@ -337,7 +341,8 @@ class Sandbox:
 
     def _mounts(self, rw: Sequence[str]) -> list[str]:
         mounts = ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
-        mounts += ["--tmpfs", "/tmp", "--tmpfs", "/run"]
+        for path in _FRESH:
+            mounts += ["--tmpfs", path]
         rules = self._rules(rw)
         for path in sorted(rules, key=lambda p: (p.count("/"), p)):
             kind = rules[path]

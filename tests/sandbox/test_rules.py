@@ -165,3 +165,25 @@ def test_the_human_status_line_says_the_sandbox() -> None:
     assert line.endswith("[sandbox: no net, 16 pids, /tmp 4 MiB, +2 rw, env HOME]"), line
     line = status_line({**agent, "sandbox": {"net": True, "pids": 0, "tmp_mb": 256}}, {}, 0.0)
     assert line.endswith("[sandbox: net, no pid bound, /tmp 256 MiB]"), line
+
+
+def test_python_and_tools_under_a_covered_directory_are_bound_back_read_only(
+    tmp_path: Path,
+) -> None:
+    """A checkout (and its virtualenv) under ``/tmp``, which the sandbox has fresh."""
+    tools = Path("/tmp") / f"shepherd-rules-{tmp_path.name}"
+    tools.mkdir(exist_ok=True)
+    try:
+        box = Sandbox(
+            SandboxView(),
+            environ={**BRIDGE_ENV, "PATH": f"{tools}:/usr/bin"},
+            cwd=str(tmp_path),
+            agent_dir=tmp_path / "agent",
+            hidden=[],
+            runner=None,
+            name="test",
+        )
+        assert box._rules(rw=[])[str(tools)] == "ro"
+        assert "/usr/bin" not in box._rules(rw=[])  # already readable
+    finally:
+        tools.rmdir()
