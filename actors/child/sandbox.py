@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -205,7 +206,7 @@ def check_available(options: Mapping[str, Any], cwd: str) -> None:
             raise InvalidArgument(f"spawn: sandbox_rw: {str(path)[:200]} does not exist")
     pids = options.get("sandbox_pids")
     if pids != 0:
-        probe = _pids_group(f"shepherd-probe-{os.getpid()}", 1)
+        probe = _pids_group(f"shepherd-probe-{os.getpid()}-{secrets.token_hex(4)}", 1)
         with contextlib.suppress(OSError):
             probe.rmdir()
 
