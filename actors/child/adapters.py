@@ -151,7 +151,7 @@ def check_spawn_options(adapter: str, options: Mapping[str, Any], parent_cwd: st
         raise InvalidArgument(f'"cwd": {cwd} is not an existing directory')
     cls.check_options(options, cwd)
     if options.get("sandbox"):  # fail closed: refused now if it cannot be made here
-        from actors.child.sandbox import check_available
+        from actors.child.sandbox_host import check_available
 
         check_available(options, cwd)
 

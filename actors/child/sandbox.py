@@ -6,9 +6,9 @@ credentials), and the agent reaches it only through a socket bound into the sand
 Rules (the options' bounds and checks: :mod:`protocol.records.sandbox`):
 
 1. **Fail closed.** The parent checks the sandbox can be made before the spawn is accepted
-   (:func:`check_available`: bubblewrap runs this very shape once per process, and the
-   process-count group can be made); a bridge that cannot make it exits before its agent
-   starts. Nothing runs unsandboxed in its place: ``sandbox_unavailable``.
+   (:func:`actors.child.sandbox_host.check_available`: bubblewrap runs this very shape once
+   per process, and the process-count group can be made); a bridge that cannot make it exits
+   before its agent starts. Nothing runs unsandboxed in its place: ``sandbox_unavailable``.
 2. **Files**: the root read-only; hidden behind an empty read-only directory: the session's
    directory (journal, other agents' files and worktrees, credentials), the mailbox, the
    parent's home, ``/run``; writable: the working directory, a private home
@@ -22,7 +22,8 @@ Rules (the options' bounds and checks: :mod:`protocol.records.sandbox`):
 3. **Processes**: its own process, IPC and host-name namespaces (it sees and signals only its
    own processes); no capability left (the ``/tmp`` bound is set first, then every capability
    is dropped before the agent's program runs, with ``no_new_privs``); at most
-   ``sandbox_pids`` processes at once (a pids cgroup per agent, removed at close).
+   ``sandbox_pids`` processes at once (a pids cgroup per agent, removed at close). The
+   command line and the groups: :mod:`actors.child.sandbox_host`.
 4. **Network**: none (a namespace of its own with loopback only) unless ``sandbox_net``.
 5. **Environment**: only :data:`PASSED` names, the ``env`` names (from the bridge's own
    environment, which is the parent's), and what the adapter set for its process; no
@@ -35,40 +36,34 @@ Rules (the options' bounds and checks: :mod:`protocol.records.sandbox`):
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
-import secrets
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import actors
+from actors.child.sandbox_host import (
+    bwrap,
+    empty_group,
+    inner,
+    leftover_name,
+    namespaces,
+    pids_group,
+    private_dir,
+    probe,
+)
 from actors.runtime.command_socket import CommandServer, Request, Runner
 from actors.runtime.command_wire import CHILD_COMMANDS, ENV_COMMAND_SOCKET, SANDBOX_SOCKET
-from protocol.core.errors import InvalidArgument, SandboxUnavailable
-from protocol.records.sandbox import SandboxView, is_normal_path, view_of
+from protocol.core.errors import InvalidArgument
+from protocol.records.sandbox import SandboxView, view_of
 
 if TYPE_CHECKING:
     from actors.child.env import ChildEnv
 
-__all__ = [
-    "AGENT_KEEPS",
-    "INSIDE_SOCKET",
-    "PASSED",
-    "Sandbox",
-    "check_available",
-    "clear_sandbox_leftovers",
-    "clearing",
-    "pids_base",
-    "sandbox_for",
-]
+__all__ = ["AGENT_KEEPS", "INSIDE_SOCKET", "PASSED", "Sandbox", "sandbox_for"]
 
 #: variables of the bridge's environment every sandboxed process gets (rule 5)
 PASSED: Final = frozenset(
@@ -109,108 +104,6 @@ _FRESH: Final = ("/tmp", "/run")
 _RANK: Final = {"hide": 0, "ro": 1, "rw": 2, "secret": 3}
 
 
-def _bwrap() -> str:
-    found = shutil.which("bwrap")
-    if found is None:
-        raise SandboxUnavailable(
-            "bubblewrap (bwrap) is not installed here: install it (Debian: apt-get install "
-            "bubblewrap) or spawn without --sandbox"
-        )
-    return found
-
-
-def _namespaces(net: bool) -> list[str]:
-    spaces = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-    spaces += ["--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
-    return spaces if net else [*spaces, "--unshare-net"]
-
-
-def _inner(tmp_mb: int) -> list[str]:
-    """Set the size bounds, then drop every capability and run the agent's program (rule 3)."""
-    script = (
-        f"mount -o remount,size={tmp_mb}m /tmp && mount -o remount,size={tmp_mb}m /dev && "
-        'exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"'
-    )
-    return ["--cap-add", "CAP_SYS_ADMIN", "--", "/bin/sh", "-c", script, "shepherd-sandbox"]
-
-
-@functools.lru_cache(maxsize=4)
-def _probe(net: bool) -> None:
-    """Run the sandbox's very shape once (cached only when it works)."""
-    argv = [_bwrap(), *_namespaces(net), "--ro-bind", "/", "/", "--proc", "/proc"]
-    argv += ["--dev", "/dev", "--tmpfs", "/tmp", *_inner(1), "true"]
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SandboxUnavailable(f"bubblewrap could not run: {exc}") from None
-    if done.returncode != 0:
-        said = done.stderr.decode(errors="replace").strip()[-300:]
-        raise SandboxUnavailable(f"bubblewrap cannot make the sandbox here: {said}")
-
-
-def pids_base() -> Path | None:
-    """The pids cgroup of this process, where an agent's group is made (None: none usable).
-    cgroup v1 (a ``pids`` hierarchy) or v2 (``pids`` among the controllers)."""
-    try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
-        own = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in mounts:
-        fields = line.split()
-        if len(fields) < 4:
-            continue
-        where, kind, opts = fields[1], fields[2], fields[3].split(",")
-        if kind == "cgroup" and "pids" in opts:
-            path = next((c.split(":", 2)[2] for c in own if ":pids:" in c), "/")
-            return Path(where + path)
-        if kind == "cgroup2":
-            path = next((c.split(":", 2)[2] for c in own if c.startswith("0::")), "/")
-            base = Path(where + path)
-            with contextlib.suppress(OSError):
-                if "pids" in (base / "cgroup.subtree_control").read_text().split():
-                    return base
-    return None
-
-
-def _pids_group(name: str, limit: int) -> Path:
-    """A new pids cgroup of at most ``limit`` processes (rule 3)."""
-    base = pids_base()
-    if base is None:
-        raise SandboxUnavailable(
-            "no pids cgroup can be made here to bound the sandbox's processes; "
-            "give --sandbox-pids 0 to run without that bound"
-        )
-    group = base / name
-    try:
-        group.mkdir(mode=0o755, exist_ok=True)
-        (group / "pids.max").write_text(f"{limit}\n")
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            group.rmdir()
-        raise SandboxUnavailable(
-            f"the sandbox's process bound cannot be set ({exc.strerror} at {group}); "
-            "give --sandbox-pids 0 to run without it"
-        ) from None
-    return group
-
-
-def check_available(options: Mapping[str, Any], cwd: str) -> None:
-    """Rule 1, the parent's (or a node's) check before a sandboxed spawn is accepted, of an
-    agent that would work in ``cwd``."""
-    if os.path.realpath(cwd) == "/":
-        raise InvalidArgument("spawn: a sandboxed agent cannot work in / (all of it writable)")
-    _probe(bool(options.get("sandbox_net")))
-    for path in options.get("sandbox_rw") or ():  # of the right shape (the rule says the rest)
-        if is_normal_path(str(path)) and not os.path.exists(str(path)):
-            raise InvalidArgument(f"spawn: sandbox_rw: {str(path)[:200]} does not exist")
-    pids = options.get("sandbox_pids")
-    if pids != 0:
-        probe = _pids_group(f"shepherd-probe-{os.getpid()}-{secrets.token_hex(4)}", 1)
-        with contextlib.suppress(OSError):
-            probe.rmdir()
-
-
 class Sandbox:
     """One agent's sandbox, made by its bridge (module rules)."""
 
@@ -244,11 +137,11 @@ class Sandbox:
 
     def start(self) -> None:
         """Make what the sandbox needs outside: the home, the process bound, the socket."""
-        _probe(self.view.net)
+        probe(self.view.net)
         self._home.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.view.pids:
-            self._group = _pids_group(self._name, self.view.pids)
-        self._socket_dir = _private_dir(Path(tempfile.gettempdir()) / self._name)
+            self._group = pids_group(self._name, self.view.pids)
+        self._socket_dir = private_dir(Path(tempfile.gettempdir()) / self._name)
         if self._runner is not None:
             path = os.path.join(self._socket_dir, "bridge.sock")
             self._server = CommandServer(
@@ -261,7 +154,7 @@ class Sandbox:
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
         if self._group is not None:
-            _empty(self._group)
+            empty_group(self._group)
 
     # -- the channel (rule 6)
 
@@ -308,8 +201,8 @@ class Sandbox:
         inside = self.environ(env)
         if "SHEPHERD_TURN_REPORT" in inside:
             self._reports.add(inside["SHEPHERD_TURN_REPORT"])
-        command = [_bwrap(), *_namespaces(self.view.net), *self._mounts(rw)]
-        command += ["--chdir", self._cwd, *_inner(self.view.tmp_mb), *argv]
+        command = [bwrap(), *namespaces(self.view.net), *self._mounts(rw)]
+        command += ["--chdir", self._cwd, *inner(self.view.tmp_mb), *argv]
         if self._group is not None:  # join the group first: everything forked is counted
             join = 'echo $$ > "$0" || exit 125; exec "$@"'
             command = ["/bin/sh", "-c", join, str(self._group / "cgroup.procs"), *command]
@@ -402,49 +295,6 @@ def _git_common_dir(path: str) -> str | None:
     return os.path.realpath(common) if os.path.isdir(common) else None
 
 
-def leftover_name(agent_id: str, bridge_pid: int) -> str:
-    """The name of a bridge's pids group and of its socket's directory (in the temporary
-    directory): whoever sees the bridge exit can find and remove them."""
-    return f"shepherd-{agent_id}-{bridge_pid}"
-
-
-def clear_sandbox_leftovers(agent_id: str, bridge_pid: int) -> None:
-    """Remove what a sandboxed agent's bridge made outside, once it has exited, however it
-    ended (its own close removes them; a ``SIGKILL`` does not): its pids group (killing what
-    is left in it) and its socket's directory."""
-    name = leftover_name(agent_id, bridge_pid)
-    base = pids_base()
-    if base is not None and (base / name).is_dir():
-        _empty(base / name)
-    sockets = Path(tempfile.gettempdir()) / name
-    if sockets.is_dir() and not sockets.is_symlink() and sockets.stat().st_uid == os.getuid():
-        shutil.rmtree(sockets, ignore_errors=True)
-
-
-def clearing(
-    sandboxed: bool, agent_id: str, pid: int, on_exit: Callable[[int], None]
-) -> Callable[[int], None]:
-    """``on_exit`` of an agent's bridge ``pid`` (the parent's launcher's, a node's), after
-    what a sandboxed one left outside is removed (:func:`clear_sandbox_leftovers`)."""
-    if not sandboxed:
-        return on_exit
-
-    def exited(code: int) -> None:
-        clear_sandbox_leftovers(agent_id, pid)
-        on_exit(code)
-
-    return exited
-
-
-def _private_dir(path: Path) -> str:
-    """``path`` made anew, 0700 (a fresh random one beside it if the name is taken)."""
-    try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        return tempfile.mkdtemp(prefix=f"{path.name}-")
-    return str(path)
-
-
 def _directories(paths: Sequence[str]) -> list[str]:
     """The existing directories of ``paths``, resolved; never the root."""
     found = (os.path.realpath(p) for p in paths if p and os.path.isdir(p))
@@ -453,20 +303,3 @@ def _directories(paths: Sequence[str]) -> list[str]:
 
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _empty(group: Path) -> None:
-    """Kill what is left in an agent's process group, then remove it (at most ~2 s)."""
-    for _ in range(200):
-        try:
-            pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
-        except OSError:
-            return
-        if not pids:
-            break
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)  # the kernel takes killed processes out of the group
-    with contextlib.suppress(OSError):
-        group.rmdir()

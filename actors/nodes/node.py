@@ -52,7 +52,7 @@ from actors.child.env import (
     ENV_VARS,
     tls_environ,
 )
-from actors.child.sandbox import clearing
+from actors.child.sandbox_host import clearing
 from actors.records.session_lock import DirectoryLock
 from actors.runtime.clock import SystemClock
 from actors.runtime.log import logger

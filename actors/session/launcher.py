@@ -44,7 +44,7 @@ from actors.child.env import (
     ENV_SETTINGS,
     tls_environ,
 )
-from actors.child.sandbox import clearing
+from actors.child.sandbox_host import clearing
 from actors.runtime.clock import Clock
 from actors.runtime.log import logger
 from actors.runtime.procs import (

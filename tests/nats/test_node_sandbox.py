@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from actors.child import sandbox
+from actors.child import sandbox_host
 from tests.nats.nodes import _isolated, rows, serve, start_node
 from tests.processes.conftest import Serve, cli
 
@@ -36,8 +36,8 @@ def test_a_sandboxed_agent_on_a_node_completes_and_its_leftovers_are_removed(
     assert waited["completed"][0]["text"] == "on a node", waited
     row = rows(tmp_path)["boxed"]
     assert row["node"] == "n1" and row["sandbox"]["pids"] == 512
-    name = sandbox.leftover_name(row["agent_id"], row["pid"])
-    base = sandbox.pids_base()
+    name = sandbox_host.leftover_name(row["agent_id"], row["pid"])
+    base = sandbox_host.pids_base()
     assert base is not None and (base / name).is_dir()
     os.kill(row["pid"], signal.SIGKILL)
     assert serve.wait_for(lambda lines: any(x.get("code") == "agent_exited" for x in lines), 60), (

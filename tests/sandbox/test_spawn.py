@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from actors.child import sandbox
+from actors.child import sandbox_host
 from protocol.core.errors import InvalidArgument, SandboxUnavailable
 from tests.processes.conftest import cli, serve
 from tests.sandbox.conftest import Team, finish
@@ -49,14 +49,14 @@ def test_without_bubblewrap_a_sandboxed_spawn_is_refused_and_nothing_starts(
     empty = tmp_path / "no-bwrap"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))  # bwrap is nowhere to be found
-    sandbox._probe.cache_clear()
+    sandbox_host.probe.cache_clear()
     try:
         with pytest.raises(SandboxUnavailable, match="bubblewrap"):
             sup.call("spawn", {"name": "boxed", "adapter": "command", "cmd": "x {message}",
                                "cwd": str(tmp_path), "sandbox": True})  # fmt: skip
     finally:
         monkeypatch.undo()
-        sandbox._probe.cache_clear()
+        sandbox_host.probe.cache_clear()
     assert sup.call("status", {}).agents == ()
 
 
@@ -69,7 +69,7 @@ def test_a_bridge_that_cannot_make_its_sandbox_never_runs_the_agent(
     work = tmp_path / "work"
     work.mkdir()
     marker = work / "ran.txt"
-    sandbox._probe(False)  # the parent's check: cached as working
+    sandbox_host.probe(False)  # the parent's check: cached as working
     empty = tmp_path / "no-bwrap"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))  # what the bridge starts with
@@ -181,7 +181,7 @@ def test_the_pids_group_is_removed_when_the_agent_exits(team: Team, tmp_path: Pa
     sup.call("spawn", {"name": "w", "adapter": "command", "cwd": str(work),
                        "cmd": "bash w.sh {message}", "sandbox": True})  # fmt: skip
     assert finish(team, "w").status == "completed"
-    base = sandbox.pids_base()
+    base = sandbox_host.pids_base()
     assert base is not None
     row = sup.call("status", {}).agents[0]
     groups = [p for p in base.iterdir() if p.name.startswith(f"shepherd-{row.agent_id}-")]
@@ -209,8 +209,8 @@ def test_what_a_killed_bridge_left_outside_is_removed_by_the_parent(
     assert finish(team, "w").status == "completed"
     row = sup.call("status", {}).agents[0]
     assert row.pid is not None
-    name = sandbox.leftover_name(row.agent_id, row.pid)
-    base = sandbox.pids_base()
+    name = sandbox_host.leftover_name(row.agent_id, row.pid)
+    base = sandbox_host.pids_base()
     assert base is not None and (base / name).is_dir()
     sockets = Path(tempfile.gettempdir()) / name
     assert (sockets / "bridge.sock").exists()
