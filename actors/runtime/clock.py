@@ -27,6 +27,7 @@ import itertools
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -122,6 +123,14 @@ _COMPACT_AFTER = 256
 class SystemClock:
     """Real time; one daemon timer thread per clock, started on first use.
 
+    Setting a timer takes no lock unless the timer thread must wake for it: a new timer goes
+    into an incoming queue (``deque.append``: atomic), which the thread moves into its heap
+    whenever it is awake, and it is woken (under the lock) only for a timer due before the
+    one it sleeps until. Taking the lock on every timer made a burst of them (a thousand
+    watchers opening their windows at once) a convoy with the timer thread: a worker that
+    found the lock held gave up the interpreter lock to wait for it, and each hand-over cost
+    tens of microseconds.
+
     A cancelled timer stays in the heap (cheap: its callback is dropped at once) until it
     reaches the top, or until cancelled timers outnumber the live ones (and
     :data:`_COMPACT_AFTER`): then the heap is rebuilt without them, so a busy session that
@@ -130,6 +139,12 @@ class SystemClock:
 
     def __init__(self) -> None:
         self._heap: list[_Timer] = []
+        #: timers set and not yet in the heap (the timer thread moves them, under the lock)
+        self._incoming: deque[_Timer] = deque()
+        #: the deadline the timer thread sleeps until: a timer due before it wakes the thread;
+        #: -inf while the thread is awake (it looks at the incoming timers before it sleeps)
+        self._wake_at = -math.inf
+        #: cancelled timers in the heap or incoming
         self._cancelled = 0
         self._cond = threading.Condition()
         self._seq = itertools.count()
@@ -144,28 +159,33 @@ class SystemClock:
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
         timer = _Timer(time.monotonic() + _delay(delay), next(self._seq), callback, self)
-        with self._cond:
-            if self._closed:
-                timer.cancel()
-                return timer
-            heapq.heappush(self._heap, timer)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="shepherd-timer", daemon=True
-                )
-                self._thread.start()
-            if self._heap[0] is timer:
+        self._incoming.append(timer)
+        # read after the append: a thread that went to sleep before it saw the timer had set
+        # the deadline it sleeps until first (under the lock it holds until it waits)
+        if timer.deadline < self._wake_at or self._thread is None:
+            with self._cond:
+                if self._thread is None and not self._closed:
+                    self._thread = threading.Thread(
+                        target=self._run, name="shepherd-timer", daemon=True
+                    )
+                    self._thread.start()
                 self._cond.notify()
+        if self._closed:  # closed meanwhile: what close did not see is cancelled here
+            timer.cancel()
         return timer
 
     def _forget(self, timer: _Timer) -> None:
-        """``timer`` (in this heap) was cancelled; compact the heap if they pile up."""
+        """``timer`` (in this heap, or incoming) was cancelled; compact the heap if they pile
+        up."""
         with self._cond:
             if timer.owner is None:  # popped meanwhile
                 return
             self._cancelled += 1
-            if self._cancelled > _COMPACT_AFTER and 2 * self._cancelled > len(self._heap):
+            held = len(self._heap) + len(self._incoming)
+            if self._cancelled > _COMPACT_AFTER and 2 * self._cancelled > held:
                 live = []
+                for each in self._take_incoming():
+                    self._heap.append(each)
                 for each in self._heap:
                     if each.cancelled:
                         each.owner = None
@@ -174,6 +194,11 @@ class SystemClock:
                 heapq.heapify(live)
                 self._heap = live
                 self._cancelled = 0
+
+    def _take_incoming(self) -> list[_Timer]:
+        """The timers set since the last look (under the lock)."""
+        incoming = self._incoming
+        return [incoming.popleft() for _ in range(len(incoming))]
 
     def _pop(self) -> _Timer:
         timer = heapq.heappop(self._heap)
@@ -200,27 +225,34 @@ class SystemClock:
         once closed."""
         with self._cond:
             while not self._closed:
+                self._wake_at = -math.inf  # awake: a timer set now is seen before it sleeps
+                for timer in self._take_incoming():
+                    heapq.heappush(self._heap, timer)
                 while self._heap and self._heap[0].cancelled:
                     self._pop()
-                if not self._heap:
-                    self._cond.wait()
-                    continue
                 now = time.monotonic()
-                wait = self._heap[0].deadline - now
-                if wait <= 0:
+                if self._heap and self._heap[0].deadline <= now:
                     due = []
                     while self._heap and self._heap[0].deadline <= now:
                         timer = self._pop()
                         if not timer.cancelled:
                             due.append(timer)
                     return due
-                self._cond.wait(min(wait, _MAX_WAIT_S))
+                # the deadline it sleeps until, THEN a last look at what came meanwhile: a
+                # timer set after that look reads this deadline, and wakes it if due before
+                self._wake_at = self._heap[0].deadline if self._heap else math.inf
+                if self._incoming:
+                    continue
+                if not self._heap:
+                    self._cond.wait()
+                else:
+                    self._cond.wait(min(self._heap[0].deadline - now, _MAX_WAIT_S))
             return None
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            for timer in self._heap:
+            for timer in [*self._heap, *self._take_incoming()]:
                 timer.owner = None
                 timer.cancel()
             self._heap.clear()

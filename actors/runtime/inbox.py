@@ -1,6 +1,6 @@
-"""Where an actor's mail waits, and the flag that says it stopped (:class:`RuntimeInbox`, both),
-and its address (:class:`RuntimeRef`): the per-actor parts of the runtime
-(:mod:`actors.runtime.runtime`), kept small because every actor has one of each."""
+"""Where an actor's mail waits, the flag that says it stopped, and its address: one object,
+:class:`RuntimeInbox`, the per-actor part of the runtime (:mod:`actors.runtime.runtime`), kept
+small because every actor has one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import pykka
 
-__all__ = ["Envelope", "RuntimeInbox", "RuntimeRef", "Scheduler"]
+__all__ = ["Envelope", "RuntimeInbox", "Scheduler"]
 
 
 class Scheduler(Protocol):
@@ -29,14 +29,25 @@ class Envelope(Protocol):
     def reply_to(self) -> pykka.Future[Any] | None: ...
 
 
-#: the queue every inbox reads until its first mail (never put into), and the lock that makes
-#: an inbox's own queue once
+#: the queue every inbox reads until its first mail (never put into), the mark every inbox
+#: shows until then (never taken: not scheduled), and the lock that makes an inbox's own
+#: queue and mark once
 _NO_MAIL_YET: queue.SimpleQueue[Any] = queue.SimpleQueue()
+_NOT_MARKED_YET = threading.Lock()
 _FIRST_MAIL = threading.Lock()
 
 
-class RuntimeInbox:
-    """An actor's mailbox. ``put`` schedules the actor on its runtime when it gains mail.
+class RuntimeInbox(pykka.ActorRef[Any]):
+    """An actor's mailbox, which is also its ref (its ``actor_ref``: what others tell and ask)
+    and its stopped flag (``actor_stopped``). ``put`` schedules the actor on its runtime when
+    it gains mail.
+
+    One object for the three: each object an actor has is one more for the garbage collector
+    to walk, and at 10,000 tasks created at once (each with its actor) a separate ref was
+    enough to tip the burst into a full collection. pykka's ``ActorRef`` holds four fields and
+    a weak reference to the actor; here its fields are read from the inbox (the actor's class
+    and urn from the actor it holds, the inbox and the flag are itself), and pykka's proxy,
+    which calls ``_actor_weakref()`` for the actor, gets the actor the inbox holds.
 
     No lock on the way in or out: ``SimpleQueue.put`` / ``get_nowait`` are thread-safe (and an
     empty one costs about 170 bytes, an empty ``deque`` about 770: at 10,000 watchers, that was
@@ -47,17 +58,50 @@ class RuntimeInbox:
     costs no lock convoy, which on a few cores under the GIL was most of the time spent.
     """
 
-    __slots__ = ("_actor", "_items", "_mark", "_runtime", "_stopped")
+    __slots__ = (
+        "_actor",
+        "_items",
+        "_mark",
+        "_runtime",
+        "_stopped",
+        "actor_inbox",
+        "actor_stopped",
+    )
 
     def __init__(self, runtime: Scheduler, actor: Any) -> None:
-        # its own queue comes with its first mail: until then it shares one that stays empty
-        # (many actors, a task's, wait long for their first message; a queue is two objects
-        # for the garbage collector to walk)
+        # its own queue and mark come with its first mail (or the first owner): until then it
+        # shares a queue that stays empty and a mark never taken (many actors, a task's, wait
+        # long for their first message, and each of these is an object for the garbage
+        # collector to walk: at 10,000 tasks created at once, 20,000 more)
         self._items: queue.SimpleQueue[Envelope] = _NO_MAIL_YET
-        self._mark = threading.Lock()  # held: the actor is scheduled or running
+        self._mark = _NOT_MARKED_YET  # held: the actor is scheduled or running
         self._runtime = runtime
         self._actor = actor
         self._stopped = False
+        # pykka's fields of a ref that every tell reads: itself, as slots (read faster than
+        # a property, on every message)
+        self.actor_inbox = self  # type: ignore[assignment]
+        self.actor_stopped = self  # type: ignore[assignment]
+
+    # --- the ref (pykka's ``ActorRef`` fields, read-only here) -------------------------------
+
+    # pykka's other two, read seldom: read-only properties
+    @property
+    def actor_class(self) -> type[Any]:  # type: ignore[override]
+        return type(self._actor)
+
+    @property
+    def actor_urn(self) -> str:  # type: ignore[override]
+        urn: str = self._actor.actor_urn
+        return urn
+
+    def _actor_weakref(self) -> Any:  # type: ignore[override]  # what pykka's proxy calls
+        return self._actor
+
+    def __bool__(self) -> bool:  # a ref is true, whatever its mail (``__len__`` counts mail)
+        return True
+
+    # --- the stopped flag --------------------------------------------------------------------
 
     # The actor's ``actor_stopped`` too: pykka only sets it and asks whether it is set, and
     # nothing here waits on it, so a flag serves. A ``threading.Event`` costs a condition, its
@@ -83,6 +127,7 @@ class RuntimeInbox:
             with _FIRST_MAIL:  # once per inbox: two first senders make one queue
                 items = self._items
                 if items is _NO_MAIL_YET:
+                    self._own_mark()  # first: whoever sees the queue sees the mark
                     items = self._items = queue.SimpleQueue()
         items.put(envelope)
         if self._mark.acquire(False):
@@ -122,7 +167,12 @@ class RuntimeInbox:
     def own_if_idle(self) -> bool:
         """Take the scheduled mark if the actor has no mail and is neither scheduled nor
         running: the caller then owns it (as a worker does) until :meth:`release`."""
-        if not self._items.empty() or not self._mark.acquire(False):
+        if not self._items.empty():
+            return False
+        if self._mark is _NOT_MARKED_YET:
+            with _FIRST_MAIL:
+                self._own_mark()
+        if not self._mark.acquire(False):
             return False
         if self._items.empty():
             return True
@@ -134,26 +184,14 @@ class RuntimeInbox:
         """After a batch: True if the actor must be scheduled again (it still has mail)."""
         return not self._items.empty() or self._unmark()
 
+    def _own_mark(self) -> None:
+        """Give this inbox a mark of its own, if it has none yet (under ``_FIRST_MAIL``)."""
+        if self._mark is _NOT_MARKED_YET:
+            self._mark = threading.Lock()
+
     def _unmark(self) -> bool:
         """Clear the mark; True if mail came meanwhile and the mark was taken back (the caller
         still owns the actor). A ``put`` that found the mark set before it was cleared did not
         schedule the actor: its envelope is seen here."""
         self._mark.release()
         return not self._items.empty() and self._mark.acquire(False)
-
-
-class RuntimeRef(pykka.ActorRef[Any]):
-    """pykka's ``ActorRef``, less its weak reference to the actor: one object more per actor
-    for the garbage collector to walk (at 10,000 tasks, each with its actor, that tipped a
-    burst of delegations into a full collection), and nothing here needs it. pykka's proxy
-    asks it for the actor (``_actor_weakref()``): the actor's inbox, which this ref holds as
-    pykka's does, holds the actor already."""
-
-    def __init__(self, actor: Any) -> None:  # pykka's fields, less the weakref
-        self.actor_class = type(actor)
-        self.actor_urn = actor.actor_urn
-        self.actor_inbox = actor.actor_inbox
-        self.actor_stopped = actor.actor_stopped
-
-    def _actor_weakref(self) -> Any:  # type: ignore[override]  # what pykka's proxy calls
-        return self.actor_inbox.actor  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ that reaches an actor already stopped the way pykka's own loop does (pykka offer
 way to recognise one), the four fields ``pykka.Actor.__init__`` sets (``actor_urn``,
 ``actor_inbox``, ``actor_stopped``, ``_actor_ref``), which :class:`ShepherdActor` sets
 itself, and ``ActorRef._actor_weakref``, which pykka's proxy calls for the actor (a ref here
-answers it from the actor's inbox, with no weak reference).
+is the actor's inbox, which answers it with the actor it holds, with no weak reference).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from pykka._envelope import Envelope as _PykkaEnvelope  # what ActorRef.tell put
 from actors.runtime.clock import Clock, SystemClock
 from actors.runtime.future import RuntimeFuture
 from actors.runtime.ids import IdSource
-from actors.runtime.inbox import Envelope, RuntimeInbox, RuntimeRef
+from actors.runtime.inbox import Envelope, RuntimeInbox
 from actors.runtime.log import logger
 
 __all__ = [
@@ -112,8 +112,9 @@ class ShepherdActor(pykka.Actor):
         self.label = self.runtime.next_label(type(self).__name__)
         self.actor_urn = f"urn:shepherd:{id(self.runtime):x}:{self.label}"
         self.actor_inbox = self._create_actor_inbox()  # type: ignore[assignment]
-        self.actor_stopped = self.actor_inbox  # type: ignore[assignment]  # it says so too
-        self._actor_ref = RuntimeRef(self)
+        # the inbox says it stopped, and is the actor's ref too (one object, not three)
+        self.actor_stopped = self.actor_inbox  # type: ignore[assignment]
+        self._actor_ref = self.actor_inbox  # type: ignore[assignment]
         # set here, in the same order for every actor, not first in ``_process``: the
         # instances of a class then share one table of attribute names (a task's actor
         # costs about 0.7 KB less)
