@@ -303,6 +303,9 @@ def test_a_cluster_started_with_the_authority_serves_a_child_through_another_ser
             parent.admit(ALPHA, session_id, CAPABILITY)
             got = Collector()
             parent.subscribe(PARENT_INBOX, got)
+            # the replicated stream answers through the second server only once its leader is
+            # elected and known there (a busy machine's election outlasts a first publish)
+            assert _stream_served(servers[1].url, authority_dir, session_id)
             child = NatsTransport(
                 [servers[1].url],
                 session_id,
@@ -462,6 +465,23 @@ def _settled(url: str, authority_dir: Path, stream: str, consumer: str) -> bool:
     async def ask(js: Any) -> bool:
         info = await js.consumer_info(stream, consumer)
         return bool(info.num_pending == 0 and info.num_ack_pending == 0)
+
+    return any(_as_parent(url, authority_dir, ask) for _ in range(500))
+
+
+def _stream_served(url: str, authority_dir: Path, stream: str) -> bool:
+    """Does ``stream`` answer through the server at ``url`` with a leader and every replica
+    current? Asked until it does (each check a round trip to the server), up to a ceiling."""
+
+    async def ask(js: Any) -> bool:
+        import nats.errors
+
+        try:
+            info = await js.stream_info(stream)
+        except nats.errors.Error:
+            return False
+        cluster = info.cluster
+        return bool(cluster and cluster.leader and all(r.current for r in cluster.replicas or []))
 
     return any(_as_parent(url, authority_dir, ask) for _ in range(500))
 
