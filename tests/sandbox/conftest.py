@@ -20,6 +20,7 @@ import pytest
 from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
 from protocol.records.tasks import TaskResult
+from tests.processes import test_worktrees as worktrees
 
 Team = tuple[Supervisor, CollectingSink]
 
@@ -42,25 +43,9 @@ def team(tmp_path: Path) -> Iterator[Team]:
         sup.shutdown()
 
 
-def finish(team: Team, agent: str, text: str = "probe", timeout: float = 60) -> TaskResult:
+def finish(team: Team, agent: str, text: str = "probe") -> TaskResult:
     """Delegate ``text`` to ``agent``, watch the task, and return its result."""
-    sup, sink = team
-    task_id = sup.call("delegate", {"target": agent, "task": text}).task_id
-    sup.call("watch", {"ids": [task_id]})
-
-    def found(items: list[Any]) -> TaskResult | None:
-        for note in items:
-            for result in getattr(note, "results", ()):
-                if result.task_id == task_id:
-                    return result  # type: ignore[no-any-return]
-        return None
-
-    assert sink.wait_for(lambda items: found(items) is not None, timeout=timeout), (
-        f"{agent}'s task did not end: {sup.call('status', {})}"
-    )
-    result = found(sink.items)
-    assert result is not None
-    return result
+    return worktrees.finish(team[0], team[1], agent, text)
 
 
 @pytest.fixture(params=["command", "scripted"])

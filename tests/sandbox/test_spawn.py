@@ -173,17 +173,22 @@ def test_the_command_line_refuses_hostile_sandbox_flags(
     assert status["agents"] == []
 
 
-def test_the_pids_group_is_removed_when_the_agent_exits(team: Team, tmp_path: Path) -> None:
-    sup, _ = team
+def worked(team: Team, tmp_path: Path) -> Any:
+    """A sandboxed command agent ``w`` that has completed a task: its status row."""
     work = tmp_path / "work"
     work.mkdir()
     (work / "w.sh").write_text("shepherd-child done --status completed --summary ok\n")
-    sup.call("spawn", {"name": "w", "adapter": "command", "cwd": str(work),
-                       "cmd": "bash w.sh {message}", "sandbox": True})  # fmt: skip
+    team[0].call("spawn", {"name": "w", "adapter": "command", "cwd": str(work),
+                           "cmd": "bash w.sh {message}", "sandbox": True})  # fmt: skip
     assert finish(team, "w").status == "completed"
+    return team[0].call("status", {}).agents[0]
+
+
+def test_the_pids_group_is_removed_when_the_agent_exits(team: Team, tmp_path: Path) -> None:
+    sup, _ = team
+    row = worked(team, tmp_path)
     base = sandbox_host.pids_base()
     assert base is not None
-    row = sup.call("status", {}).agents[0]
     groups = [p for p in base.iterdir() if p.name.startswith(f"shepherd-{row.agent_id}-")]
     assert len(groups) == 1 and (groups[0] / "pids.max").read_text().strip() == "512"
     assert row.pid is not None
@@ -200,14 +205,8 @@ def test_the_pids_group_is_removed_when_the_agent_exits(team: Team, tmp_path: Pa
 def test_what_a_killed_bridge_left_outside_is_removed_by_the_parent(
     team: Team, tmp_path: Path
 ) -> None:
-    sup, sink = team
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "w.sh").write_text("shepherd-child done --status completed --summary ok\n")
-    sup.call("spawn", {"name": "w", "adapter": "command", "cwd": str(work),
-                       "cmd": "bash w.sh {message}", "sandbox": True})  # fmt: skip
-    assert finish(team, "w").status == "completed"
-    row = sup.call("status", {}).agents[0]
+    _, sink = team
+    row = worked(team, tmp_path)
     assert row.pid is not None
     name = sandbox_host.leftover_name(row.agent_id, row.pid)
     base = sandbox_host.pids_base()
