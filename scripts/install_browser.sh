@@ -5,11 +5,10 @@ set -euo pipefail
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
     exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
+code=0
+bash "$(dirname "${BASH_SOURCE[0]}")/install_apt.sh" chromium chromium-driver || code=$?
+if [ "$code" = 3 ]; then
     echo "install_browser: no apt-get here; install chromium and chromedriver yourself" >&2
     exit 0
 fi
-SUDO=""
-if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-$SUDO apt-get update -q >/dev/null
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium chromium-driver >/dev/null
+exit "$code"

@@ -5,14 +5,13 @@
 # sandbox tests then fail rather than pass without a sandbox.
 set -euo pipefail
 if ! command -v bwrap >/dev/null 2>&1; then
-    if ! command -v apt-get >/dev/null 2>&1; then
+    code=0
+    bash "$(dirname "${BASH_SOURCE[0]}")/install_apt.sh" bubblewrap || code=$?
+    if [ "$code" = 3 ]; then
         echo "install_sandbox: no apt-get here; install bubblewrap (bwrap) yourself" >&2
         exit 1
     fi
-    SUDO=""
-    if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-    $SUDO apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q bubblewrap >/dev/null
+    [ "$code" = 0 ] || exit "$code"
 fi
 for tool in bwrap setpriv mount; do
     if ! command -v "$tool" >/dev/null 2>&1; then

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,9 @@ from actors.session.sinks import CollectingSink
 from actors.session.supervisor import Supervisor
 from protocol.records.tasks import TaskResult
 from tests.processes import test_worktrees as worktrees
+from tests.processes.conftest import supervisor
+
+__all__ = ["supervisor"]  # a fixture used here
 
 Team = tuple[Supervisor, CollectingSink]
 
@@ -34,13 +36,9 @@ def _isolated(isolated_state: Path) -> Path:
 
 
 @pytest.fixture
-def team(tmp_path: Path) -> Iterator[Team]:
-    sink = CollectingSink()
-    sup = Supervisor(tmp_path / "session", sinks=[sink], mailbox_root=tmp_path / "mailbox")
-    try:
-        yield sup, sink
-    finally:
-        sup.shutdown()
+def team(supervisor: Team) -> Team:
+    """The real-process tests' supervisor in this process, with its sink."""
+    return supervisor
 
 
 def finish(team: Team, agent: str, text: str = "probe") -> TaskResult:
