@@ -31,7 +31,7 @@ Rules (the options' bounds and checks: :mod:`protocol.records.sandbox`):
 6. **The channel**: ``shepherd-child`` inside the sandbox is forwarded to the bridge's sandbox
    socket (``/run/shepherd/bridge.sock``; :class:`~actors.runtime.command_socket.CommandServer`),
    which runs it with the bridge's own identity; of the caller's ``SHEPHERD_*`` it keeps only
-   the call's timeout and a turn's report path the bridge itself handed out.
+   the call's timeout and the running turn's report path, as the bridge handed it out.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Final
 import actors
 from actors.child.sandbox_host import (
     bwrap,
+    check_workdir,
     empty_group,
     inner,
     leftover_name,
@@ -57,7 +58,6 @@ from actors.child.sandbox_host import (
 )
 from actors.runtime.command_socket import CommandServer, Request, Runner
 from actors.runtime.command_wire import CHILD_COMMANDS, ENV_COMMAND_SOCKET, SANDBOX_SOCKET
-from protocol.core.errors import InvalidArgument
 from protocol.records.sandbox import SandboxView, view_of
 
 if TYPE_CHECKING:
@@ -129,8 +129,8 @@ class Sandbox:
         self._hidden = self._secret + _directories(private)
         self._runner = runner
         self._name = name
-        #: turn report paths handed to the agent's processes (rule 6)
-        self._reports: set[str] = set()
+        #: the report path of the turn running now, as handed to its process (rule 6)
+        self._report: str | None = None
         self._group: Path | None = None
         self._socket_dir: str | None = None
         self._server: CommandServer | None = None
@@ -167,7 +167,7 @@ class Sandbox:
         if timeout is not None:
             env["SHEPHERD_CHILD_TIMEOUT_S"] = timeout
         report = request.env.get("SHEPHERD_TURN_REPORT")
-        if report is not None and report in self._reports:  # one the bridge handed out
+        if report is not None and report == self._report:  # the one the bridge handed out
             env["SHEPHERD_TURN_REPORT"] = report
         return self._runner(Request(request.argv, env, request.cwd, request.announce))
 
@@ -199,8 +199,8 @@ class Sandbox:
         """``argv`` as a sandboxed command line, and its environment (rules 2-5); ``rw``: the
         adapter's own state directories."""
         inside = self.environ(env)
-        if "SHEPHERD_TURN_REPORT" in inside:
-            self._reports.add(inside["SHEPHERD_TURN_REPORT"])
+        if "SHEPHERD_TURN_REPORT" in inside:  # a command agent's turn
+            self._report = inside["SHEPHERD_TURN_REPORT"]
         command = [bwrap(), *namespaces(self.view.net), *self._mounts(rw)]
         command += ["--chdir", self._cwd, *inner(self.view.tmp_mb), *argv]
         if self._group is not None:  # join the group first: everything forked is counted
@@ -256,12 +256,11 @@ def sandbox_for(env: ChildEnv, runner: Runner | None) -> Sandbox | None:
     view = view_of(env.options)
     if view is None:
         return None
+    check_workdir(os.getcwd())  # the parent checked; a bridge never relies on it
     if env.session_dir:
         agent_dir = Path(env.session_dir) / "agents" / env.agent_id
     else:  # a node's agent: a private directory of its own
         agent_dir = Path(tempfile.mkdtemp(prefix="shepherd-agent-"))
-    if os.path.realpath(os.getcwd()) == "/":
-        raise InvalidArgument("a sandboxed agent cannot work in / (all of it would be writable)")
     sandbox = Sandbox(
         view,
         environ=os.environ,

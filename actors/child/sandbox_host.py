@@ -25,6 +25,7 @@ from protocol.records.sandbox import is_normal_path
 __all__ = [
     "bwrap",
     "check_available",
+    "check_workdir",
     "clear_sandbox_leftovers",
     "clearing",
     "empty_group",
@@ -124,11 +125,16 @@ def pids_group(name: str, limit: int) -> Path:
     return group
 
 
+def check_workdir(cwd: str) -> None:
+    """A sandboxed agent cannot work in ``/``: all of it would be writable."""
+    if os.path.realpath(cwd) == "/":
+        raise InvalidArgument("spawn: a sandboxed agent cannot work in / (all of it writable)")
+
+
 def check_available(options: Mapping[str, Any], cwd: str) -> None:
     """Rule 1, the parent's (or a node's) check before a sandboxed spawn is accepted, of an
     agent that would work in ``cwd``."""
-    if os.path.realpath(cwd) == "/":
-        raise InvalidArgument("spawn: a sandboxed agent cannot work in / (all of it writable)")
+    check_workdir(cwd)
     probe(bool(options.get("sandbox_net")))
     for path in options.get("sandbox_rw") or ():  # of the right shape (the rule says the rest)
         if is_normal_path(str(path)) and not os.path.exists(str(path)):
