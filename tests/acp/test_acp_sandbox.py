@@ -15,6 +15,7 @@ import pytest
 
 from protocol.wire.envelopes import TaskDoneEnvelope
 from tests.child.conftest import FakeParent
+from tests.sandbox.closing import closed_clean
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -40,3 +41,4 @@ def test_an_acp_agent_runs_sandboxed_and_its_done_reaches_the_parent(parent: Fak
     assert text.startswith("rc=1"), text
     assert "bwrap" in text, text
     assert not outside.exists()
+    closed_clean(parent)

@@ -15,6 +15,7 @@ import pytest
 from actors.child.scripted_model import ScriptedModel, ToolCall, models_json
 from protocol.wire.envelopes import RuntimeEnvelope, TaskDoneEnvelope
 from tests.child.conftest import FakeParent
+from tests.sandbox.closing import closed_clean
 
 pytestmark = [pytest.mark.pi, pytest.mark.timeout(90)]
 
@@ -48,3 +49,4 @@ def test_pi_runs_sandboxed_its_tools_are_held_and_its_done_reaches_the_parent(
     assert any("bwrap --unshare" in line for line in lines), output  # pid 1: the sandbox's
     assert any(line.endswith("/home") for line in lines), output  # its own home
     assert not outside.exists()
+    closed_clean(parent)
