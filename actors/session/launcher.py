@@ -113,10 +113,9 @@ class Reaper:
                     if self._closed:
                         return
                     continue
-                with self._lock:
-                    proc, on_exit, agent_id = self._watched.pop(fd)
+                with self._lock:  # still watched until reported: wait_all_exited waits for it
+                    proc, on_exit, agent_id = self._watched[fd]
                     self._poll.unregister(fd)
-                os.close(fd)
                 pid = proc if isinstance(proc, int) else proc.pid
                 # Whatever the agent left behind, in any process group of the bridge's session
                 # (command-adapter turns run in groups of their own). The unreaped bridge keeps
@@ -135,7 +134,9 @@ class Reaper:
                 except Exception:
                     logger.opt(exception=True).error("on_exit callback failed")
                 with self._idle:
+                    del self._watched[fd]
                     self._idle.notify_all()
+                os.close(fd)  # after: its number is the key until then
 
     @property
     def watching(self) -> int:
