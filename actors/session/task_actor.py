@@ -12,6 +12,12 @@ settlement are decided. What it does with each message is a rule of
 - each report goes back to the broker's mailbox, where the session's rules act on it (the
   agent's slot, the request table, the journal, the watchers,
   :func:`protocol.session.settlement.reported`);
+- it owns its deadline: a timer of its own, armed for
+  :func:`~protocol.session.task.deadline` of its record (again when a ``Start`` sets a
+  deadline counted from the start), cancelled once it has settled. When it goes off the actor
+  tells itself, and decides ``Due`` like any other message (with what the task spent, as the
+  session tells it: ``Spent``); what it decided goes to the broker as a report the broker did
+  not route (``call`` :data:`OWN`);
 - once the broker has taken its settlement (journaled, handed to the watchers) it retires
   the actor (:meth:`~actors.runtime.runtime.Runtime.retire`: stopped after the mail it has).
   Until then an ending that comes late still finds it, and is answered with the result that
@@ -24,15 +30,22 @@ rules.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pykka
 
+from actors.runtime.clock import TimerHandle
 from actors.runtime.runtime import ShepherdActor, tell_quietly
 from protocol.records.tasks import TaskRecord
+from protocol.records.usage import Usage
 from protocol.session import task as rules
 
-__all__ = ["Routed", "TaskActor", "TaskReport"]
+__all__ = ["OWN", "Routed", "TaskActor", "TaskReport"]
+
+#: the ``call`` of a report on something the task decided of its own (its deadline): nothing
+#: the broker routed, so nothing it counts as in flight
+OWN = -1
 
 
 class Routed:
@@ -48,7 +61,8 @@ class Routed:
 class TaskReport:
     """What a task decided of one routed message, for the broker: every routed message is
     answered with one (``report`` None: the rules had nothing to say), so the broker knows
-    when all it routed is decided; ``call`` as routed."""
+    when all it routed is decided; ``call`` as routed (:data:`OWN`: not routed, the task's
+    own timer)."""
 
     __slots__ = ("call", "report")
 
@@ -57,17 +71,62 @@ class TaskReport:
         self.call = call
 
 
+class _Due:
+    """The task's timer went off, for the deadline it was armed for."""
+
+    __slots__ = ("deadline",)
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+
 class TaskActor(ShepherdActor):
     runs_in_place = True  # pure rules and one tell: run by whoever tells it, at once
 
-    def __init__(self, record: TaskRecord, broker: pykka.ActorRef[Any]) -> None:
+    def __init__(
+        self, record: TaskRecord, broker: pykka.ActorRef[Any], usage: Usage | None = None
+    ) -> None:
         super().__init__()
         self.record = record
         self._broker = broker
+        self._usage = usage
+        #: the deadline its timer is armed for, and the timer (None: none armed)
+        self.armed: float | None = None
+        self._timer: TimerHandle | None = None
+        self._arm()
 
     def on_receive(self, routed: Any) -> Any:
-        if type(routed) is not Routed:
-            return super().on_receive(routed)
-        self.record, report = rules.receive(self.record, routed.message)
-        tell_quietly(self._broker, TaskReport(report, routed.call))
-        return None
+        if type(routed) is Routed:
+            message = routed.message
+            if type(message) is rules.Spent:
+                self._usage = message.usage
+            self.record, report = rules.receive(self.record, message)
+            self._arm()
+            tell_quietly(self._broker, TaskReport(report, routed.call))
+            return None
+        if type(routed) is _Due:
+            if routed.deadline == self.armed:  # else a timer since replaced: its mail crossed
+                self._timer = self.armed = None
+                due = rules.Due(at=self.clock.now(), usage=self._usage)
+                self.record, report = rules.receive(self.record, due)
+                if report is not None:
+                    tell_quietly(self._broker, TaskReport(report, OWN))
+            return None
+        return super().on_receive(routed)
+
+    def _arm(self) -> None:
+        """The timer armed for the record's deadline (rule 5 of the task's rules)."""
+        deadline = rules.deadline(self.record)
+        if deadline == self.armed:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.armed = deadline
+        if deadline is not None:
+            tell = functools.partial(tell_quietly, self.actor_ref, _Due(deadline))
+            self._timer = self.clock.call_later(max(0.0, deadline - self.clock.now()), tell)
+
+    def on_stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()

@@ -34,7 +34,7 @@ import pykka
 
 from actors.runtime.runtime import Runtime, tell_quietly
 from actors.session.runs import Run
-from actors.session.task_actor import Routed, TaskActor, TaskReport
+from actors.session.task_actor import OWN, Routed, TaskActor, TaskReport
 from protocol.session import effects as fx
 from protocol.session import task as task_rules
 
@@ -76,7 +76,8 @@ class TaskRoutes:
 
     def spawn(self, effect: fx.SpawnTask, _: Run) -> None:
         record = effect.record
-        self._actors[record.task_id] = self._runtime.spawn(TaskActor, record, self._broker)
+        actor = self._runtime.spawn(TaskActor, record, self._broker, effect.usage)
+        self._actors[record.task_id] = actor
 
     def tell(self, effect: fx.TellTask, run: Run) -> None:
         message = effect.message
@@ -113,6 +114,8 @@ class TaskRoutes:
         """What a task reported of a message routed to it (None: nothing); the call it
         answers to, if any, and whether it is the last report that call waited for (then the
         call is forgotten here)."""
+        if told.call == OWN:  # decided by the task alone (its deadline): nothing was routed
+            return told.report, None, False
         self.in_flight -= 1
         report = told.report
         call = self._calls.get(told.call) if told.call else None

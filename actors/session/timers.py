@@ -1,7 +1,7 @@
-"""The broker's timers: one per pending deadline, request timeout, stale check or budget check,
-keyed as the rules key them (a watcher's coalescing window is the watcher's own timer).
-Setting a key again cancels the timer it had; a timer's event goes back to the broker, which
-hands it to the rules (they ignore an event that no longer applies)."""
+"""The broker's timers: one per pending request timeout, stale check or budget check,
+keyed as the rules key them (a watcher's coalescing window and a task's deadline are their
+actors' own timers). Setting a key again cancels the timer it had; a timer's event goes back
+to the broker, which hands it to the rules (they ignore an event that no longer applies)."""
 
 from __future__ import annotations
 

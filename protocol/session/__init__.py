@@ -14,7 +14,9 @@ module          rules
 ==============  ============================================================================
 ``agents``      names; the process-state table; exits and closes; a turn's output tail
 ``tasks``       one active task per agent; only the owner's ``done``; first terminal event
-                wins; settlement; deadlines; a turn that ends without ``done``
+                wins; settlement; a turn that ends without ``done``
+``task``        one task's own rules (its actor's): waiting transitions; the first ending
+                wins; its deadline, on its own timer; a checked claim verified first
 ``routing``     who may message whom; only the target replies; late and second replies
 ``requests``    opening and closing requests; wait-for cycles; reply deadlines
 ``approvals``   approval requests to the parent: opening, approve/deny, tool-gating rules

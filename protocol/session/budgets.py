@@ -49,8 +49,10 @@ from protocol.session.effects import (
     Journal,
     Notify,
     Story,
+    TellTask,
 )
 from protocol.session.state import AgentRow, Ctx, SessionState
+from protocol.session.task import Spent
 from protocol.wire.envelopes import RuntimeEnvelope
 
 __all__ = [
@@ -187,7 +189,8 @@ def _count(
         at=cx.now,
     )
     effects: list[Effect] = [Journal(record=usage)]
-    if task_id is not None:
+    if task_id is not None:  # its actor keeps it, for an ending it decides itself (its deadline)
+        effects.append(TellTask(task_id=task_id, message=Spent(usage=s.task_usage[task_id])))
         effects += _check_task(s, task_id, cx)
     effects += _check_session(s, cx)
     return effects

@@ -47,7 +47,6 @@ from protocol.session.effects import (
     RetryDue,
     SessionTimer,
     StaleDue,
-    TaskDeadline,
 )
 from protocol.session.state import Ctx, SessionState
 
@@ -103,8 +102,6 @@ def call(s: SessionState, args: Any, cx: Ctx) -> list[Effect]:
 def fire(s: SessionState, event: SessionTimer, cx: Ctx) -> list[Effect]:
     """A session timer fired (a watcher's ``Flush`` is its own actor's)."""
     match event:
-        case TaskDeadline():
-            return settlement.deadline(s, event, cx)
         case RequestTimeout():
             return requests.timeout(s, event, cx)
         case StaleDue():

@@ -47,9 +47,10 @@ effect              what running it means
                     ``WorktreeProbed`` event (:mod:`protocol.session.worktrees`)
 ==================  ==========================================================================
 
-Timer events (``TaskDeadline``, ``RequestTimeout``, ``StaleDue``, ``BudgetDue``; and a
-watcher's own ``Flush``) are data too: a ``StartTimer`` carries the event the rules get back,
-and ``key`` names the timer.
+Timer events (``RequestTimeout``, ``StaleDue``, ``BudgetDue``, …; and a watcher's own
+``Flush``) are data too: a ``StartTimer`` carries the event the rules get back,
+and ``key`` names the timer. A task's deadline is its actor's own timer
+(:mod:`protocol.session.task`, rule 5), as a watcher's window is the watcher's.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from protocol.records.checks import Check
 from protocol.records.journal import MergeRecord
 from protocol.records.notifications import AnyNotification
 from protocol.records.tasks import TaskRecord, TaskResult
+from protocol.records.usage import Usage
 from protocol.records.worktrees import Snapshot, WorktreeRef
 from protocol.session.state import WatcherState
 from protocol.session.task import TaskMessage
@@ -101,7 +103,6 @@ __all__ = [
     "StopCheck",
     "StopTask",
     "Story",
-    "TaskDeadline",
     "TellTask",
     "TimerEvent",
     "TimerKey",
@@ -190,6 +191,8 @@ class HandOver(Effect, frozen=True, kw_only=True):
 
 class SpawnTask(Effect, frozen=True, kw_only=True):
     record: TaskRecord
+    #: what it spent already (a task restored after a restart): its actor keeps it
+    usage: Usage | None = None
 
     @property
     def task_id(self) -> str:
@@ -225,14 +228,6 @@ class AnswerFromOutput(Effect, frozen=True, kw_only=True):
 
 
 # --- timers: the event each one hands back
-
-
-class TaskDeadline(msgspec.Struct, frozen=True, kw_only=True):
-    task_id: str
-
-    @property
-    def key(self) -> TimerKey:
-        return ("deadline", self.task_id)
 
 
 class RequestTimeout(msgspec.Struct, frozen=True, kw_only=True):
@@ -313,9 +308,7 @@ class PaceDue(msgspec.Struct, frozen=True, kw_only=True):
 
 
 #: the session's timers (the broker's), and every timer (a watcher's ``Flush`` is its own)
-SessionTimer = (
-    TaskDeadline | RequestTimeout | StaleDue | BudgetDue | CooldownDue | RetryDue | PaceDue
-)
+SessionTimer = RequestTimeout | StaleDue | BudgetDue | CooldownDue | RetryDue | PaceDue
 TimerEvent = SessionTimer | Flush
 
 

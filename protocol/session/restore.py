@@ -12,7 +12,8 @@ Rules:
    running bridge (or, for an agent whose exit was journaled, to keep only its output): a
    restarted parent never starts a second process. An agent the parent had closed stays
    closed (its ``agent_close`` record); if its process had not exited yet, it is adopted and
-   closed again. Open tasks get their deadlines again and their task envelope with its old id
+   closed again. Open tasks get their actors again (each arms its own deadline, and knows
+   what the task spent) and their task envelope with its old id
    (an agent's inbox drops one it already had); pending requests keep their reply deadlines.
 3. **Nothing is told twice.** A watcher delivers only what it had not delivered: neither a
    result its ``watch`` answer carried (``inline``, journaled) nor one a notification carried
@@ -75,7 +76,6 @@ from protocol.session.effects import (
     StartTimer,
     StopAgent,
     Story,
-    TaskDeadline,
     WatchdogAgent,
 )
 from protocol.session.state import Ctx, SessionState, WatcherState
@@ -169,7 +169,11 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
     s.journal_problems = restore.problems
     s.budget_warned |= restore.warned
     # each open task's actor first, from the record the fold found: what follows may tell it
-    effects: list[Effect] = [SpawnTask(record=r) for r in s.tasks.values() if not r.terminal]
+    effects: list[Effect] = [
+        SpawnTask(record=r, usage=s.task_usage.get(r.task_id))  # its deadline armed by it
+        for r in s.tasks.values()
+        if not r.terminal
+    ]
     for request in s.requests.pending():
         if request.deadline_at is not None:
             event = RequestTimeout(request_id=request.request_id)
@@ -201,9 +205,6 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         if ended := budgets.ended_at_restart(s, task_id, cx):
             effects += ended
             continue
-        if record.deadline_at is not None:
-            delay = max(0.0, record.deadline_at - cx.now)
-            effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=task_id)))
         claims.restored(s, task_id)  # its tool calls before the restart are not known
         if record.state is TaskState.VERIFYING:  # its check runs again, once
             effects.append(checks.run_check(s, record))

@@ -1,4 +1,4 @@
-"""Tasks in the session: ``done``, the parent's cancel and fail, deadlines, settlement.
+"""Tasks in the session: ``done``, the parent's cancel and fail, settlement.
 
 Every ending is routed to the task's own actor, which decides (:mod:`protocol.session.task`);
 this module says who may end a task, and what the session does with what the task reports.
@@ -9,10 +9,12 @@ Rules:
    sender's active task; another agent's task is ``forbidden_sender``. A ``done`` on a task
    already settled is answered with the stored result (a redelivery after a restart).
 2. **The first terminal event wins**, whoever sends it: the agent's ``done``, the parent's
-   cancel or fail, the agent's exit or close, a failed delivery, the deadline. Each is routed
+   cancel or fail, the agent's exit or close, a failed delivery, a budget. Each is routed
    to the task's own actor, which decides (:mod:`protocol.session.task`); later ones change
-   nothing and get the stored result. ``tasks`` is the session's read model of the task
-   records: changed only by what the task actors report (:func:`reported`), in order.
+   nothing and get the stored result. The deadline is the task's own timer: its actor
+   decides it and reports it like the others, unrouted. ``tasks`` is the session's read
+   model of the task records: changed only by what the task actors report
+   (:func:`reported`), in order.
 3. **Settlement happens once**, when the task reports it: the result is journaled first
    (durable before anyone hears of it), the note finalised, the agent's slot freed, the
    requests the task dropped cancelled, the result handed to each watcher subscribed to the
@@ -45,7 +47,6 @@ from protocol.session.effects import (
     Log,
     StopCheck,
     StopTask,
-    TaskDeadline,
     TellTask,
     WatchdogTask,
 )
@@ -56,7 +57,6 @@ from protocol.wire.envelopes import ControlEnvelope, TaskDoneEnvelope
 __all__ = [
     "AckDone",
     "AnswerSettle",
-    "deadline",
     "done",
     "parent_settles",
     "reported",
@@ -113,9 +113,12 @@ def settle(
     return [TellTask(task_id=task_id, message=end)]
 
 
-def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
-    """What a task's actor decided, acted on by the session (rules 3 and 4)."""
-    if isinstance(report, one_task.ENDINGS):
+def reported(
+    s: SessionState, report: one_task.Report, cx: Ctx, *, routed: bool = True
+) -> list[Effect]:
+    """What a task's actor decided, acted on by the session (rules 3 and 4); ``routed``
+    False: of its own (its deadline), not of an ending the session routed to it."""
+    if routed and isinstance(report, one_task.ENDINGS):
         if isinstance(report, one_task.MOVES):
             task_id = report.after.task_id
         else:
@@ -194,9 +197,7 @@ def _settled(
     task_id = settled.task_id
     result = settled.result
     assert result is not None
-    effects: list[Effect] = []
-    if before.deadline_at is not None:
-        effects.append(CancelTimer(key=("deadline", task_id)))
+    effects: list[Effect] = []  # its deadline: its actor's timer, gone with it
     if before.budget is not None and before.budget.max_minutes is not None:
         effects += [CancelTimer(key=("budget_soft", task_id)), CancelTimer(key=("budget", task_id))]
     if before.state is TaskState.VERIFYING:  # an ending during a check ends the check
@@ -287,11 +288,3 @@ def done(s: SessionState, row: AgentRow, env: TaskDoneEnvelope, cx: Ctx) -> list
         by_agent=True,
         then=AckDone(envelope=env),
     )
-
-
-def deadline(s: SessionState, event: TaskDeadline, cx: Ctx) -> list[Effect]:
-    record = s.tasks.get(event.task_id)
-    if record is None or record.terminal:
-        return []
-    why = "task deadline passed before the agent called done"
-    return settle(s, event.task_id, TaskEvent.TIME_OUT, cx, error=why)

@@ -32,7 +32,13 @@ Rules:
    state. A ``Checked`` of an attempt no longer running changes nothing.
 4. **A queued task starts when told** (``Start``: its slot is free): ``queued`` → ``running``
    (``Moved``); a task that settled first stays so (``Noted``).
-5. **What comes after is the session's.** A message carries ``then``: what the session does
+5. **The deadline is the task's own.** Its actor arms a timer for :func:`deadline` (the
+   record's ``deadline_at`` while the task is open; a deadline counted from the start is set
+   by ``Start``) and cancels it once the task has settled. When it goes off, the actor is told
+   ``Due`` (with what the task has spent, which the session tells it: ``Spent``): an open task
+   times out, reported ``Settled``, as any ending that wins is; one settled first changes
+   nothing and reports nothing (its timer was cancelled, and the mail crossed).
+6. **What comes after is the session's.** A message carries ``then``: what the session does
    once it is decided (answer the parent's call, send the agent its receipt); the task hands
    it back in its report, untouched. A message with a ``then`` is always reported (``Noted``
    when nothing changed), so whoever waits for it is never left waiting.
@@ -63,6 +69,7 @@ __all__ = [
     "Attach",
     "Checked",
     "Detach",
+    "Due",
     "End",
     "Late",
     "Moved",
@@ -71,13 +78,18 @@ __all__ = [
     "Rejected",
     "Report",
     "Settled",
+    "Spent",
     "Start",
     "Sync",
     "TaskMessage",
     "Unchanged",
     "Verifying",
+    "deadline",
     "receive",
 ]
+
+#: the error of a task whose deadline passed (rule 5)
+DEADLINE_PASSED = "task deadline passed before the agent called done"
 
 
 # ------------------------------------------------------------------ what a task is told
@@ -110,7 +122,7 @@ class End(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage | None = None
     #: the agent's own ``done`` (its work needs no stopping)
     by_agent: bool = False
-    #: what the session does with the outcome (rule 3): opaque to the task
+    #: what the session does with the outcome (rule 6): opaque to the task
     then: Any = None
 
 
@@ -138,7 +150,24 @@ class Checked(msgspec.Struct, frozen=True, kw_only=True):
     then: Any = None
 
 
-TaskMessage = Attach | Detach | End | Sync | Checked | Start
+class Spent(msgspec.Struct, frozen=True, kw_only=True):
+    """What the task has spent so far, counted by the session: its actor keeps it for the
+    result of an ending it decides itself (rule 5). The record does not change."""
+
+    usage: Usage
+    then: Any = None
+
+
+class Due(msgspec.Struct, frozen=True, kw_only=True):
+    """The task's own deadline timer went off (rule 5); ``usage``: what it spent, as its actor
+    was last told."""
+
+    at: float
+    usage: Usage | None = None
+    then: Any = None
+
+
+TaskMessage = Attach | Detach | End | Sync | Checked | Start | Spent | Due
 
 
 # ------------------------------------------------------------------ what a task reports
@@ -161,7 +190,7 @@ class Late(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Noted(msgspec.Struct, frozen=True, kw_only=True):
-    """A message with a ``then`` that changed nothing (rule 3)."""
+    """A message with a ``then`` that changed nothing (rule 6)."""
 
     record: TaskRecord
     then: Any = None
@@ -208,11 +237,16 @@ class Rejected(msgspec.Struct, frozen=True, kw_only=True):
 Report = Moved | Late | Noted | Settled | Unchanged | Refused | Verifying | Rejected
 
 #: what a task is told (a tuple: ``isinstance`` with one is several times quicker than a union)
-_MESSAGES = (Attach, Detach, End, Sync, Checked, Start)
+_MESSAGES = (Attach, Detach, End, Sync, Checked, Start, Spent, Due)
 #: the reports of an ending (an ``End``, or the ``Checked`` a check's end is routed as)
 ENDINGS = (Settled, Unchanged, Refused, Verifying, Rejected)
 #: the reports of an ending that moved the task (they hold ``after``, the others ``record``)
 MOVES = (Settled, Verifying, Rejected)
+
+
+def deadline(record: TaskRecord) -> float | None:
+    """When the task's own timer goes off (rule 5): its deadline while it is open, else never."""
+    return None if record.terminal else record.deadline_at
 
 
 def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Report | None]:
@@ -238,6 +272,9 @@ def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Repor
         case Start(at=at) if record.state is TaskState.QUEUED:
             after = start(record, at)
             return after, Moved(before=record, after=after, then=then)
+        case Due(at=at, usage=usage) if deadline(record) is not None:
+            end = End(event=TaskEvent.TIME_OUT, at=at, error=DEADLINE_PASSED, usage=usage)
+            return _end(record, msgspec.structs.replace(end, then=then))
     return record, None if then is None else Noted(record=record, then=then)
 
 

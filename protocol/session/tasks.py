@@ -8,9 +8,10 @@ run by its actor; this module says who may give a task and what else happens the
 Rules:
 
 1. **One active task per agent.** ``delegate`` checks the agent's slot (``agent_busy``;
-   messages are still accepted), journals the task, opens its note, arms its deadline and
-   hands the task to the agent: it is ``running`` once handed over, whether the agent is busy
-   or idle (its bridge queues it). An agent in a git worktree gets it once where its worktree
+   messages are still accepted), journals the task, opens its note, starts its actor (which
+   arms its deadline: :mod:`protocol.session.task`, rule 5) and hands the task to the
+   agent: it is ``running`` once handed over, whether the agent is busy or idle (its bridge
+   queues it). An agent in a git worktree gets it once where its worktree
    stands is recorded (:mod:`protocol.session.worktrees`).
 2. **A turn that ends without done is told.** A turn that ends while the agent's task is still
    open, without ``done`` and without a question waiting for a reply, is told to the parent
@@ -54,7 +55,6 @@ from protocol.session.effects import (
     SpawnTask,
     StartTimer,
     Story,
-    TaskDeadline,
     TellTask,
     WatchdogInstruction,
     WatchdogTask,
@@ -151,9 +151,6 @@ def delegate_one(
     if queued:  # no slot: it waits, journaled queued (admission, rule 2)
         record, place = admission.enqueue(s, queue(record))
     effects: list[Effect] = [Journal(record=record), OpenNote(record=record)]
-    if record.deadline_at is not None:
-        delay = record.deadline_at - cx.now
-        effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=task_id)))
     s.tasks[task_id] = record
     result = api.DelegateResult(
         task_id=task_id, agent_id=row.agent_id, accepted=True, agent_name=row.name
@@ -187,18 +184,15 @@ def _handed(
 
 
 def started(s: SessionState, record: TaskRecord, cx: Ctx) -> list[Effect]:
-    """A queued task's actor decided its ``Start`` (admission, rule 5): journaled running,
-    its deadline from the start and its budget's minutes armed, handed over. One that settled
+    """A queued task's actor decided its ``Start`` (admission, rule 5): journaled running
+    (its actor armed a deadline counted from the start), its budget's minutes armed, handed
+    over. One that settled
     first gives its slot to the next."""
     row = s.agents.get(record.agent_id)
     if record.state is not TaskState.RUNNING or row is None:
         s.admitted.pop(record.task_id, None)
         return admission.fill(s, cx)
-    effects: list[Effect] = [Journal(record=record)]
-    if record.start_timeout_s is not None and record.deadline_at is not None:
-        delay = record.deadline_at - cx.now
-        effects.append(StartTimer(delay=delay, event=TaskDeadline(task_id=record.task_id)))
-    effects += minute_timers(s, record, cx)
+    effects: list[Effect] = [Journal(record=record), *minute_timers(s, record, cx)]
     waited = cx.now - record.created_at
     effects.append(Story(text=f"{row.name}: task {record.task_id} started ({waited:.1f} s queued)"))
     return effects + _handed(s, row, record, cx, task_envelope(s, record, cx))

@@ -44,6 +44,7 @@ from actors.session.agent import AgentSpec
 from actors.session.broker import BrokerActor
 from actors.session.session import Session
 from actors.session.sinks import CollectingSink
+from actors.session.task_actor import TaskActor
 from actors.testing.simagent import SimLauncher
 from protocol.core.ids import PARENT_ID, IdKind
 from protocol.records.notifications import AnyNotification, TaskCompletion
@@ -498,7 +499,10 @@ class Rig:
             "dedup_ids": len(self.transport.gate),  # the transport de-duplicates, not the broker
             "subscriptions": sum(len(v) for v in b.subscribers.values()),
             "watchers": len(self.broker_actor._watchers),  # one actor per live watcher
-            "deadline_timers": timers["deadline"],  # one per open task with a deadline
+            # one per open task with a deadline: its actor's own timer
+            "deadline_timers": sum(
+                1 for a in self.runtime.actors() if isinstance(a, TaskActor) and a.armed is not None
+            ),
             "request_timers": timers["reply"],
             "stale_timers": timers["stale"],
             "actors": self.runtime.actor_count,

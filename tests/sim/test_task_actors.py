@@ -14,7 +14,9 @@ from actors.session.sinks import CollectingSink
 from actors.session.task_actor import TaskActor
 from actors.testing import SimSession
 from protocol.calls import api
+from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord, TaskState
+from protocol.session.task import DEADLINE_PASSED
 from tests.sim.puppet import Puppet
 from tests.sim.scenarios import broker
 
@@ -120,3 +122,71 @@ def test_endings_that_meet_in_a_task_settle_it_once_and_the_later_gets_the_resul
                 assert task_actors(session) == {}
             finally:
                 session.shutdown()
+
+
+def test_a_task_times_out_by_its_own_actors_timer_with_what_it_spent() -> None:
+    """The deadline is the task's own: its actor arms a timer for it (the broker arms none),
+    and when it goes off the actor decides the time-out, with what the task spent as the
+    session told it (``Spent``), and stops once the session has taken it."""
+    session = SimSession.simulated(23, sink=CollectingSink(), trace=False)
+    try:
+        session.spawn("w", script=IDLE)
+        session.sim.run_all(max_time=1)
+        task_id = session.delegate("w", "x", timeout_minutes=1).task_id
+        session.sim.run_all(max_time=1)
+        (actor,) = [a for a in session.runtime.actors() if isinstance(a, TaskActor)]
+        deadline = broker(session).tasks[task_id].deadline_at
+        assert deadline is not None and actor.armed == deadline
+        assert [key for key in broker_actor(session)._timers if key[0] == "deadline"] == []
+        Puppet(session, "w").runtime("usage", tokens=1234, cost=0.5)
+        session.sim.advance(30)
+        assert task_actors(session)[task_id].state is TaskState.RUNNING
+        session.sim.advance(31)
+        result = broker(session).results[task_id]
+        assert (result.status, result.error) == ("timed_out", DEADLINE_PASSED)
+        assert result.usage is not None and (result.usage.tokens, result.usage.cost) == (1234, 0.5)
+        assert session.sim.vclock.now() >= deadline
+        assert task_actors(session) == {}
+    finally:
+        session.shutdown()
+
+
+def test_a_deadline_from_the_start_is_armed_by_the_actor_when_the_task_starts() -> None:
+    """A queued task with ``timeout_from="start"`` has no deadline until its slot frees: its
+    actor arms one then, counted from the start, and the task times out by it."""
+    settings = Settings(max_running=1)
+    session = SimSession.simulated(24, sink=CollectingSink(), trace=False, settings=settings)
+    try:
+        for name in ("a", "b"):
+            session.spawn(name, script=IDLE)
+        session.sim.run_all(max_time=1)
+        first = session.delegate("a", "first").task_id
+        later = session.delegate("b", "later", timeout_minutes=1, timeout_from="start").task_id
+        session.sim.run_all(max_time=1)
+        assert armed(session, later) is None  # queued: nothing counts yet
+        session.sim.advance(300)
+        assert broker(session).tasks[later].state is TaskState.QUEUED
+        Puppet(session, "a").done(first)
+        session.sim.advance(1)
+        started = broker(session).tasks[later]
+        assert started.state is TaskState.RUNNING and started.started_at is not None
+        assert armed(session, later) == started.started_at + 60.0
+        session.sim.advance(61)
+        assert broker(session).results[later].status == "timed_out"
+    finally:
+        session.shutdown()
+
+
+def armed(session: SimSession, task_id: str) -> float | None:
+    (actor,) = [
+        a
+        for a in session.runtime.actors()
+        if isinstance(a, TaskActor) and a.record.task_id == task_id
+    ]
+    return actor.armed
+
+
+def broker_actor(session: SimSession) -> Any:
+    actor = session.broker._actor_weakref()
+    assert actor is not None
+    return actor

@@ -41,6 +41,7 @@ from protocol.records.notifications import AnyNotification, TaskCompletion
 from protocol.records.requests import RequestRecord
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord, TaskState
+from protocol.records.usage import Usage
 from protocol.session import agents, calls, inbound, settlement
 from protocol.session import task as task_rules
 from protocol.session import watcher as watcher_rules
@@ -97,6 +98,18 @@ class FixedIds:
     def secret(self) -> str:
         self.made += 1
         return f"secret-{self.made:08x}"
+
+
+class TaskDue(msgspec.Struct, frozen=True, kw_only=True):
+    """A task's own deadline timer, as its actor arms it (:func:`protocol.session.task.deadline`):
+    it goes off ``at``; kept among the armed timers under ``("deadline", task_id)``."""
+
+    task_id: str
+    at: float
+
+    @property
+    def key(self) -> TimerKey:
+        return ("deadline", self.task_id)
 
 
 # ------------------------------------------------------------------ reading effects
@@ -322,12 +335,13 @@ class Session:
         self.now = now
         self.journal: list[msgspec.Struct] = []
         self.heard: list[Notify] = []
-        self.timers: dict[TimerKey, TimerEvent] = {}
+        self.timers: dict[TimerKey, TimerEvent | TaskDue] = {}
         self.settled: set[str] = set()
         #: each live watcher's state, as its actor holds it
         self.watchers: dict[str, WatcherState] = {}
-        #: each live task's record, as its actor holds it
+        #: each live task's record, as its actor holds it, and what it was told it spent
         self.task_actors: dict[str, TaskRecord] = {}
+        self.task_spent: dict[str, Usage | None] = {}
 
     def ctx(self) -> Ctx:
         return Ctx(self.now, self.ids)
@@ -361,17 +375,24 @@ class Session:
         reports: list[task_rules.Report] = []  # acted on once this run is over, as the broker
         for e in effects:
             match e:
-                case SpawnTask(record=record):
+                case SpawnTask(record=record, usage=usage):
                     assert record.task_id not in self.task_actors, e
                     self.task_actors[record.task_id] = record
+                    self.task_spent[record.task_id] = usage
+                    self._arm(record)
                 case TellTask(task_id=task_id, message=message):
                     record = self.task_actors[task_id]  # routed only to a live task
+                    if isinstance(message, task_rules.Spent):
+                        self.task_spent[task_id] = message.usage
                     self.task_actors[task_id], report = task_rules.receive(record, message)
+                    self._arm(self.task_actors[task_id])
                     if report is not None:
                         reports.append(report)
                 case StopTask(task_id=task_id):
                     record = self.task_actors.pop(task_id)
+                    del self.task_spent[task_id]
                     assert record.terminal and self.state.tasks[task_id] == record, e
+                    assert ("deadline", task_id) not in self.timers, e
                 case SpawnWatcher(watcher=watcher):
                     assert watcher.watcher_id not in self.watchers, e
                     self.watchers[watcher.watcher_id] = watcher
@@ -403,6 +424,20 @@ class Session:
             ran += more
             by_watchers += watched
         return ran, by_watchers
+
+    def _arm(self, record: TaskRecord) -> None:
+        """A task's actor arms its timer for its deadline, or cancels it (task rule 5)."""
+        deadline = task_rules.deadline(record)
+        if deadline is None:
+            self.timers.pop(("deadline", record.task_id), None)
+        else:
+            due = TaskDue(task_id=record.task_id, at=deadline)
+            self.timers[due.key] = due
+
+    def deadline_armed(self, task_id: str) -> float | None:
+        """When the task's own deadline timer goes off (None: none armed)."""
+        due = self.timers.get(("deadline", task_id))
+        return due.at if isinstance(due, TaskDue) else None
 
     def refuses(self, error: type[ShepherdError], rule: Callable[[], object]) -> ShepherdError:
         """``rule()`` raises ``error`` and changes nothing."""
@@ -486,9 +521,12 @@ class Session:
 
     # --- time
 
-    def fired(self, event: TimerEvent) -> list[Effect]:
+    def fired(self, event: TimerEvent | TaskDue) -> list[Effect]:
         """What a timer's event does: a session timer goes through the session's rules; a
-        watcher's ``Flush`` through that watcher's (its notification; done: it is gone)."""
+        watcher's ``Flush`` through that watcher's (its notification; done: it is gone); a
+        task's deadline through its own (what it reports, through the session's)."""
+        if isinstance(event, TaskDue):
+            return self._due(event)
         if not isinstance(event, Flush):
             return calls.fire(self.state, event, self.ctx())
         state = self.watchers.get(event.watcher_id)
@@ -501,8 +539,30 @@ class Session:
             self.watchers[event.watcher_id] = state
         return [] if note is None else [Notify(note=note)]
 
-    def fire(self, event: TimerEvent) -> list[Effect]:
+    def _due(self, event: TaskDue) -> list[Effect]:
+        """A task's deadline timer went off: its actor decides (``Due``), and the session acts
+        on its report, unrouted. Gone already (settled, its actor stopped): nothing."""
+        record = self.task_actors.get(event.task_id)
+        if record is None:
+            return []
+        due = task_rules.Due(at=self.now, usage=self.task_spent[event.task_id])
+        self.task_actors[event.task_id], report = task_rules.receive(record, due)
+        self._arm(self.task_actors[event.task_id])
+        if report is None:
+            return []
+        return settlement.reported(self.state, report, self.ctx(), routed=False)
+
+    def fire(self, event: TimerEvent | TaskDue) -> list[Effect]:
         return self.run(self.fired(event))
+
+    def pass_deadline(self, task_id: str) -> list[Effect]:
+        """Time runs to the task's armed deadline, and its timer goes off; none armed (the
+        task settled: its actor cancelled it): a timer's mail that crossed that arrives."""
+        at = self.deadline_armed(task_id)
+        if at is None:
+            return self.fire(TaskDue(task_id=task_id, at=self.now))
+        self.now = max(self.now, at)
+        return self.fire_timer(("deadline", task_id))
 
     def fire_timer(self, key: TimerKey) -> list[Effect]:
         """Let the armed timer ``key`` go off at its time."""

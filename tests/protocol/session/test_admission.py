@@ -14,7 +14,7 @@ from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session import admission, status
 from protocol.session import task as one_task
-from protocol.session.effects import BudgetDue, StartTimer, TaskDeadline, TellTask
+from protocol.session.effects import BudgetDue, StartTimer, TellTask
 from protocol.wire.envelopes import ControlEnvelope, TaskDoneEnvelope, TaskEnvelope
 
 from .harness import Session, answer, delivered, journaled, of
@@ -151,7 +151,7 @@ def test_the_deadline_counts_from_delegate_unless_from_start() -> None:
     s.delegate("a0")
     waits = s.delegate("a1", timeout_minutes=1)
     assert ("deadline", waits) in s.timers  # counts while queued
-    s.fire(TaskDeadline(task_id=waits))
+    s.pass_deadline(waits)
     assert s.state.tasks[waits].state is TaskState.TIMED_OUT
     later = s.delegate("a2", timeout_minutes=1, timeout_from="start")
     assert s.state.tasks[later].deadline_at is None and ("deadline", later) not in s.timers
@@ -159,7 +159,7 @@ def test_the_deadline_counts_from_delegate_unless_from_start() -> None:
     effects = s.done(agents[0])
     record = s.state.tasks[later]
     assert record.state is TaskState.RUNNING and record.deadline_at == s.now + 60.0
-    assert StartTimer(delay=60.0, event=TaskDeadline(task_id=later)) in effects
+    assert s.deadline_armed(later) == s.now + 60.0  # its actor armed it as it started
     (env,) = delivered(effects, TaskEnvelope, agents[2])
     assert env.deadline_at == s.now + 60.0
 

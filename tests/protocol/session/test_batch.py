@@ -18,10 +18,10 @@ from protocol.records.notifications import TaskCompletion
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord
 from protocol.session.batch import largest_answer
-from protocol.session.effects import Journal, StartTimer, TaskDeadline
+from protocol.session.effects import Journal
 from protocol.wire.envelopes import TaskEnvelope
 
-from .harness import Session, answer, delivered, journaled, notes, of
+from .harness import Session, answer, delivered, journaled, notes
 
 
 def batch(*items: tuple[str, str], **kw: object) -> api_batch.DelegateManyArgs:
@@ -90,12 +90,8 @@ def test_the_batch_deadline_applies_to_items_without_their_own() -> None:
     )
     effects = s.call(args)
     ids = answer(effects).task_ids
-    delays = {
-        e.event.task_id: e.delay
-        for e in of(effects, StartTimer)
-        if isinstance(e.event, TaskDeadline)
-    }
-    assert delays == {ids[0]: 600.0, ids[1]: 60.0}
+    armed = {t: s.deadline_armed(t) for t in ids}  # each task's actor armed its own
+    assert armed == {ids[0]: s.now + 600.0, ids[1]: s.now + 60.0}
 
 
 def test_watch_registers_one_watcher_of_the_accepted_tasks_journaled_with_them() -> None:

@@ -14,7 +14,7 @@ from protocol.records.checks import Check, CheckDone, Evidence
 from protocol.records.notifications import Notice, TaskCompletion
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session import checks
-from protocol.session.effects import BudgetDue, Effect, RunCheck, StopCheck, TaskDeadline
+from protocol.session.effects import BudgetDue, Effect, RunCheck, StopCheck
 from protocol.wire.envelopes import ControlEnvelope, NoticeEnvelope, TaskDoneEnvelope
 
 from .harness import Session, answer, delivered, journaled, notes, of, receipt
@@ -161,7 +161,7 @@ def test_an_ending_during_a_check_ends_the_check_and_its_late_answer_changes_not
     elif ending == "fail":
         effects = s.call(api.FailArgs(task_id=task_id, error="wrong approach"))
     elif ending == "deadline":
-        effects = s.fire(TaskDeadline(task_id=task_id))
+        effects = s.pass_deadline(task_id)
     elif ending == "budget":
         effects = s.fire(BudgetDue(task_id=task_id))
     else:

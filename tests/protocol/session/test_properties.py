@@ -40,7 +40,7 @@ from protocol.wire.envelopes import (
     TaskEnvelope,
 )
 
-from .harness import SESSION, Session, check_invariants, snapshot
+from .harness import SESSION, Session, TaskDue, check_invariants, snapshot
 
 NAMES = ("a", "b", "c")
 BOGUS_TASK = "shepherd-task-0badc0de"
@@ -62,7 +62,7 @@ class SessionMachine(RuleBasedStateMachine):
         )
         self.requests: list[str] = []  # every request id ever opened
         self.sent: list[TaskEnvelope | MessageEnvelope | ReplyEnvelope] = []
-        self.fired: list[TimerEvent] = []
+        self.fired: list[TimerEvent | TaskDue] = []
         self.handed: set[tuple[str, str]] = set()  # (watcher, task) results handed over
         self.seen = 0  # notifications of s.heard already looked at
 

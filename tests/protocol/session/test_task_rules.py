@@ -3,23 +3,29 @@ decides for each message, and what it reports."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.records.tasks import TaskEvent, TaskRecord, TaskState, start
+from protocol.records.usage import Usage
 from protocol.session.task import (
+    DEADLINE_PASSED,
     Attach,
     Detach,
+    Due,
     End,
     Late,
     Moved,
     Noted,
     Refused,
     Settled,
+    Spent,
     Sync,
     TaskMessage,
     Unchanged,
+    deadline,
     receive,
 )
 
@@ -103,6 +109,22 @@ def test_a_message_that_is_not_a_tasks_is_refused() -> None:
         receive(running(), "cancel")  # type: ignore[arg-type]
 
 
+def test_the_deadline_is_the_tasks_own_and_due_times_it_out_with_what_it_spent() -> None:
+    record = msgspec.structs.replace(running(), deadline_at=T0 + 60)
+    assert deadline(record) == T0 + 60  # its actor arms its timer for this
+    spent = Usage(turns=2, tokens=700, cost=0.25)
+    assert receive(record, Spent(usage=spent)) == (record, None)  # kept by its actor
+    settled, report = receive(record, Due(at=T0 + 60, usage=spent))
+    assert isinstance(report, Settled) and not report.by_agent and report.after == settled
+    assert settled.state is TaskState.TIMED_OUT and deadline(settled) is None  # disarmed
+    assert settled.result is not None and settled.result.usage == spent
+    assert settled.result.error == DEADLINE_PASSED
+    # a timer's mail that crossed the settlement, or a task without a deadline: nothing
+    assert receive(settled, Due(at=T0 + 61)) == (settled, None)
+    assert deadline(running()) is None
+    assert receive(running(), Due(at=T0 + 61)) == (running(), None)
+
+
 _messages = st.one_of(
     st.builds(Attach, request_id=st.sampled_from(["r1", "r2", "r3"]), at=st.just(T0)),
     st.builds(Detach, request_id=st.sampled_from(["r1", "r2", "r3"])),
@@ -121,6 +143,7 @@ _messages = st.one_of(
         cancel_requests=st.booleans(),
     ),
     st.builds(Sync, then=st.none() | st.just("t")),
+    st.builds(Due, at=st.just(T0)),
 )
 
 

@@ -16,17 +16,27 @@ from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session import inbound
 from protocol.session.effects import (
-    CancelTimer,
     Deliver,
     FinaliseNote,
     Journal,
     OpenNote,
+    SpawnTask,
     StartTimer,
-    TaskDeadline,
 )
 from protocol.wire.envelopes import ControlEnvelope, TaskDoneEnvelope, TaskEnvelope
 
-from .harness import T0, Session, answer, delivered, journaled, notes, of, receipt, snapshot
+from .harness import (
+    T0,
+    Session,
+    TaskDue,
+    answer,
+    delivered,
+    journaled,
+    notes,
+    of,
+    receipt,
+    snapshot,
+)
 
 
 def one_agent(**settings: object) -> tuple[Session, str, str]:
@@ -179,7 +189,7 @@ SETTLERS: dict[str, tuple[Settler, str]] = {
     "fail": (lambda s, a, t: s.call(api.FailArgs(task_id=t, error="no")), "failed"),
     "exit": (lambda s, a, t: s.exit(a, 1), "failed"),
     "close": (lambda s, a, t: s.call(api.CloseArgs(agent=a)), "cancelled"),
-    "deadline": (lambda s, a, t: s.fire(TaskDeadline(task_id=t)), "timed_out"),
+    "deadline": (lambda s, a, t: s.pass_deadline(t), "timed_out"),
     "not_delivered": (
         lambda s, a, t: s.run(
             inbound.delivery_failed(
@@ -197,7 +207,7 @@ SETTLERS: dict[str, tuple[Settler, str]] = {
 @pytest.mark.parametrize("second", list(SETTLERS))
 @pytest.mark.parametrize("first", list(SETTLERS))
 def test_the_first_terminal_event_wins_whoever_sends_it(first: str, second: str) -> None:
-    s, a, task_id = one_agent()
+    s, a, task_id = one_agent(default_task_timeout_s=600.0)  # a deadline, for "deadline"
     settle_first, status = SETTLERS[first]
     settle_first(s, a, task_id)
     settled = s.state.tasks[task_id]
@@ -264,8 +274,8 @@ def test_a_task_deadline_is_armed_and_times_the_task_out_when_it_passes() -> Non
     s.spawn("scout")
     effects = s.call(api.DelegateArgs(target="scout", task="x", timeout_minutes=2))
     task_id = answer(effects).task_id
-    (timer,) = of(effects, StartTimer)
-    assert timer == StartTimer(delay=120.0, event=TaskDeadline(task_id=task_id))
+    assert of(effects, SpawnTask)[0].record.deadline_at == T0 + 120  # its actor arms it
+    assert s.deadline_armed(task_id) == T0 + 120
     assert s.state.tasks[task_id].deadline_at == T0 + 120
     s.now = T0 + 120
     s.fire_timer(("deadline", task_id))
@@ -276,17 +286,16 @@ def test_a_task_deadline_is_armed_and_times_the_task_out_when_it_passes() -> Non
 
 def test_the_default_task_timeout_applies_when_delegate_gives_none() -> None:
     s, _, task_id = one_agent(default_task_timeout_s=30.0)
-    assert s.timers[("deadline", task_id)] == TaskDeadline(task_id=task_id)
+    assert s.deadline_armed(task_id) == T0 + 30
     assert s.state.tasks[task_id].deadline_at == T0 + 30
 
 
 def test_settling_cancels_the_deadline_and_a_late_deadline_changes_nothing() -> None:
     s, a, task_id = one_agent(default_task_timeout_s=30.0)
-    effects = s.done(a)
-    assert CancelTimer(key=("deadline", task_id)) in effects
-    assert ("deadline", task_id) not in s.timers
+    s.done(a)
+    assert ("deadline", task_id) not in s.timers  # its actor cancelled it as it settled
     before = snapshot(s.state)
-    assert s.fire(TaskDeadline(task_id=task_id)) == []  # it may still arrive
+    assert s.fire(TaskDue(task_id=task_id, at=T0 + 30)) == []  # it may still arrive
     assert snapshot(s.state) == before
 
 
