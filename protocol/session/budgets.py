@@ -52,7 +52,7 @@ from protocol.session.effects import (
     TellTask,
 )
 from protocol.session.state import AgentRow, Ctx, SessionState
-from protocol.session.task import Spent
+from protocol.session.task import Spent, decides_alone
 from protocol.wire.envelopes import RuntimeEnvelope
 
 __all__ = [
@@ -189,8 +189,9 @@ def _count(
         at=cx.now,
     )
     effects: list[Effect] = [Journal(record=usage)]
-    if task_id is not None:  # its actor keeps it, for an ending it decides itself (its deadline)
-        effects.append(TellTask(task_id=task_id, message=Spent(usage=s.task_usage[task_id])))
+    if task_id is not None:
+        if decides_alone(s.tasks[task_id]):  # its actor keeps it, for its deadline's result
+            effects.append(TellTask(task_id=task_id, message=Spent(usage=s.task_usage[task_id])))
         effects += _check_task(s, task_id, cx)
     effects += _check_session(s, cx)
     return effects

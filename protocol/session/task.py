@@ -85,6 +85,7 @@ __all__ = [
     "Unchanged",
     "Verifying",
     "deadline",
+    "decides_alone",
     "receive",
 ]
 
@@ -247,6 +248,15 @@ MOVES = (Settled, Verifying, Rejected)
 def deadline(record: TaskRecord) -> float | None:
     """When the task's own timer goes off (rule 5): its deadline while it is open, else never."""
     return None if record.terminal else record.deadline_at
+
+
+def decides_alone(record: TaskRecord) -> bool:
+    """Whether the task may end by a decision of its own (a deadline, now or from its start):
+    only then does its actor need to be told what it spent (``Spent``). Mail costs an actor
+    that had none its own queue, so a task without a deadline is told nothing."""
+    return not record.terminal and (
+        record.deadline_at is not None or record.start_timeout_s is not None
+    )
 
 
 def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Report | None]:

@@ -21,10 +21,11 @@ from protocol.records.settings import Settings, apply_overrides
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.records.usage import Budget, Usage, over
 from protocol.session import budgets
-from protocol.session.effects import BudgetDue, CancelTimer, Effect, Publish, StartTimer
+from protocol.session.effects import BudgetDue, CancelTimer, Effect, Publish, StartTimer, TellTask
 from protocol.session.restore import Restore, fold, resume
 from protocol.session.state import SessionState
 from protocol.session.status import view
+from protocol.session.task import Spent
 from protocol.wire.envelopes import AckEnvelope, ControlEnvelope, RuntimeEnvelope
 
 from .harness import SESSION, Session, answer, delivered, journaled, notes, of, receipt
@@ -533,3 +534,23 @@ def test_a_session_budget_left_is_exact(costs: list[float]) -> None:
     if spent >= 100_000_000:
         return  # nothing left: refused, as the tests above show
     assert granted is not None and granted.max_cost == (100_000_000 - spent) / 1_000_000
+
+
+def test_what_a_task_spends_is_told_to_its_actor_only_when_it_has_a_deadline() -> None:
+    """A task's actor decides its deadline alone, with what the task spent: a task with a
+    deadline has its actor told each count (``Spent``, the running total); one without is
+    told nothing (mail would cost its actor a queue of its own, for nothing)."""
+    s, a = one_agent()
+    plain = s.delegate("a")
+    assert [e for e in usage(s, a, tokens=10) if isinstance(e, TellTask)] == []
+    s.done(a)
+    timed = s.delegate("a", timeout_minutes=5)
+    usage(s, a, tokens=10)
+    effects = usage(s, a, tokens=5, cost=0.5)
+    (told,) = [e for e in effects if isinstance(e, TellTask)]
+    assert told == TellTask(task_id=timed, message=Spent(usage=Usage(tokens=15, cost=0.5)))
+    assert s.task_spent[timed] == Usage(tokens=15, cost=0.5) and plain not in s.task_spent
+    s.now += 300
+    s.pass_deadline(timed)
+    result = s.state.results[timed]
+    assert result.status == "timed_out" and result.usage == Usage(tokens=15, cost=0.5)
