@@ -23,6 +23,7 @@ import msgspec
 from protocol.core.limits import BudgetCost, BudgetMinutes, BudgetTokens, BudgetTurns
 
 __all__ = [
+    "BUDGET_EXCEEDED",
     "LIMITS",
     "MICROS_PER_USD",
     "Budget",
@@ -34,6 +35,9 @@ __all__ = [
     "spent",
 ]
 
+
+#: the reason a task ended by its budget gives (``TaskResult.reason``)
+BUDGET_EXCEEDED: Final = "budget_exceeded"
 
 #: money's unit of account (rule 4)
 MICROS_PER_USD: Final = 1_000_000

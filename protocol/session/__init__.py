@@ -16,7 +16,8 @@ module          rules
 ``tasks``       one active task per agent; only the owner's ``done``; first terminal event
                 wins; settlement; a turn that ends without ``done``
 ``task``        one task's own rules (its actor's): waiting transitions; the first ending
-                wins; its deadline, on its own timer; a checked claim verified first
+                wins; its deadline and budget minutes, on its own timer; a checked claim
+                verified first
 ``routing``     who may message whom; only the target replies; late and second replies
 ``requests``    opening and closing requests; wait-for cycles; reply deadlines
 ``approvals``   approval requests to the parent: opening, approve/deny, tool-gating rules

@@ -25,8 +25,11 @@ Rules:
 4. **The hard limit ends the task.** Usage over a limit (or ``max_minutes`` passed) settles the
    task ``failed`` with ``reason="budget_exceeded"``, through the same settlement as a cancel
    (the agent gets ``control cancel_task``, its turn stops), and the parent is told. Usage
-   over the session's budget ends every open task so. The first terminal event wins: a task
-   ended by its budget is never also completed, and a ``done`` after it gets the stored result.
+   over the session's budget ends every open task so. ``max_minutes`` passing is decided by
+   the task's own actor, on its own timer (:mod:`protocol.session.task`, rule 5), and told to
+   the parent the same way; its soft share is a timer of the session's. The first terminal
+   event wins: a task ended by its budget is never also completed, and a ``done`` after it gets
+   the stored result.
 5. The settled result carries the task's usage (completion notifications show it).
 """
 
@@ -39,7 +42,7 @@ from protocol.core.errors import LimitExceeded
 from protocol.records.journal import UsageRecord
 from protocol.records.notifications import Notice
 from protocol.records.tasks import TaskEvent, TaskRecord
-from protocol.records.usage import Budget, Usage, over, spent
+from protocol.records.usage import BUDGET_EXCEEDED, Budget, Usage, over, spent
 from protocol.records.usage import left as usage_left
 from protocol.session import outbox, settlement, tasks
 from protocol.session.effects import (
@@ -69,8 +72,6 @@ __all__ = [
     "session_budget",
 ]
 
-#: the reason a task ended by its budget gives (``TaskResult.reason``)
-BUDGET_EXCEEDED = "budget_exceeded"
 #: the scope of the session's own budget in :attr:`SessionState.budget_warned`
 SESSION_SCOPE = "session"
 
@@ -284,33 +285,24 @@ def _end(s: SessionState, record: TaskRecord, why: str, cx: Ctx) -> list[Effect]
     )
     if not effects:
         return []
-    note = Notice(
-        created_at=cx.now,
-        code=BUDGET_EXCEEDED,
-        text=f"task {record.task_id} ({record.agent_name}) failed: {why}",
-        agent_id=record.agent_id,
-        task_id=record.task_id,
-    )
-    return [*effects, Story(text=f"{record.agent_name}: {why}"), Notify(note=note)]
+    return effects + settlement.budget_exceeded(record, why, cx.now)
 
 
 def due(s: SessionState, event: BudgetDue, cx: Ctx) -> list[Effect]:
-    """A task's ``max_minutes`` (or its soft share) passed."""
+    """The soft share of a task's ``max_minutes`` passed (their end is the task's own timer:
+    :mod:`protocol.session.task`, rule 5)."""
     record = s.tasks.get(event.task_id)
     if record is None or record.terminal or record.budget is None:
         return []
     minutes = record.budget.max_minutes
     if minutes is None:
         return []
-    if event.soft:
-        text = (
-            f"task {record.task_id} ({record.agent_name}) has run "
-            f"{(cx.now - record.created_at) / 60.0:.1f} of its {minutes:g} minutes "
-            "(max_minutes); past them it ends as failed"
-        )
-        return _warn(s, record.task_id, "max_minutes", text, record.agent_id, cx)
-    why = f"{BUDGET_EXCEEDED}: the task ran past its max_minutes of {minutes:g}"
-    return _end(s, record, why, cx)
+    text = (
+        f"task {record.task_id} ({record.agent_name}) has run "
+        f"{(cx.now - record.created_at) / 60.0:.1f} of its {minutes:g} minutes "
+        "(max_minutes); past them it ends as failed"
+    )
+    return _warn(s, record.task_id, "max_minutes", text, record.agent_id, cx)
 
 
 def _amount(limit: str, value: float) -> str:
@@ -358,6 +350,6 @@ def resume(s: SessionState, cx: Ctx) -> list[Effect]:
             continue  # queued: its minutes count from its start
         soft_at = record.started_at + record.budget.max_minutes * 60.0 * _fraction(s)
         if (record.task_id, "max_minutes") not in s.budget_warned and cx.now >= soft_at:
-            effects += due(s, BudgetDue(task_id=record.task_id, soft=True), cx)
+            effects += due(s, BudgetDue(task_id=record.task_id), cx)
         effects += tasks.minute_timers(s, record, cx)
     return effects + _check_session(s, cx)  # a session soft share passed and never told

@@ -259,14 +259,14 @@ class Flush(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BudgetDue(msgspec.Struct, frozen=True, kw_only=True):
-    """A task's ``max_minutes`` (or, ``soft``, its warning share of them) has passed."""
+    """The warning share of a task's ``max_minutes`` has passed (their end is the task's own
+    timer: :mod:`protocol.session.task`, rule 5)."""
 
     task_id: str
-    soft: bool = False
 
     @property
     def key(self) -> TimerKey:
-        return ("budget_soft" if self.soft else "budget", self.task_id)
+        return ("budget_soft", self.task_id)
 
 
 # --- model providers (protocol.session.providers)

@@ -33,8 +33,10 @@ import msgspec
 from protocol.calls import api
 from protocol.core.errors import ErrorInfo, ForbiddenSender, InvalidHandle
 from protocol.core.ids import IdKind, kind_of
+from protocol.records.notifications import Notice
 from protocol.records.requests import RequestState
 from protocol.records.tasks import TaskEvent, TaskRecord, TaskState, event_for_done
+from protocol.records.usage import BUDGET_EXCEEDED
 from protocol.session import admission, checks, claims, outbox, requests, watchers, worktrees
 from protocol.session import task as one_task
 from protocol.session.effects import (
@@ -45,8 +47,10 @@ from protocol.session.effects import (
     FinaliseNote,
     Journal,
     Log,
+    Notify,
     StopCheck,
     StopTask,
+    Story,
     TellTask,
     WatchdogTask,
 )
@@ -137,7 +141,10 @@ def reported(
         case one_task.Noted(record=record, then=then):
             return _then(s, then, record, cx)
         case one_task.Settled(before=before, after=after, by_agent=by_agent, then=then):
-            return _settled(s, before, after, cx, by_agent=by_agent) + _then(s, then, after, cx)
+            effects = _settled(s, before, after, cx, by_agent=by_agent)
+            if not routed:  # its own timer: the parent is told why, as for any budget's end
+                effects += ended_by_itself(after)
+            return effects + _then(s, then, after, cx)
         case one_task.Unchanged(record=record, then=then):
             return _then(s, then, record, cx, already=True)
         case one_task.Refused(record=record, error=error, then=then):
@@ -147,6 +154,27 @@ def reported(
         case one_task.Rejected(after=after, then=then):
             return checks.rejected(s, report, cx) + _then(s, then, after, cx)
     raise TypeError(f"a task does not report {type(report).__name__}")
+
+
+def ended_by_itself(record: TaskRecord) -> list[Effect]:
+    """A task that ended by its own timer: past its budget's minutes, the parent is told why
+    (a time-out needs no notice: its completion says it)."""
+    result = record.result
+    if result is None or result.reason != BUDGET_EXCEEDED or result.error is None:
+        return []
+    return budget_exceeded(record, result.error, result.completed_at)
+
+
+def budget_exceeded(record: TaskRecord, why: str, at: float) -> list[Effect]:
+    """The parent's ``budget_exceeded`` notice of a task its budget ended, and the story."""
+    note = Notice(
+        created_at=at,
+        code=BUDGET_EXCEEDED,
+        text=f"task {record.task_id} ({record.agent_name}) failed: {why}",
+        agent_id=record.agent_id,
+        task_id=record.task_id,
+    )
+    return [Story(text=f"{record.agent_name}: {why}"), Notify(note=note)]
 
 
 def _then(
@@ -199,7 +227,7 @@ def _settled(
     assert result is not None
     effects: list[Effect] = []  # its deadline: its actor's timer, gone with it
     if before.budget is not None and before.budget.max_minutes is not None:
-        effects += [CancelTimer(key=("budget_soft", task_id)), CancelTimer(key=("budget", task_id))]
+        effects.append(CancelTimer(key=("budget_soft", task_id)))  # its end: its actor's
     if before.state is TaskState.VERIFYING:  # an ending during a check ends the check
         effects.append(StopCheck(task_id=task_id))
     effects += [Journal(record=settled), FinaliseNote(record=settled)]

@@ -32,12 +32,15 @@ Rules:
    state. A ``Checked`` of an attempt no longer running changes nothing.
 4. **A queued task starts when told** (``Start``: its slot is free): ``queued`` → ``running``
    (``Moved``); a task that settled first stays so (``Noted``).
-5. **The deadline is the task's own.** Its actor arms a timer for :func:`deadline` (the
-   record's ``deadline_at`` while the task is open; a deadline counted from the start is set
-   by ``Start``) and cancels it once the task has settled. When it goes off, the actor is told
-   ``Due`` (with what the task has spent, which the session tells it: ``Spent``): an open task
-   times out, reported ``Settled``, as any ending that wins is; one settled first changes
-   nothing and reports nothing (its timer was cancelled, and the mail crossed).
+5. **The deadline and the budget's minutes are the task's own.** Its actor arms a timer for
+   :func:`deadline`: the earlier of the record's ``deadline_at`` and the end of its
+   ``max_minutes`` (counted from its start), while the task is open (a deadline counted from
+   the start, and the minutes of a queued task, are set by ``Start``); it cancels it once the
+   task has settled. When it goes off, the actor is told ``Due`` (the instant it was armed
+   for, and what the task has spent, which the session tells it: ``Spent``): past the
+   deadline the task times out; else, past its minutes, it fails ``budget_exceeded``. Either
+   is reported ``Settled``, as any ending that wins is. One settled first changes nothing and
+   reports nothing (its timer was cancelled, and the mail crossed).
 6. **What comes after is the session's.** A message carries ``then``: what the session does
    once it is decided (answer the parent's call, send the agent its receipt); the task hands
    it back in its report, untouched. A message with a ``then`` is always reported (``Noted``
@@ -63,7 +66,7 @@ from protocol.records.tasks import (
     verify,
 )
 from protocol.records.tasks import settle as settle_record
-from protocol.records.usage import Usage
+from protocol.records.usage import BUDGET_EXCEEDED, Usage
 
 __all__ = [
     "Attach",
@@ -86,6 +89,7 @@ __all__ = [
     "Verifying",
     "deadline",
     "decides_alone",
+    "minutes_end",
     "receive",
 ]
 
@@ -160,9 +164,11 @@ class Spent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Due(msgspec.Struct, frozen=True, kw_only=True):
-    """The task's own deadline timer went off (rule 5); ``usage``: what it spent, as its actor
-    was last told."""
+    """The task's own timer went off (rule 5): ``due``, the instant it was armed for (what
+    :func:`deadline` said); ``at``, now; ``usage``, what it spent, as its actor was last
+    told."""
 
+    due: float
     at: float
     usage: Usage | None = None
     then: Any = None
@@ -245,18 +251,35 @@ ENDINGS = (Settled, Unchanged, Refused, Verifying, Rejected)
 MOVES = (Settled, Verifying, Rejected)
 
 
+def minutes_end(record: TaskRecord) -> float | None:
+    """When the task's budget of minutes runs out (counted from its start: a queued task has
+    none yet), or None."""
+    budget = record.budget
+    if budget is None or budget.max_minutes is None or record.state is TaskState.QUEUED:
+        return None
+    begun = record.started_at if record.started_at is not None else record.created_at
+    return begun + budget.max_minutes * 60.0
+
+
 def deadline(record: TaskRecord) -> float | None:
-    """When the task's own timer goes off (rule 5): its deadline while it is open, else never."""
-    return None if record.terminal else record.deadline_at
+    """When the task's own timer goes off (rule 5): the earlier of its deadline and the end of
+    its minutes while it is open, else never."""
+    if record.terminal:
+        return None
+    ends = [t for t in (record.deadline_at, minutes_end(record)) if t is not None]
+    return min(ends) if ends else None
 
 
 def decides_alone(record: TaskRecord) -> bool:
-    """Whether the task may end by a decision of its own (a deadline, now or from its start):
-    only then does its actor need to be told what it spent (``Spent``). Mail costs an actor
-    that had none its own queue, so a task without a deadline is told nothing."""
-    return not record.terminal and (
-        record.deadline_at is not None or record.start_timeout_s is not None
-    )
+    """Whether the task may end by a decision of its own (a deadline, now or from its start,
+    or its budget's minutes): only then does its actor need to be told what it spent
+    (``Spent``). Mail costs an actor that had none its own queue, so a task with neither is
+    told nothing."""
+    if record.terminal:
+        return False
+    if record.deadline_at is not None or record.start_timeout_s is not None:
+        return True
+    return record.budget is not None and record.budget.max_minutes is not None
 
 
 def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Report | None]:
@@ -282,10 +305,26 @@ def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Repor
         case Start(at=at) if record.state is TaskState.QUEUED:
             after = start(record, at)
             return after, Moved(before=record, after=after, then=then)
-        case Due(at=at, usage=usage) if deadline(record) is not None:
-            end = End(event=TaskEvent.TIME_OUT, at=at, error=DEADLINE_PASSED, usage=usage)
-            return _end(record, msgspec.structs.replace(end, then=then))
+        case Due() if deadline(record) is not None:
+            return _due(record, message)
     return record, None if then is None else Noted(record=record, then=then)
+
+
+def _due(record: TaskRecord, due: Due) -> tuple[TaskRecord, Report | None]:
+    """The task's own timer went off (rule 5): which of its two ends had come, if either."""
+    at, usage, then = due.at, due.usage, due.then
+    if record.deadline_at is not None and due.due >= record.deadline_at:
+        end = End(event=TaskEvent.TIME_OUT, at=at, error=DEADLINE_PASSED, usage=usage, then=then)
+        return _end(record, end)
+    ends = minutes_end(record)
+    if ends is None or due.due < ends:  # armed for an end since moved: nothing came
+        return record, None if then is None else Noted(record=record, then=then)
+    minutes = record.budget.max_minutes if record.budget is not None else None
+    why = f"{BUDGET_EXCEEDED}: the task ran past its max_minutes of {minutes:g}"
+    end = End(
+        event=TaskEvent.FAIL, at=at, error=why, reason=BUDGET_EXCEEDED, usage=usage, then=then
+    )
+    return _end(record, end)
 
 
 def _end(record: TaskRecord, end: End) -> tuple[TaskRecord, Report]:

@@ -199,22 +199,17 @@ def started(s: SessionState, record: TaskRecord, cx: Ctx) -> list[Effect]:
 
 
 def minute_timers(s: SessionState, record: TaskRecord, cx: Ctx) -> list[Effect]:
-    """A task's budget of minutes, and its soft share, as timers from its start (a queued
-    task has none until it starts)."""
+    """The soft share of a task's budget of minutes, as a timer from its start (a queued task
+    has none until it starts; their end is the task's own timer: :mod:`protocol.session.task`,
+    rule 5)."""
     budget = record.budget
     if budget is None or budget.max_minutes is None or record.terminal:
         return []
-    if record.state is TaskState.QUEUED:
+    if record.state is TaskState.QUEUED or (record.task_id, "max_minutes") in s.budget_warned:
         return []
     begun = record.started_at if record.started_at is not None else record.created_at
-    end = begun + budget.max_minutes * 60.0
-    found: list[Effect] = []
-    if (record.task_id, "max_minutes") not in s.budget_warned:
-        soft = begun + budget.max_minutes * 60.0 * s.settings.budget_soft_fraction
-        event = BudgetDue(task_id=record.task_id, soft=True)
-        found.append(StartTimer(delay=max(0.0, soft - cx.now), event=event))
-    found.append(StartTimer(delay=max(0.0, end - cx.now), event=BudgetDue(task_id=record.task_id)))
-    return found
+    soft = begun + budget.max_minutes * 60.0 * s.settings.budget_soft_fraction
+    return [StartTimer(delay=max(0.0, soft - cx.now), event=BudgetDue(task_id=record.task_id))]
 
 
 def prompt(

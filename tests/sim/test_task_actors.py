@@ -14,6 +14,7 @@ from actors.session.sinks import CollectingSink
 from actors.session.task_actor import TaskActor
 from actors.testing import SimSession
 from protocol.calls import api
+from protocol.records.notifications import Notice
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session.task import DEADLINE_PASSED
@@ -190,3 +191,28 @@ def broker_actor(session: SimSession) -> Any:
     actor = session.broker._actor_weakref()
     assert actor is not None
     return actor
+
+
+def test_a_tasks_budget_of_minutes_ends_it_by_its_own_timer_and_the_parent_is_told() -> None:
+    """The end of ``max_minutes`` is the task's own timer too: its actor fails it
+    ``budget_exceeded`` (with what it spent), and the session tells the parent why."""
+    sink = CollectingSink()
+    session = SimSession.simulated(25, sink=sink, trace=False)
+    try:
+        session.spawn("w", script=IDLE)
+        session.sim.run_all(max_time=1)
+        task_id = session.delegate("w", "x", max_minutes=1, timeout_minutes=5).task_id
+        session.sim.run_all(max_time=1)
+        started = broker(session).tasks[task_id]
+        assert armed(session, task_id) == (started.started_at or started.created_at) + 60.0
+        assert [key for key in broker_actor(session)._timers if key[0] == "budget"] == []
+        Puppet(session, "w").runtime("usage", tokens=10)
+        session.sim.advance(61)
+        result = broker(session).results[task_id]
+        assert (result.status, result.reason) == ("failed", "budget_exceeded")
+        assert result.usage is not None and result.usage.tokens == 10
+        told = [n for n in sink.items if isinstance(n, Notice) and n.code == "budget_exceeded"]
+        assert [n.task_id for n in told] == [task_id]
+        assert task_actors(session) == {}
+    finally:
+        session.shutdown()

@@ -101,8 +101,9 @@ class FixedIds:
 
 
 class TaskDue(msgspec.Struct, frozen=True, kw_only=True):
-    """A task's own deadline timer, as its actor arms it (:func:`protocol.session.task.deadline`):
-    it goes off ``at``; kept among the armed timers under ``("deadline", task_id)``."""
+    """A task's own timer, as its actor arms it (:func:`protocol.session.task.deadline`: its
+    deadline or its budget's minutes, the earlier): it goes off ``at``; kept among the armed
+    timers under ``("deadline", task_id)``."""
 
     task_id: str
     at: float
@@ -545,7 +546,8 @@ class Session:
         record = self.task_actors.get(event.task_id)
         if record is None:
             return []
-        due = task_rules.Due(at=self.now, usage=self.task_spent[event.task_id])
+        spent = self.task_spent[event.task_id]
+        due = task_rules.Due(due=event.at, at=self.now, usage=spent)
         self.task_actors[event.task_id], report = task_rules.receive(record, due)
         self._arm(self.task_actors[event.task_id])
         if report is None:

@@ -168,14 +168,14 @@ def test_budgets_apply_when_it_starts() -> None:
     s, agents = team(2, max_running=1)
     s.delegate("a0")
     task_id = s.delegate("a1", max_minutes=2)
-    assert ("budget", task_id) not in s.timers
+    assert s.deadline_armed(task_id) is None  # queued: its minutes do not run
     s.now += 500.0
     effects = s.done(agents[0])
     timers = [(e.delay, e.event) for e in of(effects, StartTimer)]
-    assert [(delay, event.soft) for delay, event in timers if isinstance(event, BudgetDue)] == [
-        (pytest.approx(96.0), True),
-        (120.0, False),
+    assert [delay for delay, event in timers if isinstance(event, BudgetDue)] == [
+        pytest.approx(96.0)
     ]
+    assert s.deadline_armed(task_id) == s.now + 120.0  # their end: its actor's own timer
 
 
 def test_a_cap_per_provider_beside_the_sessions() -> None:

@@ -28,7 +28,7 @@ from protocol.session.status import view
 from protocol.session.task import Spent
 from protocol.wire.envelopes import AckEnvelope, ControlEnvelope, RuntimeEnvelope
 
-from .harness import SESSION, Session, answer, delivered, journaled, notes, of, receipt
+from .harness import SESSION, Session, TaskDue, answer, delivered, journaled, notes, of, receipt
 
 
 def notices(s: Session, code: str) -> list[Notice]:
@@ -204,13 +204,13 @@ def test_max_minutes_arms_a_soft_and_a_hard_timer_and_the_hard_one_ends_the_task
     effects = s.call(api.DelegateArgs(target=a, task="t", max_minutes=10))
     task = answer(effects).task_id
     delays = {e.event.key: e.delay for e in of(effects, StartTimer)}
-    assert delays[("budget_soft", task)] == 480.0 and delays[("budget", task)] == 600.0
+    assert delays[("budget_soft", task)] == 480.0 and s.deadline_armed(task) == s.now + 600.0
     s.now += 480
     s.fire_timer(("budget_soft", task))
     (soft,) = notices(s, "budget_soft_limit")
     assert "max_minutes" in soft.text
     s.now += 120
-    effects = s.fire_timer(("budget", task))
+    effects = s.pass_deadline(task)  # the hard one: the task's own timer
     assert_ended_by_budget(s, task, effects)
 
 
@@ -219,8 +219,9 @@ def test_settling_cancels_the_minute_timers_and_a_late_one_changes_nothing() -> 
     task = s.delegate(a, max_minutes=10)
     effects = s.done(a, task_id=task)
     cancelled = {e.key for e in of(effects, CancelTimer)}
-    assert {("budget", task), ("budget_soft", task)} <= cancelled
+    assert ("budget_soft", task) in cancelled and s.deadline_armed(task) is None
     assert s.fire(BudgetDue(task_id=task)) == []
+    assert s.fire(TaskDue(task_id=task, at=s.now + 600)) == []
     assert s.state.tasks[task].state is TaskState.COMPLETED
 
 
@@ -285,7 +286,7 @@ def test_usage_limits_and_warnings_survive_a_restart() -> None:
     assert t.state.session_usage == s.state.session_usage
     assert t.state.budget_warned == s.state.budget_warned
     assert t.state.tasks[task].budget == Budget(max_tokens=100, max_minutes=60)
-    assert {e.event.key for e in of(effects, StartTimer)} >= {("budget", task)}
+    assert t.deadline_armed(task) == t.state.tasks[task].created_at + 3600  # its actor's
     assert ("budget_soft", task) in {e.event.key for e in of(effects, StartTimer)}
     usage(t, a, tokens=10)  # 95: no second soft warning
     assert notices(t, "budget_soft_limit") == []

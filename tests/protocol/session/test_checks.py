@@ -5,6 +5,8 @@ check end the check; a restarted parent runs it again."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
 
@@ -14,7 +16,7 @@ from protocol.records.checks import Check, CheckDone, Evidence
 from protocol.records.notifications import Notice, TaskCompletion
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session import checks
-from protocol.session.effects import BudgetDue, Effect, RunCheck, StopCheck
+from protocol.session.effects import Effect, RunCheck, StopCheck
 from protocol.wire.envelopes import ControlEnvelope, NoticeEnvelope, TaskDoneEnvelope
 
 from .harness import Session, answer, delivered, journaled, notes, of, receipt
@@ -154,16 +156,16 @@ def test_an_ending_during_a_check_ends_the_check_and_its_late_answer_changes_not
     ending: str,
 ) -> None:
     s, agent = session_with_agent()
-    task_id = s.delegate("worker", verify=CMD, timeout_minutes=5, max_minutes=2)
+    first = {"deadline": {"timeout_minutes": 1}, "budget": {"max_minutes": 1}}.get(ending, {})
+    limits: dict[str, Any] = {"timeout_minutes": 5, "max_minutes": 2} | first
+    task_id = s.delegate("worker", verify=CMD, **limits)
     claimed(s, agent, task_id)
     if ending == "cancel":
         effects = s.call(api.CancelArgs(task_id=task_id, reason="enough"))
     elif ending == "fail":
         effects = s.call(api.FailArgs(task_id=task_id, error="wrong approach"))
-    elif ending == "deadline":
+    elif ending in ("deadline", "budget"):  # the earlier of the two: the task's own timer
         effects = s.pass_deadline(task_id)
-    elif ending == "budget":
-        effects = s.fire(BudgetDue(task_id=task_id))
     else:
         effects = s.exit(agent, 1)
     assert of(effects, StopCheck) == [StopCheck(task_id=task_id)]

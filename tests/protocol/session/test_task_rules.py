@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.records.tasks import TaskEvent, TaskRecord, TaskState, start
-from protocol.records.usage import Usage
+from protocol.records.usage import BUDGET_EXCEEDED, Budget, Usage
 from protocol.session.task import (
     DEADLINE_PASSED,
     Attach,
@@ -26,6 +26,7 @@ from protocol.session.task import (
     TaskMessage,
     Unchanged,
     deadline,
+    minutes_end,
     receive,
 )
 
@@ -114,15 +115,15 @@ def test_the_deadline_is_the_tasks_own_and_due_times_it_out_with_what_it_spent()
     assert deadline(record) == T0 + 60  # its actor arms its timer for this
     spent = Usage(turns=2, tokens=700, cost=0.25)
     assert receive(record, Spent(usage=spent)) == (record, None)  # kept by its actor
-    settled, report = receive(record, Due(at=T0 + 60, usage=spent))
+    settled, report = receive(record, Due(due=T0 + 60, at=T0 + 60, usage=spent))
     assert isinstance(report, Settled) and not report.by_agent and report.after == settled
     assert settled.state is TaskState.TIMED_OUT and deadline(settled) is None  # disarmed
     assert settled.result is not None and settled.result.usage == spent
     assert settled.result.error == DEADLINE_PASSED
     # a timer's mail that crossed the settlement, or a task without a deadline: nothing
-    assert receive(settled, Due(at=T0 + 61)) == (settled, None)
+    assert receive(settled, Due(due=T0 + 60, at=T0 + 61)) == (settled, None)
     assert deadline(running()) is None
-    assert receive(running(), Due(at=T0 + 61)) == (running(), None)
+    assert receive(running(), Due(due=T0 + 60, at=T0 + 61)) == (running(), None)
 
 
 _messages = st.one_of(
@@ -143,7 +144,7 @@ _messages = st.one_of(
         cancel_requests=st.booleans(),
     ),
     st.builds(Sync, then=st.none() | st.just("t")),
-    st.builds(Due, at=st.just(T0)),
+    st.builds(Due, due=st.just(T0), at=st.just(T0)),
 )
 
 
@@ -167,3 +168,30 @@ def test_any_sequence_settles_at_most_once_and_waits_iff_a_request_is_pending(
             assert record.pending_requests == () and record.result is not None
     assert settlements <= 1
     assert settlements == int(record.terminal)
+
+
+def test_its_budgets_minutes_end_on_the_same_timer_and_the_earlier_end_decides() -> None:
+    minutes = msgspec.structs.replace(running(), budget=Budget(max_minutes=2))
+    assert minutes_end(minutes) == T0 + 120 == deadline(minutes)
+    both = msgspec.structs.replace(minutes, deadline_at=T0 + 300)
+    assert deadline(both) == T0 + 120  # the earlier of the two
+    failed, report = receive(both, Due(due=T0 + 120, at=T0 + 120))
+    assert isinstance(report, Settled) and failed.state is TaskState.FAILED
+    assert failed.result is not None and failed.result.reason == BUDGET_EXCEEDED
+    assert failed.result.error == f"{BUDGET_EXCEEDED}: the task ran past its max_minutes of 2"
+    # the deadline first: a time-out, whatever the minutes
+    early = msgspec.structs.replace(minutes, deadline_at=T0 + 60)
+    timed_out, _ = receive(early, Due(due=T0 + 60, at=T0 + 60))
+    assert timed_out.state is TaskState.TIMED_OUT
+    # an instant neither end has reached (an end since moved): nothing, the task runs on
+    assert receive(both, Due(due=T0 + 100, at=T0 + 100)) == (both, None)
+    # a queued task's minutes do not run: none until it starts
+    queued = TaskRecord(
+        task_id="shepherd-task-2",
+        agent_id="shepherd-agent-1",
+        description="x",
+        created_at=T0,
+        state=TaskState.QUEUED,
+        budget=Budget(max_minutes=2),
+    )
+    assert deadline(queued) is None and minutes_end(queued) is None
