@@ -43,7 +43,7 @@ from protocol.session import task as rules
 
 __all__ = ["OWN", "Routed", "TaskActor", "TaskReport"]
 
-#: the ``call`` of a report on something the task decided of its own (its deadline): nothing
+#: the ``call`` of a report on something the task decided of its own (its timer): nothing
 #: the broker routed, so nothing it counts as in flight
 OWN = -1
 

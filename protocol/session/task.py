@@ -89,6 +89,7 @@ __all__ = [
     "Verifying",
     "deadline",
     "decides_alone",
+    "minutes_begun",
     "minutes_end",
     "receive",
 ]
@@ -251,14 +252,23 @@ ENDINGS = (Settled, Unchanged, Refused, Verifying, Rejected)
 MOVES = (Settled, Verifying, Rejected)
 
 
-def minutes_end(record: TaskRecord) -> float | None:
-    """When the task's budget of minutes runs out (counted from its start: a queued task has
-    none yet), or None."""
+def minutes_begun(record: TaskRecord) -> float | None:
+    """When the task's budget of minutes began to run (its start: a queued task's has not),
+    or None if it has none."""
     budget = record.budget
     if budget is None or budget.max_minutes is None or record.state is TaskState.QUEUED:
         return None
-    begun = record.started_at if record.started_at is not None else record.created_at
-    return begun + budget.max_minutes * 60.0
+    return record.started_at if record.started_at is not None else record.created_at
+
+
+def minutes_end(record: TaskRecord) -> float | None:
+    """When the task's budget of minutes runs out, or None."""
+    begun = minutes_begun(record)
+    if begun is None:
+        return None
+    assert record.budget is not None
+    assert record.budget.max_minutes is not None
+    return begun + record.budget.max_minutes * 60.0
 
 
 def deadline(record: TaskRecord) -> float | None:

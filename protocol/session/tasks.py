@@ -202,13 +202,12 @@ def minute_timers(s: SessionState, record: TaskRecord, cx: Ctx) -> list[Effect]:
     """The soft share of a task's budget of minutes, as a timer from its start (a queued task
     has none until it starts; their end is the task's own timer: :mod:`protocol.session.task`,
     rule 5)."""
-    budget = record.budget
-    if budget is None or budget.max_minutes is None or record.terminal:
+    begun = one_task.minutes_begun(record)
+    if begun is None or record.terminal or (record.task_id, "max_minutes") in s.budget_warned:
         return []
-    if record.state is TaskState.QUEUED or (record.task_id, "max_minutes") in s.budget_warned:
-        return []
-    begun = record.started_at if record.started_at is not None else record.created_at
-    soft = begun + budget.max_minutes * 60.0 * s.settings.budget_soft_fraction
+    assert record.budget is not None
+    assert record.budget.max_minutes is not None
+    soft = begun + record.budget.max_minutes * 60.0 * s.settings.budget_soft_fraction
     return [StartTimer(delay=max(0.0, soft - cx.now), event=BudgetDue(task_id=record.task_id))]
 
 
