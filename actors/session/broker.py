@@ -61,7 +61,7 @@ from actors.session.note_writer import NoteWriter
 from actors.session.outlets import Outlets
 from actors.session.runs import WATCHDOG_EFFECTS, Run, split_records
 from actors.session.sinks import GuardedSink
-from actors.session.task_actor import OWN, TaskReport
+from actors.session.task_actor import TaskReport
 from actors.session.task_routes import TaskRoutes
 from actors.session.timers import Timers
 from actors.session.watcher_routes import WatcherRoutes
@@ -308,12 +308,7 @@ class BrokerActor(ShepherdActor):
         agent's envelope) waits for are run together once the last is in, and answer it (with
         the report's answer, else the call's own)."""
         report, call, last = self._tasks.reported(told)
-        routed = told.call != OWN
-        effects = (
-            []
-            if report is None
-            else settlement.reported(self.state, report, self._ctx(), routed=routed)
-        )
+        effects = [] if report is None else settlement.reported(self.state, report, self._ctx())
         if call is None:
             self._run(effects, reply=None)
         elif not last:

@@ -12,12 +12,14 @@ settlement are decided. What it does with each message is a rule of
 - each report goes back to the broker's mailbox, where the session's rules act on it (the
   agent's slot, the request table, the journal, the watchers,
   :func:`protocol.session.settlement.reported`);
-- it owns its deadline and its budget's minutes: a timer of its own, armed for
-  :func:`~protocol.session.task.deadline` of its record (the earlier of the two; again when a
-  ``Start`` sets one counted from the start), cancelled once it has settled. When it goes off
-  the actor tells itself, and decides ``Due`` like any other message (with what the task
-  spent, as the session tells it: ``Spent``); what it decided goes to the broker as a report
-  the broker did not route (``call`` :data:`OWN`);
+- it owns its deadline and its budget: a timer of its own, armed for
+  :func:`~protocol.session.task.deadline` of its record (the earlier of its deadline and its
+  minutes' end; again when a ``Start`` sets one counted from the start), cancelled once it
+  has settled. When it goes off the actor tells itself, and decides ``Due`` like any other
+  message; what it decided goes to the broker as a report the broker did not route
+  (``call`` :data:`OWN`). What the task spent the session counts and tells it (``Spent``):
+  past a limit of its budget it fails the task, and it keeps the total for the result of
+  an ending it decides itself;
 - once the broker has taken its settlement (journaled, handed to the watchers) it retires
   the actor (:meth:`~actors.runtime.runtime.Runtime.retire`: stopped after the mail it has).
   Until then an ending that comes late still finds it, and is answered with the result that

@@ -26,9 +26,12 @@ __all__ = [
     "BUDGET_EXCEEDED",
     "LIMITS",
     "MICROS_PER_USD",
+    "UNITS",
     "Budget",
     "Usage",
+    "amount",
     "dollars",
+    "exceeded",
     "left",
     "micros",
     "over",
@@ -38,6 +41,13 @@ __all__ = [
 
 #: the reason a task ended by its budget gives (``TaskResult.reason``)
 BUDGET_EXCEEDED: Final = "budget_exceeded"
+
+#: what each counted limit counts, in words
+UNITS: Final[dict[str, str]] = {
+    "max_turns": "turns",
+    "max_tokens": "tokens",
+    "max_cost": "US dollars",
+}
 
 #: money's unit of account (rule 4)
 MICROS_PER_USD: Final = 1_000_000
@@ -106,6 +116,28 @@ def over(usage: Usage, budget: Budget, fraction: float = 1.0) -> list[str]:
         if (used > bound) if fraction >= 1.0 else (used >= bound * fraction):
             found.append(limit)
     return found
+
+
+def amount(limit: str, value: float) -> str:
+    """``value`` of a counted ``limit`` as it is written in a notice (money to the
+    micro-dollar, rule 4, without trailing zeros: 1.000001 over a limit of 1 is not written
+    as 1; turns and tokens whole)."""
+    return f"{value:.6f}".rstrip("0").rstrip(".") if limit == "max_cost" else f"{int(value)}"
+
+
+def exceeded(usage: Usage, budget: Budget, who: str, *, its_limit: bool) -> str | None:
+    """Why ``who`` (``"the task"``, ``"the session"``) ends, its ``usage`` over a counted limit
+    of ``budget`` (the first), or None if it is over none; the bound is named as that limit
+    (``its_limit``) or as its budget."""
+    passed = over(usage, budget)
+    if not passed:
+        return None
+    limit = passed[0]
+    bound = f"{limit} of" if its_limit else "budget of"
+    return (
+        f"{BUDGET_EXCEEDED}: {who} used {amount(limit, spent(usage, limit))} {UNITS[limit]}, "
+        f"over its {bound} {amount(limit, getattr(budget, limit))}"
+    )
 
 
 def left(limit: str, bound: float, used: float) -> float:

@@ -24,12 +24,13 @@ Rules:
    counts the warnings as given once the usage is past the share). The same for the session.
 4. **The hard limit ends the task.** Usage over a limit (or ``max_minutes`` passed) settles the
    task ``failed`` with ``reason="budget_exceeded"``, through the same settlement as a cancel
-   (the agent gets ``control cancel_task``, its turn stops), and the parent is told. Usage
-   over the session's budget ends every open task so. ``max_minutes`` passing is decided by
-   the task's own actor, on its own timer (:mod:`protocol.session.task`, rule 5), and told to
-   the parent the same way; its soft share is a timer of the session's. The first terminal
-   event wins: a task ended by its budget is never also completed, and a ``done`` after it gets
-   the stored result.
+   (the agent gets ``control cancel_task``, its turn stops), and the parent is told once it
+   has settled so. A task's own limits are its actor's to decide
+   (:mod:`protocol.session.task`, rule 5): the session tells it each new total it spent
+   (``Spent``), and ``max_minutes`` is its own timer; the soft share of the minutes is a
+   timer of the session's. Usage over the session's budget ends every open task, routed
+   as a fail. The first terminal event wins: a task ended by its budget is never also
+   completed, and a ``done`` after it gets the stored result.
 5. The settled result carries the task's usage (completion notifications show it).
 """
 
@@ -42,7 +43,16 @@ from protocol.core.errors import LimitExceeded
 from protocol.records.journal import UsageRecord
 from protocol.records.notifications import Notice
 from protocol.records.tasks import TaskEvent, TaskRecord
-from protocol.records.usage import BUDGET_EXCEEDED, Budget, Usage, over, spent
+from protocol.records.usage import (
+    BUDGET_EXCEEDED,
+    UNITS,
+    Budget,
+    Usage,
+    amount,
+    exceeded,
+    over,
+    spent,
+)
 from protocol.records.usage import left as usage_left
 from protocol.session import outbox, settlement, tasks
 from protocol.session.effects import (
@@ -75,8 +85,6 @@ __all__ = [
 #: the scope of the session's own budget in :attr:`SessionState.budget_warned`
 SESSION_SCOPE = "session"
 
-_WHAT = {"max_turns": "turns", "max_tokens": "tokens", "max_cost": "US dollars"}
-
 
 def session_budget(s: SessionState) -> Budget:
     return Budget(max_tokens=s.settings.budget_tokens, max_cost=s.settings.budget_cost)
@@ -100,8 +108,8 @@ def grant(s: SessionState, asked: Budget) -> tuple[Budget | None, tuple[str, ...
         nothing_left = left < 1 if limit == "max_tokens" else left <= 0  # whole tokens only
         if nothing_left:
             raise LimitExceeded(
-                f"the session's budget is spent: {_amount(limit, spent(s.session_usage, limit))}"
-                f" of {_amount(limit, bound)} {_WHAT[limit]} used, 0 left ({limit})"
+                f"the session's budget is spent: {amount(limit, spent(s.session_usage, limit))}"
+                f" of {amount(limit, bound)} {UNITS[limit]} used, 0 left ({limit})"
             )
         if limit == "max_tokens":
             left = int(left)
@@ -191,9 +199,10 @@ def _count(
     )
     effects: list[Effect] = [Journal(record=usage)]
     if task_id is not None:
-        if decides_alone(s.tasks[task_id]):  # its actor keeps it, for its deadline's result
-            effects.append(TellTask(task_id=task_id, message=Spent(usage=s.task_usage[task_id])))
-        effects += _check_task(s, task_id, cx)
+        if decides_alone(s.tasks[task_id]):  # its actor decides its limits (rule 4)
+            told = Spent(usage=s.task_usage[task_id], at=cx.now)
+            effects.append(TellTask(task_id=task_id, message=told))
+        effects += _warn_task(s, task_id, cx)
     effects += _check_session(s, cx)
     return effects
 
@@ -205,27 +214,21 @@ def _add(s: SessionState, agent_id: str, task_id: str | None, delta: Usage) -> N
         s.task_usage[task_id] = s.task_usage.get(task_id, Usage()) + delta
 
 
-def _check_task(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
+def _warn_task(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
+    """Rule 3 for a task (past a limit, none: its actor ends it, rule 4)."""
     record = s.tasks[task_id]
     if record.budget is None or record.terminal:
         return []
     usage = s.task_usage.get(task_id, Usage())
-    passed = over(usage, record.budget)
-    if passed:
-        limit = passed[0]
-        bound = getattr(record.budget, limit)
-        why = (
-            f"{BUDGET_EXCEEDED}: the task used {_amount(limit, spent(usage, limit))} "
-            f"{_WHAT[limit]}, over its {limit} of {_amount(limit, bound)}"
-        )
-        return _end(s, record, why, cx)
+    if over(usage, record.budget):
+        return []
     effects: list[Effect] = []
     for limit in over(usage, record.budget, _fraction(s)):
         bound = getattr(record.budget, limit)
         text = (
             f"task {task_id} ({record.agent_name}) has used "
-            f"{_amount(limit, spent(usage, limit))} of its {_amount(limit, bound)} "
-            f"{_WHAT[limit]} ({limit}); past {_amount(limit, bound)} it ends as failed"
+            f"{amount(limit, spent(usage, limit))} of its {amount(limit, bound)} "
+            f"{UNITS[limit]} ({limit}); past {amount(limit, bound)} it ends as failed"
         )
         effects += _warn(s, task_id, limit, text, record.agent_id, cx)
     return effects
@@ -236,22 +239,17 @@ def _check_session(s: SessionState, cx: Ctx) -> list[Effect]:
     if budget.empty:
         return []
     usage = s.session_usage
-    passed = over(usage, budget)
     effects: list[Effect] = []
-    if passed:
-        limit = passed[0]
-        why = (
-            f"{BUDGET_EXCEEDED}: the session used {_amount(limit, spent(usage, limit))} "
-            f"{_WHAT[limit]}, over its budget of {_amount(limit, getattr(budget, limit))}"
-        )
+    why = exceeded(usage, budget, "the session", its_limit=False)
+    if why is not None:
         for record in [r for r in s.tasks.values() if not r.terminal]:
             effects += _end(s, record, why, cx)
         return effects
     for limit in over(usage, budget, _fraction(s)):
         bound = getattr(budget, limit)
         text = (
-            f"the session has used {_amount(limit, spent(usage, limit))} of its budget of "
-            f"{_amount(limit, bound)} {_WHAT[limit]}; past it every open task ends as failed "
+            f"the session has used {amount(limit, spent(usage, limit))} of its budget of "
+            f"{amount(limit, bound)} {UNITS[limit]}; past it every open task ends as failed "
             "and no task is delegated"
         )
         effects += _warn(s, SESSION_SCOPE, limit, text, None, cx)
@@ -279,13 +277,11 @@ def _warn(
 
 
 def _end(s: SessionState, record: TaskRecord, why: str, cx: Ctx) -> list[Effect]:
-    """Rule 4: settled as failed by the parent's side (its agent stops, as for a cancel)."""
-    effects = settlement.settle(
+    """Rule 4: settled as failed by the parent's side (its agent stops, as for a cancel; the
+    parent is told once it settled so: :func:`protocol.session.settlement.reported`)."""
+    return settlement.settle(
         s, record.task_id, TaskEvent.FAIL, cx, error=why, reason=BUDGET_EXCEEDED
     )
-    if not effects:
-        return []
-    return effects + settlement.budget_exceeded(record, why, cx.now)
 
 
 def due(s: SessionState, event: BudgetDue, cx: Ctx) -> list[Effect]:
@@ -305,10 +301,6 @@ def due(s: SessionState, event: BudgetDue, cx: Ctx) -> list[Effect]:
     return _warn(s, record.task_id, "max_minutes", text, record.agent_id, cx)
 
 
-def _amount(limit: str, value: float) -> str:
-    return f"{value:.4f}".rstrip("0").rstrip(".") if limit == "max_cost" else f"{int(value)}"
-
-
 # ------------------------------------------------------------------ restart
 
 
@@ -324,26 +316,22 @@ def replay(s: SessionState, record: UsageRecord) -> None:
 
 def ended_at_restart(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
     """After a restart, before an open task is handed over again: a task already over its
-    budget, or the session's (the parent stopped between counting and ending it), ends now."""
-    effects = _check_task(s, task_id, cx)
-    if s.tasks[task_id].terminal:
-        return effects
-    budget = session_budget(s)
-    if over(s.session_usage, budget):
-        limit = over(s.session_usage, budget)[0]
-        why = (
-            f"{BUDGET_EXCEEDED}: the session used {_amount(limit, spent(s.session_usage, limit))}"
-            f" {_WHAT[limit]}, over its budget of {_amount(limit, getattr(budget, limit))}"
-        )
-        effects += _end(s, s.tasks[task_id], why, cx)
-    return effects
+    budget (its actor is told what it spent, and decides as it would have), or over the
+    session's (the parent stopped between counting and ending it), ends now."""
+    record, usage = s.tasks[task_id], s.task_usage.get(task_id, Usage())
+    if record.budget is not None and over(usage, record.budget):
+        return [TellTask(task_id=task_id, message=Spent(usage=usage, at=cx.now))]
+    why = exceeded(s.session_usage, session_budget(s), "the session", its_limit=False)
+    return [] if why is None else _end(s, record, why, cx)
 
 
 def resume(s: SessionState, cx: Ctx) -> list[Effect]:
-    """After a restart: open tasks get their minute timers again (a soft share that passed
-    while the parent was down is said now, once)."""
+    """After a restart: a soft share passed and never told is told now, once; open tasks get
+    their minute timers again (a soft share that passed while the parent was down is said
+    now, once)."""
     effects: list[Effect] = []
     for record in [r for r in s.tasks.values() if not r.terminal]:
+        effects += _warn_task(s, record.task_id, cx)  # a soft share passed and never told
         if record.budget is None or record.budget.max_minutes is None:
             continue
         if record.started_at is None:

@@ -11,10 +11,12 @@ Rules:
 2. **The first terminal event wins**, whoever sends it: the agent's ``done``, the parent's
    cancel or fail, the agent's exit or close, a failed delivery, a budget. Each is routed
    to the task's own actor, which decides (:mod:`protocol.session.task`); later ones change
-   nothing and get the stored result. The deadline is the task's own timer: its actor
-   decides it and reports it like the others, unrouted. ``tasks`` is the session's read
-   model of the task records: changed only by what the task actors report
-   (:func:`reported`), in order.
+   nothing and get the stored result. The deadline, and the task's own budget, are its
+   actor's to decide alone (its timer; what it spent, as the session tells it): it reports
+   them like the others, answering no ending routed. A task its budget ended (its own or
+   the session's) is told to the parent (``budget_exceeded``) once it has settled so.
+   ``tasks`` is the session's read model of the task records: changed only by what the
+   task actors report (:func:`reported`), in order.
 3. **Settlement happens once**, when the task reports it: the result is journaled first
    (durable before anyone hears of it), the note finalised, the agent's slot freed, the
    requests the task dropped cancelled, the result handed to each watcher subscribed to the
@@ -117,12 +119,11 @@ def settle(
     return [TellTask(task_id=task_id, message=end)]
 
 
-def reported(
-    s: SessionState, report: one_task.Report, cx: Ctx, *, routed: bool = True
-) -> list[Effect]:
-    """What a task's actor decided, acted on by the session (rules 3 and 4); ``routed``
-    False: of its own (its deadline), not of an ending the session routed to it."""
-    if routed and isinstance(report, one_task.ENDINGS):
+def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
+    """What a task's actor decided, acted on by the session (rules 3 and 4); an ending it
+    decided alone (its deadline, its budget) answers no ending the session routed."""
+    alone = isinstance(report, one_task.Settled) and report.alone
+    if not alone and isinstance(report, one_task.ENDINGS):
         if isinstance(report, one_task.MOVES):
             task_id = report.after.task_id
         else:
@@ -141,9 +142,7 @@ def reported(
         case one_task.Noted(record=record, then=then):
             return _then(s, then, record, cx)
         case one_task.Settled(before=before, after=after, by_agent=by_agent, then=then):
-            effects = _settled(s, before, after, cx, by_agent=by_agent)
-            if not routed:  # its own timer: the parent is told why, as for any budget's end
-                effects += ended_by_itself(after)
+            effects = _settled(s, before, after, cx, by_agent=by_agent) + _budget_told(after)
             return effects + _then(s, then, after, cx)
         case one_task.Unchanged(record=record, then=then):
             return _then(s, then, record, cx, already=True)
@@ -156,19 +155,16 @@ def reported(
     raise TypeError(f"a task does not report {type(report).__name__}")
 
 
-def ended_by_itself(record: TaskRecord) -> list[Effect]:
-    """A task that ended by its own timer: past its budget's minutes, the parent is told why
-    (a time-out needs no notice: its completion says it)."""
+def _budget_told(record: TaskRecord) -> list[Effect]:
+    """A task its budget ended (its own or the session's): the parent's ``budget_exceeded``
+    notice, saying why, and the story. Told once the task has settled so, never of an ending
+    that lost (a time-out needs no notice: its completion says it)."""
     result = record.result
     if result is None or result.reason != BUDGET_EXCEEDED or result.error is None:
         return []
-    return budget_exceeded(record, result.error, result.completed_at)
-
-
-def budget_exceeded(record: TaskRecord, why: str, at: float) -> list[Effect]:
-    """The parent's ``budget_exceeded`` notice of a task its budget ended, and the story."""
+    why = result.error
     note = Notice(
-        created_at=at,
+        created_at=result.completed_at,
         code=BUDGET_EXCEEDED,
         text=f"task {record.task_id} ({record.agent_name}) failed: {why}",
         agent_id=record.agent_id,

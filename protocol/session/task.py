@@ -32,15 +32,17 @@ Rules:
    state. A ``Checked`` of an attempt no longer running changes nothing.
 4. **A queued task starts when told** (``Start``: its slot is free): ``queued`` → ``running``
    (``Moved``); a task that settled first stays so (``Noted``).
-5. **The deadline and the budget's minutes are the task's own.** Its actor arms a timer for
+5. **The deadline and the budget are the task's own.** Its actor arms a timer for
    :func:`deadline`: the earlier of the record's ``deadline_at`` and the end of its
    ``max_minutes`` (counted from its start), while the task is open (a deadline counted from
    the start, and the minutes of a queued task, are set by ``Start``); it cancels it once the
    task has settled. When it goes off, the actor is told ``Due`` (the instant it was armed
-   for, and what the task has spent, which the session tells it: ``Spent``): past the
-   deadline the task times out; else, past its minutes, it fails ``budget_exceeded``. Either
-   is reported ``Settled``, as any ending that wins is. One settled first changes nothing and
-   reports nothing (its timer was cancelled, and the mail crossed).
+   for, and what the task has spent): past the deadline the task times out; else, past its
+   minutes, it fails ``budget_exceeded``. What it spent the session counts and tells it
+   (``Spent``, the running total): over one of its budget's turns, tokens or cost, it fails
+   ``budget_exceeded``. Each is reported ``Settled``, marked ``alone`` (no ending was
+   routed for it). One settled first changes nothing and reports nothing (its timer was
+   cancelled, and the mail crossed).
 6. **What comes after is the session's.** A message carries ``then``: what the session does
    once it is decided (answer the parent's call, send the agent its receipt); the task hands
    it back in its report, untouched. A message with a ``then`` is always reported (``Noted``
@@ -66,7 +68,7 @@ from protocol.records.tasks import (
     verify,
 )
 from protocol.records.tasks import settle as settle_record
-from protocol.records.usage import BUDGET_EXCEEDED, Usage
+from protocol.records.usage import BUDGET_EXCEEDED, Usage, exceeded
 
 __all__ = [
     "Attach",
@@ -157,10 +159,12 @@ class Checked(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Spent(msgspec.Struct, frozen=True, kw_only=True):
-    """What the task has spent so far, counted by the session: its actor keeps it for the
-    result of an ending it decides itself (rule 5). The record does not change."""
+    """What the task has spent so far (``usage``, the running total), counted by the session
+    (rule 5): over a counted limit of its budget, the task fails ``budget_exceeded`` at
+    ``at``; else its actor keeps it for the result of an ending it decides itself."""
 
     usage: Usage
+    at: float
     then: Any = None
 
 
@@ -208,6 +212,9 @@ class Settled(msgspec.Struct, frozen=True, kw_only=True):
     before: TaskRecord
     after: TaskRecord
     by_agent: bool = False
+    #: decided by the task alone (rule 5: its timer, or what it spent), not by an ending
+    #: the session routed to it
+    alone: bool = False
     then: Any = None
 
 
@@ -282,14 +289,13 @@ def deadline(record: TaskRecord) -> float | None:
 
 def decides_alone(record: TaskRecord) -> bool:
     """Whether the task may end by a decision of its own (a deadline, now or from its start,
-    or its budget's minutes): only then does its actor need to be told what it spent
-    (``Spent``). Mail costs an actor that had none its own queue, so a task with neither is
-    told nothing."""
+    or a budget): only then does its actor need to be told what it spent (``Spent``). Mail
+    costs an actor that had none its own queue, so a task with neither is told nothing."""
     if record.terminal:
         return False
     if record.deadline_at is not None or record.start_timeout_s is not None:
         return True
-    return record.budget is not None and record.budget.max_minutes is not None
+    return record.budget is not None and not record.budget.empty
 
 
 def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Report | None]:
@@ -317,6 +323,18 @@ def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Repor
             return after, Moved(before=record, after=after, then=then)
         case Due() if deadline(record) is not None:
             return _due(record, message)
+        case Spent(usage=usage, at=at) if not record.terminal and record.budget is not None:
+            why = exceeded(usage, record.budget, "the task", its_limit=True)
+            if why is not None:
+                end = End(
+                    event=TaskEvent.FAIL,
+                    at=at,
+                    error=why,
+                    reason=BUDGET_EXCEEDED,
+                    usage=usage,
+                    then=then,
+                )
+                return _end(record, end, True)
     return record, None if then is None else Noted(record=record, then=then)
 
 
@@ -325,7 +343,7 @@ def _due(record: TaskRecord, due: Due) -> tuple[TaskRecord, Report | None]:
     at, usage, then = due.at, due.usage, due.then
     if record.deadline_at is not None and due.due >= record.deadline_at:
         end = End(event=TaskEvent.TIME_OUT, at=at, error=DEADLINE_PASSED, usage=usage, then=then)
-        return _end(record, end)
+        return _end(record, end, True)
     ends = minutes_end(record)
     if ends is None or due.due < ends:  # armed for an end since moved: nothing came
         return record, None if then is None else Noted(record=record, then=then)
@@ -334,10 +352,10 @@ def _due(record: TaskRecord, due: Due) -> tuple[TaskRecord, Report | None]:
     end = End(
         event=TaskEvent.FAIL, at=at, error=why, reason=BUDGET_EXCEEDED, usage=usage, then=then
     )
-    return _end(record, end)
+    return _end(record, end, True)
 
 
-def _end(record: TaskRecord, end: End) -> tuple[TaskRecord, Report]:
+def _end(record: TaskRecord, end: End, alone: bool = False) -> tuple[TaskRecord, Report]:
     if (
         end.by_agent
         and not record.terminal
@@ -362,7 +380,9 @@ def _end(record: TaskRecord, end: End) -> tuple[TaskRecord, Report]:
         return record, Refused(record=record, error=exc.info(), then=end.then)
     if not changed:
         return record, Unchanged(record=record, then=end.then)
-    return settled, Settled(before=record, after=settled, by_agent=end.by_agent, then=end.then)
+    return settled, Settled(
+        before=record, after=settled, by_agent=end.by_agent, alone=alone, then=end.then
+    )
 
 
 def _claimed(record: TaskRecord, end: End) -> tuple[TaskRecord, Report]:

@@ -216,3 +216,38 @@ def test_a_tasks_budget_of_minutes_ends_it_by_its_own_timer_and_the_parent_is_to
         assert task_actors(session) == {}
     finally:
         session.shutdown()
+
+
+def test_a_task_over_its_tokens_is_ended_by_its_actor_and_a_done_before_it_wins() -> None:
+    """What a task spent is told to its actor, which ends it past its budget and is the only
+    one to: an agent's ``done`` sent before the usage that passes the limit completes the
+    task, in every interleaving the seeds give, and the parent hears of no budget's end;
+    the same usage alone fails it ``budget_exceeded``, told once."""
+    for seed in range(12):
+        for done_first in (True, False):
+            sink = CollectingSink()
+            session = SimSession.simulated(seed, sink=sink, trace=False)
+            try:
+                session.spawn("w", script=IDLE)
+                session.sim.run_all(max_time=1)
+                task_id = session.delegate("w", "x", max_tokens=10).task_id
+                session.sim.run_all(max_time=1)
+                puppet = Puppet(session, "w")
+                if done_first:
+                    puppet.done(task_id, "completed")
+                puppet.runtime("usage", tokens=11)
+                session.sim.run_all(max_time=5)
+                result = broker(session).results[task_id]
+                told = [
+                    n for n in sink.items if isinstance(n, Notice) and n.code == "budget_exceeded"
+                ]
+                if done_first:
+                    assert result.status == "completed", seed
+                    assert told == [], (seed, told)
+                else:
+                    assert (result.status, result.reason) == ("failed", "budget_exceeded"), seed
+                    assert result.usage is not None and result.usage.tokens == 11
+                    assert [n.task_id for n in told] == [task_id], seed
+                assert task_actors(session) == {}
+            finally:
+                session.shutdown()

@@ -552,7 +552,7 @@ class Session:
         self._arm(self.task_actors[event.task_id])
         if report is None:
             return []
-        return settlement.reported(self.state, report, self.ctx(), routed=False)
+        return settlement.reported(self.state, report, self.ctx())
 
     def fire(self, event: TimerEvent | TaskDue) -> list[Effect]:
         return self.run(self.fired(event))

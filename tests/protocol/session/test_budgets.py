@@ -20,13 +20,19 @@ from protocol.records.notifications import Notice, TaskCompletion
 from protocol.records.settings import Settings, apply_overrides
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.records.usage import Budget, Usage, over
-from protocol.session import budgets
+from protocol.session import budgets, inbound
 from protocol.session.effects import BudgetDue, CancelTimer, Effect, Publish, StartTimer, TellTask
 from protocol.session.restore import Restore, fold, resume
 from protocol.session.state import SessionState
 from protocol.session.status import view
 from protocol.session.task import Spent
-from protocol.wire.envelopes import AckEnvelope, ControlEnvelope, RuntimeEnvelope
+from protocol.wire.envelopes import (
+    AckEnvelope,
+    ControlEnvelope,
+    RuntimeEnvelope,
+    TaskDoneEnvelope,
+    TaskEnvelope,
+)
 
 from .harness import SESSION, Session, TaskDue, answer, delivered, journaled, notes, of, receipt
 
@@ -317,6 +323,51 @@ def test_a_soft_warning_journaled_but_never_told_is_told_once_after_a_restart() 
     assert notices(u, "budget_soft_limit") == []
 
 
+def test_a_task_whose_soft_warning_was_never_told_is_handed_to_its_agent_again() -> None:
+    """After a restart a soft warning never told is told, and the task, still within its
+    budget, is handed to its agent again like any open task (telling the warning does not
+    stand for ending it)."""
+    for told in (True, False):
+        s, a = one_agent()
+        task = s.delegate(a, max_tokens=100)
+        s.runtime(a, "turn_start")
+        usage(s, a, tokens=85)
+        t, effects = restarted(s, told=told)
+        assert [n.task_id for n in notices(t, "budget_soft_limit")] == ([] if told else [task])
+        assert [e.task_id for e in delivered(effects, TaskEnvelope, a)] == [task], told
+        assert not t.state.tasks[task].terminal
+
+
+def test_a_done_on_its_way_before_the_limit_passed_wins_and_no_budget_end_is_told() -> None:
+    """The agent's ``done`` is routed to its task when a usage report takes the task over its
+    budget: the task decides them in that order, so it completes. The parent hears of no
+    budget's end (a notice is told once a task has settled so) and the agent is not
+    stopped."""
+    s, a = one_agent()
+    task = s.delegate(a, max_tokens=10)
+    s.runtime(a, "turn_start")
+    done = s.envelope(TaskDoneEnvelope, a, status="completed")
+    report = s.envelope(RuntimeEnvelope, a, event="usage", tokens=11)
+    routed = inbound.envelope(s.state, done, s.ctx())  # on its way to the task's actor
+    effects = s.run(routed + inbound.envelope(s.state, report, s.ctx()))
+    assert s.state.tasks[task].state is TaskState.COMPLETED
+    assert s.state.task_usage[task] == Usage(turns=1, tokens=11)  # counted all the same
+    assert [n for n in notes(effects, Notice) if n.code == "budget_exceeded"] == []
+    assert not [c for c in delivered(effects, ControlEnvelope, a) if c.action == "cancel_task"]
+
+
+def test_a_task_over_its_own_budget_and_the_sessions_at_once_is_told_of_once() -> None:
+    s, a = one_agent(Settings(budget_tokens=50))
+    task = s.delegate(a, max_tokens=10)
+    s.runtime(a, "turn_start")
+    effects = usage(s, a, tokens=60)
+    assert_ended_by_budget(s, task, effects)
+    (told,) = [n for n in notes(effects, Notice) if n.code == "budget_exceeded"]
+    result = s.state.results[task]
+    assert told.text == f"task {task} (a) failed: {result.error}"
+    assert result.error == "budget_exceeded: the task used 60 tokens, over its max_tokens of 10"
+
+
 def test_a_task_left_over_its_budget_by_a_crash_ends_when_the_parent_comes_back() -> None:
     s, a = one_agent()
     task = s.delegate(a, max_tokens=10)
@@ -537,10 +588,11 @@ def test_a_session_budget_left_is_exact(costs: list[float]) -> None:
     assert granted is not None and granted.max_cost == (100_000_000 - spent) / 1_000_000
 
 
-def test_what_a_task_spends_is_told_to_its_actor_only_when_it_has_a_deadline() -> None:
-    """A task's actor decides its deadline alone, with what the task spent: a task with a
-    deadline has its actor told each count (``Spent``, the running total); one without is
-    told nothing (mail would cost its actor a queue of its own, for nothing)."""
+def test_what_a_task_spends_is_told_to_its_actor_only_when_it_has_a_deadline_or_a_budget() -> None:
+    """A task's actor decides its deadline and its budget alone, with what the task spent: a
+    task with a deadline or a budget has its actor told each count (``Spent``, the running
+    total); one with neither is told nothing (mail would cost its actor a queue of its own,
+    for nothing)."""
     s, a = one_agent()
     plain = s.delegate("a")
     assert [e for e in usage(s, a, tokens=10) if isinstance(e, TellTask)] == []
@@ -549,9 +601,13 @@ def test_what_a_task_spends_is_told_to_its_actor_only_when_it_has_a_deadline() -
     usage(s, a, tokens=10)
     effects = usage(s, a, tokens=5, cost=0.5)
     (told,) = [e for e in effects if isinstance(e, TellTask)]
-    assert told == TellTask(task_id=timed, message=Spent(usage=Usage(tokens=15, cost=0.5)))
+    spent = Spent(usage=Usage(tokens=15, cost=0.5), at=s.now)
+    assert told == TellTask(task_id=timed, message=spent)
     assert s.task_spent[timed] == Usage(tokens=15, cost=0.5) and plain not in s.task_spent
     s.now += 300
     s.pass_deadline(timed)
     result = s.state.results[timed]
     assert result.status == "timed_out" and result.usage == Usage(tokens=15, cost=0.5)
+    capped = s.delegate("a", max_turns=9)
+    (told,) = [e for e in usage(s, a, tokens=3) if isinstance(e, TellTask)]
+    assert told == TellTask(task_id=capped, message=Spent(usage=Usage(tokens=3), at=s.now))

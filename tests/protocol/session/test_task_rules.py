@@ -26,6 +26,7 @@ from protocol.session.task import (
     TaskMessage,
     Unchanged,
     deadline,
+    decides_alone,
     minutes_end,
     receive,
 )
@@ -114,7 +115,7 @@ def test_the_deadline_is_the_tasks_own_and_due_times_it_out_with_what_it_spent()
     record = msgspec.structs.replace(running(), deadline_at=T0 + 60)
     assert deadline(record) == T0 + 60  # its actor arms its timer for this
     spent = Usage(turns=2, tokens=700, cost=0.25)
-    assert receive(record, Spent(usage=spent)) == (record, None)  # kept by its actor
+    assert receive(record, Spent(usage=spent, at=T0)) == (record, None)  # kept by its actor
     settled, report = receive(record, Due(due=T0 + 60, at=T0 + 60, usage=spent))
     assert isinstance(report, Settled) and not report.by_agent and report.after == settled
     assert settled.state is TaskState.TIMED_OUT and deadline(settled) is None  # disarmed
@@ -145,6 +146,7 @@ _messages = st.one_of(
     ),
     st.builds(Sync, then=st.none() | st.just("t")),
     st.builds(Due, due=st.just(T0), at=st.just(T0)),
+    st.builds(Spent, usage=st.builds(Usage, tokens=st.sampled_from([50, 150])), at=st.just(T0)),
 )
 
 
@@ -152,7 +154,7 @@ _messages = st.one_of(
 def test_any_sequence_settles_at_most_once_and_waits_iff_a_request_is_pending(
     messages: list[TaskMessage],
 ) -> None:
-    record = running()
+    record = msgspec.structs.replace(running(), budget=Budget(max_tokens=100))  # Spent may end it
     settlements = 0
     for message in messages:
         before = record
@@ -168,6 +170,40 @@ def test_any_sequence_settles_at_most_once_and_waits_iff_a_request_is_pending(
             assert record.pending_requests == () and record.result is not None
     assert settlements <= 1
     assert settlements == int(record.terminal)
+
+
+def test_what_it_spent_over_its_budget_fails_it_alone_and_below_changes_nothing() -> None:
+    record = msgspec.structs.replace(running(), budget=Budget(max_tokens=100, max_cost=1.0))
+    assert decides_alone(record)
+    at_limit = Spent(usage=Usage(tokens=100, cost=1.0), at=T0 + 1)
+    assert receive(record, at_limit) == (record, None)  # at a limit is not over it
+    spent = Usage(turns=1, tokens=101, cost=0.5)
+    settled, report = receive(record, Spent(usage=spent, at=T0 + 2))
+    assert isinstance(report, Settled) and report.alone and not report.by_agent
+    assert report.before == record and report.after == settled
+    assert settled.state is TaskState.FAILED and settled.result is not None
+    assert settled.result.reason == BUDGET_EXCEEDED and settled.result.usage == spent
+    assert settled.result.error == (
+        f"{BUDGET_EXCEEDED}: the task used 101 tokens, over its max_tokens of 100"
+    )
+    assert settled.result.completed_at == T0 + 2
+    # money over, to the micro-dollar
+    _, cost = receive(record, Spent(usage=Usage(cost=1.000001), at=T0 + 2))
+    assert isinstance(cost, Settled) and cost.after.result is not None
+    assert cost.after.result.error == (
+        f"{BUDGET_EXCEEDED}: the task used 1.000001 US dollars, over its max_cost of 1"
+    )
+    # settled first, or no budget: nothing (a Spent with a then is still answered)
+    assert receive(settled, Spent(usage=Usage(tokens=500), at=T0 + 3)) == (settled, None)
+    plain = running()
+    assert receive(plain, Spent(usage=Usage(tokens=10**9), at=T0)) == (plain, None)
+    assert receive(plain, Spent(usage=Usage(), at=T0, then=7)) == (
+        plain,
+        Noted(record=plain, then=7),
+    )
+    # an ending the session routed is not the task's alone
+    _, routed = receive(record, End(event=TaskEvent.FAIL, at=T0 + 2, error="x"))
+    assert isinstance(routed, Settled) and not routed.alone
 
 
 def test_its_budgets_minutes_end_on_the_same_timer_and_the_earlier_end_decides() -> None:
