@@ -326,15 +326,7 @@ def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Repor
         case Spent(usage=usage, at=at) if not record.terminal and record.budget is not None:
             why = exceeded(usage, record.budget, "the task", its_limit=True)
             if why is not None:
-                end = End(
-                    event=TaskEvent.FAIL,
-                    at=at,
-                    error=why,
-                    reason=BUDGET_EXCEEDED,
-                    usage=usage,
-                    then=then,
-                )
-                return _end(record, end, True)
+                return _over_budget(record, why, at, usage, then)
     return record, None if then is None else Noted(record=record, then=then)
 
 
@@ -349,6 +341,13 @@ def _due(record: TaskRecord, due: Due) -> tuple[TaskRecord, Report | None]:
         return record, None if then is None else Noted(record=record, then=then)
     minutes = record.budget.max_minutes if record.budget is not None else None
     why = f"{BUDGET_EXCEEDED}: the task ran past its max_minutes of {minutes:g}"
+    return _over_budget(record, why, at, usage, then)
+
+
+def _over_budget(
+    record: TaskRecord, why: str, at: float, usage: Usage | None, then: Any
+) -> tuple[TaskRecord, Report]:
+    """The task ends by its own budget (rule 5): failed ``budget_exceeded``, decided alone."""
     end = End(
         event=TaskEvent.FAIL, at=at, error=why, reason=BUDGET_EXCEEDED, usage=usage, then=then
     )
