@@ -65,7 +65,7 @@ from protocol.session.effects import (
     TellTask,
 )
 from protocol.session.state import AgentRow, Ctx, SessionState
-from protocol.session.task import Spent, decides_alone
+from protocol.session.task import Spent, decides_alone, overspent
 from protocol.wire.envelopes import RuntimeEnvelope
 
 __all__ = [
@@ -220,7 +220,7 @@ def _warn_task(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
     if record.budget is None or record.terminal:
         return []
     usage = s.task_usage.get(task_id, Usage())
-    if over(usage, record.budget):
+    if overspent(record, usage) is not None:
         return []
     effects: list[Effect] = []
     for limit in over(usage, record.budget, _fraction(s)):
@@ -319,7 +319,7 @@ def ended_at_restart(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
     budget (its actor is told what it spent, and decides as it would have), or over the
     session's (the parent stopped between counting and ending it), ends now."""
     record, usage = s.tasks[task_id], s.task_usage.get(task_id, Usage())
-    if record.budget is not None and over(usage, record.budget):
+    if overspent(record, usage) is not None:
         return [TellTask(task_id=task_id, message=Spent(usage=usage, at=cx.now))]
     why = exceeded(s.session_usage, session_budget(s), "the session", its_limit=False)
     return [] if why is None else _end(s, record, why, cx)

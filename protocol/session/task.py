@@ -93,6 +93,7 @@ __all__ = [
     "decides_alone",
     "minutes_begun",
     "minutes_end",
+    "overspent",
     "receive",
 ]
 
@@ -298,6 +299,14 @@ def decides_alone(record: TaskRecord) -> bool:
     return record.budget is not None and not record.budget.empty
 
 
+def overspent(record: TaskRecord, usage: Usage) -> str | None:
+    """Why the open task ends, ``usage`` over a counted limit of its budget (rule 5), or None.
+    The session asks it too, to give no soft warning and hand over nothing that ends."""
+    if record.terminal or record.budget is None:
+        return None
+    return exceeded(usage, record.budget, "the task", its_limit=True)
+
+
 def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Report | None]:
     """The task's new record, and what it reports (None: nothing changed, nothing to say)."""
     if not isinstance(message, _MESSAGES):
@@ -323,10 +332,8 @@ def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Repor
             return after, Moved(before=record, after=after, then=then)
         case Due() if deadline(record) is not None:
             return _due(record, message)
-        case Spent(usage=usage, at=at) if not record.terminal and record.budget is not None:
-            why = exceeded(usage, record.budget, "the task", its_limit=True)
-            if why is not None:
-                return _over_budget(record, why, at, usage, then)
+        case Spent(usage=usage, at=at) if (why := overspent(record, usage)) is not None:
+            return _over_budget(record, why, at, usage, then)
     return record, None if then is None else Noted(record=record, then=then)
 
 
