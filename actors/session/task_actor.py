@@ -13,13 +13,15 @@ settlement are decided. What it does with each message is a rule of
   agent's slot, the request table, the journal, the watchers,
   :func:`protocol.session.settlement.reported`);
 - it owns its deadline and its budget: a timer of its own, armed for
-  :func:`~protocol.session.task.deadline` of its record (the earlier of its deadline and its
-  minutes' end; again when a ``Start`` sets one counted from the start), cancelled once it
-  has settled. When it goes off the actor tells itself, and decides ``Due`` like any other
-  message; what it decided goes to the broker as a report the broker did not route
-  (``call`` :data:`OWN`). What the task spent the session counts and tells it (``Spent``):
-  past a limit of its budget it fails the task, and it keeps the total for the result of
-  an ending it decides itself;
+  :func:`~protocol.session.task_budget.alarm` (the earliest of its deadline, its minutes'
+  end, and their soft share not yet warned of; again when a ``Start`` sets one counted from
+  the start), cancelled once it has settled. When it goes off the actor tells itself, and
+  decides it like any other message (:func:`~protocol.session.task_budget.rang`); what it
+  decided goes to the broker as a report the broker did not route (``call`` :data:`OWN`).
+  What the task spent the session counts and tells it (``Spent``): past a limit of its
+  budget it fails the task, past the soft share of one it warns (once per limit: its
+  :class:`~protocol.session.task_budget.Soft`), and it keeps the total for the result of an
+  ending it decides itself;
 - once the broker has taken its settlement (journaled, handed to the watchers) it retires
   the actor (:meth:`~actors.runtime.runtime.Runtime.retire`: stopped after the mail it has).
   Until then an ending that comes late still finds it, and is answered with the result that
@@ -42,6 +44,8 @@ from actors.runtime.runtime import ShepherdActor, tell_quietly
 from protocol.records.tasks import TaskRecord
 from protocol.records.usage import Usage
 from protocol.session import task as rules
+from protocol.session import task_budget as budget
+from protocol.session.task_budget import Soft
 
 __all__ = ["OWN", "Routed", "TaskActor", "TaskReport"]
 
@@ -68,7 +72,7 @@ class TaskReport:
 
     __slots__ = ("call", "report")
 
-    def __init__(self, report: rules.Report | None, call: int) -> None:
+    def __init__(self, report: budget.AnyReport | None, call: int) -> None:
         self.report = report
         self.call = call
 
@@ -86,12 +90,18 @@ class TaskActor(ShepherdActor):
     runs_in_place = True  # pure rules and one tell: run by whoever tells it, at once
 
     def __init__(
-        self, record: TaskRecord, broker: pykka.ActorRef[Any], usage: Usage | None = None
+        self,
+        record: TaskRecord,
+        broker: pykka.ActorRef[Any],
+        usage: Usage | None = None,
+        soft: Soft | None = None,
     ) -> None:
         super().__init__()
         self.record = record
         self._broker = broker
         self._usage = usage
+        #: its soft warnings (a task with a budget), as its rules keep them
+        self.soft = soft
         #: the deadline its timer is armed for, and the timer (None: none armed)
         self.armed: float | None = None
         self._timer: TimerHandle | None = None
@@ -102,15 +112,17 @@ class TaskActor(ShepherdActor):
             message = routed.message
             if type(message) is rules.Spent:
                 self._usage = message.usage
-            self.record, report = rules.receive(self.record, message)
+            self.record, self.soft, report = budget.told(self.record, self.soft, message)
             self._arm()
             tell_quietly(self._broker, TaskReport(report, routed.call))
             return None
         if type(routed) is _Due:
             if routed.deadline == self.armed:  # else a timer since replaced: its mail crossed
                 self._timer = self.armed = None
-                due = rules.Due(due=routed.deadline, at=self.clock.now(), usage=self._usage)
-                self.record, report = rules.receive(self.record, due)
+                now = self.clock.now()
+                self.record, self.soft, report = budget.rang(
+                    self.record, self.soft, routed.deadline, now, self._usage
+                )
                 self._arm()
                 if report is not None:
                     tell_quietly(self._broker, TaskReport(report, OWN))
@@ -118,8 +130,9 @@ class TaskActor(ShepherdActor):
         return super().on_receive(routed)
 
     def _arm(self) -> None:
-        """The timer armed for the record's deadline (rule 5 of the task's rules)."""
-        deadline = rules.deadline(self.record)
+        """The timer armed for the task's deadline, or the end or the soft share of its
+        minutes (:func:`protocol.session.task_budget.alarm`)."""
+        deadline = budget.alarm(self.record, self.soft)
         if deadline == self.armed:
             return
         if self._timer is not None:

@@ -36,7 +36,7 @@ from actors.runtime.runtime import Runtime, tell_quietly
 from actors.session.runs import Run
 from actors.session.task_actor import OWN, Routed, TaskActor, TaskReport
 from protocol.session import effects as fx
-from protocol.session import task as task_rules
+from protocol.session.task_budget import AnyReport
 
 __all__ = ["Call", "TaskRoutes"]
 
@@ -76,7 +76,7 @@ class TaskRoutes:
 
     def spawn(self, effect: fx.SpawnTask, _: Run) -> None:
         record = effect.record
-        actor = self._runtime.spawn(TaskActor, record, self._broker, effect.usage)
+        actor = self._runtime.spawn(TaskActor, record, self._broker, effect.usage, effect.soft)
         self._actors[record.task_id] = actor
 
     def tell(self, effect: fx.TellTask, run: Run) -> None:
@@ -110,7 +110,7 @@ class TaskRoutes:
         call.reply, call.answer = reply, answer
         return True
 
-    def reported(self, told: TaskReport) -> tuple[task_rules.Report | None, Call | None, bool]:
+    def reported(self, told: TaskReport) -> tuple[AnyReport | None, Call | None, bool]:
         """What a task reported of a message routed to it (None: nothing); the call it
         answers to, if any, and whether it is the last report that call waited for (then the
         call is forgotten here)."""

@@ -20,15 +20,17 @@ Rules:
    back (:func:`replay`).
 3. **The soft limit warns once.** When a task's usage reaches the soft share
    (``budget_soft_fraction``, 80% by default) of one of its limits, the parent gets one
-   ``budget_soft_limit`` notice for that task and limit, and never another (a restart
-   counts the warnings as given once the usage is past the share). The same for the session.
+   ``budget_soft_limit`` notice for that task and limit, and never another (after a restart,
+   the record of delivery says which were told). A task's warnings are its actor's to decide,
+   as its limits are (:mod:`protocol.session.task_budget`), and its minutes' share is its
+   own timer; the session warns of its own budget.
 4. **The hard limit ends the task.** Usage over a limit (or ``max_minutes`` passed) settles the
    task ``failed`` with ``reason="budget_exceeded"``, through the same settlement as a cancel
    (the agent gets ``control cancel_task``, its turn stops), and the parent is told once it
    has settled so. A task's own limits are its actor's to decide
    (:mod:`protocol.session.task`, rule 5): the session tells it each new total it spent
-   (``Spent``), and ``max_minutes`` is its own timer; the soft share of the minutes is a
-   timer of the session's. Usage over the session's budget ends every open task, routed
+   (``Spent``), and ``max_minutes`` is its own timer. Usage over the session's budget ends
+   every open task, routed
    as a fail. The first terminal event wins: a task ended by its budget is never also
    completed, and a ``done`` after it gets the stored result.
 5. The settled result carries the task's usage (completion notifications show it).
@@ -57,7 +59,6 @@ from protocol.records.usage import left as usage_left
 from protocol.session import outbox, settlement, tasks
 from protocol.session.effects import (
     Answer,
-    BudgetDue,
     Effect,
     Journal,
     Notify,
@@ -66,13 +67,13 @@ from protocol.session.effects import (
 )
 from protocol.session.state import AgentRow, Ctx, SessionState
 from protocol.session.task import Spent, decides_alone, overspent
+from protocol.session.task_budget import SOFT_CODE
 from protocol.wire.envelopes import RuntimeEnvelope
 
 __all__ = [
     "BUDGET_EXCEEDED",
     "SESSION_SCOPE",
     "delegate",
-    "due",
     "ended_at_restart",
     "grant",
     "prompt",
@@ -153,8 +154,7 @@ def _with_budget(
     value = last.value
     if isinstance(value, api.DelegateResult):
         value = msgspec.structs.replace(value, budget=budget, clamped=clamped)
-    record = s.tasks[value.task_id]
-    return [*before, *tasks.minute_timers(s, record, cx), Answer(value=value)]
+    return [*before, Answer(value=value)]
 
 
 def _fraction(s: SessionState) -> float:
@@ -198,11 +198,11 @@ def _count(
         at=cx.now,
     )
     effects: list[Effect] = [Journal(record=usage)]
-    if task_id is not None:
-        if decides_alone(s.tasks[task_id]):  # its actor decides its limits (rule 4)
-            told = Spent(usage=s.task_usage[task_id], at=cx.now)
-            effects.append(TellTask(task_id=task_id, message=told))
-        effects += _warn_task(s, task_id, cx)
+    if task_id is not None and decides_alone(s.tasks[task_id]):
+        # its actor decides its limits and its soft warnings (rules 3 and 4)
+        effects.append(
+            TellTask(task_id=task_id, message=Spent(usage=s.task_usage[task_id], at=cx.now))
+        )
     effects += _check_session(s, cx)
     return effects
 
@@ -212,26 +212,6 @@ def _add(s: SessionState, agent_id: str, task_id: str | None, delta: Usage) -> N
     s.session_usage = s.session_usage + delta
     if task_id is not None:
         s.task_usage[task_id] = s.task_usage.get(task_id, Usage()) + delta
-
-
-def _warn_task(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
-    """Rule 3 for a task (past a limit, none: its actor ends it, rule 4)."""
-    record = s.tasks[task_id]
-    if record.budget is None or record.terminal:
-        return []
-    usage = s.task_usage.get(task_id, Usage())
-    if overspent(record, usage) is not None:
-        return []
-    effects: list[Effect] = []
-    for limit in over(usage, record.budget, _fraction(s)):
-        bound = getattr(record.budget, limit)
-        text = (
-            f"task {task_id} ({record.agent_name}) has used "
-            f"{amount(limit, spent(usage, limit))} of its {amount(limit, bound)} "
-            f"{UNITS[limit]} ({limit}); past {amount(limit, bound)} it ends as failed"
-        )
-        effects += _warn(s, task_id, limit, text, record.agent_id, cx)
-    return effects
 
 
 def _check_session(s: SessionState, cx: Ctx) -> list[Effect]:
@@ -252,27 +232,18 @@ def _check_session(s: SessionState, cx: Ctx) -> list[Effect]:
             f"{amount(limit, bound)} {UNITS[limit]}; past it every open task ends as failed "
             "and no task is delegated"
         )
-        effects += _warn(s, SESSION_SCOPE, limit, text, None, cx)
+        effects += _warn(s, limit, text, cx)
     return effects
 
 
-def _warn(
-    s: SessionState, scope: str, limit: str, text: str, agent_id: str | None, cx: Ctx
-) -> list[Effect]:
-    """Rule 3: once per scope and limit."""
-    if (scope, limit) in s.budget_warned:
+def _warn(s: SessionState, limit: str, text: str, cx: Ctx) -> list[Effect]:
+    """Rule 3 for the session: once per limit (a task's are its actor's:
+    :mod:`protocol.session.task_budget`)."""
+    if (SESSION_SCOPE, limit) in s.budget_warned:
         return []
-    s.budget_warned.add((scope, limit))
-    task_id = None if scope == SESSION_SCOPE else scope
+    s.budget_warned.add((SESSION_SCOPE, limit))
     # refs names the limit: a restarted parent reads it back from the record of delivery
-    note = Notice(
-        created_at=cx.now,
-        code="budget_soft_limit",
-        text=text,
-        agent_id=agent_id,
-        task_id=task_id,
-        refs=(limit,),
-    )
+    note = Notice(created_at=cx.now, code=SOFT_CODE, text=text, refs=(limit,))
     return [Story(text=f"budget: {text}"), Notify(note=note)]
 
 
@@ -282,23 +253,6 @@ def _end(s: SessionState, record: TaskRecord, why: str, cx: Ctx) -> list[Effect]
     return settlement.settle(
         s, record.task_id, TaskEvent.FAIL, cx, error=why, reason=BUDGET_EXCEEDED
     )
-
-
-def due(s: SessionState, event: BudgetDue, cx: Ctx) -> list[Effect]:
-    """The soft share of a task's ``max_minutes`` passed (their end is the task's own timer:
-    :mod:`protocol.session.task`, rule 5)."""
-    record = s.tasks.get(event.task_id)
-    if record is None or record.terminal or record.budget is None:
-        return []
-    minutes = record.budget.max_minutes
-    if minutes is None:
-        return []
-    text = (
-        f"task {record.task_id} ({record.agent_name}) has run "
-        f"{(cx.now - record.created_at) / 60.0:.1f} of its {minutes:g} minutes "
-        "(max_minutes); past them it ends as failed"
-    )
-    return _warn(s, record.task_id, "max_minutes", text, record.agent_id, cx)
 
 
 # ------------------------------------------------------------------ restart
@@ -326,18 +280,14 @@ def ended_at_restart(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
 
 
 def resume(s: SessionState, cx: Ctx) -> list[Effect]:
-    """After a restart: a soft share passed and never told is told now, once; open tasks get
-    their minute timers again (a soft share that passed while the parent was down is said
-    now, once)."""
+    """After a restart: each open task with a budget is told what it spent, so that a soft
+    share it passed and never told is told now, once (by its actor:
+    :mod:`protocol.session.task_budget`, rule 2); the same for the session's."""
     effects: list[Effect] = []
     for record in [r for r in s.tasks.values() if not r.terminal]:
-        effects += _warn_task(s, record.task_id, cx)  # a soft share passed and never told
-        if record.budget is None or record.budget.max_minutes is None:
+        usage = s.task_usage.get(record.task_id)
+        if usage is None or record.budget is None or record.budget.empty:
             continue
-        if record.started_at is None:
-            continue  # queued: its minutes count from its start
-        soft_at = record.started_at + record.budget.max_minutes * 60.0 * _fraction(s)
-        if (record.task_id, "max_minutes") not in s.budget_warned and cx.now >= soft_at:
-            effects += due(s, BudgetDue(task_id=record.task_id), cx)
-        effects += tasks.minute_timers(s, record, cx)
+        if overspent(record, usage) is None:  # else told by ended_at_restart: it ended
+            effects.append(TellTask(task_id=record.task_id, message=Spent(usage=usage, at=cx.now)))
     return effects + _check_session(s, cx)  # a session soft share passed and never told

@@ -39,7 +39,6 @@ from protocol.session import (
 from protocol.session.effects import (
     Answer,
     AnswerFromOutput,
-    BudgetDue,
     CooldownDue,
     Effect,
     PaceDue,
@@ -106,8 +105,6 @@ def fire(s: SessionState, event: SessionTimer, cx: Ctx) -> list[Effect]:
             return requests.timeout(s, event, cx)
         case StaleDue():
             return stale.due(s, event, cx)
-        case BudgetDue():
-            return budgets.due(s, event, cx)
         case CooldownDue():
             return providers.cooled(s, event, cx)
         case RetryDue():

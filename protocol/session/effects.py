@@ -47,7 +47,7 @@ effect              what running it means
                     ``WorktreeProbed`` event (:mod:`protocol.session.worktrees`)
 ==================  ==========================================================================
 
-Timer events (``RequestTimeout``, ``StaleDue``, ``BudgetDue``, …; and a watcher's own
+Timer events (``RequestTimeout``, ``StaleDue``, ``CooldownDue``, …; and a watcher's own
 ``Flush``) are data too: a ``StartTimer`` carries the event the rules get back,
 and ``key`` names the timer. A task's deadline is its actor's own timer
 (:mod:`protocol.session.task`, rule 5), as a watcher's window is the watcher's.
@@ -67,13 +67,13 @@ from protocol.records.usage import Usage
 from protocol.records.worktrees import Snapshot, WorktreeRef
 from protocol.session.state import WatcherState
 from protocol.session.task import TaskMessage
+from protocol.session.task_budget import Soft
 from protocol.wire.envelopes import AckEnvelope, AnyEnvelope, RuntimeEnvelope
 
 __all__ = [
     "Answer",
     "AnswerFromOutput",
     "AppendNote",
-    "BudgetDue",
     "CancelTimer",
     "CooldownDue",
     "Deliver",
@@ -193,6 +193,8 @@ class SpawnTask(Effect, frozen=True, kw_only=True):
     record: TaskRecord
     #: what it spent already (a task restored after a restart): its actor keeps it
     usage: Usage | None = None
+    #: its soft warnings (a task with a budget: :mod:`protocol.session.task_budget`)
+    soft: Soft | None = None
 
     @property
     def task_id(self) -> str:
@@ -255,20 +257,6 @@ class Flush(msgspec.Struct, frozen=True, kw_only=True):
         return ("flush", self.watcher_id)
 
 
-# --- budgets
-
-
-class BudgetDue(msgspec.Struct, frozen=True, kw_only=True):
-    """The warning share of a task's ``max_minutes`` has passed (their end is the task's own
-    timer: :mod:`protocol.session.task`, rule 5)."""
-
-    task_id: str
-
-    @property
-    def key(self) -> TimerKey:
-        return ("budget_soft", self.task_id)
-
-
 # --- model providers (protocol.session.providers)
 
 
@@ -308,7 +296,7 @@ class PaceDue(msgspec.Struct, frozen=True, kw_only=True):
 
 
 #: the session's timers (the broker's), and every timer (a watcher's ``Flush`` is its own)
-SessionTimer = RequestTimeout | StaleDue | BudgetDue | CooldownDue | RetryDue | PaceDue
+SessionTimer = RequestTimeout | StaleDue | CooldownDue | RetryDue | PaceDue
 TimerEvent = SessionTimer | Flush
 
 

@@ -61,6 +61,7 @@ from protocol.session import (
     recover,
     requests,
     settlement,
+    task_budget,
     tasks,
     watchers,
     worktree_events,
@@ -167,13 +168,9 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
     """The effects that bring the folded state back to life (rules 2-4)."""
     s = restore.state
     s.journal_problems = restore.problems
-    s.budget_warned |= restore.warned
+    s.budget_warned |= {w for w in restore.warned if w[0] == budgets.SESSION_SCOPE}
     # each open task's actor first, from the record the fold found: what follows may tell it
-    effects: list[Effect] = [
-        SpawnTask(record=r, usage=s.task_usage.get(r.task_id))  # its deadline armed by it
-        for r in s.tasks.values()
-        if not r.terminal
-    ]
+    effects: list[Effect] = [_spawn(restore, r) for r in s.tasks.values() if not r.terminal]
     for request in s.requests.pending():
         if request.deadline_at is not None:
             event = RequestTimeout(request_id=request.request_id)
@@ -232,6 +229,15 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         )
     )
     return effects
+
+
+def _spawn(restore: Restore, record: TaskRecord) -> SpawnTask:
+    """An open task's actor, from its record, what it spent and the soft warnings it gave
+    (its deadline armed by it)."""
+    s, task_id = restore.state, record.task_id
+    told = frozenset(limit for scope, limit in restore.warned if scope == task_id)
+    soft = task_budget.soft_for(record, s.settings.budget_soft_fraction, told)
+    return SpawnTask(record=record, usage=s.task_usage.get(task_id), soft=soft)
 
 
 def _watchers(restore: Restore, cx: Ctx) -> list[Effect]:

@@ -39,11 +39,19 @@ from protocol.records.notifications import Notice
 from protocol.records.requests import RequestState
 from protocol.records.tasks import TaskEvent, TaskRecord, TaskState, event_for_done
 from protocol.records.usage import BUDGET_EXCEEDED
-from protocol.session import admission, checks, claims, outbox, requests, watchers, worktrees
+from protocol.session import (
+    admission,
+    checks,
+    claims,
+    outbox,
+    requests,
+    task_budget,
+    watchers,
+    worktrees,
+)
 from protocol.session import task as one_task
 from protocol.session.effects import (
     Answer,
-    CancelTimer,
     Deliver,
     Effect,
     FinaliseNote,
@@ -119,9 +127,10 @@ def settle(
     return [TellTask(task_id=task_id, message=end)]
 
 
-def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
+def reported(s: SessionState, report: task_budget.AnyReport, cx: Ctx) -> list[Effect]:
     """What a task's actor decided, acted on by the session (rules 3 and 4); an ending it
-    decided alone (its deadline, its budget) answers no ending the session routed."""
+    decided alone (its deadline, its budget) answers no ending the session routed. A soft
+    share of its budget it passed (``Warned``) is told to the parent."""
     alone = isinstance(report, one_task.Settled) and report.alone
     if not alone and isinstance(report, one_task.ENDINGS):
         if isinstance(report, one_task.MOVES):
@@ -152,6 +161,11 @@ def reported(s: SessionState, report: one_task.Report, cx: Ctx) -> list[Effect]:
             return checks.verifying(s, report, cx) + _then(s, then, after, cx)
         case one_task.Rejected(after=after, then=then):
             return checks.rejected(s, report, cx) + _then(s, then, after, cx)
+        case task_budget.Warned(record=record, then=then):
+            warned: list[Effect] = []
+            for note in task_budget.notices(report):
+                warned += [Story(text=f"budget: {note.text}"), Notify(note=note)]
+            return warned + _then(s, then, record, cx)
     raise TypeError(f"a task does not report {type(report).__name__}")
 
 
@@ -221,9 +235,7 @@ def _settled(
     task_id = settled.task_id
     result = settled.result
     assert result is not None
-    effects: list[Effect] = []  # its deadline: its actor's timer, gone with it
-    if before.budget is not None and before.budget.max_minutes is not None:
-        effects.append(CancelTimer(key=("budget_soft", task_id)))  # its end: its actor's
+    effects: list[Effect] = []  # its deadline and its minutes: its actor's timer, gone with it
     if before.state is TaskState.VERIFYING:  # an ending during a check ends the check
         effects.append(StopCheck(task_id=task_id))
     effects += [Journal(record=settled), FinaliseNote(record=settled)]

@@ -43,17 +43,15 @@ from protocol.records.tasks import (
 )
 from protocol.records.tasks import settle as settle_record
 from protocol.records.usage import Budget
-from protocol.session import admission, checks, outbox, requests, worktrees
+from protocol.session import admission, checks, outbox, requests, task_budget, worktrees
 from protocol.session import task as one_task
 from protocol.session.effects import (
     Answer,
-    BudgetDue,
     Effect,
     Journal,
     Notify,
     OpenNote,
     SpawnTask,
-    StartTimer,
     Story,
     TellTask,
     WatchdogInstruction,
@@ -157,13 +155,19 @@ def delegate_one(
     )
     if queued:
         effects += requests.task_moved(s, None, record, cx)
-        effects.append(SpawnTask(record=record))
+        effects.append(_spawn(s, record))
         effects += admission.wake(s, cx)  # its provider's next token, if paced
         return msgspec.structs.replace(result, queued=True, queue_place=place), effects
     effects += requests.task_moved(s, record, start(record, cx.now), cx)
     admission.took(s, s.tasks[task_id], cx.now)
-    effects.append(SpawnTask(record=s.tasks[task_id]))
+    effects.append(_spawn(s, s.tasks[task_id]))
     return result, effects + _handed(s, row, s.tasks[task_id], cx, envelope)
+
+
+def _spawn(s: SessionState, record: TaskRecord) -> SpawnTask:
+    """The new task's actor (with its soft warnings, if it has a budget)."""
+    soft = task_budget.soft_for(record, s.settings.budget_soft_fraction)
+    return SpawnTask(record=record, soft=soft)
 
 
 def _handed(
@@ -192,23 +196,10 @@ def started(s: SessionState, record: TaskRecord, cx: Ctx) -> list[Effect]:
     if record.state is not TaskState.RUNNING or row is None:
         s.admitted.pop(record.task_id, None)
         return admission.fill(s, cx)
-    effects: list[Effect] = [Journal(record=record), *minute_timers(s, record, cx)]
+    effects: list[Effect] = [Journal(record=record)]
     waited = cx.now - record.created_at
     effects.append(Story(text=f"{row.name}: task {record.task_id} started ({waited:.1f} s queued)"))
     return effects + _handed(s, row, record, cx, task_envelope(s, record, cx))
-
-
-def minute_timers(s: SessionState, record: TaskRecord, cx: Ctx) -> list[Effect]:
-    """The soft share of a task's budget of minutes, as a timer from its start (a queued task
-    has none until it starts; their end is the task's own timer: :mod:`protocol.session.task`,
-    rule 5)."""
-    begun = one_task.minutes_begun(record)
-    if begun is None or record.terminal or (record.task_id, "max_minutes") in s.budget_warned:
-        return []
-    assert record.budget is not None
-    assert record.budget.max_minutes is not None
-    soft = begun + record.budget.max_minutes * 60.0 * s.settings.budget_soft_fraction
-    return [StartTimer(delay=max(0.0, soft - cx.now), event=BudgetDue(task_id=record.task_id))]
 
 
 def prompt(

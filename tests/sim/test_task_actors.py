@@ -194,8 +194,9 @@ def broker_actor(session: SimSession) -> Any:
 
 
 def test_a_tasks_budget_of_minutes_ends_it_by_its_own_timer_and_the_parent_is_told() -> None:
-    """The end of ``max_minutes`` is the task's own timer too: its actor fails it
-    ``budget_exceeded`` (with what it spent), and the session tells the parent why."""
+    """The end of ``max_minutes``, and their soft share, are the task's own timer too: its
+    actor warns once, then fails it ``budget_exceeded`` (with what it spent), and the
+    session tells the parent each (the broker arms no timer for them)."""
     sink = CollectingSink()
     session = SimSession.simulated(25, sink=sink, trace=False)
     try:
@@ -204,15 +205,20 @@ def test_a_tasks_budget_of_minutes_ends_it_by_its_own_timer_and_the_parent_is_to
         task_id = session.delegate("w", "x", max_minutes=1, timeout_minutes=5).task_id
         session.sim.run_all(max_time=1)
         started = broker(session).tasks[task_id]
-        assert armed(session, task_id) == (started.started_at or started.created_at) + 60.0
-        assert [key for key in broker_actor(session)._timers if key[0] == "budget"] == []
+        begun = started.started_at or started.created_at
+        assert armed(session, task_id) == begun + 48.0  # their soft share first, then the end
+        assert [key for key in broker_actor(session)._timers if "budget" in key[0]] == []
         Puppet(session, "w").runtime("usage", tokens=10)
-        session.sim.advance(61)
+        session.sim.advance(50)
+        assert armed(session, task_id) == begun + 60.0
+        session.sim.advance(11)
         result = broker(session).results[task_id]
         assert (result.status, result.reason) == ("failed", "budget_exceeded")
         assert result.usage is not None and result.usage.tokens == 10
         told = [n for n in sink.items if isinstance(n, Notice) and n.code == "budget_exceeded"]
         assert [n.task_id for n in told] == [task_id]
+        soft = [n for n in sink.items if isinstance(n, Notice) and n.code == "budget_soft_limit"]
+        assert [(n.task_id, n.refs) for n in soft] == [(task_id, ("max_minutes",))]
         assert task_actors(session) == {}
     finally:
         session.shutdown()
@@ -251,3 +257,34 @@ def test_a_task_over_its_tokens_is_ended_by_its_actor_and_a_done_before_it_wins(
                 assert task_actors(session) == {}
             finally:
                 session.shutdown()
+
+
+def test_a_tasks_soft_warnings_are_its_actors_and_the_session_keeps_none() -> None:
+    """What a task spent past the soft share of a limit is warned of by its actor, once per
+    limit: the session's state holds no task's warnings (only its own budget's), and the
+    warning comes after the usage that passed the share, whatever the interleaving."""
+    for seed in range(6):
+        sink = CollectingSink()
+        session = SimSession.simulated(seed, sink=sink, trace=False)
+        try:
+            session.spawn("w", script=IDLE)
+            session.sim.run_all(max_time=1)
+            task_id = session.delegate("w", "x", max_tokens=100, max_cost=1.0).task_id
+            session.sim.run_all(max_time=1)
+            puppet = Puppet(session, "w")
+            for tokens, cost in ((50, 0.1), (35, 0.1), (5, 0.7), (5, 0.0)):
+                puppet.runtime("usage", tokens=tokens, cost=cost)
+                session.sim.run_all(max_time=5)
+            soft = [
+                (n.task_id, n.refs)
+                for n in sink.items
+                if isinstance(n, Notice) and n.code == "budget_soft_limit"
+            ]
+            assert soft == [(task_id, ("max_tokens",)), (task_id, ("max_cost",))], seed
+            assert broker(session).budget_warned == set()
+            (actor,) = [a for a in session.runtime.actors() if isinstance(a, TaskActor)]
+            assert actor.soft is not None
+            assert actor.soft.told == {"max_tokens", "max_cost"}
+            assert not broker(session).tasks[task_id].terminal
+        finally:
+            session.shutdown()

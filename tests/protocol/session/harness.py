@@ -42,7 +42,7 @@ from protocol.records.requests import RequestRecord
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.records.usage import Usage
-from protocol.session import agents, calls, inbound, settlement
+from protocol.session import agents, calls, inbound, settlement, task_budget
 from protocol.session import task as task_rules
 from protocol.session import watcher as watcher_rules
 from protocol.session.effects import (
@@ -68,6 +68,7 @@ from protocol.session.effects import (
     TimerKey,
 )
 from protocol.session.state import Ctx, SessionState, WatcherState
+from protocol.session.task_budget import Soft
 from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -101,9 +102,9 @@ class FixedIds:
 
 
 class TaskDue(msgspec.Struct, frozen=True, kw_only=True):
-    """A task's own timer, as its actor arms it (:func:`protocol.session.task.deadline`: its
-    deadline or its budget's minutes, the earlier): it goes off ``at``; kept among the armed
-    timers under ``("deadline", task_id)``."""
+    """A task's own timer, as its actor arms it (:func:`protocol.session.task_budget.alarm`:
+    its deadline, its budget's minutes or their soft share, the earliest): it goes off
+    ``at``; kept among the armed timers under ``("deadline", task_id)``."""
 
     task_id: str
     at: float
@@ -340,9 +341,11 @@ class Session:
         self.settled: set[str] = set()
         #: each live watcher's state, as its actor holds it
         self.watchers: dict[str, WatcherState] = {}
-        #: each live task's record, as its actor holds it, and what it was told it spent
+        #: each live task's record, as its actor holds it, what it was told it spent, and its
+        #: soft warnings
         self.task_actors: dict[str, TaskRecord] = {}
         self.task_spent: dict[str, Usage | None] = {}
+        self.task_soft: dict[str, Soft | None] = {}
 
     def ctx(self) -> Ctx:
         return Ctx(self.now, self.ids)
@@ -373,25 +376,29 @@ class Session:
         check_effects(effects)
         ran: list[Effect] = list(effects)
         by_watchers: list[Effect] = []
-        reports: list[task_rules.Report] = []  # acted on once this run is over, as the broker
+        reports: list[task_budget.AnyReport] = []  # acted on once this run is over, as the broker
         for e in effects:
             match e:
-                case SpawnTask(record=record, usage=usage):
+                case SpawnTask(record=record, usage=usage, soft=soft):
                     assert record.task_id not in self.task_actors, e
                     self.task_actors[record.task_id] = record
                     self.task_spent[record.task_id] = usage
-                    self._arm(record)
+                    self.task_soft[record.task_id] = soft
+                    self._arm(record.task_id)
                 case TellTask(task_id=task_id, message=message):
                     record = self.task_actors[task_id]  # routed only to a live task
                     if isinstance(message, task_rules.Spent):
                         self.task_spent[task_id] = message.usage
-                    self.task_actors[task_id], report = task_rules.receive(record, message)
-                    self._arm(self.task_actors[task_id])
+                    soft = self.task_soft[task_id]
+                    record, soft, report = task_budget.told(record, soft, message)
+                    self.task_actors[task_id], self.task_soft[task_id] = record, soft
+                    self._arm(task_id)
                     if report is not None:
                         reports.append(report)
                 case StopTask(task_id=task_id):
                     record = self.task_actors.pop(task_id)
                     del self.task_spent[task_id]
+                    del self.task_soft[task_id]
                     assert record.terminal and self.state.tasks[task_id] == record, e
                     assert ("deadline", task_id) not in self.timers, e
                 case SpawnWatcher(watcher=watcher):
@@ -426,17 +433,19 @@ class Session:
             by_watchers += watched
         return ran, by_watchers
 
-    def _arm(self, record: TaskRecord) -> None:
-        """A task's actor arms its timer for its deadline, or cancels it (task rule 5)."""
-        deadline = task_rules.deadline(record)
+    def _arm(self, task_id: str) -> None:
+        """A task's actor arms its timer for its deadline, the end or the soft share of its
+        minutes (:func:`protocol.session.task_budget.alarm`), or cancels it."""
+        deadline = task_budget.alarm(self.task_actors[task_id], self.task_soft[task_id])
         if deadline is None:
-            self.timers.pop(("deadline", record.task_id), None)
+            self.timers.pop(("deadline", task_id), None)
         else:
-            due = TaskDue(task_id=record.task_id, at=deadline)
+            due = TaskDue(task_id=task_id, at=deadline)
             self.timers[due.key] = due
 
     def deadline_armed(self, task_id: str) -> float | None:
-        """When the task's own deadline timer goes off (None: none armed)."""
+        """When the task's own timer goes off (None: none armed): its deadline, its minutes'
+        end or their soft share, the earliest."""
         due = self.timers.get(("deadline", task_id))
         return due.at if isinstance(due, TaskDue) else None
 
@@ -541,15 +550,16 @@ class Session:
         return [] if note is None else [Notify(note=note)]
 
     def _due(self, event: TaskDue) -> list[Effect]:
-        """A task's deadline timer went off: its actor decides (``Due``), and the session acts
-        on its report, unrouted. Gone already (settled, its actor stopped): nothing."""
-        record = self.task_actors.get(event.task_id)
+        """A task's timer went off: its actor decides, and the session acts on its report,
+        unrouted. Gone already (settled, its actor stopped): nothing."""
+        task_id = event.task_id
+        record = self.task_actors.get(task_id)
         if record is None:
             return []
-        spent = self.task_spent[event.task_id]
-        due = task_rules.Due(due=event.at, at=self.now, usage=spent)
-        self.task_actors[event.task_id], report = task_rules.receive(record, due)
-        self._arm(self.task_actors[event.task_id])
+        spent, soft = self.task_spent[task_id], self.task_soft[task_id]
+        record, soft, report = task_budget.rang(record, soft, event.at, self.now, spent)
+        self.task_actors[task_id], self.task_soft[task_id] = record, soft
+        self._arm(task_id)
         if report is None:
             return []
         return settlement.reported(self.state, report, self.ctx())
@@ -557,14 +567,29 @@ class Session:
     def fire(self, event: TimerEvent | TaskDue) -> list[Effect]:
         return self.run(self.fired(event))
 
+    def ring(self, task_id: str) -> list[Effect]:
+        """Time runs to the task's armed timer, and it goes off (whatever it was armed for:
+        its deadline, its minutes' end or their soft share)."""
+        at = self.deadline_armed(task_id)
+        assert at is not None, f"no timer armed for {task_id}"
+        self.now = max(self.now, at)
+        return self.fire_timer(("deadline", task_id))
+
     def pass_deadline(self, task_id: str) -> list[Effect]:
-        """Time runs to the task's armed deadline, and its timer goes off; none armed (the
-        task settled: its actor cancelled it): a timer's mail that crossed that arrives."""
+        """Time runs to the task's deadline (its own, or its minutes' end, the earlier), its
+        timer going off on the way (the soft share of its minutes warns first); none armed
+        (the task settled: its actor cancelled it): a timer's mail that crossed that
+        arrives."""
         at = self.deadline_armed(task_id)
         if at is None:
             return self.fire(TaskDue(task_id=task_id, at=self.now))
-        self.now = max(self.now, at)
-        return self.fire_timer(("deadline", task_id))
+        effects: list[Effect] = []
+        while (at := self.deadline_armed(task_id)) is not None:
+            end = task_rules.deadline(self.task_actors[task_id])
+            effects += self.ring(task_id)
+            if end is not None and at >= end:
+                break
+        return effects
 
     def fire_timer(self, key: TimerKey) -> list[Effect]:
         """Let the armed timer ``key`` go off at its time."""

@@ -14,7 +14,7 @@ from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session import admission, status
 from protocol.session import task as one_task
-from protocol.session.effects import BudgetDue, StartTimer, TellTask
+from protocol.session.effects import TellTask
 from protocol.wire.envelopes import ControlEnvelope, TaskDoneEnvelope, TaskEnvelope
 
 from .harness import Session, answer, delivered, journaled, of
@@ -170,12 +170,12 @@ def test_budgets_apply_when_it_starts() -> None:
     task_id = s.delegate("a1", max_minutes=2)
     assert s.deadline_armed(task_id) is None  # queued: its minutes do not run
     s.now += 500.0
-    effects = s.done(agents[0])
-    timers = [(e.delay, e.event) for e in of(effects, StartTimer)]
-    assert [delay for delay, event in timers if isinstance(event, BudgetDue)] == [
-        pytest.approx(96.0)
-    ]
-    assert s.deadline_armed(task_id) == s.now + 120.0  # their end: its actor's own timer
+    s.done(agents[0])
+    started = s.now
+    # its actor's own timer: the soft share of its minutes first, then their end
+    assert s.deadline_armed(task_id) == pytest.approx(started + 96.0)
+    s.ring(task_id)
+    assert s.deadline_armed(task_id) == started + 120.0
 
 
 def test_a_cap_per_provider_beside_the_sessions() -> None:

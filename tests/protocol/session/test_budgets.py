@@ -21,7 +21,7 @@ from protocol.records.settings import Settings, apply_overrides
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.records.usage import Budget, Usage, over
 from protocol.session import budgets, inbound
-from protocol.session.effects import BudgetDue, CancelTimer, Effect, Publish, StartTimer, TellTask
+from protocol.session.effects import Effect, Publish, TellTask
 from protocol.session.restore import Restore, fold, resume
 from protocol.session.state import SessionState
 from protocol.session.status import view
@@ -209,24 +209,23 @@ def test_max_minutes_arms_a_soft_and_a_hard_timer_and_the_hard_one_ends_the_task
     s, a = one_agent()
     effects = s.call(api.DelegateArgs(target=a, task="t", max_minutes=10))
     task = answer(effects).task_id
-    delays = {e.event.key: e.delay for e in of(effects, StartTimer)}
-    assert delays[("budget_soft", task)] == 480.0 and s.deadline_armed(task) == s.now + 600.0
+    assert s.deadline_armed(task) == s.now + 480.0  # the soft one first: the task's own timer
     s.now += 480
-    s.fire_timer(("budget_soft", task))
+    s.fire_timer(("deadline", task))
     (soft,) = notices(s, "budget_soft_limit")
     assert "max_minutes" in soft.text
+    assert s.deadline_armed(task) == s.now + 120.0
     s.now += 120
-    effects = s.pass_deadline(task)  # the hard one: the task's own timer
+    effects = s.pass_deadline(task)  # the hard one: the task's own timer too
     assert_ended_by_budget(s, task, effects)
 
 
 def test_settling_cancels_the_minute_timers_and_a_late_one_changes_nothing() -> None:
     s, a = one_agent()
     task = s.delegate(a, max_minutes=10)
-    effects = s.done(a, task_id=task)
-    cancelled = {e.key for e in of(effects, CancelTimer)}
-    assert ("budget_soft", task) in cancelled and s.deadline_armed(task) is None
-    assert s.fire(BudgetDue(task_id=task)) == []
+    s.done(a, task_id=task)
+    assert s.deadline_armed(task) is None  # its actor's timer (the soft share, then the end)
+    assert s.fire(TaskDue(task_id=task, at=s.now + 480)) == []
     assert s.fire(TaskDue(task_id=task, at=s.now + 600)) == []
     assert s.state.tasks[task].state is TaskState.COMPLETED
 
@@ -286,14 +285,15 @@ def test_usage_limits_and_warnings_survive_a_restart() -> None:
     s.runtime(a, "turn_start")
     usage(s, a, tokens=85, cost=0.5)
     assert len(notices(s, "budget_soft_limit")) == 1
-    t, effects = restarted(s)
+    t, _ = restarted(s)
     assert t.state.task_usage == s.state.task_usage
     assert t.state.agent_usage == s.state.agent_usage
     assert t.state.session_usage == s.state.session_usage
-    assert t.state.budget_warned == s.state.budget_warned
+    assert t.state.budget_warned == s.state.budget_warned  # the session's
+    assert t.task_soft[task] == s.task_soft[task]  # the task's: its actor's
     assert t.state.tasks[task].budget == Budget(max_tokens=100, max_minutes=60)
-    assert t.deadline_armed(task) == t.state.tasks[task].created_at + 3600  # its actor's
-    assert ("budget_soft", task) in {e.event.key for e in of(effects, StartTimer)}
+    # its actor's timer: the soft share of its minutes (not told yet)
+    assert t.deadline_armed(task) == t.state.tasks[task].created_at + 3600 * 0.8
     usage(t, a, tokens=10)  # 95: no second soft warning
     assert notices(t, "budget_soft_limit") == []
     usage(t, a, tokens=10)
@@ -386,7 +386,7 @@ steps = st.lists(
         st.tuples(st.just("cost"), st.integers(0, 1), st.floats(0, 0.4)),
         st.tuples(st.just("done"), st.integers(0, 1)),
         st.tuples(st.just("delegate"), st.integers(0, 1)),
-        st.tuples(st.just("minutes"), st.integers(0, 1), st.booleans()),
+        st.tuples(st.just("minutes"), st.integers(0, 1)),
         st.tuples(st.just("restart")),
     ),
     max_size=30,
@@ -464,9 +464,8 @@ def test_budgets_hold_under_random_programs(
         elif kind == "done" and row.active_task is not None:
             s.done(agent, task_id=row.active_task)
         elif kind == "minutes" and row.active_task is not None:
-            key = ("budget_soft" if rest[1] else "budget", row.active_task)
-            if key in s.timers:
-                s.fire_timer(key)
+            if s.deadline_armed(row.active_task) is not None:
+                s.ring(row.active_task)  # its soft share, or its end
         elif kind == "restart":
             t, _ = restarted(s, after=0.0)
             t.heard = s.heard + t.heard
