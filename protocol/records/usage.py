@@ -75,7 +75,10 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
         return Usage(
             turns=self.turns + other.turns,
             tokens=self.tokens + other.tokens,
-            cost=dollars(micros(self.cost) + micros(other.cost)),
+            # no cost on either side (a scripted agent's turns): nothing to round
+            cost=dollars(micros(self.cost) + micros(other.cost))
+            if self.cost or other.cost
+            else 0.0,
         )
 
 
@@ -89,7 +92,12 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     @property
     def empty(self) -> bool:
-        return all(getattr(self, f) is None for f in LIMITS)
+        return (
+            self.max_turns is None
+            and self.max_tokens is None
+            and self.max_cost is None
+            and self.max_minutes is None
+        )
 
 
 #: the limits of a :class:`Budget` counted from :class:`Usage`, with the usage field each

@@ -215,9 +215,9 @@ def _add(s: SessionState, agent_id: str, task_id: str | None, delta: Usage) -> N
 
 
 def _check_session(s: SessionState, cx: Ctx) -> list[Effect]:
+    if s.settings.budget_tokens is None and s.settings.budget_cost is None:
+        return []  # no budget of the session's (most sessions): nothing to build
     budget = session_budget(s)
-    if budget.empty:
-        return []
     usage = s.session_usage
     effects: list[Effect] = []
     why = exceeded(usage, budget, "the session", its_limit=False)
