@@ -24,8 +24,10 @@ settlement are decided. What it does with each message is a rule of
   ending it decides itself;
 - once the broker has taken its settlement (journaled, handed to the watchers) it retires
   the actor (:meth:`~actors.runtime.runtime.Runtime.retire`: stopped after the mail it has).
-  Until then an ending that comes late still finds it, and is answered with the result that
-  won.
+  A task settled in an agent's git worktree lives on until git has listed what it changed:
+  the actor adds the changes to its result (``Listed``), and the result goes to the watchers
+  with them. Until it is retired an ending that comes late still finds it, and is answered
+  with the result that won.
 
 After a parent restart the broker starts an actor for each open task, from the record the
 journal's fold rebuilt (:func:`protocol.session.restore.resume`): the same class, the same

@@ -20,8 +20,9 @@ Rules:
 3. **Settlement happens once**, when the task reports it: the result is journaled first
    (durable before anyone hears of it), the note finalised, the agent's slot freed, the
    requests the task dropped cancelled, the result handed to each watcher subscribed to the
-   task (for an agent in a git worktree, once the files the task changed are listed in it),
-   and the task's actor stopped.
+   task, and the task's actor stopped. For an agent in a git worktree, the result is handed
+   over once the files the task changed are listed in it: its actor lives on until then,
+   and adds them to its result (:mod:`protocol.session.task`, rule 7).
 4. **Ending a task stops its work.** When anything but the agent's own ``done`` settles it
    and the agent is still running, the agent gets a ``control cancel_task`` naming the task
    (every adapter stops that task's work and is ready for the next task). The control carries
@@ -47,6 +48,7 @@ from protocol.session import (
     requests,
     task_budget,
     watchers,
+    worktree_events,
     worktrees,
 )
 from protocol.session import task as one_task
@@ -189,7 +191,7 @@ def _budget_told(record: TaskRecord) -> list[Effect]:
 
 def _then(
     s: SessionState,
-    then: AckDone | AnswerSettle | TurnEnd | requests.AfterWaiting | None,
+    then: AckDone | AnswerSettle | TurnEnd | requests.AfterWaiting | worktree_events.Diffed | None,
     record: TaskRecord,
     cx: Ctx,
     *,
@@ -218,6 +220,8 @@ def _then(
             return turn_ended(s, agent_id, turn, cx, exit_code=exit_code, is_error=is_error)
         case admission.Started():
             return started(s, record, cx)
+        case worktree_events.Diffed(changes=changes):
+            return worktree_events.listed(s, record, changes, cx)
     return []
 
 
@@ -261,7 +265,8 @@ def _settled(
     effects += admission.release(s, before, cx)
     rc = result.return_code
     effects.append(Log(text=f"task {task_id} {settled.state.value} (rc {rc})"))
-    effects.append(StopTask(task_id=task_id))
+    if task_id not in s.diffing:  # else its actor adds its changes first (rule 3)
+        effects.append(StopTask(task_id=task_id))
     return effects
 
 

@@ -47,6 +47,9 @@ Rules:
    once it is decided (answer the parent's call, send the agent its receipt); the task hands
    it back in its report, untouched. A message with a ``then`` is always reported (``Noted``
    when nothing changed), so whoever waits for it is never left waiting.
+7. **Its worktree changes are its result's.** A task settled in an agent's git worktree lives
+   on until what it changed is listed (``Listed``): its result then carries the changes
+   (``Moved``, the record settled before and after). Listed once: a second changes nothing.
 """
 
 from __future__ import annotations
@@ -55,8 +58,7 @@ from typing import Any
 
 import msgspec
 
-from protocol.core.errors import ErrorInfo, InvalidTransition, ShepherdError, UnresolvedRequests
-from protocol.records.checks import Evidence
+from protocol.core.errors import InvalidTransition, ShepherdError, UnresolvedRequests
 from protocol.records.tasks import (
     TaskEvent,
     TaskRecord,
@@ -69,14 +71,41 @@ from protocol.records.tasks import (
 )
 from protocol.records.tasks import settle as settle_record
 from protocol.records.usage import BUDGET_EXCEEDED, Usage, exceeded
+from protocol.session.task_messages import (
+    ENDINGS,
+    MESSAGES,
+    MOVES,
+    Attach,
+    Checked,
+    Detach,
+    Due,
+    End,
+    Late,
+    Listed,
+    Moved,
+    Noted,
+    Refused,
+    Rejected,
+    Report,
+    Settled,
+    Spent,
+    Start,
+    Sync,
+    TaskMessage,
+    Unchanged,
+    Verifying,
+)
 
 __all__ = [
+    "ENDINGS",
+    "MOVES",
     "Attach",
     "Checked",
     "Detach",
     "Due",
     "End",
     "Late",
+    "Listed",
     "Moved",
     "Noted",
     "Refused",
@@ -99,165 +128,6 @@ __all__ = [
 
 #: the error of a task whose deadline passed (rule 5)
 DEADLINE_PASSED = "task deadline passed before the agent called done"
-
-
-# ------------------------------------------------------------------ what a task is told
-
-
-class Attach(msgspec.Struct, frozen=True, kw_only=True):
-    """A request of the task's agent opened: the task waits for it."""
-
-    request_id: str
-    at: float
-    then: Any = None
-
-
-class Detach(msgspec.Struct, frozen=True, kw_only=True):
-    """A request the task waited for closed."""
-
-    request_id: str
-    then: Any = None
-
-
-class End(msgspec.Struct, frozen=True, kw_only=True):
-    """A terminal event, and what settling it records (rule 2)."""
-
-    event: TaskEvent
-    at: float
-    text: str | None = None
-    error: str | None = None
-    cancel_requests: bool = True
-    reason: str | None = None
-    usage: Usage | None = None
-    #: the agent's own ``done`` (its work needs no stopping)
-    by_agent: bool = False
-    #: what the session does with the outcome (rule 6): opaque to the task
-    then: Any = None
-
-
-class Start(msgspec.Struct, frozen=True, kw_only=True):
-    """A queued task's slot is free: it is handed over (rule 4; a task already settled, by a
-    cancel that came first, stays so and reports ``Noted``)."""
-
-    at: float
-    then: Any = None
-
-
-class Sync(msgspec.Struct, frozen=True, kw_only=True):
-    """Nothing for the task to decide: it reports ``then`` back once it has decided
-    everything it was told before (a turn's end is judged after a ``done`` sent before it)."""
-
-    then: Any = None
-
-
-class Checked(msgspec.Struct, frozen=True, kw_only=True):
-    """A run of the task's check ended (rule 3)."""
-
-    evidence: Evidence
-    at: float
-    usage: Usage | None = None
-    then: Any = None
-
-
-class Spent(msgspec.Struct, frozen=True, kw_only=True):
-    """What the task has spent so far (``usage``, the running total), counted by the session
-    (rule 5): over a counted limit of its budget, the task fails ``budget_exceeded`` at
-    ``at``; else its actor keeps it for the result of an ending it decides itself."""
-
-    usage: Usage
-    at: float
-    then: Any = None
-
-
-class Due(msgspec.Struct, frozen=True, kw_only=True):
-    """The task's own timer went off (rule 5): ``due``, the instant it was armed for (what
-    :func:`deadline` said); ``at``, now; ``usage``, what it spent, as its actor was last
-    told."""
-
-    due: float
-    at: float
-    usage: Usage | None = None
-    then: Any = None
-
-
-TaskMessage = Attach | Detach | End | Sync | Checked | Start | Spent | Due
-
-
-# ------------------------------------------------------------------ what a task reports
-
-
-class Moved(msgspec.Struct, frozen=True, kw_only=True):
-    before: TaskRecord
-    after: TaskRecord
-    #: the request whose opening moved it (its waiting episode keeps it)
-    opened: str | None = None
-    then: Any = None
-
-
-class Late(msgspec.Struct, frozen=True, kw_only=True):
-    """A request opened for the task after it settled (rule 1): the session cancels it."""
-
-    record: TaskRecord
-    request_id: str
-    then: Any = None
-
-
-class Noted(msgspec.Struct, frozen=True, kw_only=True):
-    """A message with a ``then`` that changed nothing (rule 6)."""
-
-    record: TaskRecord
-    then: Any = None
-
-
-class Settled(msgspec.Struct, frozen=True, kw_only=True):
-    before: TaskRecord
-    after: TaskRecord
-    by_agent: bool = False
-    #: decided by the task alone (rule 5: its timer, or what it spent), not by an ending
-    #: the session routed to it
-    alone: bool = False
-    then: Any = None
-
-
-class Unchanged(msgspec.Struct, frozen=True, kw_only=True):
-    """An ending that came after the one that won: the record as it settled."""
-
-    record: TaskRecord
-    then: Any = None
-
-
-class Refused(msgspec.Struct, frozen=True, kw_only=True):
-    record: TaskRecord
-    error: ErrorInfo
-    then: Any = None
-
-
-class Verifying(msgspec.Struct, frozen=True, kw_only=True):
-    """The agent's ``completed`` is being checked (rule 3): ``before``'s pending requests were
-    dropped."""
-
-    before: TaskRecord
-    after: TaskRecord
-    then: Any = None
-
-
-class Rejected(msgspec.Struct, frozen=True, kw_only=True):
-    """An attempt of the check failed and another is left: the task runs again (rule 3)."""
-
-    before: TaskRecord
-    after: TaskRecord
-    evidence: Evidence
-    then: Any = None
-
-
-Report = Moved | Late | Noted | Settled | Unchanged | Refused | Verifying | Rejected
-
-#: what a task is told (a tuple: ``isinstance`` with one is several times quicker than a union)
-_MESSAGES = (Attach, Detach, End, Sync, Checked, Start, Spent, Due)
-#: the reports of an ending (an ``End``, or the ``Checked`` a check's end is routed as)
-ENDINGS = (Settled, Unchanged, Refused, Verifying, Rejected)
-#: the reports of an ending that moved the task (they hold ``after``, the others ``record``)
-MOVES = (Settled, Verifying, Rejected)
 
 
 def minutes_begun(record: TaskRecord) -> float | None:
@@ -309,7 +179,7 @@ def overspent(record: TaskRecord, usage: Usage) -> str | None:
 
 def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Report | None]:
     """The task's new record, and what it reports (None: nothing changed, nothing to say)."""
-    if not isinstance(message, _MESSAGES):
+    if not isinstance(message, MESSAGES):
         raise TypeError(f"a task is not told {type(message).__name__}")
     then = message.then
     match message:
@@ -334,6 +204,11 @@ def receive(record: TaskRecord, message: TaskMessage) -> tuple[TaskRecord, Repor
             return _due(record, message)
         case Spent(usage=usage, at=at) if (why := overspent(record, usage)) is not None:
             return _over_budget(record, why, at, usage, then)
+        case Listed(changes=changes) if record.result is not None and record.result.changes is None:
+            after = msgspec.structs.replace(
+                record, result=msgspec.structs.replace(record.result, changes=changes)
+            )
+            return after, Moved(before=record, after=after, then=then)
     return record, None if then is None else Noted(record=record, then=then)
 
 

@@ -8,12 +8,14 @@ import msgspec
 
 from protocol.records.journal import TaskChangesRecord
 from protocol.records.notifications import Notice
+from protocol.records.tasks import TaskRecord
 from protocol.records.worktrees import WorktreeChanges, WorktreeProbed
 from protocol.session import claims, collisions, tasks, watchers
-from protocol.session.effects import Deliver, Effect, Journal, Notify
+from protocol.session import task as one_task
+from protocol.session.effects import Deliver, Effect, Journal, Notify, StopTask, TellTask
 from protocol.session.state import Ctx, SessionState
 
-__all__ = ["probed", "replay_changes"]
+__all__ = ["Diffed", "listed", "probed", "replay_changes"]
 
 
 def probed(s: SessionState, event: WorktreeProbed, cx: Ctx) -> list[Effect]:
@@ -46,7 +48,6 @@ def probed(s: SessionState, event: WorktreeProbed, cx: Ctx) -> list[Effect]:
         return [*effects, Deliver(agent_id=record.agent_id, envelope=envelope)]
     if event.task_id not in s.diffing or record.result is None:
         return effects
-    s.diffing.discard(event.task_id)
     if event.changed_files is not None:
         s.worktree_changed[event.agent_id] = event.changed_files
     changes = event.changes
@@ -58,11 +59,28 @@ def probed(s: SessionState, event: WorktreeProbed, cx: Ctx) -> list[Effect]:
             path=str(opts.get("cwd", "")),
             error=event.error or "no changes were listed",
         )
-    result = msgspec.structs.replace(record.result, changes=changes)
-    s.tasks[event.task_id] = record = msgspec.structs.replace(record, result=result)
-    journal = Journal(record=TaskChangesRecord(task_id=event.task_id, changes=changes))
+    # the result is the task's: its actor adds the changes, then the session goes on (listed)
+    told = one_task.Listed(changes=changes, then=Diffed(changes=changes))
+    return [*effects, TellTask(task_id=event.task_id, message=told)]
+
+
+class Diffed(msgspec.Struct, frozen=True, kw_only=True):
+    """After a settled task's actor added its worktree changes to its result: what the
+    session does (:func:`listed`)."""
+
+    changes: WorktreeChanges
+
+
+def listed(s: SessionState, record: TaskRecord, changes: WorktreeChanges, cx: Ctx) -> list[Effect]:
+    """The task's result carries its changes (its actor's record, ``record``): journaled, told
+    to the tools' claims, handed to its watchers; its actor, done, stops."""
+    s.diffing.discard(record.task_id)
+    result = record.result
+    assert result is not None
+    journal = Journal(record=TaskChangesRecord(task_id=record.task_id, changes=changes))
     told = claims.diffed(s, record, changes, cx)
-    return [*effects, journal, *told, *watchers.hand_over(s, result, cx)]
+    handed = watchers.hand_over(s, result, cx)
+    return [journal, *told, *handed, StopTask(task_id=record.task_id)]
 
 
 def replay_changes(s: SessionState, record: TaskChangesRecord) -> None:

@@ -365,7 +365,8 @@ class Session:
         watchers did with what was handed to them (their timers, their notifications)."""
         ran, by_watchers = self._run(effects)
         check_invariants(self.state, self.watchers)
-        live = {t for t, r in self.state.tasks.items() if not r.terminal}
+        # an actor per open task, and per settled one whose worktree changes are being listed
+        live = {t for t, r in self.state.tasks.items() if not r.terminal} | self.state.diffing
         assert set(self.task_actors) == live, (sorted(self.task_actors), sorted(live))
         # a call is answered once the tasks it told have reported (actors.session.task_routes)
         answers = [e for e in ran if isinstance(e, Answer | AnswerFromOutput)]

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from protocol.records.tasks import TaskEvent, TaskRecord, TaskState, start
 from protocol.records.usage import BUDGET_EXCEEDED, Budget, Usage
+from protocol.records.worktrees import WorktreeChanges
 from protocol.session.task import (
     DEADLINE_PASSED,
     Attach,
@@ -17,6 +18,7 @@ from protocol.session.task import (
     Due,
     End,
     Late,
+    Listed,
     Moved,
     Noted,
     Refused,
@@ -231,3 +233,20 @@ def test_its_budgets_minutes_end_on_the_same_timer_and_the_earlier_end_decides()
         budget=Budget(max_minutes=2),
     )
     assert deadline(queued) is None and minutes_end(queued) is None
+
+
+def test_its_worktree_changes_are_added_to_its_settled_result_once() -> None:
+    listed = WorktreeChanges(branch="b", path="/w", files=("a.txt",), count=1)
+    # open: there is no result to add them to
+    record, report = receive(running(), Listed(changes=listed))
+    assert record == running() and report is None
+    settled, _ = receive(running(), End(event=TaskEvent.COMPLETE, at=T0 + 1, by_agent=True))
+    after, report = receive(settled, Listed(changes=listed, then="go on"))
+    assert after.result is not None and after.result.changes == listed
+    assert after.state is settled.state and after.result.completed_at == T0 + 1
+    assert report == Moved(before=settled, after=after, then="go on")
+    # listed once: a second list changes nothing (what the session asked after it still comes)
+    again, said = receive(after, Listed(changes=WorktreeChanges(branch="b", path="/w")))
+    assert again is after and said is None
+    _, said = receive(after, Listed(changes=listed, then="x"))
+    assert said == Noted(record=after, then="x")

@@ -16,9 +16,10 @@ from protocol.records.worktrees import (
     WorktreeReleased,
 )
 from protocol.session import status, worktree_events, worktrees
-from protocol.session.effects import Deliver, Effect, Flush, ProbeWorktree
+from protocol.session.effects import Deliver, Effect, Flush, ProbeWorktree, TellTask
 from protocol.session.restore import fold
 from protocol.session.state import SessionState
+from protocol.session.task import Listed
 from protocol.wire.envelopes import TaskEnvelope
 from tests.protocol.session.harness import SESSION, Session, answer, delivered, notes, of
 
@@ -194,3 +195,36 @@ def test_deliver_task_for_a_removed_worktree_is_plain() -> None:
     s.state.worktree_removed[alpha] = "/gone"
     effects = s.call(api.DelegateArgs(target="alpha", task="x"))
     assert of(effects, ProbeWorktree) == [] and len(of(effects, Deliver)) == 1
+
+
+def test_a_settled_tasks_actor_lives_until_its_changes_are_listed_and_adds_them() -> None:
+    """The result is the task's: its actor outlives its settlement while git lists what it
+    changed, adds the changes to its result, and only then is the result journaled with
+    them, handed over, and the actor stopped."""
+    s = Session()
+    alpha = spawn_in_worktree(s, "alpha")
+    task_id = s.delegate("alpha")
+    probed(s, kind="snapshot", task_id=task_id, agent_id=alpha, snapshot=Snapshot(head="h0"))
+    s.call(api.WatchArgs(ids=(task_id,)))
+    s.done(alpha, summary="ok")
+    assert s.state.tasks[task_id].terminal and task_id in s.task_actors
+    result = s.task_actors[task_id].result
+    assert result is not None
+    assert result.changes is None
+    listed = changes("a.txt")
+    effects = probed(s, kind="diff", task_id=task_id, agent_id=alpha, changes=listed)
+    (told,) = [e for e in effects if isinstance(e, TellTask)]
+    assert told.task_id == task_id  # to its actor
+    assert isinstance(told.message, Listed) and told.message.changes == listed
+    kinds = [type(e).__name__ for e in effects]
+    assert kinds.index("Journal") < kinds.index("HandOver") < kinds.index("StopTask")
+    assert task_id not in s.task_actors and task_id not in s.state.diffing
+    assert s.state.results[task_id].changes == listed
+
+
+def test_a_task_settled_outside_a_worktree_stops_its_actor_at_once() -> None:
+    s = Session()
+    s.spawn("plain")
+    task_id = s.delegate("plain")
+    effects = s.done(s.state.tasks[task_id].agent_id)
+    assert of(effects, ProbeWorktree) == [] and task_id not in s.task_actors
