@@ -216,7 +216,8 @@ class SessionState:
         self.task_usage: dict[str, Usage] = {}  # task id -> what it spent
         self.agent_usage: dict[str, Usage] = {}  # agent id -> what it spent, tasks or not
         self.session_usage = Usage()
-        #: (task id or SESSION_SCOPE, limit) whose soft limit the parent was warned of
+        #: (SESSION_SCOPE, limit): the session's soft limits the parent was warned of (a
+        #: task's are its actor's: protocol.session.task_budget)
         self.budget_warned: set[tuple[str, str]] = set()
         #: the limits the session's records hold (their latest ``session_limits`` record; None:
         #: none yet), set by the fold (protocol.session.limits)
