@@ -21,7 +21,7 @@ from actors.runtime.crashpoints import crashpoint
 from protocol.records.notifications import AnyNotification, Notice, StaleWait, TaskCompletion
 from protocol.session.budgets import SESSION_SCOPE
 
-__all__ = ["Deliveries", "NotificationFile", "deliveries", "encode_note"]
+__all__ = ["Deliveries", "NotificationFile", "decode_note", "deliveries", "encode_note"]
 
 _DECODER = msgspec.json.Decoder(AnyNotification)
 
@@ -29,6 +29,11 @@ _DECODER = msgspec.json.Decoder(AnyNotification)
 def encode_note(note: AnyNotification) -> bytes:
     """A notification's line in the record of delivery."""
     return msgspec.json.encode(note) + b"\n"
+
+
+def decode_note(line: bytes) -> AnyNotification:
+    """A line of the record of delivery, read back (``msgspec.DecodeError`` if it is none)."""
+    return _DECODER.decode(line)
 
 
 class Deliveries(NamedTuple):

@@ -51,6 +51,9 @@ class Located:
     records: str
     #: its records exist already: they are read back (and, on NATS, must be there)
     resumed: bool
+    #: the directory held the session already (a restart on this host, not a resume from the
+    #: servers into a new directory): its view of the notifications is this host's
+    restarted_here: bool = False
     #: the directory of its NATS authority (``--nats-auth``; kept by a resumed session)
     nats_auth: str | None = None
     #: the TLS files of its ``tls://`` servers (``--nats-ca``...; kept by a resumed session),
@@ -100,6 +103,7 @@ def locate(
             client_token=old.client_token,
             records=records_kind(journal, kept, old.records),
             resumed=True,
+            restarted_here=True,
             nats_auth=resumed_auth(old.nats_auth, nats_auth),
             nats_tls=check_tls(kept, resumed_tls(old.nats_tls, nats_tls)),
         )

@@ -12,7 +12,10 @@ Rules:
   supervisor's fan-out); with ``nats`` the record is the servers' stream, and the session
   directory's ``notifications.jsonl`` is this host's view of it, written after the record (what
   ``shepherd notifications`` and the MCP server read). A parent resumed on another host starts
-  that view empty: what was delivered before is on record, and is not delivered again.
+  that view empty: what was delivered before is on record, and is not delivered again. A
+  parent started again in the same directory first makes its view whole (:meth:`Records.
+  catch_up`): one killed after a notification was recorded and before the view showed it
+  left the view without it, and the record says it was delivered, so nothing else would.
 - **Resuming from the servers** needs the session's streams to exist: a session id with no
   records there is ``invalid_handle``, and nothing is created for it.
 - **One writer.** Two supervisors of one session cannot both write its records on NATS: the
@@ -35,7 +38,8 @@ import msgspec
 
 from actors.records.journal_file import FileJournal
 from actors.records.jsonlines import LineProblem
-from actors.records.notifications import Deliveries, NotificationFile
+from actors.records.notifications import Deliveries, NotificationFile, decode_note
+from actors.runtime.log import logger
 from actors.session.sinks import Sink
 from protocol.core.errors import InvalidArgument
 from protocol.core.ids import IdKind, kind_of
@@ -100,6 +104,25 @@ class Records:
     def sinks_after_record(self) -> list[Sink]:
         """The view, when it is not the record itself."""
         return [self.view] if self.view is not self.record else []
+
+    def catch_up(self) -> int:
+        """This host's view made whole again from the record (a restart in the same
+        directory, with the record on the servers): every recorded notification the view
+        lacks is appended to it, in the record's order; how many. Nothing with ``file``
+        (the view is the record)."""
+        if self.view is self.record:
+            return 0
+        shown = {line.rstrip(b"\n") for line in self.view.lines()}
+        missing = [line for line in self.delivered.lines() if line.rstrip(b"\n") not in shown]
+        for line in missing:
+            self.view(decode_note(line))
+        if missing:
+            logger.warning(
+                "{n} recorded notifications were missing from {path}: shown now",
+                n=len(missing),
+                path=self.view.path,
+            )
+        return len(missing)
 
     @property
     def journal_where(self) -> str:

@@ -214,7 +214,7 @@ class Supervisor:
             self.records.close()
 
         try:
-            restore = self._restored(recover)
+            restore = self._restored(recover, where.restarted_here)
         except BaseException:
             undo()
             raise
@@ -313,12 +313,15 @@ class Supervisor:
         self._stopped = threading.Event()
         logger.bind(session=self.session_id).info("session at {dir}", dir=self.session_dir)
 
-    def _restored(self, recover: bool) -> Restore | None:
+    def _restored(self, recover: bool, here: bool) -> Restore | None:
         """What the session's records say (None for a new session), and its limits: recorded,
         restored, or changed aloud (:mod:`protocol.session.limits`): ``self.settings`` becomes
         what the session runs with, and ``self.limits_changed`` says what this start changed
         of the recorded limits (one line each; ``serve`` prints them on stderr). Journaled
-        before the session runs (nothing else writes yet)."""
+        before the session runs (nothing else writes yet). ``here``: restarted in the same
+        directory: its view of the notifications is made whole first (``Records.catch_up``)."""
+        if here:
+            self.records.catch_up()
         restore = (
             recovery.read_restore(self.records, self.session_id, self.settings, recover)
             if self.resumed

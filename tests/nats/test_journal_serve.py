@@ -187,3 +187,46 @@ def test_a_session_keeps_the_records_it_was_started_with(
             journal="nats",
             resume=make_id(IdKind.SESSION, "0" * 16),
         )
+
+
+def test_a_notification_recorded_but_never_shown_before_a_kill_is_shown_after_a_restart(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """With the record of delivery on the servers, this host's ``notifications.jsonl`` is
+    written after it. A parent killed between the two leaves a completion on record (so it is
+    never delivered again) and missing from the file that ``shepherd notifications`` and MCP
+    read: started again in the same directory, the parent shows it there, once, in the
+    record's order. (The state such a kill leaves is made here by taking the line out of the
+    file, with the parent gone.)"""
+    session = tmp_path / "session"
+    argv = ("--transport", nats_server.url, "--journal", "nats")
+    first = _started(Serve(session, dict(os.environ), *argv))
+    fifo = tmp_path / "release"
+    try:
+        _spawn(tmp_path, session, "alpha")
+        _, task = cli("delegate", "alpha", f"BLOCK-UNTIL {fifo} MARK-DONE", session=session)
+        _, watch = cli("watch", task["task_id"], session=session)
+        assert watch["pending"] == [task["task_id"]]
+        _read_until(session, "alpha", "BLOCKED")
+        with open(fifo, "w"):
+            pass
+        assert first.wait_for(
+            lambda _: _completed(_notifications(session)) == [task["task_id"]], timeout=60
+        ), _err(first)
+    finally:
+        first.stop(signal.SIGKILL)
+    view = session / "notifications.jsonl"
+    lines = view.read_bytes().splitlines(keepends=True)
+    view.write_bytes(b"".join(x for x in lines if b'"task_completion"' not in x))
+    assert _completed(_notifications(session)) == []
+
+    second = _started(Serve(session, dict(os.environ), *argv))
+    try:
+        notes = _notifications(session)
+        assert notes[: len(lines)] == [json.loads(x) for x in lines]  # in the record's order
+        assert _completed(notes) == [task["task_id"]]
+        _, waited = cli("wait", task["task_id"], "--timeout", "5", session=session)
+        assert waited["completed"][0]["task_id"] == task["task_id"]
+        assert _completed(_notifications(session)) == [task["task_id"]]  # not delivered again
+    finally:
+        second.stop()

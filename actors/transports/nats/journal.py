@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from actors.records.jsonlines import LineProblem
-from actors.records.notifications import Deliveries, deliveries, encode_note
+from actors.records.notifications import Deliveries, decode_note, deliveries, encode_note
 from actors.transports.nats.lines import NatsLines
 from protocol.records.journal import Record, decode_line, encode_line
 from protocol.records.notifications import AnyNotification
@@ -24,8 +24,6 @@ __all__ = ["JOURNAL", "NOTIFICATIONS", "NatsJournal", "NatsNotifications"]
 #: the kinds of lines (:func:`actors.transports.nats.lines.lines_stream`)
 JOURNAL = "journal"
 NOTIFICATIONS = "notifications"
-
-_NOTE_DECODER = msgspec.json.Decoder(AnyNotification)
 
 
 class NatsJournal:
@@ -74,7 +72,7 @@ class NatsNotifications:
         self._lines.append([encode_note(note)])
 
     def read_deliveries(self) -> Deliveries:
-        return deliveries(self._lines.read(_NOTE_DECODER.decode))
+        return deliveries(self._lines.read(decode_note))
 
     def fence(self, why: str) -> None:
         self._lines.fence(why)
