@@ -87,8 +87,13 @@ def _minutes_soft(record: TaskRecord, soft: Soft | None) -> float | None:
 
 def alarm(record: TaskRecord, soft: Soft | None) -> float | None:
     """When the task's actor's timer goes off (rule 3), or None: no timer."""
-    ends = [t for t in (rules.deadline(record), _minutes_soft(record, soft)) if t is not None]
-    return min(ends) if ends else None
+    ends = rules.deadline(record)
+    if soft is None:  # no budget (most tasks): its deadline alone
+        return ends
+    warn = _minutes_soft(record, soft)
+    if ends is None or warn is None:
+        return warn if ends is None else ends
+    return min(ends, warn)
 
 
 def told(
@@ -98,7 +103,7 @@ def told(
     what it spent, when it did not end the task, may warn (rule 1)."""
     record, report = rules.receive(record, message)
     if soft is None or type(message) is not rules.Spent or record.terminal:
-        return record, soft, report
+        return record, soft, report  # no budget (most tasks), or nothing it spent
     if report is not None and type(report) is not rules.Noted:
         return record, soft, report
     assert record.budget is not None
