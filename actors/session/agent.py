@@ -21,6 +21,7 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import signal
 from collections import deque
@@ -32,13 +33,14 @@ import pykka
 
 from actors.runtime.crashpoints import crashpoint
 from actors.runtime.log import logger
-from actors.runtime.runtime import ShepherdActor
+from actors.runtime.runtime import Runtime, ShepherdActor
 from actors.runtime.transport import Transport
 from actors.session.messages import (
     AgentExited,
     CloseAgent,
     Deliver,
     DeliveryFailed,
+    Drain,
     ProcessExited,
     ReadOutput,
 )
@@ -246,6 +248,8 @@ class AgentActor(ShepherdActor):
                 self._process_exited(code, reason)
             case CloseAgent(reason=reason):
                 self._close(reason)
+            case Drain():  # the session stops: what was told before is handled (FIFO)
+                return None
             case ReadOutput(lines=n, before=before):
                 page = self.output.page(n, before)
                 return api.ReadResult(
@@ -411,3 +415,18 @@ class OutputBuffer:
         start = max(oldest, end - max(count, 0))
         lines = tuple(itertools.islice(self._lines, start - oldest, end - oldest))
         return OutputPage(lines=lines, first=start, oldest=oldest)
+
+
+def drain_agents(runtime: Runtime, timeout_s: float) -> None:
+    """Before the session stops: every agent's actor has handled what was told to it before
+    (an exit the launcher reported, which it tells the broker), each asked ``Drain`` at once
+    and waited for at most ``timeout_s``. The broker's own drain, after it, then runs those
+    exits too (an agent's exit is journaled, never overtaken by the session's end)."""
+    drained = []
+    for actor in runtime.actors():
+        if isinstance(actor, AgentActor):
+            with contextlib.suppress(pykka.ActorDeadError):
+                drained.append(actor.actor_ref.ask(Drain(), block=False))
+    for future in drained:
+        with contextlib.suppress(Exception):  # gone meanwhile, or stuck: the session stops
+            future.get(timeout=timeout_s)

@@ -53,7 +53,8 @@ class Inbound(_Msg, frozen=True, kw_only=True):
 
 class Drain(_Msg, frozen=True, kw_only=True):
     """The session's edge, before it stops: answered once every run the broker decided before
-    it has run (its records durable, its effects done)."""
+    it has run (its records durable, its effects done). An agent's actor answers it once it
+    has handled everything told to it before (its exit, told to the broker)."""
 
 
 class WorktreeOf(_Msg, frozen=True, kw_only=True):

@@ -35,7 +35,7 @@ from actors.runtime.transport import (
 )
 from actors.session import merging
 from actors.session import worktrees as wt
-from actors.session.agent import Launcher
+from actors.session.agent import Launcher, drain_agents
 from actors.session.broker import BrokerActor
 from actors.session.checks import CheckRunner
 from actors.session.messages import (
@@ -439,6 +439,7 @@ class Session(WatchdogMethods):
             return
         self._closed = True
         self._subscription.cancel()
+        drain_agents(self.runtime, ASK_TIMEOUT_S)  # their exits reach the broker first
         # what the broker decided is run before it stops (its records durable, its effects done)
         with contextlib.suppress(Exception):
             self.broker.ask(Drain(), timeout=ASK_TIMEOUT_S)
