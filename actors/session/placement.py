@@ -232,15 +232,17 @@ class NodeLauncher(ProcessLauncher):
         now = time.monotonic()
         live = self._live()
         loads: dict[str, set[str]] = {name: set(beat.agents) for name, beat in live.items()}
+        launched = set()  # a placement launched meanwhile is counted once, not reserved too
         for handle in list(self._remote.values()):
             if not handle.done and handle.node in loads:
                 loads[handle.node].add(handle.agent_id)
+                launched.add(handle.name)
         counts = {name: len(agents) for name, agents in loads.items()}
         with self._heard:
             for agent, (node, at) in list(self._reserved.items()):
                 if now - at > _RESERVED_S:
                     del self._reserved[agent]
-                elif node in counts:
+                elif node in counts and agent not in launched:
                     counts[node] += 1
         return counts
 

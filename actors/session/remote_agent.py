@@ -28,6 +28,7 @@ class RemoteAgent:
         self._launcher = launcher
         self.session_id = spec.session_id
         self.agent_id = spec.agent_id
+        self.name = spec.name
         self.node = node
         self.pid: int | None = None
         self.boot: str | None = None

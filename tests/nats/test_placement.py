@@ -171,3 +171,25 @@ def test_a_node_nothing_answers_for_yet_is_asked_again_then_named_as_not_live(
     with pytest.raises(InvalidHandle, match=r"no live node named 'n9' .*nothing answers"):
         launcher._ask_info("n9")
     assert asked == ["info"]
+
+
+def test_a_placement_launched_while_loads_are_counted_is_counted_once(
+    launcher: NodeLauncher,
+) -> None:
+    """A placement is reserved on its node until its launch registers the agent, which then
+    ends the reservation. Counted between the two (the launch on another thread), the agent
+    was counted twice: a node with one agent looked as loaded as one with two."""
+    exits: list[int] = []
+    launcher._heard_from(nodes.Beat(name="n1", boot="b1", seq=1, agents=()))
+    launcher._heard_from(nodes.Beat(name="n2", boot="b2", seq=1, agents=()))
+    for agent in ("a", "c"):  # two agents on n1, launched
+        _placed(launcher, agent, exits)
+    # b on n2: its launch registered it, and has not yet ended its reservation
+    launcher._reserved["b"] = ("n2", time.monotonic())
+    spec = AgentSpec(agent_id="b", name="b", session_id=SESSION, capability="x", adapter="c")
+    launcher._remote["b"] = RemoteAgent(launcher, spec, "n2", exits.append)
+    assert launcher._loads() == {"n1": 2, "n2": 1}
+    assert nodes.least_loaded(launcher._loads()) == "n2"
+    # reserved and not launched yet: counted once, by its reservation
+    launcher._reserved["d"] = ("n2", time.monotonic())
+    assert launcher._loads() == {"n1": 2, "n2": 2}
