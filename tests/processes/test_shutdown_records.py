@@ -3,20 +3,26 @@
 An agent's exit travels from the launcher's reaper to the agent's actor, then to the broker,
 which journals it. The session's end must not overtake that last hop: the broker's final
 drain runs only once every agent's actor has handled what it was told. In-process
-supervisor, a real bridge; the agent's actor and the broker are made slow to handle its exit
-(the fault under test: busy workers), never waited for by a sleep of the test's own.
+supervisor, a real bridge. The interleaving that lost the exit is forced with events, no
+time: the agent's actor handles its exit only once the session's end has begun (its agents'
+drain, or else the broker's), and the broker decides an exit that reaches it after its own
+drain only once the journal's writer has stopped.
 """
 
 from __future__ import annotations
 
 import json
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from actors.session import agent as agent_module
+from actors.session import session as session_module
+from actors.session.broker import BrokerActor
+from actors.session.journal_writer import JournalWriter
+from actors.session.messages import Drain
 from actors.session.supervisor import Supervisor
 from protocol.session import agents as agents_rules
 from tests.reliability.live import write_script
@@ -24,35 +30,58 @@ from tests.reliability.live import write_script
 pytestmark = pytest.mark.processes
 
 HOLD = {"steps": [{"await": "task"}, {"await": "any"}]}
-
-#: how long the agent's actor takes over its exit: far longer than the rest of a shutdown
-SLOW_EXIT_S = 0.5
+#: a ceiling on each wait, never reached when the code is right
+WAIT_S = 30.0
 
 
 @pytest.fixture
-def slow_exits(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every agent's actor handles its process's exit ``SLOW_EXIT_S`` late, and so does the
-    broker (both workers busy elsewhere); the agent ids whose exit the broker decided."""
+def forced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The interleaving forced (module docstring); the agent ids whose exit the broker
+    decided."""
+    ending, broker_drained, writer_stopped = threading.Event(), threading.Event(), threading.Event()
     decided: list[str] = []
     handled = agent_module.AgentActor._process_exited
+    receive = BrokerActor.on_receive
     rule = agents_rules.exited
+    stop = JournalWriter.on_stop
+    drain = getattr(session_module, "drain_agents", None)
 
-    def slow_actor(self: Any, code: int | None, known: str | None = None) -> None:
-        time.sleep(SLOW_EXIT_S)  # the injected fault
+    def agent_exit(self: Any, code: int | None, known: str | None = None) -> None:
+        ending.wait(WAIT_S)
         handled(self, code, known)
 
-    def slow_rule(s: Any, agent_id: str, *args: Any, **kwargs: Any) -> Any:
-        time.sleep(SLOW_EXIT_S)  # the injected fault
+    def broker_receive(self: Any, message: Any) -> Any:
+        if isinstance(message, Drain):
+            broker_drained.set()
+            ending.set()
+        return receive(self, message)
+
+    def exited(s: Any, agent_id: str, *args: Any, **kwargs: Any) -> Any:
+        if broker_drained.is_set():  # after the broker's drain: the writer stops first
+            writer_stopped.wait(WAIT_S)
         decided.append(agent_id)
         return rule(s, agent_id, *args, **kwargs)
 
-    monkeypatch.setattr(agent_module.AgentActor, "_process_exited", slow_actor)
-    monkeypatch.setattr(agents_rules, "exited", slow_rule)
+    def writer_stop(self: Any) -> None:
+        stop(self)
+        writer_stopped.set()
+
+    def drain_agents(*args: Any) -> None:
+        ending.set()
+        assert drain is not None
+        drain(*args)
+
+    monkeypatch.setattr(agent_module.AgentActor, "_process_exited", agent_exit)
+    monkeypatch.setattr(BrokerActor, "on_receive", broker_receive)
+    monkeypatch.setattr(agents_rules, "exited", exited)
+    monkeypatch.setattr(JournalWriter, "on_stop", writer_stop)
+    if drain is not None:
+        monkeypatch.setattr(session_module, "drain_agents", drain_agents)
     return decided
 
 
 def test_an_agents_exit_is_journaled_before_the_session_ends(
-    tmp_path: Path, slow_exits: list[str]
+    tmp_path: Path, forced: list[str]
 ) -> None:
     sup = Supervisor(tmp_path / "session", mailbox_root=tmp_path / "mailbox")
     try:
@@ -61,7 +90,7 @@ def test_an_agents_exit_is_journaled_before_the_session_ends(
         sup.session.cancel(task)
     finally:
         sup.shutdown()
-    assert slow_exits == [spawned.agent_id]
+    assert forced == [spawned.agent_id]
     lines = (tmp_path / "session" / "journal.jsonl").read_text().splitlines()
     mine = [
         r["type"] for r in map(json.loads, lines) if r["record"].get("agent_id") == spawned.agent_id
