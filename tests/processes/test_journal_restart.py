@@ -146,10 +146,14 @@ def test_a_corrupt_line_in_the_middle_is_reported_and_counted_in_status(
     first.shutdown()
     path = sessions.dir / name
     lines = path.read_bytes().splitlines(keepends=True)
-    # the last line is what must still be read: the agent's exit (journal), the delivery
-    last_kind = json.loads(lines[-1]).get("type") or json.loads(lines[-1]).get("kind")
-    assert last_kind in ("agent_exit", "task_completion")
-    lines.insert(len(lines) - 1, b'{"garbage": tru\n')  # a corrupt line before the last one
+    # what must still be read after the damaged line: the agent's exit (journal), the delivery
+    # (notifications). Not necessarily the last line: the agent's last envelopes (its usage)
+    # and its exit are independent events, and either may be journaled first.
+    kinds = [json.loads(line).get("type") or json.loads(line).get("kind") for line in lines]
+    wanted = "agent_exit" if name == "journal.jsonl" else "task_completion"
+    assert wanted in kinds, kinds
+    at = len(kinds) - 1 - kinds[::-1].index(wanted)
+    lines.insert(at, b'{"garbage": tru\n')  # a corrupt line just before it
     path.write_bytes(b"".join(lines))
     enable_logs.clear()
 
@@ -158,7 +162,7 @@ def test_a_corrupt_line_in_the_middle_is_reported_and_counted_in_status(
     status = second.session.status()
     assert status.journal_problems == 1
     warnings = [x for x in enable_logs if x.startswith("WARNING") and "cannot be read" in x]
-    assert len(warnings) == 1 and f"{path} line {len(lines) - 1}: " in warnings[0]
+    assert len(warnings) == 1 and f"{path} line {at + 1}: " in warnings[0]
     text = render_status(json.loads(msgspec.json.encode(status)))
     assert "1 damaged line(s)" in text
     # the records after the damaged line were read: the agent exited with 0 (not "gone at
