@@ -337,7 +337,7 @@ def bench_settle(sizes: Sizes, results: Results) -> None:
                 results.keep_raw("settle", got)
                 if got["settled"] != n or got["refused"]:
                     results.error("settle", f"{subject}: {got['settled']} of {n} notified")
-                for q in ("p50", "p99"):
+                for q in ("p50", "p99", "first"):
                     results.add(f"settle.n_{n}.{q}_ms", subject, got[f"{q}_ms"])
 
 

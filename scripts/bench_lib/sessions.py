@@ -242,6 +242,7 @@ class Bench:
             "notifications": self.sink.notifications,
             "offered_rate": len(envelopes) / offered_s if offered_s > 0 else None,
             "settle_all_s": (last - min(sent.values())) / 1e9 if samples else None,
+            "first_ms": min(samples) / 1e6 if samples else None,
             **latency_summary(samples),
         }
 

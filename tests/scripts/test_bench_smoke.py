@@ -36,6 +36,7 @@ FIGURES = {
     "create.tasks.cpu_s": {"one_by_one"},
     "settle.n_50.p50_ms": {"memory_journal"},
     "settle.n_50.p99_ms": {"memory_journal", "floor"},
+    "settle.n_50.first_ms": {"memory_journal"},
     "journal.file.records_per_s": {"one_per_write"},
     "journal.nats.records_per_s": {"one_per_write"},
     "notify.rate_1.p50_ms": set(),
