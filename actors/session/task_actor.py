@@ -12,12 +12,15 @@ settlement are decided. What it does with each message is a rule of
 - each report goes back to the broker's mailbox, where the session's rules act on it (the
   agent's slot, the request table, the journal, the watchers,
   :func:`protocol.session.settlement.reported`);
-- it owns its deadline and its budget: a timer of its own, armed for
+- it owns its deadline, its budget and its stale wait: a timer of its own, armed for
   :func:`~protocol.session.task_budget.alarm` (the earliest of its deadline, its minutes'
-  end, and their soft share not yet warned of; again when a ``Start`` sets one counted from
-  the start), cancelled once it has settled. When it goes off the actor tells itself, and
-  decides it like any other message (:func:`~protocol.session.task_budget.rang`); what it
-  decided goes to the broker as a report the broker did not route (``call`` :data:`OWN`).
+  end, their soft share not yet warned of, and, while it waits, the point where its wait is
+  stale and not yet told: :mod:`protocol.session.task_stale`; again when a ``Start`` sets one
+  counted from the start), cancelled once it has settled. When it goes off the actor tells
+  itself, and decides it like any other message
+  (:func:`~protocol.session.task_budget.rang`, then
+  :func:`~protocol.session.task_stale.rang`); what it decided goes to the broker as a report
+  the broker did not route (``call`` :data:`OWN`).
   What the task spent the session counts and tells it (``Spent``): past a limit of its
   budget it fails the task, past the soft share of one it warns (once per limit: its
   :class:`~protocol.session.task_budget.Soft`), and it keeps the total for the result of an
@@ -47,7 +50,9 @@ from protocol.records.tasks import TaskRecord
 from protocol.records.usage import Usage
 from protocol.session import task as rules
 from protocol.session import task_budget as budget
+from protocol.session import task_stale
 from protocol.session.task_budget import Soft
+from protocol.session.task_stale import Stale
 
 __all__ = ["OWN", "Routed", "TaskActor", "TaskReport"]
 
@@ -97,6 +102,7 @@ class TaskActor(ShepherdActor):
         broker: pykka.ActorRef[Any],
         usage: Usage | None = None,
         soft: Soft | None = None,
+        stale: Stale | None = None,
     ) -> None:
         super().__init__()
         self.record = record
@@ -104,6 +110,8 @@ class TaskActor(ShepherdActor):
         self._usage = usage
         #: its soft warnings (a task with a budget), as its rules keep them
         self.soft = soft
+        #: its stale waits: how long a wait may last untold, and the episode told of
+        self.stale = stale
         #: the deadline its timer is armed for, and the timer (None: none armed)
         self.armed: float | None = None
         self._timer: TimerHandle | None = None
@@ -125,6 +133,10 @@ class TaskActor(ShepherdActor):
                 self.record, self.soft, report = budget.rang(
                     self.record, self.soft, routed.deadline, now, self._usage
                 )
+                if report is None:  # no end, no soft share: its wait may be stale
+                    self.stale, report = task_stale.rang(
+                        self.record, self.stale, routed.deadline, now
+                    )
                 self._arm()
                 if report is not None:
                     tell_quietly(self._broker, TaskReport(report, OWN))
@@ -132,9 +144,9 @@ class TaskActor(ShepherdActor):
         return super().on_receive(routed)
 
     def _arm(self) -> None:
-        """The timer armed for the task's deadline, or the end or the soft share of its
-        minutes (:func:`protocol.session.task_budget.alarm`)."""
-        deadline = budget.alarm(self.record, self.soft)
+        """The timer armed for the task's deadline, the end or the soft share of its
+        minutes, or the stale point of its wait (:func:`protocol.session.task_budget.alarm`)."""
+        deadline = budget.alarm(self.record, self.soft, self.stale)
         if deadline == self.armed:
             return
         if self._timer is not None:

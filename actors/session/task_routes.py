@@ -76,7 +76,9 @@ class TaskRoutes:
 
     def spawn(self, effect: fx.SpawnTask, _: Run) -> None:
         record = effect.record
-        actor = self._runtime.spawn(TaskActor, record, self._broker, effect.usage, effect.soft)
+        actor = self._runtime.spawn(
+            TaskActor, record, self._broker, effect.usage, effect.soft, effect.stale
+        )
         self._actors[record.task_id] = actor
 
     def tell(self, effect: fx.TellTask, run: Run) -> None:

@@ -31,7 +31,6 @@ from protocol.session import (
     requests,
     routing,
     settlement,
-    stale,
     watchers,
     worktree_events,
     worktrees,
@@ -45,7 +44,6 @@ from protocol.session.effects import (
     RequestTimeout,
     RetryDue,
     SessionTimer,
-    StaleDue,
 )
 from protocol.session.state import Ctx, SessionState
 
@@ -103,8 +101,6 @@ def fire(s: SessionState, event: SessionTimer, cx: Ctx) -> list[Effect]:
     match event:
         case RequestTimeout():
             return requests.timeout(s, event, cx)
-        case StaleDue():
-            return stale.due(s, event, cx)
         case CooldownDue():
             return providers.cooled(s, event, cx)
         case RetryDue():

@@ -47,10 +47,11 @@ effect              what running it means
                     ``WorktreeProbed`` event (:mod:`protocol.session.worktrees`)
 ==================  ==========================================================================
 
-Timer events (``RequestTimeout``, ``StaleDue``, ``CooldownDue``, …; and a watcher's own
+Timer events (``RequestTimeout``, ``CooldownDue``, …; and a watcher's own
 ``Flush``) are data too: a ``StartTimer`` carries the event the rules get back,
-and ``key`` names the timer. A task's deadline is its actor's own timer
-(:mod:`protocol.session.task`, rule 5), as a watcher's window is the watcher's.
+and ``key`` names the timer. A task's deadline, and the point where its wait is stale, are
+its actor's own timer (:mod:`protocol.session.task`, rule 5;
+:mod:`protocol.session.task_stale`), as a watcher's window is the watcher's.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from protocol.records.worktrees import Snapshot, WorktreeRef
 from protocol.session.state import WatcherState
 from protocol.session.task import TaskMessage
 from protocol.session.task_budget import Soft
+from protocol.session.task_stale import Stale
 from protocol.wire.envelopes import AckEnvelope, AnyEnvelope, RuntimeEnvelope
 
 __all__ = [
@@ -97,7 +99,6 @@ __all__ = [
     "SpawnAgent",
     "SpawnTask",
     "SpawnWatcher",
-    "StaleDue",
     "StartTimer",
     "StopAgent",
     "StopCheck",
@@ -195,6 +196,8 @@ class SpawnTask(Effect, frozen=True, kw_only=True):
     usage: Usage | None = None
     #: its soft warnings (a task with a budget: :mod:`protocol.session.task_budget`)
     soft: Soft | None = None
+    #: its stale waits (:mod:`protocol.session.task_stale`)
+    stale: Stale | None = None
 
     @property
     def task_id(self) -> str:
@@ -238,15 +241,6 @@ class RequestTimeout(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def key(self) -> TimerKey:
         return ("reply", self.request_id)
-
-
-class StaleDue(msgspec.Struct, frozen=True, kw_only=True):
-    task_id: str
-    waiting_since: float
-
-    @property
-    def key(self) -> TimerKey:
-        return ("stale", self.task_id)
 
 
 class Flush(msgspec.Struct, frozen=True, kw_only=True):
@@ -296,7 +290,7 @@ class PaceDue(msgspec.Struct, frozen=True, kw_only=True):
 
 
 #: the session's timers (the broker's), and every timer (a watcher's ``Flush`` is its own)
-SessionTimer = RequestTimeout | StaleDue | CooldownDue | RetryDue | PaceDue
+SessionTimer = RequestTimeout | CooldownDue | RetryDue | PaceDue
 TimerEvent = SessionTimer | Flush
 
 

@@ -104,7 +104,8 @@ def task_moved(
             extra = f" (rc {after.result.return_code})" + (f": {body}" if body else "")
         who = s.name_of(after.agent_id)
         effects.append(Story(text=f"{who}: task {after.task_id} {after.state.value}{extra}"))
-    return effects + stale.sync(s, after, cx, opened)
+    stale.sync(s, after, opened)
+    return effects
 
 
 def open_(s: SessionState, record: RequestRecord, cx: Ctx) -> list[Effect]:

@@ -73,13 +73,13 @@ from protocol.session.effects import (
     RequestTimeout,
     SpawnTask,
     SpawnWatcher,
-    StaleDue,
     StartTimer,
     StopAgent,
     Story,
     WatchdogAgent,
 )
 from protocol.session.state import Ctx, SessionState, WatcherState
+from protocol.session.tasks import stale_for
 
 __all__ = ["Restore", "fold", "resume"]
 
@@ -205,13 +205,9 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         claims.restored(s, task_id)  # its tool calls before the restart are not known
         if record.state is TaskState.VERIFYING:  # its check runs again, once
             effects.append(checks.run_check(s, record))
-        episode = s.stale.get(task_id)
-        if episode is not None:
-            if restore.stale_notice_given(task_id):
-                s.stale[task_id] = episode = msgspec.structs.replace(episode, notified=True)
-            delay = max(0.0, episode.since + s.settings.stale_wait_threshold_s - cx.now)
-            due = StaleDue(task_id=task_id, waiting_since=episode.since)
-            effects.append(StartTimer(delay=delay, event=due))
+        episode = s.stale.get(task_id)  # its actor started knowing whether it was told
+        if episode is not None and restore.stale_notice_given(task_id):
+            s.stale[task_id] = msgspec.structs.replace(episode, notified=True)
         if record.state is not TaskState.QUEUED:  # a queued one waits for its slot still
             effects += recover.hand(s, record, cx, restore.told)
     watching = _watchers(restore, cx)
@@ -237,7 +233,9 @@ def _spawn(restore: Restore, record: TaskRecord) -> SpawnTask:
     s, task_id = restore.state, record.task_id
     told = frozenset(limit for scope, limit in restore.warned if scope == task_id)
     soft = task_budget.soft_for(record, s.settings.budget_soft_fraction, told)
-    return SpawnTask(record=record, usage=s.task_usage.get(task_id), soft=soft)
+    episode = s.stale.get(task_id)  # its wait, if the parent was told of it before
+    stale = stale_for(s, episode.since if episode and restore.stale_notice_given(task_id) else None)
+    return SpawnTask(record=record, usage=s.task_usage.get(task_id), soft=soft, stale=stale)
 
 
 def _watchers(restore: Restore, cx: Ctx) -> list[Effect]:

@@ -46,7 +46,9 @@ from protocol.session import (
     claims,
     outbox,
     requests,
+    stale,
     task_budget,
+    task_stale,
     watchers,
     worktree_events,
     worktrees,
@@ -168,6 +170,8 @@ def reported(s: SessionState, report: task_budget.AnyReport, cx: Ctx) -> list[Ef
             for note in task_budget.notices(report):
                 warned += [Story(text=f"budget: {note.text}"), Notify(note=note)]
             return warned + _then(s, then, record, cx)
+        case task_stale.StaleFound():
+            return stale.found(s, report, cx)
     raise TypeError(f"a task does not report {type(report).__name__}")
 
 

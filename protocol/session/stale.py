@@ -1,16 +1,19 @@
-"""Stale waits: one notification per waiting episode of a task.
+"""Stale waits: one notification per waiting episode of a task, decided by its actor.
 
 Rules:
 
 1. A task's *waiting episode* runs from the request that made it wait to the moment it has no
    pending request left; its ``since`` is that first request's creation time. Requests opened
-   while it waits belong to the same episode.
-2. A timer exists only while a task waits (none otherwise): it fires at
-   ``since + stale_wait_threshold_s``.
-3. If the task is still in the same episode when it fires, the parent is told once: task,
-   agent, description, age, the oldest pending request, its question, its recipient and the
-   recipient's status. Never twice for one episode, also across a parent restart (the
-   notifications file says which episodes were told; :mod:`protocol.session.restore`).
+   while it waits belong to the same episode. The session keeps each waiting task's episode
+   (its start, its requests, whether the parent was told): what ``status`` shows, and what a
+   restarted parent matches against the notices it gave.
+2. The task's actor has the timer (:mod:`protocol.session.task_stale`): its one timer is also
+   armed for ``since + stale_wait_threshold_s`` while the task waits, and when it goes off in
+   the same episode the actor reports it (``StaleFound``), once per episode.
+3. The parent is then told once: task, agent, description, age, the oldest pending request,
+   its question, its recipient and the recipient's status. Never twice for one episode, also
+   across a parent restart (the notifications file says which episodes were told; the actor
+   starts with it: :mod:`protocol.session.restore`).
 4. A reply that ends the episode (or the task's settlement) forgets it: the next episode is
    told again. Task state is never changed by this monitor.
 """
@@ -22,15 +25,16 @@ import msgspec
 from protocol.core.ids import PARENT_ID
 from protocol.records.notifications import StaleWait
 from protocol.records.tasks import TaskRecord, TaskState
-from protocol.session.effects import CancelTimer, Effect, Notify, StaleDue, StartTimer, Story
+from protocol.session.effects import Effect, Notify, Story
 from protocol.session.state import Ctx, Episode, SessionState
+from protocol.session.task_stale import StaleFound
 
-__all__ = ["due", "sync"]
+__all__ = ["found", "sync"]
 
 
-def sync(s: SessionState, record: TaskRecord, cx: Ctx, opened: str | None = None) -> list[Effect]:
+def sync(s: SessionState, record: TaskRecord, opened: str | None = None) -> None:
     """Keep the task's episode in step with its record (after any change to it); ``opened`` is
-    the request just opened, if that was the change."""
+    the request just opened, if that was the change (rule 1)."""
     task_id = record.task_id
     episode = s.stale.get(task_id)
     since = record.waiting_since
@@ -40,25 +44,17 @@ def sync(s: SessionState, record: TaskRecord, cx: Ctx, opened: str | None = None
                 s.stale[task_id] = msgspec.structs.replace(
                     episode, requests=(*episode.requests, opened)
                 )
-            return []
-        effects: list[Effect] = []
-        if episode is not None:
-            effects.append(CancelTimer(key=("stale", task_id)))
+            return
         s.stale[task_id] = Episode(since=since, requests=(opened,) if opened else ())
-        delay = max(0.0, since + s.settings.stale_wait_threshold_s - cx.now)
-        effects.append(
-            StartTimer(delay=delay, event=StaleDue(task_id=task_id, waiting_since=since))
-        )
-        return effects
-    if episode is None:
-        return []
-    del s.stale[task_id]  # the reply (or the settlement) ended the episode
-    return [CancelTimer(key=("stale", task_id))]
+        return
+    if episode is not None:
+        del s.stale[task_id]  # the reply (or the settlement) ended the episode
 
 
-def due(s: SessionState, event: StaleDue, cx: Ctx) -> list[Effect]:
-    """The episode's timer fired: tell the parent, once, if the task still waits in it."""
-    task_id, since = event.task_id, event.waiting_since
+def found(s: SessionState, report: StaleFound, cx: Ctx) -> list[Effect]:
+    """The task's actor found its wait stale (rule 2): tell the parent, once, if the task
+    still waits in that episode as the session knows it (rule 3)."""
+    task_id, since = report.record.task_id, report.since
     record = s.tasks.get(task_id)
     episode = s.stale.get(task_id)
     if (

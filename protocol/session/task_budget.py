@@ -18,10 +18,12 @@ the actor and a test drive a task the same way:
    (:attr:`Restore.warned <protocol.session.restore.Restore.warned>`), and is told what it
    spent again: a share passed and never told (the parent died in between) is told then,
    once.
-3. **One timer.** The actor's timer is armed for :func:`alarm`: the earlier of the task's
-   own deadline (:func:`protocol.session.task.deadline`) and the soft share of its minutes
-   not yet warned of. When it goes off (:func:`rang`), an end that had come is the task's
-   rule 5; else the soft share is warned of.
+3. **One timer.** The actor's timer is armed for :func:`alarm`: the earliest of the task's
+   own deadline (:func:`protocol.session.task.deadline`), the soft share of its minutes not
+   yet warned of, and, while it waits, the point where its wait is stale
+   (:func:`protocol.session.task_stale.due_at`). When it goes off (:func:`rang`), an end that
+   had come is the task's rule 5; else the soft share is warned of; else its actor asks
+   :func:`protocol.session.task_stale.rang` whether its wait is stale.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from typing import Any
 import msgspec
 
 from protocol.records.notifications import Notice
-from protocol.records.tasks import TaskRecord
+from protocol.records.tasks import TaskRecord, TaskState
 from protocol.records.usage import UNITS, Usage, amount, over, spent
 from protocol.session import task as rules
+from protocol.session import task_stale
+from protocol.session.task_stale import Stale, StaleFound
 
 __all__ = ["SOFT_CODE", "Soft", "Warned", "alarm", "notices", "rang", "soft_for", "told"]
 
@@ -61,7 +65,7 @@ class Warned(msgspec.Struct, frozen=True, kw_only=True):
 
 
 #: what a task's actor reports of a message or of its timer
-AnyReport = rules.Report | Warned
+AnyReport = rules.Report | Warned | StaleFound
 
 
 def soft_for(
@@ -85,15 +89,21 @@ def _minutes_soft(record: TaskRecord, soft: Soft | None) -> float | None:
     return begun + record.budget.max_minutes * 60.0 * soft.fraction
 
 
-def alarm(record: TaskRecord, soft: Soft | None) -> float | None:
-    """When the task's actor's timer goes off (rule 3), or None: no timer."""
+def alarm(record: TaskRecord, soft: Soft | None, stale: Stale | None = None) -> float | None:
+    """When the task's actor's timer goes off (rule 3), or None: no timer. Its stale point
+    too, while it waits (:func:`protocol.session.task_stale.due_at`)."""
     ends = rules.deadline(record)
-    if soft is None:  # no budget (most tasks): its deadline alone
-        return ends
-    warn = _minutes_soft(record, soft)
-    if ends is None or warn is None:
-        return warn if ends is None else ends
-    return min(ends, warn)
+    if soft is not None:  # a budget: the soft share of its minutes too
+        ends = _earliest(ends, _minutes_soft(record, soft))
+    if stale is not None and record.state is TaskState.WAITING:
+        ends = _earliest(ends, task_stale.due_at(record, stale))
+    return ends
+
+
+def _earliest(one: float | None, other: float | None) -> float | None:
+    if one is None or other is None:
+        return other if one is None else one
+    return min(one, other)
 
 
 def told(

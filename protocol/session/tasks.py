@@ -58,6 +58,7 @@ from protocol.session.effects import (
     WatchdogTask,
 )
 from protocol.session.state import AgentRow, Ctx, SessionState, Turn, TurnStats
+from protocol.session.task_stale import Stale
 from protocol.wire.envelopes import TaskEnvelope
 
 __all__ = [
@@ -165,9 +166,27 @@ def delegate_one(
 
 
 def _spawn(s: SessionState, record: TaskRecord) -> SpawnTask:
-    """The new task's actor (with its soft warnings, if it has a budget)."""
+    """The new task's actor (with its soft warnings, if it has a budget, and how long its
+    waits may last untold)."""
     soft = task_budget.soft_for(record, s.settings.budget_soft_fraction)
-    return SpawnTask(record=record, soft=soft)
+    return SpawnTask(record=record, soft=soft, stale=stale_for(s))
+
+
+def stale_for(s: SessionState, told: float | None = None) -> Stale:
+    """A task actor's stale-wait state (:mod:`protocol.session.task_stale`): the session's
+    threshold, and the episode already told of (a restart's). Frozen: the untold one is
+    shared by every task of a threshold (one object fewer per task)."""
+    after_s = s.settings.stale_wait_threshold_s
+    if told is not None:
+        return Stale(after_s=after_s, told=told)
+    shared = _UNTOLD.get(after_s)
+    if shared is None:
+        shared = _UNTOLD[after_s] = Stale(after_s=after_s)
+    return shared
+
+
+#: the untold stale-wait state, per threshold
+_UNTOLD: dict[float, Stale] = {}
 
 
 def _handed(

@@ -14,7 +14,7 @@ from actors.session.sinks import CollectingSink
 from actors.session.task_actor import TaskActor
 from actors.testing import SimSession
 from protocol.calls import api
-from protocol.records.notifications import Notice
+from protocol.records.notifications import Notice, StaleWait
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.session.task import DEADLINE_PASSED
@@ -286,5 +286,45 @@ def test_a_tasks_soft_warnings_are_its_actors_and_the_session_keeps_none() -> No
             assert actor.soft is not None
             assert actor.soft.told == {"max_tokens", "max_cost"}
             assert not broker(session).tasks[task_id].terminal
+        finally:
+            session.shutdown()
+
+
+def test_a_tasks_stale_wait_is_its_actors_timer_told_once_per_episode() -> None:
+    """The point where a task's wait is stale is its actor's one timer too: armed when the
+    task begins to wait, told to the parent once (the broker arms no stale timer), gone when
+    the episode ends; the next episode is told again."""
+    for seed in range(6):
+        sink = CollectingSink()
+        settings = Settings(stale_wait_threshold_s=30.0)
+        session = SimSession.simulated(seed, sink=sink, trace=False, settings=settings)
+        try:
+            session.spawn("w", script=IDLE)
+            session.spawn("peer", script=IDLE)
+            session.sim.run_all(max_time=1)
+            task_id = session.delegate("w", "x").task_id
+            session.sim.run_all(max_time=1)
+            assert armed(session, task_id) is None  # running: nothing to go off
+            w, peer = Puppet(session, "w"), Puppet(session, "peer")
+            w.ask("peer", "which grammar?")
+            session.sim.run_all(max_time=2)
+            since = broker(session).tasks[task_id].waiting_since
+            assert since is not None and armed(session, task_id) == since + 30.0
+            assert [key for key in broker_actor(session)._timers if key[0] == "stale"] == []
+            session.sim.advance(60)
+            told = [n for n in sink.items if isinstance(n, StaleWait)]
+            assert [(n.task_id, n.waiting_since) for n in told] == [(task_id, since)], seed
+            assert armed(session, task_id) is None  # told: never twice for the episode
+            (request_id,) = broker(session).tasks[task_id].pending_requests
+            peer.reply(w.agent_id, request_id)
+            session.sim.run_all(max_time=2)
+            assert broker(session).tasks[task_id].state is TaskState.RUNNING
+            w.ask("peer", "and the lexer?")
+            session.sim.run_all(max_time=2)
+            again = broker(session).tasks[task_id].waiting_since
+            assert again is not None and again > since and armed(session, task_id) == again + 30
+            session.sim.advance(60)
+            told = [n for n in sink.items if isinstance(n, StaleWait)]
+            assert [n.waiting_since for n in told] == [since, again], seed
         finally:
             session.shutdown()

@@ -42,7 +42,7 @@ from protocol.records.requests import RequestRecord
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskRecord, TaskState
 from protocol.records.usage import Usage
-from protocol.session import agents, calls, inbound, settlement, task_budget
+from protocol.session import agents, calls, inbound, settlement, task_budget, task_stale
 from protocol.session import task as task_rules
 from protocol.session import watcher as watcher_rules
 from protocol.session.effects import (
@@ -69,6 +69,7 @@ from protocol.session.effects import (
 )
 from protocol.session.state import Ctx, SessionState, WatcherState
 from protocol.session.task_budget import Soft
+from protocol.session.task_stale import Stale
 from protocol.wire.envelopes import (
     AckEnvelope,
     AnyEnvelope,
@@ -103,7 +104,8 @@ class FixedIds:
 
 class TaskDue(msgspec.Struct, frozen=True, kw_only=True):
     """A task's own timer, as its actor arms it (:func:`protocol.session.task_budget.alarm`:
-    its deadline, its budget's minutes or their soft share, the earliest): it goes off
+    its deadline, its budget's minutes or their soft share, its wait's stale point, the
+    earliest): it goes off
     ``at``; kept among the armed timers under ``("deadline", task_id)``."""
 
     task_id: str
@@ -346,6 +348,7 @@ class Session:
         self.task_actors: dict[str, TaskRecord] = {}
         self.task_spent: dict[str, Usage | None] = {}
         self.task_soft: dict[str, Soft | None] = {}
+        self.task_stale: dict[str, Stale | None] = {}
 
     def ctx(self) -> Ctx:
         return Ctx(self.now, self.ids)
@@ -380,11 +383,12 @@ class Session:
         reports: list[task_budget.AnyReport] = []  # acted on once this run is over, as the broker
         for e in effects:
             match e:
-                case SpawnTask(record=record, usage=usage, soft=soft):
+                case SpawnTask(record=record, usage=usage, soft=soft, stale=stale):
                     assert record.task_id not in self.task_actors, e
                     self.task_actors[record.task_id] = record
                     self.task_spent[record.task_id] = usage
                     self.task_soft[record.task_id] = soft
+                    self.task_stale[record.task_id] = stale
                     self._arm(record.task_id)
                 case TellTask(task_id=task_id, message=message):
                     record = self.task_actors[task_id]  # routed only to a live task
@@ -400,6 +404,7 @@ class Session:
                     record = self.task_actors.pop(task_id)
                     del self.task_spent[task_id]
                     del self.task_soft[task_id]
+                    del self.task_stale[task_id]
                     assert record.terminal and self.state.tasks[task_id] == record, e
                     assert ("deadline", task_id) not in self.timers, e
                 case SpawnWatcher(watcher=watcher):
@@ -436,8 +441,14 @@ class Session:
 
     def _arm(self, task_id: str) -> None:
         """A task's actor arms its timer for its deadline, the end or the soft share of its
-        minutes (:func:`protocol.session.task_budget.alarm`), or cancels it."""
-        deadline = task_budget.alarm(self.task_actors[task_id], self.task_soft[task_id])
+        minutes, or its wait's stale point (:func:`protocol.session.task_budget.alarm`), or
+        cancels it."""
+        record, soft, stale = (
+            self.task_actors[task_id],
+            self.task_soft[task_id],
+            self.task_stale[task_id],
+        )
+        deadline = task_budget.alarm(record, soft, stale)
         if deadline is None:
             self.timers.pop(("deadline", task_id), None)
         else:
@@ -559,6 +570,10 @@ class Session:
             return []
         spent, soft = self.task_spent[task_id], self.task_soft[task_id]
         record, soft, report = task_budget.rang(record, soft, event.at, self.now, spent)
+        if report is None:  # no end, no soft share: its wait may be stale (as the actor)
+            self.task_stale[task_id], report = task_stale.rang(
+                record, self.task_stale[task_id], event.at, self.now
+            )
         self.task_actors[task_id], self.task_soft[task_id] = record, soft
         self._arm(task_id)
         if report is None:

@@ -19,7 +19,7 @@ from protocol.records.notifications import Notice, StaleWait, WaitCycle
 from protocol.records.requests import RequestRecord, RequestState
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskState
-from protocol.session.effects import AppendNote, Publish, RequestTimeout, StaleDue
+from protocol.session.effects import AppendNote, Publish, RequestTimeout
 from protocol.wire.envelopes import MessageEnvelope, NoticeEnvelope, TaskDoneEnvelope
 
 from .harness import Session, answer, delivered, journaled, notes, receipt
@@ -283,12 +283,12 @@ def test_the_stale_wait_monitor_counts_a_pending_approval() -> None:
     agent = s.spawn("builder")
     task_id = s.delegate("builder")
     request_id = _asks(s, agent, "rm -rf build/")
-    s.now += 60
-    effects = s.fire_timer(("stale", task_id))
+    assert s.deadline_armed(task_id) == s.now + 60  # the task's own timer: its stale point
+    effects = s.ring(task_id)
     (stale,) = notes(effects, StaleWait)
     assert stale.request_id == request_id and stale.question == "rm -rf build/"
     assert stale.recipient_status == "the parent"
-    assert isinstance(s.timers.get(("stale", task_id)), StaleDue | None)
+    assert s.deadline_armed(task_id) is None  # told once: nothing more to go off for
 
 
 def test_an_approval_closing_a_wait_cycle_is_reported() -> None:

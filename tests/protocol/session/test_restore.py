@@ -20,7 +20,6 @@ from protocol.session.effects import (
     Flush,
     RequestTimeout,
     SpawnAgent,
-    StaleDue,
     StartTimer,
 )
 from protocol.session.restore import Restore, fold, resume
@@ -138,13 +137,16 @@ def test_resume_arms_the_deadlines_that_are_left() -> None:
     s, ids = busy()
     t, effects = restart(s)
     timers = {e.event.key: e for e in of(effects, StartTimer)}
-    assert t.deadline_armed(ids["ta"]) == T0 + 600  # the restored task's actor armed it again
     reply = timers[("reply", ids["q"])]
     assert reply.event == RequestTimeout(request_id=ids["q"])
     assert reply.delay == T0 + 1 + 600 - t.now
-    stale = timers[("stale", ids["ta"])]
-    assert stale.event == StaleDue(task_id=ids["ta"], waiting_since=T0 + 1)
-    assert stale.delay == T0 + 1 + 100 - t.now
+    # the restored task's actor armed its timer again: first for the point where its wait is
+    # stale (its episode began at T0 + 1), then for its deadline; the session arms neither
+    assert not any(key[0] == "stale" for key in timers)
+    assert t.deadline_armed(ids["ta"]) == T0 + 1 + 100
+    (stale,) = notes(t.ring(ids["ta"]), StaleWait)
+    assert stale.task_id == ids["ta"] and stale.waiting_since == T0 + 1
+    assert t.deadline_armed(ids["ta"]) == T0 + 600
     # a deadline already passed fires at once
     late, _ = busy()
     _, effects = restart(late, after=10_000.0)
@@ -161,20 +163,21 @@ def test_a_waiting_task_comes_back_waiting_since_its_episode_began() -> None:
 
 def test_an_episode_told_stale_before_the_restart_is_not_told_again() -> None:
     s, ids = busy()
-    s.now = T0 + 101
-    (note,) = notes(s.fire_timer(("stale", ids["ta"])), StaleWait)
-    assert note.request_id == ids["q"]
+    (note,) = notes(s.ring(ids["ta"]), StaleWait)
+    assert s.now == T0 + 101 and note.request_id == ids["q"]
     t, _ = restart(s)
     assert t.state.stale[ids["ta"]].notified
-    t.now = T0 + 1000
-    assert t.fire_timer(("stale", ids["ta"])) == []
+    stale = t.task_stale[ids["ta"]]  # its actor starts knowing it told of this episode
+    assert stale is not None and stale.told == T0 + 1
+    assert t.deadline_armed(ids["ta"]) == T0 + 600  # its deadline alone is left to go off
+    assert notes(t.ring(ids["ta"]), StaleWait) == []
 
 
 def test_an_episode_not_told_before_the_restart_is_told_after_it() -> None:
     s, ids = busy()
     t, _ = restart(s)
-    t.now = T0 + 200
-    assert len(notes(t.fire_timer(("stale", ids["ta"])), StaleWait)) == 1
+    assert t.deadline_armed(ids["ta"]) == T0 + 101
+    assert len(notes(t.ring(ids["ta"]), StaleWait)) == 1
 
 
 def test_a_watcher_hands_over_only_what_it_had_not_delivered() -> None:
