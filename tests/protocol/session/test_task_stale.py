@@ -7,25 +7,18 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.records.tasks import TaskRecord, start
+from protocol.records.tasks import TaskRecord
 from protocol.session.task import Attach, Detach, receive
 from protocol.session.task_budget import alarm
 from protocol.session.task_stale import Stale, StaleFound, due_at, rang
 
-T0 = 1000.0
+from .test_task_budget import T0, task
+
 AFTER = 60.0
 
 
-def running(**fields: object) -> TaskRecord:
-    record = TaskRecord(
-        task_id="shepherd-task-1",
-        agent_id="shepherd-agent-1",
-        agent_name="w",
-        description="x",
-        created_at=T0,
-        **fields,  # type: ignore[arg-type]
-    )
-    return start(record, T0)
+def running(deadline_at: float | None = None) -> TaskRecord:
+    return task(None, deadline_at=deadline_at)
 
 
 def ask(record: TaskRecord, request_id: str, at: float) -> TaskRecord:
