@@ -169,6 +169,9 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
     s = restore.state
     s.journal_problems = restore.problems
     s.budget_warned |= {w for w in restore.warned if w[0] == budgets.SESSION_SCOPE}
+    for task_id, episode in list(s.stale.items()):  # a wait the parent was told of before
+        if restore.stale_notice_given(task_id):
+            s.stale[task_id] = msgspec.structs.replace(episode, notified=True)
     # each open task's actor first, from the record the fold found: what follows may tell it
     effects: list[Effect] = [_spawn(restore, r) for r in s.tasks.values() if not r.terminal]
     for request in s.requests.pending():
@@ -205,9 +208,6 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
         claims.restored(s, task_id)  # its tool calls before the restart are not known
         if record.state is TaskState.VERIFYING:  # its check runs again, once
             effects.append(checks.run_check(s, record))
-        episode = s.stale.get(task_id)  # its actor started knowing whether it was told
-        if episode is not None and restore.stale_notice_given(task_id):
-            s.stale[task_id] = msgspec.structs.replace(episode, notified=True)
         if record.state is not TaskState.QUEUED:  # a queued one waits for its slot still
             effects += recover.hand(s, record, cx, restore.told)
     watching = _watchers(restore, cx)
@@ -234,7 +234,7 @@ def _spawn(restore: Restore, record: TaskRecord) -> SpawnTask:
     told = frozenset(limit for scope, limit in restore.warned if scope == task_id)
     soft = task_budget.soft_for(record, s.settings.budget_soft_fraction, told)
     episode = s.stale.get(task_id)  # its wait, if the parent was told of it before
-    stale = stale_for(s, episode.since if episode and restore.stale_notice_given(task_id) else None)
+    stale = stale_for(s, episode.since if episode is not None and episode.notified else None)
     return SpawnTask(record=record, usage=s.task_usage.get(task_id), soft=soft, stale=stale)
 
 

@@ -174,19 +174,8 @@ def _spawn(s: SessionState, record: TaskRecord) -> SpawnTask:
 
 def stale_for(s: SessionState, told: float | None = None) -> Stale:
     """A task actor's stale-wait state (:mod:`protocol.session.task_stale`): the session's
-    threshold, and the episode already told of (a restart's). Frozen: the untold one is
-    shared by every task of a threshold (one object fewer per task)."""
-    after_s = s.settings.stale_wait_threshold_s
-    if told is not None:
-        return Stale(after_s=after_s, told=told)
-    shared = _UNTOLD.get(after_s)
-    if shared is None:
-        shared = _UNTOLD[after_s] = Stale(after_s=after_s)
-    return shared
-
-
-#: the untold stale-wait state, per threshold
-_UNTOLD: dict[float, Stale] = {}
+    threshold, and the episode already told of (a restart's)."""
+    return Stale(after_s=s.settings.stale_wait_threshold_s, told=told)
 
 
 def _handed(
