@@ -45,12 +45,15 @@ class Deliveries(NamedTuple):
     stale: dict[str, set[str]]
     #: the soft budget warnings given, as (task id or ``session``, limit)
     warned: set[tuple[str, str]]
+    #: every notification of the record that could be read, in its order (a restart reads
+    #: the record once: what it says was handed over, and what else it needs of it)
+    notes: list[AnyNotification]
 
 
 def deliveries(notes: Iterable[AnyNotification]) -> Deliveries:
     """Read a record of delivery (see :class:`Deliveries`)."""
-    found = Deliveries({}, {}, set())
-    for note in notes:
+    found = Deliveries({}, {}, set(), list(notes))
+    for note in found.notes:
         if isinstance(note, TaskCompletion):
             found.delivered.setdefault(note.watcher_id, set()).update(
                 r.task_id for r in note.results

@@ -29,7 +29,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -38,7 +38,7 @@ import msgspec
 
 from actors.records.journal_file import FileJournal
 from actors.records.jsonlines import LineProblem
-from actors.records.notifications import Deliveries, NotificationFile, decode_note
+from actors.records.notifications import Deliveries, NotificationFile, encode_note
 from actors.runtime.log import logger
 from actors.session.sinks import Sink
 from protocol.core.errors import InvalidArgument
@@ -76,8 +76,6 @@ class _Delivered(Protocol):
 
     def read_deliveries(self) -> Deliveries: ...
 
-    def lines(self) -> Iterable[bytes]: ...
-
 
 class Records:
     """A session's journal, its record of delivery (a sink, first of all), and the view other
@@ -105,17 +103,19 @@ class Records:
         """The view, when it is not the record itself."""
         return [self.view] if self.view is not self.record else []
 
-    def catch_up(self) -> int:
+    def catch_up(self, given: Deliveries | None = None) -> int:
         """This host's view made whole again from the record (a restart in the same
         directory, with the record on the servers): every recorded notification the view
-        lacks is appended to it, in the record's order; how many. Nothing with ``file``
-        (the view is the record)."""
+        lacks is appended to it, in the record's order; how many. ``given``: the record as a
+        restart read it already (else it is read). Nothing with ``file`` (the view is the
+        record)."""
         if self.view is self.record:
             return 0
+        recorded = (given or self.delivered.read_deliveries()).notes
         shown = {line.rstrip(b"\n") for line in self.view.lines()}
-        missing = [line for line in self.delivered.lines() if line.rstrip(b"\n") not in shown]
-        for line in missing:
-            self.view(decode_note(line))
+        missing = [note for note in recorded if encode_note(note).rstrip(b"\n") not in shown]
+        for note in missing:
+            self.view(note)
         if missing:
             logger.warning(
                 "{n} recorded notifications were missing from {path}: shown now",

@@ -25,12 +25,11 @@ import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import msgspec
-
 from actors.child.env import ENV_AGENT_ID, ENV_SESSION_ID
+from actors.records.notifications import Deliveries
 from actors.runtime.log import logger
 from actors.session.records import Records
-from protocol.records.notifications import AgentMessage
+from protocol.records.notifications import AgentMessage, AnyNotification
 from protocol.records.settings import Settings
 from protocol.session.restore import Restore, fold
 from protocol.session.state import SessionState
@@ -80,23 +79,18 @@ def live_bridges(session_id: str, agent_ids: Iterable[str]) -> frozenset[str]:
     return frozenset(found)
 
 
-def told_per_task(lines: Iterable[bytes], task_ids: Iterable[str]) -> dict[str, list[str]]:
+def told_per_task(
+    notes: Iterable[AnyNotification], task_ids: Iterable[str]
+) -> dict[str, list[str]]:
     """Per task of ``task_ids``, what its agent told the parent (newest
-    :data:`TOLD_PER_TASK`), from the record of delivery's ``lines``; an unreadable line is
-    skipped (the record's own reader already counted it)."""
+    :data:`TOLD_PER_TASK`), from the record of delivery's ``notes`` (as its reader read them:
+    an unreadable line is not among them, and the reader counted it)."""
     wanted = set(task_ids)
     told: dict[str, list[str]] = {}
     if not wanted:
         return told
-    decoder = msgspec.json.Decoder(AgentMessage)
-    for line in lines:
-        if b'"agent_message"' not in line:
-            continue
-        try:
-            note = decoder.decode(line)
-        except msgspec.DecodeError:
-            continue
-        if note.task_id in wanted:
+    for note in notes:
+        if type(note) is AgentMessage and note.task_id in wanted:
             kept = told.setdefault(note.task_id, [])
             kept.append(note.content)
             del kept[:-TOLD_PER_TASK]
@@ -135,13 +129,18 @@ def clear_leftovers(
 
 
 def read_restore(
-    records: Records, session_id: str, settings: Settings, recover: bool = False
+    records: Records,
+    session_id: str,
+    settings: Settings,
+    recover: bool = False,
+    given: Deliveries | None = None,
 ) -> Restore:
     """What the session's records say, for a restarted parent (damaged lines are counted; each
     was logged with where it is); with ``recover``, also which bridges are still running and
-    what each open task's agent told the parent (its history)."""
+    what each open task's agent told the parent (its history). ``given``: the record of
+    delivery as the restart read it already (else it is read here): it is read once."""
     state = fold(records.journal.read(), SessionState(session_id, settings))
-    given = records.delivered.read_deliveries()
+    given = given or records.delivered.read_deliveries()
     restore = Restore(
         state=state,
         delivered=given.delivered,
@@ -153,5 +152,5 @@ def read_restore(
         open_tasks = [t for t, r in state.tasks.items() if not r.terminal]
         restore.recover = True
         restore.live = live_bridges(session_id, state.agents)
-        restore.told = told_per_task(records.delivered.lines(), open_tasks)
+        restore.told = told_per_task(given.notes, open_tasks)
     return restore

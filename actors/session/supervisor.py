@@ -320,13 +320,14 @@ class Supervisor:
         of the recorded limits (one line each; ``serve`` prints them on stderr). Journaled
         before the session runs (nothing else writes yet). ``here``: restarted in the same
         directory: its view of the notifications is made whole first (``Records.catch_up``)."""
-        if here:
-            self.records.catch_up()
-        restore = (
-            recovery.read_restore(self.records, self.session_id, self.settings, recover)
-            if self.resumed
-            else None
-        )
+        restore = None
+        if self.resumed:  # the record of delivery read once, for both
+            given = self.records.delivered.read_deliveries()
+            if here:
+                self.records.catch_up(given)
+            restore = recovery.read_restore(
+                self.records, self.session_id, self.settings, recover, given
+            )
         recorded = restore.state.limits if restore is not None else None
         self.settings, changes, record = session_limits.restart(
             self.settings, recorded, self.runtime.clock.now()

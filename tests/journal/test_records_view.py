@@ -4,7 +4,6 @@ lines stands for the one on NATS."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 from actors.records.jsonlines import LineProblem
@@ -27,9 +26,6 @@ class ListRecord:
 
     def read_deliveries(self) -> Deliveries:
         return deliveries(decode(x) for x in self.kept)
-
-    def lines(self) -> Iterable[bytes]:
-        return [x.rstrip(b"\n") for x in self.kept]  # as the servers' stream gives them
 
 
 def note(i: int) -> Notice:

@@ -230,3 +230,36 @@ def test_a_notification_recorded_but_never_shown_before_a_kill_is_shown_after_a_
         assert _completed(_notifications(session)) == [task["task_id"]]  # not delivered again
     finally:
         second.stop()
+
+
+def test_a_restart_reads_the_record_of_delivery_on_the_servers_once(
+    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent started again in its directory, with ``--recover``, needs three things of the
+    record of delivery on the servers: what its view lacks, what was handed over, and what
+    each open task's agent told. It fetches the stream once for all three."""
+    from actors.transports.nats.journal import NOTIFICATIONS
+    from actors.transports.nats.lines import NatsLines, lines_stream
+    from protocol.records.notifications import Notice
+
+    first = _supervisor(tmp_path, transport=nats_server.url, journal="nats")
+    session_id = first.session_id
+    note = Notice(created_at=1.0, code="x", text="on record, never shown")
+    first.records.record(note)  # the parent died before its view showed it
+    first.shutdown()
+    fetched: list[str] = []
+    read = NatsLines.read
+
+    def counted(self: NatsLines, decode: Any) -> Any:
+        fetched.append(self._stream)
+        return read(self, decode)
+
+    monkeypatch.setattr(NatsLines, "read", counted)
+    again = _supervisor(tmp_path, transport=nats_server.url, journal="nats", recover=True)
+    try:
+        assert fetched.count(lines_stream(session_id, NOTIFICATIONS)) == 1
+        view = tmp_path / "session" / "notifications.jsonl"
+        shown = [json.loads(x) for x in view.read_text().splitlines()]
+        assert [n["text"] for n in shown if n["kind"] == "notice"].count(note.text) == 1
+    finally:
+        again.shutdown()

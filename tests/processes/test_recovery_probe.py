@@ -81,13 +81,14 @@ def test_what_an_agent_told_the_parent_is_read_per_task_newest_kept(tmp_path: Pa
     lines.append(msgspec.json.encode(Notice(created_at=1.0, code="x", text="agent_message")))
     path.write_bytes(b"\n".join(lines) + b"\n")
     told = told_per_task(
-        NotificationFile(path).lines(), ["shepherd-task-00000001", "shepherd-task-00000009"]
+        NotificationFile(path).read_deliveries().notes,
+        ["shepherd-task-00000001", "shepherd-task-00000009"],
     )
     assert list(told) == ["shepherd-task-00000001"]
     kept = told["shepherd-task-00000001"]
     assert len(kept) == TOLD_PER_TASK and kept[-1] == f"note {2 * TOLD_PER_TASK + 9}"
     missing = NotificationFile(tmp_path / "missing.jsonl")
-    assert told_per_task(missing.lines(), ["shepherd-task-00000001"]) == {}
+    assert told_per_task(missing.read_deliveries().notes, ["shepherd-task-00000001"]) == {}
 
 
 def test_leftovers_are_killed_and_unread_envelopes_kept_aside(  # type: ignore[no-untyped-def]

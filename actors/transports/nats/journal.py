@@ -77,9 +77,5 @@ class NatsNotifications:
     def fence(self, why: str) -> None:
         self._lines.fence(why)
 
-    def lines(self) -> list[bytes]:
-        """Every line of the record, as it is."""
-        return self._lines.read(bytes)
-
     def close(self) -> None:
         self._lines.close()
