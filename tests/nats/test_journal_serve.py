@@ -263,3 +263,33 @@ def test_a_restart_reads_the_record_of_delivery_on_the_servers_once(
         assert [n["text"] for n in shown if n["kind"] == "notice"].count(note.text) == 1
     finally:
         again.shutdown()
+
+
+def test_a_damaged_line_on_the_record_of_delivery_is_counted_and_the_rest_is_shown(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A line of the record on the servers that cannot be read is counted among the journal's
+    problems (``status``), and the restart makes the view whole with the lines around it."""
+    from actors.transports.nats.journal import NOTIFICATIONS
+    from actors.transports.nats.lines import lines_subject
+    from protocol.records.notifications import Notice
+    from tests.nats.test_journal import _publish_raw
+
+    first = _supervisor(tmp_path, transport=nats_server.url, journal="nats")
+    session_id = first.session_id
+    before, after = (Notice(created_at=1.0, code="x", text=t) for t in ("before", "after"))
+    first.records.record(before)
+    first.shutdown()
+    subject = lines_subject(session_id, NOTIFICATIONS)
+    asyncio.run(_publish_raw(nats_server.url, subject, b'{"kind": "notice", "bro\n'))
+    again = _supervisor(tmp_path, transport=nats_server.url, journal="nats")
+    try:
+        again.records.record(after)
+        again.shutdown()
+        again = _supervisor(tmp_path, transport=nats_server.url, journal="nats")
+        view = tmp_path / "session" / "notifications.jsonl"
+        shown = [json.loads(x) for x in view.read_text().splitlines()]
+        assert [n["text"] for n in shown if n["kind"] == "notice"][-2:] == ["before", "after"]
+        assert len(again.records.delivered.problems) == 1
+    finally:
+        again.shutdown()
