@@ -74,11 +74,11 @@ __all__ = [
     "BUDGET_EXCEEDED",
     "SESSION_SCOPE",
     "delegate",
-    "ended_at_restart",
     "grant",
     "prompt",
     "replay",
     "reported",
+    "restored",
     "resume",
     "session_budget",
 ]
@@ -262,32 +262,30 @@ def replay(s: SessionState, record: UsageRecord) -> None:
     """A usage record read back: counted again. Which soft limits were warned of is the record
     of delivery's to say (:attr:`Restore.warned <protocol.session.restore.Restore.warned>`):
     one journaled but never told (the parent died in between) is told after the restart, by
-    :func:`ended_at_restart` for a task and :func:`resume` for the session."""
+    :func:`restored` for a task and :func:`resume` for the session."""
     delta = Usage(turns=record.turns, tokens=record.tokens, cost=record.cost)
     task = s.tasks.get(record.task_id) if record.task_id is not None else None
     _add(s, record.agent_id, record.task_id if task is not None else None, delta)
 
 
-def ended_at_restart(s: SessionState, task_id: str, cx: Ctx) -> list[Effect]:
-    """After a restart, before an open task is handed over again: a task already over its
-    budget (its actor is told what it spent, and decides as it would have), or over the
-    session's (the parent stopped between counting and ending it), ends now."""
-    record, usage = s.tasks[task_id], s.task_usage.get(task_id, Usage())
-    if overspent(record, usage) is not None:
-        return [TellTask(task_id=task_id, message=Spent(usage=usage, at=cx.now))]
+def restored(s: SessionState, task_id: str, cx: Ctx) -> tuple[list[Effect], bool]:
+    """After a restart, before an open task is handed over again: a task with a budget that
+    spent something has its actor told so, once (``Spent``: past a limit it ends the task,
+    past a soft share never told it warns now, as it would have:
+    :mod:`protocol.session.task_budget`); a task over the session's budget (the parent
+    stopped between counting and ending it) ends now. True: it ends, so it is not handed
+    over again."""
+    record, usage = s.tasks[task_id], s.task_usage.get(task_id)
+    told: list[Effect] = []
+    if usage is not None and record.budget is not None and not record.budget.empty:
+        told.append(TellTask(task_id=task_id, message=Spent(usage=usage, at=cx.now)))
+        if overspent(record, usage) is not None:
+            return told, True
     why = exceeded(s.session_usage, session_budget(s), "the session", its_limit=False)
-    return [] if why is None else _end(s, record, why, cx)
+    return (told, False) if why is None else (_end(s, record, why, cx), True)
 
 
 def resume(s: SessionState, cx: Ctx) -> list[Effect]:
-    """After a restart: each open task with a budget is told what it spent, so that a soft
-    share it passed and never told is told now, once (by its actor:
-    :mod:`protocol.session.task_budget`, rule 2); the same for the session's."""
-    effects: list[Effect] = []
-    for record in [r for r in s.tasks.values() if not r.terminal]:
-        usage = s.task_usage.get(record.task_id)
-        if usage is None or record.budget is None or record.budget.empty:
-            continue
-        if overspent(record, usage) is None:  # else told by ended_at_restart: it ended
-            effects.append(TellTask(task_id=record.task_id, message=Spent(usage=usage, at=cx.now)))
-    return effects + _check_session(s, cx)  # a session soft share passed and never told
+    """After a restart: a soft share of the session's budget passed and never told is told
+    now, once (its tasks' are theirs: :func:`restored`)."""
+    return _check_session(s, cx)

@@ -202,8 +202,9 @@ def resume(restore: Restore, cx: Ctx) -> list[Effect]:
             why = "the agent was gone when the parent restarted"
             effects += settlement.settle(s, task_id, TaskEvent.FAIL, cx, error=why)
             continue
-        if ended := budgets.ended_at_restart(s, task_id, cx):
-            effects += ended
+        told, ended = budgets.restored(s, task_id, cx)
+        effects += told
+        if ended:
             continue
         claims.restored(s, task_id)  # its tool calls before the restart are not known
         if record.state is TaskState.VERIFYING:  # its check runs again, once
