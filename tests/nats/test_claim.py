@@ -129,6 +129,34 @@ def test_the_claims_stream_keeps_only_the_newest_claim(nats_url: str, session_id
         holder.close()
 
 
+def test_a_claims_stream_not_found_while_it_is_made_is_asked_again(
+    nats_url: str, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cluster, a stream being made may be "not found" to the next answer (the servers
+    have not all heard of it yet): the claim's stream is asked for again, as the records'
+    streams are, not taken as the servers refusing the claim."""
+    from nats.js.client import JetStreamContext
+    from nats.js.errors import NotFoundError
+
+    made = JetStreamContext.add_stream
+    answers: list[str] = []
+
+    async def not_found_once(self: JetStreamContext, config: Any = None, **params: Any) -> Any:
+        if config is not None and config.name.endswith("_parent") and not answers:
+            answers.append("not found")
+            raise NotFoundError(code=404, err_code=10059, description="stream not found")
+        answers.append("made")
+        return await made(self, config, **params)
+
+    monkeypatch.setattr(JetStreamContext, "add_stream", not_found_once)
+    holder = _claim(nats_url, session_id, "holder")
+    try:
+        assert answers == ["not found", "made"]
+        assert holder._seq > 0
+    finally:
+        holder.close()
+
+
 def test_the_servers_trouble_is_waited_out_and_a_refusal_is_not() -> None:
     from nats.js.errors import APIError, NoStreamResponseError
 

@@ -222,7 +222,11 @@ class ParentClaim:
         # answering before claiming: whoever reads this claim finds its writer present
         self._answering = await self._nc.subscribe(self._presence(self.claim.writer), cb=answer)
         await self._nc.flush()  # bounded by _run
-        await self._waited_out(lambda: make_streams(self._require_js(), [config], 0.0))
+        # made as the records' streams are: a stream being made on a cluster may be "not
+        # found" to one answer (the servers have not all heard of it), asked again meanwhile
+        await self._waited_out(
+            lambda: make_streams(self._require_js(), [config], self._timeout * 4)
+        )
         tries, pauses = 0, outage_backoff()  # doubling from 50 ms to 1 s, in random steps
         while True:
             try:
