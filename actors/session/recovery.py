@@ -132,15 +132,14 @@ def read_restore(
     records: Records,
     session_id: str,
     settings: Settings,
-    recover: bool = False,
-    given: Deliveries | None = None,
+    recover: bool,
+    given: Deliveries,
 ) -> Restore:
     """What the session's records say, for a restarted parent (damaged lines are counted; each
     was logged with where it is); with ``recover``, also which bridges are still running and
     what each open task's agent told the parent (its history). ``given``: the record of
-    delivery as the restart read it already (else it is read here): it is read once."""
+    delivery, as the restart read it (once, for this and ``Records.catch_up``)."""
     state = fold(records.journal.read(), SessionState(session_id, settings))
-    given = given or records.delivered.read_deliveries()
     restore = Restore(
         state=state,
         delivered=given.delivered,
