@@ -8,8 +8,9 @@ does what it says:
 
 - ``Results`` (from the broker, which routes each settled task's result to the watchers
   subscribed to it, one message per watcher per run of its effects): take each into the
-  buffer; the first opens the window (a timer of the watcher's own, whose event comes back to
-  this actor's mailbox, behind nothing but this watcher's own mail).
+  buffer; the first opens the window (a timer of the watcher's own, closing ``coalesce_s``
+  after that task settled; its event comes back to this actor's mailbox, behind nothing but
+  this watcher's own mail).
 - ``Flush`` (the window closed): one notification to the caller; when nothing is pending,
   stop. (The broker forgot its address when it routed it the last result it was owed: a
   watcher that is done tells nobody.)
@@ -101,8 +102,9 @@ class WatcherActor(ShepherdActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Results):
+            now = self.clock.now()
             for result in message.results:
-                self.state, opens = rules.take(self.state, result, self._coalesce_s)
+                self.state, opens = rules.take(self.state, result, self._coalesce_s, now)
                 if opens is not None:
                     self._timer = self.clock.call_later(
                         opens.delay, functools.partial(tell_quietly, self.actor_ref, opens.event)

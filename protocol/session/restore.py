@@ -119,7 +119,9 @@ def fold(records: Iterable[msgspec.Struct], into: SessionState | None = None) ->
             case WatcherRecord():
                 pending = tuple(t for t in record.ids if t not in record.inline)
                 if pending:
-                    watcher = watchers.subscribe(s, record.watcher_id, record.ids, pending)
+                    watcher = watchers.subscribe(
+                        s, record.watcher_id, record.ids, pending, record.created_at
+                    )
                     s.folded_watchers[record.watcher_id] = watcher
             case UsageRecord():
                 budgets.replay(s, record)
@@ -255,7 +257,8 @@ def _watchers(restore: Restore, cx: Ctx) -> list[Effect]:
                 s.subscribers.pop(task_id, None)
         pending = watcher.pending - delivered
         if pending:
-            live.append(msgspec.structs.replace(watcher, pending=pending))
+            # its actor starts watching again now
+            live.append(msgspec.structs.replace(watcher, pending=pending, since=cx.now))
     s.folded_watchers = {}
     effects: list[Effect] = [SpawnWatcher(watcher=w) for w in live]
     for task_id in list(s.subscribers):

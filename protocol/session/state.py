@@ -138,6 +138,9 @@ class WatcherState(msgspec.Struct, frozen=True, kw_only=True):
     buffer: tuple[TaskResult, ...] = ()
     #: False for a ``wait`` call's watcher: it lives only as long as its caller
     journaled: bool = True
+    #: when it started watching (``watch``, or a restart that gave it its actor again): its
+    #: window never counts from before it (:mod:`protocol.session.watcher`, rule 2)
+    since: float = 0.0
 
 
 class _Results(Mapping[str, TaskResult]):

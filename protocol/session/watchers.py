@@ -53,7 +53,7 @@ def watch(
                 inline=tuple(r.task_id for r in completed),
             )
             effects.append(Journal(record=record))
-        watcher = subscribe(s, watcher_id, ids, pending, journaled=journaled)
+        watcher = subscribe(s, watcher_id, ids, pending, cx.now, journaled=journaled)
         effects.append(SpawnWatcher(watcher=watcher))
     result = api.WatchResult(watcher_id=watcher_id, ids=ids, pending=pending, completed=completed)
     return [*effects, Answer(value=result)]
@@ -64,15 +64,20 @@ def subscribe(
     watcher_id: str,
     ids: tuple[str, ...],
     pending: Sequence[str],
+    since: float,
     *,
     journaled: bool = True,
 ) -> WatcherState:
     """Subscribe a watcher to each task still pending for it; the state its actor starts
-    from."""
+    from (watching since ``since``)."""
     for task_id in pending:
         s.subscribers.setdefault(task_id, []).append(watcher_id)
     return WatcherState(
-        watcher_id=watcher_id, ids=ids, pending=frozenset(pending), journaled=journaled
+        watcher_id=watcher_id,
+        ids=ids,
+        pending=frozenset(pending),
+        journaled=journaled,
+        since=since,
     )
 
 

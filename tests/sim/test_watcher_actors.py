@@ -6,6 +6,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import pytest
+
 from actors.runtime.transport import PARENT_INBOX
 from actors.session.sinks import CollectingSink, GuardedSink
 from actors.session.watcher import _DEADLINE, Results, Waiting, WatcherActor
@@ -127,4 +129,37 @@ def test_a_wait_answered_at_its_deadline_hands_a_window_closing_with_it_to_nobod
     runtime.run_until_idle()
     assert [(a.pending, a.timed_out, a.completed) for a in answers] == [((), False, (result,))]
     assert sink.items == []
+    assert live_watchers(runtime) == []
+
+
+def test_a_result_that_took_time_to_reach_its_watcher_waits_only_the_rest_of_its_window() -> None:
+    """Settled at t, handed to the watcher at t + 20 ms (its journal write, the routing): with
+    a 25 ms window the caller hears of it at t + 25 ms, not at t + 45 ms."""
+    runtime = SimRuntime(14, trace=False)
+    sink = CollectingSink()
+    task_id = "shepherd-task-00000001"
+    watcher_id = "shepherd-watcher-00000001"
+    start = runtime.vclock.now()
+    state = WatcherState(
+        watcher_id=watcher_id, ids=(task_id,), pending=frozenset({task_id}), since=start
+    )
+    ref = runtime.spawn(WatcherActor, state, GuardedSink(sink), 0.025)
+    runtime.advance(1.0)
+    settled = runtime.vclock.now()
+    result = TaskResult(
+        task_id=task_id,
+        agent_id="a",
+        status="completed",
+        ok=True,
+        return_code=0,
+        completed_at=settled,
+    )
+    runtime.advance(0.020)
+    ref.tell(Results([result]))
+    runtime.advance(0.004)
+    assert sink.items == []  # still within its window
+    runtime.advance(0.002)
+    (note,) = sink.items
+    assert isinstance(note, TaskCompletion) and note.results == (result,)
+    assert note.created_at == pytest.approx(settled + 0.025)
     assert live_watchers(runtime) == []

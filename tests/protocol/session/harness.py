@@ -413,7 +413,9 @@ class Session:
                 case HandOver(watcher_id=watcher_id, result=result):
                     state = self.watchers[watcher_id]
                     coalesce_s = self.state.settings.coalesce_ms / 1000.0
-                    self.watchers[watcher_id], opens = watcher_rules.take(state, result, coalesce_s)
+                    self.watchers[watcher_id], opens = watcher_rules.take(
+                        state, result, coalesce_s, self.now
+                    )
                     if opens is not None:
                         by_watchers.append(opens)
                         self.timers[opens.event.key] = opens.event

@@ -252,3 +252,12 @@ def test_a_batch_folds_back_to_the_state_it_left_and_its_watcher_resumes() -> No
     t.done(agents[2])
     (note,) = notes(t.fire_timer(("flush", result.watcher_id)), TaskCompletion)
     assert [r.task_id for r in note.results] == [result.task_ids[2]]
+
+
+def test_a_watcher_given_its_actor_again_starts_watching_at_the_restart() -> None:
+    """Its window counts from the restart, not from its first ``watch`` nor from when the
+    result it is handed settled (before the restart)."""
+    s, ids = busy()
+    first = s.watchers[ids["w"]].since
+    t, _ = restart(s)
+    assert first < s.now < t.now and t.watchers[ids["w"]].since == t.now

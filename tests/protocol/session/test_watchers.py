@@ -10,8 +10,10 @@ from protocol.core.errors import DuplicateIds, InvalidArgument, InvalidHandle, M
 from protocol.records.journal import WatcherRecord
 from protocol.records.notifications import TaskCompletion
 from protocol.records.settings import Settings
+from protocol.records.tasks import TaskResult
 from protocol.session import watcher, watchers
 from protocol.session.effects import Flush, Journal, Notify, StartTimer
+from protocol.session.state import WatcherState
 
 from .harness import T0, Session, answer, journaled, notes, of
 
@@ -155,11 +157,11 @@ def test_taking_a_result_twice_buffers_it_once() -> None:
     s.done(agents[0])
     result = s.state.results[tasks[0]]
     state = s.watchers[w]
-    assert watcher.take(state, result, 0.05) == (state, None)  # buffered: not again
+    assert watcher.take(state, result, 0.05, s.now) == (state, None)  # buffered: not again
     assert s.watchers[w].buffer == (result,)
     s.fire_timer(("flush", w))
     state = s.watchers[w]
-    assert watcher.take(state, result, 0.05) == (state, None)  # delivered: not pending
+    assert watcher.take(state, result, 0.05, s.now) == (state, None)  # delivered: not pending
 
 
 def test_a_watch_after_settling_but_before_the_flush_does_not_double_deliver() -> None:
@@ -190,3 +192,53 @@ def test_a_zero_window_still_coalesces_through_one_flush() -> None:
     w = watch(s, [task_id]).watcher_id
     effects = s.done(a)
     assert StartTimer(delay=0.0, event=Flush(watcher_id=w)) in effects
+
+
+# ------------------------------------------------------------- the window counts from settling
+
+
+def _waiting_for(task_id: str, since: float) -> WatcherState:
+    return WatcherState(
+        watcher_id="shepherd-watcher-00000001",
+        ids=(task_id,),
+        pending=frozenset({task_id}),
+        since=since,
+    )
+
+
+def _settled(task_id: str, at: float) -> TaskResult:
+    return TaskResult(
+        task_id=task_id, agent_id="a", status="completed", ok=True, return_code=0, completed_at=at
+    )
+
+
+@pytest.mark.parametrize(
+    ("heard_after", "delay"),
+    [(0.0, 0.025), (0.010, 0.015), (0.025, 0.0), (3.0, 0.0), (-1.0, 0.025)],
+    ids=["at-once", "after-10ms", "after-the-window", "long-after", "clock-went-back"],
+)
+def test_the_window_closes_its_length_after_the_first_result_settled(
+    heard_after: float, delay: float
+) -> None:
+    """The time a result took to reach the watcher (its journal write, the routing) counts
+    against the window, never beyond it; a clock that went back never makes it longer."""
+    task_id = "shepherd-task-00000001"
+    w = _waiting_for(task_id, since=T0 - 10)
+    _, opens = watcher.take(w, _settled(task_id, T0), 0.025, T0 + heard_after)
+    assert opens is not None and opens.delay == pytest.approx(delay, abs=1e-9)
+    assert 0.0 <= opens.delay <= 0.025
+
+
+def test_the_window_never_counts_from_before_the_watcher_started() -> None:
+    """A watcher started after its task settled (a restart gave it its actor again) waits a
+    whole window from its start for the results handed to it."""
+    task_id = "shepherd-task-00000001"
+    w = _waiting_for(task_id, since=T0 + 50)
+    _, opens = watcher.take(w, _settled(task_id, T0), 0.025, T0 + 50.005)
+    assert opens is not None and opens.delay == pytest.approx(0.020)
+
+
+def test_a_watch_starts_watching_at_its_call() -> None:
+    s, _, tasks = team(1)
+    w = watch(s, tasks).watcher_id
+    assert s.watchers[w].since == s.now
