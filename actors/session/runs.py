@@ -33,8 +33,9 @@ class Run:
         self.waiting = waiting
         self.watchdog: list[Any] = []
         self.notes: list[fx.OpenNote | fx.AppendNote | fx.FinaliseNote] = []
-        #: watcher id -> the results routed to it, in order (one message to each watcher)
-        self.hands: dict[str, list[TaskResult]] = {}
+        #: watcher id -> the results routed to it, in order, each with when its task ended
+        #: (one message to each watcher)
+        self.hands: dict[str, list[tuple[TaskResult, float]]] = {}
         #: a parent's call: its answer waits for the tasks it tells (and ``later`` numbers
         #: it once it told one; :mod:`actors.session.task_routes`)
         self.answering = answering

@@ -9,7 +9,7 @@ does what it says:
 - ``Results`` (from the broker, which routes each settled task's result to the watchers
   subscribed to it, one message per watcher per run of its effects): take each into the
   buffer; the first opens the window (a timer of the watcher's own, closing ``coalesce_s``
-  after that task settled; its event comes back to this actor's mailbox, behind nothing but
+  after that task ended; its event comes back to this actor's mailbox, behind nothing but
   this watcher's own mail).
 - ``Flush`` (the window closed): one notification to the caller; when nothing is pending,
   stop. (The broker forgot its address when it routed it the last result it was owed: a
@@ -44,11 +44,12 @@ __all__ = ["Results", "Waiting", "WatcherActor"]
 
 
 class Results:
-    """Settled tasks' results for one watcher, in the order they settled (one message)."""
+    """Settled tasks' results for one watcher, in the order they settled (one message), each
+    with when its task ended (its window counts from it)."""
 
     __slots__ = ("results",)
 
-    def __init__(self, results: list[TaskResult]) -> None:
+    def __init__(self, results: list[tuple[TaskResult, float]]) -> None:
         self.results = results
 
 
@@ -103,8 +104,8 @@ class WatcherActor(ShepherdActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Results):
             now = self.clock.now()
-            for result in message.results:
-                self.state, opens = rules.take(self.state, result, self._coalesce_s, now)
+            for result, opened in message.results:
+                self.state, opens = rules.take(self.state, result, opened, self._coalesce_s, now)
                 if opens is not None:
                     self._timer = self.clock.call_later(
                         opens.delay, functools.partial(tell_quietly, self.actor_ref, opens.event)

@@ -59,18 +59,18 @@ class WatcherRoutes:
 
     @staticmethod
     def gather(effect: fx.HandOver, run: Run) -> None:
-        run.hands.setdefault(effect.watcher_id, []).append(effect.result)
+        run.hands.setdefault(effect.watcher_id, []).append((effect.result, effect.opened))
 
     def hand(self, run: Run) -> None:
         """What the run gathered for each watcher: one message each."""
-        for watcher_id, results in run.hands.items():
+        for watcher_id, hands in run.hands.items():
             entry = self._actors.get(watcher_id)
             if entry is None:  # never expected: routed once per subscription
-                self._log.error("no watcher {} for {} results", watcher_id, len(results))
+                self._log.error("no watcher {} for {} results", watcher_id, len(hands))
                 continue
             ref, owed = entry
-            tell_quietly(ref, Results(results))  # a ``wait``'s may have stopped at its deadline
-            if owed > len(results):
-                self._actors[watcher_id] = (ref, owed - len(results))
+            tell_quietly(ref, Results(hands))  # a ``wait``'s may have stopped at its deadline
+            if owed > len(hands):
+                self._actors[watcher_id] = (ref, owed - len(hands))
             else:
                 del self._actors[watcher_id]  # its last subscription: nothing more to route

@@ -188,6 +188,9 @@ class SpawnWatcher(Effect, frozen=True, kw_only=True):
 class HandOver(Effect, frozen=True, kw_only=True):
     watcher_id: str
     result: TaskResult
+    #: when the task ended, as far as its window counts (:mod:`protocol.session.watcher`):
+    #: when its agent said ``done``, or when it settled
+    opened: float
 
 
 class SpawnTask(Effect, frozen=True, kw_only=True):

@@ -155,7 +155,9 @@ def reported(s: SessionState, report: task_budget.AnyReport, cx: Ctx) -> list[Ef
         case one_task.Noted(record=record, then=then):
             return _then(s, then, record, cx)
         case one_task.Settled(before=before, after=after, by_agent=by_agent, then=then):
-            effects = _settled(s, before, after, cx, by_agent=by_agent) + _budget_told(after)
+            said = then.envelope.created_at if isinstance(then, AckDone) else None
+            effects = _settled(s, before, after, cx, by_agent=by_agent, said_done_at=said)
+            effects += _budget_told(after)
             return effects + _then(s, then, after, cx)
         case one_task.Unchanged(record=record, then=then):
             return _then(s, then, record, cx, already=True)
@@ -237,9 +239,17 @@ def _settle_answer(record: TaskRecord, *, already: bool) -> Answer:
 
 
 def _settled(
-    s: SessionState, before: TaskRecord, settled: TaskRecord, cx: Ctx, *, by_agent: bool
+    s: SessionState,
+    before: TaskRecord,
+    settled: TaskRecord,
+    cx: Ctx,
+    *,
+    by_agent: bool,
+    said_done_at: float | None,
 ) -> list[Effect]:
-    """The task settled (rules 4-5): what the session does about it, in order."""
+    """The task settled (rules 4-5): what the session does about it, in order (its
+    watchers' windows count from when its agent said ``done``, if it did:
+    :func:`protocol.session.watchers.ended_at`)."""
     task_id = settled.task_id
     result = settled.result
     assert result is not None
@@ -262,10 +272,11 @@ def _settled(
     handed = before.state is not TaskState.QUEUED  # a queued task's agent never had it
     if row is not None and not row.closed and not by_agent and handed:
         effects.append(_stop_work(s, settled, cx))
+    opened = watchers.ended_at(result, said_done_at)
     if handed:
-        effects += worktrees.on_settle(s, result, cx)
+        effects += worktrees.on_settle(s, result, cx, opened)
     else:
-        effects += watchers.hand_over(s, result, cx)
+        effects += watchers.hand_over(s, result, cx, opened)
     effects += admission.release(s, before, cx)
     rc = result.return_code
     effects.append(Log(text=f"task {task_id} {settled.state.value} (rc {rc})"))

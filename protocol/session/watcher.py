@@ -12,14 +12,15 @@ Rules:
    already buffered; a result it has delivered is no longer pending, so it is never taken
    again.
 2. **Coalescing.** The first result taken into an empty buffer opens the window: one timer
-   (the watcher's own) that closes it ``coalesce_s`` after that task settled (its result's
-   ``completed_at``), or after the watcher started watching (``since``: a restart gives it
-   its actor again) if that is later; not after the watcher heard of it. The time a
-   settlement takes to be made durable and routed counts against the window, so the window
-   holds no result more than ``coalesce_s`` past its settlement. A result that reaches the
-   watcher later than that (a slow journal) closes the window at once (a timer of no delay:
-   results routed with it in the same message still join it). Results taken while it is
-   open join the buffer.
+   (the watcher's own) that closes it ``coalesce_s`` after that task ended (``opened``: when
+   its agent said ``done``, or when the task settled:
+   :func:`protocol.session.watchers.ended_at`), or after the watcher started watching
+   (``since``: a restart gives it its actor again) if that is later; not after the watcher
+   heard of it. The time a settlement takes to be decided, made durable and routed counts
+   against the window, so the window holds no result more than ``coalesce_s`` past its end.
+   A result that reaches the watcher later than that (many settling at once, a slow
+   journal) closes the window at once (a timer of no delay: results routed with it in the
+   same message still join it). Results taken while it is open join the buffer.
 3. **Flush.** When the window closes, everything buffered goes out as ONE notification, in
    the order the caller named the ids, saying what is still pending. A flush with nothing
    buffered (a timer that lost a race) changes nothing.
@@ -39,18 +40,19 @@ __all__ = ["done", "flush", "take"]
 
 
 def take(
-    w: WatcherState, result: TaskResult, coalesce_s: float, now: float
+    w: WatcherState, result: TaskResult, opened: float, coalesce_s: float, now: float
 ) -> tuple[WatcherState, StartTimer | None]:
-    """``w`` takes ``result`` into its buffer (rule 1); the timer that opens its window, if
-    this is the window's first result (rule 2), as of ``now`` (the clock ``completed_at`` is
-    read on: a clock that went back never makes the window longer than ``coalesce_s``)."""
+    """``w`` takes ``result`` (its task ended at ``opened``) into its buffer (rule 1); the
+    timer that opens its window, if this is the window's first result (rule 2), as of ``now``
+    (on the clock ``opened`` was read on: a clock that went back never makes the window
+    longer than ``coalesce_s``)."""
     if result.task_id not in w.pending or any(r.task_id == result.task_id for r in w.buffer):
         return w, None
     opens = not w.buffer
     w = msgspec.structs.replace(w, buffer=(*w.buffer, result))
     if not opens:
         return w, None
-    held = now - max(result.completed_at, w.since)  # how long the window has been open
+    held = now - max(opened, w.since)  # how long the window has been open
     delay = coalesce_s - min(max(held, 0.0), coalesce_s)
     return w, StartTimer(delay=delay, event=Flush(watcher_id=w.watcher_id))
 

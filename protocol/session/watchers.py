@@ -19,6 +19,7 @@ Rules:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from protocol.calls import api
@@ -29,7 +30,7 @@ from protocol.records.watching import resolve_watch_ids
 from protocol.session.effects import Answer, Effect, HandOver, Journal, SpawnWatcher
 from protocol.session.state import Ctx, SessionState, WatcherState
 
-__all__ = ["hand_over", "subscribe", "watch"]
+__all__ = ["ended_at", "hand_over", "subscribe", "watch"]
 
 
 def watch(
@@ -81,9 +82,24 @@ def subscribe(
     )
 
 
-def hand_over(s: SessionState, result: TaskResult, cx: Ctx) -> list[Effect]:
-    """A task settled: its result goes to every watcher subscribed to it (rule 3)."""
+def hand_over(
+    s: SessionState, result: TaskResult, cx: Ctx, opened: float | None = None
+) -> list[Effect]:
+    """A task settled: its result goes to every watcher subscribed to it (rule 3), its window
+    counting from ``opened`` (:func:`ended_at`; None: when it settled)."""
+    at = result.completed_at if opened is None else opened
     return [
-        HandOver(watcher_id=watcher_id, result=result)
+        HandOver(watcher_id=watcher_id, result=result, opened=at)
         for watcher_id in s.subscribers.pop(result.task_id, ())
     ]
+
+
+def ended_at(result: TaskResult, said_done_at: float | None) -> float:
+    """When a task ended, as far as its watchers' windows count: when its agent said
+    ``done`` (the time its ``done`` says it was sent), if that is a time before the task
+    settled; else when it settled. A clock of the agent's that is ahead, or a time that is no
+    time, never makes a window close later than it would from the settlement; one that is
+    behind only shortens the window (never below nothing)."""
+    if said_done_at is None or not math.isfinite(said_done_at):
+        return result.completed_at
+    return min(said_done_at, result.completed_at)

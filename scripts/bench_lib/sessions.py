@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pykka
 
 from actors.records.journal_file import FileJournal
@@ -223,13 +224,16 @@ class Bench:
         sent: dict[str, int] = {}
         publish = self.transport.publish
         start = time.perf_counter()
-        for i, envelope in enumerate(envelopes):
+        for i, built in enumerate(envelopes):
             if rate is not None:
                 delay = start + i / rate - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)  # pacing: the offered rate is the workload
-            assert envelope.task_id is not None
-            sent[envelope.task_id] = now_ns()
+            assert built.task_id is not None
+            # stamped as the child stamps it, when it sends it (a watcher's window counts
+            # from it): not when it was built ahead
+            envelope = msgspec.structs.replace(built, created_at=time.time())
+            sent[built.task_id] = now_ns()
             publish(PARENT_INBOX, envelope)
         offered_s = time.perf_counter() - start
         complete = self.sink.all_arrived.wait(WAIT_S)

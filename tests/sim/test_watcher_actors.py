@@ -122,7 +122,7 @@ def test_a_wait_answered_at_its_deadline_hands_a_window_closing_with_it_to_nobod
     ref = runtime.spawn(
         WatcherActor, state, GuardedSink(sink), 60.0, Waiting(answers.append, (), 60.0)
     )
-    ref.tell(Results([result]))
+    ref.tell(Results([(result, result.completed_at)]))
     runtime.run_until_idle()
     ref.tell(_DEADLINE)  # the two timers' events, as both timers fired
     ref.tell(Flush(watcher_id=watcher_id))
@@ -155,7 +155,7 @@ def test_a_result_that_took_time_to_reach_its_watcher_waits_only_the_rest_of_its
         completed_at=settled,
     )
     runtime.advance(0.020)
-    ref.tell(Results([result]))
+    ref.tell(Results([(result, settled)]))
     runtime.advance(0.004)
     assert sink.items == []  # still within its window
     runtime.advance(0.002)
@@ -163,3 +163,35 @@ def test_a_result_that_took_time_to_reach_its_watcher_waits_only_the_rest_of_its
     assert isinstance(note, TaskCompletion) and note.results == (result,)
     assert note.created_at == pytest.approx(settled + 0.025)
     assert live_watchers(runtime) == []
+
+
+def test_a_watcher_hears_of_a_done_its_window_after_the_agent_said_it() -> None:
+    """Through the whole session: a ``done`` sent 20 ms before the parent took it reaches the
+    watcher's caller 25 ms after it was sent, not 25 ms after it settled."""
+    sink = CollectingSink()
+    session = SimSession.simulated(15, sink=sink, trace=False)
+    try:
+        agent = session.spawn("w", script=IDLE).agent_id
+        session.sim.run_all(max_time=1)
+        task = session.delegate(agent, "task").task_id
+        session.watch([task])
+        session.sim.run_all(max_time=1)
+        said = session.runtime.vclock.now() - 0.020
+        envelope = TaskDoneEnvelope(
+            message_id=make_id(IdKind.MESSAGE, secrets.token_hex(8)),
+            session_id=session.session_id,
+            sender_id=agent,
+            target_id=PARENT_ID,
+            created_at=said,
+            capability=session.sim_launcher.driver("w").identity.capability,
+            task_id=task,
+            status="completed",
+            summary="done",
+        )
+        session.transport.publish(PARENT_INBOX, envelope)
+        session.sim.run_all(max_time=5)
+        (note,) = [n for n in sink.items if isinstance(n, TaskCompletion)]
+        assert [r.task_id for r in note.results] == [task]
+        assert note.created_at == pytest.approx(said + 0.025)
+    finally:
+        session.shutdown()

@@ -410,11 +410,11 @@ class Session:
                 case SpawnWatcher(watcher=watcher):
                     assert watcher.watcher_id not in self.watchers, e
                     self.watchers[watcher.watcher_id] = watcher
-                case HandOver(watcher_id=watcher_id, result=result):
+                case HandOver(watcher_id=watcher_id, result=result, opened=opened):
                     state = self.watchers[watcher_id]
                     coalesce_s = self.state.settings.coalesce_ms / 1000.0
                     self.watchers[watcher_id], opens = watcher_rules.take(
-                        state, result, coalesce_s, self.now
+                        state, result, opened, coalesce_s, self.now
                     )
                     if opens is not None:
                         by_watchers.append(opens)

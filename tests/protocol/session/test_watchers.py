@@ -157,11 +157,12 @@ def test_taking_a_result_twice_buffers_it_once() -> None:
     s.done(agents[0])
     result = s.state.results[tasks[0]]
     state = s.watchers[w]
-    assert watcher.take(state, result, 0.05, s.now) == (state, None)  # buffered: not again
+    at = result.completed_at
+    assert watcher.take(state, result, at, 0.05, s.now) == (state, None)  # buffered: not again
     assert s.watchers[w].buffer == (result,)
     s.fire_timer(("flush", w))
     state = s.watchers[w]
-    assert watcher.take(state, result, 0.05, s.now) == (state, None)  # delivered: not pending
+    assert watcher.take(state, result, at, 0.05, s.now) == (state, None)  # delivered: not pending
 
 
 def test_a_watch_after_settling_but_before_the_flush_does_not_double_deliver() -> None:
@@ -224,7 +225,7 @@ def test_the_window_closes_its_length_after_the_first_result_settled(
     against the window, never beyond it; a clock that went back never makes it longer."""
     task_id = "shepherd-task-00000001"
     w = _waiting_for(task_id, since=T0 - 10)
-    _, opens = watcher.take(w, _settled(task_id, T0), 0.025, T0 + heard_after)
+    _, opens = watcher.take(w, _settled(task_id, T0), T0, 0.025, T0 + heard_after)
     assert opens is not None and opens.delay == pytest.approx(delay, abs=1e-9)
     assert 0.0 <= opens.delay <= 0.025
 
@@ -234,7 +235,7 @@ def test_the_window_never_counts_from_before_the_watcher_started() -> None:
     whole window from its start for the results handed to it."""
     task_id = "shepherd-task-00000001"
     w = _waiting_for(task_id, since=T0 + 50)
-    _, opens = watcher.take(w, _settled(task_id, T0), 0.025, T0 + 50.005)
+    _, opens = watcher.take(w, _settled(task_id, T0), T0, 0.025, T0 + 50.005)
     assert opens is not None and opens.delay == pytest.approx(0.020)
 
 
@@ -242,3 +243,37 @@ def test_a_watch_starts_watching_at_its_call() -> None:
     s, _, tasks = team(1)
     w = watch(s, tasks).watcher_id
     assert s.watchers[w].since == s.now
+
+
+@pytest.mark.parametrize(
+    ("said_before", "delay"),
+    [(0.0, 0.05), (0.020, 0.03), (0.060, 0.0), (-5.0, 0.05)],
+    ids=["just-now", "20ms-before", "before-the-window", "clock-ahead"],
+)
+def test_a_window_counts_from_when_the_agent_said_done(said_before: float, delay: float) -> None:
+    """The time between the agent's ``done`` and its settlement (the parent busy with others,
+    the mailbox) counts against the window; an agent's clock that is ahead never makes the
+    window close later than it would from the settlement."""
+    s, agents, tasks = team(1)
+    w = watch(s, tasks).watcher_id
+    s.now += 1.0
+    effects = s.done(agents[0], created_at=s.now - said_before)
+    (timer,) = [e for e in of(effects, StartTimer) if e.event == Flush(watcher_id=w)]
+    assert timer.delay == pytest.approx(delay, abs=1e-9)
+
+
+def test_a_parents_ending_counts_from_when_the_task_settled() -> None:
+    s, _, tasks = team(1)
+    w = watch(s, tasks).watcher_id
+    s.now += 1.0
+    effects = s.call(api.CancelArgs(task_id=tasks[0]))
+    assert StartTimer(delay=0.05, event=Flush(watcher_id=w)) in effects
+
+
+@pytest.mark.parametrize(
+    ("said", "ended"),
+    [(None, T0), (T0 - 0.01, T0 - 0.01), (T0 + 3.0, T0), (float("inf"), T0), (float("nan"), T0)],
+    ids=["not-said", "said-before", "said-after", "infinite", "not-a-number"],
+)
+def test_when_a_task_ended_for_its_window(said: float | None, ended: float) -> None:
+    assert watchers.ended_at(_settled("shepherd-task-00000001", T0), said) == ended
