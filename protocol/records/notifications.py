@@ -37,8 +37,8 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
 
 
 class TaskCompletion(Notification, frozen=True, kw_only=True, tag="task_completion"):
-    """Results for one watcher: each watched task's result once, those settling within the
-    coalescing window together, in the order the watcher named the ids."""
+    """Results for one watcher: each watched task's result once, those of tasks ending within
+    the coalescing window of the first together, in the order the watcher named the ids."""
 
     watcher_id: str
     #: the ids the watcher was registered with, normalised, in the caller's order

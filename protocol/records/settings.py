@@ -46,7 +46,9 @@ _CountOrNone = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    #: completions reaching one watcher within this window go out as one notification
+    #: results of one watcher's tasks that end within this window of the first (its agent's
+    #: `done`, or the parent's ending) go out as one notification; none is held longer than
+    #: this past its end
     coalesce_ms: Annotated[float, msgspec.Meta(ge=0, le=60_000)] = 25.0
     #: a task waiting this long on a reply gets one stale-wait notification per episode
     stale_wait_threshold_s: DeadlineSeconds = 120.0
