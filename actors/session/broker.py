@@ -182,7 +182,7 @@ class BrokerActor(ShepherdActor):
     def on_start(self) -> None:
         self._held.writer = self.runtime.spawn(JournalWriter, self._journal, self.actor_ref)
         if self._notes is not None:
-            self._outlets.note_writer = self.runtime.spawn(NoteWriter, self._notes)
+            self._outlets.note_writer = self.runtime.spawn(NoteWriter, self._notes, self._sink)
         if self._restore is not None:
             restore, self._restore = self._restore, None
             self._run(resume(restore, self._ctx()))

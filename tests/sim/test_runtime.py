@@ -315,10 +315,12 @@ def test_system_clock_fires_in_deadline_order_and_cancel_works() -> None:
     clock = SystemClock()
     fired: list[str] = []
     done = threading.Event()
-    clock.call_later(0.03, lambda: fired.append("late"))
-    cancelled = clock.call_later(0.01, lambda: fired.append("cancelled"))
+    # the cancelled timer is due half a second after it is set: a busy machine that holds
+    # this thread between setting and cancelling it for less than that cannot let it fire
+    clock.call_later(0.55, lambda: fired.append("late"))
+    cancelled = clock.call_later(0.5, lambda: fired.append("cancelled"))
     clock.call_later(0.0, lambda: fired.append("first"))
-    clock.call_later(0.05, done.set)
+    clock.call_later(0.6, done.set)
     cancelled.cancel()
     assert done.wait(5)
     assert fired == ["first", "late"]
