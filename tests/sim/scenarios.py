@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from actors.runtime.runtime import Runtime
+from actors.runtime.transport import PARENT_INBOX
 from actors.session.session import Session
 from actors.session.sinks import CollectingSink
 from actors.session.watcher import WatcherActor
 from actors.testing import SimSession
+from protocol.core.ids import PARENT_ID, IdKind, make_id
 from protocol.records.notifications import TaskCompletion
 from protocol.records.settings import Settings
 from protocol.records.tasks import TaskResult
 from protocol.session.state import SessionState
+from protocol.wire.envelopes import TaskDoneEnvelope
 
 #: scout: takes its task, asks the planner, ends its turn, resumes on the reply, rests, done.
 SCOUT = {
@@ -86,3 +90,23 @@ def new_session(seed: int, **kwargs: Any) -> tuple[SimSession, CollectingSink]:
     sink = CollectingSink()
     kwargs.setdefault("settings", Settings())
     return SimSession.simulated(seed, sink=sink, **kwargs), sink
+
+
+def publish_done(session: SimSession, agent_id: str, task_id: str, created_at: float = 0.0) -> None:
+    """``agent_id``'s ``done`` of ``task_id`` (completed), sent at ``created_at``, published
+    to the parent as its simulated agent would."""
+    (agent,) = session.status(agent_id).agents
+    session.transport.publish(
+        PARENT_INBOX,
+        TaskDoneEnvelope(
+            message_id=make_id(IdKind.MESSAGE, secrets.token_hex(8)),
+            session_id=session.session_id,
+            sender_id=agent_id,
+            target_id=PARENT_ID,
+            created_at=created_at,
+            capability=session.sim_launcher.driver(agent.name).identity.capability,
+            task_id=task_id,
+            status="completed",
+            summary="done",
+        ),
+    )

@@ -4,19 +4,16 @@ parent is told: one ``note_not_written`` notice per task, however often its note
 from __future__ import annotations
 
 import errno
-import secrets
 from typing import Any
 
 from actors.records.notes import MemoryTaskNotes
-from actors.runtime.transport import PARENT_INBOX
 from actors.session.sinks import CollectingSink
 from actors.testing import SimSession
 from actors.testing.simagent import SimLauncher
 from actors.testing.simulation import SimRuntime, SimTransport
-from protocol.core.ids import PARENT_ID, IdKind, make_id
 from protocol.records.notifications import Notice, TaskCompletion
 from protocol.records.tasks import TaskRecord
-from protocol.wire.envelopes import TaskDoneEnvelope
+from tests.sim.scenarios import publish_done
 
 IDLE: dict[str, Any] = {"steps": []}
 
@@ -56,21 +53,7 @@ def test_a_note_that_cannot_be_written_is_told_once_per_task_and_the_task_goes_o
         session.watch(tasks)
         runtime.run_all(max_time=1)
         for agent_id, task_id in zip(agents, tasks, strict=True):
-            name = session.status(agent_id).agents[0].name
-            session.transport.publish(
-                PARENT_INBOX,
-                TaskDoneEnvelope(
-                    message_id=make_id(IdKind.MESSAGE, secrets.token_hex(8)),
-                    session_id=session.session_id,
-                    sender_id=agent_id,
-                    target_id=PARENT_ID,
-                    created_at=runtime.vclock.now(),
-                    capability=session.sim_launcher.driver(name).identity.capability,
-                    task_id=task_id,
-                    status="completed",
-                    summary="done",
-                ),
-            )
+            publish_done(session, agent_id, task_id, created_at=runtime.vclock.now())
         runtime.run_all(max_time=5)
         # opened and finalised: each note failed twice, and each task completed all the same
         assert notes.failed >= 4

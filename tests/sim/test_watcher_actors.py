@@ -3,24 +3,20 @@ left once it has delivered everything; the broker keeps only its address until t
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import pytest
 
-from actors.runtime.transport import PARENT_INBOX
 from actors.session.sinks import CollectingSink, GuardedSink
 from actors.session.watcher import _DEADLINE, Results, Waiting, WatcherActor
 from actors.testing import SimSession
 from actors.testing.simulation import SimRuntime
 from protocol.calls import api
-from protocol.core.ids import PARENT_ID, IdKind, make_id
 from protocol.records.notifications import TaskCompletion
 from protocol.records.tasks import TaskResult
 from protocol.session.effects import Flush
 from protocol.session.state import WatcherState
-from protocol.wire.envelopes import TaskDoneEnvelope
-from tests.sim.scenarios import live_watchers
+from tests.sim.scenarios import live_watchers, publish_done
 
 IDLE: dict[str, Any] = {"steps": []}
 
@@ -29,28 +25,6 @@ def broker_actor(session: SimSession) -> Any:
     actor = session.broker._actor_weakref()  # the simulation is single-threaded
     assert actor is not None
     return actor
-
-
-def done(session: SimSession, agent_id: str, task_id: str) -> None:
-    session.transport.publish(
-        PARENT_INBOX,
-        TaskDoneEnvelope(
-            message_id=make_id(IdKind.MESSAGE, secrets.token_hex(8)),
-            session_id=session.session_id,
-            sender_id=agent_id,
-            target_id=PARENT_ID,
-            created_at=0.0,
-            capability=session.sim_launcher.driver(name_of(session, agent_id)).identity.capability,
-            task_id=task_id,
-            status="completed",
-            summary="done",
-        ),
-    )
-
-
-def name_of(session: SimSession, agent_id: str) -> str:
-    (agent,) = session.status(agent_id).agents
-    return agent.name
 
 
 def test_one_live_actor_per_watcher_still_owing_and_none_left_when_all_are_delivered() -> None:
@@ -67,13 +41,13 @@ def test_one_live_actor_per_watcher_still_owing_and_none_left_when_all_are_deliv
         session.sim.run_all(max_time=1)
         assert live_watchers(session.runtime) == sorted([first, second, third])
         assert session.runtime.actor_count == before + 3
-        done(session, agents[1], tasks[1])
+        publish_done(session, agents[1], tasks[1])
         session.sim.run_all(max_time=5)
         # the second watched only that task: delivered, its actor is gone (and its address)
         assert live_watchers(session.runtime) == sorted([first, third])
         assert second not in broker_actor(session)._watchers
-        done(session, agents[0], tasks[0])
-        done(session, agents[2], tasks[2])
+        publish_done(session, agents[0], tasks[0])
+        publish_done(session, agents[2], tasks[2])
         session.sim.run_all(max_time=5)
         assert live_watchers(session.runtime) == []
         # no watcher left, and no task's actor either (each stopped once its task settled)
@@ -95,7 +69,7 @@ def test_a_watch_of_settled_tasks_only_starts_no_actor() -> None:
         agent = session.spawn("w", script=IDLE).agent_id
         session.sim.run_all(max_time=1)
         task = session.delegate(agent, "task").task_id
-        done(session, agent, task)
+        publish_done(session, agent, task)
         session.sim.run_all(max_time=5)
         before = session.runtime.actor_count
         result = session.watch([task])
@@ -177,18 +151,7 @@ def test_a_watcher_hears_of_a_done_its_window_after_the_agent_said_it() -> None:
         session.watch([task])
         session.sim.run_all(max_time=1)
         said = session.runtime.vclock.now() - 0.020
-        envelope = TaskDoneEnvelope(
-            message_id=make_id(IdKind.MESSAGE, secrets.token_hex(8)),
-            session_id=session.session_id,
-            sender_id=agent,
-            target_id=PARENT_ID,
-            created_at=said,
-            capability=session.sim_launcher.driver("w").identity.capability,
-            task_id=task,
-            status="completed",
-            summary="done",
-        )
-        session.transport.publish(PARENT_INBOX, envelope)
+        publish_done(session, agent, task, created_at=said)
         session.sim.run_all(max_time=5)
         (note,) = [n for n in sink.items if isinstance(n, TaskCompletion)]
         assert [r.task_id for r in note.results] == [task]
