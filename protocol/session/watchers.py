@@ -82,14 +82,11 @@ def subscribe(
     )
 
 
-def hand_over(
-    s: SessionState, result: TaskResult, cx: Ctx, opened: float | None = None
-) -> list[Effect]:
+def hand_over(s: SessionState, result: TaskResult, cx: Ctx, opened: float) -> list[Effect]:
     """A task settled: its result goes to every watcher subscribed to it (rule 3), its window
-    counting from ``opened`` (:func:`ended_at`; None: when it settled)."""
-    at = result.completed_at if opened is None else opened
+    counting from ``opened`` (when it ended: :func:`ended_at`)."""
     return [
-        HandOver(watcher_id=watcher_id, result=result, opened=at)
+        HandOver(watcher_id=watcher_id, result=result, opened=opened)
         for watcher_id in s.subscribers.pop(result.task_id, ())
     ]
 
