@@ -64,7 +64,7 @@ class NoteWriter(ShepherdActor):
             match effect:
                 case OpenNote(record=record, restored=False):
                     notes.open(record)
-                case AppendNote(task_id=task_id, line=line):
+                case AppendNote(line=line):
                     notes.append(task_id, line)
                 case FinaliseNote(record=record):
                     notes.finalise(record)
