@@ -316,6 +316,7 @@ def bench_settle(sizes: Sizes, results: Results) -> None:
                 f"settle.n_{n}.{q}_ms",
                 n=n,
                 baseline="journal in memory, unbatched"
+                + "; shape: the same actors and messages, no rules"
                 + ("; floor: read+decode n files, 1 write + 1 fsync, 25 ms" if q == "p99" else ""),
             )
     for _ in range(sizes.runs):
@@ -329,6 +330,18 @@ def bench_settle(sizes: Sizes, results: Results) -> None:
             else:
                 results.keep_raw("settle", floor)
                 results.add(f"settle.n_{n}.p99_ms", "floor", floor["floor_ms"])
+            # the shape's own floor: the session's actors and messages with no rules
+            # (bench_lib.shape): whatever the rules cost comes on top of it
+            (shape,) = run_jobs([("settle_shape", {"n": n})], parallel=False)
+            if isinstance(shape, Exception):
+                _failed(results, "settle", keys, "shape", shape)
+            elif not shape["complete"]:
+                told = RuntimeError(f"only {shape['settled']} of {n} told")
+                _failed(results, "settle", keys, "shape", told)
+            else:
+                results.keep_raw("settle", shape)
+                for q in ("p50", "p99"):
+                    results.add(f"settle.n_{n}.{q}_ms", "shape", shape[f"{q}_ms"])
             for subject, durable in subjects:
                 (got,) = run_jobs([("settle", {"n": n, "durable": durable})], parallel=False)
                 if isinstance(got, Exception):

@@ -22,6 +22,7 @@ JOBS = {
     "scale": ("sessions", "scale_job"),
     "settle": ("sessions", "settle_job"),
     "settle_floor": ("sessions", "settle_floor_job"),
+    "settle_shape": ("shape", "settle_shape_job"),
     "create": ("sessions", "create_job"),
     "pykka_baseline": ("sessions", "pykka_baseline_job"),
     "bridge": ("bridge", "bridge_job"),
