@@ -235,6 +235,8 @@ def settle_shape_job(params: dict[str, Any]) -> dict[str, Any]:
             future.get(timeout=WAIT_S)
 
         sub = transport.subscribe_batch(PARENT_INBOX, hand_over)
+        # the broker's tables are filled from here, before anything is published (the
+        # benchmark's set-up, not a pattern: the session's broker is told of each actor)
         session_id = runtime.ids.new(IdKind.SESSION)
         sink = _Sink(n)
         built = []
