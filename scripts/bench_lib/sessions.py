@@ -151,6 +151,24 @@ class CompletionSink:
                 self.all_arrived.set()
 
 
+def done_envelope(
+    message_id: str, session_id: str, agent_id: str, capability: str, task_id: str
+) -> TaskDoneEnvelope:
+    """An agent's ``task_done`` of its task, completed, stamped now (a benchmark stamps it
+    again when it sends it, as a child does)."""
+    return TaskDoneEnvelope(
+        message_id=message_id,
+        session_id=session_id,
+        sender_id=agent_id,
+        target_id=PARENT_ID,
+        created_at=time.time(),
+        capability=capability,
+        task_id=task_id,
+        status="completed",
+        summary="done",
+    )
+
+
 class Bench:
     """One session with ``n`` agents, each with one task and one watcher on it (``durable``:
     a fsync'd journal file and batched receiving, see the module's docstring)."""
@@ -200,22 +218,17 @@ class Bench:
     def done_envelopes(self) -> list[TaskDoneEnvelope]:
         """Each agent's ``task_done``, built ahead (building it is the child's work)."""
         ids = self.runtime.ids
-        out = []
-        for name, agent_id, task_id in self.tasks:
-            out.append(
-                TaskDoneEnvelope(
-                    message_id=ids.new(IdKind.MESSAGE),
-                    session_id=self.session.session_id,
-                    sender_id=agent_id,
-                    target_id=PARENT_ID,
-                    created_at=time.time(),
-                    capability=self.launcher.driver(name).identity.capability,
-                    task_id=task_id,
-                    status="completed",
-                    summary="done",
-                )
+        session_id, driver = self.session.session_id, self.launcher.driver
+        return [
+            done_envelope(
+                ids.new(IdKind.MESSAGE),
+                session_id,
+                agent_id,
+                driver(name).identity.capability,
+                task_id,
             )
-        return out
+            for name, agent_id, task_id in self.tasks
+        ]
 
     def settle(self, rate: float | None) -> dict[str, Any]:
         """Publish every done (paced at ``rate`` per second, or flat out) and wait for every
@@ -340,16 +353,12 @@ def settle_floor_job(params: dict[str, Any]) -> dict[str, Any]:
         session_id = make_id(IdKind.SESSION, "f" * 16)
         for i in range(n):
             token = f"{i:016x}"
-            env = TaskDoneEnvelope(
-                message_id=make_id(IdKind.MESSAGE, token),
-                session_id=session_id,
-                sender_id=make_id(IdKind.AGENT, token),
-                target_id=PARENT_ID,
-                created_at=time.time(),
-                capability="c",
-                task_id=make_id(IdKind.TASK, token),
-                status="completed",
-                summary="done",
+            env = done_envelope(
+                make_id(IdKind.MESSAGE, token),
+                session_id,
+                make_id(IdKind.AGENT, token),
+                "c",
+                make_id(IdKind.TASK, token),
             )
             (inbox / env.message_id).write_bytes(encode_envelope(env))
         journal = Path(tmp) / "journal.jsonl"

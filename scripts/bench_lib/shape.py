@@ -36,8 +36,8 @@ import msgspec
 from actors.runtime.runtime import ShepherdActor, ThreadedRuntime, tell_quietly
 from actors.runtime.transport import PARENT_INBOX
 from bench_lib.common import latency_summary, now_ns
-from bench_lib.sessions import WAIT_S, BatchReceivingTransport
-from protocol.core.ids import PARENT_ID, IdKind
+from bench_lib.sessions import WAIT_S, BatchReceivingTransport, done_envelope
+from protocol.core.ids import IdKind
 from protocol.wire.envelopes import AnyEnvelope, TaskDoneEnvelope, encode_envelope
 
 WINDOW_S = 0.025
@@ -247,19 +247,8 @@ def settle_shape_job(params: dict[str, Any]) -> dict[str, Any]:
             actor.tasks[task_id] = runtime.spawn(ShapeTask, broker)
             actor.watchers[task_id] = runtime.spawn(ShapeWatcher, sink)
             actor.agents[agent_id] = runtime.spawn(ShapeAgent, runtime.spawn(ShapeChild))
-            built.append(
-                TaskDoneEnvelope(
-                    message_id=runtime.ids.new(IdKind.MESSAGE),
-                    session_id=session_id,
-                    sender_id=agent_id,
-                    target_id=PARENT_ID,
-                    created_at=time.time(),
-                    capability=capability,
-                    task_id=task_id,
-                    status="completed",
-                    summary="done",
-                )
-            )
+            message_id = runtime.ids.new(IdKind.MESSAGE)
+            built.append(done_envelope(message_id, session_id, agent_id, capability, task_id))
         gc.collect()
         sent: dict[str, int] = {}
         publish = transport.publish
