@@ -264,5 +264,5 @@ def _watchers(restore: Restore, cx: Ctx) -> list[Effect]:
     for task_id in list(s.subscribers):
         result = s.result_of(task_id)
         if result is not None:  # settled, never delivered: deliver it now, once
-            effects += watchers.hand_over(s, result, cx, result.completed_at)
+            effects += watchers.hand_over(s, result, result.completed_at)
     return effects

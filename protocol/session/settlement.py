@@ -274,9 +274,9 @@ def _settled(
         effects.append(_stop_work(s, settled, cx))
     opened = watchers.ended_at(result, said_done_at)
     if handed:
-        effects += worktrees.on_settle(s, result, cx, opened)
+        effects += worktrees.on_settle(s, result, opened)
     else:
-        effects += watchers.hand_over(s, result, cx, opened)
+        effects += watchers.hand_over(s, result, opened)
     effects += admission.release(s, before, cx)
     rc = result.return_code
     effects.append(Log(text=f"task {task_id} {settled.state.value} (rc {rc})"))

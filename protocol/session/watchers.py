@@ -82,7 +82,7 @@ def subscribe(
     )
 
 
-def hand_over(s: SessionState, result: TaskResult, cx: Ctx, opened: float) -> list[Effect]:
+def hand_over(s: SessionState, result: TaskResult, opened: float) -> list[Effect]:
     """A task settled: its result goes to every watcher subscribed to it (rule 3), its window
     counting from ``opened`` (when it ended: :func:`ended_at`)."""
     return [

@@ -79,7 +79,7 @@ def listed(s: SessionState, record: TaskRecord, changes: WorktreeChanges, cx: Ct
     assert result is not None
     journal = Journal(record=TaskChangesRecord(task_id=record.task_id, changes=changes))
     told = claims.diffed(s, record, changes, cx)
-    handed = watchers.hand_over(s, result, cx, result.completed_at)
+    handed = watchers.hand_over(s, result, result.completed_at)
     return [journal, *told, *handed, StopTask(task_id=record.task_id)]
 
 

@@ -105,13 +105,13 @@ def deliver_task(s: SessionState, row: AgentRow, record: TaskRecord, env: TaskEn
     return ProbeWorktree(kind="snapshot", task_id=record.task_id, worktree=ref)
 
 
-def on_settle(s: SessionState, result: TaskResult, cx: Ctx, opened: float) -> list[Effect]:
+def on_settle(s: SessionState, result: TaskResult, opened: float) -> list[Effect]:
     """Rule 2: the settled result goes to its watchers (their windows counting from
     ``opened``), after its changes are listed (then from when it settled)."""
     snapshot = s.snapshots.pop(result.task_id, None)
     ref = worktree_of(s, result.agent_id)
     if ref is None or result.changes is not None:
-        return watchers.hand_over(s, result, cx, opened)
+        return watchers.hand_over(s, result, opened)
     s.diffing.add(result.task_id)
     others = tuple(
         other
